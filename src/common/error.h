@@ -1,0 +1,40 @@
+// The error type both sides share: a code (a CUresult, or an errno for system errors) and a
+// message that names the process and the resource, as users read it (DESIGN.md, "Errors").
+#pragma once
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace cusnap {
+
+/// What went wrong. `code` is a CUresult where the driver said no, an errno where the system
+/// did, or -1 for a cusnap rule (e.g. a refused topology); `message` is the full sentence.
+struct Error {
+  int code = -1;
+  std::string message;
+};
+
+/// A value or an Error (the shim is built without exceptions, so errors travel as values).
+template <typename T>
+class Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}          // NOLINT: implicit by design
+  Result(Error error) : v_(std::move(error)) {}      // NOLINT: implicit by design
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  T& value() { return std::get<0>(v_); }
+  const T& value() const { return std::get<0>(v_); }
+  T& operator*() { return value(); }
+  T* operator->() { return &value(); }
+  const Error& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+/// Result of an operation that returns nothing on success.
+struct Ok {};
+using Status = Result<Ok>;
+
+}  // namespace cusnap
