@@ -1,0 +1,81 @@
+#include "common/ids.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace cusnap {
+namespace {
+
+// Parses the decimal number at `*p`, advancing past it (hand-written: glibc 2.38 headers
+// bind strtoull to a symbol newer than the shim's 2.34 ceiling, SPEC-REFERENCE I.4).
+bool ParseU64(const char*& p, const char* end, uint64_t* out) {
+  uint64_t value = 0;
+  const char* start = p;
+  while (p < end && *p >= '0' && *p <= '9') {
+    value = value * 10 + static_cast<uint64_t>(*p - '0');
+    ++p;
+  }
+  *out = value;
+  return p != start;
+}
+
+}  // namespace
+
+uint64_t ProcessStartTime(int pid) {
+  if (pid <= 0) return 0;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  size_t len = 0;
+  while (len < sizeof buf) {
+    const ssize_t n = read(fd, buf + len, sizeof buf - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += static_cast<size_t>(n);
+  }
+  close(fd);
+  // The command name (field 2) may hold spaces and parentheses: fields restart after the
+  // last ')'. Field 3 (state) is the first token after it, so field 22 is the 20th.
+  const char* end = buf + len;
+  const char* p = end;
+  while (p > buf && p[-1] != ')') --p;
+  if (p == buf) return 0;
+  for (int field = 3; field < 22; ++field) {
+    while (p < end && *p == ' ') ++p;
+    while (p < end && *p != ' ') ++p;
+  }
+  while (p < end && *p == ' ') ++p;
+  uint64_t start = 0;
+  return ParseU64(p, end, &start) ? start : 0;
+}
+
+ProcessIdentity SelfIdentity() {
+  // Cached per pid so a forked child re-reads its own start time on first use.
+  static std::atomic<int> cached_pid{0};
+  static std::atomic<uint64_t> cached_start{0};
+  const int pid = static_cast<int>(getpid());
+  if (cached_pid.load(std::memory_order_acquire) == pid) {
+    return {pid, cached_start.load(std::memory_order_relaxed)};
+  }
+  const uint64_t start = ProcessStartTime(pid);
+  cached_start.store(start, std::memory_order_relaxed);
+  cached_pid.store(pid, std::memory_order_release);
+  return {pid, start};
+}
+
+std::string DescribeObject(const proto::ObjectId& id, const char* what) {
+  char text[128];
+  std::snprintf(text, sizeof text, "%s %llu of pid %d (start %llu)", what,
+                static_cast<unsigned long long>(id.local_id), id.creator_pid,
+                static_cast<unsigned long long>(id.creator_start));
+  return text;
+}
+
+}  // namespace cusnap

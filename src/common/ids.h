@@ -1,0 +1,38 @@
+// Process and object identities that survive checkpoint and restore: a process is its pid
+// plus its start time (field 22 of /proc/<pid>/stat, clock ticks since boot), which tells a
+// live creator apart from a later process that reused its pid; an allocation or multicast
+// object is its creator's identity plus a local id (proto::ObjectId).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/protocol.h"
+
+namespace cusnap {
+
+/// Start time of process `pid` in clock ticks since boot (/proc/<pid>/stat field 22, see
+/// proc(5)), or 0 when the process does not exist or its stat line cannot be parsed.
+uint64_t ProcessStartTime(int pid);
+
+/// This process's pid and start time, re-read after fork (cheap: cached per pid).
+struct ProcessIdentity {
+  int pid = 0;
+  uint64_t start_time = 0;
+};
+ProcessIdentity SelfIdentity();
+
+/// True when `id` was created by `process`.
+inline bool CreatedBy(const proto::ObjectId& id, const ProcessIdentity& process) {
+  return id.creator_pid == process.pid && id.creator_start == process.start_time;
+}
+
+inline bool operator==(const proto::ObjectId& a, const proto::ObjectId& b) {
+  return a.creator_pid == b.creator_pid && a.creator_start == b.creator_start &&
+         a.local_id == b.local_id;
+}
+
+/// "allocation <local id> of pid <pid> (start <ticks>)", for error messages.
+std::string DescribeObject(const proto::ObjectId& id, const char* what = "allocation");
+
+}  // namespace cusnap

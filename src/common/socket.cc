@@ -1,0 +1,302 @@
+#include "common/socket.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace cusnap {
+namespace {
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+Error SystemError(int code, const std::string& what) {
+  return Error{code, what + ": " + std::strerror(code)};
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes (EINTR retried).
+Status WaitReady(int fd, short events, Deadline deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, deadline.RemainingMs());
+    if (n > 0) return Ok{};
+    if (n == 0) return SystemError(ETIMEDOUT, what);
+    if (errno != EINTR) return SystemError(errno, what);
+  }
+}
+
+bool FillAddress(const std::string& path, sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof *addr);
+  addr->sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr->sun_path) return false;
+  std::memcpy(addr->sun_path, path.c_str(), path.size() + 1);
+  return true;
+}
+
+void CloseReceivedFds(msghdr* msg) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr; c = CMSG_NXTHDR(msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      close(fd);
+    }
+  }
+}
+
+}  // namespace
+
+Deadline Deadline::AfterMs(int ms) { return Deadline{NowNs() + static_cast<int64_t>(ms) * 1000000}; }
+
+int Deadline::RemainingMs() const {
+  const int64_t left = at_ns - NowNs();
+  if (left <= 0) return 0;
+  const int64_t ms = (left + 999999) / 1000000;
+  return ms > 0x7fffffff ? 0x7fffffff : static_cast<int>(ms);
+}
+
+Result<int> ConnectSeqpacket(const std::string& path, Deadline deadline) {
+  sockaddr_un addr;
+  if (!FillAddress(path, &addr)) return SystemError(ENAMETOOLONG, "socket path " + path);
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return SystemError(errno, "socket");
+  for (;;) {
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    const int code = errno;
+    if (code == EINTR) continue;
+    if (code == EINPROGRESS) {
+      Status ready = WaitReady(fd, POLLOUT, deadline, ("connect " + path).c_str());
+      int so_error = 0;
+      socklen_t len = sizeof so_error;
+      if (ready.ok() && getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == 0 &&
+          so_error == 0) {
+        return fd;
+      }
+      close(fd);
+      return ready.ok() ? SystemError(so_error, "connect " + path) : ready.error();
+    }
+    if (code != EAGAIN) {
+      close(fd);
+      return SystemError(code, "connect " + path);
+    }
+    // The listener's backlog is full: a Unix socket does not queue the attempt, so try
+    // again shortly (bounded by the deadline).
+    if (deadline.Passed()) {
+      close(fd);
+      return SystemError(ETIMEDOUT, "connect " + path);
+    }
+    poll(nullptr, 0, std::min(5, deadline.RemainingMs()));
+  }
+}
+
+Result<int> ListenSeqpacket(const std::string& path, int backlog) {
+  sockaddr_un addr;
+  if (!FillAddress(path, &addr)) return SystemError(ENAMETOOLONG, "socket path " + path);
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return SystemError(errno, "socket");
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int code = errno;
+    close(fd);
+    return SystemError(code, "bind " + path);
+  }
+  // The control directory is 0700 already; 0600 keeps the socket private even if it moves.
+  if (chmod(path.c_str(), 0600) != 0 || listen(fd, backlog) != 0) {
+    const int code = errno;
+    close(fd);
+    unlink(path.c_str());
+    return SystemError(code, "listen " + path);
+  }
+  return fd;
+}
+
+Result<int> AcceptConnection(int listener, Deadline deadline) {
+  for (;;) {
+    Status ready = WaitReady(listener, POLLIN, deadline, "accept");
+    if (!ready.ok()) return ready.error();
+    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) return fd;
+    if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+    return SystemError(errno, "accept");
+  }
+}
+
+Status CheckPeerCredentials(int fd) {
+  ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return SystemError(errno, "SO_PEERCRED");
+  }
+  if (cred.uid == geteuid() || cred.uid == 0) return Ok{};
+  return Error{EPERM, "peer pid " + std::to_string(cred.pid) + " runs as uid " +
+                          std::to_string(cred.uid) + ", not " + std::to_string(geteuid()) +
+                          " or root: refused"};
+}
+
+Status SendPacket(int fd, const void* data, size_t size, int pass_fd, Deadline deadline) {
+  iovec iov{const_cast<void*>(data), size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (pass_fd >= 0) {
+    std::memset(control, 0, sizeof control);
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof pass_fd);
+  }
+  for (;;) {
+    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(size)) return Ok{};
+    if (n >= 0) return SystemError(EPROTO, "short send");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return SystemError(errno, "send");
+    Status ready = WaitReady(fd, POLLOUT, deadline, "send");
+    if (!ready.ok()) return ready;
+  }
+}
+
+Result<size_t> RecvPacket(int fd, void* buffer, size_t capacity, int* received_fd,
+                          Deadline deadline) {
+  *received_fd = -1;
+  iovec iov{buffer, capacity};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  for (;;) {
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return SystemError(errno, "receive");
+      Status ready = WaitReady(fd, POLLIN, deadline, "receive");
+      if (!ready.ok()) return ready.error();
+      continue;
+    }
+    if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+      CloseReceivedFds(&msg);
+      return SystemError(EMSGSIZE, "receive: packet or descriptors truncated");
+    }
+    int fds_seen = 0;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        fds_seen += static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      }
+    }
+    if (fds_seen > 1) {
+      CloseReceivedFds(&msg);
+      return SystemError(EMSGSIZE, "receive: more than one descriptor");
+    }
+    if (fds_seen == 1) std::memcpy(received_fd, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof(int));
+    if (n == 0 && fds_seen == 0) return SystemError(ECONNRESET, "receive: peer closed");
+    return static_cast<size_t>(n);
+  }
+}
+
+proto::Header MakeHeader(proto::Op op) {
+  proto::Header header;
+  std::memset(&header, 0, sizeof header);
+  header.magic = proto::kMagic;
+  header.version = proto::kVersion;
+  header.op = static_cast<uint16_t>(op);
+  return header;
+}
+
+void SetHeaderText(proto::Header& header, const std::string& text) {
+  const size_t len = std::min(text.size(), sizeof header.text - 1);
+  std::memcpy(header.text, text.data(), len);
+  std::memset(header.text + len, 0, sizeof header.text - len);
+}
+
+Status SendMessage(int fd, proto::Header header, std::span<const proto::Record> records,
+                   int pass_fd, Deadline deadline) {
+  header.magic = proto::kMagic;
+  header.version = proto::kVersion;
+  std::vector<char> packet;
+  size_t sent = 0;
+  do {
+    const size_t count = std::min(records.size() - sent, proto::kMaxRecordsPerMessage);
+    proto::Header part = header;
+    part.count = static_cast<uint32_t>(count);
+    part.flags = header.flags & ~proto::kMore;
+    if (sent + count < records.size()) part.flags |= proto::kMore;
+    packet.resize(sizeof part + count * sizeof(proto::Record));
+    std::memcpy(packet.data(), &part, sizeof part);
+    if (count > 0) {
+      std::memcpy(packet.data() + sizeof part, records.data() + sent,
+                  count * sizeof(proto::Record));
+    }
+    Status status = SendPacket(fd, packet.data(), packet.size(), sent == 0 ? pass_fd : -1,
+                               deadline);
+    if (!status.ok()) return status;
+    sent += count;
+  } while (sent < records.size());
+  return Ok{};
+}
+
+Result<Message> ReceiveMessage(int fd, Deadline deadline) {
+  Message message;
+  std::vector<char> packet(proto::kMaxPacket);
+  bool first = true;
+  for (;;) {
+    int received_fd = -1;
+    Result<size_t> size = RecvPacket(fd, packet.data(), packet.size(), &received_fd, deadline);
+    if (!size.ok()) {
+      if (message.fd >= 0) close(message.fd);
+      return size.error();
+    }
+    proto::Header header;
+    std::string problem;
+    if (*size < sizeof header) {
+      problem = "packet of " + std::to_string(*size) + " bytes is shorter than a header";
+    } else {
+      std::memcpy(&header, packet.data(), sizeof header);
+      if (header.magic != proto::kMagic || header.version != proto::kVersion) {
+        problem = "bad magic or version";
+      } else if (*size != sizeof header + size_t{header.count} * sizeof(proto::Record)) {
+        problem = "packet size does not match its record count";
+      } else if (!first && header.op != message.header.op) {
+        problem = "continuation packet for another operation";
+      } else if (received_fd >= 0 && message.fd >= 0) {
+        problem = "more than one descriptor in a message";
+      }
+    }
+    if (!problem.empty()) {
+      if (received_fd >= 0) close(received_fd);
+      if (message.fd >= 0) close(message.fd);
+      return Error{EPROTO, "protocol: " + problem};
+    }
+    if (received_fd >= 0) message.fd = received_fd;
+    const size_t old = message.records.size();
+    message.records.resize(old + header.count);
+    if (header.count > 0) {
+      std::memcpy(static_cast<void*>(message.records.data() + old), packet.data() + sizeof header,
+                  size_t{header.count} * sizeof(proto::Record));
+    }
+    message.header = header;
+    first = false;
+    if ((header.flags & proto::kMore) == 0) {
+      message.header.count = static_cast<uint32_t>(message.records.size());
+      return message;
+    }
+  }
+}
+
+}  // namespace cusnap

@@ -1,0 +1,98 @@
+#include "common/ticket.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace cusnap {
+namespace {
+
+Error SystemError(const char* what) {
+  const int code = errno;
+  return Error{code, std::string("ticket: ") + what + ": " + std::strerror(code)};
+}
+
+}  // namespace
+
+int TicketSeals() { return F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL; }
+
+Result<int> CreateTicket(const Ticket& ticket) {
+  TicketLayout layout;
+  std::memset(&layout, 0, sizeof layout);
+  layout.magic = kTicketMagic;
+  layout.version = kTicketVersion;
+  layout.kind = static_cast<uint16_t>(ticket.kind);
+  layout.creator_pid = ticket.id.creator_pid;
+  layout.creator_start = ticket.id.creator_start;
+  layout.local_id = ticket.id.local_id;
+
+  const int fd = memfd_create("cusnap-ticket", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return SystemError("memfd_create");
+  size_t done = 0;
+  const auto* bytes = reinterpret_cast<const char*>(&layout);
+  while (done < sizeof layout) {
+    const ssize_t n = pwrite(fd, bytes + done, sizeof layout - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Error error = SystemError("write");
+      close(fd);
+      return error;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fcntl(fd, F_ADD_SEALS, TicketSeals()) != 0) {
+    Error error = SystemError("seal");
+    close(fd);
+    return error;
+  }
+  return fd;
+}
+
+Result<std::optional<Ticket>> ReadTicket(int fd) {
+  // A real CUDA descriptor (a character device, or the simulated driver's unsealed memfd)
+  // fails one of these three checks: that is how tickets are told apart.
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals != TicketSeals()) return std::optional<Ticket>{};
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(kTicketSize)) {
+    return std::optional<Ticket>{};
+  }
+  TicketLayout layout;
+  ssize_t n;
+  do {
+    n = pread(fd, &layout, sizeof layout, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof layout)) return SystemError("read");
+  if (layout.magic != kTicketMagic) return std::optional<Ticket>{};
+
+  if (layout.version != kTicketVersion) {
+    return Error{-1, "ticket: unsupported version " + std::to_string(layout.version) +
+                         " (this cusnap reads version " + std::to_string(kTicketVersion) + ")"};
+  }
+  if (layout.kind != static_cast<uint16_t>(TicketKind::kUnicast) &&
+      layout.kind != static_cast<uint16_t>(TicketKind::kMulticast)) {
+    return Error{-1, "ticket: unknown kind " + std::to_string(layout.kind)};
+  }
+  if (layout.creator_pid <= 0 || layout.creator_start == 0 || layout.local_id == 0) {
+    return Error{-1, "ticket: names no creator process or object (pid " +
+                         std::to_string(layout.creator_pid) + ", object " +
+                         std::to_string(layout.local_id) + ")"};
+  }
+  bool reserved_zero = layout.reserved0 == 0;
+  for (uint64_t word : layout.reserved) reserved_zero = reserved_zero && word == 0;
+  if (!reserved_zero) return Error{-1, "ticket: reserved fields are not zero"};
+
+  Ticket ticket;
+  ticket.id.creator_pid = layout.creator_pid;
+  ticket.id.creator_start = layout.creator_start;
+  ticket.id.local_id = layout.local_id;
+  ticket.kind = static_cast<TicketKind>(layout.kind);
+  return std::optional<Ticket>{ticket};
+}
+
+}  // namespace cusnap

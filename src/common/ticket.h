@@ -1,0 +1,53 @@
+// Tickets: what cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR) returns for a tracked
+// allocation instead of the raw CUDA descriptor (DESIGN.md, "Tickets"). A ticket is a small
+// sealed memfd naming the creator process (pid + start time), the allocation (or multicast
+// object) id and the kind; it carries no CUDA state, so it stays valid across checkpoint and
+// restore and can travel any way a descriptor can (SCM_RIGHTS, fork, pidfd_getfd).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "common/error.h"
+#include "common/protocol.h"
+
+namespace cusnap {
+
+/// What a ticket names.
+enum class TicketKind : uint32_t { kUnicast = 1, kMulticast = 2 };
+
+struct Ticket {
+  proto::ObjectId id{};  ///< creator pid + start time + local id (id.reserved is zero)
+  TicketKind kind = TicketKind::kUnicast;
+};
+
+/// The on-memfd layout, little-endian, exactly kTicketSize bytes, zero-filled.
+struct TicketLayout {
+  uint32_t magic;      ///< kTicketMagic
+  uint16_t version;    ///< kTicketVersion
+  uint16_t kind;       ///< TicketKind
+  int32_t creator_pid;
+  uint32_t reserved0;
+  uint64_t creator_start;
+  uint64_t local_id;
+  uint64_t reserved[4];
+};
+inline constexpr uint32_t kTicketMagic = 0x544b5343;  // "CSKT"
+inline constexpr uint16_t kTicketVersion = 1;
+inline constexpr size_t kTicketSize = 64;
+static_assert(sizeof(TicketLayout) == kTicketSize);
+
+/// The seals every ticket carries, exactly (memfd_create(2), fcntl(2) F_ADD_SEALS).
+int TicketSeals();
+
+/// Creates a ticket memfd (MFD_CLOEXEC | MFD_ALLOW_SEALING, sealed with TicketSeals()).
+/// Returns the descriptor (the caller owns it) or an errno-coded Error.
+Result<int> CreateTicket(const Ticket& ticket);
+
+/// Reads the ticket behind `fd` without moving its file offset (pread). Returns nullopt
+/// when `fd` is not a ticket (not a sealed memfd of kTicketSize bytes with the magic: e.g.
+/// a real CUDA descriptor), the ticket when it is valid, and an Error (code -1) when it has
+/// a ticket's seals, size and magic but a bad version, kind, pid or reserved field.
+Result<std::optional<Ticket>> ReadTicket(int fd);
+
+}  // namespace cusnap

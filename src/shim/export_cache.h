@@ -1,0 +1,55 @@
+// The creator's export cache (DESIGN.md, "Endpoint"; SPEC-REFERENCE E.2 (a)): the raw POSIX
+// descriptor of each exported allocation, exported once through the driver at ticket time
+// and kept here, so the endpoint's peer thread can answer kExport with a dup() without the
+// table lock and without calling CUDA. Peers can then import while application threads sit
+// in long driver calls, and two processes importing from each other never deadlock.
+// Its own small lock; lock order: table before cache (never the other way).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ticket.h"
+
+namespace cusnap::shim {
+
+class ExportCache {
+ public:
+  /// Stores `fd` (taking ownership; marked close-on-exec) as the descriptor of object
+  /// (`kind`, `local_id`). When one is cached already, `fd` is closed and the cached one kept.
+  void Put(TicketKind kind, uint64_t local_id, int fd);
+
+  /// True when (`kind`, `local_id`) has a descriptor.
+  bool Contains(TicketKind kind, uint64_t local_id) const;
+
+  /// A dup (close-on-exec) of the cached descriptor; -1 with errno ENOENT when none, or
+  /// dup's errno.
+  int Dup(TicketKind kind, uint64_t local_id) const;
+
+  /// Closes and forgets the descriptor of (`kind`, `local_id`), if any (the allocation is
+  /// gone: its tickets die with it).
+  void Invalidate(TicketKind kind, uint64_t local_id);
+
+  /// Closes and forgets every descriptor (lifecycle: release before checkpoint).
+  void Clear();
+
+  /// Fork child only, with the cache lock held by the forking thread since prepare: closes
+  /// the inherited descriptors (they are the shim's own, not the child's to keep) without
+  /// taking the lock. Frees nothing through CUDA.
+  void CloseInheritedAfterFork();
+
+  size_t size() const;
+
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  static uint64_t Key(TicketKind kind, uint64_t local_id) {
+    return (static_cast<uint64_t>(kind) << 62) ^ local_id;
+  }
+  mutable std::mutex mutex_;
+  std::unordered_map<uint64_t, int> fds_;
+};
+
+}  // namespace cusnap::shim

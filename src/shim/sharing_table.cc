@@ -1,0 +1,366 @@
+#include "shim/sharing_table.h"
+
+#include <cstring>
+#include <tuple>
+
+namespace cusnap::shim {
+namespace {
+
+bool SameLocation(const proto::AccessRecord& a, const CUmemAccessDesc& d) {
+  return a.location_type == static_cast<int32_t>(d.location.type) && a.location_id == d.location.id;
+}
+
+// Merges one descriptor into `mapping`; false when it needs a slot and none is left.
+bool MergeOne(MappingInfo& mapping, const CUmemAccessDesc& d, bool apply) {
+  for (uint32_t i = 0; i < mapping.access_count; ++i) {
+    if (!SameLocation(mapping.access[i], d)) continue;
+    if (!apply) return true;
+    if (d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+      mapping.access[i] = mapping.access[--mapping.access_count];
+      mapping.access[mapping.access_count] = proto::AccessRecord{};
+    } else {
+      mapping.access[i].flags = static_cast<uint32_t>(d.flags);
+    }
+    return true;
+  }
+  if (d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) return true;
+  if (mapping.access_count >= proto::kMaxAccess) return false;
+  if (apply) {
+    proto::AccessRecord& slot = mapping.access[mapping.access_count++];
+    slot.location_type = static_cast<int32_t>(d.location.type);
+    slot.location_id = d.location.id;
+    slot.flags = static_cast<uint32_t>(d.flags);
+    slot.reserved = 0;
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t SharingTable::NewHandleLocked(AllocationKey key) {
+  const uint64_t handle = counter_.Next();
+  if (handle == 0) return 0;
+  handles_.emplace(handle, key);
+  ++allocations_.at(key).handles;
+  return handle;
+}
+
+std::optional<Dropped> SharingTable::DropIfUnusedLocked(AllocationKey key) {
+  auto it = allocations_.find(key);
+  if (it == allocations_.end()) return std::nullopt;
+  const Allocation& a = it->second;
+  if (a.handles != 0 || a.mappings != 0 || a.pins != 0) return std::nullopt;
+  Dropped dropped{a.id, a.creator, a.has_real, a.real};
+  by_id_.erase(a.id);
+  allocations_.erase(it);
+  return dropped;
+}
+
+uint64_t SharingTable::AddCreated(CUmemGenericAllocationHandle real, size_t size,
+                                  const CUmemAllocationProp& prop, CUcontext context,
+                                  const ProcessIdentity& self) {
+  std::lock_guard lock(mutex_);
+  const AllocationKey key = next_key_++;
+  Allocation a;
+  a.id.creator_pid = self.pid;
+  a.id.creator_start = self.start_time;
+  a.id.local_id = next_local_id_++;
+  a.size = size;
+  a.prop = prop;
+  a.context = context;
+  a.has_real = true;
+  a.real = real;
+  a.creator = true;
+  allocations_.emplace(key, a);
+  const uint64_t handle = NewHandleLocked(key);
+  if (handle == 0) {
+    allocations_.erase(key);
+    return 0;
+  }
+  by_id_.emplace(a.id, key);
+  return handle;
+}
+
+std::optional<uint64_t> SharingTable::AliasById(const proto::ObjectId& id) {
+  std::lock_guard lock(mutex_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return std::nullopt;
+  const uint64_t handle = NewHandleLocked(it->second);
+  if (handle == 0) return std::nullopt;
+  allocations_.at(it->second).shared = true;
+  return handle;
+}
+
+uint64_t SharingTable::AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+                                   size_t size, const CUmemAllocationProp& prop,
+                                   CUcontext context, bool* duplicate_real) {
+  std::lock_guard lock(mutex_);
+  *duplicate_real = false;
+  if (auto it = by_id_.find(id); it != by_id_.end()) {
+    *duplicate_real = true;
+    return NewHandleLocked(it->second);
+  }
+  const AllocationKey key = next_key_++;
+  Allocation a;
+  a.id = id;
+  a.size = size;
+  a.prop = prop;
+  a.context = context;
+  a.has_real = true;
+  a.real = real;
+  a.creator = false;
+  a.shared = true;
+  allocations_.emplace(key, a);
+  const uint64_t handle = NewHandleLocked(key);
+  if (handle == 0) {
+    allocations_.erase(key);
+    return 0;
+  }
+  by_id_.emplace(id, key);
+  return handle;
+}
+
+std::map<CUdeviceptr, MappingInfo>::const_iterator SharingTable::FirstTouchingLocked(
+    CUdeviceptr address) const {
+  auto it = mappings_.upper_bound(address);
+  if (it != mappings_.begin()) {
+    auto previous = std::prev(it);
+    if (previous->first + previous->second.size > address) return previous;
+  }
+  return it;
+}
+
+std::optional<uint64_t> SharingTable::RetainAt(CUdeviceptr address) {
+  std::lock_guard lock(mutex_);
+  auto it = FirstTouchingLocked(address);
+  if (it == mappings_.end() || it->first > address) return std::nullopt;
+  const uint64_t handle = NewHandleLocked(it->second.key);
+  if (handle == 0) return std::nullopt;
+  return handle;
+}
+
+bool SharingTable::Knows(uint64_t handle) const {
+  std::lock_guard lock(mutex_);
+  return handles_.count(handle) != 0;
+}
+
+std::optional<Pinned> SharingTable::Pin(uint64_t handle) {
+  std::lock_guard lock(mutex_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return std::nullopt;
+  Allocation& a = allocations_.at(it->second);
+  ++a.pins;
+  return Pinned{it->second, a.id, a.creator, a.has_real, a.real};
+}
+
+std::optional<Dropped> SharingTable::Unpin(AllocationKey key) {
+  std::lock_guard lock(mutex_);
+  auto it = allocations_.find(key);
+  if (it == allocations_.end() || it->second.pins == 0) return std::nullopt;
+  --it->second.pins;
+  return DropIfUnusedLocked(key);
+}
+
+bool SharingTable::ReleaseHandle(uint64_t handle, std::optional<Dropped>* dropped) {
+  std::lock_guard lock(mutex_);
+  dropped->reset();
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return false;
+  const AllocationKey key = it->second;
+  handles_.erase(it);
+  --allocations_.at(key).handles;
+  *dropped = DropIfUnusedLocked(key);
+  return true;
+}
+
+void SharingTable::MarkShared(AllocationKey key, CUcontext context) {
+  std::lock_guard lock(mutex_);
+  auto it = allocations_.find(key);
+  if (it == allocations_.end()) return;
+  it->second.shared = true;
+  if (context != nullptr) it->second.context = context;
+}
+
+bool SharingTable::AddMapping(CUdeviceptr address, size_t size, size_t offset,
+                              AllocationKey key) {
+  std::lock_guard lock(mutex_);
+  auto allocation = allocations_.find(key);
+  if (allocation == allocations_.end() || size == 0) return false;
+  auto it = FirstTouchingLocked(address);
+  if (it != mappings_.end() && it->first < address + size) return false;
+  MappingInfo mapping;
+  mapping.address = address;
+  mapping.size = size;
+  mapping.offset = offset;
+  mapping.key = key;
+  mappings_.emplace(address, mapping);
+  ++allocation->second.mappings;
+  return true;
+}
+
+RangeMatch SharingTable::ClassifyLocked(CUdeviceptr address, size_t size) const {
+  const CUdeviceptr end = address + size;
+  RangeMatch match = RangeMatch::kNone;
+  for (auto it = FirstTouchingLocked(address); it != mappings_.end() && it->first < end; ++it) {
+    if (it->first < address || it->first + it->second.size > end) return RangeMatch::kPartial;
+    match = RangeMatch::kCovers;
+  }
+  return match;
+}
+
+RangeMatch SharingTable::Classify(CUdeviceptr address, size_t size) const {
+  std::lock_guard lock(mutex_);
+  return ClassifyLocked(address, size);
+}
+
+std::vector<Dropped> SharingTable::RemoveMappings(CUdeviceptr address, size_t size) {
+  std::lock_guard lock(mutex_);
+  std::vector<Dropped> dropped;
+  const CUdeviceptr end = address + size;
+  auto it = mappings_.lower_bound(address);
+  while (it != mappings_.end() && it->first + it->second.size <= end) {
+    const AllocationKey key = it->second.key;
+    it = mappings_.erase(it);
+    --allocations_.at(key).mappings;
+    if (auto d = DropIfUnusedLocked(key)) dropped.push_back(*d);
+  }
+  return dropped;
+}
+
+bool SharingTable::AccessFits(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
+                              size_t count) const {
+  std::lock_guard lock(mutex_);
+  const CUdeviceptr end = address + size;
+  for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < end; ++it) {
+    MappingInfo trial = it->second;
+    for (size_t i = 0; i < count; ++i) {
+      if (!MergeOne(trial, desc[i], /*apply=*/true)) return false;
+    }
+  }
+  return true;
+}
+
+void SharingTable::MergeAccess(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
+                               size_t count) {
+  std::lock_guard lock(mutex_);
+  const CUdeviceptr end = address + size;
+  for (auto it = mappings_.lower_bound(address);
+       it != mappings_.end() && it->first + it->second.size <= end; ++it) {
+    for (size_t i = 0; i < count; ++i) MergeOne(it->second, desc[i], /*apply=*/true);
+  }
+}
+
+void SharingTable::MarkAccessUnknown(CUdeviceptr address, size_t size) {
+  std::lock_guard lock(mutex_);
+  const CUdeviceptr end = address + size;
+  for (auto it = FirstTouchingLocked(address); it != mappings_.end() && it->first < end; ++it) {
+    mappings_.at(it->first).access_unknown = true;
+  }
+}
+
+void SharingTable::CountUntrackedImport(CUmemGenericAllocationHandle real) {
+  std::lock_guard lock(mutex_);
+  ++untracked_[real];
+  ++untracked_total_;
+}
+
+void SharingTable::NoteUntrackedRetain(CUmemGenericAllocationHandle real) {
+  std::lock_guard lock(mutex_);
+  auto it = untracked_.find(real);
+  if (it == untracked_.end()) return;
+  ++it->second;
+  ++untracked_total_;
+}
+
+void SharingTable::ForgetUntrackedImport(CUmemGenericAllocationHandle real) {
+  std::lock_guard lock(mutex_);
+  auto it = untracked_.find(real);
+  if (it == untracked_.end()) return;
+  --untracked_total_;
+  if (--it->second == 0) untracked_.erase(it);
+}
+
+TableCounts SharingTable::Counts() const {
+  std::lock_guard lock(mutex_);
+  TableCounts counts;
+  counts.allocations = allocations_.size();
+  counts.mappings = mappings_.size();
+  counts.records = counts.allocations + counts.mappings;
+  counts.untracked_imports = untracked_total_;
+  for (const auto& [key, a] : allocations_) counts.tracked_bytes += a.size;
+  return counts;
+}
+
+void SharingTable::FillAllocationRecord(const Allocation& a, proto::Record* record) const {
+  record->id = a.id;
+  record->object_size = a.size;
+  record->alloc_type = static_cast<int32_t>(a.prop.type);
+  record->location_type = static_cast<int32_t>(a.prop.location.type);
+  record->location_id = a.prop.location.id;
+  record->handle_types = static_cast<uint32_t>(a.prop.requestedHandleTypes);
+  record->handle_count = a.handles;
+  record->flags = (a.creator ? proto::kCreator : 0u) | (a.handles > 0 ? proto::kHandleLive : 0u) |
+                  (a.shared ? proto::kShared : 0u);
+}
+
+std::vector<proto::Record> SharingTable::Inspect() const {
+  std::lock_guard lock(mutex_);
+  std::vector<proto::Record> records;
+  records.reserve(allocations_.size() + mappings_.size());
+  // Allocations in local-id order so that two INSPECTs of the same table compare equal.
+  std::map<std::tuple<int32_t, uint64_t, uint64_t>, const Allocation*> ordered;
+  for (const auto& [key, a] : allocations_) {
+    ordered.emplace(std::tuple(a.id.creator_pid, a.id.creator_start, a.id.local_id), &a);
+  }
+  for (const auto& [order, a] : ordered) {
+    proto::Record record;
+    std::memset(&record, 0, sizeof record);
+    record.kind = static_cast<uint32_t>(proto::RecordKind::kAllocation);
+    FillAllocationRecord(*a, &record);
+    records.push_back(record);
+  }
+  for (const auto& [address, m] : mappings_) {
+    proto::Record record;
+    std::memset(&record, 0, sizeof record);
+    record.kind = static_cast<uint32_t>(proto::RecordKind::kMapping);
+    FillAllocationRecord(allocations_.at(m.key), &record);
+    record.address = m.address;
+    record.size = m.size;
+    record.offset = m.offset;
+    record.access_count = m.access_count;
+    for (uint32_t i = 0; i < m.access_count; ++i) record.access[i] = m.access[i];
+    records.push_back(record);
+  }
+  return records;
+}
+
+std::vector<AllocationInfo> SharingTable::Allocations() const {
+  std::lock_guard lock(mutex_);
+  std::vector<AllocationInfo> out;
+  out.reserve(allocations_.size());
+  for (const auto& [key, a] : allocations_) {
+    out.push_back(AllocationInfo{key, a.id, a.size, a.prop, a.context, a.has_real, a.real,
+                                 a.creator, a.shared, a.handles, a.mappings});
+  }
+  return out;
+}
+
+std::vector<MappingInfo> SharingTable::Mappings() const {
+  std::lock_guard lock(mutex_);
+  std::vector<MappingInfo> out;
+  out.reserve(mappings_.size());
+  for (const auto& [address, m] : mappings_) out.push_back(m);
+  return out;
+}
+
+bool SharingTable::SetRealHandle(AllocationKey key,
+                                 std::optional<CUmemGenericAllocationHandle> real) {
+  std::lock_guard lock(mutex_);
+  auto it = allocations_.find(key);
+  if (it == allocations_.end()) return false;
+  it->second.has_real = real.has_value();
+  it->second.real = real.value_or(0);
+  return true;
+}
+
+}  // namespace cusnap::shim

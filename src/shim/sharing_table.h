@@ -1,0 +1,225 @@
+// The process's sharing table (DESIGN.md, "Handles"): tracked allocations, the logical
+// handles that name them, their mappings indexed by VA range with access merged per device,
+// and the count of live untracked imports. It makes no driver calls: hooks (vmm.cc) call
+// the driver between table operations, never under the table's lock, and pin an allocation
+// while they use its real handle outside the lock.
+//
+// Driver semantics followed (CUDA Driver API, "Virtual Memory Management": cuMemRelease,
+// cuMemUnmap): an allocation lives while a handle or a mapping references it. Here the
+// process holds exactly one real handle per tracked allocation; it is released when the
+// last logical handle, mapping and pin are gone (the table then reports a Dropped
+// allocation for the caller to release and to drop from the export cache).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/protocol.h"
+#include "shim/cuda_abi.h"
+#include "shim/handles.h"
+
+namespace cusnap::shim {
+
+/// Key of an allocation inside this process's table (not an identity across processes).
+using AllocationKey = uint64_t;
+
+/// An allocation that lost its last reference: the caller releases `real` through the
+/// driver (when has_real) and, for a creator, drops the export cache entry of `id`.
+struct Dropped {
+  proto::ObjectId id{};
+  bool creator = false;
+  bool has_real = false;
+  CUmemGenericAllocationHandle real = 0;
+};
+
+/// A pinned allocation: `real` stays valid (the table keeps the allocation) until Unpin.
+struct Pinned {
+  AllocationKey key = 0;
+  proto::ObjectId id{};
+  bool creator = false;
+  bool has_real = false;
+  CUmemGenericAllocationHandle real = 0;
+};
+
+/// A copy of one allocation's entry (for the lifecycle and for tests).
+struct AllocationInfo {
+  AllocationKey key = 0;
+  proto::ObjectId id{};
+  size_t size = 0;                 ///< bytes
+  CUmemAllocationProp prop{};
+  CUcontext context = nullptr;     ///< context it was used in (export/import), may be null
+  bool has_real = false;           ///< a real handle of value 0 is valid, hence the flag
+  CUmemGenericAllocationHandle real = 0;
+  bool creator = false;
+  bool shared = false;             ///< exported or imported at least once (sticky)
+  uint32_t handles = 0;            ///< live logical handles
+  uint32_t mappings = 0;
+};
+
+/// A copy of one tracked mapping.
+struct MappingInfo {
+  CUdeviceptr address = 0;
+  size_t size = 0;                 ///< bytes
+  size_t offset = 0;               ///< bytes into the allocation
+  AllocationKey key = 0;
+  uint32_t access_count = 0;
+  proto::AccessRecord access[proto::kMaxAccess]{};
+  bool access_unknown = false;     ///< a cuMemSetAccess failed: the lifecycle must refuse
+};
+
+/// How a VA range relates to the tracked mappings.
+enum class RangeMatch {
+  kNone,     ///< touches no tracked mapping: not ours, pass it through
+  kCovers,   ///< every tracked mapping it touches lies wholly inside it
+  kPartial,  ///< cuts through a tracked mapping: refused (CUDA_ERROR_INVALID_VALUE)
+};
+
+/// Totals for kIdentify.
+struct TableCounts {
+  uint64_t records = 0;            ///< what Inspect() would return
+  uint64_t allocations = 0;
+  uint64_t mappings = 0;
+  uint64_t untracked_imports = 0;  ///< live real handles from non-ticket imports
+  uint64_t tracked_bytes = 0;      ///< sum of tracked allocation sizes
+};
+
+class SharingTable {
+ public:
+  /// Records an allocation this process created and returns its first logical handle
+  /// (0 when the logical counter is exhausted: nothing recorded, the caller releases real).
+  uint64_t AddCreated(CUmemGenericAllocationHandle real, size_t size,
+                      const CUmemAllocationProp& prop, CUcontext context,
+                      const ProcessIdentity& self);
+
+  /// A new logical handle for allocation `id` when this process already holds it (an
+  /// earlier import, or its own allocation); nullopt otherwise.
+  std::optional<uint64_t> AliasById(const proto::ObjectId& id);
+
+  /// Records an import of `id` backed by `real` and returns a logical handle. When another
+  /// thread recorded the same allocation meanwhile, the handle aliases it and
+  /// `*duplicate_real` is set: the caller releases `real` (one real handle per allocation).
+  uint64_t AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+                       size_t size, const CUmemAllocationProp& prop, CUcontext context,
+                       bool* duplicate_real);
+
+  /// cuMemRetainAllocationHandle fast path: a new logical handle for the allocation mapped
+  /// at `address` when a tracked mapping contains it; nullopt otherwise. O(log mappings).
+  std::optional<uint64_t> RetainAt(CUdeviceptr address);
+
+  /// True when `handle` is a logical handle the table knows.
+  bool Knows(uint64_t handle) const;
+
+  /// Pins the allocation behind logical `handle` so its real handle stays valid outside the
+  /// lock; nullopt when the handle is unknown.
+  std::optional<Pinned> Pin(uint64_t handle);
+
+  /// Ends a pin; returns the allocation when that was its last reference.
+  std::optional<Dropped> Unpin(AllocationKey key);
+
+  /// Drops logical `handle`. Returns false when unknown; `*dropped` gets the allocation when
+  /// that was its last reference.
+  bool ReleaseHandle(uint64_t handle, std::optional<Dropped>* dropped);
+
+  /// Marks the allocation shared (sticky) and remembers `context` as the one it is used in.
+  void MarkShared(AllocationKey key, CUcontext context);
+
+  /// Records a mapping of [address, address+size) at `offset` bytes into allocation `key`,
+  /// after the driver mapped it. False (nothing recorded) when it overlaps a tracked mapping.
+  bool AddMapping(CUdeviceptr address, size_t size, size_t offset, AllocationKey key);
+
+  /// How [address, address+size) relates to the tracked mappings.
+  RangeMatch Classify(CUdeviceptr address, size_t size) const;
+
+  /// Removes every tracked mapping inside [address, address+size) (after the driver
+  /// unmapped it); returns the allocations that lost their last reference.
+  std::vector<Dropped> RemoveMappings(CUdeviceptr address, size_t size);
+
+  /// True when merging `count` descriptors into every tracked mapping inside the range
+  /// keeps each within proto::kMaxAccess distinct locations.
+  bool AccessFits(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
+                  size_t count) const;
+
+  /// After a successful cuMemSetAccess: merges the descriptors, per location, into every
+  /// tracked mapping inside the range (PyTorch grants one device per call). A descriptor
+  /// with no access (PROT_NONE) removes that location.
+  void MergeAccess(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc, size_t count);
+
+  /// After a failed cuMemSetAccess: the access of every tracked mapping inside the range is
+  /// no longer known (the driver may have applied part of it).
+  void MarkAccessUnknown(CUdeviceptr address, size_t size);
+
+  /// Counts a real handle returned by a non-ticket import (or a retain of one).
+  void CountUntrackedImport(CUmemGenericAllocationHandle real);
+  /// When `real` is a counted untracked import, adds one more reference (a retain).
+  void NoteUntrackedRetain(CUmemGenericAllocationHandle real);
+  /// After the driver released raw handle `real`: one counted reference less, if counted.
+  void ForgetUntrackedImport(CUmemGenericAllocationHandle real);
+
+  TableCounts Counts() const;
+
+  /// The table as INSPECT records: one kAllocation per allocation, then one kMapping per
+  /// mapping in address order.
+  std::vector<proto::Record> Inspect() const;
+
+  /// Copies of every allocation / mapping (the lifecycle iterates these).
+  std::vector<AllocationInfo> Allocations() const;
+  std::vector<MappingInfo> Mappings() const;
+
+  /// Replaces the real handle of allocation `key` (lifecycle: release / reallocate).
+  /// Returns false when the key is unknown.
+  bool SetRealHandle(AllocationKey key, std::optional<CUmemGenericAllocationHandle> real);
+
+  /// The table's mutex, for fork handlers only (process.cc): the prepare handler takes it
+  /// so the child never inherits a half-updated table.
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  struct Allocation {
+    proto::ObjectId id{};
+    size_t size = 0;
+    CUmemAllocationProp prop{};
+    CUcontext context = nullptr;
+    bool has_real = false;
+    CUmemGenericAllocationHandle real = 0;
+    bool creator = false;
+    bool shared = false;
+    uint32_t handles = 0;
+    uint32_t mappings = 0;
+    uint32_t pins = 0;
+  };
+  struct IdHash {
+    size_t operator()(const proto::ObjectId& id) const {
+      return std::hash<uint64_t>()(id.local_id * 0x9E3779B97F4A7C15ull ^ id.creator_start ^
+                                   static_cast<uint64_t>(id.creator_pid));
+    }
+  };
+  struct IdEqual {
+    bool operator()(const proto::ObjectId& a, const proto::ObjectId& b) const { return a == b; }
+  };
+
+  uint64_t NewHandleLocked(AllocationKey key);
+  std::optional<Dropped> DropIfUnusedLocked(AllocationKey key);
+  // First tracked mapping that ends after `address` (the one containing it, if any).
+  std::map<CUdeviceptr, MappingInfo>::const_iterator FirstTouchingLocked(CUdeviceptr address) const;
+  RangeMatch ClassifyLocked(CUdeviceptr address, size_t size) const;
+  void FillAllocationRecord(const Allocation& allocation, proto::Record* record) const;
+
+  mutable std::mutex mutex_;
+  LogicalHandleCounter counter_;
+  AllocationKey next_key_ = 1;
+  uint64_t next_local_id_ = 1;
+  std::unordered_map<AllocationKey, Allocation> allocations_;
+  std::unordered_map<uint64_t, AllocationKey> handles_;  // logical handle -> allocation
+  std::unordered_map<proto::ObjectId, AllocationKey, IdHash, IdEqual> by_id_;
+  std::map<CUdeviceptr, MappingInfo> mappings_;          // by start address
+  std::unordered_map<CUmemGenericAllocationHandle, uint64_t> untracked_;  // real -> refs
+  uint64_t untracked_total_ = 0;
+};
+
+}  // namespace cusnap::shim

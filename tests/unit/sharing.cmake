@@ -1,0 +1,13 @@
+# Unit tests of the shim's sharing core (sharing table, logical handles, export cache) and of
+# the common pieces it stands on (tickets, socket helpers, endpoint client). The shim's core
+# files make no driver calls, so they are compiled straight into the test.
+cusnap_add_gtest(sharing_unit_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/sharing_table_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/sharing_ticket_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/sharing_socket_test.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/sharing_table.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/handles.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/export_cache.cc
+  LIBS cusnap_common cusnap_cuda_headers pthread
+  LABELS unit sharing)

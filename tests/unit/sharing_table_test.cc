@@ -1,0 +1,293 @@
+// The sharing table on its own: logical handles, aliasing, the lifetime of an allocation
+// (handles + mappings + pins), the VA range index, access merged per device, untracked
+// import counting and INSPECT records.
+#include <gtest/gtest.h>
+
+#include "shim/sharing_table.h"
+
+namespace cusnap::shim {
+namespace {
+
+constexpr size_t k2MiB = 2u << 20;
+const ProcessIdentity kSelf{4242, 777};
+
+CUmemAllocationProp PosixProp(int device = 0) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+CUmemAccessDesc ReadWrite(int device) {
+  CUmemAccessDesc d{};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.location.id = device;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return d;
+}
+
+TEST(SharingTable, CreatedAllocationGetsATaggedHandleNamingItsRealHandle) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x1234, k2MiB, PosixProp(), nullptr, kSelf);
+  EXPECT_TRUE(IsTagged(h));
+  EXPECT_EQ(h & kLogicalCounterMask, 1u);
+  auto pinned = table.Pin(h);
+  ASSERT_TRUE(pinned);
+  EXPECT_TRUE(pinned->creator);
+  EXPECT_TRUE(pinned->has_real);
+  EXPECT_EQ(pinned->real, 0x1234u);
+  EXPECT_EQ(pinned->id.creator_pid, 4242);
+  EXPECT_EQ(pinned->id.creator_start, 777u);
+  EXPECT_EQ(pinned->id.local_id, 1u);
+  EXPECT_FALSE(table.Unpin(pinned->key));  // the handle still references it
+  EXPECT_FALSE(table.Knows(kLogicalTag | 99));
+  EXPECT_FALSE(table.Pin(kLogicalTag | 99));
+}
+
+TEST(SharingTable, RealHandleZeroIsRepresentable) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0, k2MiB, PosixProp(), nullptr, kSelf);
+  std::optional<Dropped> dropped;
+  ASSERT_TRUE(table.ReleaseHandle(h, &dropped));
+  ASSERT_TRUE(dropped);
+  EXPECT_TRUE(dropped->has_real);
+  EXPECT_EQ(dropped->real, 0u);
+}
+
+TEST(SharingTable, AliasesShareOneRealHandleReleasedWithTheLast) {
+  SharingTable table;
+  const uint64_t created = table.AddCreated(0x10, k2MiB, PosixProp(), nullptr, kSelf);
+  const proto::ObjectId id = table.Pin(created)->id;
+  table.Unpin(table.Pin(created)->key);
+  auto alias = table.AliasById(id);
+  ASSERT_TRUE(alias);
+  EXPECT_NE(*alias, created);
+  EXPECT_EQ(table.Pin(*alias)->real, 0x10u);
+
+  std::optional<Dropped> dropped;
+  ASSERT_TRUE(table.ReleaseHandle(created, &dropped));
+  EXPECT_FALSE(dropped);  // the alias still holds it
+  EXPECT_FALSE(table.ReleaseHandle(created, &dropped));  // a handle is released once
+  EXPECT_EQ(table.Counts().allocations, 1u);
+}
+
+TEST(SharingTable, SecondImportOfTheSameAllocationAliasesAndReportsTheDuplicate) {
+  SharingTable table;
+  const proto::ObjectId id{77, 0, 555, 3};
+  bool duplicate = true;
+  const uint64_t first = table.AddImported(id, 0x20, k2MiB, PosixProp(), nullptr, &duplicate);
+  EXPECT_FALSE(duplicate);
+  const uint64_t second = table.AddImported(id, 0x21, k2MiB, PosixProp(), nullptr, &duplicate);
+  EXPECT_TRUE(duplicate);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(table.Pin(second)->real, 0x20u);
+  EXPECT_FALSE(table.Pin(first)->creator);
+  auto alias = table.AliasById(id);
+  ASSERT_TRUE(alias);
+  EXPECT_EQ(table.Counts().allocations, 1u);
+  auto records = table.Inspect();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].handle_count, 3u);
+  EXPECT_EQ(records[0].flags, proto::kHandleLive | proto::kShared);
+}
+
+TEST(SharingTable, MappingKeepsTheAllocationAfterItsLastHandle) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x30, 2 * k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  table.Unpin(key);
+  ASSERT_TRUE(table.AddMapping(0x7f0000000000, 2 * k2MiB, 0, key));
+  std::optional<Dropped> dropped;
+  ASSERT_TRUE(table.ReleaseHandle(h, &dropped));
+  EXPECT_FALSE(dropped);
+  // A retain inside the mapping still finds the allocation.
+  auto retained = table.RetainAt(0x7f0000000000 + k2MiB + 5);
+  ASSERT_TRUE(retained);
+  EXPECT_EQ(table.Pin(*retained)->real, 0x30u);
+  table.Unpin(key);
+  ASSERT_TRUE(table.ReleaseHandle(*retained, &dropped));
+  EXPECT_FALSE(dropped);
+  auto gone = table.RemoveMappings(0x7f0000000000, 2 * k2MiB);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].real, 0x30u);
+  EXPECT_TRUE(gone[0].creator);
+  EXPECT_EQ(table.Counts().allocations, 0u);
+  EXPECT_EQ(table.Counts().mappings, 0u);
+}
+
+TEST(SharingTable, PinKeepsTheAllocationUntilUnpinned) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x40, k2MiB, PosixProp(), nullptr, kSelf);
+  auto pinned = table.Pin(h);
+  std::optional<Dropped> dropped;
+  ASSERT_TRUE(table.ReleaseHandle(h, &dropped));
+  EXPECT_FALSE(dropped);
+  auto last = table.Unpin(pinned->key);
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->real, 0x40u);
+}
+
+TEST(SharingTable, RangeIndexFindsTheMappingContainingAnAddress) {
+  SharingTable table;
+  const CUdeviceptr base = 0x7e0000000000;
+  std::vector<AllocationKey> keys;
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t h = table.AddCreated(0x1000 + static_cast<uint64_t>(i), k2MiB, PosixProp(),
+                                        nullptr, kSelf);
+    const AllocationKey key = table.Pin(h)->key;
+    table.Unpin(key);
+    // Every other 2 MiB slot is left unmapped.
+    ASSERT_TRUE(table.AddMapping(base + static_cast<CUdeviceptr>(i) * 2 * k2MiB, k2MiB, 0, key));
+  }
+  for (int i = 0; i < 300; i += 37) {
+    const CUdeviceptr start = base + static_cast<CUdeviceptr>(i) * 2 * k2MiB;
+    auto first_byte = table.RetainAt(start);
+    auto last_byte = table.RetainAt(start + k2MiB - 1);
+    ASSERT_TRUE(first_byte);
+    ASSERT_TRUE(last_byte);
+    EXPECT_EQ(table.Pin(*first_byte)->real, 0x1000u + static_cast<uint64_t>(i));
+    EXPECT_EQ(table.Pin(*last_byte)->real, 0x1000u + static_cast<uint64_t>(i));
+    EXPECT_FALSE(table.RetainAt(start + k2MiB));  // the gap after it
+  }
+  EXPECT_FALSE(table.RetainAt(base - 1));
+  EXPECT_EQ(table.Counts().mappings, 300u);
+}
+
+TEST(SharingTable, OverlappingMappingIsRefused) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x50, 2 * k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  ASSERT_TRUE(table.AddMapping(0x10000000, 2 * k2MiB, 0, key));
+  EXPECT_FALSE(table.AddMapping(0x10000000 + k2MiB, 2 * k2MiB, 0, key));
+  EXPECT_FALSE(table.AddMapping(0x10000000 - k2MiB, 2 * k2MiB, 0, key));
+  EXPECT_TRUE(table.AddMapping(0x10000000 + 2 * k2MiB, k2MiB, 0, key));
+  EXPECT_EQ(table.Counts().mappings, 2u);
+}
+
+TEST(SharingTable, ClassifyTellsCoveringFromPartialRanges) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x60, 4 * k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  const CUdeviceptr a = 0x20000000;
+  ASSERT_TRUE(table.AddMapping(a, 2 * k2MiB, 0, key));
+  ASSERT_TRUE(table.AddMapping(a + 2 * k2MiB, 2 * k2MiB, 2 * k2MiB, key));
+  EXPECT_EQ(table.Classify(a, 2 * k2MiB), RangeMatch::kCovers);
+  EXPECT_EQ(table.Classify(a, 4 * k2MiB), RangeMatch::kCovers);
+  EXPECT_EQ(table.Classify(a - k2MiB, 6 * k2MiB), RangeMatch::kCovers);
+  EXPECT_EQ(table.Classify(a, k2MiB), RangeMatch::kPartial);
+  EXPECT_EQ(table.Classify(a + k2MiB, 2 * k2MiB), RangeMatch::kPartial);
+  EXPECT_EQ(table.Classify(a + 3 * k2MiB, 4 * k2MiB), RangeMatch::kPartial);
+  EXPECT_EQ(table.Classify(a + 4 * k2MiB, k2MiB), RangeMatch::kNone);
+  EXPECT_EQ(table.Classify(a - k2MiB, k2MiB), RangeMatch::kNone);
+}
+
+TEST(SharingTable, AccessIsMergedPerDeviceForEveryCoveredMapping) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x70, 2 * k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  const CUdeviceptr a = 0x30000000;
+  ASSERT_TRUE(table.AddMapping(a, k2MiB, 0, key));
+  ASSERT_TRUE(table.AddMapping(a + k2MiB, k2MiB, k2MiB, key));
+  // PyTorch grants one device per call, over the whole range.
+  const CUmemAccessDesc dev0 = ReadWrite(0);
+  const CUmemAccessDesc dev1 = ReadWrite(1);
+  table.MergeAccess(a, 2 * k2MiB, &dev0, 1);
+  table.MergeAccess(a, 2 * k2MiB, &dev1, 1);
+  CUmemAccessDesc dev0_read = dev0;
+  dev0_read.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+  table.MergeAccess(a, k2MiB, &dev0_read, 1);
+  auto mappings = table.Mappings();
+  ASSERT_EQ(mappings.size(), 2u);
+  ASSERT_EQ(mappings[0].access_count, 2u);
+  EXPECT_EQ(mappings[0].access[0].location_id, 0);
+  EXPECT_EQ(mappings[0].access[0].flags, static_cast<uint32_t>(CU_MEM_ACCESS_FLAGS_PROT_READ));
+  EXPECT_EQ(mappings[0].access[1].location_id, 1);
+  EXPECT_EQ(mappings[0].access[1].flags, static_cast<uint32_t>(CU_MEM_ACCESS_FLAGS_PROT_READWRITE));
+  ASSERT_EQ(mappings[1].access_count, 2u);
+  EXPECT_EQ(mappings[1].access[0].flags, static_cast<uint32_t>(CU_MEM_ACCESS_FLAGS_PROT_READWRITE));
+
+  // PROT_NONE revokes a location.
+  CUmemAccessDesc none = dev1;
+  none.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  table.MergeAccess(a + k2MiB, k2MiB, &none, 1);
+  mappings = table.Mappings();
+  ASSERT_EQ(mappings[1].access_count, 1u);
+  EXPECT_EQ(mappings[1].access[0].location_id, 0);
+
+  // Records carry the merged descriptors.
+  auto records = table.Inspect();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[1].kind, static_cast<uint32_t>(proto::RecordKind::kMapping));
+  EXPECT_EQ(records[1].address, a);
+  EXPECT_EQ(records[1].access_count, 2u);
+  EXPECT_EQ(records[2].offset, k2MiB);
+  EXPECT_EQ(records[2].access_count, 1u);
+
+  table.MarkAccessUnknown(a, k2MiB);
+  EXPECT_TRUE(table.Mappings()[0].access_unknown);
+  EXPECT_FALSE(table.Mappings()[1].access_unknown);
+}
+
+TEST(SharingTable, AccessBeyondTheDescriptorLimitDoesNotFit) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x80, k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  ASSERT_TRUE(table.AddMapping(0x40000000, k2MiB, 0, key));
+  std::vector<CUmemAccessDesc> many;
+  for (int d = 0; d < static_cast<int>(proto::kMaxAccess); ++d) many.push_back(ReadWrite(d));
+  EXPECT_TRUE(table.AccessFits(0x40000000, k2MiB, many.data(), many.size()));
+  table.MergeAccess(0x40000000, k2MiB, many.data(), many.size());
+  const CUmemAccessDesc extra = ReadWrite(static_cast<int>(proto::kMaxAccess));
+  EXPECT_FALSE(table.AccessFits(0x40000000, k2MiB, &extra, 1));
+  EXPECT_TRUE(table.AccessFits(0x40000000, k2MiB, &many[3], 1));  // an update still fits
+}
+
+TEST(SharingTable, UntrackedImportsAreCountedUntilReleased) {
+  SharingTable table;
+  table.CountUntrackedImport(0x90);
+  table.NoteUntrackedRetain(0x90);
+  table.NoteUntrackedRetain(0x91);  // not an untracked import: ignored
+  EXPECT_EQ(table.Counts().untracked_imports, 2u);
+  table.ForgetUntrackedImport(0x90);
+  EXPECT_EQ(table.Counts().untracked_imports, 1u);
+  table.ForgetUntrackedImport(0x91);
+  EXPECT_EQ(table.Counts().untracked_imports, 1u);
+  table.ForgetUntrackedImport(0x90);
+  EXPECT_EQ(table.Counts().untracked_imports, 0u);
+}
+
+TEST(SharingTable, InspectDescribesAllocations) {
+  SharingTable table;
+  CUmemAllocationProp host = PosixProp();
+  host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  const uint64_t h = table.AddCreated(0xA0, 3 * k2MiB, host, nullptr, kSelf);
+  table.MarkShared(table.Pin(h)->key, nullptr);
+  auto records = table.Inspect();
+  ASSERT_EQ(records.size(), 1u);
+  const proto::Record& r = records[0];
+  EXPECT_EQ(r.kind, static_cast<uint32_t>(proto::RecordKind::kAllocation));
+  EXPECT_EQ(r.flags, proto::kCreator | proto::kHandleLive | proto::kShared);
+  EXPECT_EQ(r.object_size, 3 * k2MiB);
+  EXPECT_EQ(r.location_type, static_cast<int32_t>(CU_MEM_LOCATION_TYPE_HOST_NUMA));
+  EXPECT_EQ(r.handle_types, static_cast<uint32_t>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  EXPECT_EQ(r.id.creator_pid, 4242);
+  TableCounts counts = table.Counts();
+  EXPECT_EQ(counts.records, 1u);
+  EXPECT_EQ(counts.tracked_bytes, 3 * k2MiB);
+}
+
+TEST(SharingTable, SetRealHandleSwapsWhatPinsSee) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0xB0, k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  ASSERT_TRUE(table.SetRealHandle(key, std::nullopt));
+  EXPECT_FALSE(table.Pin(h)->has_real);
+  ASSERT_TRUE(table.SetRealHandle(key, 0xB1));
+  EXPECT_EQ(table.Pin(h)->real, 0xB1u);
+  EXPECT_FALSE(table.SetRealHandle(key + 100, 0xB2));
+}
+
+}  // namespace
+}  // namespace cusnap::shim
