@@ -225,7 +225,7 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
   }
   if (!result) {
     if (step->destructive) {
-      Error sticky{result.error().code, std::string(OpName(op)) +
+      Error sticky{result.error().code, Pid() + ": " + OpName(op) +
                                             " failed after memory was changed (shim FAILED): " +
                                             result.error().message};
       SetFailed(sticky.message);

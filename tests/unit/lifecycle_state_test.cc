@@ -1,0 +1,229 @@
+// The lifecycle's phase machine (src/shim/lifecycle.h) over scripted steps: the whole
+// cycle in order, refusals out of order that change nothing, failures that are sticky only
+// inside destructive work, and the quiesce gate following the phases.
+#include "shim/lifecycle.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/socket.h"
+
+namespace cusnap::shim {
+namespace {
+
+using proto::Op;
+using proto::Phase;
+
+// Steps that record what ran and fail when told to.
+class ScriptedSteps : public LifecycleSteps {
+ public:
+  Op fail_on = Op::kExport;  // kExport: nothing fails
+  std::vector<Op> ran;
+  int discarded = 0;
+
+  Status DetachMulticast() override { return Step(Op::kDetachMulticast); }
+  Result<StepResult> Save() override {
+    if (Status s = Step(Op::kSave); !s) return s.error();
+    return StepResult{4u << 20, 11, 22, 33};
+  }
+  Status Release() override { return Step(Op::kRelease); }
+  Result<StepResult> Reallocate() override {
+    if (Status s = Step(Op::kReallocate); !s) return s.error();
+    return StepResult{4u << 20, 44, 55, 0};
+  }
+  Status Import() override { return Step(Op::kImport); }
+  Status MulticastCreate() override { return Step(Op::kMulticastCreate); }
+  Status MulticastImport() override { return Step(Op::kMulticastImport); }
+  Status MulticastJoin() override { return Step(Op::kMulticastJoin); }
+  Status MulticastBind() override { return Step(Op::kMulticastBind); }
+  void Discard() override { ++discarded; }
+
+ private:
+  Status Step(Op op) {
+    ran.push_back(op);
+    if (op == fail_on) return Error{CUDA_ERROR_OUT_OF_MEMORY, std::string("scripted failure in ") + OpName(op)};
+    return Ok{};
+  }
+};
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  proto::Header Send(Op op, uint64_t arg0 = 0) {
+    proto::Header request = MakeHeader(op);
+    request.arg[0] = arg0;
+    return lifecycle.Handle(request);
+  }
+  void ExpectOk(Op op, Phase after) {
+    const proto::Header reply = Send(op);
+    EXPECT_EQ(reply.status, 0) << OpName(op) << ": " << reply.text;
+    EXPECT_EQ(reply.op, static_cast<uint16_t>(op));
+    EXPECT_EQ(reply.phase, static_cast<uint32_t>(after)) << OpName(op);
+    EXPECT_EQ(lifecycle.phase(), after);
+  }
+  void ExpectRefused(Op op, Phase stays) {
+    const proto::Header reply = Send(op);
+    EXPECT_EQ(reply.status, -1) << OpName(op);
+    EXPECT_EQ(lifecycle.phase(), stays) << OpName(op);
+    EXPECT_NE(std::string(reply.text).find("refused in phase"), std::string::npos) << reply.text;
+  }
+  void RunCheckpointTo(Phase last) {
+    const Op ops[] = {Op::kQuiesce, Op::kDetachMulticast, Op::kSave, Op::kRelease};
+    const Phase phases[] = {Phase::kQuiesced, Phase::kMulticastDetached, Phase::kSaved,
+                            Phase::kReleased};
+    for (size_t i = 0; i < 4; ++i) {
+      ExpectOk(ops[i], phases[i]);
+      if (phases[i] == last) return;
+    }
+  }
+
+  QuiesceGate gate;
+  ScriptedSteps steps;
+  Lifecycle lifecycle{steps, gate};
+};
+
+TEST_F(LifecycleTest, WholeCycleInOrder) {
+  RunCheckpointTo(Phase::kReleased);
+  EXPECT_TRUE(gate.closed());
+  ExpectOk(Op::kReallocate, Phase::kReallocated);
+  ExpectOk(Op::kImport, Phase::kImported);
+  ExpectOk(Op::kMulticastCreate, Phase::kMulticastCreated);
+  ExpectOk(Op::kMulticastImport, Phase::kMulticastImported);
+  ExpectOk(Op::kMulticastJoin, Phase::kMulticastJoined);
+  ExpectOk(Op::kMulticastBind, Phase::kActive);
+  // ACTIVE again, but the application waits for the coordinator's comparison.
+  EXPECT_TRUE(lifecycle.awaiting_activation());
+  EXPECT_TRUE(gate.closed());
+  ExpectRefused(Op::kQuiesce, Phase::kActive);
+  ExpectOk(Op::kActivate, Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+  EXPECT_FALSE(lifecycle.awaiting_activation());
+  const std::vector<Op> expected = {Op::kDetachMulticast, Op::kSave,          Op::kRelease,
+                                    Op::kReallocate,      Op::kImport,        Op::kMulticastCreate,
+                                    Op::kMulticastImport, Op::kMulticastJoin, Op::kMulticastBind};
+  EXPECT_EQ(steps.ran, expected);
+  // A second cycle runs like the first.
+  RunCheckpointTo(Phase::kQuiesced);
+}
+
+TEST_F(LifecycleTest, CarrierStepsReportBytesAndTimes) {
+  RunCheckpointTo(Phase::kMulticastDetached);
+  const proto::Header saved = Send(Op::kSave);
+  ASSERT_EQ(saved.status, 0) << saved.text;
+  EXPECT_EQ(saved.arg[0], 4u << 20);  // bytes
+  EXPECT_GT(saved.arg[1], 0u);        // ns of the whole step
+  EXPECT_EQ(saved.arg[2], 11u);       // copy ns
+  EXPECT_EQ(saved.arg[3], 22u);       // register ns
+  EXPECT_EQ(saved.arg[4], 33u);       // provision ns
+}
+
+TEST_F(LifecycleTest, OutOfOrderRequestsAreRefusedAndChangeNothing) {
+  ExpectRefused(Op::kSave, Phase::kActive);
+  ExpectRefused(Op::kRelease, Phase::kActive);
+  ExpectRefused(Op::kReallocate, Phase::kActive);
+  ExpectRefused(Op::kResume, Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+  RunCheckpointTo(Phase::kQuiesced);
+  ExpectRefused(Op::kQuiesce, Phase::kQuiesced);
+  ExpectRefused(Op::kActivate, Phase::kQuiesced);
+  ExpectRefused(Op::kImport, Phase::kQuiesced);
+  ExpectOk(Op::kDetachMulticast, Phase::kMulticastDetached);
+  ExpectOk(Op::kSave, Phase::kSaved);
+  ExpectOk(Op::kRelease, Phase::kReleased);
+  ExpectRefused(Op::kRelease, Phase::kReleased);
+  ExpectRefused(Op::kResume, Phase::kReleased);  // memory released: only a restore goes on
+  ExpectRefused(Op::kImport, Phase::kReleased);
+  ExpectOk(Op::kReallocate, Phase::kReallocated);
+  ExpectRefused(Op::kExport, Phase::kReallocated);  // not a lifecycle step
+  EXPECT_TRUE(lifecycle.failure().empty());
+  // The refusals ran no step.
+  EXPECT_EQ(steps.ran.size(), 4u);
+}
+
+TEST_F(LifecycleTest, ResumeUndoesACheckpointThatReleasedNothing) {
+  RunCheckpointTo(Phase::kSaved);
+  ExpectOk(Op::kResume, Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+  EXPECT_EQ(steps.discarded, 1);
+  RunCheckpointTo(Phase::kQuiesced);
+  ExpectOk(Op::kResume, Phase::kActive);
+}
+
+TEST_F(LifecycleTest, FailedSaveIsNotStickyAndTheJobCanResume) {
+  steps.fail_on = Op::kSave;
+  RunCheckpointTo(Phase::kMulticastDetached);
+  const proto::Header reply = Send(Op::kSave);
+  EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(std::string(reply.text).find("scripted failure in SAVE"), std::string::npos);
+  EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
+  EXPECT_TRUE(lifecycle.failure().empty());
+  EXPECT_EQ(steps.discarded, 1);
+  ExpectOk(Op::kResume, Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+}
+
+TEST_F(LifecycleTest, FailureInDestructiveWorkIsSticky) {
+  steps.fail_on = Op::kRelease;
+  RunCheckpointTo(Phase::kSaved);
+  const proto::Header reply = Send(Op::kRelease);
+  EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(reply.phase, static_cast<uint32_t>(Phase::kFailed));
+  EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
+  EXPECT_NE(lifecycle.failure().find("scripted failure in RELEASE"), std::string::npos);
+  EXPECT_NE(lifecycle.failure().find("pid "), std::string::npos);
+  // Nothing gets it out of FAILED, and each refusal says why.
+  for (Op op : {Op::kResume, Op::kActivate, Op::kReallocate, Op::kQuiesce}) {
+    const proto::Header refused = Send(op);
+    EXPECT_EQ(refused.status, -1);
+    EXPECT_NE(std::string(refused.text).find("scripted failure in RELEASE"), std::string::npos);
+    EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
+  }
+  // Application calls fail at once instead of waiting.
+  EXPECT_EQ(gate.Enter(), CUDA_ERROR_NOT_READY);
+}
+
+TEST_F(LifecycleTest, QuiesceThatCannotDrainLeavesTheJobRunning) {
+  ASSERT_EQ(gate.Enter(), CUDA_SUCCESS);  // an application call that does not return
+  const proto::Header reply = Send(Op::kQuiesce, /*drain ms*/ 20);
+  EXPECT_EQ(reply.status, CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(lifecycle.phase(), Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+  gate.Leave();
+  ExpectOk(Op::kQuiesce, Phase::kQuiesced);
+}
+
+TEST_F(LifecycleTest, ApplicationCallWaitsWhileQuiescedAndProceedsAfterResume) {
+  RunCheckpointTo(Phase::kQuiesced);
+  std::future<CUresult> call = std::async(std::launch::async, [&] {
+    const CUresult entered = gate.Enter();
+    if (entered == CUDA_SUCCESS) gate.Leave();
+    return entered;
+  });
+  while (gate.waiting() != 1) std::this_thread::yield();
+  EXPECT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  ExpectOk(Op::kResume, Phase::kActive);
+  EXPECT_EQ(call.get(), CUDA_SUCCESS);
+}
+
+TEST_F(LifecycleTest, ApplicationCallWaitsThroughRestoreUntilActivate) {
+  RunCheckpointTo(Phase::kReleased);
+  std::future<CUresult> call = std::async(std::launch::async, [&] {
+    const CUresult entered = gate.Enter();
+    if (entered == CUDA_SUCCESS) gate.Leave();
+    return entered;
+  });
+  while (gate.waiting() != 1) std::this_thread::yield();
+  for (Op op : {Op::kReallocate, Op::kImport, Op::kMulticastCreate, Op::kMulticastImport,
+                Op::kMulticastJoin, Op::kMulticastBind}) {
+    ASSERT_EQ(Send(op).status, 0) << OpName(op);
+  }
+  EXPECT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  ExpectOk(Op::kActivate, Phase::kActive);
+  EXPECT_EQ(call.get(), CUDA_SUCCESS);
+}
+
+}  // namespace
+}  // namespace cusnap::shim
