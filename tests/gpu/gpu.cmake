@@ -1,0 +1,58 @@
+# Real-GPU test programs (tests/gpu): built only with -DCUSNAP_BUILD_GPU_TESTS=ON, never run
+# by ctest. tests/gpu/run_all.sh runs them on a GPU machine (issues 2 and 3, "Must show
+# (GPU)"). They use the CUDA driver API only (no kernels), link against the driver stub
+# (libcuda.so, SONAME libcuda.so.1) at build time and load the real libcuda.so.1 at run time;
+# pointing LD_LIBRARY_PATH at the simulated driver's folder runs them without a GPU.
+option(CUSNAP_BUILD_GPU_TESTS "Build the real-GPU test programs in tests/gpu" OFF)
+
+if(CUSNAP_BUILD_GPU_TESTS)
+  find_library(CUSNAP_CUDA_STUB_LIBRARY NAMES cuda
+    HINTS $ENV{CUDA_HOME}/lib64/stubs $ENV{CUDA_PATH}/lib64/stubs
+    PATHS /usr/local/cuda/lib64/stubs /usr/local/cuda-13.0/lib64/stubs
+          /usr/local/cuda/targets/x86_64-linux/lib/stubs
+    NO_DEFAULT_PATH)
+  if(NOT CUSNAP_CUDA_STUB_LIBRARY)
+    message(FATAL_ERROR "CUSNAP_BUILD_GPU_TESTS: the CUDA driver stub (lib64/stubs/libcuda.so) was not found; set CUDA_HOME")
+  endif()
+  message(STATUS "cusnap: GPU tests link against ${CUSNAP_CUDA_STUB_LIBRARY}")
+  get_filename_component(_cusnap_cuda_stub_dir ${CUSNAP_CUDA_STUB_LIBRARY} DIRECTORY)
+
+  set(_gpu_dir ${CMAKE_CURRENT_LIST_DIR})
+
+  # Helpers shared by the GPU programs: checked driver calls, patterns, descriptor passing.
+  add_library(cusnap_gpu_testlib STATIC
+    ${_gpu_dir}/gpu_check.cc ${_gpu_dir}/gpu_pattern.cc ${_gpu_dir}/gpu_peer.cc
+    ${_gpu_dir}/gpu_vmm.cc)
+  cusnap_warnings(cusnap_gpu_testlib)
+  target_include_directories(cusnap_gpu_testlib PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(cusnap_gpu_testlib PUBLIC cusnap_cuda_headers)
+
+  # cusnap_gpu_program(<name> <source>): a driver-API program linked against the stub by
+  # -L/-l (so no run path points at the stub folder: the real driver is found at run time).
+  function(cusnap_gpu_program name source)
+    add_executable(${name} ${_gpu_dir}/${source})
+    cusnap_warnings(${name})
+    target_link_libraries(${name} PRIVATE cusnap_gpu_testlib pthread)
+    target_link_options(${name} PRIVATE -L${_cusnap_cuda_stub_dir})
+    target_link_libraries(${name} PRIVATE cuda)
+    set_target_properties(${name} PROPERTIES SKIP_BUILD_RPATH ON)
+  endfunction()
+
+  cusnap_gpu_program(gpu_vmm_basic gpu_vmm_basic.cc)            # issue 2 (a)
+  cusnap_gpu_program(gpu_ticket_pair gpu_ticket_pair.cc)        # issue 2 (b)
+  target_link_libraries(gpu_ticket_pair PRIVATE cusnap_common)  # reads the ticket it receives
+  cusnap_gpu_program(gpu_share_checkpoint gpu_share_checkpoint.cc)  # issue 3 (d)
+  cusnap_gpu_program(gpu_pinned_baseline gpu_pinned_baseline.cc)    # issue 3 (f)
+  cusnap_gpu_program(gpu_meminfo gpu_meminfo.cc)                # memory used per GPU
+  cusnap_gpu_program(gpu_multicast_forward gpu_multicast_forward.cc)  # CUSNAP_ALLOW_MULTICAST=1 only
+
+  # Starts two roles of a program joined by a socket pair; links no CUDA (it is the parent
+  # of the job that `cusnap checkpoint --pid` walks).
+  add_executable(gpu_pair_launcher ${_gpu_dir}/gpu_pair_launcher.cc)
+  cusnap_warnings(gpu_pair_launcher)
+
+  # Asks a shim's endpoint for its sharing table (kIdentify + kInspect) and prints counts.
+  add_executable(gpu_inspect ${_gpu_dir}/gpu_inspect.cc)
+  cusnap_warnings(gpu_inspect)
+  target_link_libraries(gpu_inspect PRIVATE cusnap_common)
+endif()
