@@ -1,0 +1,15 @@
+// Internal to the CLI: loading the driver CUSNAP_DRIVER chooses.
+#pragma once
+
+#include <memory>
+
+#include "common/error.h"
+#include "coordinator/native_driver.h"
+
+namespace cusnap::cli {
+
+/// The driver CUSNAP_DRIVER (auto|real|sim) names, the simulated one looked up next to
+/// this binary (native_driver.h, SimulatedDriverDir).
+Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver();
+
+}  // namespace cusnap::cli

@@ -1,0 +1,42 @@
+// The `cusnap` subcommands. Each returns the process exit status (exit_codes.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace cusnap::cli {
+
+/// Where participants come from, as given on the command line.
+struct Target {
+  int pid = 0;
+  bool all = false;
+};
+
+/// `run [--] cmd...`: LD_PRELOAD the shim (prepended), put the simulated driver on
+/// LD_LIBRARY_PATH when it is the chosen driver, exec `command`. Returns only on failure.
+int RunCommand(const std::vector<std::string>& command);
+
+/// `checkpoint`: suspends the job (coordinator.h, Checkpoint).
+int CheckpointCommand(const Target& target, const std::string& state_dir,
+                      unsigned lock_timeout_ms, bool json);
+
+/// `restore`: resumes a checkpointed job (coordinator.h, Restore).
+int RestoreCommand(const Target& target, const std::string& state_dir,
+                   const std::string& device_map, bool json);
+
+/// `status`: participants, phase, allocations, bytes, failure text.
+int StatusCommand(const Target& target, bool json);
+
+/// `inspect <state dir>`: what a checkpoint recorded.
+int InspectCommand(const std::string& state_dir, bool json);
+
+/// `demo`: placeholder until the two-process demo lands (issue 3).
+int DemoCommand();
+
+/// Directory holding the running `cusnap` binary (/proc/self/exe).
+std::string SelfDir();
+
+/// The state directory: `given`, else $CUSNAP_STATE_DIR, else ./cusnap-state.
+std::string StateDir(const std::string& given);
+
+}  // namespace cusnap::cli

@@ -1,0 +1,72 @@
+// `cusnap inspect <state dir>`: what a checkpoint recorded, read from its state file.
+#include <cstdio>
+#include <ctime>
+#include <map>
+
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/output.h"
+#include "coordinator/records.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::cli {
+
+int InspectCommand(const std::string& state_dir, bool json) {
+  auto state = coord::ReadStateFile(state_dir);
+  if (!state) {
+    std::fprintf(stderr, "cusnap inspect: %s\n", state.error().message.c_str());
+    return kExitError;
+  }
+  if (json) {
+    std::printf("%s\n", coord::StateToJson(*state).dump(2).c_str());
+    return kExitOk;
+  }
+  const std::time_t created = static_cast<std::time_t>(state->created_unix_s);
+  char when[64] = "?";
+  if (std::tm tm{}; ::gmtime_r(&created, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  std::printf("state file: %s\n", coord::StateFilePath(state_dir).c_str());
+  std::printf("format version %d, driver %s, written %s\n", state->format_version,
+              state->driver.c_str(), when);
+  std::printf("%zu participant%s\n", state->participants.size(),
+              state->participants.size() == 1 ? "" : "s");
+  for (const auto& p : state->participants) {
+    std::map<std::string, size_t> kinds;
+    for (const auto& r : p.records) ++kinds[coord::KindName(r.kind)];
+    std::printf("pid %d (start %llu): %s saved", p.pid,
+                static_cast<unsigned long long>(p.start_time), FormatBytes(p.saved_bytes).c_str());
+    for (const auto& [kind, n] : kinds) std::printf(", %zu %s", n, kind.c_str());
+    std::printf("\n");
+    for (const auto& g : p.gpus) std::printf("    device %d: %s\n", g.ordinal, g.uuid.c_str());
+    for (const auto& r : p.records) {
+      const bool creator = r.flags & proto::kCreator;
+      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation)) {
+        std::printf("    %s: %s, %s, location %d:%d, %u handle%s\n",
+                    coord::ObjectName(r.id).c_str(), FormatBytes(r.object_size).c_str(),
+                    creator ? "created here" : "imported", r.location_type, r.location_id,
+                    r.handle_count, r.handle_count == 1 ? "" : "s");
+      } else if (r.kind == static_cast<uint32_t>(proto::RecordKind::kMapping)) {
+        std::printf("    mapping %s+%s of %s at offset %llu, %u access descriptor%s\n",
+                    coord::Hex(r.address).c_str(), FormatBytes(r.size).c_str(),
+                    coord::ObjectName(r.id).c_str(), static_cast<unsigned long long>(r.offset),
+                    r.access_count, r.access_count == 1 ? "" : "s");
+      } else {
+        std::printf("    %s of %s\n", coord::KindName(r.kind).c_str(),
+                    coord::MulticastName(r.id).c_str());
+      }
+    }
+  }
+  for (const auto& ph : state->phases) {
+    std::printf("phase %-16s %8.1f ms  %s\n", ph.name.c_str(), ph.elapsed_ms,
+                FormatBytes(ph.bytes).c_str());
+  }
+  return kExitOk;
+}
+
+int DemoCommand() {
+  std::fprintf(stderr,
+               "cusnap demo: not implemented yet (the two-process demo comes with the shim "
+               "lifecycle, issue 3)\n");
+  return kExitError;
+}
+
+}  // namespace cusnap::cli

@@ -1,0 +1,101 @@
+// `cusnap checkpoint` and `cusnap restore`: load the driver, run the coordinator's
+// sequence, print phase lines (or one JSON document) and map the outcome to an exit status.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/output.h"
+#include "coordinator/coordinator.h"
+
+namespace cusnap::cli {
+namespace {
+
+constexpr size_t kCheckpointPhases = 10;
+constexpr size_t kRestorePhases = 12;
+
+int ExitFor(coord::Outcome outcome) {
+  switch (outcome) {
+    case coord::Outcome::kOk: return kExitOk;
+    case coord::Outcome::kRefused: return kExitRefused;
+    case coord::Outcome::kFailedAfterChange: return kExitFailedAfterChange;
+    case coord::Outcome::kRestoreRefused: return kExitRestoreRefused;
+  }
+  return kExitError;
+}
+
+/// What the user reads at the end, on stderr: every error, then what state the job is in.
+void PrintErrors(const char* command, const coord::CommandReport& report) {
+  for (const auto& e : report.errors) std::fprintf(stderr, "cusnap %s: %s\n", command, e.c_str());
+  switch (report.outcome) {
+    case coord::Outcome::kOk: break;
+    case coord::Outcome::kRefused:
+      std::fprintf(stderr, "cusnap %s: refused; nothing was changed, the job keeps running\n",
+                   command);
+      break;
+    case coord::Outcome::kRestoreRefused:
+      std::fprintf(stderr, "cusnap %s: refused; nothing was changed\n", command);
+      break;
+    case coord::Outcome::kFailedAfterChange:
+      std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the job was changed; it is "
+                   "not running normally (see 'cusnap status')\n", command,
+                   report.phases.empty() ? "?" : report.phases.back().name.c_str());
+      break;
+  }
+}
+
+template <typename RunSequence>
+int Drive(const char* command, const Target& target, bool json, size_t phases, RunSequence run) {
+  auto driver = LoadChosenDriver();
+  if (!driver) {
+    if (json) {
+      std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", kExitError},
+                                         {"errors", {driver.error().message}}}.dump(2).c_str());
+    }
+    std::fprintf(stderr, "cusnap %s: %s\n", command, driver.error().message.c_str());
+    return kExitError;
+  }
+  const std::string described = (*driver)->Describe();
+  if (!json) std::printf("driver: %s\n", described.c_str());
+  coord::DiscoveryOptions discovery{ControlDir(), target.pid, target.all};
+  PhasePrinter printer(stdout, json, ::isatty(STDOUT_FILENO) == 1, phases);
+  const coord::CommandReport report =
+      run(coord::EndpointDiscoverer(discovery), **driver, printer);
+  const int rc = ExitFor(report.outcome);
+  if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
+  PrintErrors(command, report);
+  if (rc == kExitOk && !json) std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
+  return rc;
+}
+
+}  // namespace
+
+int CheckpointCommand(const Target& target, const std::string& state_dir,
+                      unsigned lock_timeout_ms, bool json) {
+  const coord::CheckpointOptions options{state_dir, lock_timeout_ms};
+  return Drive("checkpoint", target, json, kCheckpointPhases,
+               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
+                 return coord::Checkpoint(options, d, drv, o);
+               });
+}
+
+int RestoreCommand(const Target& target, const std::string& state_dir,
+                   const std::string& device_map, bool json) {
+  coord::RestoreOptions options{state_dir, {}};
+  if (!device_map.empty()) {
+    auto pairs = coord::ParseDeviceMap(device_map);
+    if (!pairs) {
+      std::fprintf(stderr, "cusnap restore: --device-map: %s\n", pairs.error().message.c_str());
+      return kExitUsage;
+    }
+    options.device_map = std::move(*pairs);
+  }
+  return Drive("restore", target, json, kRestorePhases,
+               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
+                 return coord::Restore(options, d, drv, o);
+               });
+}
+
+}  // namespace cusnap::cli

@@ -1,0 +1,103 @@
+// `cusnap`: command-line parsing (CLI11) and dispatch to the subcommands (commands.h).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+
+namespace {
+
+using cusnap::cli::Target;
+
+/// Adds --pid / --all (exactly one required) to `cmd`.
+void AddTarget(CLI::App* cmd, Target& target, bool required) {
+  auto* group = cmd->add_option_group("target", "which processes (exactly one of)");
+  group->add_option("--pid", target.pid, "the job's process: its whole process tree")
+      ->check(CLI::Range(1, 1 << 30));
+  group->add_flag("--all", target.all, "every live endpoint in the control directory");
+  if (required) {
+    group->require_option(1);
+  } else {
+    group->require_option(0, 1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cusnap: checkpoint and restore of multi-process CUDA jobs that share GPU memory"};
+  app.footer(cusnap::cli::kExitCodesHelp);
+  app.require_subcommand(1);
+
+  std::vector<std::string> run_args;
+  auto* run = app.add_subcommand("run", "start a command with the cusnap shim preloaded");
+  run->prefix_command();
+  run->footer("Usage: cusnap run [--] COMMAND [ARGS...]; LD_PRELOAD gets the shim prepended.");
+
+  Target ck_target;
+  std::string ck_state_dir;
+  unsigned lock_timeout_ms = 0;
+  bool ck_json = false;
+  auto* checkpoint = app.add_subcommand("checkpoint", "suspend a job: GPU memory freed, job parked");
+  AddTarget(checkpoint, ck_target, true);
+  checkpoint->add_option("--state-dir", ck_state_dir,
+                         "where the state file goes (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
+  checkpoint->add_option("--lock-timeout-ms", lock_timeout_ms,
+                         "cuCheckpointProcessLock timeout in ms (0: none)");
+  checkpoint->add_flag("--json", ck_json, "print one JSON document instead of lines");
+
+  Target rs_target;
+  std::string rs_state_dir, device_map;
+  bool rs_json = false;
+  auto* restore = app.add_subcommand("restore", "resume a checkpointed job");
+  AddTarget(restore, rs_target, true);
+  restore->add_option("--state-dir", rs_state_dir,
+                      "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
+  restore->add_option("--device-map", device_map,
+                      "restore onto other GPUs: OLD=NEW pairs by ordinal or UUID, e.g. 0=1,1=0");
+  restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
+
+  Target st_target;
+  bool st_json = false;
+  auto* status = app.add_subcommand("status", "participants, phase, allocations, bytes");
+  AddTarget(status, st_target, false);
+  status->add_flag("--json", st_json, "print one JSON document");
+
+  std::string inspect_dir;
+  bool in_json = false;
+  auto* inspect = app.add_subcommand("inspect", "show what a checkpoint recorded");
+  inspect->add_option("state_dir", inspect_dir, "the checkpoint's state directory")->required();
+  inspect->add_flag("--json", in_json, "print the state file as one JSON document");
+
+  auto* demo = app.add_subcommand("demo", "two-process sharing demo: checkpoint + restore + verify");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? cusnap::cli::kExitOk : cusnap::cli::kExitUsage;
+  }
+
+  if (*run) {
+    run_args = run->remaining();
+    if (!run_args.empty() && run_args.front() == "--") run_args.erase(run_args.begin());
+    if (run_args.empty()) {
+      std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--] COMMAND [ARGS...]\n");
+      return cusnap::cli::kExitUsage;
+    }
+    return cusnap::cli::RunCommand(run_args);
+  }
+  if (*checkpoint) {
+    return cusnap::cli::CheckpointCommand(ck_target, cusnap::cli::StateDir(ck_state_dir),
+                                          lock_timeout_ms, ck_json);
+  }
+  if (*restore) {
+    return cusnap::cli::RestoreCommand(rs_target, cusnap::cli::StateDir(rs_state_dir), device_map,
+                                       rs_json);
+  }
+  if (*status) return cusnap::cli::StatusCommand(st_target, st_json);
+  if (*inspect) return cusnap::cli::InspectCommand(inspect_dir, in_json);
+  if (*demo) return cusnap::cli::DemoCommand();
+  return cusnap::cli::kExitUsage;
+}

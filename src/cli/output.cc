@@ -1,0 +1,87 @@
+// Phase lines, progress bar and JSON report (output.h).
+#include "cli/output.h"
+
+#include <cmath>
+
+namespace cusnap::cli {
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0) {
+    std::snprintf(text, sizeof text, "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
+  }
+  return text;
+}
+
+namespace {
+
+double GbPerS(const coord::PhaseReport& p) {
+  if (p.bytes == 0 || p.elapsed_ms <= 0) return 0;
+  return static_cast<double>(p.bytes) / (p.elapsed_ms / 1000.0) / 1e9;
+}
+
+}  // namespace
+
+std::string FormatPhaseLine(const coord::PhaseReport& p) {
+  char line[256];
+  int n = std::snprintf(line, sizeof line, "%-16s %8.1f ms  %zu participant%s", p.name.c_str(),
+                        p.elapsed_ms, p.participants, p.participants == 1 ? "" : "s");
+  std::string text(line, static_cast<size_t>(n));
+  if (p.bytes > 0) {
+    n = std::snprintf(line, sizeof line, "  %s  %.1f GB/s", FormatBytes(p.bytes).c_str(),
+                      GbPerS(p));
+    text.append(line, static_cast<size_t>(n));
+  }
+  if (!p.ok()) text += "  FAILED";
+  return text;
+}
+
+nlohmann::json PhaseToJson(const coord::PhaseReport& p) {
+  return {{"name", p.name},           {"elapsed_ms", p.elapsed_ms}, {"participants", p.participants},
+          {"bytes", p.bytes},         {"gb_per_s", GbPerS(p)},      {"ok", p.ok()},
+          {"errors", p.errors}};
+}
+
+void PhasePrinter::PhaseStarted(const std::string& name, size_t participants) {
+  (void)participants;
+  if (quiet_ || !tty_) return;
+  constexpr size_t kWidth = 20;
+  const size_t filled = total_ ? done_ * kWidth / total_ : 0;
+  std::fprintf(out_, "\r\033[K[%s%s] %zu/%zu %s", std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, ' ').c_str(), done_, total_, name.c_str());
+  std::fflush(out_);
+}
+
+void PhasePrinter::PhaseFinished(const coord::PhaseReport& report) {
+  ++done_;
+  if (quiet_) return;
+  if (tty_) std::fputs("\r\033[K", out_);
+  std::fprintf(out_, "%s\n", FormatPhaseLine(report).c_str());
+  std::fflush(out_);
+}
+
+nlohmann::json ReportToJson(const std::string& command, const std::string& driver,
+                            const coord::CommandReport& report, int exit_code) {
+  nlohmann::json phases = nlohmann::json::array();
+  for (const auto& p : report.phases) phases.push_back(PhaseToJson(p));
+  static constexpr const char* kOutcomes[] = {"ok", "refused", "failed_after_change",
+                                              "restore_refused"};
+  return {{"command", command},
+          {"driver", driver},
+          {"outcome", kOutcomes[static_cast<int>(report.outcome)]},
+          {"exit_code", exit_code},
+          {"state_file", report.state_file},
+          {"phases", phases},
+          {"errors", report.errors}};
+}
+
+}  // namespace cusnap::cli

@@ -1,0 +1,48 @@
+// How `cusnap` shows a command's phases: one line per phase (name, elapsed ms,
+// participants, bytes, GB/s), a phase-level progress bar on a terminal, and the same data as
+// one JSON document for --json.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/coordinator.h"
+
+namespace cusnap::cli {
+
+/// "1.50 GiB", "512 B", ... (binary units).
+std::string FormatBytes(uint64_t bytes);
+
+/// `save        12.3 ms  2 participants  1.50 GiB  121.9 GB/s` (bytes and GB/s only when
+/// the phase moved bytes; GB/s = 1e9 bytes per second of the phase's wall time).
+std::string FormatPhaseLine(const coord::PhaseReport& phase);
+
+/// The phase as JSON: name, elapsed_ms, participants, bytes, gb_per_s, errors.
+nlohmann::json PhaseToJson(const coord::PhaseReport& phase);
+
+/// Prints phase lines as phases finish (unless quiet, for --json); while a phase runs and
+/// `tty` is set, a bar "[#####     ] 4/10 save" is drawn on the same line and replaced by
+/// the phase's line when it ends.
+class PhasePrinter final : public coord::PhaseObserver {
+ public:
+  PhasePrinter(std::FILE* out, bool quiet, bool tty, size_t total_phases)
+      : out_(out), quiet_(quiet), tty_(tty), total_(total_phases) {}
+  void PhaseStarted(const std::string& name, size_t participants) override;
+  void PhaseFinished(const coord::PhaseReport& report) override;
+
+ private:
+  std::FILE* out_;
+  bool quiet_;
+  bool tty_;
+  size_t total_;
+  size_t done_ = 0;
+};
+
+/// The whole report as one JSON document (--json).
+nlohmann::json ReportToJson(const std::string& command, const std::string& driver,
+                            const coord::CommandReport& report, int exit_code);
+
+}  // namespace cusnap::cli

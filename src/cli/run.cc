@@ -1,0 +1,58 @@
+// `cusnap run`: start a command with the shim preloaded (DESIGN.md, "Environment").
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "coordinator/native_driver.h"
+
+namespace cusnap::cli {
+namespace {
+
+/// Sets `name` to `first` followed by its old value (separated by `sep`), if any.
+void Prepend(const char* name, const std::string& first, char sep) {
+  const char* old = std::getenv(name);
+  std::string value = first;
+  if (old && *old) value += sep + std::string(old);
+  ::setenv(name, value.c_str(), 1);
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& command) {
+  const std::string bin = SelfDir();
+  const std::string shim = bin + "/../lib/libcusnap.so";
+  if (::access(shim.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "cusnap run: the shim %s is missing: %s\n", shim.c_str(),
+                 std::strerror(errno));
+    return kExitError;
+  }
+  const char* env = std::getenv("CUSNAP_DRIVER");
+  auto choice = coord::ParseDriverChoice(env ? env : "");
+  if (!choice) {
+    std::fprintf(stderr, "cusnap run: %s\n", choice.error().message.c_str());
+    return kExitUsage;
+  }
+  auto simulated = coord::WouldUseSimulated(*choice, bin);
+  if (!simulated) {
+    std::fprintf(stderr, "cusnap run: %s\n", simulated.error().message.c_str());
+    return kExitError;
+  }
+  // LD_PRELOAD entries may be separated by spaces or colons; colon keeps paths with spaces.
+  Prepend("LD_PRELOAD", shim, ':');
+  if (*simulated) Prepend("LD_LIBRARY_PATH", coord::SimulatedDriverDir(bin), ':');
+
+  std::vector<char*> argv;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int err = errno;
+  std::fprintf(stderr, "cusnap run: cannot execute %s: %s\n", argv[0], std::strerror(err));
+  return err == ENOENT ? 127 : 126;  // the shell's convention
+}
+
+}  // namespace cusnap::cli

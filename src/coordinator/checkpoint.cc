@@ -1,0 +1,212 @@
+// The checkpoint sequence (coordinator.h): one function per phase, run in order by Run().
+#include <ctime>
+#include <map>
+
+#include "coordinator/records.h"
+#include "coordinator/sequence.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::coord {
+namespace {
+
+class CheckpointSequence : Sequence {
+ public:
+  CheckpointSequence(const CheckpointOptions& options, const Discoverer& discover,
+                     CheckpointDriver& driver, PhaseObserver& observer)
+      : Sequence(discover, driver, observer), options_(options) {}
+
+  CommandReport Run() {
+    report_.state_file = StateFilePath(options_.state_dir);
+    // Read-only: a failure leaves the job untouched.
+    if (!DiscoverPhase() || !InspectAll() || !ValidateAll()) return Finish(Outcome::kRefused);
+    // Quiesce: application calls wait, nothing destroyed yet; a failure resumes everyone.
+    if (!QuiesceAll()) {
+      ResumeQuiesced();
+      return Finish(Outcome::kRefused);
+    }
+    // Destructive from here on: fail loudly, never pretend.
+    if (!LifecyclePhase(proto::Op::kDetachMulticast) || !SaveAll() ||
+        !LifecyclePhase(proto::Op::kRelease) || !WriteState() || !NativeLockAll() ||
+        !NativeCheckpointAll()) {
+      return Finish(Outcome::kFailedAfterChange);
+    }
+    return Finish(Outcome::kOk);
+  }
+
+ private:
+  /// inspect: every participant's sharing table.
+  bool InspectAll() {
+    views_.assign(participants_.size(), ParticipantView{});
+    return Phase("inspect", [&](size_t i) -> Result<uint64_t> {
+      if (identities_[i].phase != static_cast<uint32_t>(proto::Phase::kActive)) {
+        return Error{-1, "pid " + std::to_string(identities_[i].pid) + ": its cusnap shim is " +
+                             PhaseName(identities_[i].phase) + ", not active" +
+                             (identities_[i].failure.empty() ? "" : " (" + identities_[i].failure + ")") +
+                             "; only a running job can be checkpointed"};
+      }
+      if (auto s = InspectInto(views_, i); !s) return s.error();
+      return uint64_t{0};
+    });
+  }
+
+  /// validate: the global topology rules, and a state directory we can write (checked now
+  /// so that an unwritable directory refuses before anything changes).
+  bool ValidateAll() {
+    return LocalPhase("validate", [&]() -> Result<uint64_t> {
+      if (auto problems = ValidateTopology(views_); !problems.empty()) return Refusal(problems);
+      if (auto dir = PrepareStateDir(options_.state_dir); !dir) return dir.error();
+      return uint64_t{0};
+    });
+  }
+
+  /// quiesce: application calls to tracked entry points wait. The table is inspected again
+  /// while quiesced (it cannot change any more) and validated again; those records are the
+  /// ones the state file keeps.
+  bool QuiesceAll() {
+    quiesced_.assign(participants_.size(), 0);
+    std::vector<ParticipantView> stable(participants_.size());
+    const bool ok = Phase("quiesce", [&](size_t i) -> Result<uint64_t> {
+      auto step = Step(*participants_[i], proto::Op::kQuiesce);
+      if (!step) return step.error();
+      quiesced_[i] = 1;
+      if (auto s = InspectInto(stable, i); !s) return s.error();
+      return uint64_t{0};
+    });
+    if (!ok) return false;
+    if (auto problems = ValidateTopology(stable); !problems.empty()) {
+      report_.errors.push_back(Refusal(problems).message);
+      return false;
+    }
+    views_ = std::move(stable);
+    return true;
+  }
+
+  /// Puts every participant that quiesced back to ACTIVE (a refused checkpoint).
+  void ResumeQuiesced() {
+    Phase("resume", [&](size_t i) -> Result<uint64_t> {
+      if (!quiesced_[i]) return uint64_t{0};
+      auto step = Step(*participants_[i], proto::Op::kResume);
+      if (!step) return step.error();
+      return uint64_t{0};
+    });
+  }
+
+  /// save: the carrier copies every tracked creator allocation to host memory. Each
+  /// participant must report exactly the bytes of the allocations it created (SPEC-REFERENCE
+  /// H.2: carrier replies carry the byte total).
+  bool SaveAll() {
+    saved_bytes_.assign(participants_.size(), 0);
+    return Phase("save", [&](size_t i) -> Result<uint64_t> {
+      auto step = Step(*participants_[i], proto::Op::kSave);
+      if (!step) return step.error();
+      const uint64_t expected = CreatedBytes(views_[i]);
+      if (step->bytes != expected) {
+        return Error{-1, "pid " + std::to_string(participants_[i]->pid()) + ": save copied " +
+                             std::to_string(step->bytes) + " bytes, but the allocations it " +
+                             "created hold " + std::to_string(expected) + " bytes"};
+      }
+      saved_bytes_[i] = step->bytes;
+      return step->bytes;
+    });
+  }
+
+  /// write_state: the state file, atomically (state_file.h).
+  bool WriteState() {
+    return LocalPhase("write_state", [&]() -> Result<uint64_t> {
+      StateFile state;
+      state.driver = driver_.Describe();
+      state.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+      auto uuids = driver_.DeviceUuids();
+      for (size_t i = 0; i < participants_.size(); ++i) {
+        ParticipantState p;
+        p.pid = views_[i].pid;
+        p.start_time = views_[i].start_time;
+        p.saved_bytes = saved_bytes_[i];
+        p.records = views_[i].records;
+        if (uuids) p.gpus = GpusOf(views_[i], *uuids);
+        state.participants.push_back(std::move(p));
+      }
+      for (const auto& ph : report_.phases) {
+        state.phases.push_back(PhaseTiming{ph.name, ph.elapsed_ms, ph.bytes});
+      }
+      if (auto s = WriteStateFile(options_.state_dir, state); !s) {
+        return Error{s.error().code, "GPU memory was released, but the state file could not "
+                                     "be written: " + s.error().message};
+      }
+      return uint64_t{0};
+    });
+  }
+
+  /// lock: cuCheckpointProcessLock on every participant (CUDA calls block from now on).
+  bool NativeLockAll() {
+    return Phase("lock", [&](size_t i) -> Result<uint64_t> {
+      if (auto s = driver_.Lock(participants_[i]->pid(), options_.lock_timeout_ms); !s) {
+        return s.error();
+      }
+      return uint64_t{0};
+    });
+  }
+
+  /// checkpoint: cuCheckpointProcessCheckpoint on every participant.
+  bool NativeCheckpointAll() {
+    return Phase("checkpoint", [&](size_t i) -> Result<uint64_t> {
+      if (auto s = driver_.Checkpoint(participants_[i]->pid()); !s) return s.error();
+      return uint64_t{0};
+    });
+  }
+
+  static Error Refusal(const std::vector<std::string>& problems) {
+    std::string text;
+    for (const auto& p : problems) text += (text.empty() ? "" : "\n") + p;
+    return Error{-1, text};
+  }
+
+  static uint64_t CreatedBytes(const ParticipantView& v) {
+    uint64_t bytes = 0;
+    for (const auto& r : v.records) {
+      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) &&
+          (r.flags & proto::kCreator)) {
+        bytes += r.object_size;
+      }
+    }
+    return bytes;
+  }
+
+  /// The devices a participant's records name (allocation locations and access
+  /// descriptors of kind DEVICE), as ordinal -> UUID through the coordinator's driver.
+  static std::vector<GpuRef> GpusOf(const ParticipantView& v,
+                                    const std::vector<std::string>& uuids) {
+    std::map<int, std::string> gpus;
+    auto add = [&](int type, int id) {
+      if (type == CU_MEM_LOCATION_TYPE_DEVICE && id >= 0 &&
+          static_cast<size_t>(id) < uuids.size()) {
+        gpus[id] = uuids[static_cast<size_t>(id)];
+      }
+    };
+    for (const auto& r : v.records) {
+      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation)) {
+        add(r.location_type, r.location_id);
+      }
+      for (uint32_t a = 0; a < r.access_count && a < proto::kMaxAccess; ++a) {
+        add(r.access[a].location_type, r.access[a].location_id);
+      }
+    }
+    std::vector<GpuRef> out;
+    for (const auto& [ordinal, uuid] : gpus) out.push_back(GpuRef{ordinal, uuid});
+    return out;
+  }
+
+  const CheckpointOptions& options_;
+  std::vector<ParticipantView> views_;
+  std::vector<char> quiesced_;  // char, not bool: written from several threads
+  std::vector<uint64_t> saved_bytes_;
+};
+
+}  // namespace
+
+CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
+                         CheckpointDriver& driver, PhaseObserver& observer) {
+  return CheckpointSequence(options, discover, driver, observer).Run();
+}
+
+}  // namespace cusnap::coord

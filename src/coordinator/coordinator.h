@@ -1,0 +1,97 @@
+// The coordinator's two commands, each a fixed list of named phases run in a visible order
+// (DESIGN.md, "Lifecycle"; one function per stage, as CRIU's cr-dump.c reads):
+//
+//   checkpoint: discover -> inspect -> validate -> quiesce -> detach_multicast -> save ->
+//               release -> write_state -> lock -> checkpoint
+//   restore:    read_state -> discover -> restore -> unlock -> reallocate -> import ->
+//               multicast_create -> multicast_import -> multicast_join -> multicast_bind ->
+//               verify -> activate
+//
+// Each arrow is a barrier across participants; the work inside a phase runs concurrently.
+// Nothing destructive happens before detach_multicast: a failure earlier sends kResume to
+// every quiesced participant and leaves the job running untouched.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "coordinator/device_map.h"
+#include "coordinator/native_driver.h"
+#include "coordinator/participant.h"
+#include "coordinator/phase_runner.h"
+
+namespace cusnap::coord {
+
+/// How a command ended; the CLI maps each to its exit status (see src/cli/exit_codes.h).
+enum class Outcome {
+  kOk,                 ///< full success
+  kRefused,            ///< checkpoint refused before any change: the job runs untouched
+  kFailedAfterChange,  ///< a destructive step failed: the job is not running normally
+  kRestoreRefused,     ///< restore refused before any change (state file, participants)
+};
+
+/// What a command did: its outcome, the error messages (each naming the process, the step
+/// and the resource) and every phase that ran, in order.
+struct CommandReport {
+  Outcome outcome = Outcome::kOk;
+  std::vector<std::string> errors;
+  std::vector<PhaseReport> phases;
+  std::string state_file;  ///< path written or read
+};
+
+/// Where participants come from.
+struct DiscoveryOptions {
+  std::string control_dir;  ///< endpoints live here (ControlDir())
+  int pid = 0;              ///< the process tree under this pid ...
+  bool all = false;         ///< ... or every live endpoint in control_dir
+};
+
+/// Finds the participants. Tree mode refuses (Error naming the pid) when a process of the
+/// tree is a CUDA process (cuCheckpointProcessGetState succeeds) without an endpoint, or
+/// when the tree has no participant at all.
+using Discoverer =
+    std::function<Result<std::vector<std::unique_ptr<Participant>>>(CheckpointDriver&)>;
+
+/// The Discoverer over real endpoints and /proc.
+Discoverer EndpointDiscoverer(DiscoveryOptions options);
+
+struct CheckpointOptions {
+  std::string state_dir;
+  unsigned lock_timeout_ms = 0;  ///< CUcheckpointLockArgs.timeoutMs; 0 = wait forever
+};
+
+struct RestoreOptions {
+  std::string state_dir;
+  std::vector<DevicePair> device_map;  ///< empty: restore on the same devices
+};
+
+/// Suspends the job: every phase of the checkpoint list above. Returns kRefused (job
+/// untouched) for a failure before detach_multicast, kFailedAfterChange after it.
+CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
+                         CheckpointDriver& driver, PhaseObserver& observer);
+
+/// Resumes a job checkpointed into options.state_dir. Returns kRestoreRefused (nothing
+/// changed) when the state file is missing or corrupt, the participants differ from the
+/// recorded ones (pid reuse detected by start time) or the device map is bad;
+/// kFailedAfterChange when a step after the native restore began fails.
+CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
+                      CheckpointDriver& driver, PhaseObserver& observer);
+
+/// One participant as `cusnap status` shows it.
+struct ParticipantStatus {
+  Identity identity;
+  size_t allocations = 0;        ///< allocation records (created or imported)
+  size_t created = 0;            ///< of which this process is the creator
+  size_t mappings = 0;
+  std::string inspect_error;     ///< why INSPECT failed, if it did
+};
+
+/// Identifies and inspects every participant (read-only, concurrently). Errors of single
+/// participants land in `errors`.
+std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Participant>>& participants,
+                                             std::vector<std::string>& errors);
+
+}  // namespace cusnap::coord

@@ -1,0 +1,128 @@
+// Device map parsing and resolution (device_map.h).
+#include "coordinator/device_map.h"
+
+#include <cctype>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+namespace cusnap::coord {
+namespace {
+
+bool IsDigits(const std::string& s) {
+  return !s.empty() && s.size() <= 6 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+std::string Trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+Result<DeviceRef> ParseRef(const std::string& raw, const std::string& pair) {
+  const std::string s = Trim(raw);
+  if (IsDigits(s)) return DeviceRef{std::stoi(s), {}};
+  unsigned char bytes[16];
+  if (s.rfind("GPU-", 0) == 0 && ParseGpuUuid(s, bytes)) return DeviceRef{-1, FormatGpuUuid(bytes)};
+  return Error{-1, "device map pair '" + pair + "': '" + s +
+                       "' is neither a device ordinal nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"};
+}
+
+std::string RefText(const DeviceRef& r) {
+  return r.uuid.empty() ? "device " + std::to_string(r.ordinal) : r.uuid;
+}
+
+}  // namespace
+
+std::string FormatGpuUuid(const unsigned char b[16]) {
+  char out[64];
+  std::snprintf(out, sizeof out,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return out;
+}
+
+bool ParseGpuUuid(const std::string& text, unsigned char bytes[16]) {
+  if (text.rfind("GPU-", 0) != 0) return false;
+  std::string hex;
+  const std::string body = text.substr(4);
+  static constexpr size_t kDashes[] = {8, 13, 18, 23};
+  if (body.size() != 36) return false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const bool dash_here = i == kDashes[0] || i == kDashes[1] || i == kDashes[2] || i == kDashes[3];
+    if (dash_here) {
+      if (body[i] != '-') return false;
+      continue;
+    }
+    const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(body[i])));
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+    hex.push_back(c);
+  }
+  for (size_t i = 0; i < 16; ++i) {
+    bytes[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return true;
+}
+
+Result<std::vector<DevicePair>> ParseDeviceMap(const std::string& text) {
+  if (Trim(text).empty()) return Error{-1, "device map is empty (expected e.g. 0=1,1=0)"};
+  std::vector<DevicePair> pairs;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || item.find('=', eq + 1) != std::string::npos) {
+      return Error{-1, "device map pair '" + Trim(item) + "' is not of the form OLD=NEW"};
+    }
+    auto from = ParseRef(item.substr(0, eq), Trim(item));
+    if (!from) return from.error();
+    auto to = ParseRef(item.substr(eq + 1), Trim(item));
+    if (!to) return to.error();
+    for (const auto& p : pairs) {
+      if (p.from == *from) {
+        return Error{-1, "device map maps " + RefText(*from) + " twice"};
+      }
+      if (p.to == *to) {
+        return Error{-1, "device map restores two devices onto " + RefText(*to)};
+      }
+    }
+    pairs.push_back(DevicePair{*from, *to});
+  }
+  if (text.back() == ',') return Error{-1, "device map '" + text + "' ends with ','"};
+  return pairs;
+}
+
+Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pairs,
+                                               const std::vector<std::string>& device_uuids) {
+  auto resolve = [&](const DeviceRef& r) -> Result<std::string> {
+    if (r.uuid.empty()) {
+      if (r.ordinal < 0 || static_cast<size_t>(r.ordinal) >= device_uuids.size()) {
+        return Error{-1, "device map names device " + std::to_string(r.ordinal) + ", but the " +
+                             "driver has " + std::to_string(device_uuids.size()) + " device(s)"};
+      }
+      return device_uuids[static_cast<size_t>(r.ordinal)];
+    }
+    for (const auto& u : device_uuids) {
+      if (u == r.uuid) return u;
+    }
+    return Error{-1, "device map names " + r.uuid + ", which the driver does not list"};
+  };
+  std::vector<UuidPair> out;
+  std::set<std::string> from_seen, to_seen;
+  for (const auto& p : pairs) {
+    auto from = resolve(p.from);
+    if (!from) return from.error();
+    auto to = resolve(p.to);
+    if (!to) return to.error();
+    if (!from_seen.insert(*from).second) return Error{-1, "device map maps " + *from + " twice"};
+    if (!to_seen.insert(*to).second) {
+      return Error{-1, "device map restores two devices onto " + *to};
+    }
+    out.push_back(UuidPair{*from, *to});
+  }
+  return out;
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,50 @@
+// The restore device map (`--device-map`): which GPU each checkpointed GPU is restored onto,
+// given as "0=1,1=0" (device ordinals) or "GPU-<uuid>=GPU-<uuid>" (mixing is allowed per
+// pair side). Resolved to UUID pairs for CUcheckpointRestoreArgs.gpuPairs (DRIVER-FACTS F7;
+// CUDA driver API, "Checkpointing": pairs are matched by GPU UUID).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cusnap::coord {
+
+/// One side of a pair: a device ordinal (uuid empty) or a GPU UUID ("GPU-...", ordinal -1).
+struct DeviceRef {
+  int ordinal = -1;
+  std::string uuid;
+  bool operator==(const DeviceRef&) const = default;
+};
+
+/// One "old=new" pair as written.
+struct DevicePair {
+  DeviceRef from;
+  DeviceRef to;
+  bool operator==(const DevicePair&) const = default;
+};
+
+/// Parses "0=1,1=0" / "GPU-a=GPU-b". Errors (code -1) name the bad pair: empty text, a pair
+/// without '=', an ordinal that is not a non-negative integer, a malformed UUID, a device
+/// mapped twice as source or as target.
+Result<std::vector<DevicePair>> ParseDeviceMap(const std::string& text);
+
+/// A pair resolved to UUIDs ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx").
+struct UuidPair {
+  std::string from;
+  std::string to;
+};
+
+/// Resolves ordinals through `device_uuids` (the driver's devices, index = ordinal). An
+/// ordinal out of range or a UUID the driver does not list is an error naming it.
+Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pairs,
+                                               const std::vector<std::string>& device_uuids);
+
+/// Formats 16 raw UUID bytes as nvidia-smi does: "GPU-" + 8-4-4-4-12 lowercase hex.
+std::string FormatGpuUuid(const unsigned char bytes[16]);
+
+/// Parses FormatGpuUuid's output back into 16 bytes; false when malformed.
+bool ParseGpuUuid(const std::string& text, unsigned char bytes[16]);
+
+}  // namespace cusnap::coord

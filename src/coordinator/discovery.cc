@@ -1,0 +1,61 @@
+// Participant discovery over /proc and the control directory (coordinator.h).
+#include <sys/stat.h>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/proc.h"
+
+namespace cusnap::coord {
+namespace {
+
+bool IsSocket(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
+                                                               CheckpointDriver& driver) {
+  const std::vector<int> tree = ProcessTree(options.pid);
+  if (tree.empty()) return Error{ESRCH, "pid " + std::to_string(options.pid) + " does not exist"};
+  std::vector<std::unique_ptr<Participant>> participants;
+  for (int pid : tree) {
+    if (IsSocket(EndpointPath(options.control_dir, pid))) {
+      participants.push_back(ConnectEndpoint(options.control_dir, pid));
+      continue;
+    }
+    // A process the driver knows (any checkpoint state) is a CUDA process; without an
+    // endpoint its sharing is unknown, so nothing may change.
+    if (driver.GetState(pid).ok()) {
+      return Error{-1, "pid " + std::to_string(pid) + " (" + ProcessName(pid) +
+                           "): a CUDA process in the tree of pid " + std::to_string(options.pid) +
+                           " has no cusnap endpoint in " + options.control_dir +
+                           "; start it with 'cusnap run' (nothing was changed)"};
+    }
+  }
+  if (participants.empty()) {
+    return Error{-1, "pid " + std::to_string(options.pid) + ": no process in its tree has a " +
+                         "cusnap endpoint in " + options.control_dir +
+                         "; start the job with 'cusnap run'"};
+  }
+  return participants;
+}
+
+Result<std::vector<std::unique_ptr<Participant>>> DiscoverAll(const DiscoveryOptions& options) {
+  std::vector<std::unique_ptr<Participant>> participants;
+  for (int pid : EndpointPids(options.control_dir)) {
+    participants.push_back(ConnectEndpoint(options.control_dir, pid));
+  }
+  if (participants.empty()) {
+    return Error{-1, "no live cusnap endpoint in " + options.control_dir};
+  }
+  return participants;
+}
+
+}  // namespace
+
+Discoverer EndpointDiscoverer(DiscoveryOptions options) {
+  return [options](CheckpointDriver& driver) {
+    return options.all ? DiscoverAll(options) : DiscoverTree(options, driver);
+  };
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,245 @@
+// The native checkpoint API over a libcuda.so.1 loaded with dlopen (native_driver.h).
+#include "coordinator/native_driver.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <fstream>
+
+namespace cusnap::coord {
+namespace {
+
+using InitFn = CUresult (*)(unsigned);
+using DriverGetVersionFn = CUresult (*)(int*);
+using DeviceGetCountFn = CUresult (*)(int*);
+using DeviceGetFn = CUresult (*)(CUdevice*, int);
+using DeviceGetUuidFn = CUresult (*)(CUuuid*, CUdevice);
+using GetStateFn = CUresult (*)(int, CUprocessState*);
+using LockFn = CUresult (*)(int, CUcheckpointLockArgs*);
+using CheckpointFn = CUresult (*)(int, CUcheckpointCheckpointArgs*);
+using RestoreFn = CUresult (*)(int, CUcheckpointRestoreArgs*);
+using UnlockFn = CUresult (*)(int, CUcheckpointUnlockArgs*);
+
+/// The entry points, resolved once from one dlopen handle.
+struct Entry {
+  InitFn init = nullptr;
+  DriverGetVersionFn driver_get_version = nullptr;
+  DeviceGetCountFn device_get_count = nullptr;
+  DeviceGetFn device_get = nullptr;
+  DeviceGetUuidFn device_get_uuid = nullptr;
+  GetStateFn get_state = nullptr;
+  LockFn lock = nullptr;
+  CheckpointFn checkpoint = nullptr;
+  RestoreFn restore = nullptr;
+  UnlockFn unlock = nullptr;
+};
+
+template <typename F>
+bool Resolve(void* handle, const char* name, F& out) {
+  out = reinterpret_cast<F>(::dlsym(handle, name));
+  return out != nullptr;
+}
+
+Error CallError(int pid, const char* entry, CUresult rc) {
+  return Error{static_cast<int>(rc),
+               "pid " + std::to_string(pid) + ": " + entry + " failed: " + CuResultText(rc)};
+}
+
+/// "580.159.04" from /proc/driver/nvidia/version, or "" when absent.
+std::string KernelModuleVersion() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return {};
+  const auto pos = line.find("Kernel Module");
+  if (pos == std::string::npos) return {};
+  std::string rest = line.substr(pos + std::strlen("Kernel Module"));
+  const auto b = rest.find_first_not_of(' ');
+  if (b == std::string::npos) return {};
+  const auto e = rest.find(' ', b);
+  return rest.substr(b, e == std::string::npos ? std::string::npos : e - b);
+}
+
+class LoadedDriver final : public CheckpointDriver {
+ public:
+  LoadedDriver(void* handle, Entry entry, bool simulated)
+      : handle_(handle), e_(entry), simulated_(simulated) {}
+  ~LoadedDriver() override { ::dlclose(handle_); }
+  LoadedDriver(const LoadedDriver&) = delete;
+  LoadedDriver& operator=(const LoadedDriver&) = delete;
+
+  std::string Describe() const override {
+    if (simulated_) return "simulated";
+    int version = 0;
+    e_.driver_get_version(&version);
+    std::string text = "NVIDIA";
+    const std::string module = KernelModuleVersion();
+    if (!module.empty()) text += " " + module;
+    return text + " (CUDA " + std::to_string(version / 1000) + "." +
+           std::to_string(version % 1000 / 10) + ")";
+  }
+  bool simulated() const override { return simulated_; }
+
+  Result<CUprocessState> GetState(int pid) override {
+    CUprocessState state{};
+    const CUresult rc = e_.get_state(pid, &state);
+    if (rc != CUDA_SUCCESS) return CallError(pid, "cuCheckpointProcessGetState", rc);
+    return state;
+  }
+  Status Lock(int pid, unsigned timeout_ms) override {
+    CUcheckpointLockArgs args{};
+    args.timeoutMs = timeout_ms;
+    const CUresult rc = e_.lock(pid, &args);
+    if (rc != CUDA_SUCCESS) return CallError(pid, "cuCheckpointProcessLock", rc);
+    return Ok{};
+  }
+  Status Checkpoint(int pid) override {
+    CUcheckpointCheckpointArgs args{};
+    const CUresult rc = e_.checkpoint(pid, &args);
+    if (rc != CUDA_SUCCESS) return CallError(pid, "cuCheckpointProcessCheckpoint", rc);
+    return Ok{};
+  }
+  Status Restore(int pid, std::span<const UuidPair> pairs) override {
+    std::vector<CUcheckpointGpuPair> gpu_pairs(pairs.size());
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      unsigned char from[16], to[16];
+      if (!ParseGpuUuid(pairs[i].from, from) || !ParseGpuUuid(pairs[i].to, to)) {
+        return Error{-1, "pid " + std::to_string(pid) + ": device map pair " + pairs[i].from +
+                             "=" + pairs[i].to + " is not a pair of GPU UUIDs"};
+      }
+      std::memcpy(gpu_pairs[i].oldUuid.bytes, from, 16);
+      std::memcpy(gpu_pairs[i].newUuid.bytes, to, 16);
+    }
+    CUcheckpointRestoreArgs args{};
+    args.gpuPairs = gpu_pairs.empty() ? nullptr : gpu_pairs.data();
+    args.gpuPairsCount = static_cast<unsigned>(gpu_pairs.size());
+    const CUresult rc = e_.restore(pid, gpu_pairs.empty() ? nullptr : &args);
+    if (rc != CUDA_SUCCESS) return CallError(pid, "cuCheckpointProcessRestore", rc);
+    return Ok{};
+  }
+  Status Unlock(int pid) override {
+    CUcheckpointUnlockArgs args{};
+    const CUresult rc = e_.unlock(pid, &args);
+    if (rc != CUDA_SUCCESS) return CallError(pid, "cuCheckpointProcessUnlock", rc);
+    return Ok{};
+  }
+  Result<std::vector<std::string>> DeviceUuids() override {
+    int count = 0;
+    CUresult rc = e_.device_get_count(&count);
+    if (rc != CUDA_SUCCESS) return Error{rc, "cuDeviceGetCount failed: " + CuResultText(rc)};
+    std::vector<std::string> uuids;
+    for (int i = 0; i < count; ++i) {
+      CUdevice device = 0;
+      CUuuid uuid{};
+      rc = e_.device_get(&device, i);
+      if (rc == CUDA_SUCCESS) rc = e_.device_get_uuid(&uuid, device);
+      if (rc != CUDA_SUCCESS) {
+        return Error{rc, "device " + std::to_string(i) + ": cuDeviceGetUuid failed: " +
+                             CuResultText(rc)};
+      }
+      uuids.push_back(FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes)));
+    }
+    return uuids;
+  }
+
+ private:
+  void* handle_;
+  Entry e_;
+  bool simulated_;
+};
+
+/// dlopens `path`, resolves every entry point and runs cuInit(0). `need_device` also
+/// requires at least one device (auto mode's test for a usable GPU).
+Result<std::unique_ptr<CheckpointDriver>> Open(const std::string& path, bool simulated,
+                                               bool need_device) {
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    return Error{-1, "cannot load the CUDA driver " + path + ": " + (why ? why : "unknown")};
+  }
+  Entry e;
+  const bool ok = Resolve(handle, "cuInit", e.init) &&
+                  Resolve(handle, "cuDriverGetVersion", e.driver_get_version) &&
+                  Resolve(handle, "cuDeviceGetCount", e.device_get_count) &&
+                  Resolve(handle, "cuDeviceGet", e.device_get) &&
+                  (Resolve(handle, "cuDeviceGetUuid_v2", e.device_get_uuid) ||
+                   Resolve(handle, "cuDeviceGetUuid", e.device_get_uuid)) &&
+                  Resolve(handle, "cuCheckpointProcessGetState", e.get_state) &&
+                  Resolve(handle, "cuCheckpointProcessLock", e.lock) &&
+                  Resolve(handle, "cuCheckpointProcessCheckpoint", e.checkpoint) &&
+                  Resolve(handle, "cuCheckpointProcessRestore", e.restore) &&
+                  Resolve(handle, "cuCheckpointProcessUnlock", e.unlock);
+  if (!ok) {
+    ::dlclose(handle);
+    return Error{-1, "the CUDA driver " + path +
+                         " lacks the checkpoint API (cuCheckpointProcess*; driver 570 or newer)"};
+  }
+  CUresult rc = e.init(0);
+  int count = 0;
+  if (rc == CUDA_SUCCESS && need_device) rc = e.device_get_count(&count);
+  if (rc != CUDA_SUCCESS || (need_device && count < 1)) {
+    ::dlclose(handle);
+    return Error{static_cast<int>(rc), "the CUDA driver " + path + " is not usable: cuInit: " +
+                                           CuResultText(rc) + ", " + std::to_string(count) +
+                                           " device(s)"};
+  }
+  return std::unique_ptr<CheckpointDriver>(new LoadedDriver(handle, e, simulated));
+}
+
+}  // namespace
+
+Result<DriverChoice> ParseDriverChoice(const std::string& text) {
+  if (text.empty() || text == "auto") return DriverChoice::kAuto;
+  if (text == "real") return DriverChoice::kReal;
+  if (text == "sim" || text == "simulated") return DriverChoice::kSimulated;
+  return Error{-1, "CUSNAP_DRIVER='" + text + "' is not one of auto, real, sim"};
+}
+
+std::string SimulatedDriverDir(const std::string& bin_dir) { return bin_dir + "/../simcuda"; }
+
+Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
+                                                     const std::string& bin_dir) {
+  const std::string sim = SimulatedDriverDir(bin_dir) + "/libcuda.so.1";
+  switch (choice) {
+    case DriverChoice::kReal:
+      return Open("libcuda.so.1", false, false);
+    case DriverChoice::kSimulated:
+      return Open(sim, true, false);
+    case DriverChoice::kAuto: {
+      auto real = Open("libcuda.so.1", false, true);
+      if (real) return real;
+      return Open(sim, true, false);
+    }
+  }
+  return Error{-1, "unknown driver choice"};
+}
+
+Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir) {
+  if (choice != DriverChoice::kAuto) return choice == DriverChoice::kSimulated;
+  auto driver = LoadDriver(choice, bin_dir);
+  if (!driver) return driver.error();
+  return (*driver)->simulated();
+}
+
+std::string CuResultText(CUresult result) {
+  const char* name = nullptr;
+  switch (result) {
+    case CUDA_SUCCESS: name = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: name = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: name = "CUDA_ERROR_NOT_INITIALIZED"; break;
+    case CUDA_ERROR_NO_DEVICE: name = "CUDA_ERROR_NO_DEVICE"; break;
+    case CUDA_ERROR_INVALID_DEVICE: name = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_HANDLE: name = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case CUDA_ERROR_NOT_FOUND: name = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_ILLEGAL_STATE: name = "CUDA_ERROR_ILLEGAL_STATE"; break;
+    case CUDA_ERROR_TIMEOUT: name = "CUDA_ERROR_TIMEOUT"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: name = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    case CUDA_ERROR_NOT_PERMITTED: name = "CUDA_ERROR_NOT_PERMITTED"; break;
+    case CUDA_ERROR_UNKNOWN: name = "CUDA_ERROR_UNKNOWN"; break;
+    default: break;
+  }
+  const std::string number = std::to_string(static_cast<int>(result));
+  return name ? std::string(name) + " (" + number + ")" : "CUresult " + number;
+}
+
+}  // namespace cusnap::coord

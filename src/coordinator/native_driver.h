@@ -1,0 +1,69 @@
+// The native checkpoint API (cuCheckpointProcessLock/Checkpoint/Restore/Unlock/GetState),
+// reached through the driver library loaded at run time: NVIDIA's libcuda.so.1 or the
+// simulated driver from the build tree. The same code drives both (DESIGN.md, "Parts").
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "coordinator/device_map.h"
+
+namespace cusnap::coord {
+
+/// The checkpoint entry points the coordinator needs, per target process. Implemented over
+/// a loaded libcuda (LoadDriver) and by fakes in tests. Every method is safe to call from
+/// several threads at once for different pids. Errors carry the CUresult as code and name
+/// the pid and the entry point.
+class CheckpointDriver {
+ public:
+  virtual ~CheckpointDriver() = default;
+  /// "simulated" or "NVIDIA <driver version> (CUDA <x.y>)".
+  virtual std::string Describe() const = 0;
+  /// True for the simulated driver.
+  virtual bool simulated() const = 0;
+  /// cuCheckpointProcessGetState(pid); any CUresult other than success is an Error
+  /// (e.g. CUDA_ERROR_NOT_INITIALIZED or NOT_FOUND for a process that never used CUDA).
+  virtual Result<CUprocessState> GetState(int pid) = 0;
+  /// cuCheckpointProcessLock with CUcheckpointLockArgs.timeoutMs = timeout_ms (0: none).
+  virtual Status Lock(int pid, unsigned timeout_ms) = 0;
+  /// cuCheckpointProcessCheckpoint: GPU state to host, device memory released.
+  virtual Status Checkpoint(int pid) = 0;
+  /// cuCheckpointProcessRestore with `pairs` as CUcheckpointRestoreArgs.gpuPairs (empty:
+  /// no remapping; DRIVER-FACTS F7).
+  virtual Status Restore(int pid, std::span<const UuidPair> pairs) = 0;
+  /// cuCheckpointProcessUnlock.
+  virtual Status Unlock(int pid) = 0;
+  /// UUIDs of the driver's devices ("GPU-..."), index = ordinal (cuDeviceGetUuid).
+  virtual Result<std::vector<std::string>> DeviceUuids() = 0;
+};
+
+/// Which driver to load (env CUSNAP_DRIVER).
+enum class DriverChoice { kAuto, kReal, kSimulated };
+
+/// Parses CUSNAP_DRIVER's value: "", "auto", "real", "sim" (or "simulated").
+Result<DriverChoice> ParseDriverChoice(const std::string& text);
+
+/// Directory of the simulated driver for a cusnap binary in `bin_dir`: <bin_dir>/../simcuda
+/// (the build tree layout build/<preset>/{bin,simcuda}).
+std::string SimulatedDriverDir(const std::string& bin_dir);
+
+/// Loads the driver. kReal: the system libcuda.so.1, cuInit(0) must succeed. kSimulated:
+/// SimulatedDriverDir(bin_dir)/libcuda.so.1. kAuto: the system driver if it loads, cuInit(0)
+/// succeeds and it has at least one device, else the simulated one. Errors name the library
+/// path and dlerror()/CUresult.
+Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
+                                                     const std::string& bin_dir);
+
+/// Decides which driver `choice` means without keeping it loaded (used by `cusnap run`,
+/// which only needs to know whether to put the simulated driver on LD_LIBRARY_PATH).
+Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir);
+
+/// "CUDA_ERROR_NOT_SUPPORTED (801)" through the loaded driver's cuGetErrorName when present.
+std::string CuResultText(CUresult result);
+
+}  // namespace cusnap::coord

@@ -1,0 +1,50 @@
+// Runs one coordinator phase across participants: the work for every participant runs
+// concurrently (one thread each) and the phase ends when all of them have finished, so each
+// phase is a barrier (DESIGN.md, "Lifecycle": "Each arrow is a barrier").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cusnap::coord {
+
+/// What one phase did. elapsed in milliseconds (wall clock, start of the first thread to end
+/// of the last); bytes summed over participants.
+struct PhaseReport {
+  std::string name;
+  double elapsed_ms = 0;
+  size_t participants = 0;
+  uint64_t bytes = 0;
+  std::vector<std::string> errors;  ///< one message per failed participant, in index order
+  bool ok() const { return errors.empty(); }
+};
+
+/// Told about phases as they start and finish (the CLI prints lines and a progress bar).
+class PhaseObserver {
+ public:
+  virtual ~PhaseObserver() = default;
+  virtual void PhaseStarted(const std::string& name, size_t participants) {
+    (void)name;
+    (void)participants;
+  }
+  virtual void PhaseFinished(const PhaseReport& report) { (void)report; }
+};
+
+/// Per-participant work: returns the bytes it moved, or an Error whose message names the
+/// process and resource.
+using PhaseWork = std::function<Result<uint64_t>(size_t index)>;
+
+/// Runs `work(0..count-1)` on `count` threads, joins them all (the barrier) and reports.
+/// `count` 0 runs nothing. Exceptions escaping `work` become errors of that participant.
+PhaseReport RunPhase(const std::string& name, size_t count, const PhaseWork& work);
+
+/// A phase done by the coordinator itself (no per-participant threads), timed the same way.
+PhaseReport RunLocalPhase(const std::string& name, size_t participants,
+                          const std::function<Result<uint64_t>()>& work);
+
+}  // namespace cusnap::coord

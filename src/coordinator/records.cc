@@ -1,0 +1,222 @@
+// Names and the JSON form of topology records (records.h).
+#include "coordinator/records.h"
+
+#include <array>
+#include <cstdio>
+#include <stdexcept>
+#include <utility>
+
+namespace cusnap::coord {
+namespace {
+
+using proto::Record;
+using proto::RecordKind;
+
+constexpr std::array<std::pair<RecordKind, std::string_view>, 6> kKinds{{
+    {RecordKind::kAllocation, "allocation"},
+    {RecordKind::kMapping, "mapping"},
+    {RecordKind::kMulticast, "multicast"},
+    {RecordKind::kMulticastDevice, "multicast_device"},
+    {RecordKind::kMulticastBinding, "multicast_binding"},
+    {RecordKind::kMulticastMapping, "multicast_mapping"},
+}};
+
+constexpr std::array<std::pair<uint32_t, std::string_view>, 3> kFlags{{
+    {proto::kCreator, "creator"},
+    {proto::kHandleLive, "handle_live"},
+    {proto::kShared, "shared"},
+}};
+
+bool IsMulticastKind(uint32_t kind) {
+  return kind >= static_cast<uint32_t>(RecordKind::kMulticast) &&
+         kind <= static_cast<uint32_t>(RecordKind::kMulticastMapping);
+}
+
+nlohmann::json IdToJson(const proto::ObjectId& id) {
+  return {{"creator_pid", id.creator_pid},
+          {"creator_start", id.creator_start},
+          {"local_id", id.local_id}};
+}
+
+proto::ObjectId IdFromJson(const nlohmann::json& json) {
+  proto::ObjectId id{};
+  id.creator_pid = json.at("creator_pid").get<int32_t>();
+  id.creator_start = json.at("creator_start").get<uint64_t>();
+  id.local_id = json.at("local_id").get<uint64_t>();
+  return id;
+}
+
+uint64_t HexFromJson(const nlohmann::json& json, const char* field) {
+  const auto text = json.at(field).get<std::string>();
+  if (text.size() < 3 || text.size() > 18 || text.compare(0, 2, "0x") != 0 ||
+      text.find_first_not_of("0123456789abcdef", 2) != std::string::npos) {
+    throw std::invalid_argument(std::string("field '") + field + "' is not a hex address: '" +
+                                text + "'");
+  }
+  return std::stoull(text.substr(2), nullptr, 16);
+}
+
+}  // namespace
+
+std::string KindName(uint32_t kind) {
+  for (const auto& [k, name] : kKinds) {
+    if (static_cast<uint32_t>(k) == kind) return std::string(name);
+  }
+  return "kind " + std::to_string(kind);
+}
+
+std::optional<uint32_t> KindFromName(std::string_view name) {
+  for (const auto& [k, n] : kKinds) {
+    if (n == name) return static_cast<uint32_t>(k);
+  }
+  return std::nullopt;
+}
+
+std::string PhaseName(uint32_t phase) {
+  static constexpr std::array<std::string_view, 11> kNames{
+      "active", "quiesced", "multicast_detached", "saved", "released", "reallocated",
+      "imported", "multicast_created", "multicast_imported", "multicast_joined", "failed"};
+  if (phase >= 1 && phase <= kNames.size()) return std::string(kNames[phase - 1]);
+  return "phase " + std::to_string(phase);
+}
+
+std::string OpName(proto::Op op) {
+  switch (op) {
+    case proto::Op::kExport: return "export";
+    case proto::Op::kIdentify: return "identify";
+    case proto::Op::kInspect: return "inspect";
+    case proto::Op::kQuiesce: return "quiesce";
+    case proto::Op::kDetachMulticast: return "detach_multicast";
+    case proto::Op::kSave: return "save";
+    case proto::Op::kRelease: return "release";
+    case proto::Op::kReallocate: return "reallocate";
+    case proto::Op::kImport: return "import";
+    case proto::Op::kMulticastCreate: return "multicast_create";
+    case proto::Op::kMulticastImport: return "multicast_import";
+    case proto::Op::kMulticastJoin: return "multicast_join";
+    case proto::Op::kMulticastBind: return "multicast_bind";
+    case proto::Op::kResume: return "resume";
+    case proto::Op::kActivate: return "activate";
+  }
+  return "op " + std::to_string(static_cast<unsigned>(op));
+}
+
+std::string ObjectName(const proto::ObjectId& id) {
+  return "allocation " + std::to_string(id.local_id) + " of pid " + std::to_string(id.creator_pid);
+}
+
+std::string MulticastName(const proto::ObjectId& id) {
+  return "multicast object " + std::to_string(id.local_id) + " of pid " +
+         std::to_string(id.creator_pid);
+}
+
+std::string Hex(uint64_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "0x%llx", static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+nlohmann::json RecordToJson(const Record& r) {
+  nlohmann::json flags = nlohmann::json::array();
+  for (const auto& [bit, name] : kFlags) {
+    if (r.flags & bit) flags.push_back(name);
+  }
+  nlohmann::json j{{"kind", KindName(r.kind)}, {"flags", flags}, {"id", IdToJson(r.id)}};
+  const auto kind = static_cast<RecordKind>(r.kind);
+  const bool has_access = kind == RecordKind::kMapping || kind == RecordKind::kMulticastMapping;
+  if (!IsMulticastKind(r.kind)) {
+    j["address"] = Hex(r.address);
+    j["size"] = r.size;
+    j["offset"] = r.offset;
+    j["object_size"] = r.object_size;
+    j["alloc_type"] = r.alloc_type;
+    j["location_type"] = r.location_type;
+    j["location_id"] = r.location_id;
+    j["handle_types"] = r.handle_types;
+    j["handle_count"] = r.handle_count;
+  } else {
+    j["address"] = Hex(r.address);
+    j["size"] = r.size;
+    j["offset"] = r.offset;
+    j["object_size"] = r.object_size;
+    j["handle_types"] = r.handle_types;
+    j["handle_count"] = r.handle_count;
+    j["member"] = IdToJson(r.member);
+    j["member_offset"] = r.member_offset;
+    j["op_flags"] = r.op_flags;
+    j["mc_flags"] = r.mc_flags;
+    j["extent"] = r.extent;
+    j["num_devices"] = r.num_devices;
+    j["device"] = r.device;
+    j["bind_kind"] = r.bind_kind;
+    j["bind_api"] = r.bind_api;
+  }
+  if (has_access) {
+    nlohmann::json access = nlohmann::json::array();
+    for (uint32_t i = 0; i < r.access_count && i < proto::kMaxAccess; ++i) {
+      access.push_back({{"location_type", r.access[i].location_type},
+                        {"location_id", r.access[i].location_id},
+                        {"flags", r.access[i].flags}});
+    }
+    j["access"] = access;
+  }
+  return j;
+}
+
+Record RecordFromJson(const nlohmann::json& j) {
+  Record r{};
+  const auto kind_name = j.at("kind").get<std::string>();
+  const auto kind = KindFromName(kind_name);
+  if (!kind) throw std::invalid_argument("unknown record kind '" + kind_name + "'");
+  r.kind = *kind;
+  for (const auto& flag : j.at("flags")) {
+    const auto name = flag.get<std::string>();
+    bool known = false;
+    for (const auto& [bit, n] : kFlags) {
+      if (n == name) {
+        r.flags |= bit;
+        known = true;
+      }
+    }
+    if (!known) throw std::invalid_argument("unknown record flag '" + name + "'");
+  }
+  r.id = IdFromJson(j.at("id"));
+  r.address = HexFromJson(j, "address");
+  r.size = j.at("size").get<uint64_t>();
+  r.offset = j.at("offset").get<uint64_t>();
+  r.object_size = j.at("object_size").get<uint64_t>();
+  r.handle_types = j.at("handle_types").get<uint32_t>();
+  r.handle_count = j.at("handle_count").get<uint32_t>();
+  if (!IsMulticastKind(r.kind)) {
+    r.alloc_type = j.at("alloc_type").get<int32_t>();
+    r.location_type = j.at("location_type").get<int32_t>();
+    r.location_id = j.at("location_id").get<int32_t>();
+  } else {
+    r.member = IdFromJson(j.at("member"));
+    r.member_offset = j.at("member_offset").get<uint64_t>();
+    r.op_flags = j.at("op_flags").get<uint64_t>();
+    r.mc_flags = j.at("mc_flags").get<uint64_t>();
+    r.extent = j.at("extent").get<uint64_t>();
+    r.num_devices = j.at("num_devices").get<uint32_t>();
+    r.device = j.at("device").get<int32_t>();
+    r.bind_kind = j.at("bind_kind").get<uint32_t>();
+    r.bind_api = j.at("bind_api").get<uint32_t>();
+  }
+  if (j.contains("access")) {
+    const auto& access = j.at("access");
+    if (access.size() > proto::kMaxAccess) {
+      throw std::invalid_argument("record has " + std::to_string(access.size()) +
+                                  " access descriptors (at most " +
+                                  std::to_string(proto::kMaxAccess) + ")");
+    }
+    for (const auto& a : access) {
+      auto& out = r.access[r.access_count++];
+      out.location_type = a.at("location_type").get<int32_t>();
+      out.location_id = a.at("location_id").get<int32_t>();
+      out.flags = a.at("flags").get<uint32_t>();
+    }
+  }
+  return r;
+}
+
+}  // namespace cusnap::coord

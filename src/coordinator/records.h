@@ -1,0 +1,45 @@
+// Topology records as people and files read them: names for kinds, flags, phases and ops,
+// a short phrase naming an allocation or mapping for error messages, and the JSON form of a
+// Record used by the state file and by restore's record-for-record comparison.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/protocol.h"
+
+namespace cusnap::coord {
+
+/// "allocation", "mapping", "multicast", ... ; "kind <n>" for a value outside RecordKind.
+std::string KindName(uint32_t kind);
+/// The RecordKind named `name`, or nullopt.
+std::optional<uint32_t> KindFromName(std::string_view name);
+
+/// "active", "quiesced", ..., "failed"; "phase <n>" for an unknown value.
+std::string PhaseName(uint32_t phase);
+
+/// The request's name as the CLI prints it ("quiesce", "save", ...).
+std::string OpName(proto::Op op);
+
+/// "allocation 7 of pid 4120" (creator pid + the creator's local id).
+std::string ObjectName(const proto::ObjectId& id);
+/// "multicast object 3 of pid 4120".
+std::string MulticastName(const proto::ObjectId& id);
+
+/// "0x7f0000000000" (lowercase, no padding).
+std::string Hex(uint64_t value);
+
+/// The JSON form of one record: the kind and flags by name, every field that matters for
+/// the kind (unicast fields for allocations and mappings, multicast fields for the
+/// multicast kinds), addresses as hex strings. Never holds descriptors or raw handles.
+nlohmann::json RecordToJson(const proto::Record& record);
+
+/// Parses RecordToJson's output. Throws nlohmann::json::exception or std::invalid_argument
+/// with a message naming the bad field.
+proto::Record RecordFromJson(const nlohmann::json& json);
+
+}  // namespace cusnap::coord

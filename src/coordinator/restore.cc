@@ -1,0 +1,170 @@
+// The restore sequence (coordinator.h): one function per phase, run in order by Run().
+#include <algorithm>
+#include <map>
+
+#include "coordinator/records.h"
+#include "coordinator/sequence.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::coord {
+namespace {
+
+class RestoreSequence : Sequence {
+ public:
+  RestoreSequence(const RestoreOptions& options, const Discoverer& discover,
+                  CheckpointDriver& driver, PhaseObserver& observer)
+      : Sequence(discover, driver, observer), options_(options) {}
+
+  CommandReport Run() {
+    report_.state_file = StateFilePath(options_.state_dir);
+    // Read-only: a refusal changes nothing.
+    if (!ReadState() || !DiscoverPhase() || !MatchParticipants()) {
+      return Finish(Outcome::kRestoreRefused);
+    }
+    // From the native restore on, every failure is loud and final.
+    if (!NativeRestoreAll() || !NativeUnlockAll() || !LifecyclePhase(proto::Op::kReallocate) ||
+        !LifecyclePhase(proto::Op::kImport) || !LifecyclePhase(proto::Op::kMulticastCreate) ||
+        !LifecyclePhase(proto::Op::kMulticastImport) ||
+        !LifecyclePhase(proto::Op::kMulticastJoin) ||
+        !LifecyclePhase(proto::Op::kMulticastBind) || !VerifyAll() ||
+        !LifecyclePhase(proto::Op::kActivate)) {
+      return Finish(Outcome::kFailedAfterChange);
+    }
+    return Finish(Outcome::kOk);
+  }
+
+ private:
+  /// read_state: the state file, validated (missing or corrupt refuses).
+  bool ReadState() {
+    return LocalPhase("read_state", [&]() -> Result<uint64_t> {
+      auto state = ReadStateFile(options_.state_dir);
+      if (!state) return state.error();
+      state_ = std::move(*state);
+      return uint64_t{0};
+    });
+  }
+
+  /// The participants found now must be exactly the recorded ones, the same processes
+  /// (start times match: a reused pid is refused), each with its memory released; and the
+  /// device map must resolve. Part of "discover" in the printed phases.
+  bool MatchParticipants() {
+    std::vector<std::string> problems;
+    std::map<int, const ParticipantState*> recorded;
+    for (const auto& p : state_.participants) recorded[p.pid] = &p;
+    expected_.assign(participants_.size(), nullptr);
+    for (size_t i = 0; i < participants_.size(); ++i) {
+      const Identity& id = identities_[i];
+      const auto it = recorded.find(id.pid);
+      if (it == recorded.end()) {
+        problems.push_back("pid " + std::to_string(id.pid) +
+                           " is a participant now but is not in the checkpoint " +
+                           report_.state_file);
+        continue;
+      }
+      if (it->second->start_time != id.start_time) {
+        problems.push_back("pid " + std::to_string(id.pid) + " is not the process that was " +
+                           "checkpointed: it started at tick " + std::to_string(id.start_time) +
+                           ", the checkpoint's pid " + std::to_string(id.pid) +
+                           " started at tick " + std::to_string(it->second->start_time) +
+                           " (pid reused)");
+      } else if (id.phase != static_cast<uint32_t>(proto::Phase::kReleased)) {
+        problems.push_back("pid " + std::to_string(id.pid) + ": its cusnap shim is " +
+                           PhaseName(id.phase) + ", not released" +
+                           (id.failure.empty() ? "" : " (" + id.failure + ")") +
+                           "; there is nothing to restore");
+      }
+      expected_[i] = it->second;
+      recorded.erase(it);
+    }
+    for (const auto& [pid, p] : recorded) {
+      problems.push_back("pid " + std::to_string(pid) + " of the checkpoint is not a " +
+                         "participant now (exited, or outside the given process tree)");
+    }
+    if (problems.empty() && !options_.device_map.empty()) {
+      auto uuids = driver_.DeviceUuids();
+      if (!uuids) {
+        problems.push_back(uuids.error().message);
+      } else if (auto pairs = ResolveDeviceMap(options_.device_map, *uuids); !pairs) {
+        problems.push_back(pairs.error().message);
+      } else {
+        gpu_pairs_ = std::move(*pairs);
+      }
+    }
+    report_.errors.insert(report_.errors.end(), problems.begin(), problems.end());
+    return problems.empty();
+  }
+
+  /// restore: cuCheckpointProcessRestore with the device map, for every participant the
+  /// driver reports CHECKPOINTED (one left LOCKED or RUNNING by an interrupted checkpoint
+  /// needs no native restore).
+  bool NativeRestoreAll() {
+    return Phase("restore", [&](size_t i) -> Result<uint64_t> {
+      const int pid = participants_[i]->pid();
+      auto state = driver_.GetState(pid);
+      if (!state) return state.error();
+      if (*state != CU_PROCESS_STATE_CHECKPOINTED) return uint64_t{0};
+      if (auto s = driver_.Restore(pid, gpu_pairs_); !s) return s.error();
+      return uint64_t{0};
+    });
+  }
+
+  /// unlock: cuCheckpointProcessUnlock on every participant the driver reports LOCKED.
+  bool NativeUnlockAll() {
+    return Phase("unlock", [&](size_t i) -> Result<uint64_t> {
+      const int pid = participants_[i]->pid();
+      auto state = driver_.GetState(pid);
+      if (!state) return state.error();
+      if (*state != CU_PROCESS_STATE_LOCKED) return uint64_t{0};
+      if (auto s = driver_.Unlock(pid); !s) return s.error();
+      return uint64_t{0};
+    });
+  }
+
+  /// verify: a fresh INSPECT must reproduce the state file record for record (the state
+  /// file is the restore oracle: same ids, VAs, sizes, access, handle counts).
+  bool VerifyAll() {
+    std::vector<ParticipantView> fresh(participants_.size());
+    return Phase("verify", [&](size_t i) -> Result<uint64_t> {
+      if (auto s = InspectInto(fresh, i); !s) return s.error();
+      return Compare(participants_[i]->pid(), expected_[i]->records, fresh[i].records);
+    });
+  }
+
+  static Result<uint64_t> Compare(int pid, const std::vector<proto::Record>& expected,
+                                  const std::vector<proto::Record>& actual) {
+    auto canonical = [](const std::vector<proto::Record>& records) {
+      std::vector<std::string> out;
+      for (const auto& r : records) out.push_back(RecordToJson(r).dump());
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    const auto want = canonical(expected);
+    const auto got = canonical(actual);
+    if (want == got) return uint64_t{0};
+    std::vector<std::string> missing, extra;
+    std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
+                        std::back_inserter(missing));
+    std::set_difference(got.begin(), got.end(), want.begin(), want.end(),
+                        std::back_inserter(extra));
+    std::string text = "pid " + std::to_string(pid) + ": after restore the sharing table " +
+                       "differs from the checkpoint (" + std::to_string(got.size()) +
+                       " records, " + std::to_string(want.size()) + " recorded)";
+    for (size_t k = 0; k < missing.size() && k < 3; ++k) text += "; recorded, now missing: " + missing[k];
+    for (size_t k = 0; k < extra.size() && k < 3; ++k) text += "; now present, not recorded: " + extra[k];
+    return Error{-1, text};
+  }
+
+  const RestoreOptions& options_;
+  StateFile state_;
+  std::vector<const ParticipantState*> expected_;  ///< per participant index
+  std::vector<UuidPair> gpu_pairs_;
+};
+
+}  // namespace
+
+CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
+                      CheckpointDriver& driver, PhaseObserver& observer) {
+  return RestoreSequence(options, discover, driver, observer).Run();
+}
+
+}  // namespace cusnap::coord

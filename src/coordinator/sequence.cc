@@ -1,0 +1,82 @@
+// Shared phase plumbing of the checkpoint and restore sequences (sequence.h).
+#include "coordinator/sequence.h"
+
+#include "coordinator/records.h"
+
+namespace cusnap::coord {
+
+bool Sequence::Phase(const std::string& name, const PhaseWork& work) {
+  observer_.PhaseStarted(name, participants_.size());
+  PhaseReport phase = RunPhase(name, participants_.size(), work);
+  observer_.PhaseFinished(phase);
+  report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
+  const bool ok = phase.ok();
+  report_.phases.push_back(std::move(phase));
+  return ok;
+}
+
+bool Sequence::LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work) {
+  observer_.PhaseStarted(name, participants_.size());
+  PhaseReport phase = RunLocalPhase(name, participants_.size(), work);
+  observer_.PhaseFinished(phase);
+  report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
+  const bool ok = phase.ok();
+  report_.phases.push_back(std::move(phase));
+  return ok;
+}
+
+bool Sequence::LifecyclePhase(proto::Op op) {
+  return Phase(OpName(op), [&](size_t i) -> Result<uint64_t> {
+    auto step = Step(*participants_[i], op);
+    if (!step) return step.error();
+    return step->bytes;
+  });
+}
+
+bool Sequence::DiscoverPhase() {
+  observer_.PhaseStarted("discover", 0);
+  PhaseReport phase = RunLocalPhase("discover", 0, [&]() -> Result<uint64_t> {
+    auto found = discover_(driver_);
+    if (!found) return found.error();
+    participants_ = std::move(*found);
+    identities_.assign(participants_.size(), Identity{});
+    PhaseReport identify = RunPhase("identify", participants_.size(), [&](size_t i) -> Result<uint64_t> {
+      auto id = Identify(*participants_[i]);
+      if (!id) return id.error();
+      const auto start = participants_[i]->start_time();
+      if (!start || *start != id->start_time) {
+        return Error{-1, "pid " + std::to_string(id->pid) + ": its endpoint reports start time " +
+                             std::to_string(id->start_time) + " but the process started at " +
+                             (start ? std::to_string(*start) : std::string("(gone)")) +
+                             " (a stale endpoint of a reused pid?)"};
+      }
+      identities_[i] = std::move(*id);
+      return uint64_t{0};
+    });
+    if (!identify.ok()) {
+      std::string all;
+      for (const auto& e : identify.errors) all += (all.empty() ? "" : "; ") + e;
+      return Error{-1, all};
+    }
+    return uint64_t{0};
+  });
+  phase.participants = participants_.size();
+  observer_.PhaseFinished(phase);
+  report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
+  const bool ok = phase.ok();
+  report_.phases.push_back(std::move(phase));
+  return ok;
+}
+
+Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) {
+  auto records = Inspect(*participants_[index]);
+  if (!records) return records.error();
+  auto& v = views[index];
+  v.pid = identities_[index].pid;
+  v.start_time = identities_[index].start_time;
+  v.untracked_imports = identities_[index].untracked_imports;
+  v.records = std::move(*records);
+  return Ok{};
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,49 @@
+// Internal to the coordinator: the state both command sequences share while they run (the
+// participants, what they reported, the report being built) and the helper that runs one
+// named phase, records it and tells the observer.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/topology.h"
+
+namespace cusnap::coord {
+
+class Sequence {
+ protected:
+  Sequence(const Discoverer& discover, CheckpointDriver& driver, PhaseObserver& observer)
+      : discover_(discover), driver_(driver), observer_(observer) {}
+
+  /// Runs `work` for every participant concurrently; false when any failed (errors are
+  /// appended to the report).
+  bool Phase(const std::string& name, const PhaseWork& work);
+  /// Runs coordinator-local work as a phase.
+  bool LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work);
+  /// Sends lifecycle `op` to every participant (bytes from carrier replies). `name`
+  /// defaults to the op's name.
+  bool LifecyclePhase(proto::Op op);
+
+  /// discover: find the participants and identify each (start time checked against /proc,
+  /// so a stale socket of a reused pid is not taken for the process).
+  bool DiscoverPhase();
+
+  /// Fresh INSPECT of participant `index` into views[index] (records + identity).
+  Status InspectInto(std::vector<ParticipantView>& views, size_t index);
+
+  CommandReport Finish(Outcome outcome) {
+    report_.outcome = outcome;
+    return std::move(report_);
+  }
+
+  const Discoverer& discover_;
+  CheckpointDriver& driver_;
+  PhaseObserver& observer_;
+  std::vector<std::unique_ptr<Participant>> participants_;
+  std::vector<Identity> identities_;
+  CommandReport report_;
+};
+
+}  // namespace cusnap::coord

@@ -1,0 +1,202 @@
+// Reading and atomically writing the state file (state_file.h).
+#include "coordinator/state_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "coordinator/records.h"
+
+namespace cusnap::coord {
+namespace {
+
+Error SysError(const std::string& what, const std::string& path) {
+  const int err = errno;
+  return Error{err, what + " " + path + ": " + std::strerror(err)};
+}
+
+/// Writes all of `data` to `fd`, retrying short writes and EINTR.
+bool WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+Status FsyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return SysError("cannot open", path);
+  const int rc = ::fsync(fd);
+  const Error error = rc == 0 ? Error{} : SysError("cannot fsync", path);
+  ::close(fd);
+  if (rc != 0) return error;
+  return Ok{};
+}
+
+/// Creates a unique temporary file next to the state file; returns its descriptor and path.
+Result<std::pair<int, std::string>> MakeTemp(const std::string& state_dir) {
+  std::string templ = state_dir + "/." + kStateFileName + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(templ.data(), O_CLOEXEC);
+  if (fd < 0) return SysError("cannot create a file in state directory", state_dir);
+  return std::make_pair(fd, templ);
+}
+
+}  // namespace
+
+std::string StateFilePath(const std::string& state_dir) {
+  return state_dir + "/" + kStateFileName;
+}
+
+nlohmann::json StateToJson(const StateFile& state) {
+  nlohmann::json participants = nlohmann::json::array();
+  for (const auto& p : state.participants) {
+    nlohmann::json records = nlohmann::json::array();
+    for (const auto& r : p.records) records.push_back(RecordToJson(r));
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& g : p.gpus) gpus.push_back({{"ordinal", g.ordinal}, {"uuid", g.uuid}});
+    participants.push_back({{"pid", p.pid},
+                            {"start_time", p.start_time},
+                            {"gpus", gpus},
+                            {"saved_bytes", p.saved_bytes},
+                            {"records", records}});
+  }
+  nlohmann::json phases = nlohmann::json::array();
+  for (const auto& ph : state.phases) {
+    phases.push_back({{"name", ph.name}, {"elapsed_ms", ph.elapsed_ms}, {"bytes", ph.bytes}});
+  }
+  return {{"format", "cusnap-state"},
+          {"format_version", state.format_version},
+          {"driver", state.driver},
+          {"created_unix_s", state.created_unix_s},
+          {"participants", participants},
+          {"phases", phases}};
+}
+
+Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& origin) {
+  StateFile state;
+  std::string where = "document";
+  try {
+    if (!json.is_object() || json.value("format", "") != "cusnap-state") {
+      return Error{-1, origin + ": not a cusnap state file (field 'format' is not \"cusnap-state\")"};
+    }
+    state.format_version = json.at("format_version").get<int>();
+    if (state.format_version != kStateFormatVersion) {
+      return Error{-1, origin + ": state file format version " +
+                           std::to_string(state.format_version) + " is not supported (this " +
+                           "cusnap reads version " + std::to_string(kStateFormatVersion) + ")"};
+    }
+    state.driver = json.at("driver").get<std::string>();
+    state.created_unix_s = json.at("created_unix_s").get<int64_t>();
+    const auto& participants = json.at("participants");
+    if (!participants.is_array() || participants.empty()) {
+      return Error{-1, origin + ": state file lists no participants"};
+    }
+    for (size_t i = 0; i < participants.size(); ++i) {
+      const auto& pj = participants[i];
+      where = "participant " + std::to_string(i);
+      ParticipantState p;
+      p.pid = pj.at("pid").get<int>();
+      if (p.pid <= 0) throw std::invalid_argument("pid " + std::to_string(p.pid) + " is not valid");
+      where = "participant pid " + std::to_string(p.pid);
+      p.start_time = pj.at("start_time").get<uint64_t>();
+      for (const auto& g : pj.at("gpus")) {
+        p.gpus.push_back(GpuRef{g.at("ordinal").get<int>(), g.at("uuid").get<std::string>()});
+      }
+      p.saved_bytes = pj.at("saved_bytes").get<uint64_t>();
+      const auto& records = pj.at("records");
+      if (!records.is_array()) throw std::invalid_argument("'records' is not an array");
+      for (size_t k = 0; k < records.size(); ++k) {
+        where = "participant pid " + std::to_string(p.pid) + ", record " + std::to_string(k);
+        p.records.push_back(RecordFromJson(records[k]));
+      }
+      for (const auto& other : state.participants) {
+        if (other.pid == p.pid) throw std::invalid_argument("pid listed twice");
+      }
+      state.participants.push_back(std::move(p));
+    }
+    where = "phases";
+    for (const auto& ph : json.at("phases")) {
+      state.phases.push_back(PhaseTiming{ph.at("name").get<std::string>(),
+                                         ph.at("elapsed_ms").get<double>(),
+                                         ph.at("bytes").get<uint64_t>()});
+    }
+  } catch (const std::exception& e) {
+    return Error{-1, origin + ": corrupt state file (" + where + "): " + e.what()};
+  }
+  return state;
+}
+
+Status PrepareStateDir(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    return Error{ec.value(), "cannot create state directory " + state_dir + ": " + ec.message()};
+  }
+  ::chmod(state_dir.c_str(), 0700);  // best effort: only when we own it
+  auto temp = MakeTemp(state_dir);
+  if (!temp) return temp.error();
+  ::close(temp->first);
+  ::unlink(temp->second.c_str());
+  return Ok{};
+}
+
+Status WriteStateFile(const std::string& state_dir, const StateFile& state) {
+  const std::string text = StateToJson(state).dump(2) + "\n";
+  auto temp = MakeTemp(state_dir);
+  if (!temp) return temp.error();
+  const auto [fd, temp_path] = *temp;
+  auto fail = [&, fd = fd, temp_path = temp_path](const char* what) -> Status {
+    Error error = SysError(what, temp_path);
+    ::close(fd);
+    ::unlink(temp_path.c_str());
+    return error;
+  };
+  if (::fchmod(fd, 0600) != 0) return fail("cannot chmod");
+  if (!WriteAll(fd, text)) return fail("cannot write");
+  if (::fsync(fd) != 0) return fail("cannot fsync");
+  if (::close(fd) != 0) {
+    Error error = SysError("cannot close", temp_path);
+    ::unlink(temp_path.c_str());
+    return error;
+  }
+  const std::string path = StateFilePath(state_dir);
+  if (::rename(temp_path.c_str(), path.c_str()) != 0) {
+    Error error = SysError("cannot rename " + temp_path + " to", path);
+    ::unlink(temp_path.c_str());
+    return error;
+  }
+  return FsyncPath(state_dir, O_DIRECTORY);
+}
+
+Result<StateFile> ReadStateFile(const std::string& state_dir) {
+  const std::string path = StateFilePath(state_dir);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return Error{ENOENT, "no checkpoint in " + state_dir + ": " + path + " does not exist"};
+    }
+    return Error{err, "cannot read " + path + ": " + std::strerror(err)};
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return Error{-1, path + ": corrupt state file (not valid JSON)"};
+  }
+  return StateFromJson(json, path);
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,78 @@
+// The state file <state dir>/cusnap-state.json (DESIGN.md, "State file"): what a checkpoint
+// recorded, and restore's oracle. Format version, participants (pid, start time, GPU UUIDs),
+// per participant the topology records by name, byte counts and phase timings. Never
+// descriptors, raw handles or bytes of memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/protocol.h"
+
+namespace cusnap::coord {
+
+inline constexpr int kStateFormatVersion = 1;
+inline constexpr const char* kStateFileName = "cusnap-state.json";
+
+/// A GPU a participant's records name: the device ordinal as the coordinator's driver
+/// numbers it, and its UUID (the key of CUcheckpointGpuPair).
+struct GpuRef {
+  int ordinal = 0;
+  std::string uuid;
+  bool operator==(const GpuRef&) const = default;
+};
+
+/// One participant as the checkpoint saw it.
+struct ParticipantState {
+  int pid = 0;
+  uint64_t start_time = 0;              ///< clock ticks since boot (/proc/<pid>/stat field 22)
+  std::vector<GpuRef> gpus;             ///< devices its records name
+  uint64_t saved_bytes = 0;             ///< bytes the carrier moved in SAVE
+  std::vector<proto::Record> records;   ///< INSPECT taken while quiesced
+};
+
+/// One phase of the command that wrote the file.
+struct PhaseTiming {
+  std::string name;
+  double elapsed_ms = 0;
+  uint64_t bytes = 0;
+};
+
+/// The whole file.
+struct StateFile {
+  int format_version = kStateFormatVersion;
+  std::string driver;                   ///< "simulated" or "NVIDIA ..."
+  int64_t created_unix_s = 0;
+  std::vector<ParticipantState> participants;
+  std::vector<PhaseTiming> phases;
+};
+
+/// Path of the state file inside `state_dir`.
+std::string StateFilePath(const std::string& state_dir);
+
+/// The document as JSON (what `inspect --json` prints).
+nlohmann::json StateToJson(const StateFile& state);
+
+/// Parses and validates a document: format version, structure, field types. The error's
+/// message names `origin` (a path) and the bad field.
+Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& origin);
+
+/// Creates `state_dir` (mode 0700, parents too) if missing and proves a file can be
+/// created there (a temporary file, removed again). Run before anything destructive so an
+/// unwritable directory refuses the checkpoint with the job untouched. errno-coded Error.
+Status PrepareStateDir(const std::string& state_dir);
+
+/// Writes the state file atomically: a temporary file in the same directory, fsync of the
+/// file, rename over cusnap-state.json, fsync of the directory (without the last step the
+/// rename is not durable). errno-coded Error naming the path.
+Status WriteStateFile(const std::string& state_dir, const StateFile& state);
+
+/// Reads and validates the state file. Errors: missing file (ENOENT, "no checkpoint in
+/// <dir>"), unreadable, not JSON, wrong format version, bad structure.
+Result<StateFile> ReadStateFile(const std::string& state_dir);
+
+}  // namespace cusnap::coord

@@ -1,0 +1,43 @@
+// `cusnap status` data: identity and table counts of every participant (coordinator.h).
+#include "coordinator/coordinator.h"
+
+namespace cusnap::coord {
+
+std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Participant>>& participants,
+                                             std::vector<std::string>& errors) {
+  std::vector<ParticipantStatus> out(participants.size());
+  std::vector<std::string> identify_errors(participants.size());
+  RunPhase("status", participants.size(), [&](size_t i) -> Result<uint64_t> {
+    auto id = Identify(*participants[i]);
+    if (!id) {
+      identify_errors[i] = id.error().message;
+      return uint64_t{0};
+    }
+    out[i].identity = std::move(*id);
+    auto records = Inspect(*participants[i]);
+    if (!records) {
+      out[i].inspect_error = records.error().message;
+      return uint64_t{0};
+    }
+    for (const auto& r : *records) {
+      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation)) {
+        ++out[i].allocations;
+        if (r.flags & proto::kCreator) ++out[i].created;
+      } else if (r.kind == static_cast<uint32_t>(proto::RecordKind::kMapping)) {
+        ++out[i].mappings;
+      }
+    }
+    return uint64_t{0};
+  });
+  std::vector<ParticipantStatus> reachable;
+  for (size_t i = 0; i < participants.size(); ++i) {
+    if (identify_errors[i].empty()) {
+      reachable.push_back(std::move(out[i]));
+    } else {
+      errors.push_back(identify_errors[i]);
+    }
+  }
+  return reachable;
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,39 @@
+// Global topology validation: a pure function over what every participant reported in
+// INSPECT (and the untracked-import count from IDENTIFY). The coordinator runs it before
+// anything changes; a non-empty result refuses the checkpoint with the job left running.
+// Rules: DESIGN.md "Lifecycle" and SPEC-REFERENCE.md H.1.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/protocol.h"
+
+namespace cusnap::coord {
+
+/// What one participant reported: its identity, its live untracked imports (descriptors
+/// imported that were not cusnap tickets) and its sharing table.
+struct ParticipantView {
+  int pid = 0;
+  uint64_t start_time = 0;  ///< clock ticks since boot (/proc/<pid>/stat field 22)
+  uint64_t untracked_imports = 0;
+  std::vector<proto::Record> records;
+};
+
+/// Checks every rule and returns one message per broken rule (empty: valid), in a stable
+/// order: per-participant rules in participant order, then per-allocation rules in id
+/// order, then multicast rules. Each message names the process and the resource:
+///  - no live untracked imports;
+///  - known record kinds; allocations with size > 0 whose creator flag matches the id;
+///    mappings with address and size != 0, at most kMaxAccess access descriptors, lying
+///    inside their allocation;
+///  - exactly one creator per allocation that any participant holds or maps;
+///  - creator anchor: a creator still holds a handle or a mapping of every allocation that
+///    another participant holds or maps (otherwise its memory cannot be saved);
+///  - multicast: exactly one creator per object and member records naming a known object
+///    (the full team rules come with multicast support).
+std::vector<std::string> ValidateTopology(std::span<const ParticipantView> participants);
+
+}  // namespace cusnap::coord
