@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
-#include <vector>
 
 #include "common/ticket.h"
 
@@ -18,15 +17,16 @@ namespace cusnap::shim {
 class ExportCache {
  public:
   /// Stores `fd` (taking ownership; marked close-on-exec) as the descriptor of object
-  /// (`kind`, `local_id`). When one is cached already, `fd` is closed and the cached one kept.
-  void Put(TicketKind kind, uint64_t local_id, int fd);
+  /// (`kind`, `local_id`) of `size` bytes. When one is cached already, `fd` is closed and the
+  /// cached one kept.
+  void Put(TicketKind kind, uint64_t local_id, int fd, uint64_t size);
 
   /// True when (`kind`, `local_id`) has a descriptor.
   bool Contains(TicketKind kind, uint64_t local_id) const;
 
-  /// A dup (close-on-exec) of the cached descriptor; -1 with errno ENOENT when none, or
-  /// dup's errno.
-  int Dup(TicketKind kind, uint64_t local_id) const;
+  /// A dup (close-on-exec) of the cached descriptor, and the object's size in `*size`;
+  /// -1 with errno ENOENT when none is cached, or dup's errno.
+  int Dup(TicketKind kind, uint64_t local_id, uint64_t* size) const;
 
   /// Closes and forgets the descriptor of (`kind`, `local_id`), if any (the allocation is
   /// gone: its tickets die with it).
@@ -49,7 +49,11 @@ class ExportCache {
     return (static_cast<uint64_t>(kind) << 62) ^ local_id;
   }
   mutable std::mutex mutex_;
-  std::unordered_map<uint64_t, int> fds_;
+  struct Entry {
+    int fd;
+    uint64_t size;
+  };
+  std::unordered_map<uint64_t, Entry> fds_;
 };
 
 }  // namespace cusnap::shim

@@ -150,7 +150,7 @@ std::optional<Pinned> SharingTable::Pin(uint64_t handle) {
   if (it == handles_.end()) return std::nullopt;
   Allocation& a = allocations_.at(it->second);
   ++a.pins;
-  return Pinned{it->second, a.id, a.creator, a.has_real, a.real};
+  return Pinned{it->second, a.id, a.size, a.creator, a.has_real, a.real};
 }
 
 std::optional<Dropped> SharingTable::Unpin(AllocationKey key) {

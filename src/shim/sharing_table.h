@@ -42,6 +42,7 @@ struct Dropped {
 struct Pinned {
   AllocationKey key = 0;
   proto::ObjectId id{};
+  size_t size = 0;  ///< bytes
   bool creator = false;
   bool has_real = false;
   CUmemGenericAllocationHandle real = 0;

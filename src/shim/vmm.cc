@@ -1,62 +1,236 @@
-// Unicast VMM hooks (placeholder: pure forwarding until the sharing table lands).
+// Unicast VMM hooks (DESIGN.md, "Handles"; SPEC-REFERENCE C.1): thin translations between
+// the application's view (logical handles, tracked VA ranges) and the real driver, with the
+// bookkeeping in the sharing table (process.h) and the sharing itself in ticket_import.h.
+// Untracked handles and ranges pass through untouched. Tracked calls enter the quiesce gate
+// first (quiesce.h) and start the process's endpoint if a fork child has none yet.
+#include <cstdint>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/log.h"
 #include "shim/driver_api.h"
+#include "shim/handles.h"
 #include "shim/hooks.h"
+#include "shim/process.h"
+#include "shim/quiesce.h"
+#include "shim/ticket_import.h"
 
 namespace cusnap::shim::hook {
+namespace {
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags) {
-  auto real = driver().cuMemCreate;
-  return real ? real(handle, size, prop, flags) : CUDA_ERROR_NOT_INITIALIZED;
+CUcontext CurrentContext() {
+  CUcontext context = nullptr;
+  if (auto get = driver().cuCtxGetCurrent) get(&context);
+  return context;
+}
+
+void ReleaseAll(const std::vector<Dropped>& dropped) {
+  for (const Dropped& d : dropped) ReleaseDropped(d);
+}
+
+CUresult RefusePartial(const char* call, CUdeviceptr ptr, size_t size) {
+  CUSNAP_LOG_ERROR("%s(0x%llx, %zu bytes): the range cuts through a tracked mapping; it must "
+                   "cover whole mappings", call, static_cast<unsigned long long>(ptr), size);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+}  // namespace
+
+#define CUSNAP_REAL(name)                       \
+  auto real_##name = driver().name;             \
+  if (real_##name == nullptr) return CUDA_ERROR_NOT_INITIALIZED
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUSNAP_REAL(cuMemCreate);
+  const bool tracked =
+      prop != nullptr && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  if (!tracked) {
+    CUmemGenericAllocationHandle real = 0;
+    const CUresult rc = real_cuMemCreate(&real, size, prop, flags);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemCreate");
+    *handle = real;
+    return CUDA_SUCCESS;
+  }
+  EnsureEndpoint();
+  CUSNAP_QUIESCE_GATE();
+  CUmemGenericAllocationHandle real = 0;
+  const CUresult rc = real_cuMemCreate(&real, size, prop, flags);
+  if (rc != CUDA_SUCCESS) return rc;
+  const uint64_t logical = table().AddCreated(real, size, *prop, CurrentContext(), SelfIdentity());
+  if (logical == 0) {
+    if (auto release = driver().cuMemRelease) release(real);
+    CUSNAP_LOG_ERROR("cuMemCreate: logical handles exhausted; released the allocation");
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *handle = logical;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  auto real = driver().cuMemRelease;
-  return real ? real(handle) : CUDA_ERROR_NOT_INITIALIZED;
+  if (IsTagged(handle)) {
+    EnsureEndpoint();
+    CUSNAP_QUIESCE_GATE();
+    std::optional<Dropped> dropped;
+    if (!table().ReleaseHandle(handle, &dropped)) return CUDA_ERROR_INVALID_HANDLE;
+    if (dropped) ReleaseDropped(*dropped);
+    return CUDA_SUCCESS;
+  }
+  CUSNAP_REAL(cuMemRelease);
+  const CUresult rc = real_cuMemRelease(handle);
+  if (rc == CUDA_SUCCESS) table().ForgetUntrackedImport(handle);
+  return rc;
 }
 
-CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle * handle, void *addr) {
-  auto real = driver().cuMemRetainAllocationHandle;
-  return real ? real(handle, addr) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto address = reinterpret_cast<CUdeviceptr>(addr);
+  if (table().Classify(address, 1) != RangeMatch::kNone) {
+    // Hot path (PyTorch retains every mapped block): a range lookup, no driver call.
+    EnsureEndpoint();
+    CUSNAP_QUIESCE_GATE();
+    if (std::optional<uint64_t> logical = table().RetainAt(address)) {
+      *handle = *logical;
+      return CUDA_SUCCESS;
+    }
+    // Unmapped meanwhile: the driver decides, as for any other address.
+  }
+  CUSNAP_REAL(cuMemRetainAllocationHandle);
+  CUmemGenericAllocationHandle real = 0;
+  const CUresult rc = real_cuMemRetainAllocationHandle(&real, addr);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemRetainAllocationHandle");
+  table().NoteUntrackedRetain(real);
+  *handle = real;
+  return CUDA_SUCCESS;
 }
 
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
-  auto real = driver().cuMemMap;
-  return real ? real(ptr, size, offset, handle, flags) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                  CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  CUSNAP_REAL(cuMemMap);
+  if (!IsTagged(handle)) return real_cuMemMap(ptr, size, offset, handle, flags);
+  EnsureEndpoint();
+  CUSNAP_QUIESCE_GATE();
+  PinScope pin(handle);
+  if (!pin) return CUDA_ERROR_INVALID_HANDLE;
+  if (!pin->has_real) return CUDA_ERROR_NOT_READY;
+  const CUresult rc = real_cuMemMap(ptr, size, offset, pin->real, flags);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (!table().AddMapping(ptr, size, offset, pin->key)) {
+    CUSNAP_LOG_ERROR("cuMemMap(0x%llx, %zu bytes) of %s succeeded but overlaps a tracked "
+                     "mapping the table still holds; it is not tracked",
+                     static_cast<unsigned long long>(ptr), size, DescribeObject(pin->id).c_str());
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  auto real = driver().cuMemUnmap;
-  return real ? real(ptr, size) : CUDA_ERROR_NOT_INITIALIZED;
+  CUSNAP_REAL(cuMemUnmap);
+  switch (table().Classify(ptr, size)) {
+    case RangeMatch::kNone:
+      return real_cuMemUnmap(ptr, size);
+    case RangeMatch::kPartial:
+      return RefusePartial("cuMemUnmap", ptr, size);
+    case RangeMatch::kCovers:
+      break;
+  }
+  EnsureEndpoint();
+  CUSNAP_QUIESCE_GATE();
+  const CUresult rc = real_cuMemUnmap(ptr, size);
+  if (rc != CUDA_SUCCESS) return rc;
+  ReleaseAll(table().RemoveMappings(ptr, size));
+  return CUDA_SUCCESS;
 }
 
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
-  auto real = driver().cuMemSetAccess;
-  return real ? real(ptr, size, desc, count) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  CUSNAP_REAL(cuMemSetAccess);
+  if (desc == nullptr || count == 0) return real_cuMemSetAccess(ptr, size, desc, count);
+  switch (table().Classify(ptr, size)) {
+    case RangeMatch::kNone:
+      return real_cuMemSetAccess(ptr, size, desc, count);
+    case RangeMatch::kPartial:
+      return RefusePartial("cuMemSetAccess", ptr, size);
+    case RangeMatch::kCovers:
+      break;
+  }
+  EnsureEndpoint();
+  CUSNAP_QUIESCE_GATE();
+  if (!table().AccessFits(ptr, size, desc, count)) {
+    CUSNAP_LOG_ERROR("cuMemSetAccess(0x%llx, %zu bytes): more than %u locations on one tracked "
+                     "mapping", static_cast<unsigned long long>(ptr), size, proto::kMaxAccess);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const CUresult rc = real_cuMemSetAccess(ptr, size, desc, count);
+  if (rc == CUDA_SUCCESS) {
+    table().MergeAccess(ptr, size, desc, count);
+  } else {
+    table().MarkAccessUnknown(ptr, size);  // the driver may have applied part of it
+  }
+  return rc;
 }
 
-CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr) {
-  auto real = driver().cuMemGetAccess;
-  return real ? real(flags, location, ptr) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  CUSNAP_REAL(cuMemGetAccess);
+  return real_cuMemGetAccess(flags, location, ptr);
 }
 
-CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  auto real = driver().cuMemExportToShareableHandle;
-  return real ? real(shareableHandle, handle, handleType, flags) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType handleType,
+                                      unsigned long long flags) {
+  if (shareableHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!IsTagged(handle)) {
+    CUSNAP_REAL(cuMemExportToShareableHandle);
+    return real_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+  }
+  EnsureEndpoint();
+  CUSNAP_QUIESCE_GATE();
+  if (!table().Knows(handle)) return CUDA_ERROR_INVALID_HANDLE;
+  if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    // Another kind of shareable handle would hand out the allocation behind cusnap's back.
+    CUSNAP_LOG_ERROR("cuMemExportToShareableHandle: handle type %d of a tracked allocation is "
+                     "not supported (only POSIX file descriptors)", static_cast<int>(handleType));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return ExportTicket(handle, static_cast<int*>(shareableHandle));
 }
 
-CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle * handle, void *osHandle, CUmemAllocationHandleType shHandleType) {
-  auto real = driver().cuMemImportFromShareableHandle;
-  return real ? real(handle, osHandle, shHandleType) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+                                        CUmemAllocationHandleType shHandleType) {
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    CUSNAP_REAL(cuMemImportFromShareableHandle);
+    CUmemGenericAllocationHandle real = 0;
+    const CUresult rc = real_cuMemImportFromShareableHandle(&real, osHandle, shHandleType);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
+    table().CountUntrackedImport(real);
+    *handle = real;
+    return CUDA_SUCCESS;
+  }
+  // The POSIX descriptor travels by value in the pointer (CUDA Driver API,
+  // cuMemImportFromShareableHandle).
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(osHandle));
+  CUSNAP_QUIESCE_GATE();
+  return ImportShareable(handle, fd);
 }
 
-CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle) {
-  auto real = driver().cuMemGetAllocationPropertiesFromHandle;
-  return real ? real(prop, handle) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                CUmemGenericAllocationHandle handle) {
+  CUSNAP_REAL(cuMemGetAllocationPropertiesFromHandle);
+  if (!IsTagged(handle)) return real_cuMemGetAllocationPropertiesFromHandle(prop, handle);
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUSNAP_QUIESCE_GATE();
+  PinScope pin(handle);
+  if (!pin) return CUDA_ERROR_INVALID_HANDLE;
+  if (!pin->has_real) return CUDA_ERROR_NOT_READY;
+  return real_cuMemGetAllocationPropertiesFromHandle(prop, pin->real);
 }
 
-CUresult cuMemGetAddressRange_v2(CUdeviceptr * pbase, size_t *psize, CUdeviceptr dptr) {
-  auto real = driver().cuMemGetAddressRange_v2;
-  return real ? real(pbase, psize, dptr) : CUDA_ERROR_NOT_INITIALIZED;
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  CUSNAP_REAL(cuMemGetAddressRange_v2);
+  return real_cuMemGetAddressRange_v2(pbase, psize, dptr);
 }
 
 }  // namespace cusnap::shim::hook

@@ -1,0 +1,68 @@
+// The process's control endpoint (DESIGN.md, "Endpoint"): a SOCK_SEQPACKET Unix socket
+// <control dir>/<pid>.sock, mode 0600 in a 0700 directory, peers checked by SO_PEERCRED
+// (same uid or root). Two threads, with every signal blocked so the application's handlers
+// never run on them:
+//  - the peer thread accepts every connection and answers kExport itself, from the export
+//    cache (a dup() sent by SCM_RIGHTS; no table lock, no CUDA call), so importers are served
+//    while application threads sit in long driver calls;
+//  - the control thread runs every other request, one at a time (control.h), handed over by
+//    the peer thread through a bounded queue (full: refused at once, nothing changed).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "common/error.h"
+#include "common/socket.h"
+
+namespace cusnap::shim {
+
+class Endpoint {
+ public:
+  /// Bounds (ms) on one connection's request and reply; a slow peer cannot hold a thread
+  /// longer than this.
+  static constexpr int kRequestTimeoutMs = 5'000;
+  static constexpr int kReplyTimeoutMs = 30'000;
+  /// Requests waiting for the control thread before new ones are refused.
+  static constexpr size_t kControlQueueLimit = 8;
+
+  /// Creates `control_dir` (mode 0700) if needed, removes sockets of dead processes there
+  /// (including a stale one at this pid's path), listens at EndpointPath(control_dir, pid)
+  /// and starts both threads. The Endpoint is never destroyed (threads may outlive exit
+  /// handlers). Errors name the path.
+  static Result<Endpoint*> Start(const std::string& control_dir);
+
+  /// Fork child only: closes the inherited listener (the threads do not exist in the child)
+  /// without touching the parent's socket file or any lock.
+  void AbandonAfterFork();
+
+  /// Removes the socket file if this process created it (exit).
+  void Unlink();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Pending {
+    int fd = -1;
+    Message request;
+  };
+
+  Endpoint() = default;
+  static void* PeerMain(void* self);
+  static void* ControlMain(void* self);
+  void ServeConnection(int fd);
+  void ServeExport(int fd, const proto::Header& request);
+  void Enqueue(int fd, Message request);
+
+  std::string path_;
+  int owner_pid_ = 0;
+  int listener_ = -1;
+  std::mutex queue_mutex_;
+  std::condition_variable queue_changed_;
+  std::deque<Pending> queue_;
+};
+
+}  // namespace cusnap::shim
