@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# The one entry point of the real-GPU tests (issues 2 and 3, "Must show (GPU,
+# nvidia-h200-x2)"). Runs every test in order, each under `timeout`, carries on after a
+# failure, and ends with one result line per test and the summary line
+#   GPU SUMMARY: <passed> passed, <failed> failed, <skipped> skipped
+#
+#   tests/gpu/run_all.sh <build dir> [test names...]
+#
+# <build dir>: a build configured with -DCUSNAP_BUILD_GPU_TESTS=ON (release preset advised:
+# the shim is preloaded into python3, which a sanitized shim cannot enter).
+# Test names (default: all, in this order): preflight pinned_baseline vmm_basic
+#   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
+#   share_checkpoint_host_numa cusnap_demo multicast_forward
+#
+# Environment:
+#   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
+#                           full log, $OUT/tests/<name>.log each test's output
+#   GPU_BUDGET_S            seconds for the whole run (default 540); a test gets what is left
+#   CUSNAP_ALLOW_MULTICAST  multicast tests run only when 1 (never on this project's machines)
+#   CUSNAP_GPU_SIM=1        run on the simulated driver (<build>/simcuda) instead: a check of
+#                           this script and the programs on a machine without a GPU
+# The console shows each test's start and result (and the tail of a failed test's output);
+# everything else is in the log (a running test's output grows in $OUT/tests/<name>.log).
+set -uo pipefail
+
+if [[ $# -lt 1 || ! -d $1 ]]; then
+  echo "usage: $0 <build dir> [test names...]" >&2
+  exit 2
+fi
+BUILD=$(cd "$1" && pwd)
+shift
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=${OUT:-./gpu-out}
+mkdir -p "$OUT/tests"
+OUT=$(cd "$OUT" && pwd)
+LOG=$OUT/gpu-tests.log
+: >"$LOG"
+
+# Never multicast on these machines (DRIVER-FACTS F9, machine notes); every child inherits.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CUSNAP_LOG=${CUSNAP_LOG:-warn}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-verify_asan_link_order=0:detect_leaks=0}
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+export CUSNAP_GPU_BUILD=$BUILD CUSNAP_GPU_OUT=$OUT CUSNAP_GPU_SRC=$SRC
+# Control directories live under a short /tmp path: socket paths must stay under 108 bytes.
+CUSNAP_GPU_CTL=$(mktemp -d /tmp/cusnap-gpu.XXXXXX)
+export CUSNAP_GPU_CTL
+export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/default
+mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
+if [[ ${CUSNAP_GPU_SIM:-0} == 1 ]]; then
+  export CUSNAP_GPU_SIM=1 CUSNAP_DRIVER=sim
+  export LD_LIBRARY_PATH=$BUILD/simcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  export CUSNAP_GPU_SIM=0 CUSNAP_DRIVER=real
+fi
+BIN=$BUILD/bin
+export BIN
+
+BUDGET_S=${GPU_BUDGET_S:-540}
+START_S=$SECONDS
+ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shim nccl_allreduce
+           share_checkpoint share_checkpoint_host_numa cusnap_demo multicast_forward)
+SELECTED=("$@")
+((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
+for name in "${SELECTED[@]}"; do
+  [[ " ${ALL_TESTS[*]} " == *" $name "* ]] || { echo "unknown test '$name' (known: ${ALL_TESTS[*]})" >&2; exit 2; }
+done
+
+# say: a line on the console and in the log.
+say() { echo "$*" | tee -a "$LOG"; }
+
+RESULTS=()
+PASSED=0 FAILED=0 SKIPPED=0
+record() {  # record <name> PASS|FAIL|SKIP <detail>
+  local line
+  line=$(printf 'GPU RESULT %-28s %s  %s' "$1" "$2" "$3")
+  RESULTS+=("$line")
+  say "$line"
+  case $2 in
+    PASS) PASSED=$((PASSED + 1)) ;;
+    SKIP) SKIPPED=$((SKIPPED + 1)) ;;
+    *) FAILED=$((FAILED + 1)) ;;
+  esac
+}
+
+# run_test <name> <timeout s> <function>: runs the exported test function in a child bash under
+# `timeout` (its process group is killed on expiry), output to the log and the test's log.
+run_test() {
+  local name=$1 limit=$2 body=$3
+  local left=$((BUDGET_S - (SECONDS - START_S) - 5))
+  if ((left < 20)); then
+    record "$name" FAIL "not run: the time budget (GPU_BUDGET_S=$BUDGET_S) is used up"
+    return
+  fi
+  ((limit > left)) && limit=$left
+  local test_log=$OUT/tests/$name.log
+  say "==== $name (timeout ${limit} s) $(date -u +%H:%M:%S)"
+  local began=$SECONDS
+  timeout -k 20 "$limit" bash -c "$body" >"$test_log" 2>&1
+  local rc=$?
+  cat "$test_log" >>"$LOG"
+  local took=$((SECONDS - began))
+  if ((rc == 0)); then
+    record "$name" PASS "(${took} s)"
+  elif ((rc == 77)); then
+    record "$name" SKIP "$(grep -m1 -o 'SKIP: .*' "$test_log" || echo 'skipped') (${took} s)"
+  else
+    local why="exit status $rc"
+    ((rc == 124 || rc == 137)) && why="timed out after ${limit} s"
+    record "$name" FAIL "$why (${took} s); last lines:"
+    tail -n 40 "$test_log" | sed 's/^/    | /'
+  fi
+}
+
+selected() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
+
+# pytest when the machine has it, else the file's own __main__ (same test function).
+pytest_or_python() {
+  if python3 -c 'import pytest' 2>/dev/null; then
+    echo "python3 -m pytest -s -v -p no:cacheprovider"
+  else
+    echo "python3"
+  fi
+}
+PYTEST=$(pytest_or_python)
+
+# ---------------------------------------------------------------------------------------
+# Test bodies: exported functions, each run by `timeout ... bash -c <function>` in a process
+# group of its own, with the variables above exported.
+
+t_preflight() {
+  echo "build: $CUSNAP_GPU_BUILD  driver: $CUSNAP_DRIVER  multicast allowed: ${CUSNAP_ALLOW_MULTICAST:-0}"
+  env | grep -E "^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS|CUSNAP_|CUDA_|LD_LIBRARY_PATH)=" | sort
+  if [[ $CUSNAP_GPU_SIM != 1 ]]; then
+    nvidia-smi || exit 1
+    nvidia-smi topo -m || true
+    python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"nccl\", torch.cuda.nccl.version(), \"gpus\", torch.cuda.device_count())" || echo "(no torch)"
+  fi
+  missing=0
+  for p in cusnap gpu_vmm_basic gpu_ticket_pair gpu_share_checkpoint gpu_pinned_baseline gpu_meminfo gpu_pair_launcher gpu_inspect gpu_multicast_forward; do
+    [[ -x $BIN/$p ]] || { echo "missing $BIN/$p (configure with -DCUSNAP_BUILD_GPU_TESTS=ON)"; missing=1; }
+  done
+  [[ -f $CUSNAP_GPU_BUILD/lib/libcusnap.so ]] || { echo "missing $CUSNAP_GPU_BUILD/lib/libcusnap.so"; missing=1; }
+  ((missing == 0)) || exit 1
+  "$BIN/gpu_meminfo" || exit 1
+  gpus=$("$BIN/gpu_meminfo" | grep -c "^gpu ")
+  echo "GPUs seen by the driver: $gpus"
+  ((gpus >= 2)) || { echo "these tests need two GPUs"; exit 1; }
+  "$BIN/cusnap" --help | head -20
+  preload=$("$BIN/cusnap" run -- /bin/sh -c "echo \$LD_PRELOAD")
+  echo "cusnap run sets LD_PRELOAD=$preload"
+  [[ $preload == *libcusnap.so* ]] || { echo "cusnap run did not preload libcusnap.so"; exit 1; }
+}
+
+t_pinned_baseline() {
+  "$BIN/gpu_pinned_baseline" --bytes "${GPU_BASELINE_BYTES:-4G}" --reps 3
+}
+
+t_vmm_basic() {
+  dir=$CUSNAP_GPU_OUT/vmm_basic
+  mkdir -p "$dir"
+  echo "--- without the shim"
+  env -u LD_PRELOAD "$BIN/gpu_vmm_basic" | tee "$dir/plain.out"
+  plain=${PIPESTATUS[0]}
+  echo "--- under cusnap run"
+  "$BIN/cusnap" run -- "$BIN/gpu_vmm_basic" | tee "$dir/shim.out"
+  shim=${PIPESTATUS[0]}
+  grep "^RESULT" "$dir/plain.out" >"$dir/plain.results"
+  grep "^RESULT" "$dir/shim.out" >"$dir/shim.results"
+  echo "--- exit status without the shim $plain, with it $shim; RESULT lines compared:"
+  if diff -u "$dir/plain.results" "$dir/shim.results"; then
+    echo "identical: $(wc -l <"$dir/plain.results") RESULT lines"
+  else
+    echo "RESULT lines differ with the shim"; exit 1
+  fi
+  grep -q "^RESULT done" "$dir/plain.results" || { echo "the program did not finish"; exit 1; }
+  ((plain == 0 && shim == 0))
+}
+
+t_ticket_pair_plain() {
+  env -u LD_PRELOAD "$BIN/gpu_pair_launcher" --stdin-to none -- "$BIN/gpu_ticket_pair" --bytes "${GPU_TICKET_BYTES:-256M}" --expect plain
+}
+
+t_ticket_pair_shim() {
+  export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/ticket
+  mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
+  "$BIN/cusnap" run -- "$BIN/gpu_pair_launcher" --stdin-to none -- "$BIN/gpu_ticket_pair" --bytes "${GPU_TICKET_BYTES:-256M}" --expect shim
+}
+
+t_nccl_allreduce() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_nccl_allreduce.py"
+}
+
+t_share_checkpoint() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
+}
+
+t_share_checkpoint_host_numa() {
+  export GPU_SHARE_NAME=host-numa GPU_SHARE_SIZES=${GPU_HN_SIZES:-64M,256M} GPU_SHARE_B_BYTES=64M
+  export GPU_SHARE_HOST_NUMA=${GPU_HN_BYTES:-64M} GPU_SHARE_CYCLES=1
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
+}
+
+t_cusnap_demo() {
+  export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/demo
+  mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
+  "$BIN/cusnap" demo
+}
+
+t_multicast_forward() {
+  "$BIN/cusnap" run -- "$BIN/gpu_multicast_forward"
+}
+export PYTEST
+export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
+  t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_cusnap_demo t_multicast_forward
+
+say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
+selected preflight && run_test preflight 120 t_preflight
+selected pinned_baseline && run_test pinned_baseline 240 t_pinned_baseline
+selected vmm_basic && run_test vmm_basic 180 t_vmm_basic
+selected ticket_pair_plain && run_test ticket_pair_plain 180 t_ticket_pair_plain
+selected ticket_pair_shim && run_test ticket_pair_shim 180 t_ticket_pair_shim
+if selected nccl_allreduce; then
+  if [[ $CUSNAP_GPU_SIM == 1 ]]; then
+    record nccl_allreduce SKIP "PyTorch + NCCL need real GPUs (CUSNAP_GPU_SIM=1)"
+  else
+    run_test nccl_allreduce 420 t_nccl_allreduce
+  fi
+fi
+selected share_checkpoint && run_test share_checkpoint 420 t_share_checkpoint
+selected share_checkpoint_host_numa && run_test share_checkpoint_host_numa 240 t_share_checkpoint_host_numa
+selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
+if selected multicast_forward; then
+  if [[ ${CUSNAP_ALLOW_MULTICAST:-0} == 1 ]]; then
+    run_test multicast_forward 120 t_multicast_forward
+  else
+    record multicast_forward SKIP "cuMulticastCreate is never called unless CUSNAP_ALLOW_MULTICAST=1 (DRIVER-FACTS F9)"
+  fi
+fi
+
+rm -rf "$CUSNAP_GPU_CTL"
+say ""
+say "==== results ($((SECONDS - START_S)) s; full log $LOG)"
+for line in "${RESULTS[@]}"; do say "$line"; done
+say "GPU SUMMARY: $PASSED passed, $FAILED failed, $SKIPPED skipped"
+((FAILED == 0))
