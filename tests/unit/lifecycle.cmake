@@ -10,3 +10,14 @@ cusnap_add_gtest(lifecycle_state_test
     ${CMAKE_SOURCE_DIR}/src/shim/quiesce.cc
   LIBS cusnap_common pthread
   LABELS unit lifecycle)
+
+# The host carrier in the test process, over the simulated driver loaded with dlopen.
+cusnap_add_gtest(carrier_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/carrier_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/carrier_sim_driver.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier.cc
+  LIBS cusnap_common dl pthread
+  LABELS unit lifecycle)
+add_dependencies(carrier_test simcuda_driver)
+target_include_directories(carrier_test PRIVATE ${CMAKE_SOURCE_DIR}/src/simcuda/include)

@@ -1,0 +1,323 @@
+// The host carrier (src/shim/carrier.h) on the simulated driver, in the test process: bytes
+// of device and HOST_NUMA allocations on two devices go to the arena and back into fresh
+// allocations at the same VAs; the arena is reused and only grows; it is registered with the
+// driver only while bytes move; eager mode provides it in the background.
+#include "shim/carrier.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "carrier_sim_driver.h"
+#include "simcuda/introspection.h"
+
+namespace cusnap::shim {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+using MemcpyHtoD = CUresult (*)(CUdeviceptr, const void*, size_t);
+using MemcpyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
+using HostGetFlags = CUresult (*)(unsigned*, void*);
+
+// One application allocation: its handle, its VA and where it lives.
+struct AppAllocation {
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = 0;
+  size_t size = 0;
+  CUmemAllocationProp prop{};
+  CUcontext context = nullptr;
+  CUdevice device = 0;
+};
+
+class HostCarrierTest : public ::testing::Test {
+ protected:
+  const DriverApi& api = test::SimDriver();
+  MemcpyHtoD htod = reinterpret_cast<MemcpyHtoD>(test::SimSymbol("cuMemcpyHtoD_v2"));
+  MemcpyDtoH dtoh = reinterpret_cast<MemcpyDtoH>(test::SimSymbol("cuMemcpyDtoH_v2"));
+
+  void SetUp() override {
+    ASSERT_NE(htod, nullptr);
+    ASSERT_NE(dtoh, nullptr);
+  }
+  void TearDown() override {
+    for (AppAllocation& a : allocations_) {
+      api.cuCtxPushCurrent_v2(a.context);
+      api.cuMemUnmap(a.va, a.size);
+      api.cuMemRelease(a.handle);
+      api.cuMemAddressFree(a.va, a.size);
+      CUcontext popped = nullptr;
+      api.cuCtxPopCurrent_v2(&popped);
+    }
+  }
+
+  CUcontext Primary(int ordinal) {
+    CUdevice device = 0;
+    EXPECT_EQ(api.cuDeviceGet(&device, ordinal), CUDA_SUCCESS);
+    CUcontext context = nullptr;
+    EXPECT_EQ(api.cuDevicePrimaryCtxRetain(&context, device), CUDA_SUCCESS);
+    return context;
+  }
+
+  // Creates a POSIX-capable allocation at `location`, maps it, gives `device` RW access.
+  AppAllocation& Create(size_t size, CUmemLocationType location, int location_id, int device) {
+    AppAllocation a;
+    a.size = size;
+    a.device = device;
+    a.context = Primary(device);
+    a.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    a.prop.location.type = location;
+    a.prop.location.id = location_id;
+    a.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    EXPECT_EQ(api.cuCtxPushCurrent_v2(a.context), CUDA_SUCCESS);
+    EXPECT_EQ(api.cuMemCreate(&a.handle, size, &a.prop, 0), CUDA_SUCCESS);
+    EXPECT_EQ(api.cuMemAddressReserve(&a.va, size, 0, 0, 0), CUDA_SUCCESS);
+    Map(a);
+    CUcontext popped = nullptr;
+    api.cuCtxPopCurrent_v2(&popped);
+    return allocations_.emplace_back(a);
+  }
+
+  void Map(const AppAllocation& a) {
+    ASSERT_EQ(api.cuMemMap(a.va, a.size, 0, a.handle, 0), CUDA_SUCCESS);
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = a.device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ASSERT_EQ(api.cuMemSetAccess(a.va, a.size, &access, 1), CUDA_SUCCESS);
+  }
+
+  // What the device would lose in a native checkpoint: a fresh allocation at the same VA.
+  void Replace(AppAllocation& a) {
+    ASSERT_EQ(api.cuCtxPushCurrent_v2(a.context), CUDA_SUCCESS);
+    ASSERT_EQ(api.cuMemUnmap(a.va, a.size), CUDA_SUCCESS);
+    ASSERT_EQ(api.cuMemRelease(a.handle), CUDA_SUCCESS);
+    ASSERT_EQ(api.cuMemCreate(&a.handle, a.size, &a.prop, 0), CUDA_SUCCESS);
+    Map(a);
+    CUcontext popped = nullptr;
+    api.cuCtxPopCurrent_v2(&popped);
+  }
+
+  static std::vector<uint32_t> Pattern(size_t bytes, uint32_t seed) {
+    std::vector<uint32_t> words(bytes / sizeof(uint32_t));
+    for (size_t i = 0; i < words.size(); ++i) words[i] = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    return words;
+  }
+  void Write(const AppAllocation& a, const std::vector<uint32_t>& words) {
+    ASSERT_EQ(api.cuCtxPushCurrent_v2(a.context), CUDA_SUCCESS);
+    ASSERT_EQ(htod(a.va, words.data(), a.size), CUDA_SUCCESS);
+    CUcontext popped = nullptr;
+    api.cuCtxPopCurrent_v2(&popped);
+  }
+  std::vector<uint32_t> Read(const AppAllocation& a) {
+    std::vector<uint32_t> words(a.size / sizeof(uint32_t));
+    EXPECT_EQ(api.cuCtxPushCurrent_v2(a.context), CUDA_SUCCESS);
+    EXPECT_EQ(dtoh(words.data(), a.va, a.size), CUDA_SUCCESS);
+    CUcontext popped = nullptr;
+    api.cuCtxPopCurrent_v2(&popped);
+    return words;
+  }
+  static CarrierSlot Slot(const AppAllocation& a) {
+    return CarrierSlot{a.handle, a.size, a.context, a.device};
+  }
+  static bool SameBytes(std::span<const std::byte> saved, const std::vector<uint32_t>& words) {
+    return saved.size() == words.size() * sizeof(uint32_t) &&
+           std::memcmp(saved.data(), words.data(), saved.size()) == 0;
+  }
+
+  std::vector<AppAllocation> allocations_;
+};
+
+TEST_F(HostCarrierTest, BytesOfTwoDevicesAndHostNumaRoundTrip) {
+  allocations_.reserve(3);
+  AppAllocation& on0 = Create(4 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  AppAllocation& on1 = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 1, 1);
+  AppAllocation& host = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0, 0);
+  const auto p0 = Pattern(on0.size, 0x1111), p1 = Pattern(on1.size, 0x2222),
+             ph = Pattern(host.size, 0x3333);
+  Write(on0, p0);
+  Write(on1, p1);
+  Write(host, ph);
+
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot slots[] = {Slot(on0), Slot(on1), Slot(host)};
+  Result<CarrierTransfer> saved = carrier.Save(slots);
+  ASSERT_TRUE(saved.ok()) << saved.error().message;
+  EXPECT_EQ(saved->bytes, 8 * kMiB);
+  EXPECT_EQ(carrier.saved_bytes(), 8 * kMiB);
+  EXPECT_TRUE(SameBytes(carrier.saved(0), p0));
+  EXPECT_TRUE(SameBytes(carrier.saved(1), p1));
+  EXPECT_TRUE(SameBytes(carrier.saved(2), ph));
+  EXPECT_GE(saved->ns, saved->copy_ns);
+
+  // Fresh allocations at the same VAs (what restore does), then the bytes come back.
+  Replace(on0);
+  Replace(on1);
+  Replace(host);
+  EXPECT_NE(Read(on0), p0);
+  const CarrierSlot fresh[] = {Slot(on0), Slot(on1), Slot(host)};
+  Result<CarrierTransfer> loaded = carrier.Load(fresh);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->bytes, 8 * kMiB);
+  EXPECT_EQ(Read(on0), p0);
+  EXPECT_EQ(Read(on1), p1);
+  EXPECT_EQ(Read(host), ph);
+}
+
+TEST_F(HostCarrierTest, ArenaIsRegisteredOnlyWhileBytesMove) {
+  AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot slots[] = {Slot(a)};
+  ASSERT_TRUE(carrier.Save(slots).ok());
+  auto get_flags = reinterpret_cast<HostGetFlags>(test::SimSymbol("cuMemHostGetFlags"));
+  ASSERT_NE(get_flags, nullptr);
+  unsigned flags = 0;
+  ASSERT_EQ(api.cuCtxPushCurrent_v2(a.context), CUDA_SUCCESS);
+  // Unregistered before the native checkpoint (DRIVER-FACTS "Speeds").
+  EXPECT_NE(get_flags(&flags, const_cast<std::byte*>(carrier.saved(0).data())), CUDA_SUCCESS);
+  CUcontext popped = nullptr;
+  api.cuCtxPopCurrent_v2(&popped);
+}
+
+TEST_F(HostCarrierTest, ArenaIsReusedAcrossCyclesAndOnlyGrows) {
+  allocations_.reserve(2);
+  AppAllocation& small = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  AppAllocation& big = Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 1, 1);
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  EXPECT_EQ(carrier.capacity(), 0u);
+
+  const CarrierSlot first[] = {Slot(small)};
+  Result<CarrierTransfer> one = carrier.Save(first);
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  const size_t capacity = carrier.capacity();
+  const std::byte* arena = carrier.saved(0).data();
+  EXPECT_GE(capacity, 2 * kMiB);
+
+  // The same bytes again: same arena, nothing provided.
+  carrier.Discard();
+  Result<CarrierTransfer> two = carrier.Save(first);
+  ASSERT_TRUE(two.ok()) << two.error().message;
+  EXPECT_EQ(carrier.capacity(), capacity);
+  EXPECT_EQ(carrier.saved(0).data(), arena);
+  EXPECT_EQ(two->provision_ns, 0u);
+
+  // More bytes: it grows, and keeps that size when fewer bytes come next.
+  const CarrierSlot both[] = {Slot(small), Slot(big)};
+  ASSERT_TRUE(carrier.Save(both).ok());
+  const size_t grown = carrier.capacity();
+  EXPECT_GE(grown, 8 * kMiB);
+  ASSERT_TRUE(carrier.Save(first).ok());
+  EXPECT_EQ(carrier.capacity(), grown);
+
+  // Provided ahead of time: the save provides nothing.
+  ASSERT_TRUE(carrier.Provision(32 * kMiB).ok());
+  EXPECT_GE(carrier.capacity(), 32 * kMiB);
+  Result<CarrierTransfer> ahead = carrier.Save(both);
+  ASSERT_TRUE(ahead.ok());
+  EXPECT_EQ(ahead->provision_ns, 0u);
+}
+
+TEST_F(HostCarrierTest, LoadRefusesALayoutOtherThanTheSavedOne) {
+  allocations_.reserve(2);
+  AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  AppAllocation& b = Create(4 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  const auto pattern = Pattern(a.size, 0x4444);
+  Write(a, pattern);
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot saved[] = {Slot(a)};
+  ASSERT_TRUE(carrier.Save(saved).ok());
+
+  const CarrierSlot wrong_size[] = {Slot(b)};
+  Result<CarrierTransfer> refused = carrier.Load(wrong_size);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, CUDA_ERROR_INVALID_VALUE);
+  const CarrierSlot too_many[] = {Slot(a), Slot(b)};
+  EXPECT_FALSE(carrier.Load(too_many).ok());
+  // Nothing moved: b still holds what it had, and the saved bytes are intact.
+  EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
+
+  carrier.Discard();
+  EXPECT_EQ(carrier.saved_bytes(), 0u);
+  EXPECT_FALSE(carrier.Load(saved).ok());
+}
+
+TEST_F(HostCarrierTest, SlotWithoutContextIsRefused) {
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot slots[] = {CarrierSlot{1, 2 * kMiB, nullptr, 0}};
+  Result<CarrierTransfer> refused = carrier.Save(slots);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_NE(refused.error().message.find("has no context"), std::string::npos);
+}
+
+TEST_F(HostCarrierTest, EagerModeProvidesInTheBackgroundLazyWaits) {
+  HostCarrier lazy(api, CarrierMode::kLazy);
+  lazy.Anticipate(8 * kMiB);
+  EXPECT_EQ(lazy.capacity(), 0u);
+
+  HostCarrier eager(api, CarrierMode::kEager);
+  eager.Anticipate(8 * kMiB);
+  while (eager.capacity() < 8 * kMiB) std::this_thread::yield();
+  eager.Anticipate(4 * kMiB);  // fewer tracked bytes never shrink it
+  eager.Anticipate(12 * kMiB);
+  while (eager.capacity() < 12 * kMiB) std::this_thread::yield();
+  EXPECT_GE(eager.capacity(), 12 * kMiB);
+}
+
+TEST_F(HostCarrierTest, FailedCopyIsReportedAndTheCarrierStaysUsable) {
+  AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  const auto pattern = Pattern(a.size, 0x5555);
+  Write(a, pattern);
+  auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
+      test::SimSymbol("simcuda_test_inject_fault"));
+  ASSERT_NE(inject, nullptr);
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot slots[] = {Slot(a)};
+  inject("cuMemcpyDtoHAsync", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+  Result<CarrierTransfer> failed = carrier.Save(slots);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_NE(failed.error().message.find("copying allocation handle"), std::string::npos)
+      << failed.error().message;
+  // Every enqueued copy was synchronized: the carrier is not poisoned and works again.
+  EXPECT_FALSE(carrier.poisoned());
+  Result<CarrierTransfer> saved = carrier.Save(slots);
+  ASSERT_TRUE(saved.ok()) << saved.error().message;
+  EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
+}
+
+TEST_F(HostCarrierTest, FailedSynchronizePoisonsTheArena) {
+  AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
+      test::SimSymbol("simcuda_test_inject_fault"));
+  ASSERT_NE(inject, nullptr);
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot slots[] = {Slot(a)};
+  inject("cuStreamSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+  Result<CarrierTransfer> failed = carrier.Save(slots);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, CUDA_ERROR_LAUNCH_FAILED);
+  // Completion unknown: the arena is never used, moved or freed again (SPEC K.3 #12).
+  EXPECT_TRUE(carrier.poisoned());
+  EXPECT_FALSE(carrier.Save(slots).ok());
+  EXPECT_FALSE(carrier.Provision(64 * kMiB).ok());
+}
+
+TEST(CarrierMode, ReadFromTheEnvironment) {
+  unsetenv("CUSNAP_CARRIER");
+  EXPECT_EQ(CarrierModeFromEnvironment(), CarrierMode::kLazy);
+  setenv("CUSNAP_CARRIER", "eager", 1);
+  EXPECT_EQ(CarrierModeFromEnvironment(), CarrierMode::kEager);
+  setenv("CUSNAP_CARRIER", "lazy", 1);
+  EXPECT_EQ(CarrierModeFromEnvironment(), CarrierMode::kLazy);
+  setenv("CUSNAP_CARRIER", "sometimes", 1);
+  EXPECT_EQ(CarrierModeFromEnvironment(), CarrierMode::kLazy);
+  unsetenv("CUSNAP_CARRIER");
+}
+
+}  // namespace
+}  // namespace cusnap::shim
