@@ -1,0 +1,168 @@
+// The checkpoint service thread (checkpoint_service.h).
+#include "checkpoint_service.h"
+
+#include "config.h"
+#include "devices.h"
+#include "gate.h"
+#include "vmm_checkpoint.h"
+
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace simcuda::checkpoint {
+namespace {
+
+struct Service {
+  std::mutex mutex;  // one request at a time
+  CUprocessState state = CU_PROCESS_STATE_RUNNING;
+  int listen_fd = -1;
+  int owner_pid = 0;  // the process that bound the socket (a forked child must not unlink it)
+  int thread_id = 0;
+};
+
+Service &service() {
+  static Service *s = new Service;  // never destroyed: the thread runs until the process ends
+  return *s;
+}
+
+void log_error(const char *what) {
+  std::fprintf(stderr, "simcuda[%d]: checkpoint service: %s: %s\n", static_cast<int>(getpid()), what, std::strerror(errno));
+}
+
+CUresult restore(const Request &req) {
+  std::array<int, kMaxDevices> device_map{};
+  for (int d = 0; d < kMaxDevices; ++d) device_map[static_cast<size_t>(d)] = d;
+  if (req.pair_count > kMaxGpuPairs) return CUDA_ERROR_INVALID_VALUE;
+  for (uint32_t i = 0; i < req.pair_count; ++i) {
+    auto from = devices::find(req.pairs[i].oldUuid);
+    auto to = devices::find(req.pairs[i].newUuid);
+    if (!from || !to) return CUDA_ERROR_INVALID_VALUE;  // names a GPU this machine does not have
+    device_map[static_cast<size_t>(*from)] = *to;
+  }
+  return vmm::restore_all(device_map);
+}
+
+Reply handle(Service &s, const Request &req) {
+  Reply reply;
+  switch (req.op) {
+    case Op::kGetState:
+      break;
+    case Op::kGetRestoreThreadId:
+      reply.restore_thread_id = s.thread_id;
+      break;
+    case Op::kLock:
+      if (s.state != CU_PROCESS_STATE_RUNNING) reply.result = CUDA_ERROR_ILLEGAL_STATE;
+      else if ((reply.result = gate::lock(req.timeout_ms)) == CUDA_SUCCESS) s.state = CU_PROCESS_STATE_LOCKED;
+      break;
+    case Op::kCheckpoint:
+      if (s.state != CU_PROCESS_STATE_LOCKED) reply.result = CUDA_ERROR_ILLEGAL_STATE;
+      else if ((reply.result = vmm::checkpoint_all()) == CUDA_SUCCESS) s.state = CU_PROCESS_STATE_CHECKPOINTED;
+      break;
+    case Op::kRestore:
+      // An importer stays CHECKPOINTED when its restore fails (DRIVER-FACTS F5).
+      if (s.state != CU_PROCESS_STATE_CHECKPOINTED) reply.result = CUDA_ERROR_ILLEGAL_STATE;
+      else if ((reply.result = restore(req)) == CUDA_SUCCESS) s.state = CU_PROCESS_STATE_LOCKED;
+      break;
+    case Op::kUnlock:
+      if (s.state != CU_PROCESS_STATE_LOCKED) {
+        reply.result = CUDA_ERROR_ILLEGAL_STATE;
+      } else {
+        gate::unlock();
+        s.state = CU_PROCESS_STATE_RUNNING;
+      }
+      break;
+    default:
+      reply.result = CUDA_ERROR_INVALID_VALUE;
+  }
+  reply.state = s.state;
+  return reply;
+}
+
+bool peer_allowed(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  return cred.uid == getuid() || cred.uid == 0;
+}
+
+void serve(int listen_fd) {
+  Service &s = service();
+  s.thread_id = static_cast<int>(syscall(SYS_gettid));
+  for (;;) {
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EBADF || errno == EINVAL) return;  // closed after fork
+      log_error("accept");
+      continue;
+    }
+    // A client that connects and sends nothing must not hold the service for ever.
+    timeval timeout{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    Request req;
+    ssize_t n = peer_allowed(fd) ? recv(fd, &req, sizeof req, 0) : -1;
+    if (n == static_cast<ssize_t>(sizeof req) && req.magic == kRequestMagic) {
+      Reply reply;
+      {
+        std::lock_guard lock(s.mutex);
+        reply = handle(s, req);
+      }
+      if (send(fd, &reply, sizeof reply, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof reply)) log_error("send");
+    }
+    close(fd);
+  }
+}
+
+__attribute__((destructor)) void remove_socket() {
+  Service &s = service();
+  if (s.owner_pid != 0 && s.owner_pid == getpid()) unlink(socket_path(s.owner_pid).c_str());
+}
+
+}  // namespace
+
+std::string socket_path(int pid) { return config().dir + "/" + std::to_string(pid) + ".sock"; }
+
+void start() {
+  Service &s = service();
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    log_error("socket");
+    return;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string path = socket_path(getpid());
+  if (path.size() >= sizeof addr.sun_path) {
+    std::fprintf(stderr, "simcuda[%d]: checkpoint service: socket path %s is too long\n", static_cast<int>(getpid()), path.c_str());
+    close(fd);
+    return;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  unlink(path.c_str());  // left by an earlier process with this pid
+  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 || listen(fd, 16) != 0) {
+    log_error(("bind/listen " + path).c_str());
+    close(fd);
+    return;
+  }
+  s.listen_fd = fd;
+  s.owner_pid = getpid();
+  std::thread(serve, fd).detach();
+}
+
+void forget_after_fork() {
+  Service &s = service();
+  if (s.listen_fd >= 0) close(s.listen_fd);
+  s.listen_fd = -1;
+  s.state = CU_PROCESS_STATE_RUNNING;
+}
+
+}  // namespace simcuda::checkpoint

@@ -1,0 +1,43 @@
+// The checkpoint service of a process that uses the driver: a thread started by cuInit that
+// listens on the Unix socket SIMCUDA_DIR/<pid>.sock and carries out the cuCheckpointProcess*
+// calls another process makes on this one (checkpoint_api.cc is the calling side).
+//
+// States (CUDA Driver API, "Checkpointing"): RUNNING -lock-> LOCKED -checkpoint-> CHECKPOINTED
+// -restore-> LOCKED -unlock-> RUNNING; any other transition is CUDA_ERROR_ILLEGAL_STATE.
+#pragma once
+
+#include "cuda_api.h"
+
+#include <cstdint>
+#include <string>
+
+namespace simcuda::checkpoint {
+
+/// Operations on the wire.
+enum class Op : uint32_t { kGetState = 1, kGetRestoreThreadId, kLock, kCheckpoint, kRestore, kUnlock };
+
+inline constexpr uint32_t kRequestMagic = 0x53434b31;  // "SCK1"
+inline constexpr unsigned kMaxGpuPairs = 8;
+
+struct Request {
+  uint32_t magic = kRequestMagic;
+  Op op = Op::kGetState;
+  uint32_t timeout_ms = 0;  // kLock: 0 = wait for ever
+  uint32_t pair_count = 0;  // kRestore: entries of `pairs` in use
+  CUcheckpointGpuPair pairs[kMaxGpuPairs] = {};
+};
+
+struct Reply {
+  int32_t result = CUDA_SUCCESS;
+  int32_t state = CU_PROCESS_STATE_RUNNING;
+  int32_t restore_thread_id = 0;
+};
+
+/// The service socket of process `pid`.
+std::string socket_path(int pid);
+/// Starts this process's service thread (once; cuInit calls it).
+void start();
+/// In a child after fork: the parent's service is not the child's (closes the listening socket).
+void forget_after_fork();
+
+}  // namespace simcuda::checkpoint

@@ -1,0 +1,177 @@
+// Helpers for the simulated-driver tests (tests/unit/simcuda_*_test.cc): the driver API in
+// internal mode (every versioned name as itself), a private SIMCUDA_DIR per test process,
+// child processes with pipe handshakes, and descriptor passing.
+#pragma once
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "simcuda/introspection.h"
+
+extern "C" {
+CUresult cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+                               CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+                               unsigned long long flags);
+CUresult cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+                                CUdeviceptr memptr, size_t size, unsigned long long flags);
+CUresult cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                  CUdriverProcAddressQueryResult *symbolStatus);
+}
+
+namespace simcuda_test {
+
+inline constexpr size_t kGranularity = size_t{2} << 20;
+
+// Gives this test process (and its children) a SIMCUDA_DIR of its own, so the memory ledger
+// and service sockets of tests running in parallel never meet; removed at exit.
+struct PrivateDir {
+  PrivateDir() {
+    char tmpl[] = "/tmp/simcuda-test-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) std::abort();
+    path = tmpl;
+    owner = getpid();
+    setenv("SIMCUDA_DIR", tmpl, 1);
+  }
+  ~PrivateDir() {
+    if (getpid() == owner) {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  }
+  std::string path;
+  pid_t owner;
+};
+inline PrivateDir private_dir;
+
+// A one-byte-at-a-time pipe handshake between a parent and a forked child.
+struct Pipe {
+  Pipe() {
+    if (pipe2(fds, O_CLOEXEC) != 0) std::abort();
+  }
+  ~Pipe() {
+    close(fds[0]);
+    close(fds[1]);
+  }
+  void send(char c) const { ASSERT_EQ(write(fds[1], &c, 1), 1); }
+  char receive() const {
+    char c = 0;
+    return read(fds[0], &c, 1) == 1 ? c : '\0';
+  }
+  int fds[2];
+};
+
+// A connected socket pair for SCM_RIGHTS.
+struct SocketPair {
+  SocketPair() {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) std::abort();
+  }
+  ~SocketPair() {
+    close(fds[0]);
+    close(fds[1]);
+  }
+  int fds[2];
+};
+
+inline void send_fd(int socket, int fd) {
+  char byte = 'F';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ASSERT_EQ(sendmsg(socket, &msg, MSG_NOSIGNAL), 1);
+}
+
+inline int receive_fd(int socket) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (recvmsg(socket, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return fd;
+}
+
+// Runs `body` in a forked child that exits with body's return value (never returns there).
+inline pid_t fork_child(const std::function<int()> &body) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  return pid;
+}
+
+// Waits for a child and returns its exit status (-1 if it did not exit normally).
+inline int wait_child(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Properties of a device allocation, optionally exportable as a POSIX descriptor.
+inline CUmemAllocationProp device_prop(int device, bool posix) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+  prop.requestedHandleTypes = posix ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  return prop;
+}
+
+// Reserves a range and maps `handle` there read-write for `device`.
+inline CUdeviceptr map_rw(CUmemGenericAllocationHandle handle, size_t size, int device) {
+  CUdeviceptr va = 0;
+  if (cuMemAddressReserve(&va, size, 0, 0, 0) != CUDA_SUCCESS) return 0;
+  if (cuMemMap(va, size, 0, handle, 0) != CUDA_SUCCESS) return 0;
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  if (cuMemSetAccess(va, size, &access, 1) != CUDA_SUCCESS) return 0;
+  return va;
+}
+
+// Makes the primary context of `device` current on this thread.
+inline CUcontext use_device(int device) {
+  CUcontext ctx = nullptr;
+  if (cuDevicePrimaryCtxRetain(&ctx, device) != CUDA_SUCCESS) return nullptr;
+  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return nullptr;
+  return ctx;
+}
+
+// Fills `size` bytes at `va` with a pattern derived from `seed`, through the driver.
+inline bool fill_pattern(CUdeviceptr va, size_t size, unsigned seed) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 131 + seed) & 0xff);
+  return cuMemcpyHtoD_v2(va, bytes.data(), size) == CUDA_SUCCESS;
+}
+
+// True when `size` bytes at `va` hold the pattern of `seed` (read through the driver).
+inline bool has_pattern(CUdeviceptr va, size_t size, unsigned seed) {
+  std::string bytes(size, '\0');
+  if (cuMemcpyDtoH_v2(bytes.data(), va, size) != CUDA_SUCCESS) return false;
+  for (size_t i = 0; i < size; ++i)
+    if (bytes[i] != static_cast<char>((i * 131 + seed) & 0xff)) return false;
+  return true;
+}
+
+}  // namespace simcuda_test
