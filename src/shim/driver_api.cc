@@ -12,6 +12,7 @@
 #include <new>
 
 #include "shim/dlsym.h"
+#include "shim/replacement.h"
 
 namespace cusnap::shim {
 namespace {
@@ -42,7 +43,9 @@ void* resolve_row(GetProcAddressV2 get_proc_address, const char* api_name, int s
       status != CU_GET_PROC_ADDRESS_SUCCESS) {
     return nullptr;
   }
-  return pointer;
+  // A driver that resolves its own names through the global scope would hand back the
+  // shim's wrappers; taking those as real pointers would make every wrapper call itself.
+  return is_wrapper(pointer) ? nullptr : pointer;
 }
 
 void fill_driver(DriverApi& table) {

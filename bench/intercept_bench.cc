@@ -1,0 +1,198 @@
+// intercept_bench: the cost the shim adds to an intercepted driver call (DESIGN.md goal:
+// under 100 ns per call), measured on the simulated driver. The same entry point is called
+// through the shim's exported wrapper and through the driver's own pointer, in one run, on
+// an allocation the shim does not track (the pass-through path every untracked call takes):
+//   cuMemGetAccess                           on a mapped 2 MiB range
+//   cuMemGetAllocationPropertiesFromHandle   on its allocation handle
+// and the difference (ns added per call) and the ratio are printed at the end.
+//
+// Run it from an optimized build (sanitizers distort every number):
+//   cmake --preset release && cmake --build --preset release --target intercept_bench
+//   build/release/bin/intercept_bench
+// It loads libcusnap.so and the simulated libcuda.so.1 from the build tree (paths compiled
+// in); no LD_PRELOAD is needed. Google Benchmark is used when CMake found it, otherwise a
+// plain timer loop (best of 5 batches of 2,000,000 calls).
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "shim/cuda_abi.h"
+
+#ifdef CUSNAP_HAVE_BENCHMARK
+#include <benchmark/benchmark.h>
+#endif
+
+namespace {
+
+using GetAccess = CUresult (*)(unsigned long long*, const CUmemLocation*, CUdeviceptr);
+using GetProperties = CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
+
+struct Subject {
+  GetAccess get_access;
+  GetProperties get_properties;
+};
+
+Subject g_driver{}, g_shim{};
+CUdeviceptr g_va = 0;
+CUmemGenericAllocationHandle g_handle = 0;
+CUmemLocation g_location{};
+
+void* open_or_die(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    std::fprintf(stderr, "intercept_bench: dlopen %s: %s\n", path.c_str(), dlerror());
+    std::exit(2);
+  }
+  return handle;
+}
+
+template <typename F>
+F symbol_or_die(void* library, const char* name) {
+  void* found = dlsym(library, name);
+  if (found == nullptr) {
+    std::fprintf(stderr, "intercept_bench: %s not found\n", name);
+    std::exit(2);
+  }
+  return reinterpret_cast<F>(found);
+}
+
+void check(CUresult rc, const char* what) {
+  if (rc != CUDA_SUCCESS) {
+    std::fprintf(stderr, "intercept_bench: %s failed with CUresult %d\n", what, static_cast<int>(rc));
+    std::exit(2);
+  }
+}
+
+// Loads both libraries and maps one untracked 2 MiB allocation (created through the
+// driver's own pointers, so the shim never sees it) with read-write access on device 0.
+void set_up() {
+  void* libcuda = open_or_die(std::string(CUSNAP_BENCH_SIMCUDA_DIR) + "/libcuda.so.1");
+  void* shim = open_or_die(CUSNAP_BENCH_SHIM);
+  g_driver = {symbol_or_die<GetAccess>(libcuda, "cuMemGetAccess"),
+              symbol_or_die<GetProperties>(libcuda, "cuMemGetAllocationPropertiesFromHandle")};
+  g_shim = {symbol_or_die<GetAccess>(shim, "cuMemGetAccess"),
+            symbol_or_die<GetProperties>(shim, "cuMemGetAllocationPropertiesFromHandle")};
+
+  check(symbol_or_die<CUresult (*)(unsigned)>(libcuda, "cuInit")(0), "cuInit");
+  CUcontext context = nullptr;
+  check(symbol_or_die<CUresult (*)(CUcontext*, CUdevice)>(libcuda, "cuDevicePrimaryCtxRetain")(&context, 0),
+        "cuDevicePrimaryCtxRetain");
+  check(symbol_or_die<CUresult (*)(CUcontext)>(libcuda, "cuCtxSetCurrent")(context), "cuCtxSetCurrent");
+  constexpr size_t kSize = size_t{2} << 20;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  check(symbol_or_die<decltype(&cuMemCreate)>(libcuda, "cuMemCreate")(&g_handle, kSize, &prop, 0), "cuMemCreate");
+  check(symbol_or_die<decltype(&cuMemAddressReserve)>(libcuda, "cuMemAddressReserve")(&g_va, kSize, 0, 0, 0),
+        "cuMemAddressReserve");
+  check(symbol_or_die<decltype(&cuMemMap)>(libcuda, "cuMemMap")(g_va, kSize, 0, g_handle, 0), "cuMemMap");
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check(symbol_or_die<decltype(&cuMemSetAccess)>(libcuda, "cuMemSetAccess")(g_va, kSize, &access, 1),
+        "cuMemSetAccess");
+  g_location = prop.location;
+  unsigned long long flags = 0;
+  check(g_shim.get_access(&flags, &g_location, g_va), "cuMemGetAccess through the shim");
+  CUmemAllocationProp got{};
+  check(g_shim.get_properties(&got, g_handle), "cuMemGetAllocationPropertiesFromHandle through the shim");
+}
+
+inline CUresult call_get_access(const Subject& s) {
+  unsigned long long flags = 0;
+  return s.get_access(&flags, &g_location, g_va);
+}
+
+inline CUresult call_get_properties(const Subject& s) {
+  CUmemAllocationProp prop{};
+  return s.get_properties(&prop, g_handle);
+}
+
+// Prints, per entry point, ns per call both ways, the ns the shim adds and the ratio.
+void print_summary(const std::map<std::string, double>& ns_per_call) {
+  std::printf("\n%-40s %12s %12s %12s %8s\n", "entry point", "driver ns", "shim ns", "added ns", "ratio");
+  for (const char* name : {"cuMemGetAccess", "cuMemGetAllocationPropertiesFromHandle"}) {
+    auto direct = ns_per_call.find(std::string(name) + "/driver");
+    auto shim = ns_per_call.find(std::string(name) + "/shim");
+    if (direct == ns_per_call.end() || shim == ns_per_call.end()) continue;
+    std::printf("%-40s %12.1f %12.1f %12.1f %8.2f\n", name, direct->second, shim->second,
+                shim->second - direct->second, shim->second / direct->second);
+  }
+}
+
+#ifdef CUSNAP_HAVE_BENCHMARK
+
+void BM_GetAccess(benchmark::State& state, const Subject* subject) {
+  for (auto _ : state) benchmark::DoNotOptimize(call_get_access(*subject));
+}
+void BM_GetProperties(benchmark::State& state, const Subject* subject) {
+  for (auto _ : state) benchmark::DoNotOptimize(call_get_properties(*subject));
+}
+
+// Keeps each run's ns per iteration for the summary.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, double> ns_per_call;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration) continue;
+      double seconds = run.real_accumulated_time / static_cast<double>(run.iterations);
+      ns_per_call[run.benchmark_name()] = seconds * 1e9;
+    }
+  }
+};
+
+#else
+
+// Best of 5 batches, ns per call.
+template <typename Call>
+double time_calls(Call call) {
+  constexpr int kBatches = 5;
+  constexpr long kCalls = 2'000'000;
+  double best = 1e300;
+  for (int batch = 0; batch < kBatches; ++batch) {
+    auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < kCalls; ++i) {
+      CUresult rc = call();
+      asm volatile("" : : "r"(rc) : "memory");
+    }
+    std::chrono::duration<double, std::nano> elapsed = std::chrono::steady_clock::now() - start;
+    best = std::min(best, elapsed.count() / kCalls);
+  }
+  return best;
+}
+
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  set_up();
+#ifdef CUSNAP_HAVE_BENCHMARK
+  benchmark::RegisterBenchmark("cuMemGetAccess/driver", BM_GetAccess, &g_driver);
+  benchmark::RegisterBenchmark("cuMemGetAccess/shim", BM_GetAccess, &g_shim);
+  benchmark::RegisterBenchmark("cuMemGetAllocationPropertiesFromHandle/driver", BM_GetProperties, &g_driver);
+  benchmark::RegisterBenchmark("cuMemGetAllocationPropertiesFromHandle/shim", BM_GetProperties, &g_shim);
+  benchmark::Initialize(&argc, argv);
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  print_summary(reporter.ns_per_call);
+#else
+  (void)argc;
+  (void)argv;
+  std::map<std::string, double> ns_per_call;
+  ns_per_call["cuMemGetAccess/driver"] = time_calls([] { return call_get_access(g_driver); });
+  ns_per_call["cuMemGetAccess/shim"] = time_calls([] { return call_get_access(g_shim); });
+  ns_per_call["cuMemGetAllocationPropertiesFromHandle/driver"] = time_calls([] { return call_get_properties(g_driver); });
+  ns_per_call["cuMemGetAllocationPropertiesFromHandle/shim"] = time_calls([] { return call_get_properties(g_shim); });
+  print_summary(ns_per_call);
+#endif
+  return 0;
+}

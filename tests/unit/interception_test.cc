@@ -1,0 +1,331 @@
+// Every intercepted symbol through every resolver path lands in the shim's wrapper; every
+// other answer is the driver's own (issue 2, "Must show"). interception_probe does the
+// lookups in a child process on the simulated driver, once without the shim (the baseline:
+// what the driver and runtime answer) and once with the shim preloaded; this test compares
+// the two line by line:
+//   - rc and status are identical (failures and not-found / version-not-sufficient statuses
+//     pass through unchanged, DRIVER-FACTS F10);
+//   - where the baseline pointer is a CUDA library's function X and X's name is intercepted,
+//     the shim's answer is the wrapper of row X: the wrapper of the ABI the driver returned;
+//   - every other pointer is the same function in both runs.
+// The list of intercepted names comes from entry_points.def (X-macro), never a hand list.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+struct TableRow {
+  const char* symbol;
+  const char* api_name;
+  bool runtime;
+};
+
+const std::vector<TableRow> kTable = {
+#define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) {#symbol, api_name, false},
+#define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) {#symbol, api_name, true},
+#include "shim/entry_points.def"
+};
+
+bool is_table_symbol(const std::string& name) {
+  for (const TableRow& row : kTable) {
+    if (name == row.symbol) return true;
+  }
+  return false;
+}
+
+bool is_driver_api_name(const std::string& name) {
+  for (const TableRow& row : kTable) {
+    if (!row.runtime && name == row.api_name) return true;
+  }
+  return false;
+}
+
+bool is_resolver_path(const std::string& path) {
+  return path.rfind("cuGetProcAddress", 0) == 0 || path.rfind("cudaGetDriverEntryPoint", 0) == 0;
+}
+
+struct Answer {
+  std::string rc, status, pointer;
+};
+
+// path|name|version|flags -> answer
+using Answers = std::map<std::string, Answer>;
+
+struct ProbeRun {
+  int exit_status = -1;
+  std::string output;
+  Answers answers;
+  std::string build_info;
+};
+
+std::string env_or_fail(const char* name) {
+  const char* value = std::getenv(name);
+  EXPECT_NE(value, nullptr) << name << " is not set (run through ctest)";
+  return value != nullptr ? value : "";
+}
+
+// Runs interception_probe <mode> with the simulated driver at `driver_version`, with
+// LD_PRELOAD=`preload` (none when empty); stdout is captured, stderr is inherited.
+ProbeRun run_probe(const std::string& mode, const std::string& preload, const std::string& driver_version) {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string e = *entry;
+    if (e.rfind("LD_PRELOAD=", 0) == 0 || e.rfind("LD_LIBRARY_PATH=", 0) == 0 ||
+        e.rfind("SIMCUDA_DRIVER_VERSION=", 0) == 0) {
+      continue;
+    }
+    env.push_back(e);
+  }
+  env.push_back("LD_LIBRARY_PATH=" + env_or_fail("CUSNAP_TEST_SIMCUDA_DIR"));
+  env.push_back("SIMCUDA_DRIVER_VERSION=" + driver_version);
+  if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string probe = CUSNAP_TEST_PROBE;
+  std::vector<char*> argv = {probe.data(), const_cast<char*>(mode.c_str()), nullptr};
+
+  ProbeRun run;
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return run;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(out[1]);
+  char buffer[65536];
+  for (;;) {
+    ssize_t got = read(out[0], buffer, sizeof buffer);
+    if (got > 0) {
+      run.output.append(buffer, static_cast<size_t>(got));
+    } else if (got == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(out[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  run.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+
+  std::istringstream lines(run.output);
+  std::string text;
+  while (std::getline(lines, text)) {
+    std::vector<std::string> f;
+    std::stringstream fields(text);
+    std::string field;
+    while (std::getline(fields, field, '|')) f.push_back(field);
+    if (f.size() == 2 && f[0] == "build-info") run.build_info = f[1];
+    if (f.size() != 7) continue;
+    run.answers[f[0] + "|" + f[1] + "|" + f[2] + "|" + f[3]] = {f[4], f[5], f[6]};
+  }
+  return run;
+}
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream stream(key);
+  std::string part;
+  while (std::getline(stream, part, '|')) parts.push_back(part);
+  return parts;
+}
+
+// "libcuda.so.1:cuMemCreate" -> "cuMemCreate" when the pointer is exactly an exported
+// function of a CUDA library; "" otherwise.
+std::string cuda_function_name(const std::string& pointer) {
+  if (pointer.rfind("libcuda.so", 0) != 0 && pointer.rfind("libcudart.so", 0) != 0) return "";
+  std::string name = pointer.substr(pointer.find(':') + 1);
+  return name.find('+') == std::string::npos ? name : "";
+}
+
+// The comparison described at the top of this file, for one simulated driver version.
+void compare_with_baseline(const std::string& driver_version, Answers* shim_answers) {
+  ProbeRun baseline = run_probe("walk", "", driver_version);
+  ProbeRun shim = run_probe("walk", env_or_fail("CUSNAP_TEST_SHIM"), driver_version);
+  ASSERT_EQ(baseline.exit_status, 0) << baseline.output;
+  ASSERT_EQ(shim.exit_status, 0) << shim.output;
+  ASSERT_GT(baseline.answers.size(), 1000u) << baseline.output;
+  ASSERT_EQ(baseline.answers.size(), shim.answers.size());
+  EXPECT_NE(shim.build_info.find("cusnap "), std::string::npos) << shim.build_info;
+  for (const auto& [key, expected] : baseline.answers) {
+    auto found = shim.answers.find(key);
+    ASSERT_NE(found, shim.answers.end()) << key;
+    const Answer& got = found->second;
+    std::vector<std::string> k = split_key(key);
+    const std::string& path = k[0];
+    const std::string& name = k[1];
+    EXPECT_EQ(got.rc, expected.rc) << key;
+    EXPECT_EQ(got.status, expected.status) << key;
+    bool intercepted = is_resolver_path(path) ? is_driver_api_name(name) : is_table_symbol(name);
+    std::string function = cuda_function_name(expected.pointer);
+    if (intercepted && !function.empty()) {
+      EXPECT_TRUE(is_table_symbol(function)) << key << ": the driver returned " << expected.pointer
+                                             << ", an ABI the interception table lacks";
+      EXPECT_EQ(got.pointer, "shim:" + function) << key << " (driver: " << expected.pointer << ")";
+    } else {
+      EXPECT_EQ(got.pointer, expected.pointer) << key;
+    }
+  }
+  *shim_answers = shim.answers;
+}
+
+const Answer& at(const Answers& answers, const std::string& key) {
+  static const Answer kMissing{"missing", "missing", "missing"};
+  auto found = answers.find(key);
+  EXPECT_NE(found, answers.end()) << key;
+  return found != answers.end() ? found->second : kMissing;
+}
+
+TEST(Interception, EveryPathLandsInTheWrapperOnA131Driver) {
+  Answers shim;
+  compare_with_baseline("13010", &shim);
+  if (HasFatalFailure()) return;
+  // Coverage: every row reached through every path (at some version and flag for the
+  // versioned resolvers), so no row of the table is left unwalked.
+  std::map<std::string, std::set<std::string>> reached;  // path -> wrappers seen
+  for (const auto& [key, answer] : shim) {
+    if (answer.pointer.rfind("shim:", 0) == 0) reached[split_key(key)[0]].insert(answer.pointer.substr(5));
+  }
+  for (const TableRow& row : kTable) {
+    std::vector<std::string> paths = {"direct", "rtld-default", "rtld-next",
+                                      row.runtime ? "dlsym-libcudart" : "dlsym-libcuda"};
+    if (!row.runtime) {
+      for (const char* p : {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetProcAddress_v2_ptsz",
+                            "cudaGetDriverEntryPointByVersion", "cudaGetDriverEntryPointByVersion_ptsz"}) {
+        paths.emplace_back(p);
+      }
+    }
+    for (const std::string& path : paths) {
+      EXPECT_EQ(reached[path].count(row.symbol), 1u) << row.symbol << " never reached through " << path;
+    }
+  }
+  for (const TableRow& row : kTable) {
+    for (const char* path : {"direct", "rtld-default", "rtld-next"}) {
+      EXPECT_EQ(at(shim, std::string(path) + "|" + row.symbol + "|-|-").pointer,
+                std::string("shim:") + row.symbol);
+    }
+  }
+}
+
+TEST(Interception, EveryPathLandsInTheWrapperOnA130Driver) {
+  Answers shim;
+  compare_with_baseline("13000", &shim);
+}
+
+// The device-explicit multicast bind ABI (CUDA 13.1) is handed out for 13010 and later,
+// the original below it, through the driver's and the runtime's resolvers alike.
+TEST(Interception, MulticastBindAbiFollowsTheRequestedVersion) {
+  Answers shim;
+  compare_with_baseline("13010", &shim);
+  if (HasFatalFailure()) return;
+  for (const char* api : {"cuMulticastBindMem", "cuMulticastBindAddr"}) {
+    for (const char* path : {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetProcAddress_v2_ptsz",
+                             "cudaGetDriverEntryPointByVersion"}) {
+      for (const char* flags : {"0", "1", "2"}) {
+        std::string prefix = std::string(path) + "|" + api + "|";
+        EXPECT_EQ(at(shim, prefix + "13010|" + flags).pointer, std::string("shim:") + api + "_v2") << prefix;
+        EXPECT_EQ(at(shim, prefix + "13000|" + flags).pointer, std::string("shim:") + api) << prefix;
+        EXPECT_EQ(at(shim, prefix + "12000|" + flags).pointer, "null") << prefix;  // since 12010
+      }
+    }
+  }
+}
+
+// DRIVER-FACTS F10 on a 13.0 driver: asking for 13010 is CUDA_ERROR_INVALID_VALUE, and the
+// shim passes it through (the baseline comparison checks it equals the driver's answer).
+TEST(Interception, NewerThanTheDriverFailsUnchangedOnA130Driver) {
+  Answers shim;
+  compare_with_baseline("13000", &shim);
+  if (HasFatalFailure()) return;
+  const std::string invalid_value = std::to_string(1);  // CUDA_ERROR_INVALID_VALUE
+  for (const char* path : {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetProcAddress_v2_ptsz"}) {
+    const Answer& a = at(shim, std::string(path) + "|cuMulticastBindMem|13010|0");
+    EXPECT_EQ(a.rc, invalid_value) << path;
+    EXPECT_EQ(a.pointer, "null") << path;
+    EXPECT_EQ(at(shim, std::string(path) + "|cuMulticastBindMem|13000|0").pointer, "shim:cuMulticastBindMem");
+  }
+}
+
+// Unknown names and too-old versions: the statuses of F10, unchanged.
+TEST(Interception, NotFoundAndVersionNotSufficientComeBackUnchanged) {
+  Answers shim;
+  compare_with_baseline("13010", &shim);
+  if (HasFatalFailure()) return;
+  const Answer& unknown = at(shim, "cuGetProcAddress_v2|cuNoSuchEntryPoint|13000|0");
+  EXPECT_EQ(unknown.rc, "0");
+  EXPECT_EQ(unknown.status, "1"  /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */);
+  EXPECT_EQ(unknown.pointer, "null");
+  const Answer& too_old = at(shim, "cuGetProcAddress_v2|cuMemCreate|9000|0");
+  EXPECT_EQ(too_old.rc, "0");
+  EXPECT_EQ(too_old.status, "2"  /* CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT */);
+  EXPECT_EQ(too_old.pointer, "null");
+  EXPECT_EQ(at(shim, "cuGetProcAddress|cuNoSuchEntryPoint|13000|0").rc, "500");  // CUDA_ERROR_NOT_FOUND
+  const Answer& runtime_unknown = at(shim, "cudaGetDriverEntryPointByVersion|cuNoSuchEntryPoint|13000|0");
+  EXPECT_EQ(runtime_unknown.rc, "0");
+  EXPECT_EQ(runtime_unknown.status, "1");  // cudaDriverEntryPointSymbolNotFound
+  EXPECT_EQ(runtime_unknown.pointer, "null");
+}
+
+// Asking a resolver for cuGetProcAddress itself gives the shim's resolver of the matching
+// ABI: legacy from 11030, _v2 from 12000, _v2_ptsz with the per-thread flag.
+TEST(Interception, CuGetProcAddressResolvesToTheShimsResolver) {
+  Answers shim;
+  compare_with_baseline("13010", &shim);
+  if (HasFatalFailure()) return;
+  for (const char* path : {"cuGetProcAddress", "cuGetProcAddress_v2", "cudaGetDriverEntryPointByVersion"}) {
+    std::string prefix = std::string(path) + "|cuGetProcAddress|";
+    EXPECT_EQ(at(shim, prefix + "11030|0").pointer, "shim:cuGetProcAddress") << path;
+    EXPECT_EQ(at(shim, prefix + "12000|0").pointer, "shim:cuGetProcAddress_v2") << path;
+    EXPECT_EQ(at(shim, prefix + "13010|0").pointer, "shim:cuGetProcAddress_v2") << path;
+    EXPECT_EQ(at(shim, prefix + "13000|2").pointer, "shim:cuGetProcAddress_v2_ptsz") << path;
+  }
+  EXPECT_EQ(at(shim, "cuGetProcAddress_v2_ptsz|cuGetProcAddress|13000|0").pointer, "shim:cuGetProcAddress_v2_ptsz");
+  EXPECT_EQ(at(shim, "cudaGetDriverEntryPoint_ptsz|cuGetProcAddress|-|0").pointer, "shim:cuGetProcAddress_v2_ptsz");
+}
+
+// Names outside the table are the driver's own functions, per-thread forms included.
+TEST(Interception, OtherNamesAreTheDriversOwnFunctions) {
+  Answers shim;
+  compare_with_baseline("13010", &shim);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(at(shim, "cuGetProcAddress_v2|cuMemcpyAsync|13000|2").pointer, "libcuda.so.1:cuMemcpyAsync_ptsz");
+  EXPECT_EQ(at(shim, "cuGetProcAddress_v2|cuMemcpyAsync|13000|0").pointer, "libcuda.so.1:cuMemcpyAsync");
+  EXPECT_EQ(at(shim, "cuGetProcAddress_v2|cuMemAlloc|13000|0").pointer, "libcuda.so.1:cuMemAlloc_v2");
+  EXPECT_EQ(at(shim, "dlsym-libcuda|cuMemGetAllocationGranularity|-|-").pointer,
+            "libcuda.so.1:cuMemGetAllocationGranularity");
+}
+
+// RTLD_NEXT keeps the caller's scope: an interposer preloaded after the shim gets what
+// follows it (libcuda's function), never itself; its own same-named symbol is never
+// replaced, and lookups from the program still land in the shim.
+TEST(Interception, RtldNextSearchesAfterTheCallerAndForeignSymbolsStay) {
+  std::string preload = env_or_fail("CUSNAP_TEST_SHIM") + ":" + CUSNAP_TEST_INTERPOSER;
+  ProbeRun run = run_probe("scope", preload, "13010");
+  ASSERT_EQ(run.exit_status, 0) << run.output;
+  EXPECT_EQ(at(run.answers, "interposer-next|cuMemGetAccess|-|-").pointer, "libcuda.so.1:cuMemGetAccess");
+  EXPECT_EQ(at(run.answers, "interposer-next|interposer_next|-|-").pointer, "null");
+  EXPECT_EQ(at(run.answers, "dlsym-interposer|cuMemGetAccess|-|-").pointer,
+            "libinterception_interposer.so:cuMemGetAccess");
+  EXPECT_EQ(at(run.answers, "rtld-default|cuMemGetAccess|-|-").pointer, "shim:cuMemGetAccess");
+  EXPECT_EQ(at(run.answers, "rtld-next|cuMemGetAccess|-|-").pointer, "shim:cuMemGetAccess");
+}
+
+}  // namespace
