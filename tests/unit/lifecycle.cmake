@@ -9,7 +9,7 @@ cusnap_add_gtest(lifecycle_state_test
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle.cc
     ${CMAKE_SOURCE_DIR}/src/shim/quiesce.cc
   LIBS cusnap_common pthread
-  LABELS unit lifecycle)
+  LABELS unit)
 
 # The host carrier in the test process, over the simulated driver loaded with dlopen.
 cusnap_add_gtest(carrier_test
@@ -18,6 +18,20 @@ cusnap_add_gtest(carrier_test
     ${CMAKE_CURRENT_LIST_DIR}/carrier_sim_driver.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier.cc
   LIBS cusnap_common dl pthread
-  LABELS unit lifecycle)
+  LABELS unit)
 add_dependencies(carrier_test simcuda_driver)
 target_include_directories(carrier_test PRIVATE ${CMAKE_SOURCE_DIR}/src/simcuda/include)
+
+# The whole unicast cycle across processes: two peers (creator, importer) with the shim
+# preloaded over the simulated driver, driven over their endpoints by the test.
+add_executable(lifecycle_cycle_peer ${CMAKE_CURRENT_LIST_DIR}/lifecycle_cycle_peer.cc)
+cusnap_warnings(lifecycle_cycle_peer)
+target_link_libraries(lifecycle_cycle_peer PRIVATE simcuda_driver cusnap_cuda_headers)
+cusnap_add_gtest(lifecycle_cycle_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/lifecycle_cycle_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/carrier_sim_driver.cc
+  LIBS cusnap_common dl pthread
+  LABELS integration)
+add_dependencies(lifecycle_cycle_test lifecycle_cycle_peer cusnap_shim simcuda_driver)
+target_include_directories(lifecycle_cycle_test PRIVATE ${CMAKE_SOURCE_DIR}/src/simcuda/include)

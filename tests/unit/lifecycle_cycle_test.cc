@@ -1,0 +1,294 @@
+// The whole unicast checkpoint/restore cycle, shim side, across processes (no CLI): a
+// creator and an importer (lifecycle_cycle_peer) run with the shim preloaded over the
+// simulated driver; this test drives their endpoints with endpoint_client.h through
+// QUIESCE .. RELEASE, takes the native lock + checkpoint + restore + unlock itself through
+// the simulated driver's cuCheckpointProcess* API, then REALLOCATE, IMPORT, the multicast
+// steps and ACTIVATE. Twice, so the carrier arena is reused. After each cycle every byte,
+// every VA and every INSPECT record is what it was, a write in one process is read by the
+// other, and an application call made during the window waited for ACTIVATE.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "carrier_sim_driver.h"
+#include "common/endpoint_client.h"
+#include "common/protocol.h"
+#include "common/socket.h"
+#include "simcuda/introspection.h"
+
+extern char** environ;
+
+namespace cusnap {
+namespace {
+
+using proto::Op;
+using proto::Phase;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr int kRequestTimeoutMs = 60'000;
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+std::string MakeTempDir(const char* tag) {
+  std::string pattern = "/tmp/cusnap-" + std::string(tag) + "-XXXXXX";
+  char* made = mkdtemp(pattern.data());
+  return made != nullptr ? made : "";
+}
+
+// One peer process and the pipes to its stdin and stdout.
+struct Peer {
+  pid_t pid = -1;
+  FILE* in = nullptr;   // its stdin
+  FILE* out = nullptr;  // its stdout
+  std::string name;
+
+  std::string Line() {
+    char line[512];
+    if (std::fgets(line, sizeof line, out) == nullptr) return "<eof>";
+    std::string text(line);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+  }
+  void Send(const std::string& command) {
+    std::fprintf(in, "%s\n", command.c_str());
+    std::fflush(in);
+  }
+  std::string Ask(const std::string& command) {
+    Send(command);
+    return Line();
+  }
+  // True when a reply line is waiting (no wait).
+  bool ReplyPending() {
+    pollfd p{fileno(out), POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
+  }
+};
+
+class LifecycleCycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    control_dir_ = MakeTempDir("ctl");
+    sim_dir_ = MakeTempDir("sim");
+    ASSERT_FALSE(control_dir_.empty());
+    ASSERT_FALSE(sim_dir_.empty());
+    // This process talks to the peers' simulated drivers (checkpoint service, ledger).
+    setenv("SIMCUDA_DIR", sim_dir_.c_str(), 1);
+    ASSERT_FALSE(Env("CUSNAP_TEST_SHIM").empty()) << "run through ctest";
+    int tickets[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, tickets), 0);
+    Spawn(creator_, "creator", tickets[0]);
+    Spawn(importer_, "importer", tickets[1]);
+    close(tickets[0]);
+    close(tickets[1]);
+    // Each peer says "ok" once it has set up and checked its bytes.
+    ASSERT_EQ(creator_.Line(), "ok");
+    ASSERT_EQ(importer_.Line(), "ok");
+  }
+
+  void TearDown() override {
+    for (Peer* peer : {&creator_, &importer_}) {
+      if (peer->pid <= 0) continue;
+      peer->Send("exit");
+      int status = 0;
+      waitpid(peer->pid, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << peer->name << " ended with status " << status;
+      std::fclose(peer->in);
+      std::fclose(peer->out);
+    }
+  }
+
+  void Spawn(Peer& peer, const char* role, int ticket_fd) {
+    int to_child[2], from_child[2];
+    ASSERT_EQ(pipe2(to_child, O_CLOEXEC), 0);
+    ASSERT_EQ(pipe2(from_child, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, ticket_fd, 3);
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "LD_PRELOAD=", 11) == 0 || std::strncmp(*e, "SIMCUDA_DIR=", 12) == 0 ||
+          std::strncmp(*e, "CUSNAP_CONTROL_DIR=", 19) == 0) {
+        continue;
+      }
+      env_strings.emplace_back(*e);
+    }
+    env_strings.push_back("LD_PRELOAD=" + Env("CUSNAP_TEST_SHIM"));
+    env_strings.push_back("LD_LIBRARY_PATH=" + Env("CUSNAP_TEST_SIMCUDA_DIR"));
+    env_strings.push_back("SIMCUDA_DIR=" + sim_dir_);
+    env_strings.push_back("CUSNAP_CONTROL_DIR=" + control_dir_);
+    std::vector<char*> envp;
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string program = Env("CUSNAP_TEST_BIN_DIR") + "/lifecycle_cycle_peer";
+    char* argv[] = {program.data(), const_cast<char*>(role), nullptr};
+    const int spawned = posix_spawn(&peer.pid, program.c_str(), &actions, nullptr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(to_child[0]);
+    close(from_child[1]);
+    ASSERT_EQ(spawned, 0) << program;
+    peer.in = fdopen(to_child[1], "w");
+    peer.out = fdopen(from_child[0], "r");
+    peer.name = std::string(role) + " (pid " + std::to_string(peer.pid) + ")";
+  }
+
+  // One lifecycle request to `peer`'s endpoint; fails the test on an error reply.
+  proto::Header Drive(Peer& peer, Op op) {
+    Result<Reply> reply = Request(EndpointPath(control_dir_, peer.pid), MakeHeader(op), {},
+                                  kRequestTimeoutMs);
+    EXPECT_TRUE(reply.ok()) << peer.name << " op " << static_cast<int>(op) << ": "
+                            << (reply.ok() ? "" : reply.error().message);
+    return reply.ok() ? reply->header : proto::Header{};
+  }
+  std::vector<proto::Record> Inspect(Peer& peer) {
+    Result<Reply> reply = Request(EndpointPath(control_dir_, peer.pid),
+                                  MakeHeader(Op::kInspect), {}, kRequestTimeoutMs);
+    EXPECT_TRUE(reply.ok()) << peer.name << ": " << (reply.ok() ? "" : reply.error().message);
+    return reply.ok() ? reply->records : std::vector<proto::Record>{};
+  }
+  void DriveBoth(Op op, Phase expected) {
+    for (Peer* peer : {&creator_, &importer_}) {
+      const proto::Header reply = Drive(*peer, op);
+      EXPECT_EQ(reply.phase, static_cast<uint32_t>(expected)) << peer->name << " op "
+                                                              << static_cast<int>(op);
+    }
+  }
+
+  template <typename Fn>
+  Fn Native(const char* name) {
+    auto fn = reinterpret_cast<Fn>(test::SimSymbol(name));
+    EXPECT_NE(fn, nullptr) << name;
+    return fn;
+  }
+
+  // The native lock + checkpoint + restore + unlock the coordinator would run.
+  void NativeCycle() {
+    auto lock = Native<CUresult (*)(int, CUcheckpointLockArgs*)>("cuCheckpointProcessLock");
+    auto checkpoint =
+        Native<CUresult (*)(int, CUcheckpointCheckpointArgs*)>("cuCheckpointProcessCheckpoint");
+    auto restore = Native<CUresult (*)(int, CUcheckpointRestoreArgs*)>("cuCheckpointProcessRestore");
+    auto unlock = Native<CUresult (*)(int, CUcheckpointUnlockArgs*)>("cuCheckpointProcessUnlock");
+    auto state = Native<CUresult (*)(int, CUprocessState*)>("cuCheckpointProcessGetState");
+    for (Peer* peer : {&creator_, &importer_}) {
+      CUcheckpointLockArgs lock_args{};
+      lock_args.timeoutMs = 30'000;
+      ASSERT_EQ(lock(peer->pid, &lock_args), CUDA_SUCCESS) << peer->name;
+    }
+    for (Peer* peer : {&creator_, &importer_}) {
+      CUcheckpointCheckpointArgs args{};
+      ASSERT_EQ(checkpoint(peer->pid, &args), CUDA_SUCCESS) << peer->name;
+      CUprocessState now{};
+      ASSERT_EQ(state(peer->pid, &now), CUDA_SUCCESS);
+      EXPECT_EQ(now, CU_PROCESS_STATE_CHECKPOINTED) << peer->name;
+    }
+    // Without the shim's release, the importer's restore fails here (DRIVER-FACTS F5).
+    for (Peer* peer : {&creator_, &importer_}) {
+      CUcheckpointRestoreArgs args{};
+      ASSERT_EQ(restore(peer->pid, &args), CUDA_SUCCESS) << peer->name;
+    }
+    for (Peer* peer : {&creator_, &importer_}) {
+      CUcheckpointUnlockArgs args{};
+      ASSERT_EQ(unlock(peer->pid, &args), CUDA_SUCCESS) << peer->name;
+      CUprocessState now{};
+      ASSERT_EQ(state(peer->pid, &now), CUDA_SUCCESS);
+      EXPECT_EQ(now, CU_PROCESS_STATE_RUNNING) << peer->name;
+    }
+  }
+
+  std::string control_dir_;
+  std::string sim_dir_;
+  Peer creator_;
+  Peer importer_;
+};
+
+TEST_F(LifecycleCycleTest, UnicastCycleKeepsBytesVasAndSharingTwice) {
+  auto ledger = Native<uint64_t (*)(int)>("simcuda_test_ledger_bytes");
+  ASSERT_NE(ledger, nullptr);
+  const std::string creator_vas = creator_.Ask("vas");
+  const std::string importer_vas = importer_.Ask("vas");
+  ASSERT_EQ(creator_vas.rfind("ok ", 0), 0u) << creator_vas;
+  const std::vector<proto::Record> creator_records = Inspect(creator_);
+  const std::vector<proto::Record> importer_records = Inspect(importer_);
+  ASSERT_EQ(creator_records.size(), 3u + 4u);   // 3 allocations, 4 mappings
+  ASSERT_EQ(importer_records.size(), 3u + 3u);  // 3 allocations, 3 mappings
+  EXPECT_GE(ledger(0), 2 * kMiB);
+  EXPECT_GE(ledger(1), 4 * kMiB);
+
+  for (uint32_t cycle = 1; cycle <= 2; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    DriveBoth(Op::kQuiesce, Phase::kQuiesced);
+    // An application call now waits for the whole window.
+    creator_.Send("touch");
+    DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
+    const proto::Header saved_creator = Drive(creator_, Op::kSave);
+    const proto::Header saved_importer = Drive(importer_, Op::kSave);
+    EXPECT_EQ(saved_creator.arg[0], 8 * kMiB);  // every byte the creator made, HOST_NUMA too
+    EXPECT_GT(saved_creator.arg[1], 0u);         // ns
+    EXPECT_EQ(saved_importer.arg[0], 0u);        // importers carry nothing
+    DriveBoth(Op::kRelease, Phase::kReleased);
+    // The GPU memory is gone: nothing left for the native checkpoint to carry.
+    EXPECT_EQ(ledger(0), 0u);
+    EXPECT_EQ(ledger(1), 0u);
+
+    NativeCycle();
+
+    const proto::Header reallocated = Drive(creator_, Op::kReallocate);
+    EXPECT_EQ(reallocated.phase, static_cast<uint32_t>(Phase::kReallocated));
+    EXPECT_EQ(reallocated.arg[0], 8 * kMiB);
+    EXPECT_EQ(Drive(importer_, Op::kReallocate).arg[0], 0u);
+    DriveBoth(Op::kImport, Phase::kImported);
+    DriveBoth(Op::kMulticastCreate, Phase::kMulticastCreated);
+    DriveBoth(Op::kMulticastImport, Phase::kMulticastImported);
+    DriveBoth(Op::kMulticastJoin, Phase::kMulticastJoined);
+    DriveBoth(Op::kMulticastBind, Phase::kActive);
+    // The coordinator compares INSPECT with the state file before ACTIVATE.
+    const std::vector<proto::Record> creator_now = Inspect(creator_);
+    const std::vector<proto::Record> importer_now = Inspect(importer_);
+    ASSERT_EQ(creator_now.size(), creator_records.size());
+    ASSERT_EQ(importer_now.size(), importer_records.size());
+    EXPECT_EQ(std::memcmp(creator_now.data(), creator_records.data(),
+                          creator_records.size() * sizeof(proto::Record)), 0);
+    EXPECT_EQ(std::memcmp(importer_now.data(), importer_records.data(),
+                          importer_records.size() * sizeof(proto::Record)), 0);
+    EXPECT_FALSE(creator_.ReplyPending()) << "a tracked call ran before ACTIVATE";
+    DriveBoth(Op::kActivate, Phase::kActive);
+    EXPECT_EQ(creator_.Line(), "ok 0");  // the touch, released by ACTIVATE
+
+    EXPECT_EQ(ledger(0), 2 * kMiB);
+    EXPECT_EQ(ledger(1), 4 * kMiB);
+    EXPECT_EQ(creator_.Ask("check"), "ok");
+    EXPECT_EQ(importer_.Ask("check"), "ok");
+    EXPECT_EQ(creator_.Ask("vas"), creator_vas);
+    EXPECT_EQ(importer_.Ask("vas"), importer_vas);
+
+    // Still shared: a write in one process is read by the other, both ways.
+    const std::string original = creator_.Ask("read 1 7");
+    ASSERT_EQ(original.rfind("ok ", 0), 0u) << original;
+    const std::string value = std::to_string(0xC0FFEE00u + cycle);
+    EXPECT_EQ(importer_.Ask("write 1 7 " + value), "ok");
+    EXPECT_EQ(creator_.Ask("read 1 7"), "ok " + value);
+    EXPECT_EQ(creator_.Ask("write 1 7 " + original.substr(3)), "ok");
+    EXPECT_EQ(importer_.Ask("read 1 7"), original);
+    EXPECT_EQ(importer_.Ask("check"), "ok");
+  }
+}
+
+}  // namespace
+}  // namespace cusnap
