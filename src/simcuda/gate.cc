@@ -61,4 +61,10 @@ void unlock() {
   g.changed.notify_all();
 }
 
+int in_flight() {
+  Gate &g = the_gate();
+  std::lock_guard lock(g.mutex);
+  return g.in_flight;
+}
+
 }  // namespace simcuda::gate

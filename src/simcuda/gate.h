@@ -21,4 +21,7 @@ CUresult lock(unsigned timeout_ms);
 /// Reopens the gate and wakes every waiting call.
 void unlock();
 
+/// Driver calls in flight right now (for tests).
+int in_flight();
+
 }  // namespace simcuda::gate

@@ -2,6 +2,7 @@
 #include "simcuda/introspection.h"
 
 #include "faults.h"
+#include "gate.h"
 #include "ledger.h"
 #include "vmm.h"
 
@@ -72,6 +73,8 @@ uint64_t simcuda_test_bytes_in_use(int device) {
 uint64_t simcuda_test_ledger_bytes(int device) {
   return simcuda::ledger::bytes_in_use(device);
 }
+
+int simcuda_test_calls_in_flight(void) { return simcuda::gate::in_flight(); }
 
 void simcuda_test_inject_fault(const char *api_name, unsigned nth, int result) {
   simcuda::faults::inject(api_name, nth, static_cast<CUresult>(result));

@@ -1,20 +1,26 @@
 # Tests of the simulated CUDA driver (src/simcuda). Test programs link the built libcuda.so.1
-# (and libcudart.so.13) directly; their RPATH points into ${CUSNAP_SIMCUDA_DIR}.
+# (and libcudart.so.13) directly; their RPATH points into ${CUSNAP_SIMCUDA_DIR}. They find
+# the driver's path with dladdr and set SIMCUDA_* variables themselves (simcuda_test_util.h),
+# so they need nothing from the test environment but the sanitizer options.
 
-# simcuda_add_test(<name> SOURCES <files...> [LIBS <libs...>] [ENV <VAR=value...>])
-# Like cusnap_add_gtest, with extra environment for the driver (e.g. SIMCUDA_DRIVER_VERSION).
+# simcuda_add_test(<name> SOURCES <files...> [LIBS <libs...>] [OWN_MAIN])
+# OWN_MAIN: the program has its own main() (to set driver variables before any test runs).
 function(simcuda_add_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;ENV" ${ARGN})
+  cmake_parse_arguments(ARG "OWN_MAIN" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   cusnap_warnings(${name})
-  target_link_libraries(${name} PRIVATE GTest::gtest GTest::gtest_main simcuda_driver cusnap_cuda_headers
-    pthread ${ARG_LIBS})
-  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
-  # gtest_discover_tests flattens PROPERTIES: escape the list so every variable arrives.
-  set(env ${CUSNAP_TEST_ENV} ${ARG_ENV})
-  string(REPLACE ";" "\\;" env "${env}")
+  set(main GTest::gtest_main)
+  if(ARG_OWN_MAIN)
+    set(main "")
+  endif()
+  target_link_libraries(${name} PRIVATE GTest::gtest ${main} simcuda_driver cusnap_cuda_headers dl pthread
+    ${ARG_LIBS})
+  target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
-    PROPERTIES ENVIRONMENT "${env}" LABELS "simcuda" TIMEOUT 120)
+    PROPERTIES ENVIRONMENT "${CUSNAP_TEST_ENV}" LABELS "simcuda" TIMEOUT 120)
 endfunction()
 
-simcuda_add_test(simcuda_resolver_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/simcuda_resolver_test.cc LIBS dl)
+set(_simcuda_tests ${CMAKE_CURRENT_LIST_DIR})
+simcuda_add_test(simcuda_resolver_test SOURCES ${_simcuda_tests}/simcuda_resolver_test.cc)
+simcuda_add_test(simcuda_vmm_test SOURCES ${_simcuda_tests}/simcuda_vmm_test.cc)
+simcuda_add_test(simcuda_checkpoint_test SOURCES ${_simcuda_tests}/simcuda_checkpoint_test.cc)

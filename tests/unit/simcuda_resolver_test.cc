@@ -41,7 +41,10 @@ std::vector<std::string> exported_symbols(const std::string &path) {
   return names;
 }
 
-std::string driver_path() { return std::string(std::getenv("CUSNAP_TEST_SIMCUDA_DIR")) + "/libcuda.so.1"; }
+std::string driver_path() {
+  Dl_info info{};
+  return dladdr(reinterpret_cast<void *>(&cuInit), &info) != 0 ? info.dli_fname : "";
+}
 
 TEST(SimcudaResolver, UnknownNameIsSuccessWithSymbolNotFound) {
   void *p = reinterpret_cast<void *>(0x1);

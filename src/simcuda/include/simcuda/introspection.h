@@ -41,6 +41,9 @@ uint64_t simcuda_test_bytes_in_use(int device);
 /// Bytes in use on `device` by every live process, as cuMemGetInfo counts them.
 uint64_t simcuda_test_ledger_bytes(int device);
 
+/// Driver calls of this process in flight right now (0 when every thread is outside the driver).
+int simcuda_test_calls_in_flight(void);
+
 /// Makes the nth call (1 = the next) of entry point `api_name` (e.g. "cuMemCreate") fail with
 /// CUresult `result` without doing anything.
 void simcuda_test_inject_fault(const char *api_name, unsigned nth, int result);

@@ -1,0 +1,424 @@
+// The checkpoint API acting on other processes, one test per DRIVER-FACTS row F1-F7: exact
+// CUresults, process states, bytes read back and memory shown released across processes.
+// Children are forked before this process calls cuInit (a child forked after it has no usable
+// driver) and driven step by step over pipes; descriptors travel by SCM_RIGHTS.
+#include <poll.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "simcuda_test_util.h"
+
+namespace {
+
+using namespace simcuda_test;
+
+constexpr size_t kSize = 4 * kGranularity;  // 8 MiB per allocation
+
+// A child driven by single-byte commands; replies come back the same way.
+struct Child {
+  Pipe command, reply;
+  pid_t pid = -1;
+  template <typename Body>
+  void start(Body body) {
+    pid = fork_child([&] { return body(command, reply); });
+  }
+};
+
+CUprocessState state_of(pid_t pid) {
+  CUprocessState state = CU_PROCESS_STATE_FAILED;
+  EXPECT_EQ(cuCheckpointProcessGetState(pid, &state), CUDA_SUCCESS);
+  return state;
+}
+
+size_t used_on(int device) {
+  CUcontext ctx = use_device(device);
+  EXPECT_NE(ctx, nullptr);
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cuMemGetInfo_v2(&free, &total), CUDA_SUCCESS);
+  return total - free;
+}
+
+// lock -> checkpoint -> restore -> unlock, every step CUDA_SUCCESS with the expected state.
+void full_cycle(pid_t pid, CUcheckpointRestoreArgs *restore_args = nullptr) {
+  CUcheckpointLockArgs lock{};
+  lock.timeoutMs = 10000;
+  ASSERT_EQ(cuCheckpointProcessLock(pid, &lock), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(pid), CU_PROCESS_STATE_LOCKED);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+  ASSERT_EQ(cuCheckpointProcessRestore(pid, restore_args), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(pid), CU_PROCESS_STATE_LOCKED);
+  ASSERT_EQ(cuCheckpointProcessUnlock(pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(pid), CU_PROCESS_STATE_RUNNING);
+}
+
+// A child that creates one allocation on device 0 mapped read-write with pattern `seed`.
+struct Owner {
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = 0;
+  int setup(bool posix, unsigned seed) {
+    if (cuInit(0) != CUDA_SUCCESS || use_device(0) == nullptr) return 10;
+    CUmemAllocationProp prop = device_prop(0, posix);
+    if (cuMemCreate(&handle, kSize, &prop, 0) != CUDA_SUCCESS) return 11;
+    va = map_rw(handle, kSize, 0);
+    if (va == 0 || !fill_pattern(va, kSize, seed)) return 12;
+    return 0;
+  }
+  int export_result() {
+    int fd = -1;
+    CUresult r = cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (fd >= 0) close(fd);
+    return r;
+  }
+};
+
+TEST(SimcudaCheckpoint, UnknownProcessIsInvalidValue) {
+  Child plain;  // never calls cuInit: no checkpoint service
+  plain.start([](const Pipe &command, const Pipe &) { return command.receive() == 'Q' ? 0 : 1; });
+  CUprocessState state{};
+  EXPECT_EQ(cuCheckpointProcessGetState(plain.pid, &state), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCheckpointProcessLock(plain.pid, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCheckpointProcessGetState(-5, &state), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCheckpointProcessGetState(plain.pid, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUcheckpointLockArgs reserved{};
+  reserved.reserved0 = 1;
+  EXPECT_EQ(cuCheckpointProcessLock(plain.pid, &reserved), CUDA_ERROR_INVALID_VALUE);
+  plain.command.send('Q');
+  EXPECT_EQ(wait_child(plain.pid), 0);
+}
+
+// F1: private allocation, full cycle, states and bytes; memory shown released in between.
+TEST(SimcudaCheckpoint, F1PrivateAllocationSurvivesNativeCycle) {
+  Child c;
+  c.start([](const Pipe &command, const Pipe &reply) {
+    Owner o;
+    if (int e = o.setup(false, 1)) return e;
+    reply.send('R');
+    if (command.receive() != 'V') return 20;
+    if (!has_pattern(o.va, kSize, 1)) return 21;
+    simcuda_mapping_info info{};
+    if (simcuda_test_mapping_at(o.va, &info) != 0 || info.native_cycled != 1 || info.location_id != 0) return 22;
+    return 0;
+  });
+  ASSERT_EQ(c.reply.receive(), 'R');
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(used_on(0), kSize);
+  int tid = 0;
+  ASSERT_EQ(cuCheckpointProcessGetRestoreThreadId(c.pid, &tid), CUDA_SUCCESS);
+  EXPECT_GT(tid, 0);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_RUNNING);
+  // Transitions out of order are refused.
+  EXPECT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuCheckpointProcessCheckpoint(c.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuCheckpointProcessRestore(c.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_EQ(cuCheckpointProcessLock(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuCheckpointProcessLock(c.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuCheckpointProcessRestore(c.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_CHECKPOINTED);
+  EXPECT_EQ(used_on(0), 0u);  // released, as cuMemGetInfo in another process sees it
+  EXPECT_EQ(cuCheckpointProcessCheckpoint(c.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_EQ(cuCheckpointProcessRestore(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_LOCKED);
+  EXPECT_EQ(used_on(0), kSize);
+  ASSERT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_RUNNING);
+  c.command.send('V');
+  EXPECT_EQ(wait_child(c.pid), 0);
+}
+
+// F2 + F3: a POSIX-capable allocation never exported survives the cycle; exporting it
+// afterwards fails CUDA_ERROR_INVALID_VALUE; a fresh allocation still exports.
+TEST(SimcudaCheckpoint, F2F3PosixCapableSurvivesButCannotBeExportedAfterRestore) {
+  Child c;
+  c.start([](const Pipe &command, const Pipe &reply) {
+    Owner o;
+    if (int e = o.setup(true, 2)) return e;
+    reply.send('R');
+    if (command.receive() != 'V') return 20;
+    if (!has_pattern(o.va, kSize, 2)) return 21;
+    if (o.export_result() != CUDA_ERROR_INVALID_VALUE) return 22;
+    Owner fresh;
+    CUmemAllocationProp prop = device_prop(0, true);
+    if (cuMemCreate(&fresh.handle, kGranularity, &prop, 0) != CUDA_SUCCESS) return 23;
+    if (fresh.export_result() != CUDA_SUCCESS) return 24;
+    return 0;
+  });
+  ASSERT_EQ(c.reply.receive(), 'R');
+  full_cycle(c.pid);
+  c.command.send('V');
+  EXPECT_EQ(wait_child(c.pid), 0);
+}
+
+// The importer side shared by F4-F6: receives a descriptor, imports it on device 1, maps it,
+// checks the creator's pattern and closes the descriptor.
+struct Importer {
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = 0;
+  int import_and_map(int socket, unsigned seed) {
+    int fd = receive_fd(socket);
+    if (fd < 0) return 30;
+    if (cuMemImportFromShareableHandle(&handle, reinterpret_cast<void *>(static_cast<intptr_t>(fd)),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS)
+      return 31;
+    close(fd);
+    if (va == 0 && cuMemAddressReserve(&va, kSize, 0, 0, 0) != CUDA_SUCCESS) return 32;
+    if (cuMemMap(va, kSize, 0, handle, 0) != CUDA_SUCCESS) return 33;
+    CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (cuMemSetAccess(va, kSize, &access, 1) != CUDA_SUCCESS) return 34;
+    return has_pattern(va, kSize, seed) ? 0 : 35;
+  }
+  int unmap_and_release() {
+    if (cuMemUnmap(va, kSize) != CUDA_SUCCESS) return 36;
+    return cuMemRelease(handle) == CUDA_SUCCESS ? 0 : 37;
+  }
+};
+
+int export_to(Owner &o, int socket) {
+  int fd = -1;
+  if (cuMemExportToShareableHandle(&fd, o.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS) return 13;
+  send_fd(socket, fd);
+  close(fd);
+  return 0;
+}
+
+// F4: the importer unmapped and released; the owner keeps its mapping; both cycle; the owner's
+// bytes are intact but it can no longer export.
+TEST(SimcudaCheckpoint, F4ReleasedImportLetsBothCycleButOwnerCannotReexport) {
+  SocketPair sockets;
+  Child owner, importer;
+  owner.start([&](const Pipe &command, const Pipe &reply) {
+    Owner o;
+    if (int e = o.setup(true, 4)) return e;
+    if (int e = export_to(o, sockets.fds[0])) return e;
+    reply.send('R');
+    if (command.receive() != 'V') return 20;
+    if (!has_pattern(o.va, kSize, 4)) return 21;
+    return o.export_result() == CUDA_ERROR_INVALID_VALUE ? 0 : 22;
+  });
+  importer.start([&](const Pipe &command, const Pipe &reply) {
+    if (cuInit(0) != CUDA_SUCCESS || use_device(1) == nullptr) return 10;
+    Importer i;
+    if (int e = i.import_and_map(sockets.fds[1], 4)) return e;
+    if (int e = i.unmap_and_release()) return e;
+    reply.send('D');
+    return command.receive() == 'V' && simcuda_test_allocation_count() == 0 ? 0 : 20;
+  });
+  ASSERT_EQ(owner.reply.receive(), 'R');
+  ASSERT_EQ(importer.reply.receive(), 'D');
+  full_cycle(owner.pid);
+  full_cycle(importer.pid);
+  owner.command.send('V');
+  importer.command.send('V');
+  EXPECT_EQ(wait_child(owner.pid), 0);
+  EXPECT_EQ(wait_child(importer.pid), 0);
+}
+
+// F5: the importer still maps the shared allocation: lock and checkpoint succeed on both, the
+// owner restores, the importer's restore fails 801 and it stays CHECKPOINTED; its unlock fails
+// 401; it is stuck (killed by the test).
+TEST(SimcudaCheckpoint, F5ImporterWithMappedImportIsStuckCheckpointed) {
+  SocketPair sockets;
+  Child owner, importer;
+  owner.start([&](const Pipe &command, const Pipe &reply) {
+    Owner o;
+    if (int e = o.setup(true, 5)) return e;
+    if (int e = export_to(o, sockets.fds[0])) return e;
+    reply.send('R');
+    if (command.receive() != 'V') return 20;
+    return has_pattern(o.va, kSize, 5) ? 0 : 21;
+  });
+  importer.start([&](const Pipe &command, const Pipe &reply) {
+    if (cuInit(0) != CUDA_SUCCESS || use_device(1) == nullptr) return 10;
+    Importer i;
+    if (int e = i.import_and_map(sockets.fds[1], 5)) return e;
+    reply.send('M');
+    command.receive();  // never comes: the test kills this process
+    return 0;
+  });
+  ASSERT_EQ(owner.reply.receive(), 'R');
+  ASSERT_EQ(importer.reply.receive(), 'M');
+  ASSERT_EQ(cuCheckpointProcessLock(owner.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessLock(importer.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(owner.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(importer.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessRestore(owner.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuCheckpointProcessRestore(importer.pid, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(static_cast<int>(CUDA_ERROR_NOT_SUPPORTED), 801);
+  EXPECT_EQ(state_of(importer.pid), CU_PROCESS_STATE_CHECKPOINTED);
+  EXPECT_EQ(cuCheckpointProcessUnlock(importer.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(static_cast<int>(CUDA_ERROR_ILLEGAL_STATE), 401);
+  EXPECT_EQ(cuCheckpointProcessRestore(importer.pid, nullptr), CUDA_ERROR_NOT_SUPPORTED);  // for ever
+  EXPECT_EQ(state_of(importer.pid), CU_PROCESS_STATE_CHECKPOINTED);
+  ASSERT_EQ(cuCheckpointProcessUnlock(owner.pid, nullptr), CUDA_SUCCESS);
+  owner.command.send('V');
+  EXPECT_EQ(wait_child(owner.pid), 0);
+  kill(importer.pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(importer.pid, &status, 0), importer.pid);
+  EXPECT_TRUE(WIFSIGNALED(status));
+}
+
+// F6: the host-carrier sequence. The owner copies out, unmaps and releases (keeping the VA),
+// the importer releases; both cycle; the owner makes a fresh allocation at the same VA, copies
+// back and exports; the importer imports and maps at its old VA. Bytes intact on both sides,
+// and a write by the importer is read by the owner.
+TEST(SimcudaCheckpoint, F6HostCarrierSequenceWorks) {
+  SocketPair sockets;
+  Child owner, importer;
+  owner.start([&](const Pipe &command, const Pipe &reply) {
+    Owner o;
+    if (int e = o.setup(true, 6)) return e;
+    if (int e = export_to(o, sockets.fds[0])) return e;
+    reply.send('R');
+    if (command.receive() != 'C') return 20;
+    std::string carrier(kSize, '\0');
+    if (cuMemcpyDtoH_v2(carrier.data(), o.va, kSize) != CUDA_SUCCESS) return 21;
+    if (cuMemUnmap(o.va, kSize) != CUDA_SUCCESS || cuMemRelease(o.handle) != CUDA_SUCCESS) return 22;
+    reply.send('c');
+    if (command.receive() != 'N') return 23;
+    CUmemAllocationProp prop = device_prop(0, true);
+    if (cuMemCreate(&o.handle, kSize, &prop, 0) != CUDA_SUCCESS) return 24;
+    if (cuMemMap(o.va, kSize, 0, o.handle, 0) != CUDA_SUCCESS) return 25;
+    CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (cuMemSetAccess(o.va, kSize, &access, 1) != CUDA_SUCCESS) return 26;
+    if (cuMemcpyHtoD_v2(o.va, carrier.data(), kSize) != CUDA_SUCCESS) return 27;
+    if (int e = export_to(o, sockets.fds[0])) return e;
+    reply.send('n');
+    if (command.receive() != 'V') return 28;
+    if (!has_pattern(o.va + kGranularity, kSize - kGranularity, 6)) return 29;
+    return has_pattern(o.va, kGranularity, 66) ? 0 : 30;  // the importer's write
+  });
+  importer.start([&](const Pipe &command, const Pipe &reply) {
+    if (cuInit(0) != CUDA_SUCCESS || use_device(1) == nullptr) return 10;
+    Importer i;
+    if (int e = i.import_and_map(sockets.fds[1], 6)) return e;
+    reply.send('M');
+    if (command.receive() != 'C') return 20;
+    if (int e = i.unmap_and_release()) return e;
+    reply.send('c');
+    if (command.receive() != 'N') return 21;
+    CUdeviceptr old_va = i.va;
+    if (int e = i.import_and_map(sockets.fds[1], 6)) return e;  // at its old VA
+    if (i.va != old_va || !fill_pattern(i.va, kGranularity, 66)) return 22;
+    reply.send('n');
+    return command.receive() == 'Q' ? 0 : 23;
+  });
+  ASSERT_EQ(owner.reply.receive(), 'R');
+  ASSERT_EQ(importer.reply.receive(), 'M');
+  owner.command.send('C');
+  importer.command.send('C');
+  ASSERT_EQ(owner.reply.receive(), 'c');
+  ASSERT_EQ(importer.reply.receive(), 'c');
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(used_on(0), 0u);  // the carrier holds the bytes, not the device
+  full_cycle(owner.pid);
+  full_cycle(importer.pid);
+  owner.command.send('N');
+  ASSERT_EQ(owner.reply.receive(), 'n');
+  importer.command.send('N');
+  ASSERT_EQ(importer.reply.receive(), 'n');
+  owner.command.send('V');
+  EXPECT_EQ(wait_child(owner.pid), 0);
+  importer.command.send('Q');
+  EXPECT_EQ(wait_child(importer.pid), 0);
+}
+
+// F7: restore with GPU pairs {0->1, 1->0} moves the allocations (and their access) to the
+// mapped devices, bytes intact; a pair naming an unknown GPU is refused and changes nothing.
+TEST(SimcudaCheckpoint, F7RestoreMovesAllocationsToMappedDevices) {
+  Child c;
+  c.start([](const Pipe &command, const Pipe &reply) {
+    if (cuInit(0) != CUDA_SUCCESS) return 10;
+    CUdeviceptr va[2] = {};
+    for (int d = 0; d < 2; ++d) {
+      CUmemGenericAllocationHandle h = 0;
+      CUmemAllocationProp prop = device_prop(d, false);
+      if (cuMemCreate(&h, kSize, &prop, 0) != CUDA_SUCCESS) return 11;
+      va[d] = map_rw(h, kSize, d);
+      if (va[d] == 0 || use_device(d) == nullptr || !fill_pattern(va[d], kSize, 70u + static_cast<unsigned>(d))) return 12;
+    }
+    reply.send('R');
+    if (command.receive() != 'V') return 20;
+    for (int d = 0; d < 2; ++d) {
+      simcuda_mapping_info info{};
+      if (simcuda_test_mapping_at(va[d], &info) != 0) return 21;
+      int moved = 1 - d;
+      if (info.location_id != moved || info.access[moved] != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || info.access[d] != 0)
+        return 22;
+      if (!has_pattern(va[d], kSize, 70u + static_cast<unsigned>(d))) return 23;
+    }
+    return 0;
+  });
+  ASSERT_EQ(c.reply.receive(), 'R');
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  CUuuid gpu0{}, gpu1{};
+  ASSERT_EQ(cuDeviceGetUuid_v2(&gpu0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDeviceGetUuid_v2(&gpu1, 1), CUDA_SUCCESS);
+  EXPECT_EQ(used_on(0), kSize);
+  EXPECT_EQ(used_on(1), kSize);
+  ASSERT_EQ(cuCheckpointProcessLock(c.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(c.pid, nullptr), CUDA_SUCCESS);
+  CUcheckpointGpuPair unknown[1] = {{gpu0, CUuuid{}}};
+  CUcheckpointRestoreArgs bad{};
+  bad.gpuPairs = unknown;
+  bad.gpuPairsCount = 1;
+  EXPECT_EQ(cuCheckpointProcessRestore(c.pid, &bad), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_CHECKPOINTED);
+  CUcheckpointGpuPair swap[2] = {{gpu0, gpu1}, {gpu1, gpu0}};
+  CUcheckpointRestoreArgs args{};
+  args.gpuPairs = swap;
+  args.gpuPairsCount = 2;
+  ASSERT_EQ(cuCheckpointProcessRestore(c.pid, &args), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(used_on(0), kSize);
+  EXPECT_EQ(used_on(1), kSize);
+  c.command.send('V');
+  EXPECT_EQ(wait_child(c.pid), 0);
+}
+
+// Lock waits for calls in flight (CUDA_ERROR_TIMEOUT when they outlast timeoutMs, the process
+// left RUNNING), and a locked process's further driver calls wait until unlock.
+TEST(SimcudaCheckpoint, LockWaitsForCallsInFlightAndBlocksNewOnes) {
+  Child c;
+  c.start([](const Pipe &command, const Pipe &reply) {
+    setenv("SIMCUDA_DELAYS", "cuCtxSynchronize:3000", 1);
+    if (cuInit(0) != CUDA_SUCCESS || use_device(0) == nullptr) return 10;
+    CUcontext ctx = nullptr;
+    cuCtxGetCurrent(&ctx);
+    std::thread busy([ctx] {
+      cuCtxSetCurrent(ctx);
+      cuCtxSynchronize();  // an application thread busy in a long call
+    });
+    while (simcuda_test_calls_in_flight() == 0) std::this_thread::yield();
+    reply.send('B');
+    if (command.receive() != 'X') return 20;
+    std::thread later([&reply] {
+      int count = 0;
+      cuDeviceGetCount(&count);  // waits at the gate while locked
+      reply.send('D');
+    });
+    char next = command.receive();
+    busy.join();
+    later.join();
+    return next == 'E' ? 0 : 21;
+  });
+  ASSERT_EQ(c.reply.receive(), 'B');
+  CUcheckpointLockArgs quick{};
+  quick.timeoutMs = 50;
+  EXPECT_EQ(cuCheckpointProcessLock(c.pid, &quick), CUDA_ERROR_TIMEOUT);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_RUNNING);
+  ASSERT_EQ(cuCheckpointProcessLock(c.pid, nullptr), CUDA_SUCCESS);  // no timeout: waits the call out
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_LOCKED);
+  c.command.send('X');
+  pollfd pfd{c.reply.fds[0], POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 300), 0) << "a driver call ran while the process was locked";
+  ASSERT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(c.reply.receive(), 'D');
+  c.command.send('E');
+  EXPECT_EQ(wait_child(c.pid), 0);
+}
+
+}  // namespace
