@@ -150,8 +150,10 @@ class LifecycleCycleTest : public ::testing::Test {
   }
 
   // One lifecycle request to `peer`'s endpoint; fails the test on an error reply.
-  proto::Header Drive(Peer& peer, Op op) {
-    Result<Reply> reply = Request(EndpointPath(control_dir_, peer.pid), MakeHeader(op), {},
+  proto::Header Drive(Peer& peer, Op op, const uint64_t* args = nullptr) {
+    proto::Header request = MakeHeader(op);
+    if (args != nullptr) std::memcpy(request.arg, args, sizeof request.arg);
+    Result<Reply> reply = Request(EndpointPath(control_dir_, peer.pid), request, {},
                                   kRequestTimeoutMs);
     EXPECT_TRUE(reply.ok()) << peer.name << " op " << static_cast<int>(op) << ": "
                             << (reply.ok() ? "" : reply.error().message);
@@ -163,9 +165,9 @@ class LifecycleCycleTest : public ::testing::Test {
     EXPECT_TRUE(reply.ok()) << peer.name << ": " << (reply.ok() ? "" : reply.error().message);
     return reply.ok() ? reply->records : std::vector<proto::Record>{};
   }
-  void DriveBoth(Op op, Phase expected) {
+  void DriveBoth(Op op, Phase expected, const uint64_t* args = nullptr) {
     for (Peer* peer : {&creator_, &importer_}) {
-      const proto::Header reply = Drive(*peer, op);
+      const proto::Header reply = Drive(*peer, op, args);
       EXPECT_EQ(reply.phase, static_cast<uint32_t>(expected)) << peer->name << " op "
                                                               << static_cast<int>(op);
     }
@@ -179,7 +181,7 @@ class LifecycleCycleTest : public ::testing::Test {
   }
 
   // The native lock + checkpoint + restore + unlock the coordinator would run.
-  void NativeCycle() {
+  void NativeCycle(bool swap_devices) {
     auto lock = Native<CUresult (*)(int, CUcheckpointLockArgs*)>("cuCheckpointProcessLock");
     auto checkpoint =
         Native<CUresult (*)(int, CUcheckpointCheckpointArgs*)>("cuCheckpointProcessCheckpoint");
@@ -199,8 +201,21 @@ class LifecycleCycleTest : public ::testing::Test {
       EXPECT_EQ(now, CU_PROCESS_STATE_CHECKPOINTED) << peer->name;
     }
     // Without the shim's release, the importer's restore fails here (DRIVER-FACTS F5).
+    CUcheckpointGpuPair pairs[2] = {};
+    if (swap_devices) {
+      (void)test::SimDriver();  // cuInit: the UUIDs come from this process's driver
+      auto uuid = Native<CUresult (*)(CUuuid*, CUdevice)>("cuDeviceGetUuid_v2");
+      ASSERT_EQ(uuid(&pairs[0].oldUuid, 0), CUDA_SUCCESS);
+      ASSERT_EQ(uuid(&pairs[0].newUuid, 1), CUDA_SUCCESS);
+      pairs[1].oldUuid = pairs[0].newUuid;
+      pairs[1].newUuid = pairs[0].oldUuid;
+    }
     for (Peer* peer : {&creator_, &importer_}) {
       CUcheckpointRestoreArgs args{};
+      if (swap_devices) {
+        args.gpuPairs = pairs;
+        args.gpuPairsCount = 2;
+      }
       ASSERT_EQ(restore(peer->pid, &args), CUDA_SUCCESS) << peer->name;
     }
     for (Peer* peer : {&creator_, &importer_}) {
@@ -212,27 +227,23 @@ class LifecycleCycleTest : public ::testing::Test {
     }
   }
 
-  std::string control_dir_;
-  std::string sim_dir_;
-  Peer creator_;
-  Peer importer_;
-};
+  // The peers as they were set up: their VAs and INSPECT records, the restore oracle.
+  void Record() {
+    creator_vas_ = creator_.Ask("vas");
+    importer_vas_ = importer_.Ask("vas");
+    ASSERT_EQ(creator_vas_.rfind("ok ", 0), 0u) << creator_vas_;
+    creator_records_ = Inspect(creator_);
+    importer_records_ = Inspect(importer_);
+    ASSERT_EQ(creator_records_.size(), 3u + 4u);   // 3 allocations, 4 mappings
+    ASSERT_EQ(importer_records_.size(), 3u + 3u);  // 3 allocations, 3 mappings
+  }
 
-TEST_F(LifecycleCycleTest, UnicastCycleKeepsBytesVasAndSharingTwice) {
-  auto ledger = Native<uint64_t (*)(int)>("simcuda_test_ledger_bytes");
-  ASSERT_NE(ledger, nullptr);
-  const std::string creator_vas = creator_.Ask("vas");
-  const std::string importer_vas = importer_.Ask("vas");
-  ASSERT_EQ(creator_vas.rfind("ok ", 0), 0u) << creator_vas;
-  const std::vector<proto::Record> creator_records = Inspect(creator_);
-  const std::vector<proto::Record> importer_records = Inspect(importer_);
-  ASSERT_EQ(creator_records.size(), 3u + 4u);   // 3 allocations, 4 mappings
-  ASSERT_EQ(importer_records.size(), 3u + 3u);  // 3 allocations, 3 mappings
-  EXPECT_GE(ledger(0), 2 * kMiB);
-  EXPECT_GE(ledger(1), 4 * kMiB);
-
-  for (uint32_t cycle = 1; cycle <= 2; ++cycle) {
+  // One checkpoint/restore cycle; `swap_devices` restores device 0 onto 1 and 1 onto 0.
+  // `on0` and `on1`: device bytes the job holds on each device once restored.
+  void Cycle(uint32_t cycle, bool swap_devices, uint64_t on0, uint64_t on1) {
     SCOPED_TRACE("cycle " + std::to_string(cycle));
+    auto ledger = Native<uint64_t (*)(int)>("simcuda_test_ledger_bytes");
+    ASSERT_NE(ledger, nullptr);
     DriveBoth(Op::kQuiesce, Phase::kQuiesced);
     // An application call now waits for the whole window.
     creator_.Send("touch");
@@ -247,36 +258,43 @@ TEST_F(LifecycleCycleTest, UnicastCycleKeepsBytesVasAndSharingTwice) {
     EXPECT_EQ(ledger(0), 0u);
     EXPECT_EQ(ledger(1), 0u);
 
-    NativeCycle();
+    NativeCycle(swap_devices);
 
-    const proto::Header reallocated = Drive(creator_, Op::kReallocate);
+    // The device map as kReallocate / kImport carry it (lifecycle.h, DeviceMap).
+    uint64_t map_args[6] = {};
+    if (swap_devices) {
+      for (uint64_t d = 0; d < 16; ++d) map_args[0] |= (d < 2 ? 1 - d : d) << (4 * d);
+      map_args[1] = 1;
+    }
+    const proto::Header reallocated = Drive(creator_, Op::kReallocate, map_args);
     EXPECT_EQ(reallocated.phase, static_cast<uint32_t>(Phase::kReallocated));
     EXPECT_EQ(reallocated.arg[0], 8 * kMiB);
-    EXPECT_EQ(Drive(importer_, Op::kReallocate).arg[0], 0u);
-    DriveBoth(Op::kImport, Phase::kImported);
+    EXPECT_EQ(Drive(importer_, Op::kReallocate, map_args).arg[0], 0u);
+    DriveBoth(Op::kImport, Phase::kImported, map_args);
     DriveBoth(Op::kMulticastCreate, Phase::kMulticastCreated);
     DriveBoth(Op::kMulticastImport, Phase::kMulticastImported);
     DriveBoth(Op::kMulticastJoin, Phase::kMulticastJoined);
     DriveBoth(Op::kMulticastBind, Phase::kActive);
-    // The coordinator compares INSPECT with the state file before ACTIVATE.
+    // The coordinator compares INSPECT with the state file before ACTIVATE: the records
+    // keep the application's device ordinals.
     const std::vector<proto::Record> creator_now = Inspect(creator_);
     const std::vector<proto::Record> importer_now = Inspect(importer_);
-    ASSERT_EQ(creator_now.size(), creator_records.size());
-    ASSERT_EQ(importer_now.size(), importer_records.size());
-    EXPECT_EQ(std::memcmp(creator_now.data(), creator_records.data(),
-                          creator_records.size() * sizeof(proto::Record)), 0);
-    EXPECT_EQ(std::memcmp(importer_now.data(), importer_records.data(),
-                          importer_records.size() * sizeof(proto::Record)), 0);
+    ASSERT_EQ(creator_now.size(), creator_records_.size());
+    ASSERT_EQ(importer_now.size(), importer_records_.size());
+    EXPECT_EQ(std::memcmp(creator_now.data(), creator_records_.data(),
+                          creator_records_.size() * sizeof(proto::Record)), 0);
+    EXPECT_EQ(std::memcmp(importer_now.data(), importer_records_.data(),
+                          importer_records_.size() * sizeof(proto::Record)), 0);
     EXPECT_FALSE(creator_.ReplyPending()) << "a tracked call ran before ACTIVATE";
     DriveBoth(Op::kActivate, Phase::kActive);
     EXPECT_EQ(creator_.Line(), "ok 0");  // the touch, released by ACTIVATE
 
-    EXPECT_EQ(ledger(0), 2 * kMiB);
-    EXPECT_EQ(ledger(1), 4 * kMiB);
+    EXPECT_EQ(ledger(0), on0);
+    EXPECT_EQ(ledger(1), on1);
     EXPECT_EQ(creator_.Ask("check"), "ok");
     EXPECT_EQ(importer_.Ask("check"), "ok");
-    EXPECT_EQ(creator_.Ask("vas"), creator_vas);
-    EXPECT_EQ(importer_.Ask("vas"), importer_vas);
+    EXPECT_EQ(creator_.Ask("vas"), creator_vas_);
+    EXPECT_EQ(importer_.Ask("vas"), importer_vas_);
 
     // Still shared: a write in one process is read by the other, both ways.
     const std::string original = creator_.Ask("read 1 7");
@@ -288,6 +306,31 @@ TEST_F(LifecycleCycleTest, UnicastCycleKeepsBytesVasAndSharingTwice) {
     EXPECT_EQ(importer_.Ask("read 1 7"), original);
     EXPECT_EQ(importer_.Ask("check"), "ok");
   }
+
+  std::string creator_vas_;
+  std::string importer_vas_;
+  std::vector<proto::Record> creator_records_;
+  std::vector<proto::Record> importer_records_;
+  std::string control_dir_;
+  std::string sim_dir_;
+  Peer creator_;
+  Peer importer_;
+};
+
+// Device 0 holds allocation 0 (2 MiB), device 1 allocation 1 (4 MiB); HOST_NUMA is host
+// memory. Two cycles in a row: the second reuses the carrier arena.
+TEST_F(LifecycleCycleTest, UnicastCycleKeepsBytesVasAndSharingTwice) {
+  Record();
+  Cycle(1, false, 2 * kMiB, 4 * kMiB);
+  Cycle(2, false, 2 * kMiB, 4 * kMiB);
+}
+
+// Restored onto swapped devices (DRIVER-FACTS F7): the rebuilt allocations follow the map,
+// as the simulated driver moves natively restored ones; a later plain cycle keeps them there.
+TEST_F(LifecycleCycleTest, RestoreOntoSwappedDevicesMovesTheAllocations) {
+  Record();
+  Cycle(1, true, 4 * kMiB, 2 * kMiB);
+  Cycle(2, false, 4 * kMiB, 2 * kMiB);
 }
 
 }  // namespace
