@@ -54,6 +54,7 @@ void CheckCu(CUresult result, const char* expr, const char* file, int line) {
 bool ShimLoaded() { return dlsym(RTLD_DEFAULT, "cusnap_build_info") != nullptr; }
 
 int DeviceCount() {
+  CU(cuInit(0));  // idempotent; lets callers ask before choosing a device
   int count = 0;
   CU(cuDeviceGetCount(&count));
   return count;

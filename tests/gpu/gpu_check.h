@@ -25,7 +25,7 @@ void CheckCu(CUresult result, const char* expr, const char* file, int line);
 /// True when libcusnap.so is loaded into this process (it exports cusnap_build_info).
 bool ShimLoaded();
 
-/// Number of CUDA devices (after cuInit).
+/// Number of CUDA devices (calls cuInit first).
 int DeviceCount();
 
 /// cuInit, then retains device `ordinal`'s primary context and makes it current on this

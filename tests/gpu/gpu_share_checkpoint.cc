@@ -61,7 +61,15 @@ struct Region {
   CUdeviceptr va = 0;
   size_t bytes = 0;
   uint64_t seed = 0;
+  CUmemLocation location{};  // as the handle's properties said when it was made
 };
+
+// The location the driver reports for `handle` (cuMemGetAllocationPropertiesFromHandle).
+CUmemLocation LocationOf(CUmemGenericAllocationHandle handle) {
+  CUmemAllocationProp prop{};
+  CU(cuMemGetAllocationPropertiesFromHandle(&prop, handle));
+  return prop.location;
+}
 
 unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
 
@@ -78,6 +86,7 @@ class Role {
     r.handle = gpu::CreateAllocation(r.bytes, prop);
     r.va = gpu::MapWithAccess(r.handle, r.bytes, device_);
     r.seed = seed;
+    r.location = LocationOf(r.handle);
     const double start = gpu::NowSeconds();
     gpu::FillPattern(r.va, r.bytes, r.seed);
     gpu::Log("created %s: %zu bytes at location %d/%d, handle 0x%llx, VA 0x%llx (filled in %.2f s)",
@@ -117,6 +126,7 @@ class Role {
       r.bytes = m.bytes;
       r.seed = m.seed;
       r.va = gpu::MapWithAccess(r.handle, r.bytes, device_);
+      r.location = LocationOf(r.handle);
       gpu::Log("imported %s: %zu bytes, handle 0x%llx, VA 0x%llx", r.name.c_str(), r.bytes,
                U(r.handle), U(r.va));
       if (gpu::ShimLoaded() && !cusnap::shim::IsTagged(r.handle)) {
@@ -127,7 +137,9 @@ class Role {
     }
   }
 
-  // Checks every byte of the regions selected by `imports_only`, and each VA's identity.
+  // Checks every byte of the regions selected by `imports_only`; that each VA still belongs
+  // to a mapping of the same range; and that the application's handle still names an
+  // allocation at the same location (logical handles survive checkpoint and restore).
   bool VerifyRegions(bool imports_only, const char* when) {
     bool ok = true;
     const double start = gpu::NowSeconds();
@@ -145,13 +157,12 @@ class Role {
                  what.c_str(), U(r.va + r.bytes / 2), U(base), size, U(r.va), r.bytes);
         ok = false;
       }
-      if (gpu::ShimLoaded()) {
-        const CUmemGenericAllocationHandle at = gpu::HandleAt(r.va);
-        if (at != r.handle) {
-          gpu::Log("%s: handle by address 0x%llx, expected the application's 0x%llx", what.c_str(),
-                   U(at), U(r.handle));
-          ok = false;
-        }
+      const CUmemLocation now = LocationOf(r.handle);
+      if (now.type != r.location.type || now.id != r.location.id) {
+        gpu::Log("%s: handle 0x%llx now reports location %d/%d, it was %d/%d", what.c_str(),
+                 U(r.handle), static_cast<int>(now.type), now.id,
+                 static_cast<int>(r.location.type), r.location.id);
+        ok = false;
       }
     }
     const double seconds = gpu::NowSeconds() - start;

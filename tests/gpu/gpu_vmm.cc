@@ -83,11 +83,4 @@ CUmemGenericAllocationHandle ImportPosix(int fd) {
   return handle;
 }
 
-CUmemGenericAllocationHandle HandleAt(CUdeviceptr va) {
-  CUmemGenericAllocationHandle handle = 0;
-  CU(cuMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(va)));
-  CU(cuMemRelease(handle));
-  return handle;
-}
-
 }  // namespace gpu

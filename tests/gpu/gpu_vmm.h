@@ -46,8 +46,4 @@ int ExportPosix(CUmemGenericAllocationHandle handle);
 /// cuMemImportFromShareableHandle of a POSIX descriptor (the caller still owns `fd`).
 CUmemGenericAllocationHandle ImportPosix(int fd);
 
-/// The allocation handle behind `va` (cuMemRetainAllocationHandle) with the reference it
-/// took released again: for identity checks only.
-CUmemGenericAllocationHandle HandleAt(CUdeviceptr va);
-
 }  // namespace gpu
