@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -26,6 +27,15 @@ void AddTarget(CLI::App* cmd, Target& target, bool required) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `cusnap run -- COMMAND...`: everything after "--" is the command, untouched (CLI11 2.1
+  // would try to parse it as extra arguments of the parent).
+  if (argc >= 3 && std::string_view(argv[1]) == "run" && std::string_view(argv[2]) == "--") {
+    if (argc == 3) {
+      std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--] COMMAND [ARGS...]\n");
+      return cusnap::cli::kExitUsage;
+    }
+    return cusnap::cli::RunCommand(std::vector<std::string>(argv + 3, argv + argc));
+  }
   CLI::App app{"cusnap: checkpoint and restore of multi-process CUDA jobs that share GPU memory"};
   app.footer(cusnap::cli::kExitCodesHelp);
   app.require_subcommand(1);
@@ -81,7 +91,6 @@ int main(int argc, char** argv) {
 
   if (*run) {
     run_args = run->remaining();
-    if (!run_args.empty() && run_args.front() == "--") run_args.erase(run_args.begin());
     if (run_args.empty()) {
       std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--] COMMAND [ARGS...]\n");
       return cusnap::cli::kExitUsage;

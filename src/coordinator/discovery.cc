@@ -1,5 +1,6 @@
 // Participant discovery over /proc and the control directory (coordinator.h).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "coordinator/coordinator.h"
 #include "coordinator/proc.h"
@@ -18,6 +19,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
   if (tree.empty()) return Error{ESRCH, "pid " + std::to_string(options.pid) + " does not exist"};
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : tree) {
+    if (pid == ::getpid()) continue;  // the coordinator itself (it loaded the driver too)
     if (IsSocket(EndpointPath(options.control_dir, pid))) {
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;

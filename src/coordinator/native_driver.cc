@@ -154,7 +154,7 @@ Result<std::unique_ptr<CheckpointDriver>> Open(const std::string& path, bool sim
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
-    return Error{-1, "cannot load the CUDA driver " + path + ": " + (why ? why : "unknown")};
+    return Error{-1, std::string("cannot load the CUDA driver: ") + (why ? why : path.c_str())};
   }
   Entry e;
   const bool ok = Resolve(handle, "cuInit", e.init) &&

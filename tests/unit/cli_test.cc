@@ -1,0 +1,249 @@
+// The `cusnap` binary, run as a child process: --help of every command, usage errors and
+// their exit status, `inspect` on a state file written here, `status` on an empty control
+// directory, and refusals that happen before anything changes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "coordinator/state_file.h"
+#include "unit/coordinator_fixtures.h"
+
+namespace cusnap::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int status = -1;  ///< exit status, or 128 + signal
+  std::string out, err;
+};
+
+/// Runs bin/cusnap with `args`; `env` entries are set (empty value: unset) in the child.
+Outcome RunCusnap(const std::vector<std::string>& args,
+                  const std::map<std::string, std::string>& env = {}) {
+  const char* bin_dir = std::getenv("CUSNAP_TEST_BIN_DIR");
+  const std::string bin = std::string(bin_dir ? bin_dir : ".") + "/cusnap";
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    for (const auto& [k, v] : env) {
+      if (v.empty()) {
+        ::unsetenv(k.c_str());
+      } else {
+        ::setenv(k.c_str(), v.c_str(), 1);
+      }
+    }
+    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(126);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  Outcome o;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    if (::poll(fds, 2, -1) < 0) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? o.out : o.err).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  o.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-cli-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+    fs::create_directory(dir_ + "/control");
+    env_ = {{"CUSNAP_CONTROL_DIR", dir_ + "/control"}, {"CUSNAP_DRIVER", "sim"},
+            {"CUSNAP_STATE_DIR", ""}};
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(CliTest, HelpForEveryCommand) {
+  const std::map<std::string, std::vector<std::string>> expected = {
+      {"", {"run", "checkpoint", "restore", "status", "inspect", "demo", "Exit status: 0 success"}},
+      {"run", {"cusnap run [--] COMMAND [ARGS...]"}},
+      {"checkpoint", {"--pid", "--all", "--state-dir", "--lock-timeout-ms", "--json"}},
+      {"restore", {"--pid", "--all", "--state-dir", "--device-map", "--json"}},
+      {"status", {"--pid", "--all", "--json"}},
+      {"inspect", {"state_dir", "--json"}},
+      {"demo", {"two-process sharing demo"}},
+  };
+  for (const auto& [command, words] : expected) {
+    std::vector<std::string> args;
+    if (!command.empty()) args.push_back(command);
+    args.push_back("--help");
+    const auto o = RunCusnap(args, env_);
+    EXPECT_EQ(o.status, 0) << command << ": " << o.err;
+    for (const auto& w : words) EXPECT_THAT(o.out, HasSubstr(w)) << command;
+  }
+}
+
+TEST_F(CliTest, UsageErrorsExitTwo) {
+  const std::vector<std::vector<std::string>> bad = {
+      {},
+      {"frobnicate"},
+      {"checkpoint"},
+      {"checkpoint", "--pid", "1", "--all"},
+      {"checkpoint", "--pid", "abc"},
+      {"checkpoint", "--pid", "0"},
+      {"checkpoint", "--all", "--lock-timeout-ms", "-5"},
+      {"restore"},
+      {"restore", "--pid", "1", "--device-map", "0=x"},
+      {"inspect"},
+      {"status", "--pid", "1", "--all"},
+      {"run"},
+      {"run", "--"},
+  };
+  for (const auto& args : bad) {
+    const auto o = RunCusnap(args, env_);
+    EXPECT_EQ(o.status, 2) << ::testing::PrintToString(args) << "\n" << o.out << o.err;
+    EXPECT_FALSE(o.err.empty()) << ::testing::PrintToString(args);
+  }
+  const auto o = RunCusnap({"restore", "--pid", "1", "--device-map", "0=1,0=2"}, env_);
+  EXPECT_EQ(o.err, "cusnap restore: --device-map: device map maps device 0 twice\n");
+}
+
+TEST_F(CliTest, RunReportsAMissingProgram) {
+  const auto o = RunCusnap({"run", "--", dir_ + "/no-such-program"}, env_);
+  EXPECT_EQ(o.status, 127);
+  EXPECT_EQ(o.err, "cusnap run: cannot execute " + dir_ + "/no-such-program: No such file or directory\n");
+}
+
+TEST_F(CliTest, BadDriverChoiceIsNamed) {
+  auto env = env_;
+  env["CUSNAP_DRIVER"] = "quantum";
+  const auto o = RunCusnap({"run", "--", "true"}, env);
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "cusnap run: CUSNAP_DRIVER='quantum' is not one of auto, real, sim\n");
+  const auto c = RunCusnap({"checkpoint", "--all"}, env);
+  EXPECT_EQ(c.status, 1);
+  EXPECT_THAT(c.err, HasSubstr("CUSNAP_DRIVER='quantum' is not one of auto, real, sim"));
+}
+
+TEST_F(CliTest, InspectShowsAStateFile) {
+  coord::StateFile state;
+  state.driver = "simulated";
+  state.created_unix_s = 1764489600;
+  for (const auto& v : ValidJob()) {
+    coord::ParticipantState p;
+    p.pid = v.pid;
+    p.start_time = v.start_time;
+    p.saved_bytes = v.pid == 100 ? kMiB2 : 0;
+    p.records = v.records;
+    p.gpus = {{0, "GPU-00000000-0000-0000-0000-000000000000"}};
+    state.participants.push_back(p);
+  }
+  state.phases = {{"save", 1.5, kMiB2}};
+  ASSERT_TRUE(coord::WriteStateFile(dir_, state).ok());
+
+  const auto text = RunCusnap({"inspect", dir_}, env_);
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("format version 1, driver simulated, written 2025-11-30 08:00:00 UTC"));
+  EXPECT_THAT(text.out, HasSubstr("2 participants"));
+  EXPECT_THAT(text.out, HasSubstr("pid 100 (start 5000): 2.00 MiB saved, 1 allocation, 1 mapping"));
+  EXPECT_THAT(text.out, HasSubstr("allocation 1 of pid 100: 2.00 MiB, created here"));
+  EXPECT_THAT(text.out, HasSubstr("mapping 0x7e0000000000+2.00 MiB of allocation 1 of pid 100"));
+  EXPECT_THAT(text.out, HasSubstr("device 0: GPU-00000000-0000-0000-0000-000000000000"));
+
+  const auto json = RunCusnap({"inspect", dir_, "--json"}, env_);
+  EXPECT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out), coord::StateToJson(state));
+}
+
+TEST_F(CliTest, InspectErrorsExitOne) {
+  const auto missing = RunCusnap({"inspect", dir_}, env_);
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_EQ(missing.err, "cusnap inspect: no checkpoint in " + dir_ + ": " + dir_ +
+                             "/cusnap-state.json does not exist\n");
+  std::ofstream(coord::StateFilePath(dir_)) << "{]";
+  const auto corrupt = RunCusnap({"inspect", dir_}, env_);
+  EXPECT_EQ(corrupt.status, 1);
+  EXPECT_EQ(corrupt.err, "cusnap inspect: " + dir_ + "/cusnap-state.json: corrupt state file (not valid JSON)\n");
+}
+
+TEST_F(CliTest, StatusOnAnEmptyControlDir) {
+  const auto text = RunCusnap({"status"}, env_);
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_EQ(text.out, "control dir: " + dir_ + "/control\nno participants\n");
+  const auto json = RunCusnap({"status", "--json"}, env_);
+  EXPECT_EQ(json.status, 0) << json.err;
+  const auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc["control_dir"], dir_ + "/control");
+  EXPECT_TRUE(doc["participants"].empty());
+}
+
+TEST_F(CliTest, DemoIsAPlaceholder) {
+  const auto o = RunCusnap({"demo"}, env_);
+  EXPECT_EQ(o.status, 1);
+  EXPECT_THAT(o.err, HasSubstr("not implemented yet"));
+}
+
+// The test process's own tree has no endpoint: refused before anything changes (exit 3),
+// on the simulated driver, which the CLI names.
+TEST_F(CliTest, CheckpointOfATreeWithoutEndpointsIsRefused) {
+  const std::string pid = std::to_string(::getpid());
+  const auto o = RunCusnap({"checkpoint", "--pid", pid, "--state-dir", dir_ + "/state"}, env_);
+  EXPECT_EQ(o.status, 3) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("driver: simulated\n"));
+  EXPECT_THAT(o.out, HasSubstr("discover "));
+  EXPECT_THAT(o.err, HasSubstr("cusnap checkpoint: pid " + pid + ": no process in its tree has "
+                               "a cusnap endpoint in " + dir_ + "/control; start the job with "
+                               "'cusnap run'\n"));
+  EXPECT_THAT(o.err, HasSubstr("refused; nothing was changed, the job keeps running"));
+  EXPECT_FALSE(fs::exists(dir_ + "/state"));
+
+  const auto json = RunCusnap({"checkpoint", "--all", "--json"}, env_);
+  EXPECT_EQ(json.status, 3);
+  const auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc["outcome"], "refused");
+  EXPECT_EQ(doc["exit_code"], 3);
+  EXPECT_EQ(doc["driver"], "simulated");
+  EXPECT_EQ(doc["phases"][0]["name"], "discover");
+  EXPECT_EQ(doc["errors"][0], "no live cusnap endpoint in " + dir_ + "/control");
+}
+
+TEST_F(CliTest, RestoreWithoutAStateFileIsRefused) {
+  auto env = env_;
+  env["CUSNAP_STATE_DIR"] = dir_ + "/nothing-here";  // the default state dir comes from env
+  const auto o = RunCusnap({"restore", "--all"}, env);
+  EXPECT_EQ(o.status, 5) << o.out << o.err;
+  EXPECT_THAT(o.err, HasSubstr("cusnap restore: no checkpoint in " + dir_ + "/nothing-here: " +
+                               dir_ + "/nothing-here/cusnap-state.json does not exist\n"));
+}
+
+}  // namespace
+}  // namespace cusnap::testing

@@ -1,0 +1,98 @@
+// --device-map parsing and resolution (coordinator/device_map.h).
+#include <gtest/gtest.h>
+
+#include "coordinator/device_map.h"
+
+namespace cusnap::testing {
+namespace {
+
+using coord::DevicePair;
+using coord::DeviceRef;
+
+const std::string kUuid0 = "GPU-11111111-2222-3333-4444-555555555555";
+const std::string kUuid1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+
+TEST(CoordinatorDeviceMap, ParsesOrdinalPairs) {
+  auto map = coord::ParseDeviceMap("0=1,1=0");
+  ASSERT_TRUE(map.ok()) << map.error().message;
+  EXPECT_EQ(*map, (std::vector<DevicePair>{{{0, ""}, {1, ""}}, {{1, ""}, {0, ""}}}));
+}
+
+TEST(CoordinatorDeviceMap, ParsesUuidPairsCaseInsensitively) {
+  auto map = coord::ParseDeviceMap("GPU-AAAAAAAA-BBBB-CCCC-DDDD-EEEEEEEEEEEE=" + kUuid0);
+  ASSERT_TRUE(map.ok()) << map.error().message;
+  ASSERT_EQ(map->size(), 1u);
+  EXPECT_EQ((*map)[0].from, (DeviceRef{-1, kUuid1}));
+  EXPECT_EQ((*map)[0].to, (DeviceRef{-1, kUuid0}));
+}
+
+TEST(CoordinatorDeviceMap, AcceptsSpacesAndMixedForms) {
+  auto map = coord::ParseDeviceMap(" 0 = " + kUuid1);
+  ASSERT_TRUE(map.ok()) << map.error().message;
+  EXPECT_EQ((*map)[0].from, (DeviceRef{0, ""}));
+  EXPECT_EQ((*map)[0].to, (DeviceRef{-1, kUuid1}));
+}
+
+TEST(CoordinatorDeviceMap, RejectsBadInput) {
+  struct Case {
+    std::string text, message;
+  };
+  const Case cases[] = {
+      {"", "device map is empty (expected e.g. 0=1,1=0)"},
+      {"0", "device map pair '0' is not of the form OLD=NEW"},
+      {"0=1=2", "device map pair '0=1=2' is not of the form OLD=NEW"},
+      {"0=1,,1=0", "device map pair '' is not of the form OLD=NEW"},
+      {"0=1,", "device map '0=1,' ends with ','"},
+      {"-1=0", "device map pair '-1=0': '-1' is neither a device ordinal nor a GPU UUID "
+               "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"},
+      {"0=GPU-1234", "device map pair '0=GPU-1234': 'GPU-1234' is neither a device ordinal nor "
+                     "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"},
+      {"0=1,0=2", "device map maps device 0 twice"},
+      {"0=1,2=1", "device map restores two devices onto device 1"},
+  };
+  for (const auto& c : cases) {
+    auto map = coord::ParseDeviceMap(c.text);
+    ASSERT_FALSE(map.ok()) << c.text;
+    EXPECT_EQ(map.error().message, c.message) << c.text;
+  }
+}
+
+TEST(CoordinatorDeviceMap, ResolvesOrdinalsToUuids) {
+  auto map = coord::ParseDeviceMap("0=1,1=0");
+  ASSERT_TRUE(map.ok());
+  auto pairs = coord::ResolveDeviceMap(*map, {kUuid0, kUuid1});
+  ASSERT_TRUE(pairs.ok()) << pairs.error().message;
+  ASSERT_EQ(pairs->size(), 2u);
+  EXPECT_EQ((*pairs)[0].from, kUuid0);
+  EXPECT_EQ((*pairs)[0].to, kUuid1);
+  EXPECT_EQ((*pairs)[1].from, kUuid1);
+  EXPECT_EQ((*pairs)[1].to, kUuid0);
+}
+
+TEST(CoordinatorDeviceMap, ResolutionErrorsNameTheDevice) {
+  auto out_of_range = coord::ResolveDeviceMap(*coord::ParseDeviceMap("0=2"), {kUuid0, kUuid1});
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_EQ(out_of_range.error().message, "device map names device 2, but the driver has 2 device(s)");
+  const std::string unknown = "GPU-99999999-2222-3333-4444-555555555555";
+  auto not_listed = coord::ResolveDeviceMap(*coord::ParseDeviceMap(unknown + "=0"), {kUuid0});
+  ASSERT_FALSE(not_listed.ok());
+  EXPECT_EQ(not_listed.error().message, "device map names " + unknown + ", which the driver does not list");
+  // The same GPU named once by ordinal and once by UUID is still a duplicate.
+  auto dup = coord::ResolveDeviceMap(*coord::ParseDeviceMap("0=1," + kUuid0 + "=0"), {kUuid0, kUuid1});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error().message, "device map maps " + kUuid0 + " twice");
+}
+
+TEST(CoordinatorDeviceMap, UuidFormatRoundTrips) {
+  unsigned char bytes[16];
+  ASSERT_TRUE(coord::ParseGpuUuid(kUuid1, bytes));
+  EXPECT_EQ(bytes[0], 0xaa);
+  EXPECT_EQ(bytes[15], 0xee);
+  EXPECT_EQ(coord::FormatGpuUuid(bytes), kUuid1);
+  EXPECT_FALSE(coord::ParseGpuUuid("GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeee", bytes));   // short
+  EXPECT_FALSE(coord::ParseGpuUuid("MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", bytes));  // prefix
+  EXPECT_FALSE(coord::ParseGpuUuid("GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeeg", bytes));  // hex
+}
+
+}  // namespace
+}  // namespace cusnap::testing

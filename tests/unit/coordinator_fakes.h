@@ -1,0 +1,205 @@
+// Fake participants and a fake native driver for the coordinator's sequence tests. Every
+// request and driver call is appended to one shared log, in the order it happened, so tests
+// can check phase order and barriers; a rendezvous proves that work inside a phase runs
+// concurrently (it only completes when every participant is inside the phase at once).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/records.h"
+
+namespace cusnap::testing {
+
+/// One simulated job process: what its shim reports and how it answers.
+struct FakeProcess {
+  int pid = 0;
+  uint64_t start = 0;
+  uint64_t reported_start = 0;   ///< what kIdentify answers (0: same as start)
+  uint32_t phase = static_cast<uint32_t>(proto::Phase::kActive);
+  uint64_t untracked_imports = 0;
+  std::vector<proto::Record> records;
+  std::vector<proto::Record> records_after_restore;  ///< INSPECT after kImport (empty: same)
+  std::map<proto::Op, std::string> fail;             ///< ops answered with this error text
+  std::map<proto::Op, uint64_t> bytes;               ///< carrier bytes reported per op
+  bool restored = false;
+};
+
+/// Shared by all fakes of one test: the log and the rendezvous.
+class FakeJob {
+ public:
+  void Log(const std::string& entry) {
+    std::lock_guard lock(mu_);
+    log_.push_back(entry);
+  }
+  std::vector<std::string> log() {
+    std::lock_guard lock(mu_);
+    return log_;
+  }
+  /// Entries of the log that start with `prefix`.
+  std::vector<std::string> Only(const std::string& prefix) {
+    std::vector<std::string> out;
+    for (const auto& e : log()) {
+      if (e.rfind(prefix, 0) == 0) out.push_back(e);
+    }
+    return out;
+  }
+
+  /// Makes `op` a rendezvous of `parties`: each caller waits until all have arrived.
+  void RendezvousOn(proto::Op op, size_t parties) {
+    rendezvous_op_ = op;
+    parties_ = parties;
+  }
+  /// False when the others did not arrive within a generous bound (then the phase was not
+  /// concurrent: with sequential dispatch the first caller would wait forever).
+  bool Arrive(proto::Op op) {
+    if (parties_ == 0 || op != rendezvous_op_) return true;
+    std::unique_lock lock(mu_);
+    ++arrived_;
+    cv_.notify_all();
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return arrived_ >= parties_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> log_;
+  proto::Op rendezvous_op_{};
+  size_t parties_ = 0;
+  size_t arrived_ = 0;
+};
+
+class FakeParticipant final : public coord::Participant {
+ public:
+  FakeParticipant(FakeProcess& process, FakeJob& job) : p_(process), job_(job) {}
+  int pid() const override { return p_.pid; }
+  std::optional<uint64_t> start_time() const override { return p_.start; }
+
+  Result<Reply> Call(const proto::Header& request, int timeout_ms) override {
+    (void)timeout_ms;
+    const auto op = static_cast<proto::Op>(request.op);
+    if (op != proto::Op::kIdentify) job_.Log(coord::OpName(op) + " " + std::to_string(p_.pid));
+    if (!job_.Arrive(op)) return Error{-1, "rendezvous timed out: phase not concurrent"};
+    if (auto it = p_.fail.find(op); it != p_.fail.end()) {
+      p_.phase = op == proto::Op::kQuiesce ? p_.phase : static_cast<uint32_t>(proto::Phase::kFailed);
+      return Error{-1, it->second};
+    }
+    Reply reply;
+    reply.header.op = request.op;
+    switch (op) {
+      case proto::Op::kIdentify:
+        reply.header.arg[0] = static_cast<uint64_t>(p_.pid);
+        reply.header.arg[1] = p_.reported_start ? p_.reported_start : p_.start;
+        reply.header.arg[2] = p_.records.size();
+        reply.header.arg[3] = p_.untracked_imports;
+        break;
+      case proto::Op::kInspect:
+        reply.records = p_.restored && !p_.records_after_restore.empty() ? p_.records_after_restore
+                                                                         : p_.records;
+        break;
+      case proto::Op::kQuiesce: p_.phase = static_cast<uint32_t>(proto::Phase::kQuiesced); break;
+      case proto::Op::kResume: p_.phase = static_cast<uint32_t>(proto::Phase::kActive); break;
+      case proto::Op::kDetachMulticast:
+        p_.phase = static_cast<uint32_t>(proto::Phase::kMulticastDetached);
+        break;
+      case proto::Op::kSave: p_.phase = static_cast<uint32_t>(proto::Phase::kSaved); break;
+      case proto::Op::kRelease: p_.phase = static_cast<uint32_t>(proto::Phase::kReleased); break;
+      case proto::Op::kReallocate: p_.phase = static_cast<uint32_t>(proto::Phase::kReallocated); break;
+      case proto::Op::kImport:
+        p_.phase = static_cast<uint32_t>(proto::Phase::kImported);
+        p_.restored = true;
+        break;
+      case proto::Op::kActivate: p_.phase = static_cast<uint32_t>(proto::Phase::kActive); break;
+      default: break;
+    }
+    if (auto it = p_.bytes.find(op); it != p_.bytes.end()) reply.header.arg[0] = it->second;
+    reply.header.phase = p_.phase;
+    return reply;
+  }
+
+ private:
+  FakeProcess& p_;
+  FakeJob& job_;
+};
+
+/// The native checkpoint API over a map of process states.
+class FakeDriver final : public coord::CheckpointDriver {
+ public:
+  explicit FakeDriver(FakeJob& job) : job_(job) {}
+  std::string Describe() const override { return "fake"; }
+  bool simulated() const override { return true; }
+  Result<CUprocessState> GetState(int pid) override {
+    std::lock_guard lock(mu_);
+    auto it = states.find(pid);
+    if (it == states.end()) return Error{CUDA_ERROR_NOT_FOUND, "not a CUDA process"};
+    return it->second;
+  }
+  Status Lock(int pid, unsigned timeout_ms) override {
+    job_.Log("native_lock " + std::to_string(pid) + " timeout " + std::to_string(timeout_ms));
+    return Move(pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
+  }
+  Status Checkpoint(int pid) override {
+    job_.Log("native_checkpoint " + std::to_string(pid));
+    return Move(pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_CHECKPOINTED);
+  }
+  Status Restore(int pid, std::span<const coord::UuidPair> pairs) override {
+    std::string text = "native_restore " + std::to_string(pid);
+    for (const auto& p : pairs) text += " " + p.from + "=" + p.to;
+    job_.Log(text);
+    return Move(pid, CU_PROCESS_STATE_CHECKPOINTED, CU_PROCESS_STATE_LOCKED);
+  }
+  Status Unlock(int pid) override {
+    job_.Log("native_unlock " + std::to_string(pid));
+    return Move(pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_RUNNING);
+  }
+  Result<std::vector<std::string>> DeviceUuids() override {
+    return std::vector<std::string>{"GPU-00000000-0000-0000-0000-000000000000",
+                                    "GPU-11111111-1111-1111-1111-111111111111"};
+  }
+
+  std::map<int, CUprocessState> states;
+  std::set<int> fail_lock;
+
+ private:
+  Status Move(int pid, CUprocessState from, CUprocessState to) {
+    std::lock_guard lock(mu_);
+    if (fail_lock.contains(pid) && to == CU_PROCESS_STATE_LOCKED && from == CU_PROCESS_STATE_RUNNING) {
+      return Error{CUDA_ERROR_TIMEOUT, "pid " + std::to_string(pid) + ": cuCheckpointProcessLock failed: CUDA_ERROR_TIMEOUT (909)"};
+    }
+    if (states[pid] != from) {
+      return Error{CUDA_ERROR_ILLEGAL_STATE, "pid " + std::to_string(pid) + ": illegal state"};
+    }
+    states[pid] = to;
+    return Ok{};
+  }
+  FakeJob& job_;
+  std::mutex mu_;
+};
+
+/// A Discoverer handing out fakes for `processes`.
+inline coord::Discoverer FakeDiscoverer(std::vector<FakeProcess>& processes, FakeJob& job) {
+  return [&processes, &job](coord::CheckpointDriver&)
+             -> Result<std::vector<std::unique_ptr<coord::Participant>>> {
+    std::vector<std::unique_ptr<coord::Participant>> out;
+    for (auto& p : processes) out.push_back(std::make_unique<FakeParticipant>(p, job));
+    return out;
+  };
+}
+
+/// Records the phase names the observer saw, in order.
+class RecordingObserver final : public coord::PhaseObserver {
+ public:
+  void PhaseStarted(const std::string& name, size_t) override { started.push_back(name); }
+  void PhaseFinished(const coord::PhaseReport& report) override { finished.push_back(report.name); }
+  std::vector<std::string> started, finished;
+};
+
+}  // namespace cusnap::testing

@@ -1,0 +1,472 @@
+// The checkpoint and restore sequences (coordinator/coordinator.h) over fake participants
+// and a fake native driver: phase order, barriers, concurrency inside a phase, resume on a
+// refusal, loud failures after a destructive step, restore refusals and verification.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/proc.h"
+#include "coordinator/state_file.h"
+#include "unit/coordinator_fakes.h"
+#include "unit/coordinator_fixtures.h"
+
+namespace cusnap::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class SequenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-seq-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+    auto job = ValidJob();
+    for (const auto& v : job) {
+      FakeProcess p;
+      p.pid = v.pid;
+      p.start = v.start_time;
+      p.records = v.records;
+      processes_.push_back(p);
+      driver_.states[v.pid] = CU_PROCESS_STATE_RUNNING;
+    }
+    processes_[0].bytes[proto::Op::kSave] = kMiB2;  // pid 100 created the 2 MiB allocation
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  coord::CommandReport RunCheckpoint(unsigned lock_timeout_ms = 0) {
+    return coord::Checkpoint({dir_, lock_timeout_ms}, FakeDiscoverer(processes_, job_), driver_,
+                             observer_);
+  }
+  coord::CommandReport RunRestore(std::vector<coord::DevicePair> map = {}) {
+    return coord::Restore({dir_, std::move(map)}, FakeDiscoverer(processes_, job_), driver_,
+                          observer_);
+  }
+  static std::vector<std::string> Names(const coord::CommandReport& r) {
+    std::vector<std::string> names;
+    for (const auto& p : r.phases) names.push_back(p.name);
+    return names;
+  }
+  /// True when every log entry starting with `first` precedes every entry starting with
+  /// `second` (the barrier between two phases).
+  bool Before(const std::string& first, const std::string& second, size_t from = 0) {
+    const auto log = job_.log();
+    size_t last_first = 0, first_second = log.size();
+    for (size_t i = from; i < log.size(); ++i) {
+      if (log[i].rfind(first, 0) == 0) last_first = i;
+      if (log[i].rfind(second, 0) == 0 && first_second == log.size()) first_second = i;
+    }
+    return last_first < first_second;
+  }
+
+  std::string dir_;
+  std::vector<FakeProcess> processes_;
+  FakeJob job_;
+  FakeDriver driver_{job_};
+  RecordingObserver observer_;
+};
+
+const std::vector<std::string> kCheckpointPhases = {
+    "discover", "inspect", "validate", "quiesce", "detach_multicast",
+    "save",     "release", "write_state", "lock", "checkpoint"};
+const std::vector<std::string> kRestorePhases = {
+    "read_state", "discover",         "restore",          "unlock",
+    "reallocate", "import",           "multicast_create", "multicast_import",
+    "multicast_join", "multicast_bind", "verify",         "activate"};
+
+TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
+  const auto report = RunCheckpoint(250);
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_EQ(Names(report), kCheckpointPhases);
+  EXPECT_EQ(observer_.finished, kCheckpointPhases);
+  // Each arrow is a barrier: no participant starts a phase before all finished the last.
+  // (INSPECT runs twice: before validation, and again inside quiesce once quiesced.)
+  EXPECT_THAT(job_.log()[0], ::testing::StartsWith("inspect "));
+  EXPECT_THAT(job_.log()[1], ::testing::StartsWith("inspect "));
+  const std::vector<std::string> order = {"quiesce", "detach_multicast", "save",
+                                          "release", "native_lock", "native_checkpoint"};
+  for (size_t i = 0; i + 1 < order.size(); ++i) {
+    EXPECT_TRUE(Before(order[i] + " ", order[i + 1] + " ")) << order[i] << " / " << order[i + 1];
+  }
+  EXPECT_THAT(job_.Only("native_lock"), ::testing::UnorderedElementsAre(
+                                            "native_lock 100 timeout 250", "native_lock 200 timeout 250"));
+  EXPECT_THAT(job_.Only("resume"), IsEmpty());
+  EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
+  EXPECT_EQ(driver_.states[200], CU_PROCESS_STATE_CHECKPOINTED);
+  EXPECT_EQ(report.phases[5].bytes, kMiB2);  // save
+  EXPECT_EQ(report.phases[5].participants, 2u);
+
+  // The state file holds what the participants reported while quiesced.
+  auto state = coord::ReadStateFile(dir_);
+  ASSERT_TRUE(state.ok()) << state.error().message;
+  EXPECT_EQ(state->driver, "fake");
+  ASSERT_EQ(state->participants.size(), 2u);
+  EXPECT_EQ(state->participants[0].pid, 100);
+  EXPECT_EQ(state->participants[0].start_time, kStart100);
+  EXPECT_EQ(state->participants[0].saved_bytes, kMiB2);
+  EXPECT_EQ(state->participants[1].records.size(), 2u);
+  ASSERT_EQ(state->participants[1].gpus.size(), 2u);  // allocation on 0, access from 1
+  EXPECT_EQ(state->participants[1].gpus[1].uuid, "GPU-11111111-1111-1111-1111-111111111111");
+}
+
+TEST_F(SequenceTest, WorkInsideAPhaseRunsConcurrently) {
+  FakeProcess third = processes_[1];
+  third.pid = 300;
+  third.start = 7000;
+  third.records.clear();
+  processes_.push_back(third);
+  driver_.states[300] = CU_PROCESS_STATE_RUNNING;
+  // SAVE completes only when all three participants are inside it at the same time.
+  job_.RendezvousOn(proto::Op::kSave, 3);
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+}
+
+TEST_F(SequenceTest, TopologyRefusalChangesNothing) {
+  processes_[1].untracked_imports = 1;
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors,
+              ElementsAre("pid 200: 1 allocation is imported from a descriptor that is not a "
+                          "cusnap ticket; release it or export it through a process started "
+                          "with 'cusnap run'"));
+  EXPECT_EQ(Names(report), (std::vector<std::string>{"discover", "inspect", "validate"}));
+  EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
+  EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+  EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
+}
+
+TEST_F(SequenceTest, QuiesceFailureResumesTheQuiescedParticipants) {
+  processes_[1].fail[proto::Op::kQuiesce] = "pid 200: quiesce timed out waiting for a tracked call";
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: quiesce failed: pid 200: quiesce timed out "
+                                         "waiting for a tracked call"));
+  // pid 100 quiesced and is resumed; pid 200 never quiesced and is left alone.
+  EXPECT_THAT(job_.Only("resume"), ElementsAre("resume 100"));
+  EXPECT_TRUE(Before("quiesce ", "resume "));
+  EXPECT_EQ(processes_[0].phase, static_cast<uint32_t>(proto::Phase::kActive));
+  EXPECT_THAT(job_.Only("detach_multicast"), IsEmpty());
+  EXPECT_THAT(job_.Only("native"), IsEmpty());
+}
+
+TEST_F(SequenceTest, TopologyChangedBeforeQuiesceIsRefusedAndResumed) {
+  // The table seen while quiesced differs from the first INSPECT: the creator released
+  // both handle and mapping in between. The second validation refuses; everyone resumes.
+  struct Flip : coord::Participant {
+    FakeParticipant inner;
+    FakeProcess& process;
+    int inspects = 0;
+    Flip(FakeProcess& p, FakeJob& j) : inner(p, j), process(p) {}
+    int pid() const override { return inner.pid(); }
+    std::optional<uint64_t> start_time() const override { return inner.start_time(); }
+    Result<Reply> Call(const proto::Header& h, int t) override {
+      if (h.op == static_cast<uint16_t>(proto::Op::kInspect) && ++inspects == 2) {
+        process.records = {Allocation(Id(100, kStart100, 1), kMiB2, true, 0)};
+      }
+      return inner.Call(h, t);
+    }
+  };
+  auto discover = [&](coord::CheckpointDriver&)
+      -> Result<std::vector<std::unique_ptr<coord::Participant>>> {
+    std::vector<std::unique_ptr<coord::Participant>> out;
+    out.push_back(std::make_unique<Flip>(processes_[0], job_));
+    out.push_back(std::make_unique<FakeParticipant>(processes_[1], job_));
+    return out;
+  };
+  const auto report = coord::Checkpoint({dir_, 0}, discover, driver_, observer_);
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_THAT(report.errors[0], HasSubstr("its creator released both its handle and its mappings"));
+  EXPECT_THAT(job_.Only("resume"), ::testing::UnorderedElementsAre("resume 100", "resume 200"));
+  EXPECT_THAT(job_.Only("detach_multicast"), IsEmpty());
+}
+
+TEST_F(SequenceTest, UnwritableStateDirRefusesBeforeQuiesce) {
+  dir_ = "/proc/self/cusnap-state";
+  const auto report = RunCheckpoint();
+  dir_ = "/tmp/unused-by-teardown";
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_THAT(report.errors[0], HasSubstr("cannot create state directory /proc/self/cusnap-state"));
+  EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
+}
+
+TEST_F(SequenceTest, ShimNotActiveIsRefused) {
+  processes_[1].phase = static_cast<uint32_t>(proto::Phase::kFailed);
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: its cusnap shim is failed, not active; only "
+                                         "a running job can be checkpointed"));
+  EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
+}
+
+TEST_F(SequenceTest, StaleEndpointIsRefused) {
+  processes_[1].reported_start = 1;  // the socket answers for an older process of that pid
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_EQ(report.errors[0], "pid 200: its endpoint reports start time 1 but the process "
+                              "started at 6000 (a stale endpoint of a reused pid?)");
+}
+
+TEST_F(SequenceTest, DiscoveryRefusalIsReported) {
+  auto discover = [](coord::CheckpointDriver&)
+      -> Result<std::vector<std::unique_ptr<coord::Participant>>> {
+    return Error{-1, "pid 77 (python3): a CUDA process in the tree has no cusnap endpoint"};
+  };
+  const auto report = coord::Checkpoint({dir_, 0}, discover, driver_, observer_);
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors, ElementsAre("pid 77 (python3): a CUDA process in the tree has no "
+                                         "cusnap endpoint"));
+}
+
+TEST_F(SequenceTest, SaveFailureIsLoudAndStops) {
+  processes_[0].fail[proto::Op::kSave] = "pid 100: allocation 1: cuMemcpyDtoHAsync failed: 999";
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors, ElementsAre("pid 100: save failed: pid 100: allocation 1: "
+                                         "cuMemcpyDtoHAsync failed: 999"));
+  EXPECT_EQ(Names(report).back(), "save");
+  EXPECT_THAT(job_.Only("release"), IsEmpty());
+  EXPECT_THAT(job_.Only("resume"), IsEmpty());  // never pretend: nothing is undone silently
+  EXPECT_THAT(job_.Only("native"), IsEmpty());
+  EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+}
+
+TEST_F(SequenceTest, SaveByteCountMustMatchTheCreatedAllocations) {
+  processes_[0].bytes[proto::Op::kSave] = kMiB2 - 4096;
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors, ElementsAre("pid 100: save copied 2093056 bytes, but the "
+                                         "allocations it created hold 2097152 bytes"));
+}
+
+TEST_F(SequenceTest, LockFailureAfterReleaseIsLoud) {
+  driver_.fail_lock.insert(200);
+  const auto report = RunCheckpoint(10);
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: cuCheckpointProcessLock failed: "
+                                         "CUDA_ERROR_TIMEOUT (909)"));
+  EXPECT_TRUE(fs::exists(coord::StateFilePath(dir_)));  // written before the lock
+  EXPECT_THAT(job_.Only("native_checkpoint"), IsEmpty());
+}
+
+TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  processes_[1].bytes[proto::Op::kReallocate] = 0;
+  processes_[0].bytes[proto::Op::kReallocate] = kMiB2;
+  const size_t before = job_.log().size();
+  const auto report = RunRestore(*coord::ParseDeviceMap("0=1,1=0"));
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_EQ(Names(report), kRestorePhases);
+  EXPECT_EQ(report.phases[4].bytes, kMiB2);  // reallocate
+  // The device map reaches the driver by UUID.
+  EXPECT_THAT(job_.Only("native_restore 100"),
+              ElementsAre("native_restore 100 GPU-00000000-0000-0000-0000-000000000000="
+                          "GPU-11111111-1111-1111-1111-111111111111 "
+                          "GPU-11111111-1111-1111-1111-111111111111="
+                          "GPU-00000000-0000-0000-0000-000000000000"));
+  const std::vector<std::string> order = {"native_restore", "native_unlock", "reallocate",
+                                          "import",         "multicast_create", "multicast_import",
+                                          "multicast_join", "multicast_bind", "inspect",
+                                          "activate"};
+  for (size_t i = 0; i + 1 < order.size(); ++i) {
+    EXPECT_TRUE(Before(order[i] + " ", order[i + 1] + " ", before)) << order[i] << " / " << order[i + 1];
+  }
+  EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
+  EXPECT_EQ(driver_.states[200], CU_PROCESS_STATE_RUNNING);
+  EXPECT_EQ(processes_[0].phase, static_cast<uint32_t>(proto::Phase::kActive));
+}
+
+TEST_F(SequenceTest, RestoreRefusesAMissingStateFile) {
+  for (auto& p : processes_) p.phase = static_cast<uint32_t>(proto::Phase::kReleased);
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+  EXPECT_THAT(report.errors, ElementsAre("no checkpoint in " + dir_ + ": " + dir_ +
+                                         "/cusnap-state.json does not exist"));
+  EXPECT_THAT(job_.log(), IsEmpty());
+}
+
+TEST_F(SequenceTest, RestoreRefusesACorruptStateFile) {
+  std::ofstream(coord::StateFilePath(dir_)) << "not json";
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+  EXPECT_THAT(report.errors, ElementsAre(dir_ + "/cusnap-state.json: corrupt state file (not valid JSON)"));
+}
+
+TEST_F(SequenceTest, RestoreRefusesAReusedPid) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  processes_[1].start = 9999;  // pid 200 now belongs to a newer process
+  const size_t before = job_.log().size();
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+  EXPECT_THAT(report.errors,
+              ElementsAre("pid 200 is not the process that was checkpointed: it started at tick "
+                          "9999, the checkpoint's pid 200 started at tick 6000 (pid reused)"));
+  EXPECT_EQ(job_.log().size(), before);  // nothing sent, nothing restored
+  EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
+}
+
+TEST_F(SequenceTest, RestoreRefusesDifferentParticipants) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  // pid 100 is gone and pid 300, never checkpointed, is in the tree now.
+  processes_[0].pid = 300;
+  processes_[0].start = 7000;
+  const size_t before = job_.log().size();
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+  EXPECT_THAT(report.errors,
+              ElementsAre("pid 300 is a participant now but is not in the checkpoint " + dir_ +
+                              "/cusnap-state.json",
+                          "pid 100 of the checkpoint is not a participant now (exited, or "
+                          "outside the given process tree)"));
+  EXPECT_EQ(job_.log().size(), before);
+}
+
+TEST_F(SequenceTest, RestoreRefusesAJobThatIsNotReleased) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  processes_[0].phase = static_cast<uint32_t>(proto::Phase::kActive);
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+  EXPECT_THAT(report.errors, ElementsAre("pid 100: its cusnap shim is active, not released; "
+                                         "there is nothing to restore"));
+}
+
+TEST_F(SequenceTest, RestoreRefusesABadDeviceMap) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  const auto report = RunRestore(*coord::ParseDeviceMap("0=5"));
+  EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+  EXPECT_THAT(report.errors, ElementsAre("device map names device 5, but the driver has 2 device(s)"));
+  EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
+}
+
+TEST_F(SequenceTest, RestoreVerifiesRecordForRecord) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  auto changed = processes_[1].records;
+  changed[1].address += 0x200000;  // mapped back at another VA
+  processes_[1].records_after_restore = changed;
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_THAT(report.errors[0], HasSubstr("pid 200: after restore the sharing table differs "
+                                          "from the checkpoint (2 records, 2 recorded)"));
+  EXPECT_THAT(report.errors[0], HasSubstr("recorded, now missing: "));
+  EXPECT_THAT(report.errors[0], HasSubstr("\"0x7e0000000000\""));
+  EXPECT_THAT(report.errors[0], HasSubstr("\"0x7e0000200000\""));
+  EXPECT_THAT(job_.Only("activate"), IsEmpty());  // not reactivated on a mismatch
+}
+
+TEST_F(SequenceTest, RestoreStepFailureIsLoud) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  processes_[1].fail[proto::Op::kImport] = "pid 200: allocation 1 of pid 100: import failed";
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: import failed: pid 200: allocation 1 of pid "
+                                         "100: import failed"));
+  EXPECT_EQ(Names(report).back(), "import");
+  EXPECT_THAT(job_.Only("multicast_create"), IsEmpty());
+}
+
+TEST_F(SequenceTest, RestoreSkipsNativeStepsForProcessesNotCheckpointed) {
+  // A checkpoint that stopped after RELEASE (lock failed for pid 200): pid 100 is locked,
+  // pid 200 running. Restore unlocks 100, restores nobody, and rebuilds the sharing.
+  driver_.fail_lock.insert(200);
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kFailedAfterChange);
+  const auto report = RunRestore();
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_THAT(job_.Only("native_restore"), IsEmpty());
+  EXPECT_THAT(job_.Only("native_unlock"), ElementsAre("native_unlock 100"));
+}
+
+// ---- Discovery over /proc and a control directory (real processes, fake driver) ----
+
+class DiscoveryTest : public SequenceTest {
+ protected:
+  /// Forks a child that waits on a pipe; returns its pid.
+  int SpawnChild() {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    const int pid = ::fork();
+    if (pid == 0) {
+      char c;
+      ::close(fds[1]);
+      while (::read(fds[0], &c, 1) < 0) {
+      }
+      ::_exit(0);
+    }
+    ::close(fds[0]);
+    release_fds_.push_back(fds[1]);
+    children_.push_back(pid);
+    return pid;
+  }
+  void TearDown() override {
+    for (int fd : release_fds_) ::close(fd);  // children read EOF and exit
+    for (int pid : children_) ::waitpid(pid, nullptr, 0);
+    SequenceTest::TearDown();
+  }
+  std::vector<int> children_, release_fds_;
+};
+
+TEST_F(DiscoveryTest, CudaProcessWithoutEndpointIsRefused) {
+  const int child = SpawnChild();
+  driver_.states[child] = CU_PROCESS_STATE_RUNNING;  // the driver knows it: a CUDA process
+  auto discover = coord::EndpointDiscoverer({dir_, ::getpid(), false});
+  auto found = discover(driver_);
+  ASSERT_FALSE(found.ok());
+  EXPECT_EQ(found.error().message,
+            "pid " + std::to_string(child) + " (" + coord::ProcessName(child) +
+                "): a CUDA process in the tree of pid " + std::to_string(::getpid()) +
+                " has no cusnap endpoint in " + dir_ + "; start it with 'cusnap run' (nothing "
+                "was changed)");
+}
+
+TEST_F(DiscoveryTest, TreeWithoutEndpointsIsRefused) {
+  SpawnChild();  // not a CUDA process: ignored
+  auto found = coord::EndpointDiscoverer({dir_, ::getpid(), false})(driver_);
+  ASSERT_FALSE(found.ok());
+  EXPECT_EQ(found.error().message, "pid " + std::to_string(::getpid()) + ": no process in its "
+                                   "tree has a cusnap endpoint in " + dir_ +
+                                   "; start the job with 'cusnap run'");
+}
+
+TEST_F(DiscoveryTest, ProcessTreeListsChildren) {
+  const int a = SpawnChild();
+  const int b = SpawnChild();
+  const auto tree = coord::ProcessTree(::getpid());
+  ASSERT_FALSE(tree.empty());
+  EXPECT_EQ(tree[0], ::getpid());
+  EXPECT_NE(std::find(tree.begin(), tree.end(), a), tree.end());
+  EXPECT_NE(std::find(tree.begin(), tree.end(), b), tree.end());
+  EXPECT_TRUE(coord::ProcessTree(0x3fffffff).empty());
+}
+
+TEST_F(DiscoveryTest, AllListsLiveEndpointsOnly) {
+  const int child = SpawnChild();
+  // Endpoint files: a live child, a dead pid, and names that are not endpoints.
+  for (const std::string& name : std::vector<std::string>{std::to_string(child) + ".sock", "1073741800.sock", "x.sock", "12.txt"}) {
+    std::ofstream(dir_ + "/" + name) << "";
+  }
+  EXPECT_EQ(coord::EndpointPids(dir_), std::vector<int>{child});
+}
+
+TEST_F(DiscoveryTest, StartTimeComesFromProc) {
+  const auto self = coord::ProcessStartTime(::getpid());
+  ASSERT_TRUE(self.has_value());
+  EXPECT_GT(*self, 0u);
+  EXPECT_EQ(coord::ProcessStartTime(::getpid()), self);
+  EXPECT_FALSE(coord::ProcessStartTime(0x3fffffff).has_value());
+}
+
+}  // namespace
+}  // namespace cusnap::testing

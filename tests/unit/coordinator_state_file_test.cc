@@ -1,0 +1,255 @@
+// The state file (coordinator/state_file.h): round trip, atomic write, errors for a missing,
+// corrupt or foreign file, and the directory preflight.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/records.h"
+#include "coordinator/state_file.h"
+#include "unit/coordinator_fixtures.h"
+
+namespace cusnap::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StateFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-state-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(dir_, fs::perms::owner_all, ec);
+    fs::remove_all(dir_, ec);
+  }
+  void WriteRaw(const std::string& text) {
+    std::ofstream(coord::StateFilePath(dir_)) << text;
+  }
+  std::string dir_;
+};
+
+coord::StateFile SampleState() {
+  coord::StateFile s;
+  s.driver = "simulated";
+  s.created_unix_s = 1764489600;
+  auto job = ValidJob();
+  proto::Record mc{};
+  mc.kind = static_cast<uint32_t>(proto::RecordKind::kMulticastBinding);
+  mc.id = Id(100, kStart100, 9);
+  mc.member = Id(100, kStart100, 1);
+  mc.member_offset = 4096;
+  mc.size = kMiB2;
+  mc.bind_kind = 1;
+  mc.bind_api = 2;
+  mc.device = 1;
+  mc.extent = 512ull << 20;
+  job[0].records.push_back(mc);
+  job[1].records[1].access_count = 2;
+  job[1].records[1].access[1] = {CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READ, 0};
+  for (const auto& v : job) {
+    coord::ParticipantState p;
+    p.pid = v.pid;
+    p.start_time = v.start_time;
+    p.saved_bytes = v.pid == 100 ? kMiB2 : 0;
+    p.gpus = {{0, "GPU-00000000-0000-0000-0000-000000000000"}};
+    p.records = v.records;
+    s.participants.push_back(p);
+  }
+  s.phases = {{"save", 12.5, kMiB2}, {"release", 0.5, 0}};
+  return s;
+}
+
+void ExpectSameRecords(const std::vector<proto::Record>& a, const std::vector<proto::Record>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(coord::RecordToJson(a[i]), coord::RecordToJson(b[i])) << "record " << i;
+    // Every field the JSON carries survives byte for byte.
+    EXPECT_EQ(a[i].address, b[i].address);
+    EXPECT_EQ(a[i].id.creator_start, b[i].id.creator_start);
+    EXPECT_EQ(a[i].access_count, b[i].access_count);
+  }
+}
+
+TEST_F(StateFileTest, RoundTripKeepsEveryField) {
+  const auto written = SampleState();
+  ASSERT_TRUE(coord::WriteStateFile(dir_, written).ok());
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  EXPECT_EQ(read->format_version, coord::kStateFormatVersion);
+  EXPECT_EQ(read->driver, "simulated");
+  EXPECT_EQ(read->created_unix_s, 1764489600);
+  ASSERT_EQ(read->participants.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(read->participants[i].pid, written.participants[i].pid);
+    EXPECT_EQ(read->participants[i].start_time, written.participants[i].start_time);
+    EXPECT_EQ(read->participants[i].saved_bytes, written.participants[i].saved_bytes);
+    EXPECT_EQ(read->participants[i].gpus, written.participants[i].gpus);
+    ExpectSameRecords(read->participants[i].records, written.participants[i].records);
+  }
+  EXPECT_EQ(read->participants[0].records[2].member_offset, 4096u);
+  EXPECT_EQ(read->participants[0].records[2].extent, 512ull << 20);
+  EXPECT_EQ(read->participants[1].records[1].access[1].flags,
+            static_cast<uint32_t>(CU_MEM_ACCESS_FLAGS_PROT_READ));
+  ASSERT_EQ(read->phases.size(), 2u);
+  EXPECT_EQ(read->phases[0].name, "save");
+  EXPECT_EQ(read->phases[0].bytes, kMiB2);
+}
+
+TEST_F(StateFileTest, RecordsAreStoredByNameWithoutHandles) {
+  ASSERT_TRUE(coord::WriteStateFile(dir_, SampleState()).ok());
+  std::ifstream in(coord::StateFilePath(dir_));
+  const auto json = nlohmann::json::parse(in);
+  const auto& r = json["participants"][0]["records"][0];
+  EXPECT_EQ(r["kind"], "allocation");
+  EXPECT_EQ(r["flags"], nlohmann::json({"creator", "handle_live", "shared"}));
+  EXPECT_EQ(json["participants"][0]["records"][1]["address"], "0x7f0000000000");
+  EXPECT_FALSE(r.contains("fd"));
+  EXPECT_FALSE(r.contains("handle"));
+}
+
+TEST_F(StateFileTest, AtomicWriteLeavesOnlyTheFinalFile) {
+  ASSERT_TRUE(coord::WriteStateFile(dir_, SampleState()).ok());
+  auto second = SampleState();
+  second.driver = "second";
+  ASSERT_TRUE(coord::WriteStateFile(dir_, second).ok());  // replaces the first
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"cusnap-state.json"});
+  struct stat st {};
+  ASSERT_EQ(::stat(coord::StateFilePath(dir_).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(coord::ReadStateFile(dir_)->driver, "second");
+}
+
+TEST_F(StateFileTest, FailedWriteKeepsThePreviousFile) {
+  ASSERT_TRUE(coord::WriteStateFile(dir_, SampleState()).ok());
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+  auto second = SampleState();
+  second.driver = "second";
+  const auto status = coord::WriteStateFile(dir_, second);
+  fs::permissions(dir_, fs::perms::owner_all);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().code, EACCES);
+  EXPECT_NE(status.error().message.find(dir_), std::string::npos) << status.error().message;
+  EXPECT_EQ(coord::ReadStateFile(dir_)->driver, "simulated");
+}
+
+TEST_F(StateFileTest, MissingFileIsNamed) {
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code, ENOENT);
+  EXPECT_EQ(read.error().message, "no checkpoint in " + dir_ + ": " + dir_ +
+                                      "/cusnap-state.json does not exist");
+}
+
+TEST_F(StateFileTest, NotJsonIsCorrupt) {
+  WriteRaw("{\"format\": \"cusnap-state\", truncated");
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().message, dir_ + "/cusnap-state.json: corrupt state file (not valid JSON)");
+}
+
+TEST_F(StateFileTest, ForeignJsonIsRefused) {
+  WriteRaw("{\"hello\": 1}");
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().message, dir_ + "/cusnap-state.json: not a cusnap state file (field "
+                                         "'format' is not \"cusnap-state\")");
+}
+
+TEST_F(StateFileTest, OtherFormatVersionIsRefused) {
+  auto json = coord::StateToJson(SampleState());
+  json["format_version"] = 7;
+  WriteRaw(json.dump());
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().message, dir_ + "/cusnap-state.json: state file format version 7 is "
+                                         "not supported (this cusnap reads version 1)");
+}
+
+TEST_F(StateFileTest, BadRecordIsNamed) {
+  auto json = coord::StateToJson(SampleState());
+  json["participants"][1]["records"][1]["kind"] = "bogus";
+  WriteRaw(json.dump());
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().message, dir_ + "/cusnap-state.json: corrupt state file (participant "
+                                         "pid 200, record 1): unknown record kind 'bogus'");
+}
+
+TEST_F(StateFileTest, MissingFieldIsNamed) {
+  auto json = coord::StateToJson(SampleState());
+  json["participants"][0].erase("start_time");
+  WriteRaw(json.dump());
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.error().message.find("corrupt state file (participant pid 100)"),
+            std::string::npos) << read.error().message;
+  EXPECT_NE(read.error().message.find("start_time"), std::string::npos) << read.error().message;
+}
+
+TEST_F(StateFileTest, BadAddressIsNamed) {
+  auto json = coord::StateToJson(SampleState());
+  json["participants"][0]["records"][1]["address"] = "0xZZ";
+  WriteRaw(json.dump());
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.error().message.find("field 'address' is not a hex address: '0xZZ'"),
+            std::string::npos) << read.error().message;
+}
+
+TEST_F(StateFileTest, DuplicatePidIsRefused) {
+  auto json = coord::StateToJson(SampleState());
+  json["participants"][1]["pid"] = 100;
+  WriteRaw(json.dump());
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.error().message.find("pid listed twice"), std::string::npos);
+}
+
+TEST_F(StateFileTest, PrepareCreatesTheDirectory) {
+  const std::string nested = dir_ + "/a/b";
+  ASSERT_TRUE(coord::PrepareStateDir(nested).ok());
+  EXPECT_TRUE(fs::is_directory(nested));
+  EXPECT_TRUE(fs::is_empty(nested));  // the probe file is gone again
+}
+
+TEST_F(StateFileTest, PrepareRefusesAnUnwritableDirectory) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+  const auto status = coord::PrepareStateDir(dir_);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().message, "cannot create a file in state directory " + dir_ +
+                                        ": Permission denied");
+}
+
+TEST_F(StateFileTest, PrepareRefusesAFileInThePath) {
+  WriteRaw("x");
+  const auto status = coord::PrepareStateDir(coord::StateFilePath(dir_) + "/sub");
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message.find("cannot create state directory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cusnap::testing
+
+namespace cusnap::testing {
+namespace {
+
+// Works as root too: nobody can create files in /proc/self.
+TEST(StateDirPreflight, RefusesADirectoryNobodyCanWrite) {
+  const auto status = coord::PrepareStateDir("/proc/self");
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().message.rfind("cannot create a file in state directory /proc/self: ", 0), 0u)
+      << status.error().message;
+}
+
+}  // namespace
+}  // namespace cusnap::testing

@@ -1,0 +1,185 @@
+// Topology validation (coordinator/topology.h): every rule, positive and negative, with the
+// exact message users read.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "coordinator/topology.h"
+#include "unit/coordinator_fixtures.h"
+
+namespace cusnap::testing {
+namespace {
+
+using coord::ValidateTopology;
+using ::testing::ElementsAre;
+
+TEST(CoordinatorTopology, ValidJobPasses) {
+  EXPECT_TRUE(ValidateTopology(ValidJob()).empty());
+}
+
+TEST(CoordinatorTopology, EmptyJobPasses) {
+  EXPECT_TRUE(ValidateTopology({}).empty());
+}
+
+TEST(CoordinatorTopology, CreatorAndImporterBothWaysPass) {
+  auto job = ValidJob();
+  const auto a2 = Id(200, kStart200, 1);
+  job[1].records.push_back(Allocation(a2, 2 * kMiB2, true));
+  job[0].records.push_back(Mapping(a2, 0x7d0000000000, kMiB2, kMiB2, false));  // second half
+  job[0].records.push_back(Mapping(a2, 0x7c0000000000, kMiB2, 0, false));      // second VA
+  EXPECT_TRUE(ValidateTopology(job).empty());
+}
+
+TEST(CoordinatorTopology, OneUntrackedImportIsRefused) {
+  auto job = ValidJob();
+  job[1].untracked_imports = 1;
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 200: 1 allocation is imported from a descriptor that is not a "
+                          "cusnap ticket; release it or export it through a process started "
+                          "with 'cusnap run'"));
+}
+
+TEST(CoordinatorTopology, SeveralUntrackedImportsAreRefused) {
+  auto job = ValidJob();
+  job[0].untracked_imports = 3;
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 100: 3 allocations are imported from descriptors that are not "
+                          "cusnap tickets; release them or export them through a process "
+                          "started with 'cusnap run'"));
+}
+
+TEST(CoordinatorTopology, TwoCreatorsAreRefused) {
+  auto job = ValidJob();
+  job[1].records[0].flags |= proto::kCreator;
+  // pid 200 also claims creation of pid 100's allocation: the id names another process,
+  // and the allocation now has two creators.
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 200: allocation 1 of pid 100 is reported as created here, but "
+                          "its id names another process",
+                          "allocation 1 of pid 100 is reported as created by pid 100 and pid "
+                          "200; exactly one creator per allocation"));
+}
+
+TEST(CoordinatorTopology, MissingCreatorIsRefused) {
+  auto job = ValidJob();
+  job.erase(job.begin());  // the creator is not a participant
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 200: allocation 1 of pid 100 is imported, but its creator is not "
+                          "a participant; start the creator with 'cusnap run' and include it "
+                          "in the checkpoint"));
+}
+
+TEST(CoordinatorTopology, CreatorWithoutHandleOrMappingIsRefused) {
+  auto job = ValidJob();
+  // The creator released its handle and unmapped: its allocation record stays (the importer
+  // keeps the memory alive) with no live handle, and no creator mapping is left.
+  job[0].records = {Allocation(Id(100, kStart100, 1), kMiB2, true, /*handles=*/0)};
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 100: allocation 1 of pid 100 is still held or mapped by pid 200, "
+                          "but its creator released both its handle and its mappings; keep a "
+                          "handle or a mapping in the creator while others use it"));
+}
+
+TEST(CoordinatorTopology, CreatorWithMappingOnlyIsAnchored) {
+  auto job = ValidJob();
+  job[0].records[0] = Allocation(Id(100, kStart100, 1), kMiB2, true, /*handles=*/0);
+  EXPECT_TRUE(ValidateTopology(job).empty());
+}
+
+TEST(CoordinatorTopology, CreatorWithHandleOnlyIsAnchored) {
+  auto job = ValidJob();
+  job[0].records.pop_back();  // creator unmapped, keeps its handle
+  EXPECT_TRUE(ValidateTopology(job).empty());
+}
+
+TEST(CoordinatorTopology, MappingPastTheAllocationIsRefused) {
+  auto job = ValidJob();
+  job[1].records[1].offset = kMiB2 / 2;  // 2 MiB mapped from the middle of a 2 MiB allocation
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 200: mapping 0x7e0000000000-0x7e0000200000 of allocation 1 of "
+                          "pid 100 at offset 1048576 lies outside the allocation (size "
+                          "2097152 bytes)"));
+}
+
+TEST(CoordinatorTopology, MappingBoundsCheckDoesNotOverflow) {
+  auto job = ValidJob();
+  job[1].records[1].offset = 4096;
+  job[1].records[1].size = UINT64_MAX - 100;  // offset + size wraps around
+  const auto problems = ValidateTopology(job);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("lies outside the allocation"), std::string::npos) << problems[0];
+}
+
+TEST(CoordinatorTopology, MappingExactlyFillingTheAllocationPasses) {
+  auto job = ValidJob();
+  job[1].records[1].offset = kMiB2 / 2;
+  job[1].records[1].size = kMiB2 / 2;
+  EXPECT_TRUE(ValidateTopology(job).empty());
+}
+
+TEST(CoordinatorTopology, ZeroAddressOrSizeMappingIsRefused) {
+  auto job = ValidJob();
+  job[1].records[1].address = 0;
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 200: mapping of allocation 1 of pid 100 has address 0x0 and size "
+                          "2097152 (both must be nonzero)"));
+}
+
+TEST(CoordinatorTopology, TooManyAccessDescriptorsAreRefused) {
+  auto job = ValidJob();
+  job[1].records[1].access_count = proto::kMaxAccess + 1;
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 200: mapping of allocation 1 of pid 100 at 0x7e0000000000 has 17 "
+                          "access descriptors (at most 16)"));
+}
+
+TEST(CoordinatorTopology, ZeroSizeAllocationIsRefused) {
+  auto job = ValidJob();
+  job[0].records[0].object_size = 0;
+  job[1].records[1].size = 0;  // keep the mapping check quiet about bounds: report the size
+  job[1].records.pop_back();
+  job[0].records.pop_back();
+  EXPECT_THAT(ValidateTopology(job), ElementsAre("pid 100: allocation 1 of pid 100 has size 0"));
+}
+
+TEST(CoordinatorTopology, UnknownRecordKindIsRefused) {
+  auto job = ValidJob();
+  job[0].records[1].kind = 99;
+  EXPECT_THAT(ValidateTopology(job), ElementsAre("pid 100: record 1 has unknown kind 99"));
+}
+
+TEST(CoordinatorTopology, MulticastWithOneCreatorPasses) {
+  auto job = ValidJob();
+  proto::Record mc{};
+  mc.kind = static_cast<uint32_t>(proto::RecordKind::kMulticast);
+  mc.id = Id(100, kStart100, 9);
+  mc.flags = proto::kCreator;
+  job[0].records.push_back(mc);
+  mc.flags = 0;
+  job[1].records.push_back(mc);
+  proto::Record dev{};
+  dev.kind = static_cast<uint32_t>(proto::RecordKind::kMulticastDevice);
+  dev.id = mc.id;
+  job[1].records.push_back(dev);
+  EXPECT_TRUE(ValidateTopology(job).empty());
+}
+
+TEST(CoordinatorTopology, MulticastRulesAreChecked) {
+  auto job = ValidJob();
+  proto::Record mc{};
+  mc.kind = static_cast<uint32_t>(proto::RecordKind::kMulticast);
+  mc.id = Id(100, kStart100, 9);
+  job[1].records.push_back(mc);  // nobody reports creating it
+  proto::Record dev{};
+  dev.kind = static_cast<uint32_t>(proto::RecordKind::kMulticastDevice);
+  dev.id = Id(100, kStart100, 10);  // an object nobody reports
+  job[0].records.push_back(dev);
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("multicast object 9 of pid 100 is used, but its creator is not a "
+                          "participant; start the creator with 'cusnap run' and include it in "
+                          "the checkpoint",
+                          "pid 100: multicast_device record names multicast object 10 of pid "
+                          "100, which no participant reports"));
+}
+
+}  // namespace
+}  // namespace cusnap::testing
