@@ -3,11 +3,13 @@
 // no CUDA and never touches a GPU: it is the parent of the job, the process whose tree
 // `cusnap checkpoint --pid` walks.
 //
-//   gpu_pair_launcher [--stdin-to a|none] -- <program> [args...]
+//   gpu_pair_launcher [--stdin-to a|none] [--via-cusnap <cusnap>] -- <program> [args...]
 //
-// Each child runs `<program> --role <a|b> --peer-fd <n> [args...]`. With --stdin-to a (the
-// default) role a inherits the launcher's standard input (a harness drives the job through
-// it); role b reads /dev/null.
+// Each child runs `<program> --role <a|b> --peer-fd <n> [args...]`, or with --via-cusnap
+// `<cusnap> run -- <program> ...` (the workers get the shim, the launcher does not: a
+// supervisor that is no CUDA process and has no endpoint). With --stdin-to a (the default)
+// role a inherits the launcher's standard input (a harness drives the job through it); role
+// b reads /dev/null.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -28,7 +30,8 @@ namespace {
   std::_Exit(1);
 }
 
-pid_t StartRole(const char* role, int peer_fd, bool keep_stdin, const std::vector<char*>& command) {
+pid_t StartRole(const char* role, int peer_fd, bool keep_stdin, const std::vector<char*>& command,
+                const char* via_cusnap) {
   const pid_t pid = fork();
   if (pid < 0) Die("fork");
   if (pid > 0) return pid;
@@ -40,6 +43,11 @@ pid_t StartRole(const char* role, int peer_fd, bool keep_stdin, const std::vecto
   }
   const std::string fd_text = std::to_string(peer_fd);
   std::vector<char*> argv;
+  if (via_cusnap != nullptr) {
+    argv.push_back(const_cast<char*>(via_cusnap));
+    argv.push_back(const_cast<char*>("run"));
+    argv.push_back(const_cast<char*>("--"));
+  }
   argv.push_back(command[0]);
   argv.push_back(const_cast<char*>("--role"));
   argv.push_back(const_cast<char*>(role));
@@ -47,7 +55,7 @@ pid_t StartRole(const char* role, int peer_fd, bool keep_stdin, const std::vecto
   argv.push_back(const_cast<char*>(fd_text.c_str()));
   for (size_t i = 1; i < command.size(); ++i) argv.push_back(command[i]);
   argv.push_back(nullptr);
-  execv(command[0], argv.data());
+  execv(argv[0], argv.data());
   Die("execv");
 }
 
@@ -55,11 +63,14 @@ pid_t StartRole(const char* role, int peer_fd, bool keep_stdin, const std::vecto
 
 int main(int argc, char** argv) {
   std::string stdin_to = "a";
+  const char* via_cusnap = nullptr;
   int i = 1;
   for (; i < argc; ++i) {
     if (std::strcmp(argv[i], "--") == 0) { ++i; break; }
     if (std::strcmp(argv[i], "--stdin-to") == 0 && i + 1 < argc) { stdin_to = argv[++i]; continue; }
-    std::fprintf(stderr, "usage: gpu_pair_launcher [--stdin-to a|none] -- <program> [args...]\n");
+    if (std::strcmp(argv[i], "--via-cusnap") == 0 && i + 1 < argc) { via_cusnap = argv[++i]; continue; }
+    std::fprintf(stderr,
+                 "usage: gpu_pair_launcher [--stdin-to a|none] [--via-cusnap <cusnap>] -- <program> [args...]\n");
     return 2;
   }
   if (i >= argc) {
@@ -71,8 +82,8 @@ int main(int argc, char** argv) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) Die("socketpair");
   std::printf("[launcher %d] starting roles a and b of %s\n", static_cast<int>(getpid()), command[0]);
-  const pid_t a = StartRole("a", pair[0], stdin_to == "a", command);
-  const pid_t b = StartRole("b", pair[1], false, command);
+  const pid_t a = StartRole("a", pair[0], stdin_to == "a", command, via_cusnap);
+  const pid_t b = StartRole("b", pair[1], false, command, via_cusnap);
   close(pair[0]);
   close(pair[1]);
   std::printf("[launcher %d] role a is pid %d, role b is pid %d\n", static_cast<int>(getpid()),

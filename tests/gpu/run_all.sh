@@ -10,7 +10,7 @@
 # the shim is preloaded into python3, which a sanitized shim cannot enter).
 # Test names (default: all, in this order): preflight pinned_baseline vmm_basic
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
-#   share_checkpoint_host_numa cusnap_demo multicast_forward
+#   share_checkpoint_host_numa share_checkpoint_tree cusnap_demo multicast_forward
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -60,7 +60,8 @@ export BIN
 BUDGET_S=${GPU_BUDGET_S:-540}
 START_S=$SECONDS
 ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shim nccl_allreduce
-           share_checkpoint share_checkpoint_host_numa cusnap_demo multicast_forward)
+           share_checkpoint share_checkpoint_host_numa share_checkpoint_tree cusnap_demo
+           multicast_forward)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -202,6 +203,14 @@ t_share_checkpoint_host_numa() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
 }
 
+# The whole tree under `cusnap run`: the non-CUDA launcher carries the shim (and an
+# endpoint) too, as the parent of a real job (torchrun, a shell) would.
+t_share_checkpoint_tree() {
+  export GPU_SHARE_NAME=tree GPU_SHARE_LAUNCH=tree GPU_SHARE_SIZES=64M,128M,256M GPU_SHARE_B_BYTES=64M
+  export GPU_SHARE_CYCLES=1
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
+}
+
 t_cusnap_demo() {
   export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/demo
   mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
@@ -213,7 +222,8 @@ t_multicast_forward() {
 }
 export PYTEST
 export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
-  t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_cusnap_demo t_multicast_forward
+  t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_tree \
+  t_cusnap_demo t_multicast_forward
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
 selected preflight && run_test preflight 120 t_preflight
@@ -230,6 +240,7 @@ if selected nccl_allreduce; then
 fi
 selected share_checkpoint && run_test share_checkpoint 420 t_share_checkpoint
 selected share_checkpoint_host_numa && run_test share_checkpoint_host_numa 240 t_share_checkpoint_host_numa
+selected share_checkpoint_tree && run_test share_checkpoint_tree 240 t_share_checkpoint_tree
 selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
 if selected multicast_forward; then
   if [[ ${CUSNAP_ALLOW_MULTICAST:-0} == 1 ]]; then

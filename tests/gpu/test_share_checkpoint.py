@@ -10,6 +10,11 @@ times (default 2): `cusnap checkpoint --pid <launcher> --state-dir D`, GPU memor
 --state-dir D`, memory read again, and the job checks every byte on both sides, each VA's
 range and logical handle, and sharing after restore (a writes, b reads; b writes, a reads).
 
+GPU_SHARE_LAUNCH chooses how the shim gets in: "workers" (default) makes the launcher start
+each role with `cusnap run --` (the launcher itself, no CUDA process, has no shim and no
+endpoint); "tree" starts the launcher itself under `cusnap run`, so that every process of the
+tree, the non-CUDA launcher included, carries the shim and an endpoint.
+
 The CLI's per-phase lines are logged as they are printed.
 """
 
@@ -52,9 +57,12 @@ def test_share_checkpoint_restore():
     # What each GPU should give back while the job is checkpointed (MiB).
     expect_mib = [sum(round_up(parse_size(s)) for s in sizes_text.split(",")) // MIB,
                   round_up(parse_size(b_text)) // MIB]
-    command = [cusnap, "run", "--", h.program("gpu_pair_launcher"), "--stdin-to", "a", "--",
-               h.program("gpu_share_checkpoint"), "--sizes", sizes_text, "--b-bytes", b_text,
-               "--host-numa-bytes", host_numa_text]
+    launch = os.environ.get("GPU_SHARE_LAUNCH", "workers")
+    assert launch in ("workers", "tree"), f"GPU_SHARE_LAUNCH={launch}: workers or tree"
+    command = [h.program("gpu_pair_launcher"), "--stdin-to", "a"]
+    command = [cusnap, "run", "--"] + command if launch == "tree" else command + ["--via-cusnap", cusnap]
+    command += ["--", h.program("gpu_share_checkpoint"), "--sizes", sizes_text, "--b-bytes", b_text,
+                "--host-numa-bytes", host_numa_text]
     job = h.Job(command, env, "job")
     problems = []
     try:
