@@ -61,15 +61,20 @@ def check_tables(pid, env):
     return counts
 
 
-def check_status(pid, env):
-    """`cusnap status --pid <pid> --json`: exit 0 and one JSON document (logged, shortened)."""
+def check_status(pid, env, counts):
+    """`cusnap status --pid <pid> --json`: exit 0, one JSON document, and the same number of
+    allocations as the endpoint's table. Returns a problem sentence or None."""
     done = h.run([h.program("cusnap"), "status", "--pid", pid, "--json"], timeout=60, env=env, check=False)
     if done.returncode != 0:
         return f"cusnap status --pid {pid} --json exited with {done.returncode}"
     try:
-        json.loads(done.stdout)
+        status = json.loads(done.stdout)
     except ValueError as e:
         return f"cusnap status --pid {pid} --json printed no valid JSON ({e})"
+    shown = [p.get("allocations") for p in status.get("participants", []) if p.get("pid") == pid]
+    h.log(f"cusnap status shows pid {pid} with {shown} allocations; its endpoint listed {counts['allocations']}")
+    if shown != [counts["allocations"]]:
+        return f"cusnap status shows {shown} allocations for pid {pid}, its endpoint {counts['allocations']}"
     return None
 
 
@@ -92,8 +97,8 @@ def test_nccl_allreduce_same_with_and_without_shim():
     try:
         pids = [int(job.wait_for(r"PAUSED pid=(\d+)", STARTUP_TIMEOUT_S).group(1)) for job in shim]
         for pid in pids:
-            check_tables(pid, env)
-            problem = check_status(pid, env)
+            counts = check_tables(pid, env)
+            problem = check_status(pid, env, counts)
             if problem:
                 problems.append(problem)
         for job in shim:
