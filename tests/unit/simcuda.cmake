@@ -16,8 +16,10 @@ function(simcuda_add_test name)
   target_link_libraries(${name} PRIVATE GTest::gtest ${main} simcuda_driver cusnap_cuda_headers dl pthread
     ${ARG_LIBS})
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
-    PROPERTIES ENVIRONMENT "${CUSNAP_TEST_ENV}" LABELS "simcuda" TIMEOUT 120)
+  # The environment travels through the launcher, as in cusnap_add_gtest (CMake 3.25 keeps only
+  # the first entry of a list-valued ENVIRONMENT property of discovered tests).
+  set_target_properties(${name} PROPERTIES CROSSCOMPILING_EMULATOR "env;${CUSNAP_TEST_ENV}")
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 120 LABELS simcuda)
 endfunction()
 
 set(_simcuda_tests ${CMAKE_CURRENT_LIST_DIR})
