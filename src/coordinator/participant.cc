@@ -91,8 +91,9 @@ Result<std::vector<proto::Record>> Inspect(Participant& participant) {
   return std::move(reply->records);
 }
 
-Result<StepReply> Step(Participant& participant, proto::Op op) {
-  auto reply = participant.Call(MakeRequest(op), kLifecycleTimeoutMs);
+Result<StepReply> Step(Participant& participant, proto::Op op,
+                       std::initializer_list<uint64_t> args) {
+  auto reply = participant.Call(MakeRequest(op, args), kLifecycleTimeoutMs);
   if (!reply) return Named(participant, op, reply.error());
   if (auto echo = CheckEcho(participant, op, reply->header); !echo) return echo.error();
   if (reply->fd >= 0) {
@@ -102,9 +103,10 @@ Result<StepReply> Step(Participant& participant, proto::Op op) {
   }
   StepReply step;
   step.phase = reply->header.phase;
+  step.step_ns = reply->header.arg[1];
   if (op == proto::Op::kSave || op == proto::Op::kReallocate) {
     step.bytes = reply->header.arg[0];
-    step.copy_ns = reply->header.arg[1];
+    step.copy_ns = reply->header.arg[2];
   }
   return step;
 }

@@ -60,15 +60,19 @@ Result<Identity> Identify(Participant& participant);
 Result<std::vector<proto::Record>> Inspect(Participant& participant);
 
 /// What a lifecycle request reported: the shim's phase after it, and for carrier requests
-/// (SAVE, REALLOCATE) the bytes moved and the copy time (reply arg[0], arg[1]).
+/// (SAVE, REALLOCATE) the bytes moved and the copy time (reply arg[0] bytes, arg[1] time of
+/// the whole step in ns, arg[2] copy time in ns).
 struct StepReply {
   uint32_t phase = 0;
   uint64_t bytes = 0;
+  uint64_t step_ns = 0;
   uint64_t copy_ns = 0;
 };
 
-/// Sends one lifecycle request (kQuiesce ... kActivate) and returns its reply. The error's
-/// message is "pid P: <op> failed: <shim text>" (the shim's text names the resource).
-Result<StepReply> Step(Participant& participant, proto::Op op);
+/// Sends one lifecycle request (kQuiesce ... kActivate) with request `args` and returns its
+/// reply. The error's message is "pid P: <op> failed: <shim text>" (the shim's text names
+/// the resource).
+Result<StepReply> Step(Participant& participant, proto::Op op,
+                       std::initializer_list<uint64_t> args = {});
 
 }  // namespace cusnap::coord

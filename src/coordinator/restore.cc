@@ -22,8 +22,10 @@ class RestoreSequence : Sequence {
       return Finish(Outcome::kRestoreRefused);
     }
     // From the native restore on, every failure is loud and final.
-    if (!NativeRestoreAll() || !NativeUnlockAll() || !LifecyclePhase(proto::Op::kReallocate) ||
-        !LifecyclePhase(proto::Op::kImport) || !LifecyclePhase(proto::Op::kMulticastCreate) ||
+    const auto [map0, map1] = PackOrdinalMap(ordinal_pairs_);
+    if (!NativeRestoreAll() || !NativeUnlockAll() ||
+        !LifecyclePhase(proto::Op::kReallocate, {map0, map1}) ||
+        !LifecyclePhase(proto::Op::kImport, {map0, map1}) || !LifecyclePhase(proto::Op::kMulticastCreate) ||
         !LifecyclePhase(proto::Op::kMulticastImport) ||
         !LifecyclePhase(proto::Op::kMulticastJoin) ||
         !LifecyclePhase(proto::Op::kMulticastBind) || !VerifyAll() ||
@@ -86,8 +88,11 @@ class RestoreSequence : Sequence {
         problems.push_back(uuids.error().message);
       } else if (auto pairs = ResolveDeviceMap(options_.device_map, *uuids); !pairs) {
         problems.push_back(pairs.error().message);
+      } else if (auto ordinals = ResolveDeviceOrdinals(options_.device_map, *uuids); !ordinals) {
+        problems.push_back(ordinals.error().message);
       } else {
         gpu_pairs_ = std::move(*pairs);
+        ordinal_pairs_ = std::move(*ordinals);
       }
     }
     report_.errors.insert(report_.errors.end(), problems.begin(), problems.end());
@@ -157,7 +162,8 @@ class RestoreSequence : Sequence {
   const RestoreOptions& options_;
   StateFile state_;
   std::vector<const ParticipantState*> expected_;  ///< per participant index
-  std::vector<UuidPair> gpu_pairs_;
+  std::vector<UuidPair> gpu_pairs_;                 ///< for the native restore
+  std::vector<std::pair<int, int>> ordinal_pairs_;  ///< for the shims' rebuild
 };
 
 }  // namespace

@@ -25,9 +25,11 @@ bool Sequence::LocalPhase(const std::string& name, const std::function<Result<ui
   return ok;
 }
 
-bool Sequence::LifecyclePhase(proto::Op op) {
+bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args) {
+  const std::vector<uint64_t> request_args(args);
   return Phase(OpName(op), [&](size_t i) -> Result<uint64_t> {
-    auto step = Step(*participants_[i], op);
+    auto step = Step(*participants_[i], op, {request_args.size() > 0 ? request_args[0] : 0,
+                                            request_args.size() > 1 ? request_args[1] : 0});
     if (!step) return step.error();
     return step->bytes;
   });

@@ -22,9 +22,9 @@ class Sequence {
   bool Phase(const std::string& name, const PhaseWork& work);
   /// Runs coordinator-local work as a phase.
   bool LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work);
-  /// Sends lifecycle `op` to every participant (bytes from carrier replies). `name`
-  /// defaults to the op's name.
-  bool LifecyclePhase(proto::Op op);
+  /// Sends lifecycle `op` with request `args` to every participant; the phase is named
+  /// after the op and counts the bytes carrier replies report.
+  bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {});
 
   /// discover: find the participants and identify each (start time checked against /proc,
   /// so a stale socket of a reused pid is not taken for the process).

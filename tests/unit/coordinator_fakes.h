@@ -86,7 +86,11 @@ class FakeParticipant final : public coord::Participant {
   Result<Reply> Call(const proto::Header& request, int timeout_ms) override {
     (void)timeout_ms;
     const auto op = static_cast<proto::Op>(request.op);
-    if (op != proto::Op::kIdentify) job_.Log(coord::OpName(op) + " " + std::to_string(p_.pid));
+    if (op != proto::Op::kIdentify) {
+      std::string entry = coord::OpName(op) + " " + std::to_string(p_.pid);
+      if (request.arg[1] != 0) entry += " map " + coord::Hex(request.arg[0]);
+      job_.Log(entry);
+    }
     if (!job_.Arrive(op)) return Error{-1, "rendezvous timed out: phase not concurrent"};
     if (auto it = p_.fail.find(op); it != p_.fail.end()) {
       p_.phase = op == proto::Op::kQuiesce ? p_.phase : static_cast<uint32_t>(proto::Phase::kFailed);

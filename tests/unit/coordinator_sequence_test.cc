@@ -277,6 +277,12 @@ TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
                           "GPU-11111111-1111-1111-1111-111111111111 "
                           "GPU-11111111-1111-1111-1111-111111111111="
                           "GPU-00000000-0000-0000-0000-000000000000"));
+  // The shims rebuild on the devices the native restore moved to: ordinals 0 and 1 swapped
+  // (nibble d holds the new ordinal of old ordinal d), every other device kept.
+  EXPECT_THAT(job_.Only("reallocate"), ::testing::UnorderedElementsAre(
+                                           "reallocate 100 map 0xfedcba9876543201",
+                                           "reallocate 200 map 0xfedcba9876543201"));
+  EXPECT_THAT(job_.Only("import 100"), ElementsAre("import 100 map 0xfedcba9876543201"));
   const std::vector<std::string> order = {"native_restore", "native_unlock", "reallocate",
                                           "import",         "multicast_create", "multicast_import",
                                           "multicast_join", "multicast_bind", "inspect",
@@ -287,6 +293,13 @@ TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
   EXPECT_EQ(driver_.states[200], CU_PROCESS_STATE_RUNNING);
   EXPECT_EQ(processes_[0].phase, static_cast<uint32_t>(proto::Phase::kActive));
+}
+
+TEST_F(SequenceTest, RestoreWithoutDeviceMapSendsNoMap) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  ASSERT_EQ(RunRestore().outcome, coord::Outcome::kOk);
+  EXPECT_THAT(job_.Only("reallocate"), ::testing::UnorderedElementsAre("reallocate 100", "reallocate 200"));
+  EXPECT_THAT(job_.Only("native_restore"), ::testing::UnorderedElementsAre("native_restore 100", "native_restore 200"));
 }
 
 TEST_F(SequenceTest, RestoreRefusesAMissingStateFile) {
