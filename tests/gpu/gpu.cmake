@@ -55,4 +55,10 @@ if(CUSNAP_BUILD_GPU_TESTS)
   add_executable(gpu_inspect ${_gpu_dir}/gpu_inspect.cc)
   cusnap_warnings(gpu_inspect)
   target_link_libraries(gpu_inspect PRIVATE cusnap_common)
+
+  # Everything tests/gpu/run_all.sh needs, and nothing else (the folder is carried to the GPU
+  # machine): `cmake --build <build> --target cusnap_gpu_tests`.
+  add_custom_target(cusnap_gpu_tests DEPENDS cusnap cusnap_shim gpu_vmm_basic gpu_ticket_pair
+    gpu_share_checkpoint gpu_pinned_baseline gpu_meminfo gpu_multicast_forward gpu_pair_launcher
+    gpu_inspect)
 endif()
