@@ -82,7 +82,8 @@ int RoleA(const Options& options) {
 }
 
 // Makes the shim and the driver open whatever they open lazily (contexts, the shim's
-// endpoint, its ticket machinery) before the descriptor table is compared around the import.
+// endpoint, its ticket machinery, peer mappings from this GPU to GPU 0) before the
+// descriptor table is compared around the import.
 void WarmUp(int device) {
   CUdeviceptr scratch = 0;
   CU(cuMemAlloc(&scratch, size_t{2} << 20));
@@ -92,6 +93,17 @@ void WarmUp(int device) {
   const int fd = gpu::ExportPosix(own);
   close(fd);
   CU(cuMemRelease(own));
+  // A private (untracked) allocation on GPU 0, mapped for this GPU and read once.
+  CUmemAllocationProp prop = gpu::PosixProp(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  const size_t peer_bytes = gpu::Granularity(prop);
+  const CUmemGenericAllocationHandle peer = gpu::CreateAllocation(peer_bytes, prop);
+  const CUdeviceptr va = gpu::MapWithAccess(peer, peer_bytes, device);
+  CU(cuMemsetD8(va, 0x11, peer_bytes));
+  uint64_t word = 0;
+  CU(cuMemcpyDtoH(&word, va, sizeof word));
+  gpu::UnmapAndFree(va, peer_bytes);
+  CU(cuMemRelease(peer));
 }
 
 void CheckTicket(const Options& options, int fd, uint64_t creator_pid) {
