@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
+#include "common/ids.h"
 #include "common/socket.h"
 
 namespace cusnap {
@@ -51,6 +53,24 @@ Result<Reply> Request(const std::string& socket_path, proto::Header request,
   reply.header = message->header;
   reply.records = std::move(message->records);
   reply.fd = message->fd;
+  return reply;
+}
+
+Result<Reply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms) {
+  proto::Header request = MakeHeader(proto::Op::kExport);
+  request.arg[0] = static_cast<uint64_t>(static_cast<int64_t>(id.creator_pid));
+  request.arg[1] = id.creator_start;
+  request.arg[2] = id.local_id;
+  request.arg[3] = kind;
+  Result<Reply> reply = Request(EndpointPath(ControlDir(), id.creator_pid), request, {}, timeout_ms);
+  if (!reply.ok()) {
+    return Error{reply.error().code,
+                 "asking for " + DescribeObject(id) + ": " + reply.error().message};
+  }
+  if (reply->fd < 0 || reply->header.arg[2] != id.local_id) {
+    if (reply->fd >= 0) close(reply->fd);
+    return Error{EPROTO, "the creator's reply carries no descriptor for " + DescribeObject(id)};
+  }
   return reply;
 }
 

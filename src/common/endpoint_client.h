@@ -3,6 +3,7 @@
 // lifecycle requests and by a shim to ask a creator's endpoint for a fresh export.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,5 +34,13 @@ std::string ControlDir();
 /// Error carrying that status and the reply's text.
 Result<Reply> Request(const std::string& socket_path, proto::Header request,
                       std::span<const proto::Record> records, int timeout_ms);
+
+/// Asks the endpoint of `id`'s creator (EndpointPath(ControlDir(), id.creator_pid)) for a
+/// fresh raw POSIX descriptor of object `id` of kind `kind` (1 unicast, 2 multicast; see
+/// ticket.h). On success the reply carries the descriptor (the caller owns and closes it)
+/// and arg[4] = the object's size in bytes. Errors: the creator's refusal (its status, e.g.
+/// CUDA_ERROR_INVALID_HANDLE for an object it no longer exports), a socket errno, or EPROTO
+/// when the reply carries no descriptor for that object; messages name the object.
+Result<Reply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms);
 
 }  // namespace cusnap

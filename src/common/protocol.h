@@ -68,6 +68,8 @@ struct Header {
   uint64_t arg[6];      ///< op-specific: kExport {creator pid, creator start, allocation id,
                         ///<   kind}; replies to kIdentify {pid, start time, records,
                         ///<   untracked imports, tracked bytes}; carrier replies {bytes, ns}
+                        ///<   kExport replies echo the request's args and add the
+                        ///<   object's size in bytes as arg[4]
   char text[184];       ///< NUL-terminated error text naming the process and resource
 };
 static_assert(sizeof(Header) == 256);

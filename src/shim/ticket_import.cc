@@ -76,25 +76,13 @@ CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
                                     : "its pid now belongs to a process started later");
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  proto::Header request = MakeHeader(proto::Op::kExport);
-  request.arg[0] = static_cast<uint64_t>(id.creator_pid);
-  request.arg[1] = id.creator_start;
-  request.arg[2] = id.local_id;
-  request.arg[3] = static_cast<uint64_t>(ticket.kind);
-  const std::string path = EndpointPath(ControlDir(), id.creator_pid);
-  Result<Reply> reply = Request(path, request, {}, kExportRequestTimeoutMs);
+  Result<Reply> reply =
+      RequestExport(id, static_cast<uint32_t>(ticket.kind), kExportRequestTimeoutMs);
   if (!reply.ok()) {
-    CUSNAP_LOG_ERROR("import of %s: %s", DescribeObject(id).c_str(),
-                     reply.error().message.c_str());
+    CUSNAP_LOG_ERROR("import: %s", reply.error().message.c_str());
     // The creator refusing the allocation is a dead handle; anything else is the socket.
     return reply.error().code == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_HANDLE
                                                            : CUDA_ERROR_OPERATING_SYSTEM;
-  }
-  if (reply->fd < 0 || reply->header.arg[2] != id.local_id) {
-    if (reply->fd >= 0) close(reply->fd);
-    CUSNAP_LOG_ERROR("import of %s: the creator's reply carries no descriptor for it",
-                     DescribeObject(id).c_str());
-    return CUDA_ERROR_OPERATING_SYSTEM;
   }
   *raw_fd = reply->fd;
   *size = reply->header.arg[4];
@@ -107,7 +95,6 @@ CUresult ExportTicket(uint64_t handle, int* fd_out) {
   PinScope pin(handle);
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
-  EnsureEndpoint();  // importers will ask this process for the descriptor
   if (pin->creator && !export_cache().Contains(TicketKind::kUnicast, pin->id.local_id)) {
     auto export_real = driver().cuMemExportToShareableHandle;
     if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;

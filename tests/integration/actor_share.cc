@@ -10,6 +10,7 @@
 //   raw-exporter                (run without the shim) exports a raw descriptor
 //   fork-early / fork-late      fork before any CUDA use / after tracking
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "common/endpoint_client.h"
+#include "common/ids.h"
 #include "common/ticket.h"
 #include "sharing_actor.h"
 
@@ -332,6 +334,42 @@ int Basics() {
   Send(pair[0], "done");
   Check(WaitExit(exporter) == 0, "raw-exporter failed");
   Check(Identify(getpid()).header.arg[3] == 1, "one untracked import counted");
+
+  // Tickets naming a creator that is gone (pid reaped) or an earlier process with our pid,
+  // and malformed tickets, are refused without reaching the driver.
+  for (const auto& [pid, start] : {std::pair<int, uint64_t>{exporter, 12345},
+                                   std::pair<int, uint64_t>{getpid(), cusnap::ProcessStartTime(getpid()) + 1}}) {
+    cusnap::Ticket stale;
+    stale.id.creator_pid = pid;
+    stale.id.creator_start = start;
+    stale.id.local_id = 1;
+    auto stale_fd = cusnap::CreateTicket(stale);
+    Check(stale_fd.ok(), "CreateTicket");
+    CUmemGenericAllocationHandle h = 0;
+    CU_EXPECT(CUDA_ERROR_INVALID_HANDLE,
+              cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(*stale_fd)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(*stale_fd);
+  }
+  {
+    cusnap::TicketLayout layout{};
+    layout.magic = cusnap::kTicketMagic;
+    layout.version = 9;
+    layout.kind = 1;
+    layout.creator_pid = getpid();
+    layout.creator_start = 1;
+    layout.local_id = 1;
+    const int forged = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    Check(forged >= 0 && pwrite(forged, &layout, sizeof layout, 0) == sizeof layout &&
+              fcntl(forged, F_ADD_SEALS, cusnap::TicketSeals()) == 0,
+          "forging a ticket");
+    CUmemGenericAllocationHandle h = 0;
+    CU_EXPECT(CUDA_ERROR_INVALID_HANDLE,
+              cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(forged)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(forged);
+  }
+  Check(Identify(getpid()).header.arg[3] == 1, "refused tickets are not counted as imports");
 
   // Many tracked allocations: INSPECT needs several packets.
   std::vector<CUmemGenericAllocationHandle> many(199);

@@ -1,8 +1,14 @@
-// The sharing table on its own: logical handles, aliasing, the lifetime of an allocation
+// The sharing table and the export cache on their own: logical handles, aliasing, the lifetime of an allocation
 // (handles + mappings + pins), the VA range index, access merged per device, untracked
 // import counting and INSPECT records.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <gtest/gtest.h>
 
+#include "shim/export_cache.h"
 #include "shim/sharing_table.h"
 
 namespace cusnap::shim {
@@ -287,6 +293,71 @@ TEST(SharingTable, SetRealHandleSwapsWhatPinsSee) {
   ASSERT_TRUE(table.SetRealHandle(key, 0xB1));
   EXPECT_EQ(table.Pin(h)->real, 0xB1u);
   EXPECT_FALSE(table.SetRealHandle(key + 100, 0xB2));
+}
+
+}  // namespace
+}  // namespace cusnap::shim
+
+namespace cusnap::shim {
+namespace {
+
+// A pipe's read end stands in for a driver export descriptor.
+int PipeReadEnd(int* write_end) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  *write_end = fds[1];
+  return fds[0];
+}
+
+TEST(ExportCache, ServesDupsUntilInvalidated) {
+  ExportCache cache;
+  int writer = -1;
+  const int fd = PipeReadEnd(&writer);
+  cache.Put(TicketKind::kUnicast, 7, fd, 4096);
+  EXPECT_NE(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);  // an exec'd program never inherits it
+  EXPECT_TRUE(cache.Contains(TicketKind::kUnicast, 7));
+  EXPECT_FALSE(cache.Contains(TicketKind::kMulticast, 7));
+
+  uint64_t size = 0;
+  const int dup = cache.Dup(TicketKind::kUnicast, 7, &size);
+  ASSERT_GE(dup, 0);
+  EXPECT_NE(dup, fd);
+  EXPECT_EQ(size, 4096u);
+  ASSERT_EQ(write(writer, "k", 1), 1);
+  char c = 0;
+  ASSERT_EQ(read(dup, &c, 1), 1);  // the dup is the same pipe
+  EXPECT_EQ(c, 'k');
+  close(dup);
+
+  // A second Put for the same object keeps the first descriptor and closes the new one.
+  int writer2 = -1;
+  const int second = PipeReadEnd(&writer2);
+  cache.Put(TicketKind::kUnicast, 7, second, 8192);
+  EXPECT_EQ(fcntl(second, F_GETFD), -1);
+  EXPECT_EQ(cache.size(), 1u);
+
+  cache.Invalidate(TicketKind::kUnicast, 7);
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);  // closed
+  EXPECT_EQ(cache.Dup(TicketKind::kUnicast, 7, &size), -1);
+  EXPECT_EQ(errno, ENOENT);
+  close(writer);
+  close(writer2);
+}
+
+TEST(ExportCache, ClearClosesEverything) {
+  ExportCache cache;
+  int w1 = -1, w2 = -1;
+  const int a = PipeReadEnd(&w1);
+  const int b = PipeReadEnd(&w2);
+  cache.Put(TicketKind::kUnicast, 1, a, 1);
+  cache.Put(TicketKind::kMulticast, 1, b, 1);  // same id, other kind: a separate entry
+  EXPECT_EQ(cache.size(), 2u);
+  cache.Clear();
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(fcntl(a, F_GETFD), -1);
+  EXPECT_EQ(fcntl(b, F_GETFD), -1);
+  close(w1);
+  close(w2);
 }
 
 }  // namespace
