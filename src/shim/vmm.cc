@@ -11,6 +11,7 @@
 #include "shim/driver_api.h"
 #include "shim/handles.h"
 #include "shim/hooks.h"
+#include "shim/lifecycle_process.h"
 #include "shim/process.h"
 #include "shim/quiesce.h"
 #include "shim/ticket_import.h"
@@ -65,6 +66,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     CUSNAP_LOG_ERROR("cuMemCreate: logical handles exhausted; released the allocation");
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  AnticipateCarrier();
   *handle = logical;
   return CUDA_SUCCESS;
 }
@@ -232,5 +234,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr 
   CUSNAP_REAL(cuMemGetAddressRange_v2);
   return real_cuMemGetAddressRange_v2(pbase, psize, dptr);
 }
+
+#undef CUSNAP_REAL
 
 }  // namespace cusnap::shim::hook
