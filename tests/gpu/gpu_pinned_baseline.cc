@@ -9,6 +9,7 @@
 //   gpu_pinned_baseline [--bytes 4G] [--reps 3]
 #include <algorithm>
 #include <barrier>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,7 +73,9 @@ void Alone(const Buffers& b, size_t bytes, int reps) {
       Copy(b, direction, bytes);
       const double seconds = gpu::NowSeconds() - start;
       best = std::min(best, seconds);
-      all += " " + std::to_string(GBps(bytes, seconds)).substr(0, 5);
+      char one[32];
+      std::snprintf(one, sizeof one, " %.1f", GBps(bytes, seconds));
+      all.append(one);
     }
     gpu::Log("BASELINE gpu %d alone %s: %.1f GB/s (best of %d: %.3f s for %zu bytes; each:%s)",
              b.device, Name(direction), GBps(bytes, best), reps, best, bytes, all.c_str());
