@@ -4,6 +4,7 @@
 #include "config.h"
 #include "devices.h"
 #include "gate.h"
+#include "multicast.h"
 #include "vmm_checkpoint.h"
 
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <chrono>
 #include <thread>
 
 namespace simcuda::checkpoint {
@@ -27,6 +29,7 @@ struct Service {
   int listen_fd = -1;
   int owner_pid = 0;  // the process that bound the socket (a forked child must not unlink it)
   int thread_id = 0;
+  uint32_t lock_timeout_ms = 0;  // of the lock that made the state LOCKED (0: none)
 };
 
 Service &service() {
@@ -51,6 +54,19 @@ CUresult restore(const Request &req) {
   return vmm::restore_all(device_map);
 }
 
+// The checkpoint of a process holding multicast objects: waits as long as the real driver's
+// hang is modelled to last, then fails (checkpoint_service.h).
+CUresult refuse_multicast(const Service &s) {
+  long wait_ms = config().multicast_checkpoint_wait_ms;
+  if (wait_ms < 0) wait_ms = s.lock_timeout_ms != 0 ? s.lock_timeout_ms : 10000;
+  std::fprintf(stderr,
+               "simcuda[%d]: checkpoint: the process holds %zu multicast object(s); a real driver hangs here, "
+               "failing CUDA_ERROR_TIMEOUT after %ld ms\n",
+               static_cast<int>(getpid()), multicast::count(), wait_ms);
+  std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  return CUDA_ERROR_TIMEOUT;
+}
+
 Reply handle(Service &s, const Request &req) {
   Reply reply;
   switch (req.op) {
@@ -61,10 +77,14 @@ Reply handle(Service &s, const Request &req) {
       break;
     case Op::kLock:
       if (s.state != CU_PROCESS_STATE_RUNNING) reply.result = CUDA_ERROR_ILLEGAL_STATE;
-      else if ((reply.result = gate::lock(req.timeout_ms)) == CUDA_SUCCESS) s.state = CU_PROCESS_STATE_LOCKED;
+      else if ((reply.result = gate::lock(req.timeout_ms)) == CUDA_SUCCESS) {
+        s.state = CU_PROCESS_STATE_LOCKED;
+        s.lock_timeout_ms = req.timeout_ms;
+      }
       break;
     case Op::kCheckpoint:
       if (s.state != CU_PROCESS_STATE_LOCKED) reply.result = CUDA_ERROR_ILLEGAL_STATE;
+      else if (multicast::count() > 0) reply.result = refuse_multicast(s);
       else if ((reply.result = vmm::checkpoint_all()) == CUDA_SUCCESS) s.state = CU_PROCESS_STATE_CHECKPOINTED;
       break;
     case Op::kRestore:

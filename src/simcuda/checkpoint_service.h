@@ -4,6 +4,12 @@
 //
 // States (CUDA Driver API, "Checkpointing"): RUNNING -lock-> LOCKED -checkpoint-> CHECKPOINTED
 // -restore-> LOCKED -unlock-> RUNNING; any other transition is CUDA_ERROR_ILLEGAL_STATE.
+//
+// A checkpoint of a process that holds any multicast object (by handle or mapping, bound or
+// not) hangs on real drivers (DRIVER-FACTS, public reports). Here the checkpoint waits (the
+// lock's timeoutMs, 10 s when it had none, or SIMCUDA_MULTICAST_CHECKPOINT_WAIT_MS) and then
+// fails CUDA_ERROR_TIMEOUT with nothing released: the process stays LOCKED, and after unlock it
+// runs on with its memory and teams intact.
 #pragma once
 
 #include "cuda_api.h"

@@ -32,6 +32,14 @@ Config parse() {
   c.driver_version = static_cast<int>(read_number("SIMCUDA_DRIVER_VERSION", 13010, 1000, 99990, c.error));
   c.device_memory_bytes =
       static_cast<size_t>(read_number("SIMCUDA_DEVICE_MEMORY_MIB", 16384, 64, 1 << 24, c.error)) << 20;
+  c.multicast_round_bytes =
+      static_cast<size_t>(read_number("SIMCUDA_MULTICAST_ROUND_BYTES", 0, 0, long{1} << 40, c.error));
+  if (c.multicast_round_bytes % kGranularity != 0)
+    c.error = "SIMCUDA_MULTICAST_ROUND_BYTES=" + std::to_string(c.multicast_round_bytes) +
+              " is not a multiple of the 2 MiB multicast granularity";
+  c.multicast_bind_timeout_ms =
+      static_cast<unsigned>(read_number("SIMCUDA_MULTICAST_BIND_TIMEOUT_MS", 60000, 1, 3600000, c.error));
+  c.multicast_checkpoint_wait_ms = read_number("SIMCUDA_MULTICAST_CHECKPOINT_WAIT_MS", -1, 0, 3600000, c.error);
   const char *dir = std::getenv("SIMCUDA_DIR");
   c.dir = (dir != nullptr && *dir != '\0') ? std::string(dir)
                                            : "/tmp/simcuda-" + std::to_string(getuid());

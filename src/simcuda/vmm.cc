@@ -113,7 +113,7 @@ CUresult granularity(size_t *granularity, const CUmemAllocationProp *prop, CUmem
 }
 
 CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                unsigned long long flags, bool multicast) {
+                unsigned long long flags) {
   if (handle == nullptr || flags != 0 || size == 0 || !aligned(size)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_prop(prop); r != CUDA_SUCCESS) return r;
   if ((prop->requestedHandleTypes & ~kSupportedHandleTypes) != 0) return CUDA_ERROR_NOT_SUPPORTED;
@@ -121,9 +121,8 @@ CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAl
   a->id = backing::new_id();
   a->prop = *prop;
   a->size = size;
-  a->multicast = multicast;
   int device = device_of(*a);
-  if (!multicast && device >= 0 && ledger::bytes_in_use(device) + size > config().device_memory_bytes)
+  if (device >= 0 && ledger::bytes_in_use(device) + size > config().device_memory_bytes)
     return CUDA_ERROR_OUT_OF_MEMORY;
   bool keep_fd = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
   if (CUresult r = backing::create(*a, keep_fd); r != CUDA_SUCCESS) return r;
@@ -132,7 +131,33 @@ CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAl
   std::lock_guard lock(s.mutex);
   a->handle = new_handle(s);
   *handle = a->handle;
-  if (!multicast) ledger::add(a->id, device, size);
+  ledger::add(a->id, device, size);
+  s.allocations.emplace(a->handle, std::move(a));
+  return CUDA_SUCCESS;
+}
+
+CUresult adopt_multicast(CUmemGenericAllocationHandle *handle, uint64_t id, size_t capacity,
+                         unsigned long long handle_types,
+                         const std::function<void(CUmemGenericAllocationHandle)> &attach) {
+  State &s = state();
+  std::lock_guard lock(s.mutex);
+  if (Allocation *known = find_by_id(s, id)) {  // held here already (by handle or mapping)
+    ++known->handle_refs;
+    *handle = known->handle;
+    return CUDA_SUCCESS;
+  }
+  auto a = std::make_unique<Allocation>();
+  a->id = id;
+  a->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  a->prop.location = {CU_MEM_LOCATION_TYPE_INVALID, 0};
+  a->prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(handle_types);
+  a->size = capacity;
+  a->multicast = true;
+  if (CUresult r = backing::create(*a, false); r != CUDA_SUCCESS) return r;
+  a->handle_refs = 1;
+  a->handle = new_handle(s);
+  *handle = a->handle;
+  attach(a->handle);
   s.allocations.emplace(a->handle, std::move(a));
   return CUDA_SUCCESS;
 }

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,7 +34,7 @@ struct Allocation {
   unsigned char *backing = nullptr;  // nullptr while released by a native checkpoint
   bool imported = false;             // came from cuMemImportFromShareableHandle
   bool device_malloc = false;        // made by cuMemAlloc (freed by cuMemFree)
-  bool multicast = false;            // the memory of a multicast object (multicast.cc)
+  bool multicast = false;            // stands for a multicast object (multicast.h)
   bool native_cycled = false;        // went through a native checkpoint: export refused (F3)
   unsigned handle_refs = 0;          // create/import/retain references not yet released
   unsigned mapping_count = 0;        // mappings of it in this process
@@ -67,10 +68,18 @@ State &state();
 // ---- Operations behind the entry points (each takes the state mutex) ----
 /// cuMemCreate: INVALID_VALUE for bad arguments or a size that is not a granularity
 /// multiple, INVALID_DEVICE for a bad device ordinal, NOT_SUPPORTED for FABRIC/WIN32 handle
-/// types, OUT_OF_MEMORY when the device (cuMemGetInfo across processes) is full. `multicast`
-/// makes the memory of a multicast object (not counted as device memory).
+/// types, OUT_OF_MEMORY when the device (cuMemGetInfo across processes) is full.
 CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                unsigned long long flags, bool multicast = false);
+                unsigned long long flags);
+/// The allocation that stands for multicast object `id` in this process (multicast.h): when
+/// the process already holds it, one more handle reference on it; otherwise a new allocation
+/// (multicast set, `capacity` bytes of private scratch memory for multicast VAs, properties
+/// {PINNED, no location, handle_types}: CUDA does not document what
+/// cuMemGetAllocationPropertiesFromHandle shows for a multicast object) for which `attach` runs
+/// with the state mutex held. CUDA_ERROR_OUT_OF_MEMORY when the host cannot provide the scratch.
+CUresult adopt_multicast(CUmemGenericAllocationHandle *handle, uint64_t id, size_t capacity,
+                         unsigned long long handle_types,
+                         const std::function<void(CUmemGenericAllocationHandle)> &attach);
 CUresult release(CUmemGenericAllocationHandle handle);
 CUresult reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
 CUresult address_free(CUdeviceptr ptr, size_t size);

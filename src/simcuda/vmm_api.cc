@@ -37,6 +37,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags) {
   SIMCUDA_CALL_INITIALIZED("cuMemMap");
+  if (CUresult r = simcuda::multicast::wait_before_map(handle); r != CUDA_SUCCESS) return r;
   return vmm::map(ptr, size, offset, handle, flags);
 }
 
@@ -58,12 +59,17 @@ CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location
 CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                       CUmemAllocationHandleType handleType, unsigned long long flags) {
   SIMCUDA_CALL_INITIALIZED("cuMemExportToShareableHandle");
+  if (simcuda::multicast::holds(handle)) return simcuda::multicast::export_object(shareableHandle, handle, handleType, flags);
   return vmm::export_handle(shareableHandle, handle, handleType, flags);
 }
 
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
                                         CUmemAllocationHandleType shHandleType) {
   SIMCUDA_CALL_INITIALIZED("cuMemImportFromShareableHandle");
+  // A multicast object's descriptor names its team memfd, not an allocation's memory.
+  if (shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+      simcuda::multicast::is_object_descriptor(static_cast<int>(reinterpret_cast<intptr_t>(osHandle))))
+    return simcuda::multicast::import_object(handle, static_cast<int>(reinterpret_cast<intptr_t>(osHandle)));
   return vmm::import_handle(handle, osHandle, shHandleType);
 }
 

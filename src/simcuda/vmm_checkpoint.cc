@@ -2,7 +2,6 @@
 #include "vmm_checkpoint.h"
 
 #include "ledger.h"
-#include "multicast.h"
 #include "vmm.h"
 #include "vmm_backing.h"
 
@@ -17,7 +16,6 @@ bool held_imported_allocation = false;
 }  // namespace
 
 CUresult checkpoint_all() {
-  if (multicast::count() > 0) return CUDA_ERROR_NOT_SUPPORTED;
   State &s = state();
   std::lock_guard lock(s.mutex);
   held_imported_allocation = false;

@@ -11,9 +11,8 @@ namespace simcuda::vmm {
 
 /// Copies every allocation's bytes into private host memory and releases it: descriptors
 /// closed, mapped VAs left as PROT_NONE reservations, the ledger shows the bytes freed.
-/// Handles, mappings and access stay recorded for the restore. CUDA_ERROR_NOT_SUPPORTED (and
-/// nothing released) while a multicast object exists: the real driver hangs there instead
-/// (DRIVER-FACTS, public reports).
+/// Handles, mappings and access stay recorded for the restore. Never called while the process
+/// holds a multicast object (the checkpoint service refuses first: checkpoint_service.h).
 CUresult checkpoint_all();
 
 /// Recreates every allocation at its VAs with its saved bytes and access, on

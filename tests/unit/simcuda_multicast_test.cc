@@ -32,6 +32,8 @@ TEST_F(SimcudaMulticast, CreateChecksArguments) {
   size_t granularity = 0;
   ASSERT_EQ(cuMulticastGetGranularity(&granularity, &p, CU_MULTICAST_GRANULARITY_MINIMUM), CUDA_SUCCESS);
   EXPECT_EQ(granularity, kGranularity);
+  ASSERT_EQ(cuMulticastGetGranularity(&granularity, &p, CU_MULTICAST_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+  EXPECT_EQ(granularity, size_t{512} << 20);
   EXPECT_EQ(cuMulticastGetGranularity(nullptr, &p, CU_MULTICAST_GRANULARITY_MINIMUM), CUDA_ERROR_INVALID_VALUE);
   ASSERT_EQ(cuMulticastCreate(&mc, &p), CUDA_SUCCESS);
   EXPECT_EQ(cuMulticastAddDevice(mc, 5), CUDA_ERROR_INVALID_DEVICE);
@@ -68,9 +70,13 @@ TEST_F(SimcudaMulticast, BindWaitsForTheWholeTeam) {
   EXPECT_EQ(cuMulticastBindMem(mc, 0, mem[0], 0, kGranularity, 0), CUDA_ERROR_INVALID_VALUE);  // overlaps
   EXPECT_EQ(cuMulticastUnbind(mc, 0, 0, kGranularity), CUDA_ERROR_INVALID_VALUE);  // not that binding
   ASSERT_EQ(cuMulticastUnbind(mc, 0, 0, 2 * kGranularity), CUDA_SUCCESS);
-  // Rebind device 0 by address.
+  // Rebind device 0 by address: v1 binds for the current context's device.
   CUdeviceptr va = map_rw(mem[0], 2 * kGranularity, 0);
   ASSERT_NE(va, 0u);
+  EXPECT_EQ(cuMulticastBindAddr(mc, 0, va, 2 * kGranularity, 0), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_NE(use_device(1), nullptr);
+  EXPECT_EQ(cuMulticastBindAddr(mc, 0, va, 2 * kGranularity, 0), CUDA_ERROR_INVALID_DEVICE);  // memory is on 0
+  ASSERT_NE(use_device(0), nullptr);
   ASSERT_EQ(cuMulticastBindAddr(mc, 0, va, 2 * kGranularity, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuMulticastUnbind(mc, 0, 0, 2 * kGranularity), CUDA_SUCCESS);
   ASSERT_EQ(cuMulticastBindAddr_v2(mc, 0, 0, va, 2 * kGranularity, 0), CUDA_SUCCESS);
