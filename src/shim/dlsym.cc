@@ -136,7 +136,10 @@ void remember_if_cuda(void* handle) {
   }
   if (slot->load(std::memory_order_acquire) != nullptr) return;
   void* own = dlopen(map->l_name, RTLD_NOLOAD | RTLD_NOW);
-  if (own == nullptr) return;
+  if (own == nullptr) {
+    dlerror();  // the program's dlsym succeeded: leave no error of ours for its dlerror()
+    return;
+  }
   void* expected = nullptr;
   if (!slot->compare_exchange_strong(expected, own, std::memory_order_acq_rel)) dlclose(own);
 }

@@ -31,7 +31,9 @@ using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t,
 void* open_libcuda() {
   if (void* handle = remembered_handle(CudaLibrary::kDriver)) return handle;
   if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_NOW)) return handle;
-  return dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  dlerror();  // a failed attempt must not show up in the program's next dlerror()
+  return handle;
 }
 
 // One row through the real resolver: nullptr unless it succeeded with status SUCCESS.
@@ -72,6 +74,7 @@ void* find_libcudart() {
   for (const char* soname : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
     if (void* handle = dlopen(soname, RTLD_NOLOAD | RTLD_NOW)) return handle;
   }
+  dlerror();  // the failed attempts must not show up in the program's next dlerror()
   return RTLD_NEXT;
 }
 

@@ -4,6 +4,7 @@
 // pointer, status NULL or SUCCESS); every failure and every "not found" / "version not
 // sufficient" status reaches the program unchanged (DRIVER-FACTS F10). Which wrapper is
 // decided by replacement_for (replacement.h) from the pointer the driver returned.
+#include "common/log.h"
 #include "shim/driver_api.h"
 #include "shim/hooks.h"
 #include "shim/replacement.h"
@@ -60,6 +61,9 @@ Code substitute(const Spelling<Code, Status>& spelling, Code rc, const char* sym
       break;
   }
   // Fail closed, the way the resolver answers a name it lacks (DRIVER-FACTS F10).
+  CUSNAP_LOG_WARN("resolver: the driver's %s is an ABI the interception table lacks; answered "
+                  "\"not found\" so that calls cannot bypass the shim",
+                  symbol);
   *pointer = nullptr;
   if (status == nullptr) return spelling.not_found;
   *status = spelling.symbol_not_found;

@@ -15,6 +15,9 @@
 // Usage: interception_probe walk     the table walk above
 //        interception_probe scope    RTLD_NEXT caller scope and same-named symbols of a
 //                                    non-CUDA library (needs interception_interposer loaded)
+//        interception_probe race     8 threads make the process's first driver lookups at once
+//                                    (the real tables are resolved lock-free; losers of the
+//                                    publication race free their copies)
 // Status fields start at 3, a value no resolver writes, so an unwritten status shows.
 // Environment: CUSNAP_TEST_SHIM (path of libcusnap.so; "shim:" names need it loaded).
 #include <dlfcn.h>
@@ -23,7 +26,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <latch>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shim/cuda_abi.h"
@@ -209,6 +214,34 @@ void scope() {
   line("rtld-next", "cuMemGetAccess", "-", "-", "-", "-", dlsym(RTLD_NEXT, "cuMemGetAccess"));
 }
 
+// Eight threads released together each resolve every driver api name of the table as the
+// process's first use of the driver; each prints what it got, thread by thread.
+void race() {
+  constexpr int kThreads = 8;
+  std::latch start(kThreads);
+  std::vector<std::vector<std::string>> seen(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &start, &seen] {
+      start.arrive_and_wait();
+      for (const Row& row : rows()) {
+        if (row.runtime) continue;
+        void* pointer = nullptr;
+        CUdriverProcAddressQueryResult status{};
+        ::cuGetProcAddress_v2(row.api_name, &pointer, 13010, 0, &status);
+        seen[t].push_back(std::string(row.api_name) + "|" + describe(pointer));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    for (const std::string& answer : seen[t]) {
+      std::printf("race-%d|%s|-|-|-|-|%s\n", t, answer.substr(0, answer.find('|')).c_str(),
+                  answer.substr(answer.find('|') + 1).c_str());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,8 +259,10 @@ int main(int argc, char** argv) {
     walk_runtime_resolvers();
   } else if (mode == "scope") {
     scope();
+  } else if (mode == "race") {
+    race();
   } else {
-    std::fprintf(stderr, "usage: interception_probe walk|scope\n");
+    std::fprintf(stderr, "usage: interception_probe walk|scope|race\n");
     return 2;
   }
   return std::fflush(stdout) == 0 ? 0 : 1;

@@ -328,4 +328,22 @@ TEST(Interception, RtldNextSearchesAfterTheCallerAndForeignSymbolsStay) {
   EXPECT_EQ(at(run.answers, "rtld-next|cuMemGetAccess|-|-").pointer, "shim:cuMemGetAccess");
 }
 
+// The real tables are resolved without a lock: eight threads making the first lookups of
+// the process at once all get the wrapper (under ASan, a loser's freed table being used
+// would abort the probe).
+TEST(Interception, ConcurrentFirstUseResolvesOnce) {
+  ProbeRun run = run_probe("race", env_or_fail("CUSNAP_TEST_SHIM"), "13010");
+  ASSERT_EQ(run.exit_status, 0) << run.output;
+  for (int t = 0; t < 8; ++t) {
+    for (const char* api : {"cuMemCreate", "cuMulticastBindMem", "cuGetProcAddress"}) {
+      std::string expected = std::string("shim:") + (std::string(api) == "cuMulticastBindMem"
+                                                         ? "cuMulticastBindMem_v2"
+                                                         : std::string(api) == "cuGetProcAddress"
+                                                               ? "cuGetProcAddress_v2"
+                                                               : api);
+      EXPECT_EQ(at(run.answers, "race-" + std::to_string(t) + "|" + api + "|-|-").pointer, expected);
+    }
+  }
+}
+
 }  // namespace
