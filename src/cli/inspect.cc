@@ -34,7 +34,7 @@ int InspectCommand(const std::string& state_dir, bool json) {
     for (const auto& r : p.records) ++kinds[coord::KindName(r.kind)];
     std::printf("pid %d (start %llu): %s saved", p.pid,
                 static_cast<unsigned long long>(p.start_time), FormatBytes(p.saved_bytes).c_str());
-    for (const auto& [kind, n] : kinds) std::printf(", %zu %s", n, kind.c_str());
+    for (const auto& [kind, n] : kinds) std::printf(", %zu %s%s", n, kind.c_str(), n == 1 ? "" : "s");
     std::printf("\n");
     for (const auto& g : p.gpus) std::printf("    device %d: %s\n", g.ordinal, g.uuid.c_str());
     for (const auto& r : p.records) {

@@ -174,7 +174,7 @@ TEST_F(CliTest, InspectShowsAStateFile) {
   EXPECT_EQ(text.status, 0) << text.err;
   EXPECT_THAT(text.out, HasSubstr("format version 1, driver simulated, written 2025-11-30 08:00:00 UTC"));
   EXPECT_THAT(text.out, HasSubstr("2 participants"));
-  EXPECT_THAT(text.out, HasSubstr("pid 100 (start 5000): 2.00 MiB saved, 1 allocation, 1 mapping"));
+  EXPECT_THAT(text.out, HasSubstr("pid 100 (start 5000): 2.00 MiB saved, 1 allocation, 1 mapping\n"));
   EXPECT_THAT(text.out, HasSubstr("allocation 1 of pid 100: 2.00 MiB, created here"));
   EXPECT_THAT(text.out, HasSubstr("mapping 0x7e0000000000+2.00 MiB of allocation 1 of pid 100"));
   EXPECT_THAT(text.out, HasSubstr("device 0: GPU-00000000-0000-0000-0000-000000000000"));

@@ -20,3 +20,12 @@ foreach(dep cusnap_shim simcuda_driver)
     add_dependencies(cli_test ${dep})
   endif()
 endforeach()
+
+# `cusnap` end to end over the real shim and the simulated driver, with the lifecycle
+# test's peer program (tests/unit/lifecycle.cmake, defined after this file) as the job.
+find_package(nlohmann_json 3 REQUIRED)
+cusnap_add_gtest(cli_cycle_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_cycle_test.cc
+  LIBS nlohmann_json::nlohmann_json
+  LABELS integration cli)
+add_dependencies(cli_cycle_test cusnap cusnap_shim simcuda_driver lifecycle_cycle_peer)

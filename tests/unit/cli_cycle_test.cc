@@ -1,0 +1,229 @@
+// `cusnap` end to end on the simulated driver: a creator and an importer (the lifecycle
+// test's peer program) started with `cusnap run`, then `cusnap checkpoint --pid` on the
+// test's own process tree, `status`, `inspect`, `restore` (once plain, once with a device
+// map), every byte checked by the peers and a write after restore read by the other side.
+// Also: a CUDA process in the tree without an endpoint refuses the checkpoint (exit 3) and
+// leaves the job running.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+struct Ran {
+  int status = -1;
+  std::string out, err;
+};
+
+/// A child process with stdin/stdout pipes (and optionally a socket on descriptor 3).
+struct Child {
+  pid_t pid = -1;
+  FILE* in = nullptr;
+  FILE* out = nullptr;
+  std::string Line() {
+    char buf[512];
+    if (std::fgets(buf, sizeof buf, out) == nullptr) return "<eof>";
+    std::string s(buf);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string Ask(const std::string& line) {
+    std::fprintf(in, "%s\n", line.c_str());
+    std::fflush(in);
+    return Line();
+  }
+};
+
+class CliCycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-cycle-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+    fs::create_directory(dir_ + "/control");
+    fs::create_directory(dir_ + "/sim");
+    // Everything this test starts shares one simulated machine and one control directory.
+    ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
+    ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
+    ::setenv("CUSNAP_DRIVER", "sim", 1);
+    ::unsetenv("LD_PRELOAD");
+  }
+  void TearDown() override {
+    for (auto& c : children_) {
+      if (c.pid <= 0) continue;
+      std::fprintf(c.in, "exit\n");
+      std::fflush(c.in);
+      std::fclose(c.in);
+      int status = 0;
+      ::waitpid(c.pid, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "peer status " << status;
+      std::fclose(c.out);
+    }
+    fs::remove_all(dir_);
+  }
+
+  /// Starts the peer program in `role`, through `cusnap run` unless `bare`.
+  Child& Start(const char* role, int ticket_fd, bool bare = false) {
+    int to_child[2], from_child[2];
+    EXPECT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, ticket_fd, 3);
+    const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
+    std::vector<std::string> args;
+    if (!bare) args = {bin + "/cusnap", "run", "--"};
+    args.push_back(bin + "/lifecycle_cycle_peer");
+    args.push_back(role);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    Child c;
+    const int rc = ::posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    EXPECT_EQ(rc, 0);
+    c.in = ::fdopen(to_child[1], "w");
+    c.out = ::fdopen(from_child[0], "r");
+    children_.push_back(c);
+    return children_.back();
+  }
+
+  /// Starts a creator and an importer sharing three allocations; both report "ok".
+  void StartJob() {
+    int tickets[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, tickets), 0);
+    Start("creator", tickets[0]);
+    Start("importer", tickets[1]);
+    ::close(tickets[0]);
+    ::close(tickets[1]);
+    ASSERT_EQ(children_[0].Line(), "ok");
+    ASSERT_EQ(children_[1].Line(), "ok");
+  }
+
+  Ran Cusnap(const std::vector<std::string>& args) {
+    std::string cmd = Env("CUSNAP_TEST_BIN_DIR") + "/cusnap";
+    for (const auto& a : args) cmd += " '" + a + "'";
+    cmd += " 2>" + dir_ + "/stderr";
+    Ran r;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    const int status = ::pclose(p);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    FILE* e = std::fopen((dir_ + "/stderr").c_str(), "r");
+    while ((n = std::fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, n);
+    std::fclose(e);
+    return r;
+  }
+
+  std::string dir_;
+  std::vector<Child> children_;
+};
+
+TEST_F(CliCycleTest, CheckpointAndRestoreTwoProcessesTwice) {
+  StartJob();
+  const std::string pid = std::to_string(::getpid());
+  const std::string state = dir_ + "/state";
+
+  const Ran before = Cusnap({"status", "--pid", pid, "--json"});
+  ASSERT_EQ(before.status, 0) << before.err;
+  const auto st = nlohmann::json::parse(before.out);
+  ASSERT_EQ(st["participants"].size(), 2u);
+  EXPECT_EQ(st["participants"][0]["phase"], "active");
+
+  for (int cycle = 0; cycle < 2; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    const Ran ck = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+    ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+    EXPECT_THAT(ck.out, HasSubstr("driver: simulated\n"));
+    EXPECT_THAT(ck.out, HasSubstr("2 participants  8.00 MiB"));  // save: the creator's bytes
+    EXPECT_THAT(ck.out, HasSubstr("checkpoint: done"));
+
+    const Ran parked = Cusnap({"status", "--all", "--json"});
+    const auto parked_doc = nlohmann::json::parse(parked.out);
+    ASSERT_EQ(parked_doc["participants"].size(), 2u);
+    for (const auto& p : parked_doc["participants"]) {
+      EXPECT_EQ(p["phase"], "released");
+    }
+    const Ran shown = Cusnap({"inspect", state, "--json"});
+    ASSERT_EQ(shown.status, 0) << shown.err;
+    const auto doc = nlohmann::json::parse(shown.out);
+    ASSERT_EQ(doc["participants"].size(), 2u);
+    EXPECT_EQ(doc["participants"][0]["saved_bytes"].get<uint64_t>() +
+                  doc["participants"][1]["saved_bytes"].get<uint64_t>(),
+              8u << 20);
+
+    std::vector<std::string> restore = {"restore", "--pid", pid, "--state-dir", state, "--json"};
+    if (cycle == 1) {
+      restore.push_back("--device-map");
+      restore.push_back("0=1,1=0");
+    }
+    const Ran rs = Cusnap(restore);
+    ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+    const auto report = nlohmann::json::parse(rs.out);
+    EXPECT_EQ(report["outcome"], "ok");
+    EXPECT_EQ(report["phases"].back()["name"], "activate");
+    EXPECT_EQ(children_[0].Ask("check"), "ok");
+    EXPECT_EQ(children_[1].Ask("check"), "ok");
+  }
+  // Sharing still works after the restores: a write on one side is read on the other.
+  EXPECT_EQ(children_[1].Ask("write 1 7 4242"), "ok");
+  EXPECT_EQ(children_[0].Ask("read 1 7"), "ok 4242");
+}
+
+TEST_F(CliCycleTest, CudaProcessWithoutEndpointRefusesAndJobKeepsRunning) {
+  StartJob();
+  int lonely[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, lonely), 0);
+  Child& bare = Start("creator", lonely[0], /*bare=*/true);  // no shim: no endpoint
+  ASSERT_EQ(bare.Line(), "ok");
+  const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(::getpid()), "--state-dir",
+                         dir_ + "/state"});
+  EXPECT_EQ(ck.status, 3) << ck.out << ck.err;
+  EXPECT_THAT(ck.err, HasSubstr("pid " + std::to_string(bare.pid) + " (lifecycle_cycle): a CUDA "
+                                "process in the tree of pid " + std::to_string(::getpid()) +
+                                " has no cusnap endpoint"));
+  EXPECT_FALSE(fs::exists(dir_ + "/state"));
+  const Ran st = Cusnap({"status", "--all", "--json"});
+  const auto st_doc = nlohmann::json::parse(st.out);
+  ASSERT_EQ(st_doc["participants"].size(), 2u);
+  for (const auto& p : st_doc["participants"]) {
+    EXPECT_EQ(p["phase"], "active");
+  }
+  EXPECT_EQ(children_[0].Ask("check"), "ok");
+  EXPECT_EQ(children_[1].Ask("check"), "ok");
+  ::close(lonely[0]);
+  ::close(lonely[1]);
+}
+
+}  // namespace
