@@ -33,3 +33,21 @@ endif()
 add_test(NAME BuildCheck.libcusnap
   COMMAND Python3::Interpreter ${CMAKE_CURRENT_LIST_DIR}/build_check.py ${_cusnap_build_check_args})
 set_tests_properties(BuildCheck.libcusnap PROPERTIES LABELS shim TIMEOUT 60)
+
+# Fail closed: a driver answering an intercepted name with an ABI the table lacks gets "not
+# found" from the shim. The fake driver is a libcuda.so.1 in a folder of its own.
+add_library(interception_fakecuda SHARED ${CMAKE_CURRENT_LIST_DIR}/interception_fakecuda.cc)
+set_target_properties(interception_fakecuda PROPERTIES OUTPUT_NAME cuda SOVERSION 1
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/interception_fakecuda)
+cusnap_warnings(interception_fakecuda)
+target_include_directories(interception_fakecuda PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(interception_fakecuda PRIVATE cusnap_cuda_headers)
+target_link_options(interception_fakecuda PRIVATE -Wl,-Bsymbolic-functions)
+add_executable(interception_failclosed ${CMAKE_CURRENT_LIST_DIR}/interception_failclosed.cc)
+cusnap_warnings(interception_failclosed)
+target_include_directories(interception_failclosed PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(interception_failclosed PRIVATE cusnap_cuda_headers dl)
+target_compile_definitions(interception_test PRIVATE
+  CUSNAP_TEST_FAILCLOSED="$<TARGET_FILE:interception_failclosed>"
+  CUSNAP_TEST_FAKECUDA_DIR="${CMAKE_BINARY_DIR}/interception_fakecuda")
+add_dependencies(interception_test interception_failclosed interception_fakecuda)

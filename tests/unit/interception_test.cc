@@ -77,9 +77,11 @@ std::string env_or_fail(const char* name) {
   return value != nullptr ? value : "";
 }
 
-// Runs interception_probe <mode> with the simulated driver at `driver_version`, with
-// LD_PRELOAD=`preload` (none when empty); stdout is captured, stderr is inherited.
-ProbeRun run_probe(const std::string& mode, const std::string& preload, const std::string& driver_version) {
+// Runs `program` <mode> with LD_LIBRARY_PATH=`library_path`, the simulated driver at
+// `driver_version` and LD_PRELOAD=`preload` (none when empty); stdout is captured, stderr
+// is inherited.
+ProbeRun run_program(const std::string& program, const std::string& mode, const std::string& preload,
+                     const std::string& library_path, const std::string& driver_version) {
   std::vector<std::string> env;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     std::string e = *entry;
@@ -89,14 +91,14 @@ ProbeRun run_probe(const std::string& mode, const std::string& preload, const st
     }
     env.push_back(e);
   }
-  env.push_back("LD_LIBRARY_PATH=" + env_or_fail("CUSNAP_TEST_SIMCUDA_DIR"));
+  env.push_back("LD_LIBRARY_PATH=" + library_path);
   env.push_back("SIMCUDA_DRIVER_VERSION=" + driver_version);
   if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::string probe = CUSNAP_TEST_PROBE;
-  std::vector<char*> argv = {probe.data(), const_cast<char*>(mode.c_str()), nullptr};
+  std::string path = program;
+  std::vector<char*> argv = {path.data(), const_cast<char*>(mode.c_str()), nullptr};
 
   ProbeRun run;
   int out[2];
@@ -138,6 +140,11 @@ ProbeRun run_probe(const std::string& mode, const std::string& preload, const st
     run.answers[f[0] + "|" + f[1] + "|" + f[2] + "|" + f[3]] = {f[4], f[5], f[6]};
   }
   return run;
+}
+
+// interception_probe <mode> on the simulated driver.
+ProbeRun run_probe(const std::string& mode, const std::string& preload, const std::string& driver_version) {
+  return run_program(CUSNAP_TEST_PROBE, mode, preload, env_or_fail("CUSNAP_TEST_SIMCUDA_DIR"), driver_version);
 }
 
 std::vector<std::string> split_key(const std::string& key) {
@@ -326,6 +333,28 @@ TEST(Interception, RtldNextSearchesAfterTheCallerAndForeignSymbolsStay) {
             "libinterception_interposer.so:cuMemGetAccess");
   EXPECT_EQ(at(run.answers, "rtld-default|cuMemGetAccess|-|-").pointer, "shim:cuMemGetAccess");
   EXPECT_EQ(at(run.answers, "rtld-next|cuMemGetAccess|-|-").pointer, "shim:cuMemGetAccess");
+}
+
+// A driver that answers an intercepted name with a function that is none of the table's
+// ABIs (interception_fakecuda: cuMemCreate asked at 13000) gets "not found" from the shim,
+// never its untracked function; the known ABI (asked at 12000) gets the wrapper.
+TEST(Interception, UnknownAbiOfAnInterceptedNameFailsClosed) {
+  ProbeRun run = run_program(CUSNAP_TEST_FAILCLOSED, "", env_or_fail("CUSNAP_TEST_SHIM"),
+                             CUSNAP_TEST_FAKECUDA_DIR, "13010");
+  ASSERT_EQ(run.exit_status, 0) << run.output;
+  std::istringstream lines(run.output);
+  std::set<std::string> got;
+  for (std::string text; std::getline(lines, text);) got.insert(text);
+  for (const char* expected : {
+           "v2|cuMemCreate|13000|0|1|null",        // CUDA_SUCCESS, SYMBOL_NOT_FOUND
+           "legacy|cuMemCreate|13000|500|-|null",  // CUDA_ERROR_NOT_FOUND
+           "v2|cuMemCreate|12000|0|0|shim",
+           "legacy|cuMemCreate|12000|0|-|shim",
+           "v2|cuMemGetAccess|13000|0|0|shim",
+           "legacy|cuMemGetAccess|12000|0|-|shim",
+       }) {
+    EXPECT_EQ(got.count(expected), 1u) << expected << " missing from:\n" << run.output;
+  }
 }
 
 // The real tables are resolved without a lock: eight threads making the first lookups of
