@@ -2,6 +2,8 @@
 // per-context asynchronous copies through staging mappings.
 #include "shim/carrier.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -149,6 +151,11 @@ void HostCarrier::Anticipate(size_t tracked_bytes) {
 }
 
 void HostCarrier::BackgroundGrowth() {
+  // A thread of the shim inside the application: the application's signal handlers never
+  // run on it.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   size_t provided = 0;
   for (;;) {
     {

@@ -87,6 +87,7 @@ class HostCarrier {
   /// Forgets the saved layout (after a refused or finished cycle); the arena stays.
   void Discard();
 
+  CarrierMode mode() const { return mode_; }
   /// Bytes the arena holds (grown, touched).
   size_t capacity() const;
   /// Bytes held by the last Save (0 after Discard).

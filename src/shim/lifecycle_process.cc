@@ -13,6 +13,7 @@
 #include "shim/control.h"
 #include "shim/driver_api.h"
 #include "shim/lifecycle.h"
+#include "shim/lifecycle_process.h"
 #include "shim/process.h"
 #include "shim/quiesce.h"
 #include "shim/unicast_steps.h"
@@ -71,4 +72,11 @@ __attribute__((constructor)) void InstallAtLoad() {
 }
 
 }  // namespace
+
+void AnticipateCarrier() {
+  HostCarrier& host = carrier();
+  if (host.mode() != CarrierMode::kEager) return;
+  host.Anticipate(table().Counts().tracked_bytes);
+}
+
 }  // namespace cusnap::shim

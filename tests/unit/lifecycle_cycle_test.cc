@@ -125,7 +125,8 @@ class LifecycleCycleTest : public ::testing::Test {
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) {
       if (std::strncmp(*e, "LD_PRELOAD=", 11) == 0 || std::strncmp(*e, "SIMCUDA_DIR=", 12) == 0 ||
-          std::strncmp(*e, "CUSNAP_CONTROL_DIR=", 19) == 0) {
+          std::strncmp(*e, "CUSNAP_CONTROL_DIR=", 19) == 0 ||
+          std::strncmp(*e, "CUSNAP_CARRIER=", 15) == 0) {
         continue;
       }
       env_strings.emplace_back(*e);
@@ -134,6 +135,7 @@ class LifecycleCycleTest : public ::testing::Test {
     env_strings.push_back("LD_LIBRARY_PATH=" + Env("CUSNAP_TEST_SIMCUDA_DIR"));
     env_strings.push_back("SIMCUDA_DIR=" + sim_dir_);
     env_strings.push_back("CUSNAP_CONTROL_DIR=" + control_dir_);
+    if (!carrier_mode_.empty()) env_strings.push_back("CUSNAP_CARRIER=" + carrier_mode_);
     std::vector<char*> envp;
     for (std::string& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -311,6 +313,7 @@ class LifecycleCycleTest : public ::testing::Test {
   std::string importer_vas_;
   std::vector<proto::Record> creator_records_;
   std::vector<proto::Record> importer_records_;
+  std::string carrier_mode_;  // CUSNAP_CARRIER for the peers ("": the default)
   std::string control_dir_;
   std::string sim_dir_;
   Peer creator_;
@@ -331,6 +334,21 @@ TEST_F(LifecycleCycleTest, RestoreOntoSwappedDevicesMovesTheAllocations) {
   Record();
   Cycle(1, true, 4 * kMiB, 2 * kMiB);
   Cycle(2, false, 4 * kMiB, 2 * kMiB);
+}
+
+// CUSNAP_CARRIER=eager: the carrier grows in the background as the creator allocates; the
+// cycle is the same.
+class EagerCarrierCycleTest : public LifecycleCycleTest {
+ protected:
+  void SetUp() override {
+    carrier_mode_ = "eager";
+    LifecycleCycleTest::SetUp();
+  }
+};
+
+TEST_F(EagerCarrierCycleTest, UnicastCycleWithTheCarrierProvidedAhead) {
+  Record();
+  Cycle(1, false, 2 * kMiB, 4 * kMiB);
 }
 
 }  // namespace
