@@ -126,7 +126,7 @@ CUresult bind(CUmemGenericAllocationHandle mc, int device, size_t mc_offset, con
   };
   if (flags != 0 || size == 0 || !aligned(mc_offset) || !aligned(size) || !aligned(member.offset))
     return fail(CUDA_ERROR_INVALID_VALUE);
-  std::shared_ptr<Object> object = find(mc);
+  std::shared_ptr<Object> object = find_live(mc);
   if (object == nullptr) return fail(CUDA_ERROR_INVALID_VALUE);
   const team::Record &r = *object->record;
   if (mc_offset > r.capacity || size > r.capacity - mc_offset) return fail(CUDA_ERROR_INVALID_VALUE);
@@ -178,7 +178,7 @@ CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulti
 
 CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev) {
   SIMCUDA_CALL_INITIALIZED("cuMulticastAddDevice");
-  std::shared_ptr<mc::Object> object = mc::find(mcHandle);
+  std::shared_ptr<mc::Object> object = mc::find_live(mcHandle);
   if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!simcuda::devices::valid(dev)) return CUDA_ERROR_INVALID_DEVICE;
   mc::team::Record &r = *object->record;
@@ -231,7 +231,7 @@ CUresult cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice 
 
 CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size) {
   SIMCUDA_CALL_INITIALIZED("cuMulticastUnbind");
-  std::shared_ptr<mc::Object> object = mc::find(mcHandle);
+  std::shared_ptr<mc::Object> object = mc::find_live(mcHandle);
   if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!simcuda::devices::valid(dev)) return CUDA_ERROR_INVALID_DEVICE;
   mc::team::Record &r = *object->record;

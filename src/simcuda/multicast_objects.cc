@@ -62,6 +62,10 @@ std::shared_ptr<Object> find(CUmemGenericAllocationHandle handle) {
   return it == o.by_handle.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<Object> find_live(CUmemGenericAllocationHandle handle) {
+  return vmm::handle_live(handle) ? find(handle) : nullptr;
+}
+
 void add(CUmemGenericAllocationHandle handle, int fd, team::Record *record) {
   {
     team::Lock lock(record);
@@ -129,7 +133,7 @@ bool holds(CUmemGenericAllocationHandle handle) { return find(handle) != nullptr
 
 CUresult export_object(void *shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
                        unsigned long long flags) {
-  std::shared_ptr<Object> object = find(handle);
+  std::shared_ptr<Object> object = find_live(handle);
   if (object == nullptr || shareable == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   // Only the handle types requested at creation can be exported (CUmulticastObjectProp::handleTypes).
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || (object->record->handle_types & type) == 0)
@@ -165,7 +169,7 @@ CUresult import_object(CUmemGenericAllocationHandle *handle, int fd) {
 }
 
 CUresult wait_before_map(CUmemGenericAllocationHandle handle) {
-  std::shared_ptr<Object> object = find(handle);
+  std::shared_ptr<Object> object = find_live(handle);
   if (object == nullptr) return CUDA_SUCCESS;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config().multicast_bind_timeout_ms);
   return team::wait_complete(object->record, deadline) ? CUDA_SUCCESS : CUDA_ERROR_TIMEOUT;

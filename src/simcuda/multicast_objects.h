@@ -24,8 +24,12 @@ struct Object {
   Object &operator=(const Object &) = delete;
 };
 
-/// The object behind `handle`, or nullptr when this process holds no multicast object by it.
+/// The object behind `handle`, or nullptr when this process holds no multicast object by it
+/// (by handle or mapping: what test hooks accept).
 std::shared_ptr<Object> find(CUmemGenericAllocationHandle handle);
+/// The same, but only while `handle` is still a valid handle (not released): what the driver's
+/// entry points accept.
+std::shared_ptr<Object> find_live(CUmemGenericAllocationHandle handle);
 /// Registers a new object of this process (taking `fd` and `record`) and counts this process
 /// as one more holder in the team record.
 void add(CUmemGenericAllocationHandle handle, int fd, team::Record *record);

@@ -172,6 +172,12 @@ CUresult release(CUmemGenericAllocationHandle handle) {
   return CUDA_SUCCESS;
 }
 
+bool handle_live(CUmemGenericAllocationHandle handle) {
+  State &s = state();
+  std::lock_guard lock(s.mutex);
+  return find_allocation(s, handle) != nullptr;
+}
+
 CUresult reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
   if (ptr == nullptr || size == 0 || !aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (alignment != 0 && (alignment & (alignment - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;

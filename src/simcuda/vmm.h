@@ -81,6 +81,9 @@ CUresult adopt_multicast(CUmemGenericAllocationHandle *handle, uint64_t id, size
                          unsigned long long handle_types,
                          const std::function<void(CUmemGenericAllocationHandle)> &attach);
 CUresult release(CUmemGenericAllocationHandle handle);
+/// True while `handle` names an allocation of this process with a handle reference left (a
+/// handle whose allocation lives on only through mappings is no longer valid in API calls).
+bool handle_live(CUmemGenericAllocationHandle handle);
 CUresult reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
 CUresult address_free(CUdeviceptr ptr, size_t size);
 CUresult map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);

@@ -29,5 +29,6 @@ simcuda_add_test(simcuda_checkpoint_test SOURCES ${_simcuda_tests}/simcuda_check
 simcuda_add_test(simcuda_sharing_test SOURCES ${_simcuda_tests}/simcuda_sharing_test.cc)
 simcuda_add_test(simcuda_faults_test SOURCES ${_simcuda_tests}/simcuda_faults_test.cc)
 simcuda_add_test(simcuda_multicast_test SOURCES ${_simcuda_tests}/simcuda_multicast_test.cc)
+simcuda_add_test(simcuda_multicast_team_test SOURCES ${_simcuda_tests}/simcuda_multicast_team_test.cc)
 simcuda_add_test(simcuda_runtime_test SOURCES ${_simcuda_tests}/simcuda_runtime_test.cc LIBS simcuda_runtime)
 simcuda_add_test(simcuda_driver13000_test SOURCES ${_simcuda_tests}/simcuda_driver13000_test.cc OWN_MAIN)
