@@ -40,7 +40,7 @@ bool MergeOne(MappingInfo& mapping, const CUmemAccessDesc& d, bool apply) {
 uint64_t SharingTable::NewHandleLocked(AllocationKey key) {
   const uint64_t handle = counter_.Next();
   if (handle == 0) return 0;
-  handles_.emplace(handle, key);
+  handles_.emplace(handle, LogicalHandle{key, 1});
   ++allocations_.at(key).handles;
   return handle;
 }
@@ -134,8 +134,11 @@ std::optional<uint64_t> SharingTable::RetainAt(CUdeviceptr address) {
   std::lock_guard lock(mutex_);
   auto it = FirstTouchingLocked(address);
   if (it == mappings_.end() || it->first > address) return std::nullopt;
-  const uint64_t handle = NewHandleLocked(it->second.key);
-  if (handle == 0) return std::nullopt;
+  const uint64_t handle = it->second.logical;
+  LogicalHandle& logical = handles_[handle];
+  logical.key = it->second.key;
+  ++logical.references;
+  ++allocations_.at(it->second.key).handles;
   return handle;
 }
 
@@ -148,9 +151,9 @@ std::optional<Pinned> SharingTable::Pin(uint64_t handle) {
   std::lock_guard lock(mutex_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) return std::nullopt;
-  Allocation& a = allocations_.at(it->second);
+  Allocation& a = allocations_.at(it->second.key);
   ++a.pins;
-  return Pinned{it->second, a.id, a.size, a.creator, a.has_real, a.real};
+  return Pinned{it->second.key, a.id, a.size, a.creator, a.has_real, a.real};
 }
 
 std::optional<Dropped> SharingTable::Unpin(AllocationKey key) {
@@ -166,8 +169,8 @@ bool SharingTable::ReleaseHandle(uint64_t handle, std::optional<Dropped>* droppe
   dropped->reset();
   auto it = handles_.find(handle);
   if (it == handles_.end()) return false;
-  const AllocationKey key = it->second;
-  handles_.erase(it);
+  const AllocationKey key = it->second.key;
+  if (--it->second.references == 0) handles_.erase(it);
   --allocations_.at(key).handles;
   *dropped = DropIfUnusedLocked(key);
   return true;
@@ -182,7 +185,7 @@ void SharingTable::MarkShared(AllocationKey key, CUcontext context) {
 }
 
 bool SharingTable::AddMapping(CUdeviceptr address, size_t size, size_t offset,
-                              AllocationKey key) {
+                              AllocationKey key, uint64_t logical) {
   std::lock_guard lock(mutex_);
   auto allocation = allocations_.find(key);
   if (allocation == allocations_.end() || size == 0) return false;
@@ -193,6 +196,7 @@ bool SharingTable::AddMapping(CUdeviceptr address, size_t size, size_t offset,
   mapping.size = size;
   mapping.offset = offset;
   mapping.key = key;
+  mapping.logical = logical;
   mappings_.emplace(address, mapping);
   ++allocation->second.mappings;
   return true;

@@ -69,6 +69,7 @@ struct MappingInfo {
   size_t size = 0;                 ///< bytes
   size_t offset = 0;               ///< bytes into the allocation
   AllocationKey key = 0;
+  uint64_t logical = 0;            ///< the logical handle value it was mapped with
   uint32_t access_count = 0;
   proto::AccessRecord access[proto::kMaxAccess]{};
   bool access_unknown = false;     ///< a cuMemSetAccess failed: the lifecycle must refuse
@@ -109,8 +110,11 @@ class SharingTable {
                        size_t size, const CUmemAllocationProp& prop, CUcontext context,
                        bool* duplicate_real);
 
-  /// cuMemRetainAllocationHandle fast path: a new logical handle for the allocation mapped
-  /// at `address` when a tracked mapping contains it; nullopt otherwise. O(log mappings).
+  /// cuMemRetainAllocationHandle fast path: when a tracked mapping contains `address`, one
+  /// more reference on the logical handle value the range was mapped with ("the handle is
+  /// guaranteed to be the same handle value used to map the memory", CUDA Driver API,
+  /// cuMemRetainAllocationHandle), brought back to life if the application had released
+  /// it; each retain needs its own cuMemRelease. nullopt otherwise. O(log mappings).
   std::optional<uint64_t> RetainAt(CUdeviceptr address);
 
   /// True when `handle` is a logical handle the table knows.
@@ -123,16 +127,19 @@ class SharingTable {
   /// Ends a pin; returns the allocation when that was its last reference.
   std::optional<Dropped> Unpin(AllocationKey key);
 
-  /// Drops logical `handle`. Returns false when unknown; `*dropped` gets the allocation when
-  /// that was its last reference.
+  /// Drops one reference on logical `handle` (the value dies with its last reference).
+  /// Returns false when unknown; `*dropped` gets the allocation when that was its last
+  /// reference.
   bool ReleaseHandle(uint64_t handle, std::optional<Dropped>* dropped);
 
   /// Marks the allocation shared (sticky) and remembers `context` as the one it is used in.
   void MarkShared(AllocationKey key, CUcontext context);
 
   /// Records a mapping of [address, address+size) at `offset` bytes into allocation `key`,
-  /// after the driver mapped it. False (nothing recorded) when it overlaps a tracked mapping.
-  bool AddMapping(CUdeviceptr address, size_t size, size_t offset, AllocationKey key);
+  /// made with logical handle `logical`, after the driver mapped it. False (nothing
+  /// recorded) when it overlaps a tracked mapping.
+  bool AddMapping(CUdeviceptr address, size_t size, size_t offset, AllocationKey key,
+                  uint64_t logical);
 
   /// How [address, address+size) relates to the tracked mappings.
   RangeMatch Classify(CUdeviceptr address, size_t size) const;
@@ -190,9 +197,13 @@ class SharingTable {
     CUmemGenericAllocationHandle real = 0;
     bool creator = false;
     bool shared = false;
-    uint32_t handles = 0;
+    uint32_t handles = 0;  // references held through logical handles (retains count)
     uint32_t mappings = 0;
     uint32_t pins = 0;
+  };
+  struct LogicalHandle {
+    AllocationKey key = 0;
+    uint32_t references = 0;  // one per create/import/alias/retain not yet released
   };
   struct IdHash {
     size_t operator()(const proto::ObjectId& id) const {
@@ -216,7 +227,7 @@ class SharingTable {
   AllocationKey next_key_ = 1;
   uint64_t next_local_id_ = 1;
   std::unordered_map<AllocationKey, Allocation> allocations_;
-  std::unordered_map<uint64_t, AllocationKey> handles_;  // logical handle -> allocation
+  std::unordered_map<uint64_t, LogicalHandle> handles_;  // logical handle -> allocation
   std::unordered_map<proto::ObjectId, AllocationKey, IdHash, IdEqual> by_id_;
   std::map<CUdeviceptr, MappingInfo> mappings_;          // by start address
   std::unordered_map<CUmemGenericAllocationHandle, uint64_t> untracked_;  // real -> refs

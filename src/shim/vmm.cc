@@ -120,7 +120,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
   const CUresult rc = real_cuMemMap(ptr, size, offset, pin->real, flags);
   if (rc != CUDA_SUCCESS) return rc;
-  if (!table().AddMapping(ptr, size, offset, pin->key)) {
+  if (!table().AddMapping(ptr, size, offset, pin->key, handle)) {
     CUSNAP_LOG_ERROR("cuMemMap(0x%llx, %zu bytes) of %s succeeded but overlaps a tracked "
                      "mapping the table still holds; it is not tracked",
                      static_cast<unsigned long long>(ptr), size, DescribeObject(pin->id).c_str());

@@ -104,13 +104,15 @@ TEST(SharingTable, MappingKeepsTheAllocationAfterItsLastHandle) {
   const uint64_t h = table.AddCreated(0x30, 2 * k2MiB, PosixProp(), nullptr, kSelf);
   const AllocationKey key = table.Pin(h)->key;
   table.Unpin(key);
-  ASSERT_TRUE(table.AddMapping(0x7f0000000000, 2 * k2MiB, 0, key));
+  ASSERT_TRUE(table.AddMapping(0x7f0000000000, 2 * k2MiB, 0, key, h));
   std::optional<Dropped> dropped;
   ASSERT_TRUE(table.ReleaseHandle(h, &dropped));
   EXPECT_FALSE(dropped);
-  // A retain inside the mapping still finds the allocation.
+  // A retain inside the mapping still finds the allocation, under the very handle value
+  // the range was mapped with (CUDA Driver API, cuMemRetainAllocationHandle).
   auto retained = table.RetainAt(0x7f0000000000 + k2MiB + 5);
   ASSERT_TRUE(retained);
+  EXPECT_EQ(*retained, h);
   EXPECT_EQ(table.Pin(*retained)->real, 0x30u);
   table.Unpin(key);
   ASSERT_TRUE(table.ReleaseHandle(*retained, &dropped));
@@ -121,6 +123,26 @@ TEST(SharingTable, MappingKeepsTheAllocationAfterItsLastHandle) {
   EXPECT_TRUE(gone[0].creator);
   EXPECT_EQ(table.Counts().allocations, 0u);
   EXPECT_EQ(table.Counts().mappings, 0u);
+}
+
+TEST(SharingTable, EachRetainIsOneMoreReferenceOnTheMappedHandle) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x31, 2 * k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  table.Unpin(key);
+  ASSERT_TRUE(table.AddMapping(0x7f0000000000, 2 * k2MiB, 0, key, h));
+  ASSERT_EQ(table.RetainAt(0x7f0000000000), std::optional<uint64_t>(h));
+  ASSERT_EQ(table.RetainAt(0x7f0000000000 + k2MiB), std::optional<uint64_t>(h));
+  EXPECT_EQ(table.Inspect()[0].handle_count, 3u);
+  std::optional<Dropped> dropped;
+  // Three references, three releases; a fourth is an unknown handle.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(table.ReleaseHandle(h, &dropped));
+    EXPECT_FALSE(dropped);
+  }
+  EXPECT_FALSE(table.Knows(h));
+  EXPECT_FALSE(table.ReleaseHandle(h, &dropped));
+  EXPECT_EQ(table.Counts().allocations, 1u);  // the mapping keeps it
 }
 
 TEST(SharingTable, PinKeepsTheAllocationUntilUnpinned) {
@@ -145,7 +167,7 @@ TEST(SharingTable, RangeIndexFindsTheMappingContainingAnAddress) {
     const AllocationKey key = table.Pin(h)->key;
     table.Unpin(key);
     // Every other 2 MiB slot is left unmapped.
-    ASSERT_TRUE(table.AddMapping(base + static_cast<CUdeviceptr>(i) * 2 * k2MiB, k2MiB, 0, key));
+    ASSERT_TRUE(table.AddMapping(base + static_cast<CUdeviceptr>(i) * 2 * k2MiB, k2MiB, 0, key, h));
   }
   for (int i = 0; i < 300; i += 37) {
     const CUdeviceptr start = base + static_cast<CUdeviceptr>(i) * 2 * k2MiB;
@@ -165,10 +187,10 @@ TEST(SharingTable, OverlappingMappingIsRefused) {
   SharingTable table;
   const uint64_t h = table.AddCreated(0x50, 2 * k2MiB, PosixProp(), nullptr, kSelf);
   const AllocationKey key = table.Pin(h)->key;
-  ASSERT_TRUE(table.AddMapping(0x10000000, 2 * k2MiB, 0, key));
-  EXPECT_FALSE(table.AddMapping(0x10000000 + k2MiB, 2 * k2MiB, 0, key));
-  EXPECT_FALSE(table.AddMapping(0x10000000 - k2MiB, 2 * k2MiB, 0, key));
-  EXPECT_TRUE(table.AddMapping(0x10000000 + 2 * k2MiB, k2MiB, 0, key));
+  ASSERT_TRUE(table.AddMapping(0x10000000, 2 * k2MiB, 0, key, h));
+  EXPECT_FALSE(table.AddMapping(0x10000000 + k2MiB, 2 * k2MiB, 0, key, h));
+  EXPECT_FALSE(table.AddMapping(0x10000000 - k2MiB, 2 * k2MiB, 0, key, h));
+  EXPECT_TRUE(table.AddMapping(0x10000000 + 2 * k2MiB, k2MiB, 0, key, h));
   EXPECT_EQ(table.Counts().mappings, 2u);
 }
 
@@ -177,8 +199,8 @@ TEST(SharingTable, ClassifyTellsCoveringFromPartialRanges) {
   const uint64_t h = table.AddCreated(0x60, 4 * k2MiB, PosixProp(), nullptr, kSelf);
   const AllocationKey key = table.Pin(h)->key;
   const CUdeviceptr a = 0x20000000;
-  ASSERT_TRUE(table.AddMapping(a, 2 * k2MiB, 0, key));
-  ASSERT_TRUE(table.AddMapping(a + 2 * k2MiB, 2 * k2MiB, 2 * k2MiB, key));
+  ASSERT_TRUE(table.AddMapping(a, 2 * k2MiB, 0, key, h));
+  ASSERT_TRUE(table.AddMapping(a + 2 * k2MiB, 2 * k2MiB, 2 * k2MiB, key, h));
   EXPECT_EQ(table.Classify(a, 2 * k2MiB), RangeMatch::kCovers);
   EXPECT_EQ(table.Classify(a, 4 * k2MiB), RangeMatch::kCovers);
   EXPECT_EQ(table.Classify(a - k2MiB, 6 * k2MiB), RangeMatch::kCovers);
@@ -194,8 +216,8 @@ TEST(SharingTable, AccessIsMergedPerDeviceForEveryCoveredMapping) {
   const uint64_t h = table.AddCreated(0x70, 2 * k2MiB, PosixProp(), nullptr, kSelf);
   const AllocationKey key = table.Pin(h)->key;
   const CUdeviceptr a = 0x30000000;
-  ASSERT_TRUE(table.AddMapping(a, k2MiB, 0, key));
-  ASSERT_TRUE(table.AddMapping(a + k2MiB, k2MiB, k2MiB, key));
+  ASSERT_TRUE(table.AddMapping(a, k2MiB, 0, key, h));
+  ASSERT_TRUE(table.AddMapping(a + k2MiB, k2MiB, k2MiB, key, h));
   // PyTorch grants one device per call, over the whole range.
   const CUmemAccessDesc dev0 = ReadWrite(0);
   const CUmemAccessDesc dev1 = ReadWrite(1);
@@ -240,7 +262,7 @@ TEST(SharingTable, AccessBeyondTheDescriptorLimitDoesNotFit) {
   SharingTable table;
   const uint64_t h = table.AddCreated(0x80, k2MiB, PosixProp(), nullptr, kSelf);
   const AllocationKey key = table.Pin(h)->key;
-  ASSERT_TRUE(table.AddMapping(0x40000000, k2MiB, 0, key));
+  ASSERT_TRUE(table.AddMapping(0x40000000, k2MiB, 0, key, h));
   std::vector<CUmemAccessDesc> many;
   for (int d = 0; d < static_cast<int>(proto::kMaxAccess); ++d) many.push_back(ReadWrite(d));
   EXPECT_TRUE(table.AccessFits(0x40000000, k2MiB, many.data(), many.size()));
