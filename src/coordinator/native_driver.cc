@@ -2,6 +2,9 @@
 #include "coordinator/native_driver.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstring>
 #include <fstream>
@@ -215,9 +218,14 @@ Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
 
 Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir) {
   if (choice != DriverChoice::kAuto) return choice == DriverChoice::kSimulated;
-  auto driver = LoadDriver(choice, bin_dir);
-  if (!driver) return driver.error();
-  return (*driver)->simulated();
+  if (Open("libcuda.so.1", false, true).ok()) return false;
+  // The simulated driver is not loaded here: the command about to be executed in this
+  // process loads it itself, and should find no trace of this process in it.
+  const std::string sim = SimulatedDriverDir(bin_dir) + "/libcuda.so.1";
+  if (::access(sim.c_str(), R_OK) != 0) {
+    return Error{ENOENT, "no usable NVIDIA driver, and no simulated driver at " + sim};
+  }
+  return true;
 }
 
 std::string CuResultText(CUresult result) {

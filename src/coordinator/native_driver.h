@@ -59,8 +59,9 @@ std::string SimulatedDriverDir(const std::string& bin_dir);
 Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
                                                      const std::string& bin_dir);
 
-/// Decides which driver `choice` means without keeping it loaded (used by `cusnap run`,
-/// which only needs to know whether to put the simulated driver on LD_LIBRARY_PATH).
+/// Decides which driver `choice` means (used by `cusnap run`, which only needs to know
+/// whether to put the simulated driver on LD_LIBRARY_PATH). Auto mode probes the system
+/// driver as LoadDriver does and unloads it; the simulated driver is never loaded here.
 Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir);
 
 /// "CUDA_ERROR_NOT_SUPPORTED (801)" through the loaded driver's cuGetErrorName when present.

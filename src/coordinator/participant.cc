@@ -29,9 +29,12 @@ std::string ReplyText(const proto::Header& h) {
   return std::string(h.text, strnlen(h.text, sizeof h.text));
 }
 
+/// "pid P: <op> failed: <why>"; a shim's text already starts with "pid P: ", said once.
 Error Named(const Participant& p, proto::Op op, const Error& e) {
-  return Error{e.code, "pid " + std::to_string(p.pid()) + ": " + OpName(op) + " failed: " +
-                           (e.message.empty() ? "code " + std::to_string(e.code) : e.message)};
+  const std::string prefix = "pid " + std::to_string(p.pid()) + ": ";
+  std::string why = e.message.empty() ? "code " + std::to_string(e.code) : e.message;
+  if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+  return Error{e.code, prefix + OpName(op) + " failed: " + why};
 }
 
 /// The reply must answer the request that was sent (SPEC-REFERENCE H.2).

@@ -137,6 +137,26 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(o.err, "cusnap restore: --device-map: device map maps device 0 twice\n");
 }
 
+// The shim goes first on LD_PRELOAD and the simulated driver first on LD_LIBRARY_PATH, what
+// was there is kept, and the rest of the environment passes through.
+TEST_F(CliTest, RunPrependsTheShimAndKeepsTheEnvironment) {
+  auto env = env_;
+  env["LD_PRELOAD"] = "/nonexistent/old-preload.so";  // the loader warns and carries on
+  env["LD_LIBRARY_PATH"] = "/old/lib";
+  env["CUSNAP_TEST_MARKER"] = "kept";
+  const auto o = RunCusnap({"run", "--", "/bin/sh", "-c",
+                            "echo \"$LD_PRELOAD\"; echo \"$LD_LIBRARY_PATH\"; echo \"$CUSNAP_TEST_MARKER\""},
+                           env);
+  EXPECT_EQ(o.status, 0) << o.err;
+  const std::string bin = std::getenv("CUSNAP_TEST_BIN_DIR");
+  EXPECT_EQ(o.out, bin + "/../lib/libcusnap.so:/nonexistent/old-preload.so\n" + bin +
+                       "/../simcuda:/old/lib\nkept\n");
+  // Without "--" as well.
+  const auto plain = RunCusnap({"run", "/bin/sh", "-c", "echo \"$CUSNAP_TEST_MARKER\""}, env);
+  EXPECT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out, "kept\n");
+}
+
 TEST_F(CliTest, RunReportsAMissingProgram) {
   const auto o = RunCusnap({"run", "--", dir_ + "/no-such-program"}, env_);
   EXPECT_EQ(o.status, 127);
