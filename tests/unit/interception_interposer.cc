@@ -9,7 +9,12 @@
 
 /// dlsym(RTLD_NEXT, name) as this library's own code asks it.
 extern "C" __attribute__((visibility("default"))) void* interposer_next(const char* name) {
-  return dlsym(RTLD_NEXT, name);
+  void* found = dlsym(RTLD_NEXT, name);
+  // No tail call here: glibc takes the scope from dlsym's return address, which must lie in
+  // this library (an optimized `return dlsym(...)` would jump, and the scope would become
+  // the probe's).
+  asm volatile("" : "+r"(found));
+  return found;
 }
 
 /// A same-named symbol of a non-CUDA library; never called.
