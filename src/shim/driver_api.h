@@ -37,6 +37,7 @@ const DriverApi& driver();
 
 /// The real runtime table of the libcudart this process loaded, resolved the first time a
 /// runtime is found (until then every member is nullptr and the next call looks again).
+/// One CUDA runtime per process is supported (SPEC-REFERENCE C.5 (6)).
 const RuntimeApi& runtime();
 
 }  // namespace cusnap::shim

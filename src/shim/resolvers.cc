@@ -106,19 +106,17 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
                            symbolStatus);
 }
 
+// The per-thread form: the real _ptsz resolver where the driver has one, else _v2; either
+// way the per-thread default is made explicit in the flags, so both answer alike.
 CUresult cuGetProcAddress_v2_ptsz(const char* symbol, void** pfn, int cudaVersion,
                                   cuuint64_t flags, CUdriverProcAddressQueryResult* symbolStatus) {
   const DriverApi& real = driver();
+  auto resolver = real.cuGetProcAddress_v2_ptsz != nullptr ? real.cuGetProcAddress_v2_ptsz
+                                                           : real.cuGetProcAddress_v2;
+  if (resolver == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   bool per_thread = wants_per_thread(flags, kLegacyStream, kPerThreadStream, true);
-  CUresult rc;
-  if (real.cuGetProcAddress_v2_ptsz != nullptr) {
-    rc = real.cuGetProcAddress_v2_ptsz(symbol, pfn, cudaVersion, flags, symbolStatus);
-  } else if (real.cuGetProcAddress_v2 != nullptr) {  // the _ptsz form is _v2 defaulting to per-thread
-    rc = real.cuGetProcAddress_v2(symbol, pfn, cudaVersion,
-                                  per_thread ? (flags | kPerThreadStream) : flags, symbolStatus);
-  } else {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  CUresult rc = resolver(symbol, pfn, cudaVersion, per_thread ? (flags | kPerThreadStream) : flags,
+                         symbolStatus);
   return substitute(kDriverSpelling, rc, symbol, pfn, per_thread, symbolStatus);
 }
 
@@ -134,22 +132,20 @@ cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned
       status);
 }
 
+// The runtime's per-thread forms, like cuGetProcAddress_v2_ptsz: the real _ptsz function
+// where the runtime has one, else the default one, with the per-thread default explicit.
 cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr,
                                          unsigned long long flags,
                                          cudaDriverEntryPointQueryResult* driverStatus) {
   const RuntimeApi& real = runtime();
+  auto resolver = real.cudaGetDriverEntryPoint_ptsz != nullptr ? real.cudaGetDriverEntryPoint_ptsz
+                                                               : real.cudaGetDriverEntryPoint;
+  if (resolver == nullptr) return cudaErrorInitializationError;
   bool per_thread =
       wants_per_thread(flags, cudaEnableLegacyStream, cudaEnablePerThreadDefaultStream, true);
   cudaDriverEntryPointQueryResult* status = usable_status(driverStatus);
-  cudaError_t rc;
-  if (real.cudaGetDriverEntryPoint_ptsz != nullptr) {
-    rc = real.cudaGetDriverEntryPoint_ptsz(symbol, funcPtr, flags, status);
-  } else if (real.cudaGetDriverEntryPoint != nullptr) {
-    rc = real.cudaGetDriverEntryPoint(
-        symbol, funcPtr, per_thread ? (flags | cudaEnablePerThreadDefaultStream) : flags, status);
-  } else {
-    return cudaErrorInitializationError;
-  }
+  cudaError_t rc = resolver(symbol, funcPtr,
+                            per_thread ? (flags | cudaEnablePerThreadDefaultStream) : flags, status);
   return substitute(kRuntimeSpelling, rc, symbol, funcPtr, per_thread, status);
 }
 
@@ -170,19 +166,15 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** fun
                                                   unsigned long long flags,
                                                   cudaDriverEntryPointQueryResult* driverStatus) {
   const RuntimeApi& real = runtime();
+  auto resolver = real.cudaGetDriverEntryPointByVersion_ptsz != nullptr
+                      ? real.cudaGetDriverEntryPointByVersion_ptsz
+                      : real.cudaGetDriverEntryPointByVersion;
+  if (resolver == nullptr) return cudaErrorInitializationError;
   bool per_thread =
       wants_per_thread(flags, cudaEnableLegacyStream, cudaEnablePerThreadDefaultStream, true);
-  cudaError_t rc;
-  if (real.cudaGetDriverEntryPointByVersion_ptsz != nullptr) {
-    rc = real.cudaGetDriverEntryPointByVersion_ptsz(symbol, funcPtr, cudaVersion, flags,
-                                                    driverStatus);
-  } else if (real.cudaGetDriverEntryPointByVersion != nullptr) {
-    rc = real.cudaGetDriverEntryPointByVersion(
-        symbol, funcPtr, cudaVersion,
-        per_thread ? (flags | cudaEnablePerThreadDefaultStream) : flags, driverStatus);
-  } else {
-    return cudaErrorInitializationError;
-  }
+  cudaError_t rc =
+      resolver(symbol, funcPtr, cudaVersion,
+               per_thread ? (flags | cudaEnablePerThreadDefaultStream) : flags, driverStatus);
   return substitute(kRuntimeSpelling, rc, symbol, funcPtr, per_thread, driverStatus);
 }
 
