@@ -123,10 +123,6 @@ const char* OpName(Op op) {
 
 Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate) : steps_(steps), gate_(gate) {}
 
-bool Lifecycle::Serves(Op op) {
-  return Find(op) != nullptr || op == Op::kResume || op == Op::kActivate;
-}
-
 std::string Lifecycle::failure() const {
   std::lock_guard lock(mutex_);
   return failure_;

@@ -103,9 +103,6 @@ class Lifecycle {
   /// Ops that are not lifecycle steps are refused (status -1).
   proto::Header Handle(const proto::Header& request);
 
-  /// True for the ops Handle() serves (kQuiesce .. kActivate, not kExport/kIdentify/kInspect).
-  static bool Serves(proto::Op op);
-
   proto::Phase phase() const { return phase_.load(std::memory_order_acquire); }
   /// Why the shim is FAILED ("" otherwise).
   std::string failure() const;

@@ -126,7 +126,8 @@ class LifecycleCycleTest : public ::testing::Test {
     for (char** e = environ; *e != nullptr; ++e) {
       if (std::strncmp(*e, "LD_PRELOAD=", 11) == 0 || std::strncmp(*e, "SIMCUDA_DIR=", 12) == 0 ||
           std::strncmp(*e, "CUSNAP_CONTROL_DIR=", 19) == 0 ||
-          std::strncmp(*e, "CUSNAP_CARRIER=", 15) == 0) {
+          std::strncmp(*e, "CUSNAP_CARRIER=", 15) == 0 ||
+          std::strncmp(*e, "SIMCUDA_FAULTS=", 15) == 0) {
         continue;
       }
       env_strings.emplace_back(*e);
@@ -136,6 +137,9 @@ class LifecycleCycleTest : public ::testing::Test {
     env_strings.push_back("SIMCUDA_DIR=" + sim_dir_);
     env_strings.push_back("CUSNAP_CONTROL_DIR=" + control_dir_);
     if (!carrier_mode_.empty()) env_strings.push_back("CUSNAP_CARRIER=" + carrier_mode_);
+    if (std::strcmp(role, "creator") == 0 && !creator_faults_.empty()) {
+      env_strings.push_back("SIMCUDA_FAULTS=" + creator_faults_);
+    }
     std::vector<char*> envp;
     for (std::string& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -313,7 +317,8 @@ class LifecycleCycleTest : public ::testing::Test {
   std::string importer_vas_;
   std::vector<proto::Record> creator_records_;
   std::vector<proto::Record> importer_records_;
-  std::string carrier_mode_;  // CUSNAP_CARRIER for the peers ("": the default)
+  std::string carrier_mode_;    // CUSNAP_CARRIER for the peers ("": the default)
+  std::string creator_faults_;  // SIMCUDA_FAULTS for the creator (faults.h)
   std::string control_dir_;
   std::string sim_dir_;
   Peer creator_;
@@ -349,6 +354,72 @@ class EagerCarrierCycleTest : public LifecycleCycleTest {
 TEST_F(EagerCarrierCycleTest, UnicastCycleWithTheCarrierProvidedAhead) {
   Record();
   Cycle(1, false, 2 * kMiB, 4 * kMiB);
+}
+
+// A copy that fails during SAVE destroys nothing: the shim stays usable, RESUME brings the
+// job back untouched, and the next checkpoint works.
+class FailedSaveCycleTest : public LifecycleCycleTest {
+ protected:
+  void SetUp() override {
+    creator_faults_ = "cuMemcpyDtoHAsync:1:700";  // CUDA_ERROR_ILLEGAL_ADDRESS
+    LifecycleCycleTest::SetUp();
+  }
+};
+
+TEST_F(FailedSaveCycleTest, JobResumesAndTheNextCheckpointWorks) {
+  Record();
+  DriveBoth(Op::kQuiesce, Phase::kQuiesced);
+  DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
+  Result<Reply> failed = Request(EndpointPath(control_dir_, creator_.pid),
+                                 MakeHeader(Op::kSave), {}, kRequestTimeoutMs);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_NE(failed.error().message.find("pid " + std::to_string(creator_.pid)), std::string::npos)
+      << failed.error().message;
+  const proto::Header identity = Drive(creator_, Op::kIdentify);
+  EXPECT_EQ(identity.phase, static_cast<uint32_t>(Phase::kMulticastDetached));
+  EXPECT_STREQ(identity.text, "");  // not FAILED
+  DriveBoth(Op::kResume, Phase::kActive);
+  EXPECT_EQ(creator_.Ask("touch"), "ok 0");
+  EXPECT_EQ(creator_.Ask("check"), "ok");
+  EXPECT_EQ(importer_.Ask("check"), "ok");
+  Cycle(1, false, 2 * kMiB, 4 * kMiB);
+}
+
+// A failure inside destructive work is sticky: the shim reports FAILED with the reason,
+// refuses every later step, and application calls fail at once instead of waiting.
+class FailedReallocateCycleTest : public LifecycleCycleTest {
+ protected:
+  void SetUp() override {
+    creator_faults_ = "cuMemCreate:4:2";  // setup makes 3; the 4th is REALLOCATE's
+    LifecycleCycleTest::SetUp();
+  }
+};
+
+TEST_F(FailedReallocateCycleTest, ShimIsFailedForGood) {
+  Record();
+  for (Op op : {Op::kQuiesce, Op::kDetachMulticast, Op::kSave, Op::kRelease}) {
+    ASSERT_EQ(Drive(creator_, op).status, 0);
+  }
+  Result<Reply> failed = Request(EndpointPath(control_dir_, creator_.pid),
+                                 MakeHeader(Op::kReallocate), {}, kRequestTimeoutMs);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(failed.error().message.find("shim FAILED"), std::string::npos)
+      << failed.error().message;
+  const proto::Header identity = Drive(creator_, Op::kIdentify);
+  EXPECT_EQ(identity.phase, static_cast<uint32_t>(Phase::kFailed));
+  EXPECT_NE(std::string(identity.text).find("creating allocation"), std::string::npos)
+      << identity.text;
+  for (Op op : {Op::kReallocate, Op::kImport, Op::kResume, Op::kActivate}) {
+    Result<Reply> refused = Request(EndpointPath(control_dir_, creator_.pid), MakeHeader(op),
+                                    {}, kRequestTimeoutMs);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("refused in phase FAILED"), std::string::npos)
+        << refused.error().message;
+  }
+  // CUDA_ERROR_NOT_READY (600) at once, not after the 60 s wait bound.
+  EXPECT_EQ(creator_.Ask("touch"), "ok 600");
 }
 
 }  // namespace
