@@ -92,7 +92,7 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuin
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   return substitute(kDriverSpelling, rc, symbol, pfn,
-                           wants_per_thread(flags, kLegacyStream, kPerThreadStream, false),
+                    wants_per_thread(flags, kLegacyStream, kPerThreadStream, false),
                     static_cast<CUdriverProcAddressQueryResult*>(nullptr));
 }
 
@@ -102,8 +102,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult rc = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   return substitute(kDriverSpelling, rc, symbol, pfn,
-                           wants_per_thread(flags, kLegacyStream, kPerThreadStream, false),
-                           symbolStatus);
+                    wants_per_thread(flags, kLegacyStream, kPerThreadStream, false), symbolStatus);
 }
 
 // The per-thread form: the real _ptsz resolver where the driver has one, else _v2; either
