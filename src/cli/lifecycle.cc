@@ -13,9 +13,6 @@
 namespace cusnap::cli {
 namespace {
 
-constexpr size_t kCheckpointPhases = 10;
-constexpr size_t kRestorePhases = 12;
-
 int ExitFor(coord::Outcome outcome) {
   switch (outcome) {
     case coord::Outcome::kOk: return kExitOk;
@@ -75,7 +72,7 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, R
 int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {
   const coord::CheckpointOptions options{state_dir, lock_timeout_ms};
-  return Drive("checkpoint", target, json, kCheckpointPhases,
+  return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
                  return coord::Checkpoint(options, d, drv, o);
                });
@@ -92,7 +89,7 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
     }
     options.device_map = std::move(*pairs);
   }
-  return Drive("restore", target, json, kRestorePhases,
+  return Drive("restore", target, json, coord::kRestorePhaseCount,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
                  return coord::Restore(options, d, drv, o);
                });

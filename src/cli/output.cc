@@ -1,6 +1,7 @@
 // Phase lines, progress bar and JSON report (output.h).
 #include "cli/output.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cusnap::cli {
@@ -55,7 +56,8 @@ void PhasePrinter::PhaseStarted(const std::string& name, size_t participants) {
   (void)participants;
   if (quiet_ || !tty_) return;
   constexpr size_t kWidth = 20;
-  const size_t filled = total_ ? done_ * kWidth / total_ : 0;
+  // A refused checkpoint adds a resume phase: never draw past the end.
+  const size_t filled = total_ ? std::min(done_, total_) * kWidth / total_ : 0;
   std::fprintf(out_, "\r\033[K[%s%s] %zu/%zu %s", std::string(filled, '#').c_str(),
                std::string(kWidth - filled, ' ').c_str(), done_, total_, name.c_str());
   std::fflush(out_);

@@ -52,10 +52,10 @@ class CheckpointSequence : Sequence {
   /// validate: the global topology rules, and a state directory we can write (checked now
   /// so that an unwritable directory refuses before anything changes).
   bool ValidateAll() {
-    return LocalPhase("validate", [&]() -> Result<uint64_t> {
-      if (auto problems = ValidateTopology(views_); !problems.empty()) return Refusal(problems);
-      if (auto dir = PrepareStateDir(options_.state_dir); !dir) return dir.error();
-      return uint64_t{0};
+    return CheckPhase("validate", [&]() -> std::vector<std::string> {
+      if (auto problems = ValidateTopology(views_); !problems.empty()) return problems;
+      if (auto dir = PrepareStateDir(options_.state_dir); !dir) return {dir.error().message};
+      return {};
     });
   }
 
@@ -74,7 +74,7 @@ class CheckpointSequence : Sequence {
     });
     if (!ok) return false;
     if (auto problems = ValidateTopology(stable); !problems.empty()) {
-      report_.errors.push_back(Refusal(problems).message);
+      report_.errors.insert(report_.errors.end(), problems.begin(), problems.end());
       return false;
     }
     views_ = std::move(stable);
@@ -153,12 +153,6 @@ class CheckpointSequence : Sequence {
       if (auto s = driver_.Checkpoint(participants_[i]->pid()); !s) return s.error();
       return uint64_t{0};
     });
-  }
-
-  static Error Refusal(const std::vector<std::string>& problems) {
-    std::string text;
-    for (const auto& p : problems) text += (text.empty() ? "" : "\n") + p;
-    return Error{-1, text};
   }
 
   static uint64_t CreatedBytes(const ParticipantView& v) {

@@ -3,7 +3,7 @@
 //
 //   checkpoint: discover -> inspect -> validate -> quiesce -> detach_multicast -> save ->
 //               release -> write_state -> lock -> checkpoint
-//   restore:    read_state -> discover -> restore -> unlock -> reallocate -> import ->
+//   restore:    read_state -> discover -> match -> restore -> unlock -> reallocate -> import ->
 //               multicast_create -> multicast_import -> multicast_join -> multicast_bind ->
 //               verify -> activate
 //
@@ -24,6 +24,10 @@
 #include "coordinator/phase_runner.h"
 
 namespace cusnap::coord {
+
+/// Phases a full run prints (the CLI's progress bar counts them).
+inline constexpr size_t kCheckpointPhaseCount = 10;
+inline constexpr size_t kRestorePhaseCount = 13;
 
 /// How a command ended; the CLI maps each to its exit status (see src/cli/exit_codes.h).
 enum class Outcome {

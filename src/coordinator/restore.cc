@@ -18,7 +18,8 @@ class RestoreSequence : Sequence {
   CommandReport Run() {
     report_.state_file = StateFilePath(options_.state_dir);
     // Read-only: a refusal changes nothing.
-    if (!ReadState() || !DiscoverPhase() || !MatchParticipants()) {
+    if (!ReadState() || !DiscoverPhase() ||
+        !CheckPhase("match", [&] { return MatchParticipants(); })) {
       return Finish(Outcome::kRestoreRefused);
     }
     // From the native restore on, every failure is loud and final.
@@ -46,10 +47,10 @@ class RestoreSequence : Sequence {
     });
   }
 
-  /// The participants found now must be exactly the recorded ones, the same processes
-  /// (start times match: a reused pid is refused), each with its memory released; and the
-  /// device map must resolve. Part of "discover" in the printed phases.
-  bool MatchParticipants() {
+  /// match: the participants found now must be exactly the recorded ones, the same
+  /// processes (start times match: a reused pid is refused), each with its memory released;
+  /// and the device map must resolve. Returns every problem.
+  std::vector<std::string> MatchParticipants() {
     std::vector<std::string> problems;
     std::map<int, const ParticipantState*> recorded;
     for (const auto& p : state_.participants) recorded[p.pid] = &p;
@@ -95,8 +96,7 @@ class RestoreSequence : Sequence {
         ordinal_pairs_ = std::move(*ordinals);
       }
     }
-    report_.errors.insert(report_.errors.end(), problems.begin(), problems.end());
-    return problems.empty();
+    return problems;
   }
 
   /// restore: cuCheckpointProcessRestore with the device map, for every participant the

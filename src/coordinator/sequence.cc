@@ -5,9 +5,7 @@
 
 namespace cusnap::coord {
 
-bool Sequence::Phase(const std::string& name, const PhaseWork& work) {
-  observer_.PhaseStarted(name, participants_.size());
-  PhaseReport phase = RunPhase(name, participants_.size(), work);
+bool Sequence::Record(PhaseReport phase) {
   observer_.PhaseFinished(phase);
   report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
   const bool ok = phase.ok();
@@ -15,14 +13,27 @@ bool Sequence::Phase(const std::string& name, const PhaseWork& work) {
   return ok;
 }
 
+bool Sequence::Phase(const std::string& name, const PhaseWork& work) {
+  observer_.PhaseStarted(name, participants_.size());
+  return Record(RunPhase(name, participants_.size(), work));
+}
+
 bool Sequence::LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work) {
   observer_.PhaseStarted(name, participants_.size());
-  PhaseReport phase = RunLocalPhase(name, participants_.size(), work);
-  observer_.PhaseFinished(phase);
-  report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
-  const bool ok = phase.ok();
-  report_.phases.push_back(std::move(phase));
-  return ok;
+  return Record(RunLocalPhase(name, participants_.size(), work));
+}
+
+bool Sequence::CheckPhase(const std::string& name,
+                          const std::function<std::vector<std::string>()>& check) {
+  observer_.PhaseStarted(name, participants_.size());
+  std::vector<std::string> problems;
+  PhaseReport phase = RunLocalPhase(name, 0, [&]() -> Result<uint64_t> {
+    problems = check();
+    return uint64_t{0};
+  });
+  phase.participants = participants_.size();  // discovery fills participants_ as it runs
+  phase.errors.insert(phase.errors.end(), problems.begin(), problems.end());
+  return Record(std::move(phase));
 }
 
 bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args) {
@@ -36,10 +47,9 @@ bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args
 }
 
 bool Sequence::DiscoverPhase() {
-  observer_.PhaseStarted("discover", 0);
-  PhaseReport phase = RunLocalPhase("discover", 0, [&]() -> Result<uint64_t> {
+  return CheckPhase("discover", [&]() -> std::vector<std::string> {
     auto found = discover_(driver_);
-    if (!found) return found.error();
+    if (!found) return {found.error().message};
     participants_ = std::move(*found);
     identities_.assign(participants_.size(), Identity{});
     PhaseReport identify = RunPhase("identify", participants_.size(), [&](size_t i) -> Result<uint64_t> {
@@ -55,19 +65,8 @@ bool Sequence::DiscoverPhase() {
       identities_[i] = std::move(*id);
       return uint64_t{0};
     });
-    if (!identify.ok()) {
-      std::string all;
-      for (const auto& e : identify.errors) all += (all.empty() ? "" : "; ") + e;
-      return Error{-1, all};
-    }
-    return uint64_t{0};
+    return identify.errors;
   });
-  phase.participants = participants_.size();
-  observer_.PhaseFinished(phase);
-  report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
-  const bool ok = phase.ok();
-  report_.phases.push_back(std::move(phase));
-  return ok;
 }
 
 Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) {

@@ -22,6 +22,9 @@ class Sequence {
   bool Phase(const std::string& name, const PhaseWork& work);
   /// Runs coordinator-local work as a phase.
   bool LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work);
+  /// Runs a coordinator-local check as a phase: every message it returns is one error
+  /// (each rule broken is reported on its own); false when there is any.
+  bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
   /// Sends lifecycle `op` with request `args` to every participant; the phase is named
   /// after the op and counts the bytes carrier replies report.
   bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {});
@@ -32,6 +35,9 @@ class Sequence {
 
   /// Fresh INSPECT of participant `index` into views[index] (records + identity).
   Status InspectInto(std::vector<ParticipantView>& views, size_t index);
+
+  /// Tells the observer the phase ended and adds it (and its errors) to the report.
+  bool Record(PhaseReport phase);
 
   CommandReport Finish(Outcome outcome) {
     report_.outcome = outcome;
