@@ -18,15 +18,10 @@
 
 #include "common/log.h"
 #include "shim/context_scope.h"
+#include "shim/lifecycle_common.h"
 
 namespace cusnap::shim {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 size_t PageSize() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -34,8 +29,6 @@ size_t PageSize() {
 }
 
 size_t RoundUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
-
-std::string Pid() { return "pid " + std::to_string(getpid()); }
 
 std::string Describe(const CarrierSlot& slot) {
   char text[96];
@@ -46,7 +39,7 @@ std::string Describe(const CarrierSlot& slot) {
 
 Error DriverError(CUresult result, const std::string& what) {
   return Error{static_cast<int>(result),
-               Pid() + ": host carrier: " + what + " failed with CUresult " +
+               ThisProcess() + ": host carrier: " + what + " failed with CUresult " +
                    std::to_string(static_cast<int>(result))};
 }
 
@@ -111,10 +104,10 @@ Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns) {
   *provision_ns = 0;
   if (bytes <= capacity_) return Ok{};
   if (poisoned_) {
-    return Error{ENOMEM, Pid() + ": host carrier: the arena cannot grow after a copy whose "
+    return Error{ENOMEM, ThisProcess() + ": host carrier: the arena cannot grow after a copy whose "
                          "completion is unknown"};
   }
-  const uint64_t start = NowNs();
+  const uint64_t start = MonotonicNs();
   // Whole 2 MiB steps: the VMM granularity, and what transparent huge pages use.
   const size_t wanted = RoundUp(bytes, size_t{2} << 20);
   void* grown = capacity_ == 0
@@ -123,14 +116,14 @@ Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns) {
                     : mremap(arena_, capacity_, wanted, MREMAP_MAYMOVE);
   if (grown == MAP_FAILED) {
     const int error = errno;
-    return Error{error, Pid() + ": host carrier: cannot grow the host arena from " +
+    return Error{error, ThisProcess() + ": host carrier: cannot grow the host arena from " +
                             std::to_string(capacity_) + " to " + std::to_string(wanted) +
                             " bytes: " + strerror(error)};
   }
   arena_ = static_cast<std::byte*>(grown);
   Touch(arena_ + capacity_, wanted - capacity_);
   capacity_ = wanted;
-  *provision_ns = NowNs() - start;
+  *provision_ns = MonotonicNs() - start;
   CUSNAP_LOG_INFO("host carrier: arena grown to %zu bytes in %llu ns", capacity_,
                   static_cast<unsigned long long>(*provision_ns));
   return Ok{};
@@ -184,16 +177,16 @@ Result<CarrierTransfer> HostCarrier::Load(std::span<const CarrierSlot> slots) {
 
 Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slots,
                                                 Direction direction) {
-  const uint64_t start = NowNs();
+  const uint64_t start = MonotonicNs();
   CarrierTransfer transfer;
   if (poisoned_) {
     return Error{CUDA_ERROR_ILLEGAL_STATE,
-                 Pid() + ": host carrier unusable: an earlier copy did not complete cleanly"};
+                 ThisProcess() + ": host carrier unusable: an earlier copy did not complete cleanly"};
   }
   for (const CarrierSlot& slot : slots) {
     if (slot.context == nullptr || slot.size == 0) {
       return Error{CUDA_ERROR_INVALID_VALUE,
-                   Pid() + ": host carrier: " + Describe(slot) + " has no context or size"};
+                   ThisProcess() + ": host carrier: " + Describe(slot) + " has no context or size"};
     }
   }
 
@@ -212,26 +205,26 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   } else {
     if (slots.size() != layout_.size()) {
       return Error{CUDA_ERROR_INVALID_VALUE,
-                   Pid() + ": host carrier holds " + std::to_string(layout_.size()) +
+                   ThisProcess() + ": host carrier holds " + std::to_string(layout_.size()) +
                        " allocations, asked to load " + std::to_string(slots.size())};
     }
     for (size_t i = 0; i < slots.size(); ++i) {
       if (slots[i].size != layout_[i].size) {
         return Error{CUDA_ERROR_INVALID_VALUE,
-                     Pid() + ": host carrier: " + Describe(slots[i]) + " differs from the " +
+                     ThisProcess() + ": host carrier: " + Describe(slots[i]) + " differs from the " +
                          std::to_string(layout_[i].size) + " bytes saved in its place"};
       }
     }
   }
   if (slots.empty()) {
-    transfer.ns = NowNs() - start;
+    transfer.ns = MonotonicNs() - start;
     return transfer;
   }
   const size_t used = layout_.back().offset + RoundUp(layout_.back().size, PageSize());
 
   // Pinned only while the bytes move (DRIVER-FACTS "Speeds"). PORTABLE: every context's
   // copies see it as pinned.
-  uint64_t phase = NowNs();
+  uint64_t phase = MonotonicNs();
   {
     ContextScope scope(api_, slots.front().context);
     if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
@@ -241,7 +234,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
       return DriverError(registered, "registering " + std::to_string(used) + " bytes of arena");
     }
   }
-  transfer.register_ns = NowNs() - phase;
+  transfer.register_ns = MonotonicNs() - phase;
 
   // One group per context, in first-seen order.
   std::vector<Group> groups;
@@ -256,7 +249,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   }
 
   // Enqueue every copy of every context before synchronizing any, so devices overlap.
-  phase = NowNs();
+  phase = MonotonicNs();
   std::optional<Error> failure;
   const auto fail = [&](CUresult result, const std::string& what) {
     if (!failure) failure = DriverError(result, what);
@@ -323,7 +316,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
     }
     api_.cuStreamDestroy_v2(group.stream);
   }
-  transfer.copy_ns = NowNs() - phase;
+  transfer.copy_ns = MonotonicNs() - phase;
 
   // Remove the staging mappings, then unpin.
   for (Group& group : groups) {
@@ -333,15 +326,15 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
       if (staging[i].reserved) api_.cuMemAddressFree(staging[i].va, slots[i].size);
     }
   }
-  phase = NowNs();
+  phase = MonotonicNs();
   if (!poisoned_) {
     ContextScope scope(api_, slots.front().context);
     if (CUresult r = api_.cuMemHostUnregister(arena_); r != CUDA_SUCCESS) {
       fail(r, "unregistering the arena");
     }
   }
-  transfer.register_ns += NowNs() - phase;
-  transfer.ns = NowNs() - start;
+  transfer.register_ns += MonotonicNs() - phase;
+  transfer.ns = MonotonicNs() - start;
   if (failure) return *failure;
   CUSNAP_LOG_INFO("host carrier: %s %llu bytes in %llu ns (copy %llu ns, register %llu ns, "
                   "provision %llu ns)",

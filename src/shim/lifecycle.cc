@@ -9,18 +9,13 @@
 
 #include "common/log.h"
 #include "common/socket.h"
+#include "shim/lifecycle_common.h"
 
 namespace cusnap::shim {
 namespace {
 
 using proto::Op;
 using proto::Phase;
-
-uint64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // One row per step: the phase it must find, the phase it leaves, and whether a failure in
 // it has already changed the application's memory (then the shim is FAILED for good).
@@ -57,8 +52,6 @@ bool Resumable(Phase phase) {
   return phase == Phase::kQuiesced || phase == Phase::kMulticastDetached ||
          phase == Phase::kSaved;
 }
-
-std::string Pid() { return "pid " + std::to_string(getpid()); }
 
 }  // namespace
 
@@ -147,10 +140,10 @@ void Lifecycle::SetFailed(const std::string& message) {
 proto::Header Lifecycle::Handle(const proto::Header& request) {
   const Op op = static_cast<Op>(request.op);
   proto::Header reply = MakeHeader(op);
-  const uint64_t start = NowNs();
+  const uint64_t start = MonotonicNs();
   Result<StepResult> result = Run(op, request);
   reply.phase = static_cast<uint32_t>(phase());
-  reply.arg[1] = NowNs() - start;
+  reply.arg[1] = MonotonicNs() - start;
   if (!result) {
     reply.status = result.error().code == 0 ? -1 : result.error().code;
     SetHeaderText(reply, result.error().message);
@@ -169,7 +162,7 @@ proto::Header Lifecycle::Handle(const proto::Header& request) {
 Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
   const Phase now = phase();
   const auto refuse = [&](const char* why) -> Error {
-    return Error{-1, Pid() + ": " + OpName(op) + " refused in phase " + PhaseName(now) + ": " +
+    return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " + PhaseName(now) + ": " +
                          why};
   };
   if (now == Phase::kFailed) return refuse(failure().c_str());
@@ -242,7 +235,7 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
   }
   if (!result) {
     if (step->destructive) {
-      Error sticky{result.error().code, Pid() + ": " + OpName(op) +
+      Error sticky{result.error().code, ThisProcess() + ": " + OpName(op) +
                                             " failed after memory was changed (shim FAILED): " +
                                             result.error().message};
       SetFailed(sticky.message);

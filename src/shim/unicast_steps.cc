@@ -12,14 +12,13 @@
 #include "common/log.h"
 #include "common/socket.h"
 #include "shim/context_scope.h"
+#include "shim/lifecycle_common.h"
 
 namespace cusnap::shim {
 namespace {
 
 // How long an importer waits for a creator's kExport reply (ms).
 constexpr int kExportTimeoutMs = 10'000;
-
-std::string Pid() { return "pid " + std::to_string(getpid()); }
 
 std::string Range(CUdeviceptr address, size_t size) {
   char text[64];
@@ -28,7 +27,7 @@ std::string Range(CUdeviceptr address, size_t size) {
 }
 
 Error DriverError(CUresult result, const std::string& what) {
-  return Error{static_cast<int>(result), Pid() + ": " + what + " failed with CUresult " +
+  return Error{static_cast<int>(result), ThisProcess() + ": " + what + " failed with CUresult " +
                                              std::to_string(static_cast<int>(result))};
 }
 
@@ -48,11 +47,11 @@ Result<int> FetchExportFromCreator(const proto::ObjectId& id) {
   Result<Reply> reply =
       Request(EndpointPath(ControlDir(), id.creator_pid), request, {}, kExportTimeoutMs);
   if (!reply) {
-    return Error{reply.error().code, Pid() + ": fetching a descriptor of " + DescribeObject(id) +
+    return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + DescribeObject(id) +
                                          " from its creator: " + reply.error().message};
   }
   if (reply->fd < 0) {
-    return Error{EPROTO, Pid() + ": the creator sent no descriptor for " + DescribeObject(id)};
+    return Error{EPROTO, ThisProcess() + ": the creator sent no descriptor for " + DescribeObject(id)};
   }
   return reply->fd;
 }
@@ -90,7 +89,7 @@ Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
                                    : first_device_with_access());
   constexpr int kSlots = static_cast<int>(sizeof primary_ / sizeof primary_[0]);
   if (ordinal < 0 || ordinal >= kSlots) {
-    return Error{CUDA_ERROR_INVALID_DEVICE, Pid() + ": " + DescribeObject(allocation.id) +
+    return Error{CUDA_ERROR_INVALID_DEVICE, ThisProcess() + ": " + DescribeObject(allocation.id) +
                                                 " is on device " + std::to_string(ordinal) +
                                                 ", out of range"};
   }
@@ -115,7 +114,7 @@ Result<StepResult> UnicastSteps::Save() {
   for (const MappingInfo& m : mappings_) {
     if (m.access_unknown) {
       return Error{CUDA_ERROR_INVALID_VALUE,
-                   Pid() + ": the access of the mapping " + Range(m.address, m.size) +
+                   ThisProcess() + ": the access of the mapping " + Range(m.address, m.size) +
                        " is unknown (a cuMemSetAccess on it failed); set it again before "
                        "checkpointing"};
     }
@@ -124,7 +123,7 @@ Result<StepResult> UnicastSteps::Save() {
   for (const AllocationInfo& a : table_.Allocations()) {
     if (!a.has_real) {
       return Error{CUDA_ERROR_INVALID_HANDLE,
-                   Pid() + ": " + DescribeObject(a.id) + " has no driver handle while ACTIVE"};
+                   ThisProcess() + ": " + DescribeObject(a.id) + " has no driver handle while ACTIVE"};
     }
     Result<CUcontext> context = ContextFor(a, mappings_);
     if (!context) return context.error();
