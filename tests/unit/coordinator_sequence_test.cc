@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 
@@ -480,6 +482,53 @@ TEST_F(DiscoveryTest, StartTimeComesFromProc) {
   EXPECT_GT(*self, 0u);
   EXPECT_EQ(coord::ProcessStartTime(::getpid()), self);
   EXPECT_FALSE(coord::ProcessStartTime(0x3fffffff).has_value());
+}
+
+}  // namespace
+}  // namespace cusnap::testing
+
+// ---- The phase runner itself ----
+
+namespace cusnap::testing {
+namespace {
+
+TEST(PhaseRunner, SumsBytesAndReportsFailuresInIndexOrder) {
+  const auto report = coord::RunPhase("save", 4, [](size_t i) -> Result<uint64_t> {
+    if (i == 1) return Error{-1, "pid 11: allocation 3: copy failed"};
+    if (i == 3) throw std::runtime_error("boom");
+    return uint64_t{1000} * (i + 1);
+  });
+  EXPECT_EQ(report.name, "save");
+  EXPECT_EQ(report.participants, 4u);
+  EXPECT_EQ(report.bytes, 1000u + 3000u);
+  EXPECT_THAT(report.errors, ElementsAre("pid 11: allocation 3: copy failed", "internal error: boom"));
+  EXPECT_FALSE(report.ok());
+  EXPECT_GE(report.elapsed_ms, 0.0);
+}
+
+TEST(PhaseRunner, NoParticipantsRunsNothing) {
+  const auto report = coord::RunPhase("save", 0, [](size_t) -> Result<uint64_t> {
+    ADD_FAILURE() << "work ran without participants";
+    return uint64_t{0};
+  });
+  EXPECT_TRUE(report.ok());
+  EXPECT_EQ(report.participants, 0u);
+}
+
+TEST(PhaseRunner, EveryParticipantRunsAtOnceAndThePhaseWaitsForAll) {
+  // Eight workers that each wait until all eight have started: only possible when they run
+  // concurrently; RunPhase returns only after all of them finished (the barrier).
+  FakeJob job;
+  job.RendezvousOn(proto::Op::kSave, 8);
+  std::atomic<int> finished{0};
+  const auto report = coord::RunPhase("save", 8, [&](size_t) -> Result<uint64_t> {
+    if (!job.Arrive(proto::Op::kSave)) return Error{-1, "not concurrent"};
+    finished.fetch_add(1);
+    return uint64_t{1};
+  });
+  EXPECT_TRUE(report.ok()) << ::testing::PrintToString(report.errors);
+  EXPECT_EQ(finished.load(), 8);
+  EXPECT_EQ(report.bytes, 8u);
 }
 
 }  // namespace
