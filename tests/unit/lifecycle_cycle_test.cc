@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,9 @@ class LifecycleCycleTest : public ::testing::Test {
       std::fclose(peer->in);
       std::fclose(peer->out);
     }
+    std::error_code ignored;
+    if (!control_dir_.empty()) std::filesystem::remove_all(control_dir_, ignored);
+    if (!sim_dir_.empty()) std::filesystem::remove_all(sim_dir_, ignored);
   }
 
   void Spawn(Peer& peer, const char* role, int ticket_fd) {
