@@ -1,7 +1,5 @@
 // `cusnap status`: every participant's identity, phase and table counts (read-only; the
 // driver is not loaded, so status works whatever state the job is in).
-#include <sys/stat.h>
-
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -12,27 +10,15 @@
 #include "coordinator/records.h"
 
 namespace cusnap::cli {
-namespace {
-
-bool IsSocket(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-}
-
-}  // namespace
-
 int StatusCommand(const Target& target, bool json) {
   const std::string control_dir = ControlDir();
   std::vector<int> pids;
   if (target.pid > 0) {
-    const auto tree = coord::ProcessTree(target.pid);
-    if (tree.empty()) {
+    if (!coord::ProcessStartTime(target.pid)) {
       std::fprintf(stderr, "cusnap status: pid %d does not exist\n", target.pid);
       return kExitError;
     }
-    for (int pid : tree) {
-      if (IsSocket(EndpointPath(control_dir, pid))) pids.push_back(pid);
-    }
+    pids = coord::EndpointPidsInTree(control_dir, target.pid);
   } else {
     pids = coord::EndpointPids(control_dir);
   }

@@ -262,7 +262,7 @@ Result<Message> ReceiveMessage(int fd, Deadline deadline) {
       if (message.fd >= 0) close(message.fd);
       return size.error();
     }
-    proto::Header header;
+    proto::Header header{};
     std::string problem;
     if (*size < sizeof header) {
       problem = "packet of " + std::to_string(*size) + " bytes is shorter than a header";

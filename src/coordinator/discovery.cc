@@ -1,5 +1,4 @@
 // Participant discovery over /proc and the control directory (coordinator.h).
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coordinator/coordinator.h"
@@ -8,11 +7,6 @@
 namespace cusnap::coord {
 namespace {
 
-bool IsSocket(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-}
-
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
                                                                CheckpointDriver& driver) {
   const std::vector<int> tree = ProcessTree(options.pid);
@@ -20,7 +14,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : tree) {
     if (pid == ::getpid()) continue;  // the coordinator itself (it loaded the driver too)
-    if (IsSocket(EndpointPath(options.control_dir, pid))) {
+    if (HasEndpoint(options.control_dir, pid)) {
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;
     }

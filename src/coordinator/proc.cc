@@ -1,11 +1,16 @@
 // /proc readers (proc.h).
 #include "coordinator/proc.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include "common/endpoint_client.h"
 
 namespace cusnap::coord {
 
@@ -105,6 +110,19 @@ std::vector<int> EndpointPids(const std::string& control_dir) {
   }
   std::sort(pids.begin(), pids.end());
   return pids;
+}
+
+bool HasEndpoint(const std::string& control_dir, int pid) {
+  struct stat st {};
+  return ::stat(EndpointPath(control_dir, pid).c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+std::vector<int> EndpointPidsInTree(const std::string& control_dir, int pid) {
+  std::vector<int> out;
+  for (int p : ProcessTree(pid)) {
+    if (p != ::getpid() && HasEndpoint(control_dir, p)) out.push_back(p);
+  }
+  return out;
 }
 
 std::string ProcessName(int pid) {

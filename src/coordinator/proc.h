@@ -22,6 +22,13 @@ std::vector<int> ProcessTree(int pid);
 /// sockets of dead processes are ignored.
 std::vector<int> EndpointPids(const std::string& control_dir);
 
+/// True when <control_dir>/<pid>.sock exists and is a socket (an endpoint, live or stale).
+bool HasEndpoint(const std::string& control_dir, int pid);
+
+/// The pids of `pid`'s process tree (ProcessTree order) that have an endpoint, leaving out
+/// the calling process.
+std::vector<int> EndpointPidsInTree(const std::string& control_dir, int pid);
+
 /// The command name of `pid` (/proc/<pid>/comm), "?" when unreadable; for messages.
 std::string ProcessName(int pid);
 

@@ -124,23 +124,17 @@ nlohmann::json RecordToJson(const Record& r) {
   nlohmann::json j{{"kind", KindName(r.kind)}, {"flags", flags}, {"id", IdToJson(r.id)}};
   const auto kind = static_cast<RecordKind>(r.kind);
   const bool has_access = kind == RecordKind::kMapping || kind == RecordKind::kMulticastMapping;
+  j["address"] = Hex(r.address);
+  j["size"] = r.size;
+  j["offset"] = r.offset;
+  j["object_size"] = r.object_size;
+  j["handle_types"] = r.handle_types;
+  j["handle_count"] = r.handle_count;
   if (!IsMulticastKind(r.kind)) {
-    j["address"] = Hex(r.address);
-    j["size"] = r.size;
-    j["offset"] = r.offset;
-    j["object_size"] = r.object_size;
     j["alloc_type"] = r.alloc_type;
     j["location_type"] = r.location_type;
     j["location_id"] = r.location_id;
-    j["handle_types"] = r.handle_types;
-    j["handle_count"] = r.handle_count;
   } else {
-    j["address"] = Hex(r.address);
-    j["size"] = r.size;
-    j["offset"] = r.offset;
-    j["object_size"] = r.object_size;
-    j["handle_types"] = r.handle_types;
-    j["handle_count"] = r.handle_count;
     j["member"] = IdToJson(r.member);
     j["member_offset"] = r.member_offset;
     j["op_flags"] = r.op_flags;
