@@ -24,9 +24,14 @@ class CheckpointSequence : Sequence {
       ResumeQuiesced();
       return Finish(Outcome::kRefused);
     }
+    // Detach and save change no unicast memory (save only copies it out): on a failure each
+    // shim is asked to resume, and says itself whether it still can (a detached multicast
+    // team cannot be undone). Only when every one did is the job running untouched.
+    if (!LifecyclePhase(proto::Op::kDetachMulticast) || !SaveAll()) {
+      return Finish(ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange);
+    }
     // Destructive from here on: fail loudly, never pretend.
-    if (!LifecyclePhase(proto::Op::kDetachMulticast) || !SaveAll() ||
-        !LifecyclePhase(proto::Op::kRelease) || !WriteState() || !NativeLockAll() ||
+    if (!LifecyclePhase(proto::Op::kRelease) || !WriteState() || !NativeLockAll() ||
         !NativeCheckpointAll()) {
       return Finish(Outcome::kFailedAfterChange);
     }
@@ -81,9 +86,10 @@ class CheckpointSequence : Sequence {
     return true;
   }
 
-  /// Puts every participant that quiesced back to ACTIVE (a refused checkpoint).
-  void ResumeQuiesced() {
-    Phase("resume", [&](size_t i) -> Result<uint64_t> {
+  /// Puts every participant that quiesced back to ACTIVE (a refused checkpoint); false when
+  /// any of them could not resume.
+  bool ResumeQuiesced() {
+    return Phase("resume", [&](size_t i) -> Result<uint64_t> {
       if (!quiesced_[i]) return uint64_t{0};
       auto step = Step(*participants_[i], proto::Op::kResume);
       if (!step) return step.error();

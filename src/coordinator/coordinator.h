@@ -9,7 +9,9 @@
 //
 // Each arrow is a barrier across participants; the work inside a phase runs concurrently.
 // Nothing destructive happens before detach_multicast: a failure earlier sends kResume to
-// every quiesced participant and leaves the job running untouched.
+// every quiesced participant and leaves the job running untouched. A failed
+// detach_multicast or save also sends kResume (save only copies memory out; a shim refuses
+// to resume what it cannot undo); from release on, failures are final.
 #pragma once
 
 #include <functional>
@@ -73,7 +75,8 @@ struct RestoreOptions {
 };
 
 /// Suspends the job: every phase of the checkpoint list above. Returns kRefused (job
-/// untouched) for a failure before detach_multicast, kFailedAfterChange after it.
+/// running untouched) for a failure before detach_multicast, or a failed detach/save after
+/// which every participant resumed; kFailedAfterChange otherwise.
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer);
 

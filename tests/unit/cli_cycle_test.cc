@@ -118,10 +118,13 @@ class CliCycleTest : public ::testing::Test {
   }
 
   /// Starts a creator and an importer sharing three allocations; both report "ok".
-  void StartJob() {
+  /// `creator_faults`: SIMCUDA_FAULTS for the creator only.
+  void StartJob(const std::string& creator_faults = "") {
     int tickets[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, tickets), 0);
+    if (!creator_faults.empty()) ::setenv("SIMCUDA_FAULTS", creator_faults.c_str(), 1);
     Start("creator", tickets[0]);
+    ::unsetenv("SIMCUDA_FAULTS");
     Start("importer", tickets[1]);
     ::close(tickets[0]);
     ::close(tickets[1]);
@@ -199,6 +202,30 @@ TEST_F(CliCycleTest, CheckpointAndRestoreTwoProcessesTwice) {
   // Sharing still works after the restores: a write on one side is read on the other.
   EXPECT_EQ(children_[1].Ask("write 1 7 4242"), "ok");
   EXPECT_EQ(children_[0].Ask("read 1 7"), "ok 4242");
+}
+
+// The creator's first carrier copy fails: SAVE fails, every shim resumes, the command
+// exits 3 and the job keeps running with its bytes; the next checkpoint succeeds.
+TEST_F(CliCycleTest, FailedSaveResumesTheJob) {
+  StartJob("cuMemcpyDtoHAsync:1:999");
+  const std::string pid = std::to_string(::getpid());
+  const std::string state = dir_ + "/state";
+  const Ran failed = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  EXPECT_EQ(failed.status, 3) << failed.out << failed.err;
+  EXPECT_THAT(failed.out, HasSubstr("resume "));
+  EXPECT_THAT(failed.err, HasSubstr("pid " + std::to_string(children_[0].pid) + ": save failed: "));
+  EXPECT_THAT(failed.err, HasSubstr("refused; nothing was changed, the job keeps running"));
+  EXPECT_FALSE(fs::exists(state + "/cusnap-state.json"));
+  EXPECT_EQ(children_[0].Ask("check"), "ok");
+  EXPECT_EQ(children_[1].Ask("check"), "ok");
+  EXPECT_EQ(children_[0].Ask("write 0 3 77"), "ok");
+  EXPECT_EQ(children_[1].Ask("read 0 3"), "ok 77");
+
+  const Ran ck = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  const Ran rs = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_EQ(children_[1].Ask("read 0 3"), "ok 77");
 }
 
 TEST_F(CliCycleTest, CudaProcessWithoutEndpointRefusesAndJobKeepsRunning) {

@@ -233,15 +233,41 @@ TEST_F(SequenceTest, DiscoveryRefusalIsReported) {
                                          "cusnap endpoint"));
 }
 
-TEST_F(SequenceTest, SaveFailureIsLoudAndStops) {
+TEST_F(SequenceTest, SaveFailureResumesEveryoneAndStops) {
   processes_[0].fail[proto::Op::kSave] = "pid 100: allocation 1: cuMemcpyDtoHAsync failed: 999";
   const auto report = RunCheckpoint();
-  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  // SAVE only copies memory out: each shim resumes, and the job keeps running untouched.
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
   EXPECT_THAT(report.errors, ElementsAre("pid 100: save failed: allocation 1: "
                                          "cuMemcpyDtoHAsync failed: 999"));
-  EXPECT_EQ(Names(report).back(), "save");
+  EXPECT_EQ(Names(report).back(), "resume");
+  EXPECT_THAT(job_.Only("resume"), ::testing::UnorderedElementsAre("resume 100", "resume 200"));
+  EXPECT_TRUE(Before("save ", "resume "));
   EXPECT_THAT(job_.Only("release"), IsEmpty());
-  EXPECT_THAT(job_.Only("resume"), IsEmpty());  // never pretend: nothing is undone silently
+  EXPECT_THAT(job_.Only("native"), IsEmpty());
+  EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+}
+
+TEST_F(SequenceTest, DetachFailureThatCannotResumeIsLoud) {
+  processes_[1].fail[proto::Op::kDetachMulticast] = "pid 200: multicast object 3 of pid 100: unbind failed";
+  processes_[1].fail[proto::Op::kResume] = "pid 200: resume refused in phase FAILED";
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors,
+              ElementsAre("pid 200: detach_multicast failed: multicast object 3 of pid 100: "
+                          "unbind failed",
+                          "pid 200: resume failed: resume refused in phase FAILED"));
+  EXPECT_THAT(job_.Only("save"), IsEmpty());
+  EXPECT_THAT(job_.Only("native"), IsEmpty());
+}
+
+TEST_F(SequenceTest, ReleaseFailureIsFinal) {
+  processes_[1].fail[proto::Op::kRelease] = "pid 200: allocation 1 of pid 100: cuMemUnmap failed";
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: release failed: allocation 1 of pid 100: "
+                                         "cuMemUnmap failed"));
+  EXPECT_THAT(job_.Only("resume"), IsEmpty());  // never pretend: released memory is gone
   EXPECT_THAT(job_.Only("native"), IsEmpty());
   EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
 }
@@ -249,7 +275,8 @@ TEST_F(SequenceTest, SaveFailureIsLoudAndStops) {
 TEST_F(SequenceTest, SaveByteCountMustMatchTheCreatedAllocations) {
   processes_[0].bytes[proto::Op::kSave] = kMiB2 - 4096;
   const auto report = RunCheckpoint();
-  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);  // everyone resumed
+  EXPECT_THAT(job_.Only("resume"), ::testing::UnorderedElementsAre("resume 100", "resume 200"));
   EXPECT_THAT(report.errors, ElementsAre("pid 100: save copied 2093056 bytes, but the "
                                          "allocations it created hold 2097152 bytes"));
 }
