@@ -309,11 +309,12 @@ int Basics() {
   CU(cuMemRelease(plain));
   CU(cuMemAddressFree(va, size));
 
-  // A retain inside a tracked mapping gives a logical handle aliasing the allocation.
+  // A retain inside a tracked mapping gives the very logical handle the range was mapped
+  // with (CUDA Driver API, cuMemRetainAllocationHandle), one more reference on it.
   const CUdeviceptr tracked_va = MapNew(tracked, size);
   CUmemGenericAllocationHandle alias = 0;
   CU(cuMemRetainAllocationHandle(&alias, reinterpret_cast<void*>(tracked_va + size - 1)));
-  Check(IsLogical(alias) && alias != tracked, "retain inside a tracked mapping is logical");
+  Check(IsLogical(alias) && alias == tracked, "retain inside a tracked mapping is the mapped handle");
   CU(cuMemRelease(alias));
   // Partial unmaps of a tracked mapping are refused.
   CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemUnmap(tracked_va, size / 2));
