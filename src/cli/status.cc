@@ -38,6 +38,8 @@ int StatusCommand(const Target& target, bool json) {
                       {"mappings", e.mappings},
                       {"untracked_imports", e.identity.untracked_imports},
                       {"tracked_bytes", e.identity.tracked_bytes},
+                      {"created_total", e.identity.created_total},
+                      {"created_host_numa", e.identity.created_host_numa},
                       {"failure", e.identity.failure},
                       {"inspect_error", e.inspect_error}});
     }
@@ -52,6 +54,8 @@ int StatusCommand(const Target& target, bool json) {
                   e.identity.pid, coord::ProcessName(e.identity.pid).c_str(),
                   coord::PhaseName(e.identity.phase).c_str(), e.allocations, e.created,
                   e.mappings, FormatBytes(e.identity.tracked_bytes).c_str());
+      std::printf("  %u tracked creates over its life (%u HOST_NUMA)", e.identity.created_total,
+                  e.identity.created_host_numa);
       if (e.identity.untracked_imports > 0) {
         std::printf("  %llu untracked imports",
                     static_cast<unsigned long long>(e.identity.untracked_imports));

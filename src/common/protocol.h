@@ -67,12 +67,21 @@ struct Header {
   uint32_t phase;       ///< replies: the shim's Phase after the request
   uint64_t arg[6];      ///< op-specific: kExport {creator pid, creator start, allocation id,
                         ///<   kind}; replies to kIdentify {pid, start time, records,
-                        ///<   untracked imports, tracked bytes}; carrier replies {bytes, ns}
+                        ///<   untracked imports, tracked bytes, PackCreateCounts(...)};
+                        ///<   carrier replies {bytes, ns}
                         ///<   kExport replies echo the request's args and add the
                         ///<   object's size in bytes as arg[4]
   char text[184];       ///< NUL-terminated error text naming the process and resource
 };
 static_assert(sizeof(Header) == 256);
+
+/// kIdentify's arg[5]: tracked cuMemCreate calls over the process's life (low 32 bits) and
+/// how many of them were host (HOST_NUMA) allocations (high 32 bits).
+constexpr uint64_t PackCreateCounts(uint32_t total, uint32_t host_numa) {
+  return (uint64_t{host_numa} << 32) | total;
+}
+constexpr uint32_t CreatedTotal(uint64_t packed) { return static_cast<uint32_t>(packed); }
+constexpr uint32_t CreatedHostNuma(uint64_t packed) { return static_cast<uint32_t>(packed >> 32); }
 
 /// What a Record describes.
 enum class RecordKind : uint32_t {

@@ -76,6 +76,8 @@ Result<Identity> Identify(Participant& participant) {
   id.records = h.arg[2];
   id.untracked_imports = h.arg[3];
   id.tracked_bytes = h.arg[4];
+  id.created_total = proto::CreatedTotal(h.arg[5]);
+  id.created_host_numa = proto::CreatedHostNuma(h.arg[5]);
   id.failure = ReplyText(h);
   if (id.pid != participant.pid()) {
     return Error{-1, "pid " + std::to_string(participant.pid()) +

@@ -39,7 +39,7 @@ class Participant {
 /// A participant reached through its Unix socket <control dir>/<pid>.sock.
 std::unique_ptr<Participant> ConnectEndpoint(const std::string& control_dir, int pid);
 
-/// What kIdentify says about a participant (protocol.h: reply arg[0..4]).
+/// What kIdentify says about a participant (protocol.h: reply arg[0..5]).
 struct Identity {
   int pid = 0;
   uint64_t start_time = 0;          ///< clock ticks since boot
@@ -47,6 +47,8 @@ struct Identity {
   uint64_t records = 0;             ///< records INSPECT would return
   uint64_t untracked_imports = 0;   ///< live imports of descriptors that were not tickets
   uint64_t tracked_bytes = 0;       ///< bytes of tracked allocations this process created
+  uint32_t created_total = 0;       ///< tracked cuMemCreate calls over the process's life
+  uint32_t created_host_numa = 0;   ///< of which HOST_NUMA
   std::string failure;              ///< the sticky FAILED text, if any
 };
 

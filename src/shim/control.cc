@@ -5,6 +5,7 @@
 
 #include "common/ids.h"
 #include "common/socket.h"
+#include "shim/multicast_table.h"
 #include "shim/process.h"
 
 namespace cusnap::shim {
@@ -50,9 +51,10 @@ ControlReply HandleControlRequest(const proto::Header& request,
       reply.header.phase = static_cast<uint32_t>(phase);
       reply.header.arg[0] = static_cast<uint64_t>(self.pid);
       reply.header.arg[1] = self.start_time;
-      reply.header.arg[2] = counts.records;
+      reply.header.arg[2] = counts.records + multicast_table().RecordCount();
       reply.header.arg[3] = counts.untracked_imports;
       reply.header.arg[4] = counts.tracked_bytes;
+      reply.header.arg[5] = proto::PackCreateCounts(counts.created_total, counts.created_host_numa);
       if (handler != nullptr && handler->failure != nullptr) {
         SetHeaderText(reply.header, handler->failure());
       }
@@ -63,6 +65,9 @@ ControlReply HandleControlRequest(const proto::Header& request,
       reply.header = MakeHeader(op);
       reply.header.phase = static_cast<uint32_t>(phase);
       reply.records = table().Inspect();
+      // Multicast objects, devices, bindings and multicast mappings follow (issue 5).
+      std::vector<proto::Record> multicast = multicast_table().Inspect();
+      reply.records.insert(reply.records.end(), multicast.begin(), multicast.end());
       return reply;
     }
     case proto::Op::kExport:

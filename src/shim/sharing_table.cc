@@ -72,6 +72,12 @@ uint64_t SharingTable::AddCreated(CUmemGenericAllocationHandle real, size_t size
   a.real = real;
   a.creator = true;
   allocations_.emplace(key, a);
+  ++created_total_;
+  if (prop.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+      prop.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT ||
+      prop.location.type == CU_MEM_LOCATION_TYPE_HOST) {
+    ++created_host_numa_;
+  }
   const uint64_t handle = NewHandleLocked(key);
   if (handle == 0) {
     allocations_.erase(key);
@@ -140,6 +146,14 @@ std::optional<uint64_t> SharingTable::RetainAt(CUdeviceptr address) {
   ++logical.references;
   ++allocations_.at(it->second.key).handles;
   return handle;
+}
+
+std::optional<std::pair<CUdeviceptr, size_t>> SharingTable::MappingRangeAt(
+    CUdeviceptr address) const {
+  std::lock_guard lock(mutex_);
+  auto it = FirstTouchingLocked(address);
+  if (it == mappings_.end() || it->first > address) return std::nullopt;
+  return std::make_pair(it->first, it->second.size);
 }
 
 bool SharingTable::Knows(uint64_t handle) const {
@@ -291,6 +305,8 @@ TableCounts SharingTable::Counts() const {
   counts.mappings = mappings_.size();
   counts.records = counts.allocations + counts.mappings;
   counts.untracked_imports = untracked_total_;
+  counts.created_total = created_total_;
+  counts.created_host_numa = created_host_numa_;
   for (const auto& [key, a] : allocations_) counts.tracked_bytes += a.size;
   return counts;
 }

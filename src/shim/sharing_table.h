@@ -89,6 +89,9 @@ struct TableCounts {
   uint64_t mappings = 0;
   uint64_t untracked_imports = 0;  ///< live real handles from non-ticket imports
   uint64_t tracked_bytes = 0;      ///< sum of tracked allocation sizes
+  uint32_t created_total = 0;      ///< tracked cuMemCreate calls over the process's life
+  uint32_t created_host_numa = 0;  ///< of which located on the host (HOST_NUMA*, DRIVER-FACTS:
+                                   ///< NCCL creates and exports a few, then may release them)
 };
 
 class SharingTable {
@@ -116,6 +119,11 @@ class SharingTable {
   /// cuMemRetainAllocationHandle), brought back to life if the application had released
   /// it; each retain needs its own cuMemRelease. nullopt otherwise. O(log mappings).
   std::optional<uint64_t> RetainAt(CUdeviceptr address);
+
+  /// The tracked mapping containing `address`, if any: its start VA and size in bytes.
+  /// cuMemGetAddressRange answers from it (the real driver reports base 0 for an imported
+  /// HOST_NUMA mapping, measured on our H200s; and the range is ours to keep across restore).
+  std::optional<std::pair<CUdeviceptr, size_t>> MappingRangeAt(CUdeviceptr address) const;
 
   /// True when `handle` is a logical handle the table knows.
   bool Knows(uint64_t handle) const;
@@ -232,6 +240,8 @@ class SharingTable {
   std::map<CUdeviceptr, MappingInfo> mappings_;          // by start address
   std::unordered_map<CUmemGenericAllocationHandle, uint64_t> untracked_;  // real -> refs
   uint64_t untracked_total_ = 0;
+  uint32_t created_total_ = 0;
+  uint32_t created_host_numa_ = 0;
 };
 
 }  // namespace cusnap::shim

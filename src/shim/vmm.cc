@@ -3,6 +3,8 @@
 // bookkeeping in the sharing table (process.h) and the sharing itself in ticket_import.h.
 // Untracked handles and ranges pass through untouched. Tracked calls enter the quiesce gate
 // first (quiesce.h) and start the process's endpoint if a fork child has none yet.
+// Multicast logical handles and multicast mappings go to the multicast module
+// (multicast_vmm.h), each at the one point below marked "multicast".
 #include <cstdint>
 #include <vector>
 
@@ -12,6 +14,8 @@
 #include "shim/handles.h"
 #include "shim/hooks.h"
 #include "shim/lifecycle_process.h"
+#include "shim/multicast_table.h"
+#include "shim/multicast_vmm.h"
 #include "shim/process.h"
 #include "shim/quiesce.h"
 #include "shim/ticket_import.h"
@@ -72,6 +76,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  if (IsMulticastHandle(handle)) return MulticastRelease(handle);  // multicast
   if (IsTagged(handle)) {
     EnsureEndpoint();
     CUSNAP_QUIESCE_GATE();
@@ -89,6 +94,9 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const auto address = reinterpret_cast<CUdeviceptr>(addr);
+  if (multicast_table().Classify(address, 1) != RangeMatch::kNone) {  // multicast
+    return MulticastRetain(handle, address);
+  }
   if (table().Classify(address, 1) != RangeMatch::kNone) {
     // Hot path (PyTorch retains every mapped block): a range lookup, no driver call.
     EnsureEndpoint();
@@ -113,6 +121,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                   CUmemGenericAllocationHandle handle, unsigned long long flags) {
   CUSNAP_REAL(cuMemMap);
   if (!IsTagged(handle)) return real_cuMemMap(ptr, size, offset, handle, flags);
+  if (IsMulticastHandle(handle)) return MulticastMap(ptr, size, offset, handle, flags);  // multicast
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   PinScope pin(handle);
@@ -130,6 +139,14 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   CUSNAP_REAL(cuMemUnmap);
+  switch (multicast_table().Classify(ptr, size)) {  // multicast
+    case RangeMatch::kNone:
+      break;
+    case RangeMatch::kPartial:
+      return RefusePartial("cuMemUnmap", ptr, size);
+    case RangeMatch::kCovers:
+      return MulticastUnmap(ptr, size);
+  }
   switch (table().Classify(ptr, size)) {
     case RangeMatch::kNone:
       return real_cuMemUnmap(ptr, size);
@@ -149,6 +166,14 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   CUSNAP_REAL(cuMemSetAccess);
   if (desc == nullptr || count == 0) return real_cuMemSetAccess(ptr, size, desc, count);
+  switch (multicast_table().Classify(ptr, size)) {  // multicast
+    case RangeMatch::kNone:
+      break;
+    case RangeMatch::kPartial:
+      return RefusePartial("cuMemSetAccess", ptr, size);
+    case RangeMatch::kCovers:
+      return MulticastSetAccess(ptr, size, desc, count);
+  }
   switch (table().Classify(ptr, size)) {
     case RangeMatch::kNone:
       return real_cuMemSetAccess(ptr, size, desc, count);
@@ -188,7 +213,9 @@ CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocat
   }
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
-  if (!table().Knows(handle)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!table().Knows(handle) && !multicast_table().Knows(handle)) {  // multicast
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
     // Another kind of shareable handle would hand out the allocation behind cusnap's back.
     CUSNAP_LOG_ERROR("cuMemExportToShareableHandle: handle type %d of a tracked allocation is "
@@ -223,6 +250,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
   CUSNAP_REAL(cuMemGetAllocationPropertiesFromHandle);
   if (!IsTagged(handle)) return real_cuMemGetAllocationPropertiesFromHandle(prop, handle);
   if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (IsMulticastHandle(handle)) return MulticastAllocationProperties(prop, handle);  // multicast
   CUSNAP_QUIESCE_GATE();
   PinScope pin(handle);
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
@@ -231,6 +259,13 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
 }
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  // A tracked mapping answers from the table: the range the application mapped, the same
+  // before and after restore (pbase and psize are each optional, CUDA Driver API).
+  if (auto range = table().MappingRangeAt(dptr)) {
+    if (pbase != nullptr) *pbase = range->first;
+    if (psize != nullptr) *psize = range->second;
+    return CUDA_SUCCESS;
+  }
   CUSNAP_REAL(cuMemGetAddressRange_v2);
   return real_cuMemGetAddressRange_v2(pbase, psize, dptr);
 }

@@ -109,9 +109,11 @@ int main(int argc, char** argv) {
               "\"tracked_bytes\": %llu, \"records\": %zu, \"allocations\": %llu, \"created\": %llu, "
               "\"imported\": %llu, \"shared\": %llu, \"device\": %llu, \"host_numa\": %llu, "
               "\"other_location\": %llu, \"mappings\": %llu, \"created_bytes\": %llu, "
-              "\"host_numa_bytes\": %llu, \"mapped_bytes\": %llu, \"other_records\": %llu}\n",
+              "\"host_numa_bytes\": %llu, \"mapped_bytes\": %llu, \"other_records\": %llu, "
+              "\"created_total\": %u, \"created_host_numa\": %u}\n",
               pid, id.phase, U(id.arg[2]), U(id.arg[3]), U(id.arg[4]), inspect->records.size(),
               U(allocations), U(created), U(imported), U(shared), U(device), U(host_numa), U(other),
-              U(mappings), U(created_bytes), U(host_numa_bytes), U(mapped_bytes), U(other_records));
+              U(mappings), U(created_bytes), U(host_numa_bytes), U(mapped_bytes), U(other_records),
+              cusnap::proto::CreatedTotal(id.arg[5]), cusnap::proto::CreatedHostNuma(id.arg[5]));
   return 0;
 }

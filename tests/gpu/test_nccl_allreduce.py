@@ -52,10 +52,13 @@ def check_tables(pid, env):
           f"here, {counts['imported']} imported; {counts['device']} DEVICE, {counts['host_numa']} "
           f"HOST_NUMA, {counts['other_location']} other), {counts['mappings']} mappings, "
           f"{counts['created_bytes']} bytes created, {counts['untracked_imports']} untracked imports, "
-          f"phase {counts['phase']}")
+          f"phase {counts['phase']}; over its life {counts['created_total']} tracked creates, "
+          f"{counts['created_host_numa']} of them HOST_NUMA")
     minimum = int(os.environ.get("GPU_NCCL_MIN_TRACKED", "16"))
     assert counts["allocations"] >= minimum, f"pid {pid}: only {counts['allocations']} tracked allocations"
-    assert counts["host_numa"] >= 1, f"pid {pid}: no HOST_NUMA allocation tracked"
+    # NCCL creates and exports its HOST_NUMA buffers during setup and may release them before
+    # the pause (DRIVER-FACTS: 2 per rank); what must hold is that they were tracked.
+    assert counts["created_host_numa"] >= 1, f"pid {pid}: no HOST_NUMA allocation was ever tracked"
     assert counts["imported"] >= 1, f"pid {pid}: no imported allocation tracked"
     assert counts["untracked_imports"] == 0, f"pid {pid}: untracked imports"
     return counts

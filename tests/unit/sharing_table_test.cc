@@ -382,5 +382,20 @@ TEST(ExportCache, ClearClosesEverything) {
   close(w2);
 }
 
+TEST(SharingTable, MappingRangeAtGivesTheContainingMapping) {
+  SharingTable table;
+  const uint64_t h = table.AddCreated(0x80, 4 * k2MiB, PosixProp(), nullptr, kSelf);
+  const AllocationKey key = table.Pin(h)->key;
+  table.Unpin(key);
+  const CUdeviceptr a = 0x50000000;
+  ASSERT_TRUE(table.AddMapping(a, 2 * k2MiB, 0, key, h));
+  ASSERT_TRUE(table.AddMapping(a + 4 * k2MiB, 2 * k2MiB, 2 * k2MiB, key, h));
+  EXPECT_EQ(table.MappingRangeAt(a + k2MiB + 7), std::make_optional(std::make_pair(a, 2 * k2MiB)));
+  EXPECT_EQ(table.MappingRangeAt(a + 4 * k2MiB),
+            std::make_optional(std::make_pair(a + 4 * k2MiB, 2 * k2MiB)));
+  EXPECT_FALSE(table.MappingRangeAt(a + 2 * k2MiB));  // the hole between them
+  EXPECT_FALSE(table.MappingRangeAt(a - 1));
+}
+
 }  // namespace
 }  // namespace cusnap::shim
