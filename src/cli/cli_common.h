@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "coordinator/coordinator.h"
 #include "coordinator/native_driver.h"
 
 namespace cusnap::cli {
@@ -11,5 +12,8 @@ namespace cusnap::cli {
 /// The driver CUSNAP_DRIVER (auto|real|sim) names, the simulated one looked up next to
 /// this binary (native_driver.h, SimulatedDriverDir).
 Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver();
+
+/// The exit status (exit_codes.h) of a coordinator command's outcome.
+int ExitFor(coord::Outcome outcome);
 
 }  // namespace cusnap::cli

@@ -30,8 +30,15 @@ int StatusCommand(const Target& target, bool json);
 /// `inspect <state dir>`: what a checkpoint recorded.
 int InspectCommand(const std::string& state_dir, bool json);
 
-/// `demo`: placeholder until the two-process demo lands (issue 3).
-int DemoCommand();
+/// What `demo` was asked for.
+struct DemoOptions {
+  std::string sizes;  ///< "2M,64M,256M"; empty: the driver's default sizes
+  bool json = false;
+};
+
+/// `demo`: a creator and an importer sharing three allocations, checkpointed, restored and
+/// verified (demo.cc). kExitOk only when every check passed.
+int DemoCommand(const DemoOptions& options);
 
 /// Directory holding the running `cusnap` binary (/proc/self/exe).
 std::string SelfDir();

@@ -62,11 +62,4 @@ int InspectCommand(const std::string& state_dir, bool json) {
   return kExitOk;
 }
 
-int DemoCommand() {
-  std::fprintf(stderr,
-               "cusnap demo: not implemented yet (the two-process demo comes with the shim "
-               "lifecycle, issue 3)\n");
-  return kExitError;
-}
-
 }  // namespace cusnap::cli

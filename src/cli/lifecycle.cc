@@ -11,7 +11,6 @@
 #include "coordinator/coordinator.h"
 
 namespace cusnap::cli {
-namespace {
 
 int ExitFor(coord::Outcome outcome) {
   switch (outcome) {
@@ -22,6 +21,8 @@ int ExitFor(coord::Outcome outcome) {
   }
   return kExitError;
 }
+
+namespace {
 
 /// What the user reads at the end, on stderr: every error, then what state the job is in.
 void PrintErrors(const char* command, const coord::CommandReport& report) {

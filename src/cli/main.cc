@@ -80,7 +80,12 @@ int main(int argc, char** argv) {
   inspect->add_option("state_dir", inspect_dir, "the checkpoint's state directory")->required();
   inspect->add_flag("--json", in_json, "print the state file as one JSON document");
 
+  cusnap::cli::DemoOptions demo_options;
   auto* demo = app.add_subcommand("demo", "two-process sharing demo: checkpoint + restore + verify");
+  demo->add_option("--sizes", demo_options.sizes,
+                   "the three allocation sizes, multiples of 2M (default 2M,64M,256M on the "
+                   "simulated driver, 64M,1G,2G on GPUs)");
+  demo->add_flag("--json", demo_options.json, "print the summary as one JSON document");
 
   try {
     app.parse(argc, argv);
@@ -107,6 +112,6 @@ int main(int argc, char** argv) {
   }
   if (*status) return cusnap::cli::StatusCommand(st_target, st_json);
   if (*inspect) return cusnap::cli::InspectCommand(inspect_dir, in_json);
-  if (*demo) return cusnap::cli::DemoCommand();
+  if (*demo) return cusnap::cli::DemoCommand(demo_options);
   return cusnap::cli::kExitUsage;
 }
