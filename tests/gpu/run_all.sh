@@ -10,7 +10,8 @@
 # the shim is preloaded into python3, which a sanitized shim cannot enter).
 # Test names (default: all, in this order): preflight pinned_baseline vmm_basic
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
-#   share_checkpoint_host_numa share_checkpoint_tree cusnap_demo multicast_forward
+#   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
+#   multicast_forward
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -60,7 +61,7 @@ export BIN
 BUDGET_S=${GPU_BUDGET_S:-540}
 START_S=$SECONDS
 ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shim nccl_allreduce
-           share_checkpoint share_checkpoint_host_numa share_checkpoint_tree cusnap_demo
+           share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
            multicast_forward)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
@@ -205,6 +206,13 @@ t_share_checkpoint() {
 t_share_checkpoint_host_numa() {
   export GPU_SHARE_NAME=host-numa GPU_SHARE_SIZES=${GPU_HN_SIZES:-64M,256M} GPU_SHARE_B_BYTES=64M
   export GPU_SHARE_HOST_NUMA=${GPU_HN_BYTES:-64M} GPU_SHARE_CYCLES=1
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
+}
+
+# Restored onto swapped GPUs (--device-map 0=1,1=0, DRIVER-FACTS F7).
+t_share_checkpoint_swapped() {
+  export GPU_SHARE_NAME=swapped GPU_SHARE_SIZES=64M,1G GPU_SHARE_B_BYTES=256M GPU_SHARE_CYCLES=1
+  export GPU_SHARE_DEVICE_MAP=0=1,1=0
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
 }
 
