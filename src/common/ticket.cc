@@ -30,6 +30,12 @@ Result<int> CreateTicket(const Ticket& ticket) {
   layout.creator_pid = ticket.id.creator_pid;
   layout.creator_start = ticket.id.creator_start;
   layout.local_id = ticket.id.local_id;
+  if (ticket.kind == TicketKind::kMulticast) {
+    layout.mc_size = ticket.multicast.size;
+    layout.mc_handle_types = ticket.multicast.handle_types;
+    layout.mc_flags = ticket.multicast.flags;
+    layout.mc_num_devices = ticket.multicast.num_devices;
+  }
 
   const int fd = memfd_create("cusnap-ticket", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return SystemError("memfd_create");
@@ -83,15 +89,27 @@ Result<std::optional<Ticket>> ReadTicket(int fd) {
                          std::to_string(layout.creator_pid) + ", object " +
                          std::to_string(layout.local_id) + ")"};
   }
-  bool reserved_zero = layout.reserved0 == 0;
-  for (uint64_t word : layout.reserved) reserved_zero = reserved_zero && word == 0;
-  if (!reserved_zero) return Error{-1, "ticket: reserved fields are not zero"};
+  if (layout.reserved0 != 0 || layout.reserved1 != 0) {
+    return Error{-1, "ticket: reserved fields are not zero"};
+  }
+  const bool multicast = layout.kind == static_cast<uint16_t>(TicketKind::kMulticast);
+  const bool has_properties = layout.mc_size != 0 || layout.mc_handle_types != 0 ||
+                              layout.mc_flags != 0 || layout.mc_num_devices != 0;
+  if (!multicast && has_properties) {
+    return Error{-1, "ticket: reserved fields are not zero (multicast properties in a unicast ticket)"};
+  }
 
   Ticket ticket;
   ticket.id.creator_pid = layout.creator_pid;
   ticket.id.creator_start = layout.creator_start;
   ticket.id.local_id = layout.local_id;
   ticket.kind = static_cast<TicketKind>(layout.kind);
+  if (multicast) {
+    ticket.multicast.size = layout.mc_size;
+    ticket.multicast.handle_types = layout.mc_handle_types;
+    ticket.multicast.flags = layout.mc_flags;
+    ticket.multicast.num_devices = layout.mc_num_devices;
+  }
   return std::optional<Ticket>{ticket};
 }
 

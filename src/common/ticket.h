@@ -16,9 +16,20 @@ namespace cusnap {
 /// What a ticket names.
 enum class TicketKind : uint32_t { kUnicast = 1, kMulticast = 2 };
 
+/// What a multicast ticket also carries: the object's requested properties
+/// (CUmulticastObjectProp), so an importer records them without asking the creator. All zero
+/// in a unicast ticket.
+struct TicketMulticastProperties {
+  uint64_t size = 0;          ///< bytes, as requested
+  uint64_t handle_types = 0;  ///< CUmemAllocationHandleType bits
+  uint64_t flags = 0;
+  uint32_t num_devices = 0;
+};
+
 struct Ticket {
   proto::ObjectId id{};  ///< creator pid + start time + local id (id.reserved is zero)
   TicketKind kind = TicketKind::kUnicast;
+  TicketMulticastProperties multicast;  ///< kMulticast only
 };
 
 /// The on-memfd layout, little-endian, exactly kTicketSize bytes, zero-filled.
@@ -30,7 +41,11 @@ struct TicketLayout {
   uint32_t reserved0;
   uint64_t creator_start;
   uint64_t local_id;
-  uint64_t reserved[4];
+  uint64_t mc_size;          ///< kMulticast: TicketMulticastProperties (zero for kUnicast)
+  uint64_t mc_handle_types;
+  uint64_t mc_flags;
+  uint32_t mc_num_devices;
+  uint32_t reserved1;
 };
 inline constexpr uint32_t kTicketMagic = 0x544b5343;  // "CSKT"
 inline constexpr uint16_t kTicketVersion = 1;
@@ -47,7 +62,8 @@ Result<int> CreateTicket(const Ticket& ticket);
 /// Reads the ticket behind `fd` without moving its file offset (pread). Returns nullopt
 /// when `fd` is not a ticket (not a sealed memfd of kTicketSize bytes with the magic: e.g.
 /// a real CUDA descriptor), the ticket when it is valid, and an Error (code -1) when it has
-/// a ticket's seals, size and magic but a bad version, kind, pid or reserved field.
+/// a ticket's seals, size and magic but a bad version, kind, pid or reserved field, or a
+/// unicast ticket with multicast properties.
 Result<std::optional<Ticket>> ReadTicket(int fd);
 
 }  // namespace cusnap

@@ -1,9 +1,11 @@
 // Global topology validation (topology.h).
 #include "coordinator/topology.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
+#include "common/ids.h"
 #include "coordinator/records.h"
 
 namespace cusnap::coord {
@@ -93,24 +95,57 @@ void CheckMappingBounds(const ParticipantView& p, const Record& r, uint64_t allo
   }
 }
 
+/// What all participants say about one multicast object.
+struct MulticastFacts {
+  std::vector<int> creators;                          ///< pids reporting kCreator
+  std::vector<std::pair<int, const Record*>> reports; ///< every kMulticast record, by pid
+  std::vector<std::pair<int, int>> devices;           ///< distinct (pid, device) adds
+  uint64_t extent = 0;  ///< largest extent any participant's driver accepted (or the size)
+};
+
+std::string Properties(const Record& r) {
+  return "size " + std::to_string(r.object_size) + ", " + std::to_string(r.num_devices) +
+         " devices, handle types " + std::to_string(r.handle_types) + ", flags " +
+         std::to_string(r.mc_flags);
+}
+
+bool SameProperties(const Record& a, const Record& b) {
+  return a.object_size == b.object_size && a.num_devices == b.num_devices &&
+         a.handle_types == b.handle_types && a.mc_flags == b.mc_flags;
+}
+
+std::string DeviceList(const std::vector<std::pair<int, int>>& devices) {
+  if (devices.empty()) return "none";
+  std::string text;
+  for (const auto& [pid, device] : devices) {
+    text += (text.empty() ? "" : ", ") + Pid(pid) + " device " + std::to_string(device);
+  }
+  return text;
+}
+
+/// Complete teams only (SPEC-REFERENCE H.1 rules 3-6 and the whole-topology rules): exactly
+/// one creator; every member reports the same requested properties; the distinct (process,
+/// device) adds number exactly the object's numDevices (a member outside the participants,
+/// e.g. one started without cusnap, leaves the team partial); every added device is bound;
+/// binds and maps lie within the largest extent any participant's driver accepted (a driver
+/// may round capacity up and libraries bind past the requested size: DRIVER-FACTS, public
+/// reports; SPEC-REFERENCE K.3 #2).
 void CheckMulticast(std::span<const ParticipantView> participants,
                     std::vector<std::string>& problems) {
-  std::map<proto::ObjectId, std::vector<int>, IdLess> creators;
+  std::map<proto::ObjectId, MulticastFacts, IdLess> objects;
   for (const auto& p : participants) {
     for (const auto& r : p.records) {
       if (!Is(r, RecordKind::kMulticast)) continue;
-      auto& list = creators[r.id];
-      if (r.flags & proto::kCreator) list.push_back(p.pid);
-    }
-  }
-  for (const auto& [id, list] : creators) {
-    if (list.size() > 1) {
-      problems.push_back(MulticastName(id) + " is reported as created by " + Pid(list[0]) +
-                         " and " + Pid(list[1]) + "; exactly one creator per multicast object");
-    } else if (list.empty()) {
-      problems.push_back(MulticastName(id) +
-                         " is used, but its creator is not a participant; start the creator "
-                         "with 'cusnap run' and include it in the checkpoint");
+      auto& facts = objects[r.id];
+      facts.reports.emplace_back(p.pid, &r);
+      facts.extent = std::max({facts.extent, r.object_size, r.extent});
+      if (r.flags & proto::kCreator) {
+        facts.creators.push_back(p.pid);
+        if (r.id.creator_pid != p.pid || r.id.creator_start != p.start_time) {
+          problems.push_back(Pid(p.pid) + ": " + MulticastName(r.id) +
+                             " is reported as created here, but its id names another process");
+        }
+      }
     }
   }
   for (const auto& p : participants) {
@@ -118,9 +153,127 @@ void CheckMulticast(std::span<const ParticipantView> participants,
       const bool member = Is(r, RecordKind::kMulticastDevice) ||
                           Is(r, RecordKind::kMulticastBinding) ||
                           Is(r, RecordKind::kMulticastMapping);
-      if (member && !creators.contains(r.id)) {
+      if (!member) continue;
+      const auto it = objects.find(r.id);
+      if (it == objects.end()) continue;  // reported after the per-object rules
+      if (Is(r, RecordKind::kMulticastDevice)) {
+        const std::pair<int, int> add{p.pid, r.device};
+        auto& devices = it->second.devices;
+        if (std::find(devices.begin(), devices.end(), add) == devices.end()) devices.push_back(add);
+      }
+    }
+  }
+
+  for (const auto& [id, facts] : objects) {
+    if (facts.creators.size() > 1) {
+      problems.push_back(MulticastName(id) + " is reported as created by " +
+                         Pid(facts.creators[0]) + " and " + Pid(facts.creators[1]) +
+                         "; exactly one creator per multicast object");
+      continue;
+    }
+    if (facts.creators.empty()) {
+      problems.push_back(MulticastName(id) +
+                         " is used, but its creator is not a participant; start the creator "
+                         "with 'cusnap run' and include it in the checkpoint");
+      continue;
+    }
+    const Record& first = *facts.reports.front().second;
+    bool consistent = true;
+    for (const auto& [pid, r] : facts.reports) {
+      if (SameProperties(first, *r)) continue;
+      problems.push_back(MulticastName(id) + ": " + Pid(facts.reports.front().first) +
+                         " reports " + Properties(first) + ", but " + Pid(pid) + " reports " +
+                         Properties(*r) + "; every member must agree");
+      consistent = false;
+    }
+    if (!consistent) continue;
+    if (first.num_devices == 0 || first.object_size == 0) {
+      problems.push_back(MulticastName(id) + " has " + Properties(first) +
+                         " (size and device count must be nonzero)");
+      continue;
+    }
+    if (facts.devices.size() < first.num_devices) {
+      std::string members;
+      for (const auto& [pid, r] : facts.reports) members += (members.empty() ? "" : ", ") + Pid(pid);
+      problems.push_back(MulticastName(id) + " is a partial team: its " +
+                         std::to_string(first.num_devices) + " devices were not all added by "
+                         "participants (added: " + DeviceList(facts.devices) + "; members "
+                         "checkpointed: " + members + "). Another process of the team is not a "
+                         "participant (started without cusnap, or outside the checkpointed "
+                         "tree); checkpoint every member of the team together");
+    } else if (facts.devices.size() > first.num_devices) {
+      problems.push_back(MulticastName(id) + " has " + std::to_string(facts.devices.size()) +
+                         " devices added (" + DeviceList(facts.devices) + ") but was created for " +
+                         std::to_string(first.num_devices));
+    }
+  }
+
+  for (const auto& p : participants) {
+    for (const auto& r : p.records) {
+      const bool member = Is(r, RecordKind::kMulticastDevice) ||
+                          Is(r, RecordKind::kMulticastBinding) ||
+                          Is(r, RecordKind::kMulticastMapping);
+      if (member && !objects.contains(r.id)) {
         problems.push_back(Pid(p.pid) + ": " + KindName(r.kind) + " record names " +
                            MulticastName(r.id) + ", which no participant reports");
+      }
+    }
+  }
+
+  // Bindings and multicast mappings, against their object's team and extent.
+  for (const auto& p : participants) {
+    std::vector<std::pair<proto::ObjectId, int>> bound;  // (object, device) of this pid
+    for (const auto& r : p.records) {
+      const auto it = objects.find(r.id);
+      if (it == objects.end() || it->second.creators.size() != 1) continue;
+      const MulticastFacts& facts = it->second;
+      if (Is(r, RecordKind::kMulticastBinding)) {
+        bound.emplace_back(r.id, r.device);
+        const std::string what = Pid(p.pid) + ": binding of device " + std::to_string(r.device) +
+                                 " at offset " + std::to_string(r.offset) + " of " + MulticastName(r.id);
+        if (r.size == 0 || r.offset > facts.extent || r.size > facts.extent - r.offset) {
+          problems.push_back(what + " (" + std::to_string(r.size) + " bytes) lies outside the " +
+                             "object's extent (" + std::to_string(facts.extent) + " bytes)");
+        }
+        if ((r.bind_kind != 1 && r.bind_kind != 2) || (r.bind_api != 1 && r.bind_api != 2)) {
+          problems.push_back(what + " has bind kind " + std::to_string(r.bind_kind) + " and ABI " +
+                             std::to_string(r.bind_api) + " (each must be 1 or 2)");
+        }
+        if (r.bind_kind == 2 && r.address == 0) problems.push_back(what + " binds address 0");
+        const bool tracked_member = r.member.local_id != 0;
+        if (r.bind_kind == 1 && tracked_member) {
+          const bool held = std::any_of(p.records.begin(), p.records.end(), [&](const Record& a) {
+            return Is(a, RecordKind::kAllocation) && a.id == r.member;
+          });
+          if (!held) {
+            problems.push_back(what + " binds " + ObjectName(r.member) + ", which this process " +
+                               "no longer holds; keep a handle of every bound member");
+          }
+        }
+        const bool added = std::any_of(facts.devices.begin(), facts.devices.end(),
+                                       [&](const auto& d) { return d.second == r.device; });
+        if (!added) problems.push_back(what + ": that device was never added to the team");
+      } else if (Is(r, RecordKind::kMulticastMapping)) {
+        if (r.offset > facts.extent || r.size > facts.extent - r.offset) {
+          problems.push_back(Pid(p.pid) + ": multicast mapping " + Range(r.address, r.size) +
+                             " of " + MulticastName(r.id) + " at offset " + std::to_string(r.offset) +
+                             " lies outside the object's extent (" + std::to_string(facts.extent) +
+                             " bytes)");
+        }
+      }
+    }
+    for (const auto& r : p.records) {
+      if (!Is(r, RecordKind::kMulticastDevice)) continue;
+      const auto it = objects.find(r.id);
+      if (it == objects.end() || it->second.creators.size() != 1) continue;
+      const std::pair<proto::ObjectId, int> key{r.id, r.device};
+      const bool is_bound = std::any_of(bound.begin(), bound.end(), [&](const auto& b) {
+        return b.first == key.first && b.second == key.second;
+      });
+      if (!is_bound) {
+        problems.push_back(Pid(p.pid) + ": device " + std::to_string(r.device) + " of " +
+                           MulticastName(r.id) + " was added but nothing is bound for it; a "
+                           "checkpoint needs every device of a team bound");
       }
     }
   }

@@ -32,8 +32,11 @@ struct ParticipantView {
 ///  - exactly one creator per allocation that any participant holds or maps;
 ///  - creator anchor: a creator still holds a handle or a mapping of every allocation that
 ///    another participant holds or maps (otherwise its memory cannot be saved);
-///  - multicast: exactly one creator per object and member records naming a known object
-///    (the full team rules come with multicast support).
+///  - multicast teams complete: exactly one creator per object, member records naming a
+///    known object, the same requested properties in every member, exactly numDevices
+///    distinct (process, device) adds among the participants (fewer: a partial team, named
+///    with its processes), every added device bound, binds of held members, binds and
+///    multicast mappings within the largest extent any participant's driver accepted.
 std::vector<std::string> ValidateTopology(std::span<const ParticipantView> participants);
 
 }  // namespace cusnap::coord

@@ -46,11 +46,11 @@ const Transition* Find(Op op) {
   return nullptr;
 }
 
-// kResume may undo a checkpoint until unicast memory is released (issue 5 must refuse it
-// from MULTICAST_DETACHED once detach takes multicast objects apart).
-bool Resumable(Phase phase) {
-  return phase == Phase::kQuiesced || phase == Phase::kMulticastDetached ||
-         phase == Phase::kSaved;
+// kResume may undo a checkpoint until unicast memory is released and as long as detach took
+// no multicast team apart (`multicast_destroyed`).
+bool Resumable(Phase phase, bool multicast_destroyed) {
+  if (phase == Phase::kQuiesced) return true;
+  return (phase == Phase::kMulticastDetached || phase == Phase::kSaved) && !multicast_destroyed;
 }
 
 }  // namespace
@@ -168,7 +168,10 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
   if (now == Phase::kFailed) return refuse(failure().c_str());
 
   if (op == Op::kResume) {
-    if (!Resumable(now)) return refuse("only a checkpoint that released nothing can resume");
+    if (!Resumable(now, steps_.MulticastDestroyed())) {
+      return refuse("only a checkpoint that released nothing (no unicast memory, no multicast "
+                    "team) can resume");
+    }
     steps_.Discard();
     phase_.store(Phase::kActive, std::memory_order_release);
     gate_.Open();
@@ -234,7 +237,10 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
       break;
   }
   if (!result) {
-    if (step->destructive) {
+    // A detach that undid its own work destroyed nothing (multicast_steps.h).
+    const bool destroyed =
+        op == Op::kDetachMulticast ? steps_.MulticastDestroyed() : step->destructive;
+    if (destroyed) {
       Error sticky{result.error().code, ThisProcess() + ": " + OpName(op) +
                                             " failed after memory was changed (shim FAILED): " +
                                             result.error().message};

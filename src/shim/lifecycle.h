@@ -9,12 +9,14 @@
 //     -> MULTICAST_JOINED -> ACTIVE (kMulticastBind; application calls still wait)
 //     -> kActivate: application calls proceed.
 //   kResume: QUIESCED, MULTICAST_DETACHED or SAVED -> ACTIVE (a refused checkpoint: no
-//   unicast memory was touched yet).
+//   unicast memory was touched yet), unless DETACH_MULTICAST took a multicast team apart
+//   (LifecycleSteps::MulticastDestroyed).
 //
 // A request out of order is refused and changes nothing; a failure inside destructive work
-// (detach, release, reallocate, import, multicast rebuild) leaves the shim FAILED for good,
-// with its message (SPEC-REFERENCE K.3 #15). A failed kQuiesce or kSave destroys nothing and
-// leaves the phase as it was.
+// (release, reallocate, import, multicast rebuild; detach once it destroyed something)
+// leaves the shim FAILED for good, with its message (SPEC-REFERENCE K.3 #15). A failed
+// kQuiesce or kSave, or a failed kDetachMulticast that destroyed nothing (it undid its own
+// work), leaves the phase as it was.
 #pragma once
 
 #include <atomic>
@@ -63,8 +65,11 @@ struct StepResult {
 class LifecycleSteps {
  public:
   virtual ~LifecycleSteps() = default;
-  /// Takes multicast objects apart (issue 5; nothing for unicast memory).
+  /// Takes multicast objects apart (multicast_steps.h; nothing for unicast memory).
   virtual Status DetachMulticast() { return Ok{}; }
+  /// True once DetachMulticast released a multicast object in this cycle: the team cannot
+  /// be put back without a restore, so kResume is refused and a detach failure is final.
+  virtual bool MulticastDestroyed() const { return false; }
   /// Carrier D2H of every tracked allocation this process created that still has a handle
   /// or a mapping.
   virtual Result<StepResult> Save() = 0;

@@ -14,6 +14,8 @@
 #include "shim/driver_api.h"
 #include "shim/lifecycle.h"
 #include "shim/lifecycle_process.h"
+#include "shim/multicast_steps.h"
+#include "shim/multicast_table.h"
 #include "shim/process.h"
 #include "shim/quiesce.h"
 #include "shim/unicast_steps.h"
@@ -23,10 +25,14 @@ namespace {
 
 struct ProcessLifecycle {
   UnicastSteps steps;
+  MulticastSteps multicast;         // issue 5: multicast teams (multicast_steps.h)
+  StepsWithMulticast all;           // both, as the one LifecycleSteps the lifecycle drives
   Lifecycle lifecycle;
   ProcessLifecycle()
       : steps(driver(), table(), export_cache(), carrier(), &FetchExportFromCreator),
-        lifecycle(steps, gate()) {}
+        multicast(driver(), table(), multicast_table(), export_cache(), &FetchMulticastFromCreator),
+        all(steps, multicast),
+        lifecycle(all, gate()) {}
 };
 
 // Never destroyed (the control thread may run while the process exits); rebuilt in a fork

@@ -13,6 +13,8 @@
 #include "common/ticket.h"
 #include "shim/driver_api.h"
 #include "shim/handles.h"
+#include "shim/multicast_table.h"
+#include "shim/multicast_vmm.h"
 #include "shim/process.h"
 
 namespace cusnap::shim {
@@ -89,9 +91,87 @@ CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
   return CUDA_SUCCESS;
 }
 
+// Multicast half of ExportTicket: the creator exports the object's real descriptor once into
+// the export cache; the ticket carries the requested properties (ticket.h).
+CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
+  std::optional<MulticastPinned> pin = multicast_table().Pin(handle);
+  if (!pin) return CUDA_ERROR_INVALID_HANDLE;
+  struct Unpin {
+    MulticastKey key;
+    ~Unpin() {
+      if (auto dropped = multicast_table().Unpin(key)) ReleaseMulticastDropped(*dropped);
+    }
+  } unpin{pin->key};
+  if (!pin->has_real) return CUDA_ERROR_NOT_READY;
+  if (pin->creator && !export_cache().Contains(TicketKind::kMulticast, pin->id.local_id)) {
+    auto export_real = driver().cuMemExportToShareableHandle;
+    if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    int raw_fd = -1;
+    const CUresult rc = export_real(&raw_fd, pin->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    export_cache().Put(TicketKind::kMulticast, pin->id.local_id, raw_fd, pin->prop.size);
+  }
+  Ticket ticket;
+  ticket.id = pin->id;
+  ticket.kind = TicketKind::kMulticast;
+  ticket.multicast = TicketMulticastProperties{pin->prop.size, pin->prop.handle_types,
+                                               pin->prop.flags, pin->prop.num_devices};
+  Result<int> fd = CreateTicket(ticket);
+  if (!fd.ok()) {
+    CUSNAP_LOG_ERROR("cannot make a ticket for %s: %s",
+                     DescribeObject(pin->id, "multicast object").c_str(), fd.error().message.c_str());
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  multicast_table().MarkShared(pin->key);
+  *fd_out = *fd;
+  return CUDA_SUCCESS;
+}
+
+// Multicast half of ImportShareable: one real handle per object per process (aliases), else a
+// fresh descriptor from the creator, imported and closed at once.
+CUresult ImportMulticastTicket(CUmemGenericAllocationHandle* handle, const Ticket& ticket) {
+  if (ticket.multicast.size == 0 || ticket.multicast.num_devices == 0) {
+    CUSNAP_LOG_ERROR("ticket names %s with size %llu and %u devices (both must be nonzero)",
+                     DescribeObject(ticket.id, "multicast object").c_str(),
+                     static_cast<unsigned long long>(ticket.multicast.size),
+                     ticket.multicast.num_devices);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (std::optional<uint64_t> alias = multicast_table().AliasById(ticket.id)) {
+    *handle = *alias;
+    return CUDA_SUCCESS;
+  }
+  int raw_fd = -1;
+  uint64_t size = 0;
+  CUresult rc = FetchDescriptor(ticket, &raw_fd, &size);
+  if (rc != CUDA_SUCCESS) return rc;
+  auto import = driver().cuMemImportFromShareableHandle;
+  CUmemGenericAllocationHandle real = 0;
+  rc = import != nullptr ? import(&real, reinterpret_cast<void*>(static_cast<intptr_t>(raw_fd)),
+                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                         : CUDA_ERROR_NOT_INITIALIZED;
+  close(raw_fd);
+  if (rc != CUDA_SUCCESS) {
+    CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: CUresult %d",
+                     DescribeObject(ticket.id, "multicast object").c_str(), static_cast<int>(rc));
+    return rc;
+  }
+  if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
+  const MulticastProperties prop{ticket.multicast.num_devices, ticket.multicast.size,
+                                 ticket.multicast.handle_types, ticket.multicast.flags};
+  bool duplicate = false;
+  const uint64_t logical =
+      multicast_table().AddImported(ticket.id, real, prop, CurrentContext(), &duplicate);
+  if (duplicate || logical == 0) ReleaseReal(real);
+  if (logical == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *handle = logical;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 CUresult ExportTicket(uint64_t handle, int* fd_out) {
+  if (IsMulticastHandle(handle)) return ExportMulticastTicket(handle, fd_out);
   PinScope pin(handle);
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
@@ -126,11 +206,7 @@ CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {
   if (!read->has_value()) return ImportUntracked(handle, fd);
   const Ticket ticket = **read;
   EnsureEndpoint();
-  if (ticket.kind != TicketKind::kUnicast) {
-    CUSNAP_LOG_ERROR("ticket names multicast %s: multicast import is not tracked yet",
-                     DescribeObject(ticket.id, "object").c_str());
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  if (ticket.kind == TicketKind::kMulticast) return ImportMulticastTicket(handle, ticket);
   // One real handle per allocation per process: a repeated import (or an import of our own
   // ticket) aliases what the table holds, with no round trip.
   if (std::optional<uint64_t> alias = table().AliasById(ticket.id)) {

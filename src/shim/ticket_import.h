@@ -11,7 +11,8 @@
 
 namespace cusnap::shim {
 
-/// Exports tracked logical handle `handle` as a ticket written to `*fd_out`. The creator
+/// Exports tracked logical handle `handle` (an allocation's or, through the multicast table,
+/// a multicast object's) as a ticket written to `*fd_out`. The creator
 /// exports the real POSIX descriptor once, into the export cache, on the first call; an
 /// importer's ticket names the original creator. Returns CUDA_ERROR_INVALID_HANDLE for an
 /// unknown logical handle, CUDA_ERROR_NOT_READY when the allocation has no real handle now
@@ -24,8 +25,8 @@ CUresult ExportTicket(uint64_t handle, int* fd_out);
 /// counted as an untracked import. The application's `fd` is never closed. Errors:
 /// CUDA_ERROR_INVALID_HANDLE for a malformed ticket, a creator that is gone (its pid now
 /// names another process) or an allocation it no longer exports; CUDA_ERROR_OPERATING_SYSTEM
-/// when the creator's endpoint cannot be reached; CUDA_ERROR_NOT_SUPPORTED for multicast
-/// tickets (not tracked yet); the driver's error when its import fails.
+/// when the creator's endpoint cannot be reached; the driver's error when its import fails.
+/// A multicast ticket yields a multicast logical handle (multicast_table.h).
 CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd);
 
 }  // namespace cusnap::shim

@@ -153,6 +153,8 @@ TEST(CoordinatorTopology, MulticastWithOneCreatorPasses) {
   mc.kind = static_cast<uint32_t>(proto::RecordKind::kMulticast);
   mc.id = Id(100, kStart100, 9);
   mc.flags = proto::kCreator;
+  mc.object_size = 2u << 20;  // a complete one-device team (multicast_topology_test.cc has more)
+  mc.num_devices = 1;
   job[0].records.push_back(mc);
   mc.flags = 0;
   job[1].records.push_back(mc);
@@ -160,6 +162,13 @@ TEST(CoordinatorTopology, MulticastWithOneCreatorPasses) {
   dev.kind = static_cast<uint32_t>(proto::RecordKind::kMulticastDevice);
   dev.id = mc.id;
   job[1].records.push_back(dev);
+  proto::Record bind = dev;
+  bind.kind = static_cast<uint32_t>(proto::RecordKind::kMulticastBinding);
+  bind.size = 2u << 20;
+  bind.bind_kind = 2;
+  bind.bind_api = 1;
+  bind.address = 0x7f0000000000;
+  job[1].records.push_back(bind);
   EXPECT_TRUE(ValidateTopology(job).empty());
 }
 

@@ -116,7 +116,7 @@ TEST(Ticket, MalformedTicketsAreRefused) {
       {"pid", [](TicketLayout& l) { l.creator_pid = 0; }, "names no creator"},
       {"start", [](TicketLayout& l) { l.creator_start = 0; }, "names no creator"},
       {"object", [](TicketLayout& l) { l.local_id = 0; }, "names no creator"},
-      {"reserved", [](TicketLayout& l) { l.reserved[2] = 1; }, "reserved"},
+      {"reserved", [](TicketLayout& l) { l.mc_flags = 1;  /* multicast field in a unicast ticket */ }, "reserved"},
   };
   for (const Case& c : cases) {
     TicketLayout layout = SampleLayout();
