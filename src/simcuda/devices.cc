@@ -47,7 +47,15 @@ int attribute_value(CUdevice_attribute attribute) {
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: return 1;
+    // An H200 on an x86 host: its memory is no NUMA node (NUMA_CONFIG NONE, NUMA_ID -1; only
+    // coherent Grace Hopper memory is one), the nearest host node is 0, and HOST_NUMA VMM
+    // allocations and pools are supported on a single node (cuda.h, CUdevice_attribute).
+    case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: return CU_DEVICE_NUMA_CONFIG_NONE;
+    case CU_DEVICE_ATTRIBUTE_NUMA_ID: return -1;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: return 0;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
     default: return 0;
   }

@@ -32,3 +32,4 @@ simcuda_add_test(simcuda_multicast_test SOURCES ${_simcuda_tests}/simcuda_multic
 simcuda_add_test(simcuda_multicast_team_test SOURCES ${_simcuda_tests}/simcuda_multicast_team_test.cc)
 simcuda_add_test(simcuda_runtime_test SOURCES ${_simcuda_tests}/simcuda_runtime_test.cc LIBS simcuda_runtime)
 simcuda_add_test(simcuda_driver13000_test SOURCES ${_simcuda_tests}/simcuda_driver13000_test.cc OWN_MAIN)
+simcuda_add_test(simcuda_numa_attribute_test SOURCES ${_simcuda_tests}/simcuda_numa_attribute_test.cc)
