@@ -52,18 +52,35 @@ nlohmann::json PhaseToJson(const coord::PhaseReport& p) {
           {"errors", p.errors}};
 }
 
-void PhasePrinter::PhaseStarted(const std::string& name, size_t participants) {
-  (void)participants;
-  if (quiet_ || !tty_) return;
-  constexpr size_t kWidth = 20;
-  // A refused checkpoint adds a resume phase: never draw past the end.
-  const size_t filled = total_ ? std::min(done_, total_) * kWidth / total_ : 0;
-  std::fprintf(out_, "\r\033[K[%s%s] %zu/%zu %s", std::string(filled, '#').c_str(),
-               std::string(kWidth - filled, ' ').c_str(), done_, total_, name.c_str());
+namespace {
+constexpr size_t kBarWidth = 20;
+}  // namespace
+
+void PhasePrinter::DrawBar(size_t filled, const std::string& text) {
+  std::fprintf(out_, "\r\033[K[%s%s] %s", std::string(filled, '#').c_str(),
+               std::string(kBarWidth - filled, ' ').c_str(), text.c_str());
   std::fflush(out_);
 }
 
+void PhasePrinter::PhaseStarted(const std::string& name, size_t participants) {
+  (void)participants;
+  if (quiet_ || !tty_) return;
+  std::lock_guard lock(mu_);
+  // A refused checkpoint adds a resume phase: never draw past the end.
+  const size_t filled = total_ ? std::min(done_, total_) * kBarWidth / total_ : 0;
+  DrawBar(filled, std::to_string(done_) + "/" + std::to_string(total_) + " " + name);
+}
+
+void PhasePrinter::BytesMoved(const std::string& name, uint64_t done, uint64_t total) {
+  if (quiet_ || !tty_ || total == 0) return;
+  std::lock_guard lock(mu_);
+  const uint64_t clamped = std::min(done, total);
+  DrawBar(static_cast<size_t>(clamped * kBarWidth / total),
+          name + " " + FormatBytes(clamped) + " / " + FormatBytes(total));
+}
+
 void PhasePrinter::PhaseFinished(const coord::PhaseReport& report) {
+  std::lock_guard lock(mu_);
   ++done_;
   if (quiet_) return;
   if (tty_) std::fputs("\r\033[K", out_);

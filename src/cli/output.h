@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -25,15 +26,20 @@ nlohmann::json PhaseToJson(const coord::PhaseReport& phase);
 
 /// Prints phase lines as phases finish (unless quiet, for --json); while a phase runs and
 /// `tty` is set, a bar "[#####     ] 4/10 save" is drawn on the same line and replaced by
-/// the phase's line when it ends.
+/// the phase's line when it ends. In phases that move bytes (save, reallocate) the bar is
+/// redrawn as each participant finishes, filled by bytes: "[###    ] save 1.00 GiB / 3.00 GiB".
 class PhasePrinter final : public coord::PhaseObserver {
  public:
   PhasePrinter(std::FILE* out, bool quiet, bool tty, size_t total_phases)
       : out_(out), quiet_(quiet), tty_(tty), total_(total_phases) {}
   void PhaseStarted(const std::string& name, size_t participants) override;
   void PhaseFinished(const coord::PhaseReport& report) override;
+  void BytesMoved(const std::string& name, uint64_t done, uint64_t total) override;
 
  private:
+  /// Draws "[<filled of 20>] <text>" over the current line (terminal only).
+  void DrawBar(size_t filled, const std::string& text);
+  std::mutex mu_;  // BytesMoved comes from the participants' threads
   std::FILE* out_;
   bool quiet_;
   bool tty_;

@@ -102,6 +102,8 @@ class CheckpointSequence : Sequence {
   /// H.2: carrier replies carry the byte total).
   bool SaveAll() {
     saved_bytes_.assign(participants_.size(), 0);
+    uint64_t expected_total = 0;
+    for (const auto& v : views_) expected_total += CreatedBytes(v);
     return Phase("save", [&](size_t i) -> Result<uint64_t> {
       auto step = Step(*participants_[i], proto::Op::kSave);
       if (!step) return step.error();
@@ -113,7 +115,7 @@ class CheckpointSequence : Sequence {
       }
       saved_bytes_[i] = step->bytes;
       return step->bytes;
-    });
+    }, expected_total);
   }
 
   /// write_state: the state file, atomically (state_file.h).
@@ -143,9 +145,11 @@ class CheckpointSequence : Sequence {
     });
   }
 
-  /// lock: cuCheckpointProcessLock on every participant (CUDA calls block from now on).
+  /// lock: cuCheckpointProcessLock on every participant the driver knows (CUDA calls block
+  /// from now on); non-CUDA participants (native_) get no native calls.
   bool NativeLockAll() {
     return Phase("lock", [&](size_t i) -> Result<uint64_t> {
+      if (!native_[i]) return uint64_t{0};
       if (auto s = driver_.Lock(participants_[i]->pid(), options_.lock_timeout_ms); !s) {
         return s.error();
       }
@@ -153,9 +157,10 @@ class CheckpointSequence : Sequence {
     });
   }
 
-  /// checkpoint: cuCheckpointProcessCheckpoint on every participant.
+  /// checkpoint: cuCheckpointProcessCheckpoint on every participant the driver knows.
   bool NativeCheckpointAll() {
     return Phase("checkpoint", [&](size_t i) -> Result<uint64_t> {
+      if (!native_[i]) return uint64_t{0};
       if (auto s = driver_.Checkpoint(participants_[i]->pid()); !s) return s.error();
       return uint64_t{0};
     });

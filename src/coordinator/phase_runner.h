@@ -33,6 +33,14 @@ class PhaseObserver {
     (void)participants;
   }
   virtual void PhaseFinished(const PhaseReport& report) { (void)report; }
+  /// In a phase that moves bytes known in advance (save, reallocate: the INSPECT records
+  /// say how many), called as each participant finishes, from that participant's thread:
+  /// `done` of `total` bytes have moved.
+  virtual void BytesMoved(const std::string& name, uint64_t done, uint64_t total) {
+    (void)name;
+    (void)done;
+    (void)total;
+  }
 };
 
 /// Per-participant work: returns the bytes it moved, or an Error whose message names the

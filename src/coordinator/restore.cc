@@ -25,7 +25,7 @@ class RestoreSequence : Sequence {
     // From the native restore on, every failure is loud and final.
     const auto [map0, map1] = PackOrdinalMap(ordinal_pairs_);
     if (!NativeRestoreAll() || !NativeUnlockAll() ||
-        !LifecyclePhase(proto::Op::kReallocate, {map0, map1}) ||
+        !LifecyclePhase(proto::Op::kReallocate, {map0, map1}, SavedBytes()) ||
         !LifecyclePhase(proto::Op::kImport, {map0, map1}) || !LifecyclePhase(proto::Op::kMulticastCreate) ||
         !LifecyclePhase(proto::Op::kMulticastImport) ||
         !LifecyclePhase(proto::Op::kMulticastJoin) ||
@@ -101,9 +101,10 @@ class RestoreSequence : Sequence {
 
   /// restore: cuCheckpointProcessRestore with the device map, for every participant the
   /// driver reports CHECKPOINTED (one left LOCKED or RUNNING by an interrupted checkpoint
-  /// needs no native restore).
+  /// needs no native restore). Participants the driver does not know (native_) are skipped.
   bool NativeRestoreAll() {
     return Phase("restore", [&](size_t i) -> Result<uint64_t> {
+      if (!native_[i]) return uint64_t{0};
       const int pid = participants_[i]->pid();
       auto state = driver_.GetState(pid);
       if (!state) return state.error();
@@ -116,6 +117,7 @@ class RestoreSequence : Sequence {
   /// unlock: cuCheckpointProcessUnlock on every participant the driver reports LOCKED.
   bool NativeUnlockAll() {
     return Phase("unlock", [&](size_t i) -> Result<uint64_t> {
+      if (!native_[i]) return uint64_t{0};
       const int pid = participants_[i]->pid();
       auto state = driver_.GetState(pid);
       if (!state) return state.error();
@@ -123,6 +125,13 @@ class RestoreSequence : Sequence {
       if (auto s = driver_.Unlock(pid); !s) return s.error();
       return uint64_t{0};
     });
+  }
+
+  /// The bytes the checkpoint saved (what reallocate copies back), for the progress bar.
+  uint64_t SavedBytes() const {
+    uint64_t total = 0;
+    for (const auto& p : state_.participants) total += p.saved_bytes;
+    return total;
   }
 
   /// verify: a fresh INSPECT must reproduce the state file record for record (the state

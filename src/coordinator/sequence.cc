@@ -1,6 +1,8 @@
 // Shared phase plumbing of the checkpoint and restore sequences (sequence.h).
 #include "coordinator/sequence.h"
 
+#include <atomic>
+
 #include "coordinator/records.h"
 
 namespace cusnap::coord {
@@ -13,9 +15,15 @@ bool Sequence::Record(PhaseReport phase) {
   return ok;
 }
 
-bool Sequence::Phase(const std::string& name, const PhaseWork& work) {
+bool Sequence::Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes) {
   observer_.PhaseStarted(name, participants_.size());
-  return Record(RunPhase(name, participants_.size(), work));
+  if (expected_bytes == 0) return Record(RunPhase(name, participants_.size(), work));
+  std::atomic<uint64_t> moved{0};
+  return Record(RunPhase(name, participants_.size(), [&](size_t i) -> Result<uint64_t> {
+    auto bytes = work(i);
+    if (bytes) observer_.BytesMoved(name, moved += *bytes, expected_bytes);
+    return bytes;
+  }));
 }
 
 bool Sequence::LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work) {
@@ -36,14 +44,15 @@ bool Sequence::CheckPhase(const std::string& name,
   return Record(std::move(phase));
 }
 
-bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args) {
+bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args,
+                              uint64_t expected_bytes) {
   const std::vector<uint64_t> request_args(args);
   return Phase(OpName(op), [&](size_t i) -> Result<uint64_t> {
     auto step = Step(*participants_[i], op, {request_args.size() > 0 ? request_args[0] : 0,
                                             request_args.size() > 1 ? request_args[1] : 0});
     if (!step) return step.error();
     return step->bytes;
-  });
+  }, expected_bytes);
 }
 
 bool Sequence::DiscoverPhase() {
@@ -52,6 +61,7 @@ bool Sequence::DiscoverPhase() {
     if (!found) return {found.error().message};
     participants_ = std::move(*found);
     identities_.assign(participants_.size(), Identity{});
+    native_.assign(participants_.size(), 0);
     PhaseReport identify = RunPhase("identify", participants_.size(), [&](size_t i) -> Result<uint64_t> {
       auto id = Identify(*participants_[i]);
       if (!id) return id.error();
@@ -62,6 +72,9 @@ bool Sequence::DiscoverPhase() {
                              (start ? std::to_string(*start) : std::string("(gone)")) +
                              " (a stale endpoint of a reused pid?)"};
       }
+      // Decided now, before anything changes: a process the driver does not know (it never
+      // initialized CUDA) gets no native calls.
+      native_[i] = driver_.GetState(id->pid).ok() ? 1 : 0;
       identities_[i] = std::move(*id);
       return uint64_t{0};
     });

@@ -18,8 +18,9 @@ class Sequence {
       : discover_(discover), driver_(driver), observer_(observer) {}
 
   /// Runs `work` for every participant concurrently; false when any failed (errors are
-  /// appended to the report).
-  bool Phase(const std::string& name, const PhaseWork& work);
+  /// appended to the report). With `expected_bytes`, the observer hears BytesMoved as each
+  /// participant finishes.
+  bool Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes = 0);
   /// Runs coordinator-local work as a phase.
   bool LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work);
   /// Runs a coordinator-local check as a phase: every message it returns is one error
@@ -27,10 +28,12 @@ class Sequence {
   bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
   /// Sends lifecycle `op` with request `args` to every participant; the phase is named
   /// after the op and counts the bytes carrier replies report.
-  bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {});
+  bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {},
+                      uint64_t expected_bytes = 0);
 
   /// discover: find the participants and identify each (start time checked against /proc,
-  /// so a stale socket of a reused pid is not taken for the process).
+  /// so a stale socket of a reused pid is not taken for the process), and decide which ones
+  /// the native checkpoint API applies to (native_).
   bool DiscoverPhase();
 
   /// Fresh INSPECT of participant `index` into views[index] (records + identity).
@@ -49,6 +52,12 @@ class Sequence {
   PhaseObserver& observer_;
   std::vector<std::unique_ptr<Participant>> participants_;
   std::vector<Identity> identities_;
+  /// Per participant: the driver knows the process (cuCheckpointProcessGetState succeeded
+  /// during discovery), so native lock/checkpoint/restore/unlock apply to it. The shim has an
+  /// endpoint in every process it is loaded into, CUDA or not (a launcher that forks the
+  /// CUDA workers), and the driver answers CUDA_ERROR_INVALID_VALUE for those; lifecycle
+  /// requests still go to every participant. char, not bool: written from several threads.
+  std::vector<char> native_;
   CommandReport report_;
 };
 

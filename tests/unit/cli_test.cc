@@ -226,10 +226,11 @@ TEST_F(CliTest, StatusOnAnEmptyControlDir) {
   EXPECT_TRUE(doc["participants"].empty());
 }
 
-TEST_F(CliTest, DemoIsAPlaceholder) {
-  const auto o = RunCusnap({"demo"}, env_);
-  EXPECT_EQ(o.status, 1);
-  EXPECT_THAT(o.err, HasSubstr("not implemented yet"));
+// The demo itself runs in cli_demo_test.cc; here only its argument check (nothing started).
+TEST_F(CliTest, DemoRefusesBadSizes) {
+  const auto o = RunCusnap({"demo", "--sizes", "2M"}, env_);
+  EXPECT_EQ(o.status, 2);
+  EXPECT_THAT(o.err, HasSubstr("--sizes: give exactly three sizes"));
 }
 
 // The test process's own tree has no endpoint: refused before anything changes (exit 3),

@@ -1,0 +1,168 @@
+// A job whose parent is no CUDA process but carries the shim (a launcher started with
+// `cusnap run` that forks a CUDA creator and importer): `cusnap checkpoint --pid <launcher>`
+// takes all three as participants, sends the lifecycle requests to every one and the native
+// checkpoint calls only to the two the driver knows; the full cycle succeeds and every byte
+// and the sharing survive it.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+struct Ran {
+  int status = -1;
+  std::string out, err;
+};
+
+/// One peer's command channel (lifecycle_cycle_peer's line protocol).
+struct Channel {
+  FILE* in = nullptr;
+  FILE* out = nullptr;
+  std::string Line() {
+    char buf[512];
+    if (std::fgets(buf, sizeof buf, out) == nullptr) return "<eof>";
+    std::string s(buf);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string Ask(const std::string& line) {
+    std::fprintf(in, "%s\n", line.c_str());
+    std::fflush(in);
+    return Line();
+  }
+};
+
+class CliTreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-tree-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+    fs::create_directory(dir_ + "/control");
+    fs::create_directory(dir_ + "/sim");
+    ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
+    ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
+    ::setenv("CUSNAP_DRIVER", "sim", 1);
+    ::unsetenv("LD_PRELOAD");
+  }
+  void TearDown() override {
+    if (launcher_ > 0) {
+      for (Channel* c : {&creator_, &importer_}) {
+        if (c->in) std::fprintf(c->in, "exit\n"), std::fclose(c->in);
+        if (c->out) std::fclose(c->out);
+      }
+      int status = 0;
+      ::waitpid(launcher_, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "launcher status " << status;
+    }
+    fs::remove_all(dir_);
+  }
+
+  /// `cusnap run -- cli_tree_launcher lifecycle_cycle_peer`, the peers' pipes on the
+  /// launcher's descriptors 0/1 (creator) and 4/5 (importer).
+  void StartJob() {
+    int c_in[2], c_out[2], i_in[2], i_out[2];
+    for (int* p : {c_in, c_out, i_in, i_out}) ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, c_in[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, c_out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, i_in[0], 4);
+    posix_spawn_file_actions_adddup2(&actions, i_out[1], 5);
+    const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
+    std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/cli_tree_launcher",
+                                     bin + "/lifecycle_cycle_peer"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ASSERT_EQ(::posix_spawn(&launcher_, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    for (int fd : {c_in[0], c_out[1], i_in[0], i_out[1]}) ::close(fd);
+    creator_ = Channel{::fdopen(c_in[1], "w"), ::fdopen(c_out[0], "r")};
+    importer_ = Channel{::fdopen(i_in[1], "w"), ::fdopen(i_out[0], "r")};
+    ASSERT_EQ(creator_.Line(), "ok");
+    ASSERT_EQ(importer_.Line(), "ok");
+  }
+
+  Ran Cusnap(const std::vector<std::string>& args) {
+    std::string cmd = Env("CUSNAP_TEST_BIN_DIR") + "/cusnap";
+    for (const auto& a : args) cmd += " '" + a + "'";
+    cmd += " 2>" + dir_ + "/stderr";
+    Ran r;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    const int status = ::pclose(p);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    FILE* e = std::fopen((dir_ + "/stderr").c_str(), "r");
+    while ((n = std::fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, n);
+    std::fclose(e);
+    return r;
+  }
+
+  std::string dir_;
+  pid_t launcher_ = -1;
+  Channel creator_, importer_;
+};
+
+TEST_F(CliTreeTest, NonCudaLauncherWithTheShimIsAParticipantWithoutNativeCalls) {
+  StartJob();
+  const std::string pid = std::to_string(launcher_);
+  const std::string state = dir_ + "/state";
+
+  // The launcher has an endpoint of its own: three participants, one without records.
+  const Ran before = Cusnap({"status", "--pid", pid, "--json"});
+  ASSERT_EQ(before.status, 0) << before.err;
+  const auto st = nlohmann::json::parse(before.out);
+  ASSERT_EQ(st["participants"].size(), 3u);
+  EXPECT_EQ(st["participants"][0]["pid"], launcher_);
+  EXPECT_EQ(st["participants"][0]["allocations"], 0);
+
+  const Ran ck = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state, "--json"});
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  const auto ck_doc = nlohmann::json::parse(ck.out);
+  EXPECT_EQ(ck_doc["outcome"], "ok");
+  for (const auto& phase : ck_doc["phases"]) EXPECT_EQ(phase["participants"], 3) << phase.dump();
+  EXPECT_EQ(ck_doc["phases"].back()["name"], "checkpoint");
+
+  const Ran parked = Cusnap({"status", "--pid", pid, "--json"});
+  const auto parked_doc = nlohmann::json::parse(parked.out);
+  ASSERT_EQ(parked_doc["participants"].size(), 3u);
+  for (const auto& p : parked_doc["participants"]) {
+    EXPECT_EQ(p["phase"], "released") << p.dump();
+  }
+
+  const Ran rs = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_THAT(rs.out, HasSubstr("restore: done"));
+  EXPECT_EQ(creator_.Ask("check"), "ok");
+  EXPECT_EQ(importer_.Ask("check"), "ok");
+  EXPECT_EQ(importer_.Ask("write 2 9 31337"), "ok");
+  EXPECT_EQ(creator_.Ask("read 2 9"), "ok 31337");
+  EXPECT_EQ(creator_.Ask("write 1 5 4711"), "ok");
+  EXPECT_EQ(importer_.Ask("read 1 5"), "ok 4711");
+}
+
+}  // namespace
