@@ -16,3 +16,10 @@ cusnap_add_gtest(cli_tree_test
   LIBS nlohmann_json::nlohmann_json GTest::gmock
   LABELS integration cli)
 add_dependencies(cli_tree_test cusnap cusnap_shim simcuda_driver cli_tree_launcher lifecycle_cycle_peer)
+
+# The coordinator side of the two fixes above, over fakes: bytes fed to the progress bar, and
+# no native calls for a participant the driver does not know.
+cusnap_add_gtest(coordinator_progress_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/coordinator_progress_test.cc
+  LIBS cusnap_coordinator GTest::gmock
+  LABELS unit coordinator)
