@@ -241,9 +241,13 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
     const bool destroyed =
         op == Op::kDetachMulticast ? steps_.MulticastDestroyed() : step->destructive;
     if (destroyed) {
+      // The step's text names this process already, most of the time: said once, so that
+      // the rest fits in a reply (protocol.h: 184 bytes of text).
+      std::string why = result.error().message;
+      if (why.rfind(ThisProcess() + ": ", 0) == 0) why.erase(0, ThisProcess().size() + 2);
       Error sticky{result.error().code, ThisProcess() + ": " + OpName(op) +
                                             " failed after memory was changed (shim FAILED): " +
-                                            result.error().message};
+                                            why};
       SetFailed(sticky.message);
       return sticky;
     }

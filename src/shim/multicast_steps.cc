@@ -20,7 +20,10 @@ namespace {
 // How long a member waits for the creator's kExport reply (ms).
 constexpr int kExportTimeoutMs = 10'000;
 
-std::string Name(const proto::ObjectId& id) { return DescribeObject(id, "multicast object"); }
+// Short, as the coordinator names objects: a reply's text holds 184 bytes (protocol.h).
+std::string Name(const proto::ObjectId& id) {
+  return "multicast object " + std::to_string(id.local_id) + " of pid " + std::to_string(id.creator_pid);
+}
 
 std::string Range(CUdeviceptr address, uint64_t size) {
   char text[64];
@@ -29,17 +32,20 @@ std::string Range(CUdeviceptr address, uint64_t size) {
   return text;
 }
 
-std::string BindingName(const MulticastBinding& b) {
-  return std::string(b.kind == BindKind::kMem ? "BindMem" : "BindAddr") +
-         (b.api == 2 ? "_v2" : "") + " binding of device " + std::to_string(b.device) +
-         " at offset " + std::to_string(b.mc_offset) + " (" + std::to_string(b.size) + " bytes)";
+// "cuMulticastBindMem_v2 of device 1 at offset 0": the call that (re)makes binding `b`.
+std::string BindCall(const MulticastBinding& b) {
+  return std::string(b.kind == BindKind::kMem ? "cuMulticastBindMem" : "cuMulticastBindAddr") +
+         (b.api == 2 ? "_v2" : "") + " of device " + std::to_string(b.device) + " at offset " +
+         std::to_string(b.mc_offset);
 }
 
-// "pid P: <step>: <what> of <object> failed with CUresult N".
-Error StepError(const char* step, CUresult result, const std::string& what) {
-  return Error{static_cast<int>(result), ThisProcess() + ": " + step + ": " + what +
-                                             " failed with CUresult " +
-                                             std::to_string(static_cast<int>(result))};
+// "pid P: <call> failed with CUresult N for <object>": the call first, so that the step's
+// name (added by the lifecycle and the coordinator), the CUresult and the object all fit in
+// a reply's text.
+Error StepError(CUresult result, const std::string& call, const proto::ObjectId& object) {
+  return Error{static_cast<int>(result), ThisProcess() + ": " + call + " failed with CUresult " +
+                                             std::to_string(static_cast<int>(result)) + " for " +
+                                             Name(object)};
 }
 
 // Enters `context` when one was recorded (the VMM and multicast calls need none; a v1
@@ -79,7 +85,8 @@ const MulticastObjectInfo* MulticastSteps::Find(MulticastKey key) const {
 Status MulticastSteps::Unbind(const MulticastObjectInfo& object, const MulticastBinding& b) {
   if (CUresult r = api_.cuMulticastUnbind(object.real, current_(b.device), b.mc_offset, b.size);
       r != CUDA_SUCCESS) {
-    return StepError("DETACH_MULTICAST", r, "unbinding the " + BindingName(b) + " of " + Name(object.id));
+    return StepError(r, "cuMulticastUnbind of device " + std::to_string(b.device) + " at offset " +
+                            std::to_string(b.mc_offset), object.id);
   }
   return Ok{};
 }
@@ -87,7 +94,6 @@ Status MulticastSteps::Unbind(const MulticastObjectInfo& object, const Multicast
 Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const MulticastBinding& b,
                                const DeviceMap& devices) {
   const CUdevice device = devices(b.device);
-  const std::string what = BindingName(b) + " of " + Name(object.id);
   CUresult r = CUDA_SUCCESS;
   if (b.kind == BindKind::kMem) {
     CUmemGenericAllocationHandle member = b.untracked_member;
@@ -98,9 +104,9 @@ Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const Multicas
         if (a.id == b.member && a.has_real) current = a.real;
       }
       if (!current) {
-        return Error{CUDA_ERROR_INVALID_HANDLE, ThisProcess() + ": MULTICAST_BIND: the member " +
-                                                    DescribeObject(b.member) + " of the " + what +
-                                                    " has no driver handle in this process"};
+        return Error{CUDA_ERROR_INVALID_HANDLE,
+                     ThisProcess() + ": " + BindCall(b) + ": its member " + DescribeObject(b.member) +
+                         " has no driver handle, for " + Name(object.id)};
       }
       member = *current;
     }
@@ -122,7 +128,7 @@ Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const Multicas
             ? scope.status()
             : api_.cuMulticastBindAddr(object.real, b.mc_offset, b.address, b.size, b.flags);
   }
-  if (r != CUDA_SUCCESS) return StepError("MULTICAST_BIND", r, "the " + what);
+  if (r != CUDA_SUCCESS) return StepError(r, BindCall(b), object.id);
   return Ok{};
 }
 
@@ -130,7 +136,7 @@ Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const Multicast
                               const DeviceMap& devices) {
   if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, object.real, m.flags);
       r != CUDA_SUCCESS) {
-    return StepError("MULTICAST_BIND", r, "mapping " + Name(object.id) + " at " + Range(m.address, m.size));
+    return StepError(r, "cuMemMap at " + Range(m.address, m.size), object.id);
   }
   if (m.access_count == 0) return Ok{};
   // CUmemAccessDesc is not the wire's AccessRecord (SPEC-REFERENCE K.3 #17): field by field.
@@ -144,8 +150,7 @@ Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const Multicast
   }
   if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access, m.access_count);
       r != CUDA_SUCCESS) {
-    return StepError("MULTICAST_BIND", r, "re-applying access to " + Range(m.address, m.size) +
-                                              " of " + Name(object.id));
+    return StepError(r, "cuMemSetAccess at " + Range(m.address, m.size), object.id);
   }
   return Ok{};
 }
@@ -182,15 +187,15 @@ Status MulticastSteps::Detach() {
   for (const MulticastMapping& m : mappings_) {
     if (m.access_unknown) {
       return Error{CUDA_ERROR_INVALID_VALUE,
-                   ThisProcess() + ": DETACH_MULTICAST: the access of the multicast mapping " +
+                   ThisProcess() + ": the access of the multicast mapping " +
                        Range(m.address, m.size) + " is unknown (a cuMemSetAccess on it failed); "
                        "set it again before checkpointing"};
     }
   }
   for (const MulticastObjectInfo& o : held_) {
     if (!o.has_real) {
-      return Error{CUDA_ERROR_INVALID_HANDLE, ThisProcess() + ": DETACH_MULTICAST: " + Name(o.id) +
-                                                  " has no driver handle while ACTIVE"};
+      return Error{CUDA_ERROR_INVALID_HANDLE,
+                   ThisProcess() + ": " + Name(o.id) + " has no driver handle while ACTIVE"};
     }
   }
   std::vector<const MulticastMapping*> unmapped;
@@ -207,8 +212,7 @@ Status MulticastSteps::Detach() {
     OptionalContext scope(api_, object->context);
     const CUresult r = scope.status() != CUDA_SUCCESS ? scope.status() : api_.cuMemUnmap(m.address, m.size);
     if (r != CUDA_SUCCESS) {
-      return refuse(StepError("DETACH_MULTICAST", r, "unmapping " + Name(object->id) + " at " +
-                                                         Range(m.address, m.size)));
+      return refuse(StepError(r, "cuMemUnmap at " + Range(m.address, m.size), object->id));
     }
     unmapped.push_back(&m);
   }
@@ -222,7 +226,7 @@ Status MulticastSteps::Detach() {
     // The creator's cached descriptor keeps the object alive in the driver.
     if (o.creator) cache_.Invalidate(TicketKind::kMulticast, o.id.local_id);
     if (CUresult r = api_.cuMemRelease(o.real); r != CUDA_SUCCESS) {
-      Error error = StepError("DETACH_MULTICAST", r, "releasing the driver handle of " + Name(o.id));
+      Error error = StepError(r, "cuMemRelease", o.id);
       if (!destroyed_) return refuse(error);
       return error;
     }
@@ -245,9 +249,7 @@ Status MulticastSteps::Create() {
     CUmemGenericAllocationHandle real = 0;
     CUresult r = scope.status() != CUDA_SUCCESS ? scope.status() : api_.cuMulticastCreate(&real, &prop);
     if (r != CUDA_SUCCESS) {
-      return StepError("MULTICAST_CREATE", r, "creating " + Name(o.id) + " again (" +
-                                                  std::to_string(o.prop.size) + " bytes, " +
-                                                  std::to_string(o.prop.num_devices) + " devices)");
+      return StepError(r, "cuMulticastCreate", o.id);
     }
     multicast_.SetRealHandle(o.key, real);
     o.real = real;
@@ -256,7 +258,7 @@ Status MulticastSteps::Create() {
     // Members ask for it in the next phase, through the peer thread.
     int fd = -1;
     r = api_.cuMemExportToShareableHandle(&fd, real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r != CUDA_SUCCESS) return StepError("MULTICAST_CREATE", r, "exporting " + Name(o.id) + " again");
+    if (r != CUDA_SUCCESS) return StepError(r, "cuMemExportToShareableHandle", o.id);
     cache_.Put(TicketKind::kMulticast, o.id.local_id, fd, o.prop.size);
   }
   return Ok{};
@@ -267,14 +269,14 @@ Status MulticastSteps::Import() {
     if (o.creator) continue;
     Result<int> fd = fetch_(o.id);
     if (!fd) {
-      return Error{fd.error().code, ThisProcess() + ": MULTICAST_IMPORT: " + fd.error().message};
+      return fd.error();
     }
     CUmemGenericAllocationHandle real = 0;
     const CUresult r = api_.cuMemImportFromShareableHandle(
         &real, reinterpret_cast<void*>(static_cast<intptr_t>(*fd)),
         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     close(*fd);  // never kept: the raw descriptor must not linger in the process
-    if (r != CUDA_SUCCESS) return StepError("MULTICAST_IMPORT", r, "importing " + Name(o.id) + " again");
+    if (r != CUDA_SUCCESS) return StepError(r, "cuMemImportFromShareableHandle", o.id);
     multicast_.SetRealHandle(o.key, real);
     o.real = real;
     o.has_real = true;
@@ -286,8 +288,7 @@ Status MulticastSteps::Join() {
   for (const MulticastObjectInfo& o : held_) {
     for (int device : o.devices) {
       if (CUresult r = api_.cuMulticastAddDevice(o.real, next_(device)); r != CUDA_SUCCESS) {
-        return StepError("MULTICAST_JOIN", r, "adding device " + std::to_string(device) + " to " +
-                                                  Name(o.id));
+        return StepError(r, "cuMulticastAddDevice of device " + std::to_string(device), o.id);
       }
     }
   }

@@ -1,0 +1,394 @@
+// Multicast teams through the real `cusnap` CLI on the simulated driver: 2- and 4-process
+// teams (multicast_rank.cc) started with `cusnap run`, checkpointed and restored with
+// `cusnap checkpoint/restore --pid <this test>`, and the data through the team checked with
+// the simulated driver's multimem all-reduce before and after. Covered: BindMem and BindAddr
+// in both ABIs (each resolved through cuGetProcAddress_v2 by version), a rank that unbinds
+// and rebinds with BindAddr (PyTorch), a creator that released its creation handle after
+// everyone imported (an object with no live handle but a live mapping), binds past the
+// requested size under capacity rounding, a fault at every detach step (refused with the
+// team intact: exit 3) and after the first release (exit 4), a fault at every rebuild step
+// (exit 4 naming the process, the object and the step), and a partial team refused before
+// anything changes.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+struct Ran {
+  int status = -1;
+  std::string out, err;
+};
+
+struct RankProcess {
+  pid_t pid = -1;
+  FILE* in = nullptr;
+  FILE* out = nullptr;
+  int socket = -1;  // the test's end of the rank's descriptor 3
+  std::string Line() {
+    char buf[512];
+    if (std::fgets(buf, sizeof buf, out) == nullptr) return "<eof>";
+    std::string s(buf);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string Ask(const std::string& line) {
+    std::fprintf(in, "%s\n", line.c_str());
+    std::fflush(in);
+    return Line();
+  }
+};
+
+int ReceiveFd(int socket) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return fd;
+}
+
+bool SendFd(int socket, int fd) {
+  char byte = 't';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == 1;
+}
+
+class MulticastCycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-multicast-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+    fs::create_directory(dir_ + "/control");
+    fs::create_directory(dir_ + "/sim");
+    ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
+    ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
+    ::setenv("SIMCUDA_DEVICE_COUNT", "4", 1);
+    ::setenv("CUSNAP_DRIVER", "sim", 1);
+    ::unsetenv("SIMCUDA_MULTICAST_ROUND_BYTES");
+    ::unsetenv("SIMCUDA_FAULTS");
+    ::unsetenv("LD_PRELOAD");
+  }
+  void TearDown() override {
+    for (auto& r : ranks_) {
+      if (r.pid <= 0) continue;
+      std::fprintf(r.in, "exit\n");
+      std::fflush(r.in);
+      std::fclose(r.in);
+      int status = 0;
+      ::waitpid(r.pid, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank status " << status;
+      std::fclose(r.out);
+      ::close(r.socket);
+    }
+    fs::remove_all(dir_);
+  }
+
+  RankProcess StartRank(int rank, int n, const std::string& abi, size_t mc_size, size_t bind_offset) {
+    int to_child[2], from_child[2], sockets[2];
+    EXPECT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, sockets[1], 3);
+    const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
+    std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/multicast_rank",
+                                     std::to_string(rank), std::to_string(n), abi,
+                                     std::to_string(mc_size), std::to_string(bind_offset)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    RankProcess r;
+    const int rc = ::posix_spawn(&r.pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    ::close(sockets[1]);
+    EXPECT_EQ(rc, 0);
+    r.in = ::fdopen(to_child[1], "w");
+    r.out = ::fdopen(from_child[0], "r");
+    r.socket = sockets[0];
+    return r;
+  }
+
+  /// Starts an n-rank team binding through `abis[rank]`; every rank says "ok" once bound and
+  /// mapped. Rank 0's ticket is relayed to the others.
+  void StartTeam(const std::vector<std::string>& abis, size_t mc_size = 2 * kMiB,
+                 size_t bind_offset = 0) {
+    const int n = static_cast<int>(abis.size());
+    for (int rank = 0; rank < n; ++rank) {
+      ranks_.push_back(StartRank(rank, n, abis[static_cast<size_t>(rank)], mc_size, bind_offset));
+    }
+    const int ticket = ReceiveFd(ranks_[0].socket);
+    ASSERT_GE(ticket, 0);
+    for (int rank = 1; rank < n; ++rank) ASSERT_TRUE(SendFd(ranks_[static_cast<size_t>(rank)].socket, ticket));
+    ::close(ticket);
+    for (auto& r : ranks_) ASSERT_EQ(r.Line(), "ok");
+  }
+
+  /// Every rank fills its member with rank+1, one all-reduce, every member holds the sum.
+  void ExpectAllReduce() {
+    const size_t n = ranks_.size();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(ranks_[i].Ask("fill " + std::to_string(i + 1)), "ok");
+    ASSERT_EQ(ranks_[n - 1].Ask("reduce"), "ok");
+    const std::string sum = std::to_string(n * (n + 1) / 2);
+    for (auto& r : ranks_) EXPECT_EQ(r.Ask("check " + sum), "ok");
+  }
+
+  Ran Cusnap(const std::vector<std::string>& args) {
+    std::string cmd = Env("CUSNAP_TEST_BIN_DIR") + "/cusnap";
+    for (const auto& a : args) cmd += " '" + a + "'";
+    cmd += " 2>" + dir_ + "/stderr";
+    Ran r;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t got;
+    while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, got);
+    const int status = ::pclose(p);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    FILE* e = std::fopen((dir_ + "/stderr").c_str(), "r");
+    while ((got = std::fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, got);
+    std::fclose(e);
+    return r;
+  }
+
+  Ran Checkpoint() { return Cusnap({"checkpoint", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"}); }
+  Ran Restore() { return Cusnap({"restore", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"}); }
+
+  /// One full cycle; the team carries data before and after.
+  void Cycle() {
+    const Ran ck = Checkpoint();
+    ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+    const Ran rs = Restore();
+    ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  }
+
+  /// The multicast records of the state file, by kind.
+  std::vector<nlohmann::json> StateRecords(const std::string& kind) {
+    const Ran shown = Cusnap({"inspect", dir_ + "/state", "--json"});
+    EXPECT_EQ(shown.status, 0) << shown.err;
+    std::vector<nlohmann::json> out;
+    const auto doc = nlohmann::json::parse(shown.out);
+    for (const auto& p : doc["participants"]) {
+      for (const auto& r : p["records"]) {
+        if (r["kind"] == kind) out.push_back(r);
+      }
+    }
+    return out;
+  }
+
+  std::string Pid(size_t rank) const { return "pid " + std::to_string(ranks_[rank].pid); }
+  std::string Object() const { return "multicast object 1 of " + Pid(0); }
+
+  std::string dir_;
+  std::vector<RankProcess> ranks_;
+};
+
+TEST_F(MulticastCycleTest, TwoRanksBindMemBothAbisSurviveTwoCycles) {
+  StartTeam({"mem", "mem2"});
+  ExpectAllReduce();
+  for (int cycle = 0; cycle < 2; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    const Ran ck = Checkpoint();
+    ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+    // Recorded: one object in each rank, its creator rank 0, both devices added and bound.
+    const auto objects = StateRecords("multicast");
+    ASSERT_EQ(objects.size(), 2u);
+    for (const auto& o : objects) {
+      EXPECT_EQ(o["num_devices"], 2);
+      EXPECT_EQ(o["object_size"], 2 * kMiB);
+      EXPECT_EQ(o["extent"], 2 * kMiB);
+      EXPECT_EQ(o["id"]["creator_pid"], ranks_[0].pid);
+    }
+    const auto bindings = StateRecords("multicast_binding");
+    ASSERT_EQ(bindings.size(), 2u);
+    EXPECT_EQ(bindings[0]["bind_kind"], 1);
+    EXPECT_EQ(bindings[0]["bind_api"], 1);
+    EXPECT_EQ(bindings[1]["bind_api"], 2);
+    EXPECT_EQ(StateRecords("multicast_device").size(), 2u);
+    EXPECT_EQ(StateRecords("multicast_mapping").size(), 2u);
+    const Ran rs = Restore();
+    ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+    // Bytes came back (the last all-reduce's sum), and the team carries data again.
+    for (auto& r : ranks_) EXPECT_EQ(r.Ask("check 3"), "ok");
+    ExpectAllReduce();
+  }
+  EXPECT_EQ(ranks_[1].Ask("retain"), "ok same");
+}
+
+TEST_F(MulticastCycleTest, FourRanksBindAddrRebindAndCreatorWithoutHandle) {
+  StartTeam({"addr", "addr2", "mem", "mem2"});
+  // PyTorch unbinds its member and binds it again by address; the creator drops its
+  // creation handle once everyone imported (the object lives on through its mapping).
+  ASSERT_EQ(ranks_[2].Ask("rebind"), "ok");
+  ASSERT_EQ(ranks_[0].Ask("release"), "ok");
+  ExpectAllReduce();
+  const Ran ck = Checkpoint();
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  const auto objects = StateRecords("multicast");
+  ASSERT_EQ(objects.size(), 4u);
+  EXPECT_EQ(objects[0]["handle_count"], 0);  // rank 0: no live handle, a live mapping
+  EXPECT_THAT(objects[0]["flags"].dump(), HasSubstr("creator"));
+  const auto bindings = StateRecords("multicast_binding");
+  ASSERT_EQ(bindings.size(), 4u);
+  EXPECT_EQ(bindings[2]["bind_kind"], 2);  // rank 2 rebound by address (v1)
+  EXPECT_EQ(bindings[2]["bind_api"], 1);
+  EXPECT_EQ(bindings[2]["member"]["creator_pid"], ranks_[2].pid);  // a tracked member
+  const Ran rs = Restore();
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  for (auto& r : ranks_) EXPECT_EQ(r.Ask("check 10"), "ok");
+  ExpectAllReduce();
+  EXPECT_EQ(ranks_[0].Ask("retain"), "ok same");  // the handle value the VA was mapped with
+  Cycle();
+  ExpectAllReduce();
+}
+
+TEST_F(MulticastCycleTest, BindsPastTheRequestedSizeUnderCapacityRounding) {
+  ::setenv("SIMCUDA_MULTICAST_ROUND_BYTES", std::to_string(8 * kMiB).c_str(), 1);
+  // 2 MiB requested, 8 MiB of capacity: members bound at 4 MiB, mapped up to 6 MiB.
+  StartTeam({"mem2", "addr"}, 2 * kMiB, 4 * kMiB);
+  ExpectAllReduce();
+  const Ran ck = Checkpoint();
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  for (const auto& o : StateRecords("multicast")) {
+    EXPECT_EQ(o["object_size"], 2 * kMiB);
+    EXPECT_EQ(o["extent"], 6 * kMiB);  // what the driver accepted
+  }
+  const Ran rs = Restore();
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  ExpectAllReduce();
+}
+
+// A fault at each detach step in every rank: nothing was released anywhere, each rank put
+// its part back, the checkpoint is refused with the team intact and the job keeps running.
+TEST_F(MulticastCycleTest, DetachFaultBeforeAnyReleaseRefusesWithTheTeamIntact) {
+  StartTeam({"mem", "addr2"});
+  for (const char* step : {"cuMemUnmap", "cuMulticastUnbind", "cuMemRelease"}) {
+    SCOPED_TRACE(step);
+    for (auto& r : ranks_) ASSERT_EQ(r.Ask(std::string("fault ") + step + " 1 999"), "ok");
+    const Ran ck = Checkpoint();
+    EXPECT_EQ(ck.status, 3) << ck.out << ck.err;
+    EXPECT_THAT(ck.err, HasSubstr(": detach_multicast failed: " + std::string(step)));
+    EXPECT_THAT(ck.err, HasSubstr("failed with CUresult 999 for " + Object()));
+    EXPECT_THAT(ck.err, HasSubstr("refused; nothing was changed, the job keeps running"));
+    const auto st = nlohmann::json::parse(Cusnap({"status", "--all", "--json"}).out);
+    for (const auto& p : st["participants"]) EXPECT_EQ(p["phase"], "active");
+    ExpectAllReduce();
+  }
+  Cycle();
+  ExpectAllReduce();
+}
+
+// One rank's release fails after the other rank released its object: that rank cannot be put
+// back, the checkpoint fails loudly (exit 4) naming the process, the object and the step.
+TEST_F(MulticastCycleTest, DetachFaultAfterAReleaseFailsLoudly) {
+  StartTeam({"mem", "mem"});
+  ASSERT_EQ(ranks_[1].Ask("fault cuMemRelease 1 999"), "ok");
+  const Ran ck = Checkpoint();
+  EXPECT_EQ(ck.status, 4) << ck.out << ck.err;
+  EXPECT_THAT(ck.err, HasSubstr(Pid(1) + ": detach_multicast failed: cuMemRelease failed with "
+                                "CUresult 999 for " + Object()));
+  EXPECT_THAT(ck.err, HasSubstr(Pid(0) + ": resume failed: RESUME refused in phase "
+                                "MULTICAST_DETACHED"));
+  EXPECT_THAT(ck.err, HasSubstr("FAILED in phase 'resume' after the job was changed"));
+}
+
+// A fault at each rebuild step: the restore fails loudly naming the process, the object and
+// the step.
+TEST_F(MulticastCycleTest, RebuildFaultFailsTheRestoreLoudly) {
+  struct Case {
+    size_t rank;
+    const char* fault;  // name nth
+    const char* step;
+    const char* call;
+  };
+  // cuMemMap's 4th call from the injection is the multicast map: before it come the host
+  // carrier's staging map at SAVE, the member mapped again at REALLOCATE and the carrier's
+  // staging map there (carrier.cc).
+  const Case cases[] = {{0, "cuMulticastCreate 1", "multicast_create", "cuMulticastCreate"},
+                        {1, "cuMemImportFromShareableHandle 1", "multicast_import",
+                         "cuMemImportFromShareableHandle"},
+                        {1, "cuMulticastAddDevice 1", "multicast_join", "cuMulticastAddDevice of device 1"},
+                        {0, "cuMulticastBindMem 1", "multicast_bind", "cuMulticastBindMem of device 0"},
+                        {1, "cuMemMap 4", "multicast_bind", "cuMemMap at "}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.fault);
+    StartTeam({"mem", "mem2"});
+    ASSERT_EQ(ranks_[c.rank].Ask(std::string("fault ") + c.fault + " 999"), "ok");
+    const Ran ck = Checkpoint();
+    ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+    const Ran rs = Restore();
+    EXPECT_EQ(rs.status, 4) << rs.out << rs.err;
+    EXPECT_THAT(rs.err, HasSubstr(Pid(c.rank) + ": " + c.step + " failed: "));
+    EXPECT_THAT(rs.err, HasSubstr(c.call));
+    EXPECT_THAT(rs.err, HasSubstr("failed with CUresult 999 for " + Object()));
+    TearDown();
+    ranks_.clear();
+    SetUp();
+  }
+}
+
+// Only one member of a two-device team is checkpointed (the other is outside the process
+// tree given): refused before anything changes, naming the object and the process.
+TEST_F(MulticastCycleTest, PartialTeamIsRefusedBeforeAnythingChanges) {
+  StartTeam({"mem", "mem2"});
+  const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(ranks_[0].pid), "--state-dir",
+                         dir_ + "/state"});
+  EXPECT_EQ(ck.status, 3) << ck.out << ck.err;
+  EXPECT_THAT(ck.err, HasSubstr(Object() + " is a partial team"));
+  EXPECT_THAT(ck.err, HasSubstr("added: " + Pid(0) + " device 0; members checkpointed: " + Pid(0)));
+  EXPECT_FALSE(fs::exists(dir_ + "/state/cusnap-state.json"));
+  const auto st = nlohmann::json::parse(Cusnap({"status", "--all", "--json"}).out);
+  for (const auto& p : st["participants"]) EXPECT_EQ(p["phase"], "active");
+  ExpectAllReduce();
+}
+
+}  // namespace
