@@ -11,6 +11,7 @@
 # Test names (default: all, in this order): preflight pinned_baseline vmm_basic
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
+#   workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
 #   multicast_forward
 #
 # Environment:
@@ -62,6 +63,7 @@ BUDGET_S=${GPU_BUDGET_S:-540}
 START_S=$SECONDS
 ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shim nccl_allreduce
            share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
+           workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
            multicast_forward)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
@@ -230,13 +232,33 @@ t_cusnap_demo() {
   "$BIN/cusnap" demo
 }
 
+# The PyTorch workloads of issue 4 (workload_common.py, workload_rank.py): unmodified torchrun
+# jobs under `cusnap run`, checkpointed and restored while their ranks idle.
+t_workload_nccl() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_nccl.py"
+}
+
+t_workload_symm_mem() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_symm_mem.py"
+}
+
+t_workload_private_memory() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_private_memory.py"
+}
+
+# Native checkpoint only (no shim): leaves the ranks stuck (DRIVER-FACTS F8), so it runs last.
+t_workload_nccl_native() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_nccl_native.py"
+}
+
 t_multicast_forward() {
   "$BIN/cusnap" run -- "$BIN/gpu_multicast_forward"
 }
 export PYTEST
 export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_tree \
-  t_cusnap_demo t_multicast_forward
+  t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_nccl_native \
+  t_multicast_forward
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
 selected preflight && run_test preflight 120 t_preflight
@@ -255,6 +277,19 @@ selected share_checkpoint && run_test share_checkpoint 420 t_share_checkpoint
 selected share_checkpoint_host_numa && run_test share_checkpoint_host_numa 240 t_share_checkpoint_host_numa
 selected share_checkpoint_tree && run_test share_checkpoint_tree 240 t_share_checkpoint_tree
 selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
+for name in workload_nccl workload_symm_mem workload_private_memory workload_nccl_native; do
+  selected "$name" || continue
+  if [[ $CUSNAP_GPU_SIM == 1 ]]; then
+    record "$name" SKIP "PyTorch workloads need real GPUs (CUSNAP_GPU_SIM=1)"
+    continue
+  fi
+  case $name in
+    workload_nccl | workload_symm_mem) limit=240 ;;
+    workload_private_memory) limit=180 ;;
+    *) limit=150 ;;
+  esac
+  run_test "$name" "$limit" "t_$name"
+done
 if selected multicast_forward; then
   if [[ ${CUSNAP_ALLOW_MULTICAST:-0} == 1 ]]; then
     run_test multicast_forward 120 t_multicast_forward
@@ -264,6 +299,13 @@ if selected multicast_forward; then
 fi
 
 rm -rf "$CUSNAP_GPU_CTL"
+# The workloads' checkpoint and restore phase lines, gathered for the report.
+workload_logs=("$OUT"/tests/workload_*.log)
+if [[ -f ${workload_logs[0]} ]]; then
+  say ""
+  say "==== workload phase lines (cusnap checkpoint / restore per cycle; native-only result)"
+  grep -ho "WORKLOAD .*" "${workload_logs[@]}" | while IFS= read -r line; do say "$line"; done
+fi
 say ""
 say "==== results ($((SECONDS - START_S)) s; full log $LOG)"
 for line in "${RESULTS[@]}"; do say "$line"; done

@@ -1,0 +1,48 @@
+"""Issue 4, workloads 2 and 3 (GPU): PyTorch symmetric memory with multicast disabled
+(TORCH_SYMM_MEM_DISABLE_MULTICAST=1), 2 ranks under torchrun started unmodified with `cusnap
+run`, checkpointed and restored three times while its ranks idle: in place, onto swapped GPUs
+by index (`--device-map 0=1,1=0`), and swapped back by UUID.
+
+Each rank allocates a symmetric buffer (torch.distributed._symmetric_memory.empty +
+rendezvous over the gloo group), runs torch.ops.symm_mem.one_shot_all_reduce eagerly and
+one_shot_all_reduce_out captured in a CUDA graph (workload_rank.py --parts symm). After every
+restore the ranks check that the previous results are still in GPU memory, then run both with
+fresh inputs and check the exact sums; a missing symmetric-memory API makes the rank print the
+exception and fail. Memory, placement and phase lines as in test_workload_nccl.py.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workload_common as wc  # noqa: E402
+
+PARTS = "symm"
+
+
+@pytest.fixture(scope="module")
+def job():
+    workload = wc.Workload("symm-mem", PARTS, cycles=3)
+    try:
+        workload.start()
+        yield workload
+    finally:
+        workload.stop()
+
+
+def test_checkpoint_restore(job):
+    job.run_cycle(1)
+
+
+def test_restore_swapped_by_index(job):
+    job.run_cycle(2, device_map="0=1,1=0", swapped=True)
+
+
+def test_restore_swapped_back_by_uuid(job):
+    job.run_cycle(3, device_map=wc.swap_map_by_uuid(job.cli_env), swapped=True)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main(["-s", "-v", "-p", "no:cacheprovider", __file__]))

@@ -1,0 +1,296 @@
+"""What the PyTorch workload tests (tests/gpu/test_workload_*.py, issue 4) share: a 2-rank
+torchrun job of workload_rank.py (under `cusnap run`, or bare for the native-only baseline),
+the READY / go handshake with its ranks, the per-round check lines, `cusnap checkpoint` and
+`cusnap restore` with their phase lines quoted, GPU memory and placement from nvidia-smi.
+
+The job: `[cusnap run --] python3 -m torch.distributed.run --standalone --nproc-per-node 2
+workload_rank.py --parts P --cycles N --control <out>/go`. The launcher is the job's root, the
+pid that `cusnap checkpoint --pid` names; rank r runs on GPU r. Between rounds the ranks idle
+(no CUDA call) until the test creates <out>/go/go-<k>; they announce it with
+"WL rank=<r> pid=<pid> READY <k>" (workload_rank.py describes the protocol).
+
+Every wait is bounded; a failed cycle marks the job broken, so later cycles of the same job
+fail at once instead of waiting; `stop()` kills whatever is left (ranks first).
+"""
+
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gpu_harness as h
+
+HERE = Path(__file__).resolve().parent
+RANK_SCRIPT = HERE / "workload_rank.py"
+NATIVE_SCRIPT = HERE / "workload_native.py"
+RANKS = 2
+START_TIMEOUT_S = 300   # torch import, NCCL init, graph capture
+ROUND_TIMEOUT_S = 240   # one round after a go file (private memory digests included)
+CLI_TIMEOUT_S = 240     # one cusnap command
+DONE_TIMEOUT_S = 120
+
+# A phase line of `cusnap checkpoint` / `restore` (src/cli/output.cc FormatPhaseLine):
+# "<name> <ms> ms  <n> participant(s)[  <bytes>  <GB/s> GB/s][  FAILED]".
+PHASE_LINE = re.compile(r"^\S+\s+\d+(?:\.\d+)? ms\s+\d+ participants?\b")
+CHECK_LINE = re.compile(r"WL rank=(?P<rank>\d+) round=(?P<round>\d+) CHECK (?P<name>\S+) "
+                        r"(?P<verdict>PASS|FAIL)(?P<detail>.*)")
+RANK_FAILED = re.compile(r"WL rank=(?P<rank>\d+) (?:ERROR .*|DONE FAIL.*)")
+
+
+def cusnap(args, env, label, timeout=CLI_TIMEOUT_S):
+    """Runs `cusnap <args>`, logs its output, prints each phase line as
+    "WORKLOAD PHASE <label> | <line>" (run_all.sh gathers them), returns the CompletedProcess."""
+    start = time.monotonic()
+    done = h.run([h.program("cusnap")] + [str(a) for a in args], timeout, env, check=False)
+    took = time.monotonic() - start
+    for line in done.stdout.splitlines():
+        if PHASE_LINE.match(line):
+            print(f"WORKLOAD PHASE {label} | {line}", flush=True)
+    print(f"WORKLOAD PHASE {label} | exit status {done.returncode}, {took:.2f} s in all", flush=True)
+    return done
+
+
+def gpu_uuids(env):
+    """GPU UUIDs by CUDA ordinal (CUDA_DEVICE_ORDER=PCI_BUS_ID, so nvidia-smi's index order):
+    from nvidia-smi, else from torch in a child process."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                             stdout=subprocess.PIPE, text=True, timeout=60, check=True).stdout
+        rows = sorted((int(i), u.strip()) for i, u in (line.split(",") for line in out.strip().splitlines()))
+        return [u for _, u in rows]
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        h.log(f"nvidia-smi gave no GPU UUIDs ({e}); asking torch")
+    code = ("import torch\n"
+            "for i in range(torch.cuda.device_count()):\n"
+            "    print(str(torch.cuda.get_device_properties(i).uuid))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=h.job_env(None, LD_PRELOAD=None),
+                         stdout=subprocess.PIPE, text=True, timeout=120, check=True).stdout
+    return [u if u.startswith("GPU-") else "GPU-" + u for u in out.split()]
+
+
+def gpu_placement(pids):
+    """{pid: set of GPU UUIDs where nvidia-smi lists it as a compute process} for `pids`, or
+    None when nvidia-smi cannot say (absent, or it lists no process of this job)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
+                             stdout=subprocess.PIPE, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        h.log(f"nvidia-smi --query-compute-apps failed: {e}")
+        return None
+    where = {pid: set() for pid in pids}
+    for line in out.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0].isdigit() and int(fields[0]) in where:
+            where[int(fields[0])].add(fields[1])
+    return where
+
+
+class Workload:
+    """One 2-rank torchrun job of workload_rank.py, driven cycle by cycle."""
+
+    def __init__(self, name, parts, cycles, shim=True, rank_args=()):
+        self.name = name
+        self.parts = parts
+        self.cycles = cycles
+        self.shim = shim
+        self.rank_args = [str(a) for a in rank_args]
+        self.out = h.out_dir(f"workload-{name}")
+        self.go_dir = self.out / "go"
+        self.go_dir.mkdir()
+        self.state_dir = self.out / "state"
+        self.control = h.control_dir(f"wl-{name}") if shim else None
+        extra = {"OMP_NUM_THREADS": 1, "CUSNAP_LOG": os.environ.get("CUSNAP_LOG", "warn"),
+                 "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN")}
+        if not shim:
+            extra["LD_PRELOAD"] = None
+        self.env = h.job_env(self.control, **extra)
+        self.cli_env = h.job_env(self.control)
+        self.job = None
+        self.pids = {}          # rank -> pid
+        self.baseline = None    # MiB per GPU before the job started
+        self.broken = None      # why the job cannot go on
+
+    # ---- starting and stopping --------------------------------------------------------
+
+    def start(self):
+        """Starts the job and waits until both ranks idle at READY 1 (round 0 checked)."""
+        self.baseline, source = h.memory_used_mib(self.cli_env)
+        h.log(f"{self.name}: GPU memory used before the job ({source}): {self.baseline} MiB")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", str(RANKS), str(RANK_SCRIPT), "--parts", self.parts,
+                   "--cycles", str(self.cycles), "--control", str(self.go_dir)] + self.rank_args
+        if self.shim:
+            command = [h.program("cusnap"), "run", "--"] + command
+        self.job = h.Job(command, self.env, self.name)
+        try:
+            self.wait_ready(1, START_TIMEOUT_S)
+            self.check_round(0)
+        except BaseException as e:
+            self.broken = f"the job did not start ({e})"
+            raise
+        h.log(f"{self.name}: launcher pid {self.job.pid}, rank pids {self.pids}")
+
+    def stop(self):
+        """Kills the job if it still runs (ranks first); never raises."""
+        if self.job is None:
+            return
+        try:
+            self.job.kill()
+        except Exception as e:  # noqa: BLE001 - teardown must go on
+            h.log(f"{self.name}: killing the job: {e}")
+
+    # ---- the handshake ---------------------------------------------------------------------
+
+    def _await_ranks(self, pattern, what, timeout):
+        """Reads the job's output until every rank printed a line matching `pattern` (with a
+        named group 'rank'); fails when a rank reports an error, the job ends, or on timeout."""
+        regex = re.compile(pattern)
+        seen = {}
+        deadline = time.monotonic() + timeout
+        while len(seen) < RANKS:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(RANKS)) - set(seen))
+                raise AssertionError(f"{self.name}: rank(s) {missing} did not print {what} within {timeout} s")
+            try:
+                line = self.job.lines.get(timeout=min(left, 5.0))
+            except queue.Empty:
+                continue
+            if line is None:
+                self.job.lines.put(None)
+                raise AssertionError(f"{self.name}: the job ended (status {self.job.process.wait()}) before "
+                                     f"every rank printed {what}")
+            failed = RANK_FAILED.search(line)
+            if failed:
+                raise AssertionError(f"{self.name}: rank {failed.group('rank')} failed: {line.strip()}")
+            match = regex.search(line)
+            if match:
+                seen[int(match.group("rank"))] = match
+        return seen
+
+    def wait_ready(self, k, timeout=ROUND_TIMEOUT_S):
+        seen = self._await_ranks(rf"WL rank=(?P<rank>\d+) pid=(?P<pid>\d+) READY {k}\b", f"READY {k}", timeout)
+        pids = {rank: int(m.group("pid")) for rank, m in seen.items()}
+        if self.pids and pids != self.pids:
+            raise AssertionError(f"{self.name}: rank pids changed from {self.pids} to {pids}")
+        self.pids = pids
+
+    def go(self, k):
+        (self.go_dir / f"go-{k}").touch()
+        h.log(f"{self.name}: go-{k} given")
+
+    def check_round(self, k):
+        """Every rank printed checks for round k and all passed."""
+        checks = [m for m in (CHECK_LINE.search(line) for line in list(self.job.history)) if m]
+        mine = [m for m in checks if int(m.group("round")) == k]
+        for rank in range(RANKS):
+            names = [m.group("name") for m in mine if int(m.group("rank")) == rank]
+            h.log(f"{self.name}: round {k}, rank {rank}: {len(names)} checks: {', '.join(names)}")
+            assert names, f"{self.name}: rank {rank} printed no check for round {k}"
+        failed = [m.group(0) for m in mine if m.group("verdict") == "FAIL"]
+        assert not failed, f"{self.name}: round {k}: " + "; ".join(failed)
+
+    # ---- one checkpoint / restore cycle ------------------------------------------------------
+
+    def run_cycle(self, k, device_map=None, swapped=False):
+        """With the ranks idle at READY k: `cusnap checkpoint`, GPU memory released, `cusnap
+        restore` (with `device_map`), memory regained and, when nvidia-smi lists the ranks,
+        each rank on the GPU the map names (`swapped`: GPU 0 <-> GPU 1); then go-k and the
+        ranks' round k (kept results and fresh inputs) must pass."""
+        if self.broken:
+            raise AssertionError(f"{self.name}: cycle {k} not run: {self.broken}")
+        try:
+            self._cycle(k, device_map, swapped)
+        except BaseException as e:
+            self.broken = f"cycle {k} failed ({e})"
+            raise
+
+    def _cycle(self, k, device_map, swapped):
+        assert self.shim, "run_cycle needs the job under cusnap run"
+        label = f"{self.name} cycle {k}" + (f" (device map {device_map})" if device_map else "")
+        h.log(f"---- {label}: checkpoint, restore, then round {k} with fresh inputs ----")
+        pids = list(self.pids.values())
+        before, source = h.memory_used_mib(self.cli_env)
+        where_before = gpu_placement(pids)
+        h.log(f"{label}: GPU memory used ({source}) before checkpoint {before} MiB; ranks on {where_before}")
+
+        ck = cusnap(["checkpoint", "--pid", self.job.pid, "--state-dir", self.state_dir], self.cli_env,
+                    f"{self.name} cycle {k} checkpoint")
+        assert ck.returncode == 0, f"{label}: cusnap checkpoint exited with {ck.returncode}"
+        during, _ = h.memory_used_mib(self.cli_env)
+        h.log(f"{label}: GPU memory used while checkpointed {during} MiB; ranks on {gpu_placement(pids)}")
+        inspected = h.run([h.program("cusnap"), "inspect", self.state_dir], CLI_TIMEOUT_S, self.cli_env, check=False)
+        if inspected.returncode != 0:
+            h.log(f"{label}: cusnap inspect exited with {inspected.returncode} (not a failure of the cycle)")
+
+        restore = ["restore", "--pid", self.job.pid, "--state-dir", self.state_dir]
+        if device_map:
+            restore += ["--device-map", device_map]
+        rs = cusnap(restore, self.cli_env, f"{self.name} cycle {k} restore" + (" --device-map" if device_map else ""))
+        assert rs.returncode == 0, f"{label}: cusnap restore exited with {rs.returncode}"
+        after, _ = h.memory_used_mib(self.cli_env)
+        where_after = gpu_placement(pids)
+        h.log(f"{label}: GPU memory used after restore {after} MiB; ranks on {where_after}")
+        self._check_memory(label, before, during, after)
+        self._check_placement(label, where_before, where_after, swapped)
+
+        self.go(k)
+        if k < self.cycles:
+            self.wait_ready(k + 1)
+        else:
+            self.finish()
+        self.check_round(k)
+        h.log(f"{label}: PASS")
+
+    def finish(self):
+        """After the last go: both ranks DONE PASS and the launcher exits 0."""
+        self._await_ranks(r"WL rank=(?P<rank>\d+) DONE PASS", "DONE PASS", ROUND_TIMEOUT_S)
+        status = self.job.finish(DONE_TIMEOUT_S)
+        assert status == 0, f"{self.name}: the launcher exited with {status}"
+
+    def _check_memory(self, label, before, during, after):
+        job_mib = sum(before) - sum(self.baseline)
+        released = sum(before) - sum(during)
+        regained = sum(after) - sum(during)
+        for gpu in range(len(before)):
+            h.log(f"{label}: GPU {gpu}: {self.baseline[gpu]} MiB before the job, {before[gpu]} before "
+                  f"checkpoint, {during[gpu]} checkpointed, {after[gpu]} restored")
+        h.log(f"{label}: the job held {job_mib} MiB; checkpoint released {released} MiB, restore "
+              f"brought back {regained} MiB")
+        assert job_mib > 0, f"{label}: the job holds no GPU memory ({before} vs {self.baseline} MiB)"
+        assert released >= 0.9 * job_mib, f"{label}: checkpoint released only {released} of {job_mib} MiB"
+        assert regained >= 0.8 * released, f"{label}: restore brought back only {regained} of {released} MiB"
+
+    def _check_placement(self, label, where_before, where_after, swapped):
+        if where_before is None or where_after is None or not all(where_before.values()):
+            h.log(f"{label}: nvidia-smi does not list the ranks as compute processes; placement not checked")
+            return
+        want = where_before
+        if swapped:
+            uuids = gpu_uuids(self.cli_env)
+            other = {uuids[0]: uuids[1], uuids[1]: uuids[0]}
+            want = {pid: {other.get(u, u) for u in gpus} for pid, gpus in where_before.items()}
+        h.log(f"{label}: ranks were on {where_before}, are on {where_after}, should be on {want}")
+        assert where_after == want, f"{label}: ranks are on {where_after} after restore, expected {want}"
+
+
+def swap_map_by_uuid(env):
+    """'GPU-a=GPU-b,GPU-b=GPU-a' for the first two GPUs."""
+    uuids = gpu_uuids(env)
+    assert len(uuids) >= 2, f"two GPUs needed, UUIDs found: {uuids}"
+    return f"{uuids[0]}={uuids[1]},{uuids[1]}={uuids[0]}"
+
+
+def native_cycle(pids, env, timeout=240):
+    """Runs workload_native.py on `pids`: lock, checkpoint, restore, unlock through libcuda
+    only. Returns its JSON ({"steps": {step: {pid: CUresult}}, "states": ...})."""
+    done = h.run([sys.executable, NATIVE_SCRIPT, "--pids", ",".join(str(p) for p in pids)],
+                 timeout, env, check=False)
+    assert done.returncode == 0, f"workload_native.py exited with {done.returncode}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, "workload_native.py printed no JSON result"
+    return json.loads(lines[-1])

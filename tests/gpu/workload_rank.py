@@ -1,0 +1,375 @@
+"""One rank of the PyTorch workloads of issue 4 (tests/gpu/test_workload_*.py, and the README
+section "Checkpointing a PyTorch job"). An ordinary torchrun script: it knows nothing of
+cusnap; the only difference between a checkpointed run and a plain one is `cusnap run` in
+front of the launcher.
+
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 workload_rank.py \
+        --parts nccl --cycles 1 --control /tmp/job-go
+
+Rank r uses GPU r (LOCAL_RANK). --parts chooses what the job holds and checks (comma list):
+  nccl     NCCL process group; all_reduce of --allreduce-mib MiB (eager) and an all_reduce of
+           --graph-mib MiB captured in a CUDA graph (warmed up on a side stream first, as the
+           PyTorch CUDA graph documentation asks for NCCL)
+  symm     PyTorch symmetric memory (torch.distributed._symmetric_memory, multicast disabled
+           by TORCH_SYMM_MEM_DISABLE_MULTICAST=1): symm_mem.empty + rendezvous,
+           torch.ops.symm_mem.one_shot_all_reduce (eager) and one_shot_all_reduce_out captured
+           in a CUDA graph
+  private  private GPU memory: caching-allocator tensors, a torch.cuda.caching_allocator_alloc
+           block and a cudaMalloc block (libcudart through ctypes), each with a SHA-256 of its
+           bytes taken at the start and compared after every idle point
+The process group is NCCL when nccl is among the parts, else gloo.
+
+Rounds: round 0 runs every check once; then, for k = 1..--cycles, the rank prints
+"WL rank=<r> pid=<pid> READY <k>" and stays idle (no CUDA call) until the file
+<control>/go-<k> exists, then runs round k: it first checks that the results of round k-1 are
+still in GPU memory (what a checkpoint and restore must keep), then runs every collective
+again with FRESH inputs (new values copied into the graphs' static inputs before replay) and
+checks the exact results. Every check prints
+"WL rank=<r> round=<k> CHECK <name> PASS|FAIL <detail>". At the end:
+"WL rank=<r> DONE PASS|FAIL"; exit status 0 only when every check passed. All values are
+small integers held in float32, so every expected result is exact.
+"""
+
+import argparse
+import ctypes
+import hashlib
+import os
+import random
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+MIB = 1 << 20
+
+
+class Rank:
+    """What every part needs: rank, world, device, and the check log."""
+
+    def __init__(self, args):
+        self.args = args
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        self.device = torch.device("cuda", self.local_rank)
+        self.round = 0
+        self.failed = 0
+
+    def say(self, text):
+        """One protocol line in a single write(2): both ranks share the launcher's stdout pipe,
+        and a write of at most PIPE_BUF (4096) bytes is never interleaved with another."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        line = f"WL rank={self.rank} {text}".encode(errors="replace")[:4000] + b"\n"
+        os.write(1, line)
+
+    def check(self, name, ok, detail=""):
+        if not ok:
+            self.failed += 1
+        self.say(f"round={self.round} CHECK {name} {'PASS' if ok else 'FAIL'} {detail}".rstrip())
+
+    def sync(self):
+        """Every rank's GPU work finished and every rank here (the next writes to a buffer
+        that peers read cannot overtake their reads)."""
+        torch.cuda.synchronize(self.device)
+        dist.barrier()
+
+
+def exact(name, rank, got, want):
+    """Checks got == want element for element; the detail names the first difference."""
+    ok = torch.equal(got, want)
+    detail = f"{got.numel()} elements"
+    if not ok:
+        diff = torch.nonzero(got != want)
+        if diff.numel():
+            i = int(diff[0].item())
+            detail += f"; first difference at {i}: {got.view(-1)[i].item()} != {want.view(-1)[i].item()}"
+    rank.check(name, ok, detail)
+
+
+class NcclPart:
+    """Eager all_reduce of a large buffer and an all_reduce captured in a CUDA graph."""
+
+    def __init__(self, rank):
+        self.r = rank
+        n = rank.args.allreduce_mib * MIB // 4
+        g = rank.args.graph_mib * MIB // 4
+        dev = rank.device
+        # Values (i mod 8191) + small constants: sums of two ranks stay far below 2^24.
+        self.base = (torch.arange(n, dtype=torch.int32, device=dev) % 8191).to(torch.float32)
+        self.big = torch.empty(n, dtype=torch.float32, device=dev)
+        self.gbase = (torch.arange(g, dtype=torch.int32, device=dev) % 4099).to(torch.float32)
+        self.static = torch.zeros(g, dtype=torch.float32, device=dev)
+        self.big_want = None
+        self.static_want = None
+        # Warm-up outside the capture: the communicator exists and has run a collective.
+        self.big.fill_(1.0)
+        dist.all_reduce(self.big)
+        torch.cuda.synchronize(dev)
+        side = torch.cuda.Stream(device=dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                dist.all_reduce(self.static)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        torch.cuda.synchronize(dev)
+        self.graph = torch.cuda.CUDAGraph()
+        # thread_local: NCCL's and PyTorch's helper threads keep making CUDA calls meanwhile.
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            dist.all_reduce(self.static)
+        torch.cuda.synchronize(dev)
+        rank.say(f"nccl: eager buffer {n * 4 // MIB} MiB, graph buffer {g * 4 // MIB} MiB captured")
+
+    def offsets(self, salt):
+        """Per-rank constant added this round and the sum over ranks of it."""
+        mine = float(16 * (self.r.rank + 1) + 7 * self.r.round + salt)
+        total = float(sum(16 * (q + 1) for q in range(self.r.world)) + self.r.world * (7 * self.r.round + salt))
+        return mine, total
+
+    def run_round(self):
+        r = self.r
+        if self.big_want is not None:
+            exact("nccl_eager_kept", r, self.big, self.big_want)
+            exact("nccl_graph_kept", r, self.static, self.static_want)
+        r.sync()
+        mine, total = self.offsets(0)
+        torch.add(self.base, mine, out=self.big)
+        dist.all_reduce(self.big)
+        self.big_want = self.base * r.world + total
+        torch.cuda.synchronize(r.device)
+        exact("nccl_eager_allreduce", r, self.big, self.big_want)
+        r.sync()
+        mine, total = self.offsets(5)
+        self.static.copy_(self.gbase + mine)  # fresh input into the graph's static buffer
+        self.graph.replay()
+        self.static_want = self.gbase * r.world + total
+        torch.cuda.synchronize(r.device)
+        exact("nccl_graph_replay", r, self.static, self.static_want)
+
+
+class SymmPart:
+    """PyTorch symmetric memory: one_shot_all_reduce eager and captured in a CUDA graph."""
+
+    def __init__(self, rank):
+        self.r = rank
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+            self.one_shot = torch.ops.symm_mem.one_shot_all_reduce
+            self.one_shot_out = torch.ops.symm_mem.one_shot_all_reduce_out
+        except (ImportError, AttributeError, RuntimeError) as e:
+            raise RuntimeError(f"torch {torch.__version__}: a symmetric-memory API this workload "
+                               f"uses is missing: {type(e).__name__}: {e}") from e
+        dev = rank.device
+        n = rank.args.symm_numel
+        self.group = dist.group.WORLD.group_name
+        self.inp = symm_mem.empty(n, dtype=torch.float32, device=dev)
+        self.handle = symm_mem.rendezvous(self.inp, group=self.group)
+        self.out = torch.zeros(n, dtype=torch.float32, device=dev)
+        self.base = (torch.arange(n, dtype=torch.int32, device=dev) % 2039).to(torch.float32)
+        self.eager_out = None
+        self.out_want = None
+        try:
+            backend = symm_mem.get_backend(dev)
+        except Exception as e:  # noqa: BLE001 - only for the log line
+            backend = f"? ({type(e).__name__})"
+        rank.say(f"symm: {n} float32 elements, group {self.group}, rendezvous handle "
+                 f"{type(self.handle).__name__}, backend {backend}, "
+                 f"multicast ptr {getattr(self.handle, 'multicast_ptr', '?')}")
+        # Warm-up on a side stream, then capture.
+        self.inp.fill_(float(rank.rank + 1))
+        rank.sync()
+        side = torch.cuda.Stream(device=dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.one_shot_out(self.inp, "sum", self.group, self.out)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        rank.sync()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            self.one_shot_out(self.inp, "sum", self.group, self.out)
+        rank.sync()
+
+    def fill(self, salt):
+        """Writes this rank's fresh input; returns the exact sum over ranks."""
+        r = self.r
+        self.inp.copy_(self.base + float(3 * (r.rank + 1) + 11 * r.round + salt))
+        total = float(sum(3 * (q + 1) for q in range(r.world)) + r.world * (11 * r.round + salt))
+        return self.base * r.world + total
+
+    def run_round(self):
+        r = self.r
+        if self.out_want is not None:
+            exact("symm_eager_kept", r, self.eager_out, self.eager_want)
+            exact("symm_graph_kept", r, self.out, self.out_want)
+        r.sync()
+        want = self.fill(0)
+        r.sync()
+        self.eager_out = self.one_shot(self.inp, "sum", self.group)
+        self.eager_want = want
+        r.sync()
+        exact("symm_one_shot_all_reduce", r, self.eager_out, want)
+        want = self.fill(2)
+        r.sync()
+        self.graph.replay()
+        self.out_want = want
+        r.sync()
+        exact("symm_graph_replay", r, self.out, want)
+
+
+def cudart():
+    """libcudart as this process loaded it (PyTorch's), for cudaMalloc; None when absent."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    except OSError:
+        paths = set()
+    for path in sorted(paths) + ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]:
+        try:
+            lib = ctypes.CDLL(path)
+            lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+            lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            lib.cudaFree.argtypes = [ctypes.c_void_p]
+            return lib, path
+        except (OSError, AttributeError):
+            continue
+    return None, None
+
+
+class PrivatePart:
+    """Private (never shared) GPU memory whose bytes must come back unchanged."""
+
+    H2D, D2H = 1, 2  # cudaMemcpyKind
+
+    def __init__(self, rank):
+        self.r = rank
+        dev = rank.device
+        mib = rank.args.private_mib
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(1234 + rank.rank)
+        # Caching-allocator tensors of three dtypes.
+        self.tensors = {
+            "tensor_int64": torch.randint(-2**62, 2**62, (mib * MIB // 16,), dtype=torch.int64,
+                                          device=dev, generator=gen),
+            "tensor_float32": torch.rand(mib * MIB // 16, dtype=torch.float32, device=dev, generator=gen),
+            "tensor_uint8": torch.randint(0, 256, (mib * MIB // 4,), dtype=torch.uint8, device=dev,
+                                          generator=gen),
+        }
+        self.lib, path = cudart()
+        if self.lib is None:
+            raise RuntimeError("libcudart is not loaded in this process and not found by name: "
+                               "cannot call cudaMalloc")
+        self.raw = {}  # name -> (pointer, bytes, digest)
+        nbytes = max(MIB, mib * MIB // 8)
+        block = torch.cuda.caching_allocator_alloc(nbytes, device=rank.local_rank)
+        self.raw["caching_allocator_alloc"] = self.fill_raw(block, nbytes, 1)
+        ptr = ctypes.c_void_p()
+        rc = self.lib.cudaMalloc(ctypes.byref(ptr), nbytes)
+        if rc != 0:
+            raise RuntimeError(f"cudaMalloc({nbytes}) returned {rc}")
+        self.raw["cudaMalloc"] = self.fill_raw(ptr.value, nbytes, 2)
+        torch.cuda.synchronize(dev)
+        self.digests = {name: self.digest_tensor(t) for name, t in self.tensors.items()}
+        total = sum(t.numel() * t.element_size() for t in self.tensors.values()) + 2 * nbytes
+        rank.say(f"private: {total // MIB} MiB in {len(self.tensors)} tensors, a caching_allocator_alloc "
+                 f"block and a cudaMalloc block ({path}); "
+                 + ", ".join(f"{k} sha256 {v[:16]}" for k, v in self.digests.items()))
+
+    def fill_raw(self, pointer, nbytes, salt):
+        data = random.Random(977 * (self.r.rank + 1) + salt).randbytes(nbytes)
+        rc = self.lib.cudaMemcpy(pointer, data, nbytes, self.H2D)
+        if rc != 0:
+            raise RuntimeError(f"cudaMemcpy host to device of {nbytes} bytes returned {rc}")
+        return pointer, nbytes, hashlib.sha256(data).hexdigest()
+
+    def digest_raw(self, pointer, nbytes):
+        buf = ctypes.create_string_buffer(nbytes)
+        rc = self.lib.cudaMemcpy(ctypes.addressof(buf), pointer, nbytes, self.D2H)
+        if rc != 0:
+            raise RuntimeError(f"cudaMemcpy device to host of {nbytes} bytes returned {rc}")
+        return hashlib.sha256(buf.raw).hexdigest()
+
+    @staticmethod
+    def digest_tensor(t):
+        host = t.cpu().contiguous()
+        return hashlib.sha256(ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())).hexdigest()
+
+    def run_round(self):
+        r = self.r
+        torch.cuda.synchronize(r.device)
+        for name, t in self.tensors.items():
+            now = self.digest_tensor(t)
+            r.check(f"private_{name}", now == self.digests[name], f"sha256 {now[:16]} (start {self.digests[name][:16]})")
+        for name, (pointer, nbytes, digest) in self.raw.items():
+            now = self.digest_raw(pointer, nbytes)
+            r.check(f"private_{name}", now == digest, f"{nbytes} bytes at 0x{pointer:x}, sha256 {now[:16]} "
+                                                     f"(start {digest[:16]})")
+
+
+def wait_for_go(rank, control, k, timeout_s):
+    """Idles (no CUDA call) until <control>/go-<k> exists; fails after timeout_s."""
+    path = os.path.join(control, f"go-{k}")
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank.rank}: {path} did not appear within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="nccl", help="comma list of nccl, symm, private")
+    parser.add_argument("--cycles", type=int, default=1, help="idle points (one checkpoint each)")
+    parser.add_argument("--control", default=os.environ.get("WORKLOAD_CONTROL_DIR"),
+                        help="folder of the go-<k> files (default $WORKLOAD_CONTROL_DIR)")
+    parser.add_argument("--allreduce-mib", type=int, default=256)
+    parser.add_argument("--graph-mib", type=int, default=64)
+    parser.add_argument("--symm-numel", type=int, default=1 << 20)
+    parser.add_argument("--private-mib", type=int, default=256)
+    parser.add_argument("--wait-s", type=float, default=600.0, help="longest idle wait")
+    args = parser.parse_args()
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = set(parts) - {"nccl", "symm", "private"}
+    if unknown or not parts:
+        parser.error(f"--parts: unknown or empty: {args.parts}")
+    if args.cycles > 0 and not args.control:
+        parser.error("--control (or WORKLOAD_CONTROL_DIR) is needed to idle between steps")
+
+    rank = Rank(args)
+    torch.cuda.set_device(rank.device)
+    if "nccl" in parts:
+        dist.init_process_group("nccl", rank=rank.rank, world_size=rank.world, device_id=rank.device)
+    else:
+        dist.init_process_group("gloo", rank=rank.rank, world_size=rank.world)
+    rank.say(f"pid={os.getpid()} start: torch {torch.__version__}, cuda {torch.version.cuda}, "
+             f"device {rank.device} ({torch.cuda.get_device_name(rank.device)}), "
+             f"backend {dist.get_backend()}, parts {','.join(parts)}, cycles {args.cycles}")
+    ok = False
+    try:
+        built = []
+        for part in parts:  # private first or last makes no difference; keep the given order
+            built.append({"nccl": NcclPart, "symm": SymmPart, "private": PrivatePart}[part](rank))
+        for k in range(args.cycles + 1):
+            rank.round = k
+            if k > 0:
+                torch.cuda.synchronize(rank.device)
+                rank.say(f"pid={os.getpid()} READY {k}")
+                wait_for_go(rank, args.control, k, args.wait_s)
+            for part in built:
+                part.run_round()
+        dist.barrier()
+        ok = rank.failed == 0
+    except Exception as e:  # noqa: BLE001 - printed whole, then the rank fails
+        traceback.print_exc()
+        rank.say(f"ERROR {type(e).__name__}: {e}")
+    rank.say(f"DONE {'PASS' if ok else 'FAIL'} ({rank.failed} failed checks)")
+    if ok:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
