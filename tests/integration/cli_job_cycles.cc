@@ -1,0 +1,186 @@
+// `cusnap checkpoint` + `cusnap restore` of multi-process jobs that share VMM memory, on the
+// simulated driver, with the real `cusnap` binary and job_worker processes started through
+// `cusnap run`. Each cycle (job_harness.h, Cycle) checks that GPU memory was released in
+// between, then every byte and every VA of every process, the application's handles, access
+// rights, which views share an allocation, and that writes cross between processes.
+#include <gmock/gmock.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "job_harness.h"
+
+namespace jobtest {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CliJobCycle : public JobTest {};
+
+// A creator and an importer: one allocation on each device and one in host NUMA memory; the
+// first mapped twice in the creator and at an offset in both processes, with access granted
+// to two devices; the importer maps all three.
+TEST_F(CliJobCycle, TwoProcessesEveryByteAndVa) {
+  Worker& creator = Start("creator", 0);
+  Worker& importer = Start("importer", 1);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 4, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "B", 2, "dev", 1));
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "H", 2, "host", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 4, "0,1"));    // two devices
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a-again", "A", 0, 4, "0"));  // a second VA
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a-upper", "A", 2, 2, "1"));  // at an offset
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "b", "B", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "h", "H", 0, 2, "0"));
+  for (const char* v : {"a", "b", "h"}) ASSERT_NO_FATAL_FAILURE(Fill(creator, v));
+  for (const char* a : {"A", "B", "H"}) ASSERT_NO_FATAL_FAILURE(Share(creator, a, importer));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "a-upper", "A", 2, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "b", "B", 0, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "h", "H", 0, 2, "1"));
+  CheckEveryByte();
+
+  const std::string state = dir_ + "/state";
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+
+  // The state file recorded both processes and the creator's 8 MiB (importers save nothing).
+  const Ran shown = Cusnap({"inspect", state, "--json"});
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  const auto doc = nlohmann::json::parse(shown.out);
+  ASSERT_EQ(doc["participants"].size(), 2u);
+  std::map<int, uint64_t> saved;
+  for (const auto& p : doc["participants"]) saved[p["pid"].get<int>()] = p["saved_bytes"].get<uint64_t>();
+  EXPECT_EQ(saved[creator.pid], uint64_t{8} << 20);
+  EXPECT_EQ(saved[importer.pid], 0u);
+}
+
+// Four processes found through --all: each creates an allocation (on alternating devices)
+// and imports the other three, so every allocation is imported by three processes and every
+// process both creates and imports.
+TEST_F(CliJobCycle, FourProcessesEachCreateAndImportAll) {
+  target_ = {"--all"};
+  std::vector<Worker*> w;
+  for (int i = 0; i < 4; ++i) w.push_back(&Start("worker" + std::to_string(i), i % 2));
+  for (int i = 0; i < 4; ++i) {
+    const std::string a = "A" + std::to_string(i);
+    ASSERT_NO_FATAL_FAILURE(Create(*w[i], a, 2, "dev", i % 2));
+    ASSERT_NO_FATAL_FAILURE(Map(*w[i], a, a, 0, 2, std::to_string(i % 2)));
+    ASSERT_NO_FATAL_FAILURE(Fill(*w[i], a));
+  }
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      if (i == j) continue;
+      const std::string a = "A" + std::to_string(i);
+      ASSERT_NO_FATAL_FAILURE(Share(*w[i], a, *w[j]));
+      ASSERT_NO_FATAL_FAILURE(Map(*w[j], a, a, 0, 2, std::to_string(j % 2)));
+    }
+  }
+  CheckEveryByte();
+  ASSERT_NO_FATAL_FAILURE(Cycle(dir_ + "/state"));
+}
+
+// Three cycles in a row on one state directory; a word written before each checkpoint is read
+// back by the other process after the restore.
+TEST_F(CliJobCycle, ThreeCyclesInARow) {
+  Worker& left = Start("left", 0);
+  Worker& right = Start("right", 1);
+  ASSERT_NO_FATAL_FAILURE(Create(left, "L", 2, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Create(right, "R", 4, "dev", 1));
+  ASSERT_NO_FATAL_FAILURE(Map(left, "l", "L", 0, 2, "0"));
+  ASSERT_NO_FATAL_FAILURE(Map(right, "r", "R", 0, 4, "1"));
+  ASSERT_NO_FATAL_FAILURE(Fill(left, "l"));
+  ASSERT_NO_FATAL_FAILURE(Fill(right, "r"));
+  ASSERT_NO_FATAL_FAILURE(Share(left, "L", right));
+  ASSERT_NO_FATAL_FAILURE(Share(right, "R", left));
+  ASSERT_NO_FATAL_FAILURE(Map(right, "l", "L", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(Map(left, "r", "R", 0, 4, "0"));
+  CheckEveryByte();
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    const std::string word = std::to_string(1000 + cycle);
+    const std::string marker = std::to_string(0xabc00000u + static_cast<unsigned>(cycle));
+    const std::string original = OkValue(Ask(left, "read r " + word));
+    ASSERT_FALSE(original.empty());
+    ASSERT_EQ(Ask(left, "write r " + word + " " + marker), "ok");
+    const Snapshot before = Suspend(dir_ + "/state");
+    ASSERT_FALSE(HasFatalFailure());
+    const Ran rs = Restore(dir_ + "/state");
+    ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+    EXPECT_EQ(Ask(right, "read r " + word), "ok " + marker);  // written before the checkpoint
+    ASSERT_EQ(Ask(right, "write r " + word + " " + original), "ok");
+    CheckEveryByte();
+    ExpectSameLayout(before, Snap());
+    CrossWrite(left, "l", right, "l");
+    CrossWrite(right, "r", left, "r");
+  }
+}
+
+// Restore onto the other GPUs: by ordinal (0=1,1=0), then back by UUID (the UUIDs the state
+// file recorded). Allocations, access rights and device memory in use move with the map.
+TEST_F(CliJobCycle, RestoreWithDeviceMapByOrdinalAndUuid) {
+  Worker& creator = Start("creator", 0);
+  Worker& importer = Start("importer", 1);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 4, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "B", 2, "dev", 1));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 4, "0"));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "b", "B", 0, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(Fill(creator, "a"));
+  ASSERT_NO_FATAL_FAILURE(Fill(creator, "b"));
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "B", importer));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 2, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "b", "B", 0, 2, "1"));
+  CheckEveryByte();
+  const std::map<int, int> swap = {{0, 1}, {1, 0}};
+  const std::string state = dir_ + "/state";
+  ASSERT_NO_FATAL_FAILURE(Cycle(state, {"--device-map", "0=1,1=0"}, swap));
+  EXPECT_EQ(UsedBytes(), (std::vector<uint64_t>{2u << 20, 4u << 20}));
+
+  const Snapshot before = Suspend(state);
+  ASSERT_FALSE(HasFatalFailure());
+  const Ran shown = Cusnap({"inspect", state, "--json"});
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  std::map<int, std::string> uuids;
+  const auto recorded = nlohmann::json::parse(shown.out);
+  for (const auto& p : recorded["participants"]) {
+    for (const auto& g : p["gpus"]) uuids[g["ordinal"].get<int>()] = g["uuid"].get<std::string>();
+  }
+  ASSERT_EQ(uuids.size(), 2u) << shown.out;
+  ASSERT_THAT(uuids[0], ::testing::StartsWith("GPU-"));
+  ASSERT_NE(uuids[0], uuids[1]);
+  const std::string by_uuid = uuids[0] + "=" + uuids[1] + "," + uuids[1] + "=" + uuids[0];
+  ASSERT_NO_FATAL_FAILURE(Resume(state, before, {"--device-map", by_uuid}, swap));
+  EXPECT_EQ(UsedBytes(), (std::vector<uint64_t>{4u << 20, 2u << 20}));  // home again
+}
+
+// HOST_NUMA allocations only: created by one process, imported by the other, mapped with
+// access for both devices; the carrier saves and restores them like device memory.
+TEST_F(CliJobCycle, HostNumaAllocations) {
+  Worker& creator = Start("creator", 0);
+  Worker& importer = Start("importer", 1);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "H1", 2, "host", 0));
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "H2", 4, "host", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "h1", "H1", 0, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "h2", "H2", 0, 4, "0"));
+  ASSERT_NO_FATAL_FAILURE(Fill(creator, "h1"));
+  ASSERT_NO_FATAL_FAILURE(Fill(creator, "h2"));
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "H1", importer));
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "H2", importer));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "h1", "H1", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "h2-upper", "H2", 2, 2, "0,1"));
+  CheckEveryByte();
+  const std::string state = dir_ + "/state";
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+  const Ran shown = Cusnap({"inspect", state, "--json"});
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  uint64_t saved = 0;
+  const auto recorded = nlohmann::json::parse(shown.out);
+  for (const auto& p : recorded["participants"]) {
+    saved += p["saved_bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(saved, uint64_t{6} << 20);
+}
+
+}  // namespace
+}  // namespace jobtest

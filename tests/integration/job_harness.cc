@@ -1,0 +1,554 @@
+// The CLI integration tests' harness (job_harness.h).
+#include "job_harness.h"
+
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/socket.h"
+
+extern char** environ;
+
+namespace jobtest {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+/// Milliseconds left until `deadline` (at least 0).
+int LeftMs(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<int64_t>(0, left.count()));
+}
+
+/// A copy of `fd` numbered 10 or more (close-on-exec), so that a child's dup2 onto 0, 1, 2 or
+/// 3 never lands on the descriptor itself (dup2 onto itself keeps close-on-exec).
+int High(int fd) {
+  const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  ::close(fd);
+  return high;
+}
+
+/// posix_spawn of `args` with the given descriptors as the child's 0, 1, 2 and 3 (-1: keep).
+pid_t Spawn(const std::vector<std::string>& args, int in, int out, int err, int fd3) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (in >= 0) posix_spawn_file_actions_adddup2(&actions, in, 0);
+  if (out >= 0) posix_spawn_file_actions_adddup2(&actions, out, 1);
+  if (err >= 0) posix_spawn_file_actions_adddup2(&actions, err, 2);
+  if (fd3 >= 0) posix_spawn_file_actions_adddup2(&actions, fd3, 3);
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+/// Waits for `pid` to exit for at most `ms`, then SIGKILLs it; reaps it either way. Returns
+/// the wait status.
+int Reap(pid_t pid, int ms) {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    int rc;
+    while ((rc = ::poll(&p, 1, ms)) < 0 && errno == EINTR) {
+    }
+    if (rc == 0) {
+      ADD_FAILURE() << "pid " << pid << " did not exit within " << ms << " ms; killed";
+      ::kill(pid, SIGKILL);
+    }
+    ::close(pidfd);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+void CloseFd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+}  // namespace
+
+std::string OkValue(const std::string& reply) {
+  return reply.rfind("ok ", 0) == 0 ? reply.substr(3) : "";
+}
+
+void JobTest::SetUp() {
+  // A worker that died must fail the test, not kill it with SIGPIPE (the test process only).
+  ::signal(SIGPIPE, SIG_IGN);
+  char templ[] = "/tmp/cusnap-job-test.XXXXXX";
+  ASSERT_NE(::mkdtemp(templ), nullptr);
+  dir_ = templ;
+  fs::create_directory(dir_ + "/control");
+  fs::create_directory(dir_ + "/sim");
+  // Everything this test starts shares one simulated machine and one control directory.
+  ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
+  ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
+  ::setenv("CUSNAP_DRIVER", "sim", 1);
+  ::unsetenv("LD_PRELOAD");
+  ::unsetenv("SIMCUDA_FAULTS");
+  ::unsetenv("CUSNAP_STATE_DIR");
+  target_ = {"--pid", PidArg()};
+}
+
+void JobTest::TearDown() {
+  for (auto& w : workers_) {
+    if (w.pid <= 0) continue;
+    const int status = Stop(w);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << w.name << " (pid " << w.pid << ") ended with wait status " << status;
+  }
+  // A failed assertion may leave state directories read-only or odd: best effort.
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+Worker& JobTest::Start(const std::string& name, int device, bool bare) {
+  int to_child[2], from_child[2], channel[2];
+  EXPECT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
+  const int child_in = High(to_child[0]), child_out = High(from_child[1]);
+  const int child_channel = High(channel[1]);
+  const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
+  std::vector<std::string> args;
+  if (!bare) args = {bin + "/cusnap", "run", "--"};
+  args.push_back(bin + "/job_worker");
+  args.push_back(std::to_string(device));
+  Worker w;
+  w.name = name;
+  w.pid = Spawn(args, child_in, child_out, -1, child_channel);
+  EXPECT_GT(w.pid, 0) << "cannot start " << name;
+  ::close(child_in);
+  ::close(child_out);
+  ::close(child_channel);
+  w.in = to_child[1];
+  w.out = from_child[0];
+  w.channel = channel[0];
+  workers_.push_back(w);
+  Worker& started = workers_.back();
+  const std::string ready = Ask(started, "");
+  EXPECT_EQ(ready, "ready") << name;
+  return started;
+}
+
+std::string JobTest::Ask(Worker& w, const std::string& command) {
+  if (w.pid <= 0) return "<not running>";
+  if (!command.empty()) {  // empty: only read (the "ready" line)
+    const std::string line = command + "\n";
+    size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::write(w.in, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return "<eof>";
+      done += static_cast<size_t>(n);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  for (;;) {
+    const size_t newline = w.pending.find('\n');
+    if (newline != std::string::npos) {
+      std::string reply = w.pending.substr(0, newline);
+      w.pending.erase(0, newline + 1);
+      if (std::getenv("CUSNAP_JOB_TRACE") != nullptr) {  // to follow a scenario by hand
+        std::fprintf(stderr, "[%s] %s -> %s\n", w.name.c_str(), command.c_str(), reply.c_str());
+      }
+      return reply;
+    }
+    pollfd p{w.out, POLLIN, 0};
+    const int rc = ::poll(&p, 1, LeftMs(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) {
+      ADD_FAILURE() << w.name << " (pid " << w.pid << ") did not answer '" << command << "'";
+      return "<timeout>";
+    }
+    char buf[4096];
+    const ssize_t n = ::read(w.out, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return "<eof>";
+    w.pending.append(buf, static_cast<size_t>(n));
+  }
+}
+
+int JobTest::Stop(Worker& w) {
+  if (w.pid <= 0) return 0;
+  const std::string bye = "exit\n";
+  (void)!::write(w.in, bye.data(), bye.size());
+  CloseFd(w.in);
+  const int status = Reap(w.pid, kWaitMs);
+  w.pid = -1;
+  CloseFd(w.out);
+  CloseFd(w.channel);
+  return status;
+}
+
+void JobTest::Kill(Worker& w) {
+  if (w.pid <= 0) return;
+  ::kill(w.pid, SIGKILL);
+  Reap(w.pid, kWaitMs);
+  w.pid = -1;
+  CloseFd(w.in);
+  CloseFd(w.out);
+  CloseFd(w.channel);
+}
+
+void JobTest::Create(Worker& w, const std::string& allocation, size_t mib, const char* where,
+                     int id) {
+  const std::string reply = Ask(w, "create " + allocation + " " + std::to_string(mib) + " " +
+                                       where + " " + std::to_string(id));
+  ASSERT_THAT(reply, StartsWith("ok ")) << w.name << " create " << allocation;
+  seeds_[allocation] = 0x5eed0000u + static_cast<uint32_t>(seeds_.size()) * 7919u;
+  if (std::string(where) == "dev") device_allocations_[allocation] = {mib, id};
+}
+
+void JobTest::Share(Worker& from, const std::string& allocation, Worker& to) {
+  ASSERT_EQ(Ask(from, "export " + allocation), "ok") << from.name << " export " << allocation;
+  char buf[256];
+  int fd = -1;
+  const auto got = cusnap::RecvPacket(from.channel, buf, sizeof buf, &fd,
+                                      cusnap::Deadline::AfterMs(kWaitMs));
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  ASSERT_GE(fd, 0) << from.name << " sent no descriptor for " << allocation;
+  const auto sent = cusnap::SendPacket(to.channel, allocation.data(), allocation.size(), fd,
+                                       cusnap::Deadline::AfterMs(kWaitMs));
+  ::close(fd);
+  ASSERT_TRUE(sent.ok()) << sent.error().message;
+  ASSERT_THAT(Ask(to, "import " + allocation), StartsWith("ok ")) << to.name << " import "
+                                                                  << allocation;
+}
+
+void JobTest::Map(Worker& w, const std::string& view, const std::string& allocation,
+                  size_t offset_mib, size_t mib, const std::string& devices) {
+  const std::string reply = Ask(w, "map " + view + " " + allocation + " " +
+                                       std::to_string(offset_mib) + " " + std::to_string(mib) +
+                                       " " + devices);
+  ASSERT_THAT(reply, StartsWith("ok 0x")) << w.name << " map " << view;
+  views_.push_back(ViewRecord{&w, view, allocation, offset_mib, mib});
+}
+
+void JobTest::Fill(Worker& w, const std::string& view) {
+  for (const auto& v : views_) {
+    if (v.worker == &w && v.view == view) {
+      ASSERT_EQ(Ask(w, "fill " + view + " " + std::to_string(seeds_.at(v.allocation))), "ok");
+      return;
+    }
+  }
+  FAIL() << "no view " << view << " in " << w.name;
+}
+
+void JobTest::Unmap(Worker& w, const std::string& view) {
+  ASSERT_EQ(Ask(w, "unmap " + view), "ok") << w.name;
+  std::erase_if(views_, [&](const ViewRecord& v) { return v.worker == &w && v.view == view; });
+}
+
+void JobTest::Release(Worker& w, const std::string& allocation, bool freed) {
+  ASSERT_EQ(Ask(w, "release " + allocation), "ok") << w.name;
+  if (freed) device_allocations_.erase(allocation);
+}
+
+void JobTest::CheckEveryByte() {
+  for (const auto& v : views_) {
+    if (v.worker->pid <= 0) continue;
+    EXPECT_EQ(Ask(*v.worker, "check " + v.view + " " + std::to_string(seeds_.at(v.allocation))),
+              "ok")
+        << v.worker->name << " view " << v.view << " of " << v.allocation;
+  }
+}
+
+Snapshot JobTest::Snap() {
+  Snapshot snap;
+  for (const auto& v : views_) {
+    ViewFacts f;
+    if (v.worker->pid > 0) {
+      const std::string info = Ask(*v.worker, "info " + v.view);
+      const auto w = Words(info);
+      EXPECT_EQ(w.size(), 9u) << v.worker->name << " info " << v.view << ": " << info;
+      if (w.size() == 9 && w[0] == "ok") {
+        f.va = std::stoull(w[1], nullptr, 16);
+        f.size = std::stoull(w[2]);
+        f.offset = std::stoull(w[3]);
+        f.allocation_id = std::stoull(w[4]);
+        f.location_type = std::stoi(w[5]);
+        f.location_id = std::stoi(w[6]);
+        f.access[0] = std::stoi(w[7]);
+        f.access[1] = std::stoi(w[8]);
+      }
+      f.retained = OkValue(Ask(*v.worker, "retain " + v.view));
+      EXPECT_FALSE(f.retained.empty()) << v.worker->name << " retain " << v.view;
+      EXPECT_EQ(f.size, v.mib << 20) << v.worker->name << " " << v.view;
+      EXPECT_EQ(f.offset, v.offset_mib << 20) << v.worker->name << " " << v.view;
+    }
+    snap.push_back(f);
+  }
+  return snap;
+}
+
+void JobTest::ExpectSameLayout(const Snapshot& before, const Snapshot& after,
+                               const std::map<int, int>& device_map) {
+  ASSERT_EQ(before.size(), after.size());
+  auto moved = [&](int device) {
+    const auto it = device_map.find(device);
+    return it == device_map.end() ? device : it->second;
+  };
+  constexpr int kDevice = 1;  // CU_MEM_LOCATION_TYPE_DEVICE
+  std::set<uint64_t> old_ids;
+  for (const auto& f : before) old_ids.insert(f.allocation_id);
+  for (size_t i = 0; i < before.size(); ++i) {
+    const ViewRecord& v = views_[i];
+    if (v.worker->pid <= 0) continue;
+    SCOPED_TRACE(v.worker->name + " view " + v.view + " of " + v.allocation);
+    const ViewFacts &b = before[i], &a = after[i];
+    EXPECT_EQ(a.va, b.va);
+    EXPECT_EQ(a.size, b.size);
+    EXPECT_EQ(a.offset, b.offset);
+    EXPECT_EQ(a.retained, b.retained) << "the application's handle changed";
+    EXPECT_EQ(a.location_type, b.location_type);
+    EXPECT_EQ(a.location_id, b.location_type == kDevice ? moved(b.location_id) : b.location_id);
+    for (int d = 0; d < 2; ++d) EXPECT_EQ(a.access[moved(d)], b.access[d]) << "device " << d;
+    EXPECT_FALSE(old_ids.contains(a.allocation_id)) << "not a fresh allocation";
+    for (size_t j = 0; j < before.size(); ++j) {
+      if (views_[j].worker->pid <= 0) continue;
+      EXPECT_EQ(a.allocation_id == after[j].allocation_id,
+                b.allocation_id == before[j].allocation_id)
+          << "sharing with " << views_[j].worker->name << " view " << views_[j].view;
+    }
+  }
+}
+
+void JobTest::CrossWrite(Worker& a, const std::string& view_a, Worker& b,
+                         const std::string& view_b) {
+  const ViewRecord *ra = nullptr, *rb = nullptr;
+  for (const auto& v : views_) {
+    if (v.worker == &a && v.view == view_a) ra = &v;
+    if (v.worker == &b && v.view == view_b) rb = &v;
+  }
+  ASSERT_TRUE(ra != nullptr && rb != nullptr && ra->allocation == rb->allocation);
+  // A word inside both views, counted in the allocation, then from each view's start.
+  const size_t first = std::max(ra->offset_mib, rb->offset_mib) << 20;
+  const size_t last = std::min(ra->offset_mib + ra->mib, rb->offset_mib + rb->mib) << 20;
+  ASSERT_LT(first, last) << view_a << " and " << view_b << " do not overlap";
+  const size_t word = (first + (last - first) / 2) / 4 + 3;
+  const std::string wa = std::to_string(word - (ra->offset_mib << 20) / 4);
+  const std::string wb = std::to_string(word - (rb->offset_mib << 20) / 4);
+  const std::string original = OkValue(Ask(b, "read " + view_b + " " + wb));
+  ASSERT_FALSE(original.empty());
+  const std::string value = std::to_string(0xc0ffee00u + static_cast<uint32_t>(word % 251));
+  ASSERT_NE(value, original);
+  EXPECT_EQ(Ask(a, "write " + view_a + " " + wa + " " + value), "ok");
+  EXPECT_EQ(Ask(b, "read " + view_b + " " + wb), "ok " + value)
+      << a.name << " " << view_a << " -> " << b.name << " " << view_b;
+  EXPECT_EQ(Ask(b, "write " + view_b + " " + wb + " " + original), "ok");
+  EXPECT_EQ(Ask(a, "read " + view_a + " " + wa), "ok " + original)
+      << b.name << " " << view_b << " -> " << a.name << " " << view_a;
+}
+
+Ran JobTest::Cusnap(const std::vector<std::string>& args) {
+  int out[2], err[2];
+  Ran r;
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
+  out[1] = High(out[1]);
+  err[1] = High(err[1]);
+  std::vector<std::string> argv = {Env("CUSNAP_TEST_BIN_DIR") + "/cusnap"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const pid_t pid = Spawn(argv, -1, out[1], err[1], -1);
+  ::close(out[1]);
+  ::close(err[1]);
+  EXPECT_GT(pid, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  int open = 2;
+  while (open > 0 && pid > 0) {
+    const int rc = ::poll(fds, 2, LeftMs(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) {
+      ADD_FAILURE() << "cusnap " << args.front() << " did not finish within " << kWaitMs << " ms";
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buf[4096];
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  ::close(out[0]);
+  ::close(err[0]);
+  if (pid > 0) {
+    const int status = Reap(pid, kWaitMs);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  return r;
+}
+
+std::vector<Worker*> JobTest::Live() {
+  std::vector<Worker*> live;
+  for (auto& w : workers_) {
+    if (w.pid > 0) live.push_back(&w);
+  }
+  return live;
+}
+
+std::string JobTest::PidArg() const { return std::to_string(::getpid()); }
+
+Ran JobTest::Checkpoint(const std::string& state) {
+  std::vector<std::string> args = {"checkpoint"};
+  args.insert(args.end(), target_.begin(), target_.end());
+  args.insert(args.end(), {"--state-dir", state});
+  return Cusnap(args);
+}
+
+Ran JobTest::Restore(const std::string& state, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"restore"};
+  args.insert(args.end(), target_.begin(), target_.end());
+  args.insert(args.end(), {"--state-dir", state});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return Cusnap(args);
+}
+
+std::vector<uint64_t> JobTest::UsedBytes() {
+  Worker& controller = Start("controller", 0, /*bare=*/true);
+  const auto w = Words(Ask(controller, "meminfo"));
+  // The controller is a CUDA process without an endpoint: gone before the next cusnap command.
+  EXPECT_EQ(Stop(controller), 0);
+  std::vector<uint64_t> used;
+  EXPECT_TRUE(!w.empty() && w[0] == "ok");
+  for (size_t i = 1; i < w.size(); ++i) used.push_back(std::stoull(w[i]));
+  return used;
+}
+
+std::vector<uint64_t> JobTest::CreatedDeviceBytes() const {
+  std::vector<uint64_t> bytes(2, 0);
+  for (const auto& [name, where] : device_allocations_) {
+    bytes.at(static_cast<size_t>(where.second)) += where.first << 20;
+  }
+  return bytes;
+}
+
+std::vector<std::string> JobTest::Phases() {
+  const Ran st = Cusnap({"status", "--all", "--json"});
+  EXPECT_EQ(st.status, 0) << st.err;
+  std::vector<std::string> phases;
+  const auto doc = nlohmann::json::parse(st.out, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc["participants"].is_array()) {
+    ADD_FAILURE() << "status --json: " << st.out;
+    return phases;
+  }
+  for (const auto& p : doc["participants"]) phases.push_back(p.value("phase", "?"));
+  return phases;
+}
+
+int JobTest::NativeState(pid_t pid) {
+  Worker& controller = Start("controller", 0, /*bare=*/true);
+  const std::string state = OkValue(Ask(controller, "state " + std::to_string(pid)));
+  EXPECT_EQ(Stop(controller), 0);
+  return state.empty() ? -1 : std::stoi(state);
+}
+
+void JobTest::Cycle(const std::string& state, const std::vector<std::string>& restore_extra,
+                    const std::map<int, int>& device_map) {
+  const Snapshot before = Suspend(state);
+  if (HasFatalFailure()) return;
+  Resume(state, before, restore_extra, device_map);
+}
+
+Snapshot JobTest::Suspend(const std::string& state) {
+  const Snapshot before = Snap();
+  EXPECT_EQ(UsedBytes(), CreatedDeviceBytes());
+  const Ran ck = Checkpoint(state);
+  if (std::getenv("CUSNAP_JOB_TRACE") != nullptr) std::fprintf(stderr, "%s", ck.out.c_str());
+  EXPECT_EQ(ck.status, 0) << ck.out << ck.err;
+  if (ck.status != 0) {
+    ADD_FAILURE() << "checkpoint failed";
+    return before;
+  }
+  EXPECT_THAT(ck.out, HasSubstr("driver: simulated\n"));
+  EXPECT_THAT(ck.out, HasSubstr("checkpoint: done"));
+  ExpectSuspended();
+  return before;
+}
+
+void JobTest::ExpectSuspended() {
+  EXPECT_EQ(UsedBytes(), std::vector<uint64_t>(2, 0)) << "device memory still in use";
+  const std::vector<Worker*> live = Live();
+  for (Worker* w : live) {
+    EXPECT_EQ(Ask(*w, "held"), "ok 0 0") << w->name << " still holds driver memory";
+    EXPECT_EQ(NativeState(w->pid), kStateCheckpointed) << w->name;
+  }
+  EXPECT_EQ(Phases(), std::vector<std::string>(live.size(), "released"));
+}
+
+void JobTest::Resume(const std::string& state, const Snapshot& before,
+                     const std::vector<std::string>& restore_extra,
+                     const std::map<int, int>& device_map) {
+  const Ran rs = Restore(state, restore_extra);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_THAT(rs.out, HasSubstr("restore: done"));
+  for (auto& [name, where] : device_allocations_) {
+    if (const auto it = device_map.find(where.second); it != device_map.end()) {
+      where.second = it->second;
+    }
+  }
+  EXPECT_EQ(UsedBytes(), CreatedDeviceBytes());
+  const std::vector<Worker*> live = Live();
+  for (Worker* w : live) EXPECT_EQ(NativeState(w->pid), kStateRunning) << w->name;
+  EXPECT_EQ(Phases(), std::vector<std::string>(live.size(), "active"));
+  CheckEveryByte();
+  ExpectSameLayout(before, Snap(), device_map);
+  // Writes cross between every pair of processes sharing bytes.
+  for (size_t i = 0; i < views_.size(); ++i) {
+    for (size_t j = i + 1; j < views_.size(); ++j) {
+      const ViewRecord &a = views_[i], &b = views_[j];
+      if (a.allocation != b.allocation || a.worker == b.worker) continue;
+      if (a.worker->pid <= 0 || b.worker->pid <= 0) continue;
+      const bool overlap = std::max(a.offset_mib, b.offset_mib) <
+                           std::min(a.offset_mib + a.mib, b.offset_mib + b.mib);
+      if (overlap) CrossWrite(*a.worker, a.view, *b.worker, b.view);
+    }
+  }
+}
+
+}  // namespace jobtest

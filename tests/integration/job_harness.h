@@ -1,0 +1,159 @@
+// The CLI integration tests' harness: starts job_worker processes (through the real
+// `cusnap run`, or bare), drives them line by line over pipes with bounded waits, relays
+// shareable descriptors between them, runs the real `cusnap` binary, and remembers the job's
+// topology (allocations, their pattern seeds, views) so that every byte and every VA of every
+// process can be checked after a restore. Each test gets its own control directory and
+// simulated machine (SIMCUDA_DIR), so `--all` and cuMemGetInfo see only this test's job.
+// The test process itself never loads the driver (it is the root of the checkpointed process
+// tree, and a CUDA process there without an endpoint would refuse the checkpoint): native
+// checkpoint calls and cuMemGetInfo go through a bare job_worker ("controller").
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace jobtest {
+
+/// Bound on every wait for a child (a reply line, an exit, a `cusnap` command), ms. Generous:
+/// the suite runs under ASan on a loaded 2-core machine.
+inline constexpr int kWaitMs = 90'000;
+
+/// Exit statuses of `cusnap` (src/cli/exit_codes.h).
+inline constexpr int kExitRefused = 3;
+inline constexpr int kExitRestoreRefused = 5;
+
+/// CUprocessState values (cuda.h) as `state <pid>` prints them.
+inline constexpr int kStateRunning = 0;
+inline constexpr int kStateCheckpointed = 2;
+
+/// A finished `cusnap` command.
+struct Ran {
+  int status = -1;  ///< exit status; -1 when killed or timed out
+  std::string out, err;
+};
+
+/// One job_worker process.
+struct Worker {
+  std::string name;     ///< the test's name for it, in failure messages
+  pid_t pid = -1;       ///< -1 once reaped
+  int in = -1;          ///< its stdin
+  int out = -1;         ///< its stdout
+  int channel = -1;     ///< our end of its descriptor channel (its descriptor 3)
+  std::string pending;  ///< bytes read past the last line
+};
+
+/// A view (mapping) the test made: which worker, which allocation, where in it.
+struct ViewRecord {
+  Worker* worker;
+  std::string view, allocation;
+  size_t offset_mib = 0, mib = 0;
+};
+
+/// What the driver and the application see at one view ("info" and "retain" replies).
+struct ViewFacts {
+  uint64_t va = 0, size = 0, offset = 0, allocation_id = 0;
+  int location_type = -1, location_id = -1;
+  int access[2] = {0, 0};
+  std::string retained;  ///< the handle cuMemRetainAllocationHandle returns there
+};
+
+using Snapshot = std::vector<ViewFacts>;  ///< one per views_ entry, same order
+
+class JobTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  /// Starts `job_worker <device>`, through `cusnap run` unless `bare`, and waits for "ready".
+  Worker& Start(const std::string& name, int device, bool bare = false);
+  /// Sends one command and returns the reply line ("<eof>" / "<timeout>" when none came).
+  std::string Ask(Worker& w, const std::string& command);
+  /// Says "exit" and reaps the worker (SIGKILL after kWaitMs); returns its wait status.
+  int Stop(Worker& w);
+  /// SIGKILL and reap.
+  void Kill(Worker& w);
+
+  // The job's topology. Each asserts the worker answered "ok" and records what later checks
+  // need. Allocation names are global: an importer uses the creator's name.
+  void Create(Worker& w, const std::string& allocation, size_t mib, const char* where, int id);
+  /// `from` exports `allocation`, the descriptor is relayed, `to` imports it.
+  void Share(Worker& from, const std::string& allocation, Worker& to);
+  void Map(Worker& w, const std::string& view, const std::string& allocation, size_t offset_mib,
+           size_t mib, const std::string& devices);
+  /// Writes the allocation's pattern through `view`.
+  void Fill(Worker& w, const std::string& view);
+  /// Unmaps `view` (and forgets it).
+  void Unmap(Worker& w, const std::string& view);
+  /// Releases the worker's handle of `allocation`; `freed`: no process holds it any more, so
+  /// it no longer counts as device memory in use.
+  void Release(Worker& w, const std::string& allocation, bool freed);
+
+  /// Every byte of every recorded view holds its allocation's pattern.
+  void CheckEveryByte();
+  /// The driver's facts at every recorded view.
+  Snapshot Snap();
+  /// After a restore: same VAs, sizes, offsets, application handles and access (devices
+  /// renamed by `device_map`, old ordinal -> new); views that shared an allocation still share
+  /// one and views that did not still do not; every allocation is a fresh one.
+  void ExpectSameLayout(const Snapshot& before, const Snapshot& after,
+                        const std::map<int, int>& device_map = {});
+  /// A word written through `a`'s view is read through `b`'s, and the other way round (the
+  /// word is then put back, so the pattern holds again). Both views map `allocation`.
+  void CrossWrite(Worker& a, const std::string& view_a, Worker& b, const std::string& view_b);
+
+  /// Runs the real `cusnap` with `args` (bounded); stdout and stderr captured.
+  Ran Cusnap(const std::vector<std::string>& args);
+  /// `cusnap checkpoint <target_> --state-dir <state>`.
+  Ran Checkpoint(const std::string& state);
+  /// `cusnap restore <target_> --state-dir <state>` plus `extra`.
+  Ran Restore(const std::string& state, const std::vector<std::string>& extra = {});
+  /// Device memory in use (cuMemGetInfo total - free) per device, across every process of
+  /// this test's simulated machine, asked of a short-lived bare controller.
+  std::vector<uint64_t> UsedBytes();
+  /// Bytes of the live device allocations, per device where they are now (what UsedBytes
+  /// shows while the job runs).
+  std::vector<uint64_t> CreatedDeviceBytes() const;
+  /// One full cusnap cycle with every check: Suspend, then Resume.
+  void Cycle(const std::string& state, const std::vector<std::string>& restore_extra = {},
+             const std::map<int, int>& device_map = {});
+  /// Checkpoint (exit 0), then ExpectSuspended. Returns the layout before the checkpoint.
+  Snapshot Suspend(const std::string& state);
+  /// GPU memory released on the machine, every worker holding nothing in the driver
+  /// (introspection, which the native lock does not block), every participant's shim
+  /// RELEASED and its process CHECKPOINTED.
+  void ExpectSuspended();
+  /// Restore (exit 0, `restore_extra` added), then every byte, the layout against `before`
+  /// (`device_map`: old ordinal -> new), the memory in use, and writes crossing between every
+  /// pair of processes whose views share bytes.
+  void Resume(const std::string& state, const Snapshot& before,
+              const std::vector<std::string>& restore_extra = {},
+              const std::map<int, int>& device_map = {});
+  /// Every participant's phase as `cusnap status --all --json` reports it.
+  std::vector<std::string> Phases();
+  /// What the native checkpoint API says about `pid` (CUprocessState), through a controller.
+  int NativeState(pid_t pid);
+
+  std::string PidArg() const;
+  /// The workers still running (a snapshot: starting a controller adds to workers_).
+  std::vector<Worker*> Live();
+  /// Which processes `checkpoint` and `restore` act on: "--pid <this process>" by default.
+  std::vector<std::string> target_;
+
+  std::string dir_;
+  std::deque<Worker> workers_;  // deque: references stay valid as workers are added
+  std::map<std::string, uint32_t> seeds_;
+  /// Live device allocations: name -> (MiB, device now). Resume moves them by the device map.
+  std::map<std::string, std::pair<size_t, int>> device_allocations_;
+  std::vector<ViewRecord> views_;
+};
+
+/// The text after "ok " in a reply, or "" when the reply is not "ok ...".
+std::string OkValue(const std::string& reply);
+
+}  // namespace jobtest

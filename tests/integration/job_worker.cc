@@ -1,0 +1,338 @@
+// One process of the CLI integration tests (cli_job_test.cc): an ordinary CUDA driver API
+// program on the simulated driver, usually started through `cusnap run`, driven by a small
+// command language so that every scenario is data, not a new program. `job_worker <device>`
+// makes the primary context of <device> current, prints "ready" and then answers one line per
+// command on stdin, "ok ..." or "bad <what failed>". Descriptor 3 is a SOCK_SEQPACKET channel
+// to the test: exported descriptors leave through it and imported ones arrive through it.
+//
+// Allocations and views (mappings) have names chosen by the test; sizes and offsets are MiB.
+//   create A <MiB> dev|host <id>   cuMemCreate, POSIX-descriptor capable, on a device or a
+//                                  host NUMA node
+//   export A                       cuMemExportToShareableHandle; the descriptor goes out on 3
+//   import A                       cuMemImportFromShareableHandle of the descriptor on 3
+//   release A                      cuMemRelease of A's handle
+//   handle A                       "ok <handle>" as the application sees it
+//   map V A <off MiB> <MiB> <d,d>  reserve a fresh VA, map A there at the offset, grant
+//                                  read-write access to the listed devices: "ok <va>"
+//   unmap V                        cuMemUnmap + cuMemAddressFree
+//   fill V <seed>                  writes the pattern of allocation seed <seed> over V
+//   check V <seed>                 every byte of V holds that pattern: "ok" or "bad ..."
+//   read V <word> / write V <word> <value>   one 32-bit word, index counted from V's start
+//   retain V                       cuMemRetainAllocationHandle at V (released again): "ok <h>"
+//   info V                         what the driver maps there (simcuda introspection):
+//                                  "ok <va> <size> <offset> <allocation id> <location type>
+//                                  <location id> <access dev0> <access dev1>"
+//   held                           allocations and mappings this process holds in the driver
+//                                  (introspection, answered even while checkpointed)
+//   meminfo                        cuMemGetInfo on every device: "ok <used0> <used1> ..."
+//   lock|checkpoint|restore|unlock|state <pid>   the native checkpoint API on another
+//                                  process: "ok <CUresult>" ("ok <CUprocessState>" for state)
+//   exit
+// The pattern word at index i (counted in the whole allocation) of seed s is Word(s, i), so
+// any view at any offset in any process can be checked against the same seed.
+#include <cuda.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "simcuda/introspection.h"
+
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr int kChannel = 3;
+constexpr int kChannelTimeoutMs = 60'000;
+
+struct Allocation {
+  CUmemGenericAllocationHandle handle = 0;
+};
+
+struct View {
+  CUdeviceptr va = 0;
+  size_t size = 0;
+  size_t offset = 0;  // into the allocation, bytes
+};
+
+std::map<std::string, Allocation> g_allocations;
+std::map<std::string, View> g_views;
+
+uint32_t Word(uint32_t seed, size_t index) {
+  return seed * 0x01000193u ^ static_cast<uint32_t>(index) * 2654435761u;
+}
+
+/// The reply to one command: "ok ..." or "bad ...".
+std::string Bad(const std::string& what) { return "bad " + what; }
+
+std::string CuFailed(const char* call, CUresult rc) {
+  return Bad(std::string(call) + " = " + std::to_string(static_cast<int>(rc)));
+}
+
+#define CU_OR_REPLY(call)                                   \
+  do {                                                      \
+    const CUresult rc_ = (call);                            \
+    if (rc_ != CUDA_SUCCESS) return CuFailed(#call, rc_);   \
+  } while (0)
+
+std::string Hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+std::string Create(const std::string& name, size_t mib, const std::string& where, int id) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = where == "host" ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = id;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  Allocation a;
+  CU_OR_REPLY(cuMemCreate(&a.handle, mib * kMiB, &prop, 0));
+  g_allocations[name] = a;
+  return "ok " + Hex(a.handle);
+}
+
+std::string Export(const std::string& name) {
+  const auto it = g_allocations.find(name);
+  if (it == g_allocations.end()) return Bad("no allocation " + name);
+  int fd = -1;
+  CU_OR_REPLY(cuMemExportToShareableHandle(&fd, it->second.handle,
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  const cusnap::Status sent = cusnap::SendPacket(kChannel, name.data(), name.size(), fd,
+                                                 cusnap::Deadline::AfterMs(kChannelTimeoutMs));
+  ::close(fd);
+  if (!sent.ok()) return Bad("send descriptor of " + name + ": " + sent.error().message);
+  return "ok";
+}
+
+std::string Import(const std::string& name) {
+  char buf[256];
+  int fd = -1;
+  cusnap::Result<size_t> n = cusnap::RecvPacket(
+      kChannel, buf, sizeof buf, &fd, cusnap::Deadline::AfterMs(kChannelTimeoutMs));
+  if (!n.ok()) return Bad("receive descriptor of " + name + ": " + n.error().message);
+  if (fd < 0) return Bad("no descriptor came with '" + std::string(buf, *n) + "'");
+  Allocation a;
+  const CUresult rc = cuMemImportFromShareableHandle(
+      &a.handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  ::close(fd);
+  if (rc != CUDA_SUCCESS) return CuFailed("cuMemImportFromShareableHandle", rc);
+  g_allocations[name] = a;
+  return "ok " + Hex(a.handle);
+}
+
+std::string Map(const std::string& view, const std::string& name, size_t offset_mib,
+                size_t mib, const std::string& devices) {
+  const auto it = g_allocations.find(name);
+  if (it == g_allocations.end()) return Bad("no allocation " + name);
+  View v;
+  v.size = mib * kMiB;
+  v.offset = offset_mib * kMiB;
+  CU_OR_REPLY(cuMemAddressReserve(&v.va, v.size, 0, 0, 0));
+  CU_OR_REPLY(cuMemMap(v.va, v.size, v.offset, it->second.handle, 0));
+  std::vector<CUmemAccessDesc> access;
+  std::stringstream list(devices);
+  std::string device;
+  while (std::getline(list, device, ',')) {
+    CUmemAccessDesc d{};
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = std::atoi(device.c_str());
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(d);
+  }
+  CU_OR_REPLY(cuMemSetAccess(v.va, v.size, access.data(), access.size()));
+  g_views[view] = v;
+  return "ok " + Hex(v.va);
+}
+
+const View* FindView(const std::string& name) {
+  const auto it = g_views.find(name);
+  return it == g_views.end() ? nullptr : &it->second;
+}
+
+std::string Fill(const View& v, uint32_t seed) {
+  std::vector<uint32_t> words(v.size / sizeof(uint32_t));
+  const size_t first = v.offset / sizeof(uint32_t);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = Word(seed, first + i);
+  CU_OR_REPLY(cuMemcpyHtoD(v.va, words.data(), v.size));
+  return "ok";
+}
+
+std::string Check(const View& v, uint32_t seed) {
+  std::vector<uint32_t> words(v.size / sizeof(uint32_t));
+  CU_OR_REPLY(cuMemcpyDtoH(words.data(), v.va, v.size));
+  const size_t first = v.offset / sizeof(uint32_t);
+  size_t wrong = 0, first_wrong = 0;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (words[i] != Word(seed, first + i) && wrong++ == 0) first_wrong = i;
+  }
+  if (wrong == 0) return "ok";
+  return Bad(std::to_string(wrong) + " words differ at va " + Hex(v.va) + ", first word " +
+             std::to_string(first_wrong) + ": " + Hex(words[first_wrong]) + ", expected " +
+             Hex(Word(seed, first + first_wrong)));
+}
+
+std::string Info(const View& v) {
+  simcuda_mapping_info info{};
+  if (simcuda_test_mapping_at(v.va, &info) != 0) return Bad("nothing mapped at " + Hex(v.va));
+  std::string s = "ok " + Hex(info.va) + " " + std::to_string(info.size) + " " +
+                  std::to_string(info.offset) + " " + std::to_string(info.allocation_id) + " " +
+                  std::to_string(info.location_type) + " " + std::to_string(info.location_id);
+  for (int d = 0; d < 2; ++d) s += " " + std::to_string(info.access[d]);
+  return s;
+}
+
+std::string MemInfo() {
+  int count = 0;
+  CU_OR_REPLY(cuDeviceGetCount(&count));
+  CUcontext previous = nullptr;
+  CU_OR_REPLY(cuCtxGetCurrent(&previous));
+  std::string s = "ok";
+  for (int d = 0; d < count; ++d) {
+    CUcontext ctx = nullptr;
+    CU_OR_REPLY(cuDevicePrimaryCtxRetain(&ctx, d));
+    CU_OR_REPLY(cuCtxSetCurrent(ctx));
+    size_t free = 0, total = 0;
+    CU_OR_REPLY(cuMemGetInfo(&free, &total));
+    s += " " + std::to_string(total - free);
+    CU_OR_REPLY(cuDevicePrimaryCtxRelease(d));
+  }
+  CU_OR_REPLY(cuCtxSetCurrent(previous));
+  return s;
+}
+
+std::string Native(const std::string& op, int pid) {
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+  if (op == "lock") {
+    CUcheckpointLockArgs args{};
+    args.timeoutMs = 30'000;
+    rc = cuCheckpointProcessLock(pid, &args);
+  } else if (op == "checkpoint") {
+    rc = cuCheckpointProcessCheckpoint(pid, nullptr);
+  } else if (op == "restore") {
+    rc = cuCheckpointProcessRestore(pid, nullptr);
+  } else if (op == "unlock") {
+    rc = cuCheckpointProcessUnlock(pid, nullptr);
+  } else if (op == "state") {
+    CUprocessState state = CU_PROCESS_STATE_FAILED;
+    CU_OR_REPLY(cuCheckpointProcessGetState(pid, &state));
+    return "ok " + std::to_string(static_cast<int>(state));
+  }
+  return "ok " + std::to_string(static_cast<int>(rc));
+}
+
+/// Runs one command line; returns the reply, or an empty string for "exit".
+std::string Execute(const std::string& line) {
+  std::istringstream in(line);
+  std::string op, a, b, c, d;
+  in >> op;
+  if (op == "exit") return "";
+  if (op == "create") {
+    size_t mib = 0;
+    int id = 0;
+    if (!(in >> a >> mib >> b >> id) || (b != "dev" && b != "host")) return Bad("usage: " + line);
+    return Create(a, mib, b, id);
+  }
+  if (op == "export" && (in >> a)) return Export(a);
+  if (op == "import" && (in >> a)) return Import(a);
+  if (op == "release" && (in >> a)) {
+    const auto it = g_allocations.find(a);
+    if (it == g_allocations.end()) return Bad("no allocation " + a);
+    CU_OR_REPLY(cuMemRelease(it->second.handle));
+    g_allocations.erase(it);
+    return "ok";
+  }
+  if (op == "handle" && (in >> a)) {
+    const auto it = g_allocations.find(a);
+    return it == g_allocations.end() ? Bad("no allocation " + a) : "ok " + Hex(it->second.handle);
+  }
+  if (op == "map") {
+    size_t offset = 0, mib = 0;
+    if (!(in >> a >> b >> offset >> mib >> c)) return Bad("usage: " + line);
+    return Map(a, b, offset, mib, c);
+  }
+  if (op == "held") {
+    return "ok " + std::to_string(simcuda_test_allocation_count()) + " " +
+           std::to_string(simcuda_test_mappings(nullptr, 0));
+  }
+  if (op == "meminfo") return MemInfo();
+  if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
+    int pid = 0;
+    if (!(in >> pid)) return Bad("usage: " + op + " <pid>");
+    return Native(op, pid);
+  }
+  // The rest act on a view.
+  if (!(in >> a)) return Bad("usage: " + line);
+  const View* v = FindView(a);
+  if (v == nullptr) return Bad("no view " + a);
+  if (op == "unmap") {
+    CU_OR_REPLY(cuMemUnmap(v->va, v->size));
+    CU_OR_REPLY(cuMemAddressFree(v->va, v->size));
+    g_views.erase(a);
+    return "ok";
+  }
+  if (op == "info") return Info(*v);
+  if (op == "retain") {
+    CUmemGenericAllocationHandle h = 0;
+    CU_OR_REPLY(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(v->va)));
+    CU_OR_REPLY(cuMemRelease(h));
+    return "ok " + Hex(h);
+  }
+  uint32_t seed = 0;
+  size_t word = 0;
+  if (op == "fill" && (in >> seed)) return Fill(*v, seed);
+  if (op == "check" && (in >> seed)) return Check(*v, seed);
+  if ((op == "read" || op == "write") && (in >> word)) {
+    if (word >= v->size / sizeof(uint32_t)) return Bad("word " + std::to_string(word) + " outside " + a);
+    const CUdeviceptr at = v->va + word * sizeof(uint32_t);
+    uint32_t value = 0;
+    if (op == "read") {
+      CU_OR_REPLY(cuMemcpyDtoH(&value, at, sizeof value));
+      return "ok " + std::to_string(value);
+    }
+    if (!(in >> value)) return Bad("usage: write V <word> <value>");
+    CU_OR_REPLY(cuMemcpyHtoD(at, &value, sizeof value));
+    return "ok";
+  }
+  return Bad("unknown command: " + line);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <device> (commands on stdin, descriptors on 3)\n", argv[0]);
+    return 2;
+  }
+  const int device = std::atoi(argv[1]);
+  CUcontext context = nullptr;
+  CUresult rc = cuInit(0);
+  if (rc == CUDA_SUCCESS) rc = cuDevicePrimaryCtxRetain(&context, device);
+  if (rc == CUDA_SUCCESS) rc = cuCtxSetCurrent(context);
+  if (rc != CUDA_SUCCESS) {
+    std::printf("bad init on device %d: %d\n", device, static_cast<int>(rc));
+    return 1;
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[512];
+  while (std::fgets(line, sizeof line, stdin) != nullptr) {
+    std::string text(line);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    const std::string reply = Execute(text);
+    if (reply.empty()) return 0;
+    std::printf("%s\n", reply.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
