@@ -37,6 +37,21 @@ struct AllocationFacts {
   std::vector<int> other_holders;   ///< non-creators with a handle or a mapping (first pid)
 };
 
+/// The rule "the creator still holds a handle or a mapping while others use the allocation".
+std::string CreatorReleased(const proto::ObjectId& id, int holder) {
+  return Pid(id.creator_pid) + ": " + ObjectName(id) + " is still held or mapped by " +
+         Pid(holder) + ", but its creator released both its handle and its mappings; keep a "
+         "handle or a mapping in the creator while others use it";
+}
+
+/// True when `id` was created by one of `participants` (same pid and start time).
+bool CreatedByParticipant(std::span<const ParticipantView> participants,
+                          const proto::ObjectId& id) {
+  return std::any_of(participants.begin(), participants.end(), [&](const ParticipantView& p) {
+    return p.pid == id.creator_pid && p.start_time == id.creator_start;
+  });
+}
+
 void CheckUntracked(const ParticipantView& p, std::vector<std::string>& problems) {
   if (p.untracked_imports == 1) {
     problems.push_back(Pid(p.pid) +
@@ -313,16 +328,19 @@ std::vector<std::string> ValidateTopology(std::span<const ParticipantView> parti
     }
     if (facts.creators.empty()) {
       const int user = facts.other_holders.empty() ? id.creator_pid : facts.other_holders[0];
+      // A creator that released both its handle and its mappings reports nothing about the
+      // allocation any more (its sharing table forgets it): the id still names it.
+      if (CreatedByParticipant(participants, id)) {
+        problems.push_back(CreatorReleased(id, user));
+        continue;
+      }
       problems.push_back(Pid(user) + ": " + ObjectName(id) +
                          " is imported, but its creator is not a participant; start the "
                          "creator with 'cusnap run' and include it in the checkpoint");
       continue;
     }
     if (!facts.other_holders.empty() && !facts.creator_anchored) {
-      problems.push_back(Pid(facts.creators[0]) + ": " + ObjectName(id) +
-                         " is still held or mapped by " + Pid(facts.other_holders[0]) +
-                         ", but its creator released both its handle and its mappings; keep a "
-                         "handle or a mapping in the creator while others use it");
+      problems.push_back(CreatorReleased(id, facts.other_holders[0]));
     }
   }
 
