@@ -1,0 +1,103 @@
+// The lifecycle's rules for multicast detach (src/shim/lifecycle.h): a DETACH_MULTICAST that
+// failed without destroying anything (it undid its own work) leaves the shim QUIESCED and
+// resumable; one that failed after a multicast object was released leaves it FAILED; and a
+// checkpoint whose detach took a team apart can no longer resume, even after a failed SAVE.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <string>
+
+#include "common/socket.h"
+#include "shim/lifecycle.h"
+
+namespace cusnap::shim {
+namespace {
+
+using proto::Op;
+using proto::Phase;
+
+class DetachSteps : public LifecycleSteps {
+ public:
+  bool fail_detach = false;
+  bool destroy = false;  // what the detach leaves taken apart
+  bool fail_save = false;
+
+  Status DetachMulticast() override {
+    destroyed_ = destroy;
+    if (fail_detach) return Error{999, "pid " + std::to_string(getpid()) + ": cuMulticastUnbind failed with CUresult 999 for multicast object 1 of pid 1"};
+    return Ok{};
+  }
+  bool MulticastDestroyed() const override { return destroyed_; }
+  Result<StepResult> Save() override {
+    if (fail_save) return Error{999, "save failed"};
+    return StepResult{};
+  }
+  Status Release() override { return Ok{}; }
+  Result<StepResult> Reallocate(const DeviceMap&) override { return StepResult{}; }
+  Status Import(const DeviceMap&) override { return Ok{}; }
+
+ private:
+  bool destroyed_ = false;
+};
+
+std::string ThisProcessForTest() { return "pid " + std::to_string(getpid()); }
+
+class MulticastLifecycleTest : public ::testing::Test {
+ protected:
+  proto::Header Send(Op op) { return lifecycle.Handle(MakeHeader(op)); }
+  DetachSteps steps;
+  QuiesceGate gate;
+  Lifecycle lifecycle{steps, gate};
+};
+
+TEST_F(MulticastLifecycleTest, DetachFailureThatDestroyedNothingCanResume) {
+  steps.fail_detach = true;
+  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
+  const proto::Header reply = Send(Op::kDetachMulticast);
+  EXPECT_EQ(reply.status, 999);
+  EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
+  EXPECT_NE(std::string(reply.text).find("cuMulticastUnbind failed with CUresult 999"), std::string::npos);
+  EXPECT_EQ(Send(Op::kResume).status, 0);
+  EXPECT_EQ(lifecycle.phase(), Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+}
+
+TEST_F(MulticastLifecycleTest, DetachFailureAfterAReleaseIsFinal) {
+  steps.fail_detach = true;
+  steps.destroy = true;
+  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
+  const proto::Header reply = Send(Op::kDetachMulticast);
+  EXPECT_EQ(reply.status, 999);
+  EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
+  // The process is said once, then the step and the driver's answer.
+  EXPECT_EQ(lifecycle.failure(),
+            ThisProcessForTest() + ": DETACH_MULTICAST failed after memory was changed (shim "
+            "FAILED): cuMulticastUnbind failed with CUresult 999 for multicast object 1 of pid 1");
+  EXPECT_EQ(Send(Op::kResume).status, -1);
+  EXPECT_EQ(gate.Enter(), CUDA_ERROR_NOT_READY);
+}
+
+TEST_F(MulticastLifecycleTest, ADetachedTeamRefusesResumeEvenAfterAFailedSave) {
+  steps.destroy = true;
+  steps.fail_save = true;
+  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
+  ASSERT_EQ(Send(Op::kDetachMulticast).status, 0);
+  EXPECT_EQ(Send(Op::kSave).status, 999);
+  EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
+  const proto::Header resume = Send(Op::kResume);
+  EXPECT_EQ(resume.status, -1);
+  EXPECT_NE(std::string(resume.text).find("no multicast team"), std::string::npos) << resume.text;
+  EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
+}
+
+TEST_F(MulticastLifecycleTest, ADetachThatFoundNoTeamStillResumes) {
+  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
+  ASSERT_EQ(Send(Op::kDetachMulticast).status, 0);
+  ASSERT_EQ(Send(Op::kSave).status, 0);
+  EXPECT_EQ(Send(Op::kResume).status, 0);
+  EXPECT_EQ(lifecycle.phase(), Phase::kActive);
+}
+
+}  // namespace
+}  // namespace cusnap::shim
