@@ -182,5 +182,30 @@ TEST_F(CliJobCycle, HostNumaAllocations) {
   EXPECT_EQ(saved, uint64_t{6} << 20);
 }
 
+// The job's root is a launcher started with `cusnap run` that never uses CUDA and forks the
+// workers (they inherit the shim from it): `--pid <launcher>` finds the launcher and both
+// workers; the launcher takes part in the lifecycle phases but gets no native calls.
+TEST_F(CliJobCycle, LauncherUnderCusnapRunForksTheWorkers) {
+  const std::vector<Worker*> job = StartLaunched("worker", {0, 1});
+  ASSERT_EQ(job.size(), 3u);
+  ASSERT_GT(job[1]->pid, 0);
+  ASSERT_GT(job[2]->pid, 0);
+  target_ = {"--pid", std::to_string(job[0]->pid)};
+  Worker &first = *job[1], &second = *job[2];
+  ASSERT_NO_FATAL_FAILURE(Create(first, "A", 2, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Create(second, "B", 2, "dev", 1));
+  ASSERT_NO_FATAL_FAILURE(Map(first, "a", "A", 0, 2, "0"));
+  ASSERT_NO_FATAL_FAILURE(Map(second, "b", "B", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(Fill(first, "a"));
+  ASSERT_NO_FATAL_FAILURE(Fill(second, "b"));
+  ASSERT_NO_FATAL_FAILURE(Share(first, "A", second));
+  ASSERT_NO_FATAL_FAILURE(Share(second, "B", first));
+  ASSERT_NO_FATAL_FAILURE(Map(second, "a", "A", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(Map(first, "b", "B", 0, 2, "0,1"));
+  CheckEveryByte();
+  EXPECT_EQ(Phases().size(), 3u);  // the launcher has an endpoint too
+  ASSERT_NO_FATAL_FAILURE(Cycle(dir_ + "/state"));
+}
+
 }  // namespace
 }  // namespace jobtest

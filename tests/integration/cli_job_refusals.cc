@@ -45,9 +45,7 @@ class CliJobRefusal : public JobTest {
 
   /// The job runs as before: every shim ACTIVE, every byte intact, writes cross.
   void ExpectRunningIntact() {
-    size_t participants = 0;
-    for (Worker* w : Live()) participants += w == bare_ ? 0 : 1;
-    EXPECT_EQ(Phases(), std::vector<std::string>(participants, "active"));
+    EXPECT_EQ(Phases(), std::vector<std::string>(LiveParticipants(), "active"));
     CheckEveryByte();
     CrossWrite(*creator_, "a", *importer_, "a");
   }

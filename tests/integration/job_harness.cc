@@ -71,9 +71,10 @@ pid_t Spawn(const std::vector<std::string>& args, int in, int out, int err, int 
   return rc == 0 ? pid : -1;
 }
 
-/// Waits for `pid` to exit for at most `ms`, then SIGKILLs it; reaps it either way. Returns
-/// the wait status.
-int Reap(pid_t pid, int ms) {
+/// Waits for `pid` to exit for at most `ms`, then SIGKILLs it; reaps it either way unless it
+/// is not our child (`child` false: its parent reaps it). Returns the wait status (0 for
+/// another's child).
+int Reap(pid_t pid, int ms, bool child = true) {
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd >= 0) {
     pollfd p{pidfd, POLLIN, 0};
@@ -86,6 +87,7 @@ int Reap(pid_t pid, int ms) {
     }
     ::close(pidfd);
   }
+  if (!child) return 0;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -129,11 +131,15 @@ void JobTest::SetUp() {
 }
 
 void JobTest::TearDown() {
-  for (auto& w : workers_) {
-    if (w.pid <= 0) continue;
-    const int status = Stop(w);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << w.name << " (pid " << w.pid << ") ended with wait status " << status;
+  // A launcher's workers first: the launcher waits for them before it exits.
+  for (const bool children : {false, true}) {
+    for (auto& w : workers_) {
+      if (w.pid <= 0 || w.child != children) continue;
+      const std::string name = w.name + " (pid " + std::to_string(w.pid) + ")";
+      const int status = Stop(w);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << name << " ended with wait status " << status;
+    }
   }
   // A failed assertion may leave state directories read-only or odd: best effort.
   std::error_code ec;
@@ -154,6 +160,7 @@ Worker& JobTest::Start(const std::string& name, int device, bool bare) {
   args.push_back(std::to_string(device));
   Worker w;
   w.name = name;
+  w.shim = !bare;
   w.pid = Spawn(args, child_in, child_out, -1, child_channel);
   EXPECT_GT(w.pid, 0) << "cannot start " << name;
   ::close(child_in);
@@ -166,6 +173,75 @@ Worker& JobTest::Start(const std::string& name, int device, bool bare) {
   Worker& started = workers_.back();
   const std::string ready = Ask(started, "");
   EXPECT_EQ(ready, "ready") << name;
+  return started;
+}
+
+std::vector<Worker*> JobTest::StartLaunched(const std::string& name,
+                                            const std::vector<int>& devices) {
+  // Every worker's descriptors land on 10+3k.. in the launcher; ours are moved to 200 and up
+  // first so that no dup2 of the spawn overwrites a descriptor a later one still reads.
+  const auto above = [](int fd) {
+    const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 200);
+    ::close(fd);
+    return moved;
+  };
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  int launcher_in[2], launcher_out[2];
+  EXPECT_EQ(::pipe2(launcher_in, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(launcher_out, O_CLOEXEC), 0);
+  launcher_in[0] = above(launcher_in[0]);
+  launcher_out[1] = above(launcher_out[1]);
+  posix_spawn_file_actions_adddup2(&actions, launcher_in[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, launcher_out[1], 1);
+  std::vector<Worker> launched(devices.size());
+  std::vector<int> theirs;
+  for (size_t k = 0; k < devices.size(); ++k) {
+    int to[2], from[2], channel[2];
+    EXPECT_EQ(::pipe2(to, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(from, O_CLOEXEC), 0);
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
+    const int base = 10 + 3 * static_cast<int>(k);
+    theirs.insert(theirs.end(), {above(to[0]), above(from[1]), above(channel[1])});
+    for (int i = 0; i < 3; ++i) {
+      posix_spawn_file_actions_adddup2(&actions, theirs[theirs.size() - 3 + static_cast<size_t>(i)],
+                                       base + i);
+    }
+    launched[k].name = name + std::to_string(k);
+    launched[k].in = to[1];
+    launched[k].out = from[0];
+    launched[k].channel = channel[0];
+    launched[k].child = false;
+  }
+  const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
+  std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/job_worker", "launch"};
+  for (int d : devices) args.push_back(std::to_string(d));
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  Worker launcher;
+  launcher.name = name;
+  launcher.cuda = false;
+  const int rc = ::posix_spawn(&launcher.pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(rc, 0);
+  ::close(launcher_in[0]);
+  ::close(launcher_out[1]);
+  for (int fd : theirs) ::close(fd);
+  launcher.in = launcher_in[1];
+  launcher.out = launcher_out[0];
+  workers_.push_back(launcher);
+  std::vector<Worker*> started = {&workers_.back()};
+  EXPECT_EQ(Ask(workers_.back(), ""), "ready") << name;
+  for (Worker& w : launched) {
+    w.pid = 1;  // not known yet; Ask only needs it positive
+    workers_.push_back(w);
+    Worker& added = workers_.back();
+    EXPECT_EQ(Ask(added, ""), "ready") << added.name;
+    const std::string pid = OkValue(Ask(added, "pid"));
+    added.pid = pid.empty() ? -1 : std::stoi(pid);
+    started.push_back(&added);
+  }
   return started;
 }
 
@@ -212,7 +288,7 @@ int JobTest::Stop(Worker& w) {
   const std::string bye = "exit\n";
   (void)!::write(w.in, bye.data(), bye.size());
   CloseFd(w.in);
-  const int status = Reap(w.pid, kWaitMs);
+  const int status = Reap(w.pid, kWaitMs, w.child);
   w.pid = -1;
   CloseFd(w.out);
   CloseFd(w.channel);
@@ -222,7 +298,7 @@ int JobTest::Stop(Worker& w) {
 void JobTest::Kill(Worker& w) {
   if (w.pid <= 0) return;
   ::kill(w.pid, SIGKILL);
-  Reap(w.pid, kWaitMs);
+  Reap(w.pid, kWaitMs, w.child);
   w.pid = -1;
   CloseFd(w.in);
   CloseFd(w.out);
@@ -432,6 +508,12 @@ std::vector<Worker*> JobTest::Live() {
   return live;
 }
 
+size_t JobTest::LiveParticipants() {
+  size_t n = 0;
+  for (const Worker* w : Live()) n += w->shim ? 1 : 0;
+  return n;
+}
+
 std::string JobTest::PidArg() const { return std::to_string(::getpid()); }
 
 Ran JobTest::Checkpoint(const std::string& state) {
@@ -513,12 +595,12 @@ Snapshot JobTest::Suspend(const std::string& state) {
 
 void JobTest::ExpectSuspended() {
   EXPECT_EQ(UsedBytes(), std::vector<uint64_t>(2, 0)) << "device memory still in use";
-  const std::vector<Worker*> live = Live();
-  for (Worker* w : live) {
+  for (Worker* w : Live()) {
+    if (!w->cuda) continue;
     EXPECT_EQ(Ask(*w, "held"), "ok 0 0") << w->name << " still holds driver memory";
     EXPECT_EQ(NativeState(w->pid), kStateCheckpointed) << w->name;
   }
-  EXPECT_EQ(Phases(), std::vector<std::string>(live.size(), "released"));
+  EXPECT_EQ(Phases(), std::vector<std::string>(LiveParticipants(), "released"));
 }
 
 void JobTest::Resume(const std::string& state, const Snapshot& before,
@@ -533,9 +615,11 @@ void JobTest::Resume(const std::string& state, const Snapshot& before,
     }
   }
   EXPECT_EQ(UsedBytes(), CreatedDeviceBytes());
-  const std::vector<Worker*> live = Live();
-  for (Worker* w : live) EXPECT_EQ(NativeState(w->pid), kStateRunning) << w->name;
-  EXPECT_EQ(Phases(), std::vector<std::string>(live.size(), "active"));
+  for (Worker* w : Live()) {
+    if (!w->cuda) continue;
+    EXPECT_EQ(NativeState(w->pid), kStateRunning) << w->name;
+  }
+  EXPECT_EQ(Phases(), std::vector<std::string>(LiveParticipants(), "active"));
   CheckEveryByte();
   ExpectSameLayout(before, Snap(), device_map);
   // Writes cross between every pair of processes sharing bytes.

@@ -46,6 +46,9 @@ struct Worker {
   int out = -1;         ///< its stdout
   int channel = -1;     ///< our end of its descriptor channel (its descriptor 3)
   std::string pending;  ///< bytes read past the last line
+  bool shim = true;     ///< carries the shim (a participant with an endpoint)
+  bool cuda = true;     ///< a job_worker that uses CUDA and answers commands (not a launcher)
+  bool child = true;    ///< our child (reaped here), not a launcher's
 };
 
 /// A view (mapping) the test made: which worker, which allocation, where in it.
@@ -72,6 +75,10 @@ class JobTest : public ::testing::Test {
 
   /// Starts `job_worker <device>`, through `cusnap run` unless `bare`, and waits for "ready".
   Worker& Start(const std::string& name, int device, bool bare = false);
+  /// Starts `cusnap run -- job_worker launch <devices...>`: a launcher carrying the shim that
+  /// never uses CUDA and forks one worker per device. Returns the launcher then its workers
+  /// (named name0, name1, ...; their pids asked with "pid").
+  std::vector<Worker*> StartLaunched(const std::string& name, const std::vector<int>& devices);
   /// Sends one command and returns the reply line ("<eof>" / "<timeout>" when none came).
   std::string Ask(Worker& w, const std::string& command);
   /// Says "exit" and reaps the worker (SIGKILL after kWaitMs); returns its wait status.
@@ -142,6 +149,8 @@ class JobTest : public ::testing::Test {
   std::string PidArg() const;
   /// The workers still running (a snapshot: starting a controller adds to workers_).
   std::vector<Worker*> Live();
+  /// How many running workers carry the shim (what `status --all` lists).
+  size_t LiveParticipants();
   /// Which processes `checkpoint` and `restore` act on: "--pid <this process>" by default.
   std::vector<std::string> target_;
 

@@ -27,13 +27,21 @@
 //   meminfo                        cuMemGetInfo on every device: "ok <used0> <used1> ..."
 //   lock|checkpoint|restore|unlock|state <pid>   the native checkpoint API on another
 //                                  process: "ok <CUresult>" ("ok <CUprocessState>" for state)
+//   pid                            "ok <pid>"
 //   exit
+//
+// `job_worker launch <device>...` is a launcher instead: it never uses CUDA; it forks one
+// worker per <device> (exec of this program, so the shim it carries is inherited), the k-th
+// on descriptors 10+3k (stdin), 11+3k (stdout) and 12+3k (channel), prints "ready", waits
+// for "exit" or end of input, then for its workers; it exits 0 only when all of them did.
 // The pattern word at index i (counted in the whole allocation) of seed s is Word(s, i), so
 // any view at any offset in any process can be checked against the same seed.
 #include <cuda.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -266,6 +274,7 @@ std::string Execute(const std::string& line) {
            std::to_string(simcuda_test_mappings(nullptr, 0));
   }
   if (op == "meminfo") return MemInfo();
+  if (op == "pid") return "ok " + std::to_string(::getpid());
   if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
     int pid = 0;
     if (!(in >> pid)) return Bad("usage: " + op + " <pid>");
@@ -307,11 +316,44 @@ std::string Execute(const std::string& line) {
   return Bad("unknown command: " + line);
 }
 
+/// The launcher (see the top of this file).
+int Launch(int count, char** devices) {
+  std::vector<pid_t> workers;
+  for (int k = 0; k < count; ++k) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      if (::dup2(10 + 3 * k, 0) < 0 || ::dup2(11 + 3 * k, 1) < 0 || ::dup2(12 + 3 * k, 3) < 0) _exit(126);
+      ::close_range(4, ~0U, 0);
+      char* argv[] = {const_cast<char*>("job_worker"), devices[k], nullptr};
+      ::execv("/proc/self/exe", argv);
+      _exit(127);
+    }
+    workers.push_back(pid);
+  }
+  ::close_range(10, ~0U, 0);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin) != nullptr && std::strncmp(line, "exit", 4) != 0) {
+  }
+  int failed = 0;
+  for (pid_t pid : workers) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "launch") == 0) return Launch(argc - 2, argv + 2);
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <device> (commands on stdin, descriptors on 3)\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <device> | launch <device>... (commands on stdin, "
+                 "descriptors on 3)\n", argv[0]);
     return 2;
   }
   const int device = std::atoi(argv[1]);
