@@ -264,6 +264,19 @@ TEST_F(MulticastCycleTest, TwoRanksBindMemBothAbisSurviveTwoCycles) {
   EXPECT_EQ(ranks_[1].Ask("retain"), "ok same");
 }
 
+// Restored onto swapped devices: members and the team's devices follow the device map.
+TEST_F(MulticastCycleTest, RestoreOntoSwappedDevices) {
+  StartTeam({"mem", "addr2"});
+  ExpectAllReduce();
+  const Ran ck = Checkpoint();
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  const Ran rs = Cusnap({"restore", "--pid", std::to_string(::getpid()), "--state-dir",
+                         dir_ + "/state", "--device-map", "0=1,1=0"});
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  for (auto& r : ranks_) EXPECT_EQ(r.Ask("check 3"), "ok");
+  ExpectAllReduce();
+}
+
 TEST_F(MulticastCycleTest, FourRanksBindAddrRebindAndCreatorWithoutHandle) {
   StartTeam({"addr", "addr2", "mem", "mem2"});
   // PyTorch unbinds its member and binds it again by address; the creator drops its
