@@ -89,8 +89,11 @@ std::vector<int> ProcessTree(int pid) {
   std::set<int> seen{pid};
   out.push_back(pid);
   for (size_t i = 0; i < out.size(); ++i) {
+    // One named vector (not a conditional temporary): GCC 12 at -O2 reports a bogus
+    // -Wfree-nonheap-object on the temporary of `a ? *opt : f()`.
     auto children = ChildrenFromTasks(out[i]);
-    for (int child : children ? *children : ChildrenFromScan(out[i])) {
+    const std::vector<int> found = children ? std::move(*children) : ChildrenFromScan(out[i]);
+    for (int child : found) {
       if (seen.insert(child).second) out.push_back(child);
     }
   }
