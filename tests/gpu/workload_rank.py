@@ -164,6 +164,10 @@ class SymmPart:
         dev = rank.device
         n = rank.args.symm_numel
         self.group = dist.group.WORLD.group_name
+        # Needed before rendezvous by older releases; a no-op (or absent) in newer ones.
+        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+        if enable is not None:
+            enable(self.group)
         self.inp = symm_mem.empty(n, dtype=torch.float32, device=dev)
         self.handle = symm_mem.rendezvous(self.inp, group=self.group)
         self.out = torch.zeros(n, dtype=torch.float32, device=dev)
@@ -219,29 +223,63 @@ class SymmPart:
         exact("symm_graph_replay", r, self.out, want)
 
 
-def cudart():
-    """libcudart as this process loaded it (PyTorch's), for cudaMalloc; None when absent."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
-    except OSError:
-        paths = set()
-    for path in sorted(paths) + ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]:
+class RawMemory:
+    """cudaMalloc and cudaMemcpy from the libcudart this process loaded (PyTorch's), through
+    ctypes; where none can be found (a statically linked runtime), the driver API's
+    cuMemAlloc / cuMemcpyHtoD / cuMemcpyDtoH in the current (primary) context instead."""
+
+    def __init__(self):
+        self.runtime = None
         try:
-            lib = ctypes.CDLL(path)
-            lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-            lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            lib.cudaFree.argtypes = [ctypes.c_void_p]
-            return lib, path
-        except (OSError, AttributeError):
-            continue
-    return None, None
+            with open("/proc/self/maps") as maps:
+                paths = sorted({line.split()[-1] for line in maps if "libcudart.so" in line})
+        except OSError:
+            paths = []
+        for path in paths + ["libcudart.so.13", "libcudart.so.12"]:
+            try:
+                lib = ctypes.CDLL(path)
+                lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+                lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                self.runtime, self.name = lib, f"cudaMalloc ({path})"
+                return
+            except (OSError, AttributeError):
+                continue
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+        lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        self.driver, self.name = lib, "cuMemAlloc (no libcudart found in this process)"
+
+    def malloc(self, nbytes):
+        if self.runtime is not None:
+            ptr = ctypes.c_void_p()
+            rc = self.runtime.cudaMalloc(ctypes.byref(ptr), nbytes)
+            value = ptr.value
+        else:
+            ptr = ctypes.c_uint64()
+            rc = self.driver.cuMemAlloc_v2(ctypes.byref(ptr), nbytes)
+            value = ptr.value
+        if rc != 0:
+            raise RuntimeError(f"{self.name}: allocating {nbytes} bytes returned {rc}")
+        return value
+
+    def to_device(self, pointer, data):
+        rc = (self.runtime.cudaMemcpy(pointer, data, len(data), 1) if self.runtime is not None
+              else self.driver.cuMemcpyHtoD_v2(pointer, data, len(data)))
+        if rc != 0:
+            raise RuntimeError(f"copying {len(data)} bytes to the device returned {rc}")
+
+    def from_device(self, pointer, nbytes):
+        buf = ctypes.create_string_buffer(nbytes)
+        rc = (self.runtime.cudaMemcpy(ctypes.addressof(buf), pointer, nbytes, 2) if self.runtime is not None
+              else self.driver.cuMemcpyDtoH_v2(ctypes.addressof(buf), pointer, nbytes))
+        if rc != 0:
+            raise RuntimeError(f"copying {nbytes} bytes from the device returned {rc}")
+        return buf.raw
 
 
 class PrivatePart:
     """Private (never shared) GPU memory whose bytes must come back unchanged."""
-
-    H2D, D2H = 1, 2  # cudaMemcpyKind
 
     def __init__(self, rank):
         self.r = rank
@@ -257,39 +295,23 @@ class PrivatePart:
             "tensor_uint8": torch.randint(0, 256, (mib * MIB // 4,), dtype=torch.uint8, device=dev,
                                           generator=gen),
         }
-        self.lib, path = cudart()
-        if self.lib is None:
-            raise RuntimeError("libcudart is not loaded in this process and not found by name: "
-                               "cannot call cudaMalloc")
+        self.memory = RawMemory()
         self.raw = {}  # name -> (pointer, bytes, digest)
         nbytes = max(MIB, mib * MIB // 8)
         block = torch.cuda.caching_allocator_alloc(nbytes, device=rank.local_rank)
         self.raw["caching_allocator_alloc"] = self.fill_raw(block, nbytes, 1)
-        ptr = ctypes.c_void_p()
-        rc = self.lib.cudaMalloc(ctypes.byref(ptr), nbytes)
-        if rc != 0:
-            raise RuntimeError(f"cudaMalloc({nbytes}) returned {rc}")
-        self.raw["cudaMalloc"] = self.fill_raw(ptr.value, nbytes, 2)
+        self.raw["cudaMalloc"] = self.fill_raw(self.memory.malloc(nbytes), nbytes, 2)
         torch.cuda.synchronize(dev)
         self.digests = {name: self.digest_tensor(t) for name, t in self.tensors.items()}
         total = sum(t.numel() * t.element_size() for t in self.tensors.values()) + 2 * nbytes
         rank.say(f"private: {total // MIB} MiB in {len(self.tensors)} tensors, a caching_allocator_alloc "
-                 f"block and a cudaMalloc block ({path}); "
+                 f"block and a block from {self.memory.name}; "
                  + ", ".join(f"{k} sha256 {v[:16]}" for k, v in self.digests.items()))
 
     def fill_raw(self, pointer, nbytes, salt):
         data = random.Random(977 * (self.r.rank + 1) + salt).randbytes(nbytes)
-        rc = self.lib.cudaMemcpy(pointer, data, nbytes, self.H2D)
-        if rc != 0:
-            raise RuntimeError(f"cudaMemcpy host to device of {nbytes} bytes returned {rc}")
+        self.memory.to_device(pointer, data)
         return pointer, nbytes, hashlib.sha256(data).hexdigest()
-
-    def digest_raw(self, pointer, nbytes):
-        buf = ctypes.create_string_buffer(nbytes)
-        rc = self.lib.cudaMemcpy(ctypes.addressof(buf), pointer, nbytes, self.D2H)
-        if rc != 0:
-            raise RuntimeError(f"cudaMemcpy device to host of {nbytes} bytes returned {rc}")
-        return hashlib.sha256(buf.raw).hexdigest()
 
     @staticmethod
     def digest_tensor(t):
@@ -303,7 +325,7 @@ class PrivatePart:
             now = self.digest_tensor(t)
             r.check(f"private_{name}", now == self.digests[name], f"sha256 {now[:16]} (start {self.digests[name][:16]})")
         for name, (pointer, nbytes, digest) in self.raw.items():
-            now = self.digest_raw(pointer, nbytes)
+            now = hashlib.sha256(self.memory.from_device(pointer, nbytes)).hexdigest()
             r.check(f"private_{name}", now == digest, f"{nbytes} bytes at 0x{pointer:x}, sha256 {now[:16]} "
                                                      f"(start {digest[:16]})")
 
