@@ -106,7 +106,7 @@ void WorkloadKindsTest::TearDown() {
   fs::remove_all(dir_, ignored);
 }
 
-void WorkloadKindsTest::StartRanks() {
+void WorkloadKindsTest::StartRanks(bool a_without_context) {
   int channel[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
   const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
@@ -116,8 +116,10 @@ void WorkloadKindsTest::StartRanks() {
     ASSERT_EQ(pipe2(to_child, O_CLOEXEC), 0);
     ASSERT_EQ(pipe2(from_child, O_CLOEXEC), 0);
     r->name = device == 0 ? "rank a" : "rank b";
-    r->pid = Spawn({bin + "/cusnap", "run", "--", bin + "/workload_kinds_worker", std::to_string(device)},
-                   to_child[0], from_child[1], -1, channel[device]);
+    std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/workload_kinds_worker",
+                                     std::to_string(device)};
+    if (device == 0 && a_without_context) args.push_back("nocontext");
+    r->pid = Spawn(args, to_child[0], from_child[1], -1, channel[device]);
     close(to_child[0]);
     close(from_child[1]);
     r->in = to_child[1];

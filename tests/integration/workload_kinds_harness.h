@@ -46,8 +46,9 @@ class WorkloadKindsTest : public ::testing::Test {
   void TearDown() override;
 
   /// Starts rank a (device 0) and rank b (device 1) through `cusnap run`, joined by a
-  /// channel on their descriptor 3; both answer "ready".
-  void StartRanks();
+  /// channel on their descriptor 3; both answer "ready". `a_without_context`: rank a starts
+  /// with no context at all (workload_kinds_worker's "nocontext").
+  void StartRanks(bool a_without_context = false);
   /// Says "exit" to both ranks and reaps them (SIGKILL after kWaitMs); expects exit 0.
   void StopRanks();
   /// One command; returns the reply line ("<eof>" / "<timeout>" when none came).

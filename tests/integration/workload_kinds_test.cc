@@ -100,11 +100,13 @@ TEST_F(WorkloadKindsTest, HostNumaAllocationCreatedExportedImportedAndRestored) 
   StopRanks();
 }
 
-// An allocation created while no context is current (NCCL's and PyTorch's setup threads do
-// this), then mapped and exported with a context current.
+// Allocations created while no context is current (NCCL's and PyTorch's setup code may do
+// this): rank a creates one before any context exists in the process, rank b one while its
+// context is not current; both are mapped and exported with a context current afterwards.
 TEST_F(WorkloadKindsTest, AllocationCreatedWithNoCurrentContext) {
-  StartRanks();
-  Ok(a_, "create bare 4 dev nocontext");
+  StartRanks(/*a_without_context=*/true);
+  Ok(a_, "create bare 4 dev");
+  Ok(a_, "context");
   Ok(a_, "map bare");
   Ok(a_, "export bare");
   Ok(b_, "import bare");

@@ -4,13 +4,16 @@
 // command per line on stdin, one reply per line on stdout ("ok ..." or "bad <what failed>").
 // Descriptor 3 is a SOCK_SEQPACKET channel to the other rank (tickets travel on it).
 //
-//   workload_kinds_worker <device>     cuInit; the primary context of <device> is current
+//   workload_kinds_worker <device> [nocontext]   cuInit; the primary context of <device> is
+//                                  made current, unless nocontext: then no context exists
+//                                  until the "context" command
 //
 // Allocations have names chosen by the test; each created or imported one is mapped at once
 // at a fresh VA (whole allocation, read-write for this rank's device). Sizes are MiB.
 //   create N <MiB> dev|host [nocontext]  cuMemCreate (POSIX-descriptor capable) on this
 //                                  rank's device or host NUMA node 0; nocontext: no context is
 //                                  current during cuMemCreate (made current again after)
+//   context                        retains the primary context of the device, makes it current
 //   map N                          reserve + map + access; writes N's pattern: "ok <va>"
 //   handle N                       "ok <handle>" as the application sees it
 //   export N                       cuMemExportToShareableHandle; the ticket goes to the peer
@@ -158,7 +161,7 @@ std::string Create(const std::string& name, size_t mib, const std::string& where
     if (current != nullptr) return Bad("a context is still current");
   }
   const CUresult created = cuMemCreate(&a.handle, a.size, &prop, 0);
-  if (no_context) CU_OR_REPLY(cuCtxSetCurrent(g_context));
+  if (no_context && g_context != nullptr) CU_OR_REPLY(cuCtxSetCurrent(g_context));
   CU_OR_REPLY(created);
   g_allocations[name] = a;
   return "ok " + Hex(a.handle);
@@ -380,6 +383,13 @@ std::string Handle(const std::string& line) {
     return Create(name, mib, where, flag == "nocontext");
   }
   if (verb == "map") return Map(name);
+  if (verb == "context") {
+    CUdevice device = 0;
+    CU_OR_REPLY(cuDeviceGet(&device, g_device));
+    CU_OR_REPLY(cuDevicePrimaryCtxRetain(&g_context, device));
+    CU_OR_REPLY(cuCtxSetCurrent(g_context));
+    return "ok";
+  }
   if (verb == "handle") {
     Allocation* a = Find(name);
     return a ? "ok " + Hex(a->handle) : Bad("no allocation " + name);
@@ -433,15 +443,16 @@ std::string Handle(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: workload_kinds_worker <device>\n");
+  if (argc < 2 || argc > 3 || (argc == 3 && std::strcmp(argv[2], "nocontext") != 0)) {
+    std::fprintf(stderr, "usage: workload_kinds_worker <device> [nocontext]\n");
     return 2;
   }
   g_device = std::atoi(argv[1]);
+  const bool with_context = argc == 2;
   CUdevice device = 0;
   if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&device, g_device) != CUDA_SUCCESS ||
-      cuDevicePrimaryCtxRetain(&g_context, device) != CUDA_SUCCESS ||
-      cuCtxSetCurrent(g_context) != CUDA_SUCCESS) {
+      (with_context && (cuDevicePrimaryCtxRetain(&g_context, device) != CUDA_SUCCESS ||
+                        cuCtxSetCurrent(g_context) != CUDA_SUCCESS))) {
     std::printf("bad init of device %d\n", g_device);
     return 1;
   }
