@@ -187,9 +187,21 @@ void CheckMulticast(std::span<const ParticipantView> participants,
       continue;
     }
     if (facts.creators.empty()) {
-      problems.push_back(MulticastName(id) +
-                         " is used, but its creator is not a participant; start the creator "
-                         "with 'cusnap run' and include it in the checkpoint");
+      const bool creator_participates =
+          std::any_of(participants.begin(), participants.end(), [&](const ParticipantView& p) {
+            return p.pid == id.creator_pid && p.start_time == id.creator_start;
+          });
+      if (creator_participates) {
+        // Rebuilding the team needs its creator (it creates the object again).
+        problems.push_back(Pid(id.creator_pid) + ": " + MulticastName(id) + " is still used by " +
+                           Pid(facts.reports.front().first) + ", but its creator released every "
+                           "handle and mapping of it; keep a handle or a mapping in the creator "
+                           "while others use it");
+      } else {
+        problems.push_back(MulticastName(id) +
+                           " is used, but its creator is not a participant; start the creator "
+                           "with 'cusnap run' and include it in the checkpoint");
+      }
       continue;
     }
     const Record& first = *facts.reports.front().second;

@@ -183,9 +183,9 @@ TEST(CoordinatorTopology, MulticastRulesAreChecked) {
   dev.id = Id(100, kStart100, 10);  // an object nobody reports
   job[0].records.push_back(dev);
   EXPECT_THAT(ValidateTopology(job),
-              ElementsAre("multicast object 9 of pid 100 is used, but its creator is not a "
-                          "participant; start the creator with 'cusnap run' and include it in "
-                          "the checkpoint",
+              ElementsAre("pid 100: multicast object 9 of pid 100 is still used by pid 200, "
+                          "but its creator released every handle and mapping of it; keep a "
+                          "handle or a mapping in the creator while others use it",
                           "pid 100: multicast_device record names multicast object 10 of pid "
                           "100, which no participant reports"));
 }

@@ -123,6 +123,16 @@ TEST(MulticastTopology, ASecondCreatorIsRefused) {
                                          "pid 100 and pid 200; exactly one creator"));
 }
 
+TEST(MulticastTopology, ACreatorThatDroppedTheObjectIsNamed) {
+  auto job = Team();
+  job[0].records = {};  // pid 100 released its handle and unmapped: it reports nothing
+  const auto problems = coord::ValidateTopology(job);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_EQ(problems[0], "pid 100: multicast object 1 of pid 100 is still used by pid 200, but "
+                         "its creator released every handle and mapping of it; keep a handle or "
+                         "a mapping in the creator while others use it");
+}
+
 TEST(MulticastTopology, ABoundMemberMustStillBeHeld) {
   auto job = Team();
   proto::Record mem = Binding(1);
