@@ -14,6 +14,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -165,11 +166,48 @@ class Job:
         try:
             status = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.log_threads()
             self.kill()
             raise AssertionError(f"{self.name} did not exit within {timeout} s") from None
         self.reader.join(timeout=10)
         log(f"{self.name} exited with status {status}")
         return status
+
+    def log_threads(self):
+        """Logs every thread of the job's processes (name, kernel wait channel, top of the
+        kernel stack) so a hang says where it waits."""
+        for pid in descendants(self.pid) + [self.pid]:
+            try:
+                tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+            except OSError:
+                continue
+            for tid in tids:
+                def read(name):
+                    try:
+                        with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                            return f.read().strip()
+                    except OSError:
+                        return "?"
+                stack = " < ".join(line.split()[-1] for line in read("stack").splitlines()[:4])
+                log(f"hung {self.name}: pid {pid} tid {tid} {read('comm')!r} wchan {read('wchan')} "
+                    f"stack {stack}")
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"workload_rank.py" in f.read():
+                        os.kill(pid, signal.SIGUSR1)  # faulthandler prints its Python stacks
+                        time.sleep(1)
+            except OSError:
+                pass
+            if shutil.which("gdb"):
+                try:
+                    bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex",
+                                         "thread apply all bt 12"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+                except (subprocess.TimeoutExpired, OSError) as e:
+                    bt = f"gdb failed: {e}"
+                for line in bt.splitlines():
+                    if line.startswith(("Thread ", "#")):
+                        log(f"hung {self.name}: pid {pid} | {line[:200]}")
 
     def kill(self):
         """Kills the job and every process under it (by pid, children first). The job stays

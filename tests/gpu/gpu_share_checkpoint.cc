@@ -228,6 +228,24 @@ class Role {
   std::vector<size_t> imports_;  // indexes into regions_, in the peer's ticket order
 };
 
+/// Logs which GPU each device ordinal names now and which ordinal the current context is
+/// on: after a restore with a device map this shows how the driver renumbers (F7).
+void LogDeviceIdentity(const char* when) {
+  CUdevice current = -1;
+  CU(cuCtxGetDevice(&current));
+  std::string line;
+  for (int ordinal = 0; ordinal < gpu::DeviceCount(); ++ordinal) {
+    CUuuid uuid{};
+    CU(cuDeviceGetUuid(&uuid, ordinal));
+    char text[64];
+    std::snprintf(text, sizeof text, " ordinal %d = GPU-%02x%02x%02x%02x", ordinal,
+                  static_cast<unsigned char>(uuid.bytes[0]), static_cast<unsigned char>(uuid.bytes[1]),
+                  static_cast<unsigned char>(uuid.bytes[2]), static_cast<unsigned char>(uuid.bytes[3]));
+    line += text;
+  }
+  gpu::Log("devices %s: context on ordinal %d;%s", when, static_cast<int>(current), line.c_str());
+}
+
 int RunA(const Options& options) {
   gpu::UsePrimaryContext(0);
   Role role(options, 0);
@@ -235,6 +253,7 @@ int RunA(const Options& options) {
     role.CreateOwn("a's allocation " + std::to_string(i), options.sizes[i],
                    gpu::PosixProp(CU_MEM_LOCATION_TYPE_DEVICE, 0), 0xA000 + i);
   }
+  LogDeviceIdentity("at start");
   role.SendTickets();
   role.ReceiveTickets("b");
   bool ok = role.VerifyRegions(true, "after import");
@@ -248,6 +267,7 @@ int RunA(const Options& options) {
     if (line == "quit") break;
     if (line != "verify") gpu::Fail("unknown command '%s' (verify, quit)", line.c_str());
     gpu::SendPeer(options.peer, gpu::PeerMessage{kVerify, 0, 0, 0, round});
+    LogDeviceIdentity("after restore");
     bool round_ok = role.VerifyRegions(false, "after restore");
     round_ok = gpu::ExpectPeer(options.peer, kVerifyDone, kPeerTimeoutMs).index == 1 && round_ok;
     round_ok = role.RewriteOwn(round, true) && round_ok;
@@ -272,6 +292,7 @@ int RunB(const Options& options) {
     role.CreateOwn("b's allocation 1 (HOST_NUMA)", options.host_numa_bytes,
                    gpu::PosixProp(CU_MEM_LOCATION_TYPE_HOST_NUMA, node), 0xB001);
   }
+  LogDeviceIdentity("at start");
   role.ReceiveTickets("a");
   role.SendTickets();
   const bool ok = role.VerifyRegions(true, "after import");
@@ -282,6 +303,7 @@ int RunB(const Options& options) {
     const gpu::PeerMessage m = gpu::RecvPeer(options.peer, kPeerTimeoutMs);
     if (m.type == kQuit) break;
     if (m.type != kVerify) gpu::Fail("unexpected message type %u", m.type);
+    LogDeviceIdentity("after restore");
     const bool verified = role.VerifyRegions(false, "after restore");
     gpu::SendPeer(options.peer, gpu::PeerMessage{kVerifyDone, verified ? 1u : 0u, 0, 0, 0});
     role.CheckPeerRewrites();

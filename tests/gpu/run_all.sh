@@ -256,7 +256,8 @@ t_multicast_forward() {
 }
 export PYTEST
 export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
-  t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_tree \
+  t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
+  t_share_checkpoint_tree \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_nccl_native \
   t_multicast_forward
 
@@ -275,6 +276,7 @@ if selected nccl_allreduce; then
 fi
 selected share_checkpoint && run_test share_checkpoint 420 t_share_checkpoint
 selected share_checkpoint_host_numa && run_test share_checkpoint_host_numa 240 t_share_checkpoint_host_numa
+selected share_checkpoint_swapped && run_test share_checkpoint_swapped 240 t_share_checkpoint_swapped
 selected share_checkpoint_tree && run_test share_checkpoint_tree 240 t_share_checkpoint_tree
 selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
 for name in workload_nccl workload_symm_mem workload_private_memory workload_nccl_native; do

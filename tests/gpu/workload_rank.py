@@ -32,9 +32,11 @@ small integers held in float32, so every expected result is exact.
 
 import argparse
 import ctypes
+import faulthandler
 import hashlib
 import os
 import random
+import signal
 import sys
 import time
 import traceback
@@ -341,6 +343,9 @@ def wait_for_go(rank, control, k, timeout_s):
 
 
 def main():
+    # SIGUSR1 prints every thread's Python stack: the harness sends it before killing a rank
+    # that does not exit, so a hang says where it waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="nccl", help="comma list of nccl, symm, private")
     parser.add_argument("--cycles", type=int, default=1, help="idle points (one checkpoint each)")
