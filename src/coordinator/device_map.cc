@@ -125,40 +125,4 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
   return out;
 }
 
-Result<std::vector<std::pair<int, int>>> ResolveDeviceOrdinals(
-    const std::vector<DevicePair>& pairs, const std::vector<std::string>& device_uuids) {
-  auto resolved = ResolveDeviceMap(pairs, device_uuids);
-  if (!resolved) return resolved.error();
-  auto ordinal_of = [&](const std::string& uuid) {
-    for (size_t i = 0; i < device_uuids.size(); ++i) {
-      if (device_uuids[i] == uuid) return static_cast<int>(i);
-    }
-    return -1;  // unreachable: ResolveDeviceMap only returns listed UUIDs
-  };
-  std::vector<std::pair<int, int>> out;
-  for (const auto& p : *resolved) {
-    const int from = ordinal_of(p.from), to = ordinal_of(p.to);
-    if (from >= kMaxMappedDevices || to >= kMaxMappedDevices) {
-      return Error{-1, "device map pair " + p.from + "=" + p.to + ": cusnap maps devices 0.." +
-                           std::to_string(kMaxMappedDevices - 1) + " only"};
-    }
-    out.emplace_back(from, to);
-  }
-  return out;
-}
-
-std::pair<uint64_t, uint64_t> PackOrdinalMap(const std::vector<std::pair<int, int>>& ordinals) {
-  if (ordinals.empty()) return {0, 0};
-  int to[kMaxMappedDevices];
-  for (int d = 0; d < kMaxMappedDevices; ++d) to[d] = d;
-  for (const auto& [from, dest] : ordinals) {
-    if (from >= 0 && from < kMaxMappedDevices) to[from] = dest;
-  }
-  uint64_t packed = 0;
-  for (int d = 0; d < kMaxMappedDevices; ++d) {
-    packed |= static_cast<uint64_t>(to[d] & 0xF) << (4 * d);
-  }
-  return {packed, 1};
-}
-
 }  // namespace cusnap::coord

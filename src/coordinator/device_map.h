@@ -43,21 +43,6 @@ struct UuidPair {
 Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pairs,
                                                const std::vector<std::string>& device_uuids);
 
-/// Ordinals a shim can be told about in a request (4 bits each, see PackOrdinalMap).
-inline constexpr int kMaxMappedDevices = 16;
-
-/// Resolves the pairs to device ordinals of the driver (`device_uuids`, index = ordinal):
-/// each result is (old ordinal, new ordinal). Errors as ResolveDeviceMap's, plus an ordinal
-/// of kMaxMappedDevices or more.
-Result<std::vector<std::pair<int, int>>> ResolveDeviceOrdinals(
-    const std::vector<DevicePair>& pairs, const std::vector<std::string>& device_uuids);
-
-/// The ordinal map as kReallocate / kImport request args (the shim rebuilds allocations on
-/// the devices the native restore moved them to): arg[0] holds the new ordinal of old
-/// ordinal d in bits [4d, 4d + 4) for d in 0..15 (unmapped devices map to themselves),
-/// arg[1] = 1 marks a map as present. No pairs: {0, 0} (no map).
-std::pair<uint64_t, uint64_t> PackOrdinalMap(const std::vector<std::pair<int, int>>& ordinals);
-
 /// Formats 16 raw UUID bytes as nvidia-smi does: "GPU-" + 8-4-4-4-12 lowercase hex.
 std::string FormatGpuUuid(const unsigned char bytes[16]);
 

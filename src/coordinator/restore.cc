@@ -22,11 +22,12 @@ class RestoreSequence : Sequence {
         !CheckPhase("match", [&] { return MatchParticipants(); })) {
       return Finish(Outcome::kRestoreRefused);
     }
-    // From the native restore on, every failure is loud and final.
-    const auto [map0, map1] = PackOrdinalMap(ordinal_pairs_);
+    // From the native restore on, every failure is loud and final. The device map goes to the
+    // native restore only: it keeps each process's ordinals and changes the GPU behind them
+    // (DRIVER-FACTS F7), so the shims rebuild on the ordinals they recorded.
     if (!NativeRestoreAll() || !NativeUnlockAll() ||
-        !LifecyclePhase(proto::Op::kReallocate, {map0, map1}, SavedBytes()) ||
-        !LifecyclePhase(proto::Op::kImport, {map0, map1}) || !LifecyclePhase(proto::Op::kMulticastCreate) ||
+        !LifecyclePhase(proto::Op::kReallocate, {}, SavedBytes()) ||
+        !LifecyclePhase(proto::Op::kImport) || !LifecyclePhase(proto::Op::kMulticastCreate) ||
         !LifecyclePhase(proto::Op::kMulticastImport) ||
         !LifecyclePhase(proto::Op::kMulticastJoin) ||
         !LifecyclePhase(proto::Op::kMulticastBind) || !VerifyAll() ||
@@ -89,11 +90,8 @@ class RestoreSequence : Sequence {
         problems.push_back(uuids.error().message);
       } else if (auto pairs = ResolveDeviceMap(options_.device_map, *uuids); !pairs) {
         problems.push_back(pairs.error().message);
-      } else if (auto ordinals = ResolveDeviceOrdinals(options_.device_map, *uuids); !ordinals) {
-        problems.push_back(ordinals.error().message);
       } else {
         gpu_pairs_ = std::move(*pairs);
-        ordinal_pairs_ = std::move(*ordinals);
       }
     }
     return problems;
@@ -172,7 +170,6 @@ class RestoreSequence : Sequence {
   StateFile state_;
   std::vector<const ParticipantState*> expected_;  ///< per participant index
   std::vector<UuidPair> gpu_pairs_;                 ///< for the native restore
-  std::vector<std::pair<int, int>> ordinal_pairs_;  ///< for the shims' rebuild
 };
 
 }  // namespace

@@ -55,27 +55,6 @@ bool Resumable(Phase phase, bool multicast_destroyed) {
 
 }  // namespace
 
-DeviceMap DeviceMap::Identity() {
-  DeviceMap map{};
-  for (int d = 0; d < kDevices; ++d) map.to[d] = d;
-  return map;
-}
-
-DeviceMap DeviceMap::FromArgs(const uint64_t* arg) {
-  DeviceMap map = Identity();
-  if (arg[1] == 0) return map;
-  for (int d = 0; d < kDevices; ++d) map.to[d] = static_cast<int>((arg[0] >> (4 * d)) & 0xF);
-  return map;
-}
-
-void DeviceMap::ToArgs(uint64_t* arg) const {
-  arg[0] = 0;
-  for (int d = 0; d < kDevices; ++d) {
-    arg[0] |= static_cast<uint64_t>(to[d] & 0xF) << (4 * d);
-  }
-  arg[1] = 1;
-}
-
 const char* PhaseName(Phase phase) {
   switch (phase) {
     case Phase::kActive: return "ACTIVE";
@@ -216,10 +195,10 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
       if (Status s = steps_.Release(); !s) result = s.error();
       break;
     case Op::kReallocate:
-      result = steps_.Reallocate(DeviceMap::FromArgs(request.arg));
+      result = steps_.Reallocate();
       break;
     case Op::kImport:
-      if (Status s = steps_.Import(DeviceMap::FromArgs(request.arg)); !s) result = s.error();
+      if (Status s = steps_.Import(); !s) result = s.error();
       break;
     case Op::kMulticastCreate:
       if (Status s = steps_.MulticastCreate(); !s) result = s.error();

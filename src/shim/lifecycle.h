@@ -30,27 +30,6 @@
 
 namespace cusnap::shim {
 
-/// Where a restore put each device (DRIVER-FACTS F7; CUcheckpointRestoreArgs.gpuPairs): the
-/// simulated driver moves natively restored allocations and access to the mapped ordinals,
-/// so the allocations cusnap rebuilds must follow the same map. Carried by kReallocate and
-/// kImport requests: arg[1] = 1 when a map is present, arg[0] = the new ordinal of old
-/// ordinal d in bits [4d, 4d + 4) for d in 0..15. Absent: every device stays where it was.
-struct DeviceMap {
-  static constexpr int kDevices = 16;
-  int to[kDevices];
-
-  /// Every device onto itself.
-  static DeviceMap Identity();
-  /// The map a request carries (identity when arg[1] is 0).
-  static DeviceMap FromArgs(const uint64_t* arg);
-  /// Writes this map into request args (arg[0], arg[1]).
-  void ToArgs(uint64_t* arg) const;
-  /// Where `ordinal` went; ordinals outside 0..15 stay.
-  int operator()(int ordinal) const {
-    return ordinal >= 0 && ordinal < kDevices ? to[ordinal] : ordinal;
-  }
-};
-
 /// What one step moved (carrier steps) or did; reply args of the request.
 struct StepResult {
   uint64_t bytes = 0;         ///< bytes copied through the host carrier
@@ -77,11 +56,12 @@ class LifecycleSteps {
   /// handle; drops export cache entries.
   virtual Status Release() = 0;
   /// Creators: fresh allocations at the same VAs, carrier H2D, access re-applied, logical
-  /// handles repointed, export cache refilled; devices moved as `devices` says.
-  virtual Result<StepResult> Reallocate(const DeviceMap& devices) = 0;
-  /// Importers: fresh descriptors from the creators, mapped at the old VAs; access follows
-  /// `devices`.
-  virtual Status Import(const DeviceMap& devices) = 0;
+  /// handles repointed, export cache refilled. The recorded ordinals are used as they are:
+  /// a restore onto other GPUs keeps the process's ordinals and changes the physical GPU
+  /// behind them (DRIVER-FACTS F7).
+  virtual Result<StepResult> Reallocate() = 0;
+  /// Importers: fresh descriptors from the creators, mapped at the old VAs, access re-applied.
+  virtual Status Import() = 0;
   /// Multicast rebuild (issue 5; nothing for unicast memory).
   virtual Status MulticastCreate() { return Ok{}; }
   virtual Status MulticastImport() { return Ok{}; }
@@ -103,7 +83,7 @@ class Lifecycle {
   /// Runs one lifecycle request and returns the reply header: op echoed, status 0 or the
   /// error's code (a CUresult, or -1 for a refusal out of order), phase after the request,
   /// text naming the process and the resource on failure. Request args: kQuiesce arg[0] =
-  /// drain bound in ms (0: kDefaultDrainMs); kReallocate and kImport: a DeviceMap. Reply args of kSave and kReallocate: {bytes,
+  /// drain bound in ms (0: kDefaultDrainMs). Reply args of kSave and kReallocate: {bytes,
   /// ns (whole step), copy ns, register ns, provision ns}; other steps: {0, ns}.
   /// Ops that are not lifecycle steps are refused (status -1).
   proto::Header Handle(const proto::Header& request);

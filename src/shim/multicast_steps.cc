@@ -83,7 +83,7 @@ const MulticastObjectInfo* MulticastSteps::Find(MulticastKey key) const {
 }
 
 Status MulticastSteps::Unbind(const MulticastObjectInfo& object, const MulticastBinding& b) {
-  if (CUresult r = api_.cuMulticastUnbind(object.real, current_(b.device), b.mc_offset, b.size);
+  if (CUresult r = api_.cuMulticastUnbind(object.real, b.device, b.mc_offset, b.size);
       r != CUDA_SUCCESS) {
     return StepError(r, "cuMulticastUnbind of device " + std::to_string(b.device) + " at offset " +
                             std::to_string(b.mc_offset), object.id);
@@ -91,9 +91,8 @@ Status MulticastSteps::Unbind(const MulticastObjectInfo& object, const Multicast
   return Ok{};
 }
 
-Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const MulticastBinding& b,
-                               const DeviceMap& devices) {
-  const CUdevice device = devices(b.device);
+Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const MulticastBinding& b) {
+  const CUdevice device = b.device;  // ordinals survive a restore onto other GPUs (F7)
   CUresult r = CUDA_SUCCESS;
   if (b.kind == BindKind::kMem) {
     CUmemGenericAllocationHandle member = b.untracked_member;
@@ -132,8 +131,7 @@ Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const Multicas
   return Ok{};
 }
 
-Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const MulticastMapping& m,
-                              const DeviceMap& devices) {
+Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const MulticastMapping& m) {
   if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, object.real, m.flags);
       r != CUDA_SUCCESS) {
     return StepError(r, "cuMemMap at " + Range(m.address, m.size), object.id);
@@ -143,9 +141,7 @@ Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const Multicast
   CUmemAccessDesc access[proto::kMaxAccess] = {};
   for (uint32_t i = 0; i < m.access_count; ++i) {
     access[i].location.type = static_cast<CUmemLocationType>(m.access[i].location_type);
-    access[i].location.id = access[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                                ? devices(m.access[i].location_id)
-                                : m.access[i].location_id;
+    access[i].location.id = m.access[i].location_id;  // ordinals survive a restore (F7)
     access[i].flags = static_cast<CUmemAccess_flags>(m.access[i].flags);
   }
   if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access, m.access_count);
@@ -162,7 +158,7 @@ bool MulticastSteps::Undo(
   // once; mappings go back with their access.
   bool ok = true;
   for (auto it = unbound.rbegin(); it != unbound.rend(); ++it) {
-    if (Status s = BindOne(*it->first, *it->second, current_); !s) {
+    if (Status s = BindOne(*it->first, *it->second); !s) {
       CUSNAP_LOG_ERROR("undoing DETACH_MULTICAST: %s", s.error().message.c_str());
       ok = false;
     }
@@ -170,7 +166,7 @@ bool MulticastSteps::Undo(
   for (auto it = unmapped.rbegin(); it != unmapped.rend(); ++it) {
     const MulticastObjectInfo* object = Find((*it)->key);
     if (object == nullptr) continue;
-    if (Status s = MapOne(*object, **it, current_); !s) {
+    if (Status s = MapOne(*object, **it); !s) {
       CUSNAP_LOG_ERROR("undoing DETACH_MULTICAST: %s", s.error().message.c_str());
       ok = false;
     }
@@ -180,7 +176,6 @@ bool MulticastSteps::Undo(
 
 Status MulticastSteps::Detach() {
   destroyed_ = false;
-  next_ = current_;
   held_ = multicast_.Objects();
   mappings_ = multicast_.Mappings();
   // Checks first: nothing is touched when one fails.
@@ -237,10 +232,6 @@ Status MulticastSteps::Detach() {
   return Ok{};
 }
 
-void MulticastSteps::RestoreOnto(const DeviceMap& devices) {
-  for (int d = 0; d < DeviceMap::kDevices; ++d) next_.to[d] = devices(current_(d));
-}
-
 Status MulticastSteps::Create() {
   for (MulticastObjectInfo& o : held_) {
     if (!o.creator) continue;
@@ -287,7 +278,7 @@ Status MulticastSteps::Import() {
 Status MulticastSteps::Join() {
   for (const MulticastObjectInfo& o : held_) {
     for (int device : o.devices) {
-      if (CUresult r = api_.cuMulticastAddDevice(o.real, next_(device)); r != CUDA_SUCCESS) {
+      if (CUresult r = api_.cuMulticastAddDevice(o.real, device); r != CUDA_SUCCESS) {
         return StepError(r, "cuMulticastAddDevice of device " + std::to_string(device), o.id);
       }
     }
@@ -300,19 +291,18 @@ Status MulticastSteps::Bind() {
   // member first (its barrier).
   for (const MulticastObjectInfo& o : held_) {
     for (const MulticastBinding& b : o.bindings) {
-      if (Status s = BindOne(o, b, next_); !s) return s;
+      if (Status s = BindOne(o, b); !s) return s;
     }
   }
   for (const MulticastMapping& m : mappings_) {
     const MulticastObjectInfo* object = Find(m.key);
     if (object == nullptr) continue;
-    if (Status s = MapOne(*object, m, next_); !s) return s;
+    if (Status s = MapOne(*object, m); !s) return s;
   }
   return Ok{};
 }
 
 void MulticastSteps::Discard() {
-  current_ = next_;
   held_.clear();
   mappings_.clear();
   // destroyed_ stays until the next Detach: a failed SAVE also discards, and the kResume

@@ -16,9 +16,9 @@
 //     BindMem against the member's current real handle, then every multicast VA mapped again
 //     with its flags and access).
 //
-// Device ordinals in the table are the application's; like the unicast steps these follow
-// the device map of every restore (composed), so a team rebuilt on mapped devices binds the
-// members where the native restore put them.
+// Device ordinals in the table are the application's and are used as they are: a restore
+// onto other GPUs keeps the process's ordinals and changes the GPU behind them (DRIVER-FACTS
+// F7), so the team is rebuilt on the ordinals where the members now live.
 #pragma once
 
 #include <vector>
@@ -51,23 +51,18 @@ class MulticastSteps {
   /// True once this cycle released a multicast handle (the team cannot be put back in
   /// place: kResume is refused, a failure is final).
   bool destroyed() const { return destroyed_; }
-  /// Where the restore in progress put each device (the unicast steps get the same map).
-  void RestoreOnto(const DeviceMap& devices);
   Status Create();
   Status Import();
   Status Join();
   Status Bind();
-  /// Forgets this cycle; the devices of a finished restore become the current ones.
-  /// destroyed() keeps its value until the next Detach.
+  /// Forgets this cycle. destroyed() keeps its value until the next Detach.
   void Discard();
 
  private:
   const MulticastObjectInfo* Find(MulticastKey key) const;
   Status Unbind(const MulticastObjectInfo& object, const MulticastBinding& binding);
-  Status BindOne(const MulticastObjectInfo& object, const MulticastBinding& binding,
-                 const DeviceMap& devices);
-  Status MapOne(const MulticastObjectInfo& object, const MulticastMapping& mapping,
-                const DeviceMap& devices);
+  Status BindOne(const MulticastObjectInfo& object, const MulticastBinding& binding);
+  Status MapOne(const MulticastObjectInfo& object, const MulticastMapping& mapping);
   // Puts back what a failed detach undid, in reverse; false when that failed too.
   bool Undo(const std::vector<const MulticastMapping*>& unmapped,
             const std::vector<std::pair<const MulticastObjectInfo*, const MulticastBinding*>>& unbound);
@@ -80,12 +75,10 @@ class MulticastSteps {
   std::vector<MulticastObjectInfo> held_;   // from Detach until Discard (real = now behind it)
   std::vector<MulticastMapping> mappings_;  // the multicast mappings at Detach
   bool destroyed_ = false;
-  DeviceMap current_ = DeviceMap::Identity();
-  DeviceMap next_ = DeviceMap::Identity();
 };
 
 /// The whole lifecycle of a process: unicast steps (unicast_steps.h) plus the multicast
-/// steps above, as one LifecycleSteps. The device map of kReallocate reaches both.
+/// steps above, as one LifecycleSteps.
 class StepsWithMulticast final : public LifecycleSteps {
  public:
   StepsWithMulticast(LifecycleSteps& unicast, MulticastSteps& multicast)
@@ -94,11 +87,8 @@ class StepsWithMulticast final : public LifecycleSteps {
   bool MulticastDestroyed() const override { return multicast_.destroyed(); }
   Result<StepResult> Save() override { return unicast_.Save(); }
   Status Release() override { return unicast_.Release(); }
-  Result<StepResult> Reallocate(const DeviceMap& devices) override {
-    multicast_.RestoreOnto(devices);
-    return unicast_.Reallocate(devices);
-  }
-  Status Import(const DeviceMap& devices) override { return unicast_.Import(devices); }
+  Result<StepResult> Reallocate() override { return unicast_.Reallocate(); }
+  Status Import() override { return unicast_.Import(); }
   Status MulticastCreate() override { return multicast_.Create(); }
   Status MulticastImport() override { return multicast_.Import(); }
   Status MulticastJoin() override { return multicast_.Join(); }

@@ -84,9 +84,9 @@ Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
     }
     return 0;
   };
-  const int ordinal = current_(allocation.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                                   ? allocation.prop.location.id
-                                   : first_device_with_access());
+  const int ordinal = allocation.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                          ? allocation.prop.location.id
+                          : first_device_with_access();
   constexpr int kSlots = static_cast<int>(sizeof primary_ / sizeof primary_[0]);
   if (ordinal < 0 || ordinal >= kSlots) {
     return Error{CUDA_ERROR_INVALID_DEVICE, ThisProcess() + ": " + DescribeObject(allocation.id) +
@@ -109,7 +109,6 @@ Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
 
 Result<StepResult> UnicastSteps::Save() {
   held_.clear();
-  next_ = current_;
   mappings_ = table_.Mappings();
   for (const MappingInfo& m : mappings_) {
     if (m.access_unknown) {
@@ -181,9 +180,7 @@ Status UnicastSteps::MapAll(const Held& held, CUmemGenericAllocationHandle real)
     CUmemAccessDesc access[proto::kMaxAccess] = {};
     for (uint32_t i = 0; i < m.access_count; ++i) {
       access[i].location.type = static_cast<CUmemLocationType>(m.access[i].location_type);
-      access[i].location.id = access[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                                  ? next_(m.access[i].location_id)
-                                  : m.access[i].location_id;
+      access[i].location.id = m.access[i].location_id;  // ordinals survive a restore (F7)
       access[i].flags = static_cast<CUmemAccess_flags>(m.access[i].flags);
     }
     if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access, m.access_count);
@@ -195,22 +192,17 @@ Status UnicastSteps::MapAll(const Held& held, CUmemGenericAllocationHandle real)
   return Ok{};
 }
 
-void UnicastSteps::AfterRestoreOnto(const DeviceMap& devices) {
-  for (int d = 0; d < DeviceMap::kDevices; ++d) next_.to[d] = devices(current_(d));
-}
-
-Result<StepResult> UnicastSteps::Reallocate(const DeviceMap& devices) {
-  AfterRestoreOnto(devices);
+Result<StepResult> UnicastSteps::Reallocate() {
   std::vector<CarrierSlot> slots;
   std::vector<std::pair<const Held*, CUmemGenericAllocationHandle>> created;
   for (Held& h : held_) {
     if (!h.saved) continue;
     ContextScope scope(api_, h.context);
     if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
-    // Where the native restore put the device it was on (the table keeps the ordinal the
-    // application used); the copies run on the device its context is on now.
-    CUmemAllocationProp prop = h.prop;
-    if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) prop.location.id = next_(prop.location.id);
+    // The recorded ordinal as it is: a restore onto other GPUs keeps the process's ordinals
+    // and changes the physical GPU behind them (DRIVER-FACTS F7), so the fresh allocation
+    // lands where the natively restored memory of this ordinal now lives.
+    const CUmemAllocationProp prop = h.prop;
     Result<CUdevice> device = DeviceOf(h.context);
     if (!device) return device.error();
     h.device = *device;
@@ -243,8 +235,7 @@ Result<StepResult> UnicastSteps::Reallocate(const DeviceMap& devices) {
   return FromTransfer(*transfer);
 }
 
-Status UnicastSteps::Import(const DeviceMap& devices) {
-  AfterRestoreOnto(devices);
+Status UnicastSteps::Import() {
   for (Held& h : held_) {
     if (h.creator) continue;
     Result<int> fd = fetch_(h.id);
@@ -269,7 +260,6 @@ Status UnicastSteps::Import(const DeviceMap& devices) {
 }
 
 void UnicastSteps::Discard() {
-  current_ = next_;
   carrier_.Discard();
   held_.clear();
   mappings_.clear();

@@ -43,14 +43,14 @@ class UnicastSteps final : public LifecycleSteps {
   Status Release() override;
   /// Creators: fresh allocations with the recorded properties, mapped at the recorded VAs
   /// and offsets, carrier H2D, access re-applied, logical handles repointed, export cache
-  /// refilled for the allocations that were shared. Device locations and access follow
-  /// `devices` (on top of the maps of earlier restores).
-  Result<StepResult> Reallocate(const DeviceMap& devices) override;
+  /// refilled for the allocations that were shared. Locations and access use the recorded
+  /// ordinals: after a restore onto other GPUs they name the GPUs the process now runs on
+  /// (DRIVER-FACTS F7).
+  Result<StepResult> Reallocate() override;
   /// Importers: a fresh descriptor from each creator, imported and closed at once, mapped
-  /// at the recorded VAs, access re-applied (following `devices`), logical handles
-  /// repointed.
-  Status Import(const DeviceMap& devices) override;
-  /// Forgets what Save kept; the devices of a finished restore become the current ones.
+  /// at the recorded VAs, access re-applied, logical handles repointed.
+  Status Import() override;
+  /// Forgets what Save kept.
   void Discard() override;
 
  private:
@@ -72,7 +72,6 @@ class UnicastSteps final : public LifecycleSteps {
                                const std::vector<MappingInfo>& mappings);
   Result<CUdevice> DeviceOf(CUcontext context);
   Status MapAll(const Held& held, CUmemGenericAllocationHandle real);
-  void AfterRestoreOnto(const DeviceMap& devices);
 
   const DriverApi& api_;
   SharingTable& table_;
@@ -82,11 +81,6 @@ class UnicastSteps final : public LifecycleSteps {
   std::vector<Held> held_;                 // from Save until Discard
   std::vector<MappingInfo> mappings_;      // the tracked mappings at Save
   CUcontext primary_[32] = {};             // primary contexts retained, by device ordinal
-  // The sharing table keeps the ordinals the application used; current_ says where each of
-  // them is now (the composition of every restore's device map), next_ where the restore
-  // in progress puts them (current_ once it is activated).
-  DeviceMap current_ = DeviceMap::Identity();
-  DeviceMap next_ = DeviceMap::Identity();
 };
 
 }  // namespace cusnap::shim

@@ -41,17 +41,33 @@ void log_error(const char *what) {
   std::fprintf(stderr, "simcuda[%d]: checkpoint service: %s: %s\n", static_cast<int>(getpid()), what, std::strerror(errno));
 }
 
+// A restore with gpuPairs keeps the process's ordinals and puts each on the GPU its old GPU
+// is paired with (measured on 2x H200, driver 580: DRIVER-FACTS F7). The table is changed
+// before the memory comes back, so the memory is accounted on the new GPUs, and put back
+// when the restore fails.
 CUresult restore(const Request &req) {
-  std::array<int, kMaxDevices> device_map{};
-  for (int d = 0; d < kMaxDevices; ++d) device_map[static_cast<size_t>(d)] = d;
   if (req.pair_count > kMaxGpuPairs) return CUDA_ERROR_INVALID_VALUE;
+  std::array<int, kMaxDevices> onto{};  // physical GPU -> physical GPU
+  for (int p = 0; p < kMaxDevices; ++p) onto[static_cast<size_t>(p)] = p;
   for (uint32_t i = 0; i < req.pair_count; ++i) {
-    auto from = devices::find(req.pairs[i].oldUuid);
-    auto to = devices::find(req.pairs[i].newUuid);
+    auto from = devices::find_physical(req.pairs[i].oldUuid);
+    auto to = devices::find_physical(req.pairs[i].newUuid);
     if (!from || !to) return CUDA_ERROR_INVALID_VALUE;  // names a GPU this machine does not have
-    device_map[static_cast<size_t>(*from)] = *to;
+    onto[static_cast<size_t>(*from)] = *to;
   }
-  return vmm::restore_all(device_map);
+  const devices::PhysicalTable before = devices::physical_table();
+  devices::PhysicalTable after = before;
+  std::array<bool, kMaxDevices> taken{};
+  for (int d = 0; d < devices::count(); ++d) {
+    const int p = onto[static_cast<size_t>(before[static_cast<size_t>(d)])];
+    if (taken[static_cast<size_t>(p)]) return CUDA_ERROR_INVALID_VALUE;  // two ordinals on one GPU
+    taken[static_cast<size_t>(p)] = true;
+    after[static_cast<size_t>(d)] = p;
+  }
+  devices::set_physical_table(after);
+  const CUresult r = vmm::restore_all();
+  if (r != CUDA_SUCCESS) devices::set_physical_table(before);
+  return r;
 }
 
 // The checkpoint of a process holding multicast objects: waits as long as the real driver's

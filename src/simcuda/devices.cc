@@ -6,30 +6,68 @@
 #include "api_call.h"
 #include "config.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
 namespace simcuda::devices {
+namespace {
+
+// Ordinal -> physical GPU. Atomic: driver calls read it while the checkpoint service thread
+// replaces it at restore (the gate keeps them apart, but nothing here relies on that).
+struct Table {
+  std::array<std::atomic<int>, kMaxDevices> slots;
+  Table() {
+    for (size_t d = 0; d < slots.size(); ++d) slots[d].store(static_cast<int>(d));  // identity
+  }
+};
+
+std::array<std::atomic<int>, kMaxDevices> &table() {
+  static Table t;
+  return t.slots;
+}
+
+}  // namespace
 
 int count() { return config().device_count; }
 
 bool valid(CUdevice device) { return device >= 0 && device < count(); }
 
-CUuuid uuid(int device) {
+int physical(int ordinal) { return table()[static_cast<size_t>(ordinal)].load(); }
+
+std::optional<int> ordinal_of(int physical_gpu) {
+  for (int d = 0; d < count(); ++d)
+    if (physical(d) == physical_gpu) return d;
+  return std::nullopt;
+}
+
+CUuuid physical_uuid(int physical_gpu) {
   // "SIMCUDA-GPU-" + 2 digits + 2 bytes: recognisable in logs and stable across processes.
   CUuuid u{};
   char text[17];
-  std::snprintf(text, sizeof text, "SIMCUDA-GPU-%02d..", device);
+  std::snprintf(text, sizeof text, "SIMCUDA-GPU-%02d..", physical_gpu);
   std::memcpy(u.bytes, text, sizeof u.bytes);
   return u;
 }
 
-std::optional<int> find(const CUuuid &wanted) {
-  for (int d = 0; d < count(); ++d) {
-    CUuuid u = uuid(d);
-    if (std::memcmp(u.bytes, wanted.bytes, sizeof u.bytes) == 0) return d;
+CUuuid uuid(int ordinal) { return physical_uuid(physical(ordinal)); }
+
+std::optional<int> find_physical(const CUuuid &wanted) {
+  for (int p = 0; p < count(); ++p) {
+    CUuuid u = physical_uuid(p);
+    if (std::memcmp(u.bytes, wanted.bytes, sizeof u.bytes) == 0) return p;
   }
   return std::nullopt;
+}
+
+PhysicalTable physical_table() {
+  PhysicalTable out{};
+  for (size_t d = 0; d < out.size(); ++d) out[d] = table()[d].load();
+  return out;
+}
+
+void set_physical_table(const PhysicalTable &t) {
+  for (size_t d = 0; d < t.size(); ++d) table()[d].store(t[d]);
 }
 
 namespace {
@@ -87,7 +125,9 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
   SIMCUDA_CALL_INITIALIZED("cuDeviceGetName");
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(name, static_cast<size_t>(len), "SimCUDA H200 (simulated device %d)", dev);
+  // Named after the physical GPU: the name follows it across a restore onto other GPUs.
+  std::snprintf(name, static_cast<size_t>(len), "SimCUDA H200 (simulated device %d)",
+                simcuda::devices::physical(dev));
   return CUDA_SUCCESS;
 }
 

@@ -66,7 +66,8 @@ uint64_t simcuda_test_bytes_in_use(int device) {
   std::lock_guard lock(s.mutex);
   uint64_t total = 0;
   for (const auto &[handle, a] : s.allocations)
-    if (!a->multicast && a->backing != nullptr && simcuda::vmm::device_of(*a) == device) total += a->size;
+    if (!a->multicast && a->backing != nullptr && simcuda::vmm::physical_device_of(*a) == device)
+      total += a->size;
   return total;
 }
 

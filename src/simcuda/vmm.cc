@@ -26,6 +26,11 @@ int device_of(const Allocation &a) {
   return a.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? a.prop.location.id : -1;
 }
 
+int physical_device_of(const Allocation &a) {
+  const int ordinal = device_of(a);
+  return ordinal >= 0 ? devices::physical(ordinal) : -1;
+}
+
 namespace {
 
 bool aligned(uint64_t value) { return value % kGranularity == 0; }
@@ -121,7 +126,7 @@ CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAl
   a->id = backing::new_id();
   a->prop = *prop;
   a->size = size;
-  int device = device_of(*a);
+  int device = physical_device_of(*a);
   if (device >= 0 && ledger::bytes_in_use(device) + size > config().device_memory_bytes)
     return CUDA_ERROR_OUT_OF_MEMORY;
   bool keep_fd = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
@@ -318,7 +323,7 @@ CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_handle, CU
   a->handle_refs = 1;
   a->handle = new_handle(s);
   *handle = a->handle;
-  ledger::add(a->id, device_of(*a), a->size);
+  ledger::add(a->id, physical_device_of(*a), a->size);
   s.allocations.emplace(a->handle, std::move(a));
   return CUDA_SUCCESS;
 }

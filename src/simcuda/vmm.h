@@ -108,7 +108,11 @@ CUresult device_free(CUdeviceptr ptr);
 /// it is in a reservation but not wholly mapped with the needed access.
 CUresult locate(CUdeviceptr ptr, size_t size, bool write, bool *device_memory);
 
-/// Device of an allocation's location (-1 for host memory).
+/// Device ordinal of an allocation's location in this process (-1 for host memory). It
+/// survives a restore onto other GPUs (DRIVER-FACTS F7).
 int device_of(const Allocation &a);
+/// The physical GPU the allocation's memory is on now (-1 for host memory): what the
+/// ledger, cuMemGetInfo and introspection account it to.
+int physical_device_of(const Allocation &a);
 
 }  // namespace simcuda::vmm

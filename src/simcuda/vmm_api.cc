@@ -4,6 +4,7 @@
 // cuMemGetInfo act on the current context's device (CUDA_ERROR_INVALID_CONTEXT without one).
 #include "api_call.h"
 #include "contexts.h"
+#include "devices.h"
 #include "ledger.h"
 #include "multicast.h"
 #include "vmm.h"
@@ -115,7 +116,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
   int device = 0;
   if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
   size_t capacity = simcuda::config().device_memory_bytes;
-  size_t used = simcuda::ledger::bytes_in_use(device);
+  size_t used = simcuda::ledger::bytes_in_use(simcuda::devices::physical(device));  // F7
   *total = capacity;
   *free = used < capacity ? capacity - used : 0;
   return CUDA_SUCCESS;

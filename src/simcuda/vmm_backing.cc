@@ -1,10 +1,13 @@
 // memfds, backing windows and mappings (vmm_backing.h).
 //
 // An allocation's memfd is named "simcuda-alloc:<id>:<location type>:<location id>:<bytes>:
-// <requested handle types>", so an importer learns what it imports from the descriptor alone
+// <requested handle types>" (a device location as the PHYSICAL GPU: processes may number
+// GPUs differently after a restore onto other GPUs, DRIVER-FACTS F7), so an importer learns what it imports from the descriptor alone
 // (readlink /proc/self/fd/N). It is created with MFD_ALLOW_SEALING and never sealed: an exported
 // descriptor has no seals, unlike a cusnap ticket.
 #include "vmm_backing.h"
+
+#include "devices.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -25,8 +28,9 @@ constexpr char kNamePrefix[] = "simcuda-alloc:";
 
 std::string name_of(const Allocation &a) {
   char name[128];
+  const int physical = physical_device_of(a);
   std::snprintf(name, sizeof name, "%s%016" PRIx64 ":%d:%d:%zu:%u", kNamePrefix, a.id,
-                static_cast<int>(a.prop.location.type), a.prop.location.id, a.size,
+                static_cast<int>(a.prop.location.type), physical >= 0 ? physical : a.prop.location.id, a.size,
                 static_cast<unsigned>(a.prop.requestedHandleTypes));
   return name;
 }
@@ -98,6 +102,9 @@ bool describe(int fd, Allocation &a) {
   a.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   a.prop.location.type = static_cast<CUmemLocationType>(type);
   a.prop.location.id = loc_id;
+  if (a.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {  // this process's ordinal for it
+    if (auto ordinal = devices::ordinal_of(loc_id)) a.prop.location.id = *ordinal;
+  }
   a.prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(handle_types);
   return true;
 }

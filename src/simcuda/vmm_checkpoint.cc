@@ -30,27 +30,20 @@ CUresult checkpoint_all() {
   return CUDA_SUCCESS;
 }
 
-CUresult restore_all(const std::array<int, kMaxDevices> &device_map) {
+CUresult restore_all() {
   if (held_imported_allocation) return CUDA_ERROR_NOT_SUPPORTED;
   State &s = state();
   std::lock_guard lock(s.mutex);
   for (auto &[handle, a] : s.allocations) {
     if (a->backing != nullptr) continue;
-    if (a->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-      a->prop.location.id = device_map[static_cast<size_t>(a->prop.location.id)];
     if (CUresult r = backing::create(*a, false); r != CUDA_SUCCESS) return r;
     std::copy(a->saved.begin(), a->saved.end(), a->backing);
     a->saved.clear();
     a->saved.shrink_to_fit();
     a->native_cycled = true;
-    ledger::add(a->id, device_of(*a), a->size);
+    ledger::add(a->id, physical_device_of(*a), a->size);
   }
   for (auto &[va, m] : s.mappings) {
-    AccessFlags moved{};  // access follows the devices to where they were restored
-    moved[kHostAccessSlot] = m.access[kHostAccessSlot];
-    for (size_t d = 0; d < kMaxDevices; ++d)
-      if (m.access[d] != 0) moved[static_cast<size_t>(device_map[d])] = m.access[d];
-    m.access = moved;
     const Allocation &a = *s.allocations.at(m.handle);
     if (!backing::place(a, m.offset, m.va, m.size, backing::protection(m.access))) return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -2,10 +2,7 @@
 // checkpoint service while the process is locked, so no driver call is in flight).
 #pragma once
 
-#include "config.h"
 #include "cuda_api.h"
-
-#include <array>
 
 namespace simcuda::vmm {
 
@@ -15,10 +12,12 @@ namespace simcuda::vmm {
 /// holds a multicast object (the checkpoint service refuses first: checkpoint_service.h).
 CUresult checkpoint_all();
 
-/// Recreates every allocation at its VAs with its saved bytes and access, on
-/// device_map[old device]; each is then marked as having been through a native cycle, so it
-/// can never be exported again (DRIVER-FACTS F3, F4, F7). CUDA_ERROR_NOT_SUPPORTED, and nothing
-/// restored, when the process held an imported allocation at checkpoint (F5).
-CUresult restore_all(const std::array<int, kMaxDevices> &device_map);
+/// Recreates every allocation at its VAs with its saved bytes and access, on the same
+/// ordinal; the caller set the ordinal -> physical table first, so a restore onto other GPUs
+/// puts the memory (and its ledger entry) on the GPU now behind that ordinal (F7). Each is
+/// then marked as having been through a native cycle, so it can never be exported again
+/// (DRIVER-FACTS F3, F4). CUDA_ERROR_NOT_SUPPORTED, and nothing restored, when the process
+/// held an imported allocation at checkpoint (F5).
+CUresult restore_all();
 
 }  // namespace simcuda::vmm

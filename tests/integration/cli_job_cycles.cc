@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -117,7 +118,9 @@ TEST_F(CliJobCycle, ThreeCyclesInARow) {
 }
 
 // Restore onto the other GPUs: by ordinal (0=1,1=0), then back by UUID (the UUIDs the state
-// file recorded). Allocations, access rights and device memory in use move with the map.
+// file recorded). As measured on 2x H200 (DRIVER-FACTS F7): every process keeps its ordinals,
+// locations and access (the layout is unchanged), the GPU behind each ordinal (its UUID) is
+// the other one, and the device memory in use moves between the physical GPUs.
 TEST_F(CliJobCycle, RestoreWithDeviceMapByOrdinalAndUuid) {
   Worker& creator = Start("creator", 0);
   Worker& importer = Start("importer", 1);
@@ -132,10 +135,19 @@ TEST_F(CliJobCycle, RestoreWithDeviceMapByOrdinalAndUuid) {
   ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 2, 2, "1"));
   ASSERT_NO_FATAL_FAILURE(Map(importer, "b", "B", 0, 2, "1"));
   CheckEveryByte();
+  std::vector<std::string> home;  // "ok", the UUID of ordinal 0, of ordinal 1
+  std::istringstream words(Ask(creator, "uuids"));
+  for (std::string w; words >> w;) home.push_back(w);
+  ASSERT_EQ(home.size(), 3u);
+  ASSERT_NE(home[1], home[2]);
+  ASSERT_EQ(Ask(importer, "uuids"), Ask(creator, "uuids"));
+  const std::string swapped_uuids = "ok " + home[2] + " " + home[1];
   const std::map<int, int> swap = {{0, 1}, {1, 0}};
   const std::string state = dir_ + "/state";
   ASSERT_NO_FATAL_FAILURE(Cycle(state, {"--device-map", "0=1,1=0"}, swap));
   EXPECT_EQ(UsedBytes(), (std::vector<uint64_t>{2u << 20, 4u << 20}));
+  EXPECT_EQ(Ask(creator, "uuids"), swapped_uuids);  // ordinal 0 is the other GPU now
+  EXPECT_EQ(Ask(importer, "uuids"), swapped_uuids);
 
   const Snapshot before = Suspend(state);
   ASSERT_FALSE(HasFatalFailure());
@@ -152,6 +164,8 @@ TEST_F(CliJobCycle, RestoreWithDeviceMapByOrdinalAndUuid) {
   const std::string by_uuid = uuids[0] + "=" + uuids[1] + "," + uuids[1] + "=" + uuids[0];
   ASSERT_NO_FATAL_FAILURE(Resume(state, before, {"--device-map", by_uuid}, swap));
   EXPECT_EQ(UsedBytes(), (std::vector<uint64_t>{4u << 20, 2u << 20}));  // home again
+  EXPECT_EQ(Ask(creator, "uuids"), "ok " + home[1] + " " + home[2]);
+  EXPECT_EQ(Ask(importer, "uuids"), "ok " + home[1] + " " + home[2]);
 }
 
 // HOST_NUMA allocations only: created by one process, imported by the other, mapped with

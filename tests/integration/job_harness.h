@@ -105,11 +105,11 @@ class JobTest : public ::testing::Test {
   void CheckEveryByte();
   /// The driver's facts at every recorded view.
   Snapshot Snap();
-  /// After a restore: same VAs, sizes, offsets, application handles and access (devices
-  /// renamed by `device_map`, old ordinal -> new); views that shared an allocation still share
-  /// one and views that did not still do not; every allocation is a fresh one.
-  void ExpectSameLayout(const Snapshot& before, const Snapshot& after,
-                        const std::map<int, int>& device_map = {});
+  /// After a restore: same VAs, sizes, offsets, application handles, locations and access
+  /// (ordinals survive a restore onto other GPUs, DRIVER-FACTS F7); views that shared an
+  /// allocation still share one and views that did not still do not; every allocation is a
+  /// fresh one.
+  void ExpectSameLayout(const Snapshot& before, const Snapshot& after);
   /// A word written through `a`'s view is read through `b`'s, and the other way round (the
   /// word is then put back, so the pattern holds again). Both views map `allocation`.
   void CrossWrite(Worker& a, const std::string& view_a, Worker& b, const std::string& view_b);
@@ -136,7 +136,8 @@ class JobTest : public ::testing::Test {
   /// RELEASED and its process CHECKPOINTED.
   void ExpectSuspended();
   /// Restore (exit 0, `restore_extra` added), then every byte, the layout against `before`
-  /// (`device_map`: old ordinal -> new), the memory in use, and writes crossing between every
+  /// (ordinals unchanged), the memory in use per physical GPU (`device_map`: old physical GPU
+  /// -> new, what the --device-map in `restore_extra` says), and writes crossing between every
   /// pair of processes whose views share bytes.
   void Resume(const std::string& state, const Snapshot& before,
               const std::vector<std::string>& restore_extra = {},

@@ -25,6 +25,8 @@
 //   held                           allocations and mappings this process holds in the driver
 //                                  (introspection, answered even while checkpointed)
 //   meminfo                        cuMemGetInfo on every device: "ok <used0> <used1> ..."
+//   uuids                          cuDeviceGetUuid of every ordinal, as 32 hex digits each:
+//                                  "ok <uuid0> <uuid1> ..."
 //   lock|checkpoint|restore|unlock|state <pid>   the native checkpoint API on another
 //                                  process: "ok <CUresult>" ("ok <CUprocessState>" for state)
 //   pid                            "ok <pid>"
@@ -200,6 +202,22 @@ std::string Info(const View& v) {
   return s;
 }
 
+std::string Uuids() {
+  int count = 0;
+  CU_OR_REPLY(cuDeviceGetCount(&count));
+  std::string s = "ok";
+  for (int d = 0; d < count; ++d) {
+    CUuuid uuid{};
+    CU_OR_REPLY(cuDeviceGetUuid(&uuid, d));
+    char hex[33] = {};
+    for (int i = 0; i < 16; ++i) {
+      std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
+    }
+    s += " " + std::string(hex);
+  }
+  return s;
+}
+
 std::string MemInfo() {
   int count = 0;
   CU_OR_REPLY(cuDeviceGetCount(&count));
@@ -274,6 +292,7 @@ std::string Execute(const std::string& line) {
            std::to_string(simcuda_test_mappings(nullptr, 0));
   }
   if (op == "meminfo") return MemInfo();
+  if (op == "uuids") return Uuids();
   if (op == "pid") return "ok " + std::to_string(::getpid());
   if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
     int pid = 0;

@@ -264,7 +264,9 @@ TEST_F(MulticastCycleTest, TwoRanksBindMemBothAbisSurviveTwoCycles) {
   EXPECT_EQ(ranks_[1].Ask("retain"), "ok same");
 }
 
-// Restored onto swapped devices: members and the team's devices follow the device map.
+// Restored onto swapped GPUs (DRIVER-FACTS F7, measured): each rank keeps its ordinals, so
+// members and the team's devices are rebuilt on the recorded ordinals, now backed by the
+// other GPUs; the members' bytes are intact and the team carries data again.
 TEST_F(MulticastCycleTest, RestoreOntoSwappedDevices) {
   StartTeam({"mem", "addr2"});
   ExpectAllReduce();

@@ -126,7 +126,8 @@ TEST_F(WorkloadKindsTest, AllocationCreatedWithNoCurrentContext) {
 }
 
 // cuMemGetAddressRange inside tracked mappings (creator and importer): the whole mapping,
-// the same base and size after restore, also after a restore onto swapped devices.
+// the same base and size after restore, also after a restore onto swapped GPUs (which keeps
+// each process's ordinals: DRIVER-FACTS F7), where writes still cross between the ranks.
 TEST_F(WorkloadKindsTest, AddressRangeOfTrackedMappingsIsKeptByRestore) {
   StartRanks();
   Ok(a_, "create r 6 dev");
@@ -145,6 +146,7 @@ TEST_F(WorkloadKindsTest, AddressRangeOfTrackedMappingsIsKeptByRestore) {
   EXPECT_EQ(Ok(a_, "range r"), range_a);
   EXPECT_EQ(Ok(b_, "range r"), range_b);
   for (Rank* r : {&a_, &b_}) EXPECT_EQ(Ask(*r, "check r"), "ok") << r->name;
+  CrossWrite(a_, "r", b_, "r", 8);
   StopRanks();
 }
 

@@ -85,26 +85,6 @@ TEST(CoordinatorDeviceMap, ResolutionErrorsNameTheDevice) {
   EXPECT_EQ(dup.error().message, "device map maps " + kUuid0 + " twice");
 }
 
-TEST(CoordinatorDeviceMap, ResolvesAndPacksOrdinals) {
-  auto ordinals = coord::ResolveDeviceOrdinals(*coord::ParseDeviceMap(kUuid1 + "=0"), {kUuid0, kUuid1});
-  ASSERT_TRUE(ordinals.ok()) << ordinals.error().message;
-  EXPECT_EQ(*ordinals, (std::vector<std::pair<int, int>>{{1, 0}}));
-  // Old ordinal 1 now on 0; every other device on itself; arg[1] = 1 marks a map.
-  EXPECT_EQ(coord::PackOrdinalMap(*ordinals),
-            (std::pair<uint64_t, uint64_t>{0xfedcba9876543200ull, 1}));
-  EXPECT_EQ(coord::PackOrdinalMap({}), (std::pair<uint64_t, uint64_t>{0, 0}));
-  std::vector<std::string> many(17, "");
-  for (size_t i = 0; i < many.size(); ++i) {
-    char text[64];
-    std::snprintf(text, sizeof text, "GPU-%08zx-0000-0000-0000-000000000000", i);
-    many[i] = text;
-  }
-  auto too_far = coord::ResolveDeviceOrdinals(*coord::ParseDeviceMap("16=0"), many);
-  ASSERT_FALSE(too_far.ok());
-  EXPECT_EQ(too_far.error().message, "device map pair " + many[16] + "=" + many[0] +
-                                         ": cusnap maps devices 0..15 only");
-}
-
 TEST(CoordinatorDeviceMap, UuidFormatRoundTrips) {
   unsigned char bytes[16];
   ASSERT_TRUE(coord::ParseGpuUuid(kUuid1, bytes));

@@ -24,8 +24,6 @@ class ScriptedSteps : public LifecycleSteps {
   Op fail_on = Op::kExport;  // kExport: nothing fails
   std::vector<Op> ran;
   int discarded = 0;
-  DeviceMap reallocate_map{};
-  DeviceMap import_map{};
 
   Status DetachMulticast() override { return Step(Op::kDetachMulticast); }
   Result<StepResult> Save() override {
@@ -33,15 +31,11 @@ class ScriptedSteps : public LifecycleSteps {
     return StepResult{4u << 20, 11, 22, 33};
   }
   Status Release() override { return Step(Op::kRelease); }
-  Result<StepResult> Reallocate(const DeviceMap& devices) override {
-    reallocate_map = devices;
+  Result<StepResult> Reallocate() override {
     if (Status s = Step(Op::kReallocate); !s) return s.error();
     return StepResult{4u << 20, 44, 55, 0};
   }
-  Status Import(const DeviceMap& devices) override {
-    import_map = devices;
-    return Step(Op::kImport);
-  }
+  Status Import() override { return Step(Op::kImport); }
   Status MulticastCreate() override { return Step(Op::kMulticastCreate); }
   Status MulticastImport() override { return Step(Op::kMulticastImport); }
   Status MulticastJoin() override { return Step(Op::kMulticastJoin); }
@@ -124,25 +118,6 @@ TEST_F(LifecycleTest, CarrierStepsReportBytesAndTimes) {
   EXPECT_EQ(saved.arg[2], 11u);       // copy ns
   EXPECT_EQ(saved.arg[3], 22u);       // register ns
   EXPECT_EQ(saved.arg[4], 33u);       // provision ns
-}
-
-TEST_F(LifecycleTest, RestoreStepsGetTheDeviceMapOfTheRequest) {
-  RunCheckpointTo(Phase::kReleased);
-  DeviceMap swap = DeviceMap::Identity();
-  swap.to[0] = 1;
-  swap.to[1] = 0;
-  swap.to[15] = 9;
-  proto::Header request = MakeHeader(Op::kReallocate);
-  swap.ToArgs(request.arg);
-  ASSERT_EQ(lifecycle.Handle(request).status, 0);
-  request = MakeHeader(Op::kImport);  // no map: identity
-  ASSERT_EQ(lifecycle.Handle(request).status, 0);
-  EXPECT_EQ(steps.reallocate_map(0), 1);
-  EXPECT_EQ(steps.reallocate_map(1), 0);
-  EXPECT_EQ(steps.reallocate_map(2), 2);
-  EXPECT_EQ(steps.reallocate_map(15), 9);
-  EXPECT_EQ(steps.reallocate_map(42), 42);
-  for (int d = 0; d < DeviceMap::kDevices; ++d) EXPECT_EQ(steps.import_map(d), d);
 }
 
 TEST_F(LifecycleTest, OutOfOrderRequestsAreRefusedAndChangeNothing) {

@@ -34,8 +34,8 @@ class DetachSteps : public LifecycleSteps {
     return StepResult{};
   }
   Status Release() override { return Ok{}; }
-  Result<StepResult> Reallocate(const DeviceMap&) override { return StepResult{}; }
-  Status Import(const DeviceMap&) override { return Ok{}; }
+  Result<StepResult> Reallocate() override { return StepResult{}; }
+  Status Import() override { return Ok{}; }
 
  private:
   bool destroyed_ = false;

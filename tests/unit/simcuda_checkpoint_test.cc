@@ -326,41 +326,69 @@ TEST(SimcudaCheckpoint, F6HostCarrierSequenceWorks) {
   EXPECT_EQ(wait_child(importer.pid), 0);
 }
 
-// F7: restore with GPU pairs {0->1, 1->0} moves the allocations (and their access) to the
-// mapped devices, bytes intact; a pair naming an unknown GPU is refused and changes nothing.
-TEST(SimcudaCheckpoint, F7RestoreMovesAllocationsToMappedDevices) {
+// F7, as measured on 2x H200 (driver 580, CUDA 13.0): a restore with GPU pairs {0->1, 1->0}
+// keeps the process's ordinals and swaps the physical GPUs behind them. Its context stays on
+// ordinal 0, cuDeviceGetUuid(0) now names the other GPU, its natively restored memory
+// (cuMemAlloc on ordinal 0, private VMM on ordinal 1) keeps its ordinal, access and bytes and
+// is accounted on the new physical GPU; a fresh allocation on ordinal 0 lands on the GPU now
+// behind it. A pair naming an unknown GPU is refused and changes nothing.
+TEST(SimcudaCheckpoint, F7RestoreKeepsOrdinalsAndSwapsThePhysicalGpus) {
+  constexpr size_t kOnOrdinal0 = kSize, kOnOrdinal1 = 2 * kSize;  // tell the GPUs apart by bytes
   Child c;
   c.start([](const Pipe &command, const Pipe &reply) {
     if (cuInit(0) != CUDA_SUCCESS) return 10;
-    CUdeviceptr va[2] = {};
-    for (int d = 0; d < 2; ++d) {
-      CUmemGenericAllocationHandle h = 0;
-      CUmemAllocationProp prop = device_prop(d, false);
-      if (cuMemCreate(&h, kSize, &prop, 0) != CUDA_SUCCESS) return 11;
-      va[d] = map_rw(h, kSize, d);
-      if (va[d] == 0 || use_device(d) == nullptr || !fill_pattern(va[d], kSize, 70u + static_cast<unsigned>(d))) return 12;
-    }
+    CUuuid before[2] = {};
+    for (int d = 0; d < 2; ++d)
+      if (cuDeviceGetUuid_v2(&before[d], d) != CUDA_SUCCESS) return 11;
+    CUmemGenericAllocationHandle h = 0;
+    CUmemAllocationProp prop = device_prop(1, false);
+    if (cuMemCreate(&h, kOnOrdinal1, &prop, 0) != CUDA_SUCCESS) return 12;
+    CUdeviceptr vmm_va = map_rw(h, kOnOrdinal1, 1);
+    if (vmm_va == 0 || use_device(1) == nullptr || !fill_pattern(vmm_va, kOnOrdinal1, 71u)) return 13;
+    CUdeviceptr malloc_va = 0;
+    if (use_device(0) == nullptr || cuMemAlloc_v2(&malloc_va, kOnOrdinal0) != CUDA_SUCCESS) return 14;
+    if (!fill_pattern(malloc_va, kOnOrdinal0, 70u)) return 15;
     reply.send('R');
     if (command.receive() != 'V') return 20;
+    CUdevice current = -1;
+    if (cuCtxGetDevice(&current) != CUDA_SUCCESS || current != 0) return 21;  // still ordinal 0
+    CUuuid after[2] = {};
+    for (int d = 0; d < 2; ++d)
+      if (cuDeviceGetUuid_v2(&after[d], d) != CUDA_SUCCESS) return 22;
+    if (std::memcmp(after[0].bytes, before[1].bytes, 16) != 0 || std::memcmp(after[1].bytes, before[0].bytes, 16) != 0)
+      return 23;  // the GPUs behind the ordinals swapped
+    char name[64] = {};
+    if (cuDeviceGetName(name, sizeof name, 0) != CUDA_SUCCESS || std::strstr(name, "device 1") == nullptr) return 24;
+    const CUdeviceptr vas[2] = {malloc_va, vmm_va};
+    const size_t sizes[2] = {kOnOrdinal0, kOnOrdinal1};
     for (int d = 0; d < 2; ++d) {
       simcuda_mapping_info info{};
-      if (simcuda_test_mapping_at(va[d], &info) != 0) return 21;
-      int moved = 1 - d;
-      if (info.location_id != moved || info.access[moved] != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || info.access[d] != 0)
-        return 22;
-      if (!has_pattern(va[d], kSize, 70u + static_cast<unsigned>(d))) return 23;
+      if (simcuda_test_mapping_at(vas[d], &info) != 0) return 25;
+      if (info.location_id != d || info.access[d] != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || info.access[1 - d] != 0)
+        return 26;  // location and access keep the process's ordinal
+      if (!has_pattern(vas[d], sizes[d], 70u + static_cast<unsigned>(d))) return 27;
     }
-    return 0;
+    // Accounted on the physical GPUs: ordinal 0's memory on GPU 1, ordinal 1's on GPU 0.
+    if (simcuda_test_bytes_in_use(1) != kOnOrdinal0 || simcuda_test_bytes_in_use(0) != kOnOrdinal1) return 28;
+    size_t free = 0, total = 0;  // cuMemGetInfo of ordinal 0 counts physical GPU 1
+    if (cuMemGetInfo_v2(&free, &total) != CUDA_SUCCESS || total - free != kOnOrdinal0) return 29;
+    CUmemGenericAllocationHandle fresh = 0;
+    CUmemAllocationProp fresh_prop = device_prop(0, false);
+    if (cuMemCreate(&fresh, kSize, &fresh_prop, 0) != CUDA_SUCCESS) return 30;
+    if (simcuda_test_ledger_bytes(1) != kOnOrdinal0 + kSize || simcuda_test_ledger_bytes(0) != kOnOrdinal1) return 31;
+    return cuMemRelease(fresh) == CUDA_SUCCESS ? 0 : 32;
   });
   ASSERT_EQ(c.reply.receive(), 'R');
   ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
   CUuuid gpu0{}, gpu1{};
   ASSERT_EQ(cuDeviceGetUuid_v2(&gpu0, 0), CUDA_SUCCESS);
   ASSERT_EQ(cuDeviceGetUuid_v2(&gpu1, 1), CUDA_SUCCESS);
-  EXPECT_EQ(used_on(0), kSize);
-  EXPECT_EQ(used_on(1), kSize);
+  EXPECT_EQ(used_on(0), kOnOrdinal0);
+  EXPECT_EQ(used_on(1), kOnOrdinal1);
   ASSERT_EQ(cuCheckpointProcessLock(c.pid, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(cuCheckpointProcessCheckpoint(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(used_on(0), 0u);
+  EXPECT_EQ(used_on(1), 0u);
   CUcheckpointGpuPair unknown[1] = {{gpu0, CUuuid{}}};
   CUcheckpointRestoreArgs bad{};
   bad.gpuPairs = unknown;
@@ -373,8 +401,9 @@ TEST(SimcudaCheckpoint, F7RestoreMovesAllocationsToMappedDevices) {
   args.gpuPairsCount = 2;
   ASSERT_EQ(cuCheckpointProcessRestore(c.pid, &args), CUDA_SUCCESS);
   ASSERT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_SUCCESS);
-  EXPECT_EQ(used_on(0), kSize);
-  EXPECT_EQ(used_on(1), kSize);
+  // This process numbers the GPUs as before: the memory moved between them.
+  EXPECT_EQ(used_on(0), kOnOrdinal1);
+  EXPECT_EQ(used_on(1), kOnOrdinal0);
   c.command.send('V');
   EXPECT_EQ(wait_child(c.pid), 0);
 }

@@ -19,7 +19,7 @@ typedef struct simcuda_mapping_info {
   uint64_t allocation_handle; /* this process's CUmemGenericAllocationHandle */
   uint64_t allocation_size;   /* bytes */
   int location_type;          /* CUmemLocationType of the allocation */
-  int location_id;            /* device ordinal, or host NUMA node */
+  int location_id;            /* device ordinal (kept across a restore), or host NUMA node */
   int imported;               /* 1 when imported from a shareable handle */
   int native_cycled;          /* 1 after a native checkpoint/restore (export refused) */
   unsigned char access[9];    /* CUmemAccess_flags per device 0-7, then the host */
@@ -35,10 +35,11 @@ size_t simcuda_test_mappings(simcuda_mapping_info *out, size_t max);
 /// Number of allocations this process holds (by handle or mapping), multicast ones included.
 size_t simcuda_test_allocation_count(void);
 
-/// Bytes of device memory this process holds on `device` (imported allocations included).
+/// Bytes of device memory this process holds on PHYSICAL GPU `device` (imported allocations
+/// included). Physical GPU N is ordinal N until a restore onto other GPUs (DRIVER-FACTS F7).
 uint64_t simcuda_test_bytes_in_use(int device);
 
-/// Bytes in use on `device` by every live process, as cuMemGetInfo counts them.
+/// Bytes in use on PHYSICAL GPU `device` by every live process, as cuMemGetInfo counts them.
 uint64_t simcuda_test_ledger_bytes(int device);
 
 /// Driver calls of this process in flight right now (0 when every thread is outside the driver).
