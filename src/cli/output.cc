@@ -30,6 +30,13 @@ double GbPerS(const coord::PhaseReport& p) {
   return static_cast<double>(p.bytes) / (p.elapsed_ms / 1000.0) / 1e9;
 }
 
+// The carrier's copy rate: all bytes over the slowest participant's copy time (copies of
+// different participants overlap).
+double CopyGbPerS(const coord::PhaseReport& p) {
+  if (p.bytes == 0 || p.copy_ns == 0) return 0;
+  return static_cast<double>(p.bytes) / static_cast<double>(p.copy_ns);
+}
+
 }  // namespace
 
 std::string FormatPhaseLine(const coord::PhaseReport& p) {
@@ -41,6 +48,10 @@ std::string FormatPhaseLine(const coord::PhaseReport& p) {
     n = std::snprintf(line, sizeof line, "  %s  %.1f GB/s", FormatBytes(p.bytes).c_str(),
                       GbPerS(p));
     text.append(line, static_cast<size_t>(n));
+    if (p.copy_ns > 0) {
+      n = std::snprintf(line, sizeof line, " (copies %.1f GB/s)", CopyGbPerS(p));
+      text.append(line, static_cast<size_t>(n));
+    }
   }
   if (!p.ok()) text += "  FAILED";
   return text;
@@ -48,7 +59,8 @@ std::string FormatPhaseLine(const coord::PhaseReport& p) {
 
 nlohmann::json PhaseToJson(const coord::PhaseReport& p) {
   return {{"name", p.name},           {"elapsed_ms", p.elapsed_ms}, {"participants", p.participants},
-          {"bytes", p.bytes},         {"gb_per_s", GbPerS(p)},      {"ok", p.ok()},
+          {"bytes", p.bytes},         {"gb_per_s", GbPerS(p)},      {"copy_ns", p.copy_ns},
+          {"copy_gb_per_s", CopyGbPerS(p)},                         {"ok", p.ok()},
           {"errors", p.errors}};
 }
 

@@ -114,6 +114,7 @@ class CheckpointSequence : Sequence {
                              "created hold " + std::to_string(expected) + " bytes"};
       }
       saved_bytes_[i] = step->bytes;
+      NoteCopy(step->copy_ns);
       return step->bytes;
     }, expected_total);
   }

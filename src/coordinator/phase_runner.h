@@ -20,6 +20,10 @@ struct PhaseReport {
   double elapsed_ms = 0;
   size_t participants = 0;
   uint64_t bytes = 0;
+  /// Carrier phases (save, reallocate): the slowest participant's copy time in ns, without
+  /// host registration and provisioning, so the copy rate can sit beside a pinned-copy
+  /// baseline (DRIVER-FACTS "Speeds"); 0 for other phases.
+  uint64_t copy_ns = 0;
   std::vector<std::string> errors;  ///< one message per failed participant, in index order
   bool ok() const { return errors.empty(); }
 };

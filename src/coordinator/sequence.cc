@@ -7,7 +7,14 @@
 
 namespace cusnap::coord {
 
+void Sequence::NoteCopy(uint64_t copy_ns) {
+  uint64_t seen = phase_copy_ns_.load();
+  while (copy_ns > seen && !phase_copy_ns_.compare_exchange_weak(seen, copy_ns)) {
+  }
+}
+
 bool Sequence::Record(PhaseReport phase) {
+  phase.copy_ns = phase_copy_ns_.exchange(0);
   observer_.PhaseFinished(phase);
   report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
   const bool ok = phase.ok();
@@ -51,6 +58,7 @@ bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args
     auto step = Step(*participants_[i], op, {request_args.size() > 0 ? request_args[0] : 0,
                                             request_args.size() > 1 ? request_args[1] : 0});
     if (!step) return step.error();
+    NoteCopy(step->copy_ns);
     return step->bytes;
   }, expected_bytes);
 }

@@ -3,6 +3,7 @@
 // named phase, records it and tells the observer.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ class Sequence {
   /// Tells the observer the phase ended and adds it (and its errors) to the report.
   bool Record(PhaseReport phase);
 
+  /// A carrier reply's copy time: the phase being run reports the slowest one.
+  void NoteCopy(uint64_t copy_ns);
+
   CommandReport Finish(Outcome outcome) {
     report_.outcome = outcome;
     return std::move(report_);
@@ -59,6 +63,7 @@ class Sequence {
   /// requests still go to every participant. char, not bool: written from several threads.
   std::vector<char> native_;
   CommandReport report_;
+  std::atomic<uint64_t> phase_copy_ns_{0};  // NoteCopy's maximum for the phase being run
 };
 
 }  // namespace cusnap::coord
