@@ -147,20 +147,27 @@ void JobTest::TearDown() {
 }
 
 Worker& JobTest::Start(const std::string& name, int device, bool bare) {
+  const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
+  std::vector<std::string> args;
+  if (!bare) args = {bin + "/cusnap", "run", "--"};
+  args.push_back(bin + "/job_worker");
+  args.push_back(std::to_string(device));
+  Worker& started = StartProgram(name, args);
+  started.shim = !bare;
+  const std::string ready = Ask(started, "");
+  EXPECT_EQ(ready, "ready") << name;
+  return started;
+}
+
+Worker& JobTest::StartProgram(const std::string& name, const std::vector<std::string>& args) {
   int to_child[2], from_child[2], channel[2];
   EXPECT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
   EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
   const int child_in = High(to_child[0]), child_out = High(from_child[1]);
   const int child_channel = High(channel[1]);
-  const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
-  std::vector<std::string> args;
-  if (!bare) args = {bin + "/cusnap", "run", "--"};
-  args.push_back(bin + "/job_worker");
-  args.push_back(std::to_string(device));
   Worker w;
   w.name = name;
-  w.shim = !bare;
   w.pid = Spawn(args, child_in, child_out, -1, child_channel);
   EXPECT_GT(w.pid, 0) << "cannot start " << name;
   ::close(child_in);
@@ -170,10 +177,7 @@ Worker& JobTest::Start(const std::string& name, int device, bool bare) {
   w.out = from_child[0];
   w.channel = channel[0];
   workers_.push_back(w);
-  Worker& started = workers_.back();
-  const std::string ready = Ask(started, "");
-  EXPECT_EQ(ready, "ready") << name;
-  return started;
+  return workers_.back();
 }
 
 std::vector<Worker*> JobTest::StartLaunched(const std::string& name,
@@ -538,7 +542,7 @@ std::vector<uint64_t> JobTest::UsedBytes() {
 }
 
 std::vector<uint64_t> JobTest::CreatedDeviceBytes() const {
-  std::vector<uint64_t> bytes(2, 0);
+  std::vector<uint64_t> bytes(device_count_, 0);
   for (const auto& [name, where] : device_allocations_) {
     bytes.at(static_cast<size_t>(where.second)) += where.first << 20;
   }
@@ -589,7 +593,7 @@ Snapshot JobTest::Suspend(const std::string& state) {
 }
 
 void JobTest::ExpectSuspended() {
-  EXPECT_EQ(UsedBytes(), std::vector<uint64_t>(2, 0)) << "device memory still in use";
+  EXPECT_EQ(UsedBytes(), std::vector<uint64_t>(device_count_, 0)) << "device memory still in use";
   for (Worker* w : Live()) {
     if (!w->cuda) continue;
     EXPECT_EQ(Ask(*w, "held"), "ok 0 0") << w->name << " still holds driver memory";

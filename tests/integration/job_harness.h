@@ -75,6 +75,10 @@ class JobTest : public ::testing::Test {
 
   /// Starts `job_worker <device>`, through `cusnap run` unless `bare`, and waits for "ready".
   Worker& Start(const std::string& name, int device, bool bare = false);
+  /// Starts `args` (a full command line; prefix `cusnap run --` to carry the shim) with its
+  /// stdin/stdout on pipes and descriptor 3 on a descriptor channel, like a job_worker, but
+  /// reads nothing: the caller reads its first line with Ask(w, "").
+  Worker& StartProgram(const std::string& name, const std::vector<std::string>& args);
   /// Starts `cusnap run -- job_worker launch <devices...>`: a launcher carrying the shim that
   /// never uses CUDA and forks one worker per device. Returns the launcher then its workers
   /// (named name0, name1, ...; their pids asked with "pid").
@@ -161,6 +165,9 @@ class JobTest : public ::testing::Test {
   /// Live device allocations: name -> (MiB, device now). Resume moves them by the device map.
   std::map<std::string, std::pair<size_t, int>> device_allocations_;
   std::vector<ViewRecord> views_;
+  /// Simulated devices of this test's machine (SIMCUDA_DEVICE_COUNT; the driver's default 2):
+  /// how many entries UsedBytes has.
+  size_t device_count_ = 2;
 };
 
 /// The text after "ok " in a reply, or "" when the reply is not "ok ...".
