@@ -156,6 +156,15 @@ std::optional<std::pair<CUdeviceptr, size_t>> SharingTable::MappingRangeAt(
   return std::make_pair(it->first, it->second.size);
 }
 
+std::optional<CUmemAllocationProp> SharingTable::ImportedProperties(uint64_t handle) const {
+  std::lock_guard lock(mutex_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return std::nullopt;
+  const Allocation& a = allocations_.at(it->second.key);
+  if (a.creator) return std::nullopt;
+  return a.prop;
+}
+
 bool SharingTable::Knows(uint64_t handle) const {
   std::lock_guard lock(mutex_);
   return handles_.count(handle) != 0;

@@ -125,6 +125,13 @@ class SharingTable {
   /// HOST_NUMA mapping, measured on our H200s; and the range is ours to keep across restore).
   std::optional<std::pair<CUdeviceptr, size_t>> MappingRangeAt(CUdeviceptr address) const;
 
+  /// For a logical handle of an IMPORTED allocation: the properties the driver reported at
+  /// import. Measured on our H200s: after a restore onto swapped GPUs the driver reports an
+  /// imported allocation's location by the physical GPU's original ordinal, not by the
+  /// importer's own (unchanged) ordinals, so the import-time answer is the stable one.
+  /// nullopt for unknown handles and for allocations this process created.
+  std::optional<CUmemAllocationProp> ImportedProperties(uint64_t handle) const;
+
   /// True when `handle` is a logical handle the table knows.
   bool Knows(uint64_t handle) const;
 

@@ -252,6 +252,10 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
   if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (IsMulticastHandle(handle)) return MulticastAllocationProperties(prop, handle);  // multicast
   CUSNAP_QUIESCE_GATE();
+  if (auto imported = table().ImportedProperties(handle)) {
+    *prop = *imported;  // stable across restores onto other GPUs (sharing_table.h)
+    return CUDA_SUCCESS;
+  }
   PinScope pin(handle);
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;

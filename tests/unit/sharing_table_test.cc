@@ -397,5 +397,22 @@ TEST(SharingTable, MappingRangeAtGivesTheContainingMapping) {
   EXPECT_FALSE(table.MappingRangeAt(a - 1));
 }
 
+TEST(SharingTable, ImportedPropertiesAreTheImportTimeAnswer) {
+  SharingTable table;
+  CUmemAllocationProp prop = PosixProp();
+  prop.location.id = 1;
+  const proto::ObjectId id{4242, 0, 7, 3};
+  bool duplicate = false;
+  const uint64_t imported = table.AddImported(id, 0x90, k2MiB, prop, nullptr, &duplicate);
+  ASSERT_FALSE(duplicate);
+  auto answer = table.ImportedProperties(imported);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->location.id, 1);
+  EXPECT_EQ(answer->requestedHandleTypes, prop.requestedHandleTypes);
+  const uint64_t created = table.AddCreated(0x91, k2MiB, PosixProp(), nullptr, kSelf);
+  EXPECT_FALSE(table.ImportedProperties(created));  // the creator asks the driver
+  EXPECT_FALSE(table.ImportedProperties(created + 1000));
+}
+
 }  // namespace
 }  // namespace cusnap::shim
