@@ -12,7 +12,7 @@
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
 #   workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
-#   multicast_forward
+#   multicast_forward workload_multicast
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -64,7 +64,7 @@ START_S=$SECONDS
 ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shim nccl_allreduce
            share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
-           multicast_forward)
+           multicast_forward workload_multicast)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -254,12 +254,18 @@ t_workload_nccl_native() {
 t_multicast_forward() {
   "$BIN/cusnap" run -- "$BIN/gpu_multicast_forward"
 }
+
+# Symmetric memory with multicast (multimem_all_reduce_): only ever run under
+# CUSNAP_ALLOW_MULTICAST=1 (the caller checks); the test file lifts the no-multicast setting.
+t_workload_multicast() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_multicast.py"
+}
 export PYTEST
 export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_nccl_native \
-  t_multicast_forward
+  t_multicast_forward t_workload_multicast
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
 selected preflight && run_test preflight 120 t_preflight
@@ -297,6 +303,15 @@ if selected multicast_forward; then
     run_test multicast_forward 120 t_multicast_forward
   else
     record multicast_forward SKIP "cuMulticastCreate is never called unless CUSNAP_ALLOW_MULTICAST=1 (DRIVER-FACTS F9)"
+  fi
+fi
+if selected workload_multicast; then
+  if [[ ${CUSNAP_ALLOW_MULTICAST:-0} != 1 ]]; then
+    record workload_multicast SKIP "cuMulticastCreate is never called unless CUSNAP_ALLOW_MULTICAST=1 (DRIVER-FACTS F9)"
+  elif [[ $CUSNAP_GPU_SIM == 1 ]]; then
+    record workload_multicast SKIP "PyTorch workloads need real GPUs (CUSNAP_GPU_SIM=1)"
+  else
+    run_test workload_multicast 240 t_workload_multicast
   fi
 fi
 

@@ -14,6 +14,11 @@ Rank r uses GPU r (LOCAL_RANK). --parts chooses what the job holds and checks (c
            by TORCH_SYMM_MEM_DISABLE_MULTICAST=1): symm_mem.empty + rendezvous,
            torch.ops.symm_mem.one_shot_all_reduce (eager) and one_shot_all_reduce_out captured
            in a CUDA graph
+  symm_mc  PyTorch symmetric memory WITH multicast (only under CUSNAP_ALLOW_MULTICAST=1, never
+           on this project's machines: DRIVER-FACTS F9; test_workload_multicast.py): two
+           symm_mem buffers after rendezvous (multicast_ptr must be non-zero), in-place
+           torch.ops.symm_mem.multimem_all_reduce_ on one eagerly and on the other captured in a
+           CUDA graph
   private  private GPU memory: caching-allocator tensors, a torch.cuda.caching_allocator_alloc
            block and a cudaMalloc block (libcudart through ctypes), each with a SHA-256 of its
            bytes taken at the start and compared after every idle point
@@ -225,6 +230,84 @@ class SymmPart:
         exact("symm_graph_replay", r, self.out, want)
 
 
+class SymmMulticastPart:
+    """PyTorch symmetric memory with multicast: multimem_all_reduce_ (in place, through the
+    multicast address) eager and captured in a CUDA graph. Two symmetric buffers, so the eager
+    result and the graph's result are each kept across an idle point."""
+
+    def __init__(self, rank):
+        self.r = rank
+        if os.environ.get("CUSNAP_ALLOW_MULTICAST") != "1":
+            # Belt and braces: rendezvous with multicast calls cuMulticastCreate (DRIVER-FACTS F9).
+            raise RuntimeError("--parts symm_mc needs CUSNAP_ALLOW_MULTICAST=1 (DRIVER-FACTS F9)")
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+            self.multimem = torch.ops.symm_mem.multimem_all_reduce_
+        except (ImportError, AttributeError, RuntimeError) as e:
+            raise RuntimeError(f"torch {torch.__version__}: a symmetric-memory API this workload "
+                               f"uses is missing: {type(e).__name__}: {e}") from e
+        dev = rank.device
+        n = rank.args.symm_numel
+        self.group = dist.group.WORLD.group_name
+        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+        if enable is not None:
+            enable(self.group)
+        self.eager_buf = symm_mem.empty(n, dtype=torch.float32, device=dev)
+        self.graph_buf = symm_mem.empty(n, dtype=torch.float32, device=dev)
+        handles = [symm_mem.rendezvous(t, group=self.group) for t in (self.eager_buf, self.graph_buf)]
+        ptrs = [int(getattr(hd, "multicast_ptr", 0) or 0) for hd in handles]
+        rank.check("symm_mc_multicast_ptr", all(ptrs),
+                   "multicast ptrs " + ", ".join(f"0x{p:x}" for p in ptrs)
+                   + f" (TORCH_SYMM_MEM_DISABLE_MULTICAST={os.environ.get('TORCH_SYMM_MEM_DISABLE_MULTICAST')})")
+        if not all(ptrs):
+            raise RuntimeError("symmetric memory has no multicast address: multimem_all_reduce_ cannot run")
+        self.base = (torch.arange(n, dtype=torch.int32, device=dev) % 2039).to(torch.float32)
+        self.eager_want = None
+        self.graph_want = None
+        rank.say(f"symm_mc: 2 x {n} float32 elements, group {self.group}, multicast ptrs "
+                 + ", ".join(f"0x{p:x}" for p in ptrs))
+        # Warm-up on a side stream, then capture (as SymmPart).
+        self.graph_buf.fill_(float(rank.rank + 1))
+        rank.sync()
+        side = torch.cuda.Stream(device=dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.multimem(self.graph_buf, "sum", self.group)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        rank.sync()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            self.multimem(self.graph_buf, "sum", self.group)
+        rank.sync()
+
+    def fill(self, buf, salt):
+        """Writes this rank's fresh input into buf; returns the exact sum over ranks."""
+        r = self.r
+        buf.copy_(self.base + float(5 * (r.rank + 1) + 13 * r.round + salt))
+        total = float(sum(5 * (q + 1) for q in range(r.world)) + r.world * (13 * r.round + salt))
+        return self.base * r.world + total
+
+    def run_round(self):
+        r = self.r
+        if self.graph_want is not None:
+            exact("symm_mc_eager_kept", r, self.eager_buf, self.eager_want)
+            exact("symm_mc_graph_kept", r, self.graph_buf, self.graph_want)
+        r.sync()
+        want = self.fill(self.eager_buf, 0)
+        r.sync()
+        self.multimem(self.eager_buf, "sum", self.group)
+        self.eager_want = want
+        r.sync()
+        exact("symm_mc_multimem_all_reduce", r, self.eager_buf, want)
+        want = self.fill(self.graph_buf, 4)  # fresh input into the graph's static buffer
+        r.sync()
+        self.graph.replay()
+        self.graph_want = want
+        r.sync()
+        exact("symm_mc_graph_replay", r, self.graph_buf, want)
+
+
 class RawMemory:
     """cudaMalloc and cudaMemcpy from the libcudart this process loaded (PyTorch's), through
     ctypes; where none can be found (a statically linked runtime), the driver API's
@@ -347,7 +430,7 @@ def main():
     # that does not exit, so a hang says where it waits.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="nccl", help="comma list of nccl, symm, private")
+    parser.add_argument("--parts", default="nccl", help="comma list of nccl, symm, symm_mc, private")
     parser.add_argument("--cycles", type=int, default=1, help="idle points (one checkpoint each)")
     parser.add_argument("--control", default=os.environ.get("WORKLOAD_CONTROL_DIR"),
                         help="folder of the go-<k> files (default $WORKLOAD_CONTROL_DIR)")
@@ -358,7 +441,7 @@ def main():
     parser.add_argument("--wait-s", type=float, default=600.0, help="longest idle wait")
     args = parser.parse_args()
     parts = [p for p in args.parts.split(",") if p]
-    unknown = set(parts) - {"nccl", "symm", "private"}
+    unknown = set(parts) - {"nccl", "symm", "symm_mc", "private"}
     if unknown or not parts:
         parser.error(f"--parts: unknown or empty: {args.parts}")
     if args.cycles > 0 and not args.control:
@@ -377,7 +460,8 @@ def main():
     try:
         built = []
         for part in parts:  # private first or last makes no difference; keep the given order
-            built.append({"nccl": NcclPart, "symm": SymmPart, "private": PrivatePart}[part](rank))
+            built.append({"nccl": NcclPart, "symm": SymmPart, "symm_mc": SymmMulticastPart,
+                          "private": PrivatePart}[part](rank))
         for k in range(args.cycles + 1):
             rank.round = k
             if k > 0:
