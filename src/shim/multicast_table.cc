@@ -1,41 +1,17 @@
 // The multicast table (multicast_table.h).
 #include "shim/multicast_table.h"
 
+
 #include <pthread.h>
 
 #include <algorithm>
 #include <cstring>
 #include <tuple>
 
+#include "shim/mapping_index.h"
+
 namespace cusnap::shim {
 namespace {
-
-bool SameLocation(const proto::AccessRecord& a, const CUmemAccessDesc& d) {
-  return a.location_type == static_cast<int32_t>(d.location.type) && a.location_id == d.location.id;
-}
-
-// Merges one descriptor into `m` per location (as the sharing table does for unicast
-// mappings); false when it needs a slot and none is left. PROT_NONE removes the location.
-bool MergeOne(MulticastMapping& m, const CUmemAccessDesc& d) {
-  for (uint32_t i = 0; i < m.access_count; ++i) {
-    if (!SameLocation(m.access[i], d)) continue;
-    if (d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
-      m.access[i] = m.access[--m.access_count];
-      m.access[m.access_count] = proto::AccessRecord{};
-    } else {
-      m.access[i].flags = static_cast<uint32_t>(d.flags);
-    }
-    return true;
-  }
-  if (d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) return true;
-  if (m.access_count >= proto::kMaxAccess) return false;
-  proto::AccessRecord& slot = m.access[m.access_count++];
-  slot.location_type = static_cast<int32_t>(d.location.type);
-  slot.location_id = d.location.id;
-  slot.flags = static_cast<uint32_t>(d.flags);
-  slot.reserved = 0;
-  return true;
-}
 
 proto::Record ObjectRecord(const MulticastObjectInfo& o, proto::RecordKind kind) {
   proto::Record r;
@@ -190,12 +166,7 @@ bool MulticastTable::ReleaseHandle(uint64_t handle, std::optional<MulticastDropp
 
 std::map<CUdeviceptr, MulticastMapping>::const_iterator MulticastTable::FirstTouchingLocked(
     CUdeviceptr address) const {
-  auto it = mappings_.upper_bound(address);
-  if (it != mappings_.begin()) {
-    auto previous = std::prev(it);
-    if (previous->first + previous->second.size > address) return previous;
-  }
-  return it;
+  return FirstTouching(mappings_, address);
 }
 
 std::optional<uint64_t> MulticastTable::RetainAt(CUdeviceptr address) {
@@ -298,7 +269,7 @@ bool MulticastTable::AccessFits(CUdeviceptr address, size_t size, const CUmemAcc
   for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < end; ++it) {
     MulticastMapping trial = it->second;
     for (size_t i = 0; i < count; ++i) {
-      if (!MergeOne(trial, desc[i])) return false;
+      if (!MergeAccessDescriptor(trial, desc[i])) return false;
     }
   }
   return true;
@@ -310,7 +281,7 @@ void MulticastTable::MergeAccess(CUdeviceptr address, size_t size, const CUmemAc
   const CUdeviceptr end = address + size;
   for (auto it = mappings_.lower_bound(address);
        it != mappings_.end() && it->first + it->second.size <= end; ++it) {
-    for (size_t i = 0; i < count; ++i) MergeOne(it->second, desc[i]);
+    for (size_t i = 0; i < count; ++i) MergeAccessDescriptor(it->second, desc[i]);
   }
 }
 

@@ -1,41 +1,12 @@
 #include "shim/sharing_table.h"
 
+
 #include <cstring>
 #include <tuple>
 
+#include "shim/mapping_index.h"
+
 namespace cusnap::shim {
-namespace {
-
-bool SameLocation(const proto::AccessRecord& a, const CUmemAccessDesc& d) {
-  return a.location_type == static_cast<int32_t>(d.location.type) && a.location_id == d.location.id;
-}
-
-// Merges one descriptor into `mapping`; false when it needs a slot and none is left.
-bool MergeOne(MappingInfo& mapping, const CUmemAccessDesc& d, bool apply) {
-  for (uint32_t i = 0; i < mapping.access_count; ++i) {
-    if (!SameLocation(mapping.access[i], d)) continue;
-    if (!apply) return true;
-    if (d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
-      mapping.access[i] = mapping.access[--mapping.access_count];
-      mapping.access[mapping.access_count] = proto::AccessRecord{};
-    } else {
-      mapping.access[i].flags = static_cast<uint32_t>(d.flags);
-    }
-    return true;
-  }
-  if (d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) return true;
-  if (mapping.access_count >= proto::kMaxAccess) return false;
-  if (apply) {
-    proto::AccessRecord& slot = mapping.access[mapping.access_count++];
-    slot.location_type = static_cast<int32_t>(d.location.type);
-    slot.location_id = d.location.id;
-    slot.flags = static_cast<uint32_t>(d.flags);
-    slot.reserved = 0;
-  }
-  return true;
-}
-
-}  // namespace
 
 uint64_t SharingTable::NewHandleLocked(AllocationKey key) {
   const uint64_t handle = counter_.Next();
@@ -128,12 +99,7 @@ uint64_t SharingTable::AddImported(const proto::ObjectId& id, CUmemGenericAlloca
 
 std::map<CUdeviceptr, MappingInfo>::const_iterator SharingTable::FirstTouchingLocked(
     CUdeviceptr address) const {
-  auto it = mappings_.upper_bound(address);
-  if (it != mappings_.begin()) {
-    auto previous = std::prev(it);
-    if (previous->first + previous->second.size > address) return previous;
-  }
-  return it;
+  return FirstTouching(mappings_, address);
 }
 
 std::optional<uint64_t> SharingTable::RetainAt(CUdeviceptr address) {
@@ -261,7 +227,7 @@ bool SharingTable::AccessFits(CUdeviceptr address, size_t size, const CUmemAcces
   for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < end; ++it) {
     MappingInfo trial = it->second;
     for (size_t i = 0; i < count; ++i) {
-      if (!MergeOne(trial, desc[i], /*apply=*/true)) return false;
+      if (!MergeAccessDescriptor(trial, desc[i])) return false;
     }
   }
   return true;
@@ -273,7 +239,7 @@ void SharingTable::MergeAccess(CUdeviceptr address, size_t size, const CUmemAcce
   const CUdeviceptr end = address + size;
   for (auto it = mappings_.lower_bound(address);
        it != mappings_.end() && it->first + it->second.size <= end; ++it) {
-    for (size_t i = 0; i < count; ++i) MergeOne(it->second, desc[i], /*apply=*/true);
+    for (size_t i = 0; i < count; ++i) MergeAccessDescriptor(it->second, desc[i]);
   }
 }
 
