@@ -2,10 +2,12 @@
 // corrupt or foreign file, and the directory preflight.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "coordinator/records.h"
 #include "coordinator/state_file.h"
@@ -33,6 +35,43 @@ class StateFileTest : public ::testing::Test {
   }
   std::string dir_;
 };
+
+// Read and execute, no write, for the owner and for others (others: the unprivileged user
+// AsUnprivileged switches to when the tests run as root).
+constexpr fs::perms kReadOnlyDir = fs::perms::owner_read | fs::perms::owner_exec |
+                                   fs::perms::others_read | fs::perms::others_exec;
+
+// Runs `attempt` where directory permissions apply: in this process, or, when the tests run
+// as root (root ignores directory permissions, as in CI), in a child that became user
+// nobody. Returns what `attempt` returned (error code and message travel over a pipe).
+Status AsUnprivileged(const std::function<Status()>& attempt) {
+  if (::geteuid() != 0) return attempt();
+  int fds[2];
+  if (::pipe(fds) != 0) return Error{errno, "pipe failed"};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    const Status status = attempt();
+    const std::string out =
+        status.ok() ? "" : std::to_string(status.error().code) + "\n" + status.error().message;
+    const bool sent = ::write(fds[1], out.data(), out.size()) == static_cast<ssize_t>(out.size());
+    ::_exit(status.ok() ? 0 : (sent ? 1 : 3));
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) out.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) > 1) {
+    return Error{-1, "the unprivileged child failed (status " + std::to_string(wstatus) + ")"};
+  }
+  if (WEXITSTATUS(wstatus) == 0) return Ok{};
+  const size_t newline = out.find('\n');
+  return Error{std::stoi(out.substr(0, newline)), out.substr(newline + 1)};
+}
 
 coord::StateFile SampleState() {
   coord::StateFile s;
@@ -129,11 +168,10 @@ TEST_F(StateFileTest, AtomicWriteLeavesOnlyTheFinalFile) {
 
 TEST_F(StateFileTest, FailedWriteKeepsThePreviousFile) {
   ASSERT_TRUE(coord::WriteStateFile(dir_, SampleState()).ok());
-  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
-  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+  fs::permissions(dir_, kReadOnlyDir);
   auto second = SampleState();
   second.driver = "second";
-  const auto status = coord::WriteStateFile(dir_, second);
+  const auto status = AsUnprivileged([&] { return coord::WriteStateFile(dir_, second); });
   fs::permissions(dir_, fs::perms::owner_all);
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.error().code, EACCES);
@@ -222,9 +260,8 @@ TEST_F(StateFileTest, PrepareCreatesTheDirectory) {
 }
 
 TEST_F(StateFileTest, PrepareRefusesAnUnwritableDirectory) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
-  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
-  const auto status = coord::PrepareStateDir(dir_);
+  fs::permissions(dir_, kReadOnlyDir);
+  const auto status = AsUnprivileged([&] { return coord::PrepareStateDir(dir_); });
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.error().message, "cannot create a file in state directory " + dir_ +
                                         ": Permission denied");
