@@ -1,14 +1,11 @@
 // The multicast table (multicast_table.h).
 #include "shim/multicast_table.h"
 
-
 #include <pthread.h>
 
 #include <algorithm>
 #include <cstring>
 #include <tuple>
-
-#include "shim/mapping_index.h"
 
 namespace cusnap::shim {
 namespace {
@@ -50,7 +47,7 @@ bool MulticastTable::IdLess::operator()(const proto::ObjectId& a, const proto::O
 uint64_t MulticastTable::NewHandleLocked(MulticastKey key) {
   if (next_handle_ >= kMulticastHandleBit) return 0;
   const uint64_t handle = kLogicalTag | kMulticastHandleBit | next_handle_++;
-  handles_.emplace(handle, LogicalHandle{key, 1});
+  handles_.Add(handle, key);
   ++objects_.at(key).info.handles;
   return handle;
 }
@@ -131,14 +128,14 @@ uint64_t MulticastTable::AddImported(const proto::ObjectId& id, CUmemGenericAllo
 
 bool MulticastTable::Knows(uint64_t handle) const {
   std::lock_guard lock(mutex_);
-  return handles_.count(handle) != 0;
+  return handles_.Knows(handle);
 }
 
 std::optional<MulticastPinned> MulticastTable::Pin(uint64_t handle) {
   std::lock_guard lock(mutex_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return std::nullopt;
-  Object& o = objects_.at(it->second.key);
+  const std::optional<MulticastKey> key = handles_.Find(handle);
+  if (!key) return std::nullopt;
+  Object& o = objects_.at(*key);
   ++o.pins;
   return MulticastPinned{o.info.key, o.info.id, o.info.prop, o.info.creator, o.info.has_real,
                          o.info.real};
@@ -155,32 +152,22 @@ std::optional<MulticastDropped> MulticastTable::Unpin(MulticastKey key) {
 bool MulticastTable::ReleaseHandle(uint64_t handle, std::optional<MulticastDropped>* dropped) {
   std::lock_guard lock(mutex_);
   dropped->reset();
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return false;
-  const MulticastKey key = it->second.key;
-  if (--it->second.references == 0) handles_.erase(it);
-  --objects_.at(key).info.handles;
-  *dropped = DropIfUnusedLocked(key);
+  const std::optional<MulticastKey> key = handles_.Release(handle);
+  if (!key) return false;
+  --objects_.at(*key).info.handles;
+  *dropped = DropIfUnusedLocked(*key);
   return true;
-}
-
-std::map<CUdeviceptr, MulticastMapping>::const_iterator MulticastTable::FirstTouchingLocked(
-    CUdeviceptr address) const {
-  return FirstTouching(mappings_, address);
 }
 
 std::optional<uint64_t> MulticastTable::RetainAt(CUdeviceptr address) {
   std::lock_guard lock(mutex_);
-  auto it = FirstTouchingLocked(address);
-  if (it == mappings_.end() || it->first > address) return std::nullopt;
+  const MulticastMapping* mapping = mappings_.Containing(address);
+  if (mapping == nullptr) return std::nullopt;
   // The handle value the range was mapped with (CUDA Driver API, cuMemRetainAllocationHandle),
   // brought back to life if the application had released it.
-  const uint64_t handle = it->second.logical;
-  LogicalHandle& logical = handles_[handle];
-  logical.key = it->second.key;
-  ++logical.references;
-  ++objects_.at(it->second.key).info.handles;
-  return handle;
+  handles_.Retain(mapping->logical, mapping->key);
+  ++objects_.at(mapping->key).info.handles;
+  return mapping->logical;
 }
 
 void MulticastTable::MarkShared(MulticastKey key) {
@@ -218,9 +205,7 @@ bool MulticastTable::AddMapping(CUdeviceptr address, uint64_t size, uint64_t off
                                 uint64_t flags, MulticastKey key, uint64_t logical) {
   std::lock_guard lock(mutex_);
   auto object = objects_.find(key);
-  if (object == objects_.end() || size == 0) return false;
-  auto it = FirstTouchingLocked(address);
-  if (it != mappings_.end() && it->first < address + size) return false;
+  if (object == objects_.end()) return false;
   MulticastMapping m;
   m.address = address;
   m.size = size;
@@ -228,7 +213,7 @@ bool MulticastTable::AddMapping(CUdeviceptr address, uint64_t size, uint64_t off
   m.flags = flags;
   m.key = key;
   m.logical = logical;
-  mappings_.emplace(address, m);
+  if (!mappings_.Add(m)) return false;
   mapping_count_.store(mappings_.size(), std::memory_order_release);
   ++object->second.info.mappings;
   object->second.info.extent = std::max(object->second.info.extent, offset + size);
@@ -238,26 +223,16 @@ bool MulticastTable::AddMapping(CUdeviceptr address, uint64_t size, uint64_t off
 RangeMatch MulticastTable::Classify(CUdeviceptr address, size_t size) const {
   if (mapping_count_.load(std::memory_order_acquire) == 0) return RangeMatch::kNone;
   std::lock_guard lock(mutex_);
-  const CUdeviceptr end = address + size;
-  RangeMatch match = RangeMatch::kNone;
-  for (auto it = FirstTouchingLocked(address); it != mappings_.end() && it->first < end; ++it) {
-    if (it->first < address || it->first + it->second.size > end) return RangeMatch::kPartial;
-    match = RangeMatch::kCovers;
-  }
-  return match;
+  return mappings_.Classify(address, size);
 }
 
 std::vector<MulticastDropped> MulticastTable::RemoveMappings(CUdeviceptr address, size_t size) {
   std::lock_guard lock(mutex_);
   std::vector<MulticastDropped> dropped;
-  const CUdeviceptr end = address + size;
-  auto it = mappings_.lower_bound(address);
-  while (it != mappings_.end() && it->first + it->second.size <= end) {
-    const MulticastKey key = it->second.key;
-    it = mappings_.erase(it);
-    --objects_.at(key).info.mappings;
-    if (auto d = DropIfUnusedLocked(key)) dropped.push_back(*d);
-  }
+  mappings_.RemoveInside(address, size, [&](const MulticastMapping& removed) {
+    --objects_.at(removed.key).info.mappings;
+    if (auto d = DropIfUnusedLocked(removed.key)) dropped.push_back(*d);
+  });
   mapping_count_.store(mappings_.size(), std::memory_order_release);
   return dropped;
 }
@@ -265,32 +240,18 @@ std::vector<MulticastDropped> MulticastTable::RemoveMappings(CUdeviceptr address
 bool MulticastTable::AccessFits(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
                                 size_t count) const {
   std::lock_guard lock(mutex_);
-  const CUdeviceptr end = address + size;
-  for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < end; ++it) {
-    MulticastMapping trial = it->second;
-    for (size_t i = 0; i < count; ++i) {
-      if (!MergeAccessDescriptor(trial, desc[i])) return false;
-    }
-  }
-  return true;
+  return mappings_.AccessFits(address, size, desc, count);
 }
 
 void MulticastTable::MergeAccess(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
                                  size_t count) {
   std::lock_guard lock(mutex_);
-  const CUdeviceptr end = address + size;
-  for (auto it = mappings_.lower_bound(address);
-       it != mappings_.end() && it->first + it->second.size <= end; ++it) {
-    for (size_t i = 0; i < count; ++i) MergeAccessDescriptor(it->second, desc[i]);
-  }
+  mappings_.MergeAccess(address, size, desc, count);
 }
 
 void MulticastTable::MarkAccessUnknown(CUdeviceptr address, size_t size) {
   std::lock_guard lock(mutex_);
-  const CUdeviceptr end = address + size;
-  for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < end; ++it) {
-    it->second.access_unknown = true;
-  }
+  mappings_.MarkAccessUnknown(address, size);
 }
 
 bool MulticastTable::SetRealHandle(MulticastKey key,

@@ -24,6 +24,7 @@
 #include "common/protocol.h"
 #include "shim/cuda_abi.h"
 #include "shim/handles.h"
+#include "shim/mapping_index.h"
 #include "shim/sharing_table.h"
 
 namespace cusnap::shim {
@@ -176,17 +177,12 @@ class MulticastTable {
     MulticastObjectInfo info;
     uint32_t pins = 0;
   };
-  struct LogicalHandle {
-    MulticastKey key = 0;
-    uint32_t references = 0;
-  };
   struct IdLess {
     bool operator()(const proto::ObjectId& a, const proto::ObjectId& b) const;
   };
 
   uint64_t NewHandleLocked(MulticastKey key);
   std::optional<MulticastDropped> DropIfUnusedLocked(MulticastKey key);
-  std::map<CUdeviceptr, MulticastMapping>::const_iterator FirstTouchingLocked(CUdeviceptr address) const;
   MulticastKey AddLocked(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
                          const MulticastProperties& prop, CUcontext context, bool creator);
 
@@ -196,9 +192,9 @@ class MulticastTable {
   MulticastKey next_key_ = 1;
   uint64_t next_local_id_ = 1;
   std::unordered_map<MulticastKey, Object> objects_;
-  std::unordered_map<uint64_t, LogicalHandle> handles_;
+  HandleReferences<MulticastKey> handles_;
   std::map<proto::ObjectId, MulticastKey, IdLess> by_id_;
-  std::map<CUdeviceptr, MulticastMapping> mappings_;
+  MappingIndex<MulticastMapping> mappings_;
 };
 
 /// This process's multicast table (a fork child gets an empty one, as with the sharing

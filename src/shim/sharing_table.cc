@@ -1,17 +1,15 @@
 #include "shim/sharing_table.h"
 
-
 #include <cstring>
+#include <map>
 #include <tuple>
-
-#include "shim/mapping_index.h"
 
 namespace cusnap::shim {
 
 uint64_t SharingTable::NewHandleLocked(AllocationKey key) {
   const uint64_t handle = counter_.Next();
   if (handle == 0) return 0;
-  handles_.emplace(handle, LogicalHandle{key, 1});
+  handles_.Add(handle, key);
   ++allocations_.at(key).handles;
   return handle;
 }
@@ -97,52 +95,44 @@ uint64_t SharingTable::AddImported(const proto::ObjectId& id, CUmemGenericAlloca
   return handle;
 }
 
-std::map<CUdeviceptr, MappingInfo>::const_iterator SharingTable::FirstTouchingLocked(
-    CUdeviceptr address) const {
-  return FirstTouching(mappings_, address);
-}
-
 std::optional<uint64_t> SharingTable::RetainAt(CUdeviceptr address) {
   std::lock_guard lock(mutex_);
-  auto it = FirstTouchingLocked(address);
-  if (it == mappings_.end() || it->first > address) return std::nullopt;
-  const uint64_t handle = it->second.logical;
-  LogicalHandle& logical = handles_[handle];
-  logical.key = it->second.key;
-  ++logical.references;
-  ++allocations_.at(it->second.key).handles;
-  return handle;
+  const MappingInfo* mapping = mappings_.Containing(address);
+  if (mapping == nullptr) return std::nullopt;
+  handles_.Retain(mapping->logical, mapping->key);
+  ++allocations_.at(mapping->key).handles;
+  return mapping->logical;
 }
 
 std::optional<std::pair<CUdeviceptr, size_t>> SharingTable::MappingRangeAt(
     CUdeviceptr address) const {
   std::lock_guard lock(mutex_);
-  auto it = FirstTouchingLocked(address);
-  if (it == mappings_.end() || it->first > address) return std::nullopt;
-  return std::make_pair(it->first, it->second.size);
+  const MappingInfo* mapping = mappings_.Containing(address);
+  if (mapping == nullptr) return std::nullopt;
+  return std::make_pair(mapping->address, mapping->size);
 }
 
 std::optional<CUmemAllocationProp> SharingTable::ImportedProperties(uint64_t handle) const {
   std::lock_guard lock(mutex_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return std::nullopt;
-  const Allocation& a = allocations_.at(it->second.key);
+  const std::optional<AllocationKey> key = handles_.Find(handle);
+  if (!key) return std::nullopt;
+  const Allocation& a = allocations_.at(*key);
   if (a.creator) return std::nullopt;
   return a.prop;
 }
 
 bool SharingTable::Knows(uint64_t handle) const {
   std::lock_guard lock(mutex_);
-  return handles_.count(handle) != 0;
+  return handles_.Knows(handle);
 }
 
 std::optional<Pinned> SharingTable::Pin(uint64_t handle) {
   std::lock_guard lock(mutex_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return std::nullopt;
-  Allocation& a = allocations_.at(it->second.key);
+  const std::optional<AllocationKey> key = handles_.Find(handle);
+  if (!key) return std::nullopt;
+  Allocation& a = allocations_.at(*key);
   ++a.pins;
-  return Pinned{it->second.key, a.id, a.size, a.creator, a.has_real, a.real};
+  return Pinned{*key, a.id, a.size, a.creator, a.has_real, a.real};
 }
 
 std::optional<Dropped> SharingTable::Unpin(AllocationKey key) {
@@ -156,12 +146,10 @@ std::optional<Dropped> SharingTable::Unpin(AllocationKey key) {
 bool SharingTable::ReleaseHandle(uint64_t handle, std::optional<Dropped>* dropped) {
   std::lock_guard lock(mutex_);
   dropped->reset();
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return false;
-  const AllocationKey key = it->second.key;
-  if (--it->second.references == 0) handles_.erase(it);
-  --allocations_.at(key).handles;
-  *dropped = DropIfUnusedLocked(key);
+  const std::optional<AllocationKey> key = handles_.Release(handle);
+  if (!key) return false;
+  --allocations_.at(*key).handles;
+  *dropped = DropIfUnusedLocked(*key);
   return true;
 }
 
@@ -177,78 +165,48 @@ bool SharingTable::AddMapping(CUdeviceptr address, size_t size, size_t offset,
                               AllocationKey key, uint64_t logical) {
   std::lock_guard lock(mutex_);
   auto allocation = allocations_.find(key);
-  if (allocation == allocations_.end() || size == 0) return false;
-  auto it = FirstTouchingLocked(address);
-  if (it != mappings_.end() && it->first < address + size) return false;
+  if (allocation == allocations_.end()) return false;
   MappingInfo mapping;
   mapping.address = address;
   mapping.size = size;
   mapping.offset = offset;
   mapping.key = key;
   mapping.logical = logical;
-  mappings_.emplace(address, mapping);
+  if (!mappings_.Add(mapping)) return false;
   ++allocation->second.mappings;
   return true;
 }
 
-RangeMatch SharingTable::ClassifyLocked(CUdeviceptr address, size_t size) const {
-  const CUdeviceptr end = address + size;
-  RangeMatch match = RangeMatch::kNone;
-  for (auto it = FirstTouchingLocked(address); it != mappings_.end() && it->first < end; ++it) {
-    if (it->first < address || it->first + it->second.size > end) return RangeMatch::kPartial;
-    match = RangeMatch::kCovers;
-  }
-  return match;
-}
-
 RangeMatch SharingTable::Classify(CUdeviceptr address, size_t size) const {
   std::lock_guard lock(mutex_);
-  return ClassifyLocked(address, size);
+  return mappings_.Classify(address, size);
 }
 
 std::vector<Dropped> SharingTable::RemoveMappings(CUdeviceptr address, size_t size) {
   std::lock_guard lock(mutex_);
   std::vector<Dropped> dropped;
-  const CUdeviceptr end = address + size;
-  auto it = mappings_.lower_bound(address);
-  while (it != mappings_.end() && it->first + it->second.size <= end) {
-    const AllocationKey key = it->second.key;
-    it = mappings_.erase(it);
-    --allocations_.at(key).mappings;
-    if (auto d = DropIfUnusedLocked(key)) dropped.push_back(*d);
-  }
+  mappings_.RemoveInside(address, size, [&](const MappingInfo& removed) {
+    --allocations_.at(removed.key).mappings;
+    if (auto d = DropIfUnusedLocked(removed.key)) dropped.push_back(*d);
+  });
   return dropped;
 }
 
 bool SharingTable::AccessFits(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
                               size_t count) const {
   std::lock_guard lock(mutex_);
-  const CUdeviceptr end = address + size;
-  for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < end; ++it) {
-    MappingInfo trial = it->second;
-    for (size_t i = 0; i < count; ++i) {
-      if (!MergeAccessDescriptor(trial, desc[i])) return false;
-    }
-  }
-  return true;
+  return mappings_.AccessFits(address, size, desc, count);
 }
 
 void SharingTable::MergeAccess(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
                                size_t count) {
   std::lock_guard lock(mutex_);
-  const CUdeviceptr end = address + size;
-  for (auto it = mappings_.lower_bound(address);
-       it != mappings_.end() && it->first + it->second.size <= end; ++it) {
-    for (size_t i = 0; i < count; ++i) MergeAccessDescriptor(it->second, desc[i]);
-  }
+  mappings_.MergeAccess(address, size, desc, count);
 }
 
 void SharingTable::MarkAccessUnknown(CUdeviceptr address, size_t size) {
   std::lock_guard lock(mutex_);
-  const CUdeviceptr end = address + size;
-  for (auto it = FirstTouchingLocked(address); it != mappings_.end() && it->first < end; ++it) {
-    mappings_.at(it->first).access_unknown = true;
-  }
+  mappings_.MarkAccessUnknown(address, size);
 }
 
 void SharingTable::CountUntrackedImport(CUmemGenericAllocationHandle real) {

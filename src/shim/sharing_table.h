@@ -13,7 +13,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -23,6 +22,7 @@
 #include "common/protocol.h"
 #include "shim/cuda_abi.h"
 #include "shim/handles.h"
+#include "shim/mapping_index.h"
 
 namespace cusnap::shim {
 
@@ -73,13 +73,6 @@ struct MappingInfo {
   uint32_t access_count = 0;
   proto::AccessRecord access[proto::kMaxAccess]{};
   bool access_unknown = false;     ///< a cuMemSetAccess failed: the lifecycle must refuse
-};
-
-/// How a VA range relates to the tracked mappings.
-enum class RangeMatch {
-  kNone,     ///< touches no tracked mapping: not ours, pass it through
-  kCovers,   ///< every tracked mapping it touches lies wholly inside it
-  kPartial,  ///< cuts through a tracked mapping: refused (CUDA_ERROR_INVALID_VALUE)
 };
 
 /// Totals for kIdentify.
@@ -216,10 +209,6 @@ class SharingTable {
     uint32_t mappings = 0;
     uint32_t pins = 0;
   };
-  struct LogicalHandle {
-    AllocationKey key = 0;
-    uint32_t references = 0;  // one per create/import/alias/retain not yet released
-  };
   struct IdHash {
     size_t operator()(const proto::ObjectId& id) const {
       return std::hash<uint64_t>()(id.local_id * 0x9E3779B97F4A7C15ull ^ id.creator_start ^
@@ -232,9 +221,6 @@ class SharingTable {
 
   uint64_t NewHandleLocked(AllocationKey key);
   std::optional<Dropped> DropIfUnusedLocked(AllocationKey key);
-  // First tracked mapping that ends after `address` (the one containing it, if any).
-  std::map<CUdeviceptr, MappingInfo>::const_iterator FirstTouchingLocked(CUdeviceptr address) const;
-  RangeMatch ClassifyLocked(CUdeviceptr address, size_t size) const;
   void FillAllocationRecord(const Allocation& allocation, proto::Record* record) const;
 
   mutable std::mutex mutex_;
@@ -242,9 +228,9 @@ class SharingTable {
   AllocationKey next_key_ = 1;
   uint64_t next_local_id_ = 1;
   std::unordered_map<AllocationKey, Allocation> allocations_;
-  std::unordered_map<uint64_t, LogicalHandle> handles_;  // logical handle -> allocation
+  HandleReferences<AllocationKey> handles_;              // logical handle -> allocation
   std::unordered_map<proto::ObjectId, AllocationKey, IdHash, IdEqual> by_id_;
-  std::map<CUdeviceptr, MappingInfo> mappings_;          // by start address
+  MappingIndex<MappingInfo> mappings_;
   std::unordered_map<CUmemGenericAllocationHandle, uint64_t> untracked_;  // real -> refs
   uint64_t untracked_total_ = 0;
   uint32_t created_total_ = 0;
