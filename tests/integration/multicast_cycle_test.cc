@@ -28,40 +28,22 @@
 
 extern char** environ;
 
+#include "cli_runner.h"
 namespace {
 
 namespace fs = std::filesystem;
+using cusnap::testing::Env;
+using cusnap::testing::LineChannel;
+using cusnap::testing::Ran;
+using cusnap::testing::RunCommand;
+using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-struct Ran {
-  int status = -1;
-  std::string out, err;
-};
-
-struct RankProcess {
+struct RankProcess : LineChannel {
   pid_t pid = -1;
-  FILE* in = nullptr;
-  FILE* out = nullptr;
   int socket = -1;  // the test's end of the rank's descriptor 3
-  std::string Line() {
-    char buf[512];
-    if (std::fgets(buf, sizeof buf, out) == nullptr) return "<eof>";
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  std::string Ask(const std::string& line) {
-    std::fprintf(in, "%s\n", line.c_str());
-    std::fflush(in);
-    return Line();
-  }
 };
 
 int ReceiveFd(int socket) {
@@ -183,22 +165,7 @@ class MulticastCycleTest : public ::testing::Test {
     for (auto& r : ranks_) EXPECT_EQ(r.Ask("check " + sum), "ok");
   }
 
-  Ran Cusnap(const std::vector<std::string>& args) {
-    std::string cmd = Env("CUSNAP_TEST_BIN_DIR") + "/cusnap";
-    for (const auto& a : args) cmd += " '" + a + "'";
-    cmd += " 2>" + dir_ + "/stderr";
-    Ran r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t got;
-    while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, got);
-    const int status = ::pclose(p);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    FILE* e = std::fopen((dir_ + "/stderr").c_str(), "r");
-    while ((got = std::fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, got);
-    std::fclose(e);
-    return r;
-  }
+  Ran Cusnap(const std::vector<std::string>& args) { return RunCusnap(args, dir_); }
 
   Ran Checkpoint() { return Cusnap({"checkpoint", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"}); }
   Ran Restore() { return Cusnap({"restore", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"}); }

@@ -25,38 +25,20 @@
 
 extern char** environ;
 
+#include "cli_runner.h"
 namespace {
 
 namespace fs = std::filesystem;
+using cusnap::testing::Env;
+using cusnap::testing::LineChannel;
+using cusnap::testing::Ran;
+using cusnap::testing::RunCommand;
+using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-struct Ran {
-  int status = -1;
-  std::string out, err;
-};
-
 /// A child process with stdin/stdout pipes (and optionally a socket on descriptor 3).
-struct Child {
+struct Child : LineChannel {
   pid_t pid = -1;
-  FILE* in = nullptr;
-  FILE* out = nullptr;
-  std::string Line() {
-    char buf[512];
-    if (std::fgets(buf, sizeof buf, out) == nullptr) return "<eof>";
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  std::string Ask(const std::string& line) {
-    std::fprintf(in, "%s\n", line.c_str());
-    std::fflush(in);
-    return Line();
-  }
 };
 
 class CliCycleTest : public ::testing::Test {
@@ -132,22 +114,7 @@ class CliCycleTest : public ::testing::Test {
     ASSERT_EQ(children_[1].Line(), "ok");
   }
 
-  Ran Cusnap(const std::vector<std::string>& args) {
-    std::string cmd = Env("CUSNAP_TEST_BIN_DIR") + "/cusnap";
-    for (const auto& a : args) cmd += " '" + a + "'";
-    cmd += " 2>" + dir_ + "/stderr";
-    Ran r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int status = ::pclose(p);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    FILE* e = std::fopen((dir_ + "/stderr").c_str(), "r");
-    while ((n = std::fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, n);
-    std::fclose(e);
-    return r;
-  }
+  Ran Cusnap(const std::vector<std::string>& args) { return RunCusnap(args, dir_); }
 
   std::string dir_;
   std::vector<Child> children_;

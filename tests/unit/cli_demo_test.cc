@@ -12,16 +12,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
 namespace {
 
 namespace fs = std::filesystem;
+using cusnap::testing::Env;
+using cusnap::testing::LineChannel;
+using cusnap::testing::Ran;
+using cusnap::testing::RunCommand;
+using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-struct Ran {
-  int status = -1;
-  std::string out, err;
-};
 
 class CliDemoTest : public ::testing::Test {
  protected:
@@ -40,19 +41,7 @@ class CliDemoTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   Ran Demo(const std::string& args) {
-    const char* bin = std::getenv("CUSNAP_TEST_BIN_DIR");
-    const std::string cmd = std::string(bin ? bin : ".") + "/cusnap demo " + args + " 2>" + dir_ + "/stderr";
-    Ran r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int status = ::pclose(p);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    FILE* e = std::fopen((dir_ + "/stderr").c_str(), "r");
-    while ((n = std::fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, n);
-    std::fclose(e);
-    return r;
+    return RunCommand(Env("CUSNAP_TEST_BIN_DIR") + "/cusnap demo " + args, dir_);
   }
 
   /// Entries the demo left in TMPDIR besides the captured stderr (none: it cleans up).
