@@ -198,7 +198,19 @@ class Job:
                         time.sleep(1)
             except OSError:
                 pass
-            if shutil.which("gdb"):
+            stack_tool = os.environ.get("CUSNAP_GPU_STACK_TOOL")  # e.g. a carried eu-stack
+            if stack_tool and os.path.exists(stack_tool):
+                tool_env = dict(os.environ)
+                tool_env["LD_LIBRARY_PATH"] = str(Path(stack_tool).resolve().parent / "lib")
+                try:
+                    bt = subprocess.run([stack_tool, "-i", "-p", str(pid)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, timeout=60,
+                                        env=tool_env).stdout
+                except (subprocess.TimeoutExpired, OSError) as e:
+                    bt = f"{stack_tool} failed: {e}"
+                for line in bt.splitlines():
+                    log(f"hung {self.name}: pid {pid} | {line[:240]}")
+            elif shutil.which("gdb"):
                 try:
                     bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex",
                                          "thread apply all bt 12"], stdout=subprocess.PIPE,

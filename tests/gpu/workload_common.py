@@ -31,7 +31,7 @@ RANKS = 2
 START_TIMEOUT_S = 300   # torch import, NCCL init, graph capture
 ROUND_TIMEOUT_S = 240   # one round after a go file (private memory digests included)
 CLI_TIMEOUT_S = 240     # one cusnap command
-DONE_TIMEOUT_S = 120
+DONE_TIMEOUT_S = int(os.environ.get("CUSNAP_GPU_DONE_TIMEOUT_S", "120"))  # exit after DONE
 
 # A phase line of `cusnap checkpoint` / `restore` (src/cli/output.cc FormatPhaseLine):
 # "<name> <ms> ms  <n> participant(s)[  <bytes>  <GB/s> GB/s][  FAILED]".
