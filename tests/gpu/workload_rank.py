@@ -38,6 +38,7 @@ small integers held in float32, so every expected result is exact.
 import argparse
 import ctypes
 import faulthandler
+import gc
 import hashlib
 import os
 import random
@@ -438,6 +439,8 @@ def main():
     parser.add_argument("--graph-mib", type=int, default=64)
     parser.add_argument("--symm-numel", type=int, default=1 << 20)
     parser.add_argument("--private-mib", type=int, default=256)
+    parser.add_argument("--keep-graphs", action="store_true",
+                        help="keep the CUDA graphs alive at destroy_process_group (NCCL then waits forever)")
     parser.add_argument("--wait-s", type=float, default=600.0, help="longest idle wait")
     args = parser.parse_args()
     parts = [p for p in args.parts.split(",") if p]
@@ -477,6 +480,15 @@ def main():
         rank.say(f"ERROR {type(e).__name__}: {e}")
     rank.say(f"DONE {'PASS' if ok else 'FAIL'} ({rank.failed} failed checks)")
     if ok:
+        # NCCL's communicator teardown (ncclCommFinalize -> commDestroySync) waits until every
+        # CUDA graph that captured one of its collectives is destroyed: a graph still alive
+        # here makes destroy_process_group() wait forever, with or without a checkpoint
+        # (--keep-graphs shows it). So the graphs go first, as in any job that ends cleanly.
+        if not args.keep_graphs:
+            for part in built:
+                part.graph = None  # the part's CUDAGraph: its only reference
+            gc.collect()
+            torch.cuda.synchronize(rank.device)
         dist.destroy_process_group()
     sys.stdout.flush()
     return 0 if ok else 1
