@@ -5,11 +5,19 @@
 // around the copy and cuStreamSynchronize; first each GPU alone, then all GPUs at once (one
 // thread each). Also prints how long providing the pinned host memory took (the carrier's
 // real cost, DRIVER-FACTS "Speeds"). GB/s are 10^9 bytes per second, best of --reps.
+// With --register-threads 1,4,...: how long cuMemHostRegister / cuMemHostUnregister of
+// --bytes of touched anonymous memory take when the range is split into that many pieces
+// registered by as many threads at once, and the D2H rate of one copy that spans the pieces
+// (how the host carrier could register its arena).
 //
-//   gpu_pinned_baseline [--bytes 4G] [--reps 3]
+//   gpu_pinned_baseline [--bytes 4G] [--reps 3] [--register-threads 1,4,8]
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <barrier>
 #include <cstdio>
+#include <cstring>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,20 +114,77 @@ void Together(const std::vector<Buffers>& all, size_t bytes, int reps) {
   }
 }
 
+// Runs body(i) on `n` threads started together; returns the wall seconds until all ended.
+template <typename Body>
+double OnThreads(size_t n, CUcontext context, Body body) {
+  std::barrier start_line(static_cast<std::ptrdiff_t>(n) + 1);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      CU(cuCtxSetCurrent(context));
+      start_line.arrive_and_wait();
+      body(i);
+    });
+  }
+  const double start = gpu::NowSeconds();
+  start_line.arrive_and_wait();
+  for (std::thread& t : threads) t.join();
+  return gpu::NowSeconds() - start;
+}
+
+void Registration(const Buffers& b, size_t bytes, const std::vector<size_t>& thread_counts) {
+  CU(cuCtxSetCurrent(b.context));
+  void* host = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (host == MAP_FAILED) gpu::Fail("mmap of %zu bytes failed", bytes);
+  std::memset(host, 1, bytes);  // touched, as the carrier's arena is
+  auto* base = static_cast<unsigned char*>(host);
+  constexpr size_t kAlign = size_t{2} << 20;
+  for (size_t n : thread_counts) {
+    const size_t piece = (bytes / n + kAlign - 1) / kAlign * kAlign;
+    auto range = [&](size_t i) {
+      const size_t at = std::min(bytes, i * piece);
+      return std::pair<unsigned char*, size_t>(base + at, std::min(piece, bytes - at));
+    };
+    const double reg = OnThreads(n, b.context, [&](size_t i) {
+      auto [p, len] = range(i);
+      if (len) CU(cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE));
+    });
+    const double start = gpu::NowSeconds();
+    Copy(b, Direction::kDeviceToHost, bytes);  // one copy across every piece
+    const double copy = gpu::NowSeconds() - start;
+    const double unreg = OnThreads(n, b.context, [&](size_t i) {
+      auto [p, len] = range(i);
+      if (len) CU(cuMemHostUnregister(p));
+    });
+    gpu::Log("REGISTER gpu %d: %zu bytes in %zu piece(s) on %zu thread(s): register %.3f s "
+             "(%.1f GB/s), one D2H copy across the pieces %.1f GB/s, unregister %.3f s (%.1f GB/s)",
+             b.device, bytes, n, n, reg, GBps(bytes, reg), GBps(bytes, copy), unreg,
+             GBps(bytes, unreg));
+  }
+  munmap(host, bytes);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   gpu::SetRole("baseline");
   size_t bytes = size_t{4} << 30;
   int reps = 3;
+  std::vector<size_t> register_threads;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--bytes" && i + 1 < argc) {
       bytes = gpu::ParseSize(argv[++i]);
     } else if (arg == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--register-threads" && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string item; std::getline(list, item, ',');) {
+        register_threads.push_back(static_cast<size_t>(std::max(1, std::atoi(item.c_str()))));
+      }
     } else {
-      gpu::Fail("usage: gpu_pinned_baseline [--bytes 4G] [--reps 3] (unknown argument '%s')", arg.c_str());
+      gpu::Fail("usage: gpu_pinned_baseline [--bytes 4G] [--reps 3] [--register-threads 1,4,8] "
+                "(unknown argument '%s')", arg.c_str());
     }
   }
   CU(cuInit(0));
@@ -129,6 +194,7 @@ int main(int argc, char** argv) {
   for (int device = 0; device < count; ++device) buffers.push_back(Provide(device, bytes));
   for (const Buffers& b : buffers) Alone(b, bytes, reps);
   if (count > 1) Together(buffers, bytes, reps);
+  if (!register_threads.empty()) Registration(buffers[0], bytes, register_threads);
   for (Buffers& b : buffers) Free(b);
   gpu::Log("done");
   return 0;
