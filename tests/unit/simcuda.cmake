@@ -13,8 +13,9 @@ function(simcuda_add_test name)
   if(ARG_OWN_MAIN)
     set(main "")
   endif()
-  target_link_libraries(${name} PRIVATE GTest::gtest ${main} simcuda_driver cusnap_cuda_headers dl pthread
-    ${ARG_LIBS})
+  # cusnap_common: descriptor passing between test processes (simcuda_test_util.h).
+  target_link_libraries(${name} PRIVATE GTest::gtest ${main} simcuda_driver cusnap_cuda_headers cusnap_common
+    dl pthread ${ARG_LIBS})
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
   # The environment travels through the launcher, as in cusnap_add_gtest (CMake 3.25 keeps only
   # the first entry of a list-valued ENVIRONMENT property of discovered tests).

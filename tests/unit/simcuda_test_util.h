@@ -3,8 +3,6 @@
 // child processes with pipe handshakes, and descriptor passing.
 #pragma once
 
-#define __CUDA_API_VERSION_INTERNAL 1
-#include <cuda.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -17,17 +15,9 @@
 #include <functional>
 #include <string>
 
+#include "common/socket.h"
+#include "simcuda/cuda_api.h"  // internal-API mode, and the entry points newer than the headers
 #include "simcuda/introspection.h"
-
-extern "C" {
-CUresult cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
-                               CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
-                               unsigned long long flags);
-CUresult cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
-                                CUdeviceptr memptr, size_t size, unsigned long long flags);
-CUresult cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                                  CUdriverProcAddressQueryResult *symbolStatus);
-}
 
 namespace simcuda_test {
 
@@ -71,10 +61,10 @@ struct Pipe {
   int fds[2];
 };
 
-// A connected socket pair for SCM_RIGHTS.
+// A connected socket pair for SCM_RIGHTS (common/socket.h's packets).
 struct SocketPair {
   SocketPair() {
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) std::abort();
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) std::abort();
   }
   ~SocketPair() {
     close(fds[0]);
@@ -83,38 +73,25 @@ struct SocketPair {
   int fds[2];
 };
 
+// Bound on waiting for a descriptor from the other process, ms (the suite runs under ASan on
+// a loaded 2-core machine; a test times out after 120 s).
+inline constexpr int kDescriptorWaitMs = 60'000;
+
+// Sends `fd` over `socket` with a one-byte packet.
 inline void send_fd(int socket, int fd) {
-  char byte = 'F';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr *c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  ASSERT_EQ(sendmsg(socket, &msg, MSG_NOSIGNAL), 1);
+  const char byte = 'F';
+  const cusnap::Status sent =
+      cusnap::SendPacket(socket, &byte, 1, fd, cusnap::Deadline::AfterMs(kDescriptorWaitMs));
+  ASSERT_TRUE(sent.ok()) << sent.error().message;
 }
 
+// The descriptor that came with the next packet on `socket` (the caller owns it), or -1.
 inline int receive_fd(int socket) {
   char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (recvmsg(socket, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
-  cmsghdr *c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
   int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  return fd;
+  const auto got =
+      cusnap::RecvPacket(socket, &byte, 1, &fd, cusnap::Deadline::AfterMs(kDescriptorWaitMs));
+  return got.ok() ? fd : -1;
 }
 
 // Runs `body` in a forked child that exits with body's return value (never returns there).
