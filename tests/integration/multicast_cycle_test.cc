@@ -9,135 +9,72 @@
 // team intact: exit 3) and after the first release (exit 4), a fault at every rebuild step
 // (exit 4 naming the process, the object and the step), and a partial team refused before
 // anything changes.
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
-
 #include "cli_runner.h"
+#include "common/socket.h"
+
 namespace {
 
 namespace fs = std::filesystem;
+using cusnap::testing::Child;
 using cusnap::testing::Env;
-using cusnap::testing::LineChannel;
 using cusnap::testing::Ran;
-using cusnap::testing::RunCommand;
 using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 
 constexpr size_t kMiB = size_t{1} << 20;
+/// Bound on waiting for a rank's ticket, ms (ASan, loaded 2-core machine).
+constexpr int kTicketWaitMs = 90'000;
 
-struct RankProcess : LineChannel {
-  pid_t pid = -1;
+struct RankProcess : Child {
   int socket = -1;  // the test's end of the rank's descriptor 3
 };
-
-int ReceiveFd(int socket) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr) return -1;
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  return fd;
-}
-
-bool SendFd(int socket, int fd) {
-  char byte = 't';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == 1;
-}
 
 class MulticastCycleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char templ[] = "/tmp/cusnap-multicast-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
-    fs::create_directory(dir_ + "/control");
-    fs::create_directory(dir_ + "/sim");
-    ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
-    ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
+    dir_ = cusnap::testing::MakeScratchDir("multicast-test");
+    ASSERT_FALSE(dir_.empty());
+    cusnap::testing::UseOwnMachine(dir_);
     ::setenv("SIMCUDA_DEVICE_COUNT", "4", 1);
-    ::setenv("CUSNAP_DRIVER", "sim", 1);
     ::unsetenv("SIMCUDA_MULTICAST_ROUND_BYTES");
     ::unsetenv("SIMCUDA_FAULTS");
-    ::unsetenv("LD_PRELOAD");
   }
   void TearDown() override {
     for (auto& r : ranks_) {
       if (r.pid <= 0) continue;
-      std::fprintf(r.in, "exit\n");
-      std::fflush(r.in);
-      std::fclose(r.in);
-      int status = 0;
-      ::waitpid(r.pid, &status, 0);
+      const int status = r.Stop();
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank status " << status;
-      std::fclose(r.out);
       ::close(r.socket);
     }
     fs::remove_all(dir_);
   }
 
   RankProcess StartRank(int rank, int n, const std::string& abi, size_t mc_size, size_t bind_offset) {
-    int to_child[2], from_child[2], sockets[2];
-    EXPECT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
-    EXPECT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
-    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, sockets[1], 3);
+    int sockets[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets), 0);
     const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
-    std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/multicast_rank",
-                                     std::to_string(rank), std::to_string(n), abi,
-                                     std::to_string(mc_size), std::to_string(bind_offset)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    RankProcess r;
-    const int rc = ::posix_spawn(&r.pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(to_child[0]);
-    ::close(from_child[1]);
+    const RankProcess r{cusnap::testing::StartChild(
+                            {bin + "/cusnap", "run", "--", bin + "/multicast_rank",
+                             std::to_string(rank), std::to_string(n), abi,
+                             std::to_string(mc_size), std::to_string(bind_offset)},
+                            {{sockets[1], 3}}),
+                        sockets[0]};
     ::close(sockets[1]);
-    EXPECT_EQ(rc, 0);
-    r.in = ::fdopen(to_child[1], "w");
-    r.out = ::fdopen(from_child[0], "r");
-    r.socket = sockets[0];
+    EXPECT_GT(r.pid, 0);
     return r;
   }
 
@@ -149,9 +86,17 @@ class MulticastCycleTest : public ::testing::Test {
     for (int rank = 0; rank < n; ++rank) {
       ranks_.push_back(StartRank(rank, n, abis[static_cast<size_t>(rank)], mc_size, bind_offset));
     }
-    const int ticket = ReceiveFd(ranks_[0].socket);
+    char byte = 0;
+    int ticket = -1;
+    const auto got = cusnap::RecvPacket(ranks_[0].socket, &byte, 1, &ticket,
+                                        cusnap::Deadline::AfterMs(kTicketWaitMs));
+    ASSERT_TRUE(got.ok()) << got.error().message;
     ASSERT_GE(ticket, 0);
-    for (int rank = 1; rank < n; ++rank) ASSERT_TRUE(SendFd(ranks_[static_cast<size_t>(rank)].socket, ticket));
+    for (int rank = 1; rank < n; ++rank) {
+      const auto sent = cusnap::SendPacket(ranks_[static_cast<size_t>(rank)].socket, &byte, 1,
+                                           ticket, cusnap::Deadline::AfterMs(kTicketWaitMs));
+      ASSERT_TRUE(sent.ok()) << sent.error().message;
+    }
     ::close(ticket);
     for (auto& r : ranks_) ASSERT_EQ(r.Line(), "ok");
   }

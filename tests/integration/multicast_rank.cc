@@ -19,7 +19,6 @@
 //   fault <name> <nth> <rc>   the nth next call of <name> fails with <rc> (simulated driver)
 //   exit
 #include <dlfcn.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -31,6 +30,7 @@
 
 #include <cuda.h>
 
+#include "common/socket.h"
 #include "simcuda/introspection.h"
 
 namespace {
@@ -91,38 +91,23 @@ void* SimHook(const char* name) {
   return lib != nullptr ? dlsym(lib, name) : nullptr;
 }
 
-int SendFd(int fd) {
-  char byte = 't';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  return sendmsg(kTicketSocket, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
+// Bound on waiting for the test to relay rank 0's ticket, ms (ASan, loaded 2-core machine).
+constexpr int kTicketWaitMs = 90'000;
+
+// Sends rank 0's ticket to the test over descriptor 3 (common/socket.h's packets).
+bool SendTicket(int ticket) {
+  const char byte = 't';
+  return cusnap::SendPacket(kTicketSocket, &byte, 1, ticket, cusnap::Deadline::AfterMs(kTicketWaitMs))
+      .ok();
 }
 
-int ReceiveFd() {
+// The ticket the test relayed over descriptor 3, or -1.
+int ReceiveTicket() {
   char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (recvmsg(kTicketSocket, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  return fd;
+  int ticket = -1;
+  const auto got =
+      cusnap::RecvPacket(kTicketSocket, &byte, 1, &ticket, cusnap::Deadline::AfterMs(kTicketWaitMs));
+  return got.ok() ? ticket : -1;
 }
 
 bool Grant(CUdeviceptr va, size_t size, int device) {
@@ -186,10 +171,10 @@ bool Setup(Rank& r) {
     CHECK_CU(cuMulticastCreate(&r.mc, &prop));
     int ticket = -1;
     CHECK_CU(cuMemExportToShareableHandle(&ticket, r.mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    if (SendFd(ticket) != 0) return Say("bad send"), false;
+    if (!SendTicket(ticket)) return Say("bad send"), false;
     close(ticket);
   } else {
-    const int ticket = ReceiveFd();
+    const int ticket = ReceiveTicket();
     if (ticket < 0) return Say("bad receive"), false;
     CHECK_CU(cuMemImportFromShareableHandle(&r.mc, reinterpret_cast<void*>(static_cast<intptr_t>(ticket)),
                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));

@@ -4,98 +4,57 @@
 // map), every byte checked by the peers and a write after restore read by the other side.
 // Also: a CUDA process in the tree without an endpoint refuses the checkpoint (exit 3) and
 // leaves the job running.
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
-
 #include "cli_runner.h"
 namespace {
 
 namespace fs = std::filesystem;
+using cusnap::testing::Child;
 using cusnap::testing::Env;
-using cusnap::testing::LineChannel;
 using cusnap::testing::Ran;
-using cusnap::testing::RunCommand;
 using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
-
-/// A child process with stdin/stdout pipes (and optionally a socket on descriptor 3).
-struct Child : LineChannel {
-  pid_t pid = -1;
-};
 
 class CliCycleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char templ[] = "/tmp/cusnap-cycle-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
-    fs::create_directory(dir_ + "/control");
-    fs::create_directory(dir_ + "/sim");
+    dir_ = cusnap::testing::MakeScratchDir("cycle-test");
+    ASSERT_FALSE(dir_.empty());
     // Everything this test starts shares one simulated machine and one control directory.
-    ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
-    ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
-    ::setenv("CUSNAP_DRIVER", "sim", 1);
-    ::unsetenv("LD_PRELOAD");
+    cusnap::testing::UseOwnMachine(dir_);
   }
   void TearDown() override {
     for (auto& c : children_) {
       if (c.pid <= 0) continue;
-      std::fprintf(c.in, "exit\n");
-      std::fflush(c.in);
-      std::fclose(c.in);
-      int status = 0;
-      ::waitpid(c.pid, &status, 0);
+      const int status = c.Stop();
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "peer status " << status;
-      std::fclose(c.out);
     }
     fs::remove_all(dir_);
   }
 
-  /// Starts the peer program in `role`, through `cusnap run` unless `bare`.
+  /// Starts the peer program in `role` with `ticket_fd` as its descriptor 3, through
+  /// `cusnap run` unless `bare`.
   Child& Start(const char* role, int ticket_fd, bool bare = false) {
-    int to_child[2], from_child[2];
-    EXPECT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
-    EXPECT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, ticket_fd, 3);
     const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
     std::vector<std::string> args;
     if (!bare) args = {bin + "/cusnap", "run", "--"};
     args.push_back(bin + "/lifecycle_cycle_peer");
     args.push_back(role);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    Child c;
-    const int rc = ::posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(to_child[0]);
-    ::close(from_child[1]);
-    EXPECT_EQ(rc, 0);
-    c.in = ::fdopen(to_child[1], "w");
-    c.out = ::fdopen(from_child[0], "r");
-    children_.push_back(c);
+    children_.push_back(cusnap::testing::StartChild(args, {{ticket_fd, 3}}));
+    EXPECT_GT(children_.back().pid, 0);
     return children_.back();
   }
 

@@ -17,19 +17,16 @@ namespace {
 
 namespace fs = std::filesystem;
 using cusnap::testing::Env;
-using cusnap::testing::LineChannel;
 using cusnap::testing::Ran;
 using cusnap::testing::RunCommand;
-using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 class CliDemoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char templ[] = "/tmp/cusnap-demo-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
+    dir_ = cusnap::testing::MakeScratchDir("demo-test");
+    ASSERT_FALSE(dir_.empty());
     // The demo makes its own control directory and simulated machine; its temporary
     // directory goes under ours, so the test can see that it was removed.
     ::setenv("TMPDIR", dir_.c_str(), 1);

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,8 +17,6 @@
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
-
 #include "cli_runner.h"
 namespace {
 
@@ -27,7 +24,6 @@ namespace fs = std::filesystem;
 using cusnap::testing::Env;
 using cusnap::testing::LineChannel;
 using cusnap::testing::Ran;
-using cusnap::testing::RunCommand;
 using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 
@@ -37,15 +33,9 @@ using Channel = LineChannel;
 class CliTreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char templ[] = "/tmp/cusnap-tree-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
-    fs::create_directory(dir_ + "/control");
-    fs::create_directory(dir_ + "/sim");
-    ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
-    ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
-    ::setenv("CUSNAP_DRIVER", "sim", 1);
-    ::unsetenv("LD_PRELOAD");
+    dir_ = cusnap::testing::MakeScratchDir("tree-test");
+    ASSERT_FALSE(dir_.empty());
+    cusnap::testing::UseOwnMachine(dir_);
   }
   void TearDown() override {
     if (launcher_ > 0) {
@@ -65,23 +55,14 @@ class CliTreeTest : public ::testing::Test {
   void StartJob() {
     int c_in[2], c_out[2], i_in[2], i_out[2];
     for (int* p : {c_in, c_out, i_in, i_out}) ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, c_in[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, c_out[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, i_in[0], 4);
-    posix_spawn_file_actions_adddup2(&actions, i_out[1], 5);
     const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
-    std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/cli_tree_launcher",
-                                     bin + "/lifecycle_cycle_peer"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ASSERT_EQ(::posix_spawn(&launcher_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
+    launcher_ = cusnap::testing::Spawn(
+        {bin + "/cusnap", "run", "--", bin + "/cli_tree_launcher", bin + "/lifecycle_cycle_peer"},
+        {{c_in[0], 0}, {c_out[1], 1}, {i_in[0], 4}, {i_out[1], 5}});
     for (int fd : {c_in[0], c_out[1], i_in[0], i_out[1]}) ::close(fd);
     creator_ = Channel{::fdopen(c_in[1], "w"), ::fdopen(c_out[0], "r")};
     importer_ = Channel{::fdopen(i_in[1], "w"), ::fdopen(i_out[0], "r")};
+    ASSERT_GT(launcher_, 0);
     ASSERT_EQ(creator_.Line(), "ok");
     ASSERT_EQ(importer_.Line(), "ok");
   }
