@@ -2,9 +2,10 @@
 # value a peer sent back, PyTorch's retains by address, HOST_NUMA allocations, allocations
 # created with no current context, cuMemGetAddressRange on tracked mappings, hundreds of
 # allocations per rank; each through the real shim, `cusnap run` and `cusnap checkpoint` /
-# `restore` on the simulated driver. Label: integration.
+# `restore` on the simulated driver, at 2 ranks and at 8 ranks on 8 simulated devices (issue 6),
+# plus a restore onto a rotated device map. Label: integration.
 
-# One rank, driven by a command language on stdin (workload_kinds_worker.cc). Linked against
+# One rank of a ring, driven by a command language on stdin (workload_kinds_worker.cc). Linked against
 # the simulated libcuda.so.1 like any CUDA program; `cusnap run` preloads the shim.
 add_executable(workload_kinds_worker ${CMAKE_CURRENT_LIST_DIR}/workload_kinds_worker.cc)
 cusnap_warnings(workload_kinds_worker)

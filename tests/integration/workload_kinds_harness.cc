@@ -32,14 +32,17 @@ long NowMs() {
   return ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000;
 }
 
-/// posix_spawn of `args` with the given descriptors as 0, 1, 2 and 3 (-1: inherited / none).
-pid_t Spawn(const std::vector<std::string>& args, int in, int out, int err, int channel) {
+/// posix_spawn of `args` with the given descriptors as 0, 1, 2, 3 and 4 (-1: inherited /
+/// none). `next` and `previous` must be above 4, so that no dup2 overwrites a later source.
+pid_t Spawn(const std::vector<std::string>& args, int in, int out, int err, int next = -1,
+            int previous = -1) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (in >= 0) posix_spawn_file_actions_adddup2(&actions, in, 0);
   if (out >= 0) posix_spawn_file_actions_adddup2(&actions, out, 1);
   if (err >= 0) posix_spawn_file_actions_adddup2(&actions, err, 2);
-  if (channel >= 0) posix_spawn_file_actions_adddup2(&actions, channel, 3);
+  if (next >= 0) posix_spawn_file_actions_adddup2(&actions, next, 3);
+  if (previous >= 0) posix_spawn_file_actions_adddup2(&actions, previous, 4);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -88,65 +91,98 @@ void WorkloadKindsTest::SetUp() {
   setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
   setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
   setenv("CUSNAP_DRIVER", "sim", 1);
+  setenv("SIMCUDA_DEVICE_COUNT", std::to_string(Ranks()).c_str(), 1);
   unsetenv("LD_PRELOAD");
 }
 
+Rank& WorkloadKindsTest::R(int r) {
+  const int n = static_cast<int>(ranks_.size());
+  return ranks_[static_cast<size_t>(((r % n) + n) % n)];
+}
+
+std::string WorkloadKindsTest::RotatedDeviceMap() const {
+  std::string map;
+  for (int k = 0; k < Ranks(); ++k) map += (k ? "," : "") + std::to_string(k) + "=" + std::to_string((k + 1) % Ranks());
+  return map;
+}
+
 void WorkloadKindsTest::TearDown() {
-  for (Rank* r : {&a_, &b_}) {
-    if (r->pid > 0) {
-      kill(r->pid, SIGKILL);
-      waitpid(r->pid, nullptr, 0);
-      r->pid = -1;
+  for (Rank& r : ranks_) {
+    if (r.pid > 0) {
+      kill(r.pid, SIGKILL);
+      waitpid(r.pid, nullptr, 0);
+      r.pid = -1;
     }
-    if (r->in >= 0) close(r->in);
-    if (r->out >= 0) close(r->out);
-    r->in = r->out = -1;
+    if (r.in >= 0) close(r.in);
+    if (r.out >= 0) close(r.out);
+    r.in = r.out = -1;
   }
   std::error_code ignored;
   fs::remove_all(dir_, ignored);
 }
 
-void WorkloadKindsTest::StartRanks(bool a_without_context) {
-  int channel[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
+void WorkloadKindsTest::StartRanks(bool even_without_context) {
+  ASSERT_TRUE(ranks_.empty()) << "StartRanks once per test";
+  const int n = Ranks();
+  ASSERT_GE(n, 2);
+  // Ring channel k joins rank k (its "next", descriptor 3) to rank k+1 (its "previous",
+  // descriptor 4). Every descriptor of ours sits above 4 (Spawn) and is CLOEXEC, so each
+  // rank gets exactly its two channel ends.
+  std::vector<int> next_end(static_cast<size_t>(n)), previous_end(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+    next_end[static_cast<size_t>(k)] = fcntl(pair[0], F_DUPFD_CLOEXEC, 10);
+    previous_end[static_cast<size_t>((k + 1) % n)] = fcntl(pair[1], F_DUPFD_CLOEXEC, 10);
+    close(pair[0]);
+    close(pair[1]);
+  }
   const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
-  int device = 0;
-  for (Rank* r : {&a_, &b_}) {
+  ranks_.resize(static_cast<size_t>(n));
+  for (int device = 0; device < n; ++device) {
+    Rank& r = R(device);
     int to_child[2], from_child[2];
     ASSERT_EQ(pipe2(to_child, O_CLOEXEC), 0);
     ASSERT_EQ(pipe2(from_child, O_CLOEXEC), 0);
-    r->name = device == 0 ? "rank a" : "rank b";
+    r.name = "rank " + std::to_string(device);
     std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/workload_kinds_worker",
                                      std::to_string(device)};
-    if (device == 0 && a_without_context) args.push_back("nocontext");
-    r->pid = Spawn(args, to_child[0], from_child[1], -1, channel[device]);
+    if (device % 2 == 0 && even_without_context) args.push_back("nocontext");
+    const size_t d = static_cast<size_t>(device);
+    r.pid = Spawn(args, to_child[0], from_child[1], -1, next_end[d], previous_end[d]);
     close(to_child[0]);
     close(from_child[1]);
-    r->in = to_child[1];
-    r->out = from_child[0];
-    ASSERT_GT(r->pid, 0) << "spawning " << r->name;
-    ++device;
+    r.in = to_child[1];
+    r.out = from_child[0];
+    ASSERT_GT(r.pid, 0) << "spawning " << r.name;
   }
-  close(channel[0]);
-  close(channel[1]);
-  for (Rank* r : {&a_, &b_}) {
-    const std::string hello = Ask(*r, "");
-    ASSERT_EQ(hello.rfind("ready", 0), 0u) << r->name << " said '" << hello << "'";
+  for (int k = 0; k < n; ++k) {
+    close(next_end[static_cast<size_t>(k)]);
+    close(previous_end[static_cast<size_t>(k)]);
+  }
+  for (Rank& r : ranks_) {
+    const std::string hello = Ask(r, "");
+    ASSERT_EQ(hello.rfind("ready", 0), 0u) << r.name << " said '" << hello << "'";
   }
 }
 
 void WorkloadKindsTest::StopRanks() {
-  for (Rank* r : {&a_, &b_}) {
-    if (r->pid <= 0) continue;
-    const std::string bye = "exit\n";
-    EXPECT_EQ(write(r->in, bye.data(), bye.size()), static_cast<ssize_t>(bye.size()));
-    const int status = Reap(r->pid, NowMs() + kWaitMs);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << r->name << " wait status " << status;
-    r->pid = -1;
-    close(r->in);
-    close(r->out);
-    r->in = r->out = -1;
-    r->pending.clear();
+  const std::string bye = "exit\n";
+  for (Rank& r : ranks_) {  // all at once: ranks exit concurrently
+    if (r.pid > 0) {
+      EXPECT_EQ(write(r.in, bye.data(), bye.size()), static_cast<ssize_t>(bye.size())) << r.name;
+    }
+  }
+  const long deadline = NowMs() + kWaitMs;
+  for (Rank& r : ranks_) {
+    if (r.pid <= 0) continue;
+    const int status = Reap(r.pid, deadline);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << r.name << " wait status " << status;
+    r.pid = -1;
+    close(r.in);
+    close(r.out);
+    r.in = r.out = -1;
+    r.pending.clear();
   }
 }
 
@@ -183,20 +219,24 @@ std::string WorkloadKindsTest::Ok(Rank& r, const std::string& command) {
   return reply.size() > 3 ? reply.substr(3) : "";
 }
 
-std::pair<std::string, std::string> WorkloadKindsTest::OkBoth(const std::string& command) {
-  const std::string line = command + "\n";
-  for (Rank* r : {&a_, &b_}) {
-    EXPECT_EQ(write(r->in, line.data(), line.size()), static_cast<ssize_t>(line.size())) << r->name;
+std::vector<std::string> WorkloadKindsTest::OkAll(const std::function<std::string(int)>& command) {
+  std::vector<std::string> commands, replies;
+  for (int r = 0; r < Ranks(); ++r) {
+    commands.push_back(command(r));
+    const std::string line = commands.back() + "\n";
+    EXPECT_EQ(write(R(r).in, line.data(), line.size()), static_cast<ssize_t>(line.size())) << R(r).name;
   }
-  std::string replies[2];
-  int i = 0;
-  for (Rank* r : {&a_, &b_}) {
-    replies[i] = Ask(*r, "");  // reads the reply to the command already sent
-    EXPECT_EQ(replies[i].rfind("ok", 0), 0u) << r->name << ": '" << command << "' -> '" << replies[i] << "'";
-    if (replies[i].size() > 3) replies[i] = replies[i].substr(3);
-    ++i;
+  for (int r = 0; r < Ranks(); ++r) {
+    std::string reply = Ask(R(r), "");  // reads the reply to the command already sent
+    EXPECT_EQ(reply.rfind("ok", 0), 0u) << R(r).name << ": '" << commands[static_cast<size_t>(r)] << "' -> '"
+                                        << reply << "'";
+    replies.push_back(reply.size() > 3 ? reply.substr(3) : "");
   }
-  return {replies[0], replies[1]};
+  return replies;
+}
+
+std::vector<std::string> WorkloadKindsTest::OkAll(const std::string& command) {
+  return OkAll([&](int) { return command; });
 }
 
 Ran WorkloadKindsTest::Cusnap(const std::vector<std::string>& args) {
@@ -206,7 +246,7 @@ Ran WorkloadKindsTest::Cusnap(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {Env("CUSNAP_TEST_BIN_DIR") + "/cusnap"};
   argv.insert(argv.end(), args.begin(), args.end());
   const int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t pid = Spawn(argv, null_in, out[1], err[1], -1);
+  const pid_t pid = Spawn(argv, null_in, out[1], err[1]);
   close(null_in);
   close(out[1]);
   close(err[1]);

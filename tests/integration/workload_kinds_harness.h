@@ -1,15 +1,17 @@
-// Harness of the workload-kind tests (workload_kinds_test.cc): two workload_kinds_worker
-// ranks started through the real `cusnap run` on the simulated driver, joined by a
-// SOCK_SEQPACKET channel, driven line by line with bounded waits, and the real `cusnap`
-// checkpoint / restore on the test's own process tree. Each test gets its own control
-// directory and simulated machine (SIMCUDA_DIR). The test process never loads the driver: it
-// is the root of the checkpointed tree.
+// Harness of the workload-kind tests (workload_kinds_test.cc): a job of N ranks (the test's
+// parameter: 2, or 8 for issue 6's scale runs), each a workload_kinds_worker on its own
+// simulated device (SIMCUDA_DEVICE_COUNT = N), started through the real `cusnap run`, joined
+// in a ring of SOCK_SEQPACKET channels (rank r to rank r+1), driven line by line with bounded
+// waits, and the real `cusnap` checkpoint / restore on the test's own process tree. Each test
+// gets its own control directory and simulated machine (SIMCUDA_DIR). The test process never
+// loads the driver: it is the root of the checkpointed tree.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,24 +42,34 @@ struct Ran {
   double PhaseMs() const;
 };
 
-class WorkloadKindsTest : public ::testing::Test {
+/// The fixture; its parameter is the number of ranks (and simulated devices), at least 2.
+class WorkloadKindsTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override;
   void TearDown() override;
 
-  /// Starts rank a (device 0) and rank b (device 1) through `cusnap run`, joined by a
-  /// channel on their descriptor 3; both answer "ready". `a_without_context`: rank a starts
-  /// with no context at all (workload_kinds_worker's "nocontext").
-  void StartRanks(bool a_without_context = false);
-  /// Says "exit" to both ranks and reaps them (SIGKILL after kWaitMs); expects exit 0.
+  /// How many ranks the job has (the parameter).
+  int Ranks() const { return GetParam(); }
+  /// Rank r modulo the rank count (so R(r + 1) is r's next rank, R(r - 1) its previous).
+  Rank& R(int r);
+  /// Starts rank r on device r for every r through `cusnap run`, rank r's descriptor 3 joined
+  /// to rank r+1's descriptor 4; each answers "ready". `even_without_context`: the even ranks
+  /// start with no context at all (workload_kinds_worker's "nocontext").
+  void StartRanks(bool even_without_context = false);
+  /// Says "exit" to every rank and reaps it (SIGKILL after kWaitMs); expects exit 0.
   void StopRanks();
   /// One command; returns the reply line ("<eof>" / "<timeout>" when none came).
   std::string Ask(Rank& r, const std::string& command);
   /// Asserts the reply starts with "ok" and returns the text after "ok " ("" when none).
   std::string Ok(Rank& r, const std::string& command);
-  /// The same command to both ranks at once (they work concurrently); asserts both replies
-  /// start with "ok" and returns the texts after "ok " (a's, b's).
-  std::pair<std::string, std::string> OkBoth(const std::string& command);
+  /// command(r) to every rank r at once (they work concurrently); asserts every reply starts
+  /// with "ok" and returns the texts after "ok ", by rank.
+  std::vector<std::string> OkAll(const std::function<std::string(int)>& command);
+  /// The same command to every rank at once (OkAll).
+  std::vector<std::string> OkAll(const std::string& command);
+  /// The --device-map that rotates the job by one device: "0=1,1=2,...,N-1=0" (with two
+  /// ranks, the swap "0=1,1=0").
+  std::string RotatedDeviceMap() const;
   /// Runs the real `cusnap` (bounded), output captured.
   Ran Cusnap(const std::vector<std::string>& args);
   /// Rank `a` writes a word through its mapping (named `name_a` there) of an allocation that
@@ -69,7 +81,7 @@ class WorkloadKindsTest : public ::testing::Test {
   std::pair<Ran, Ran> Cycle(const std::vector<std::string>& restore_extra = {});
 
   std::string dir_;
-  Rank a_, b_;
+  std::vector<Rank> ranks_;  ///< sized once by StartRanks: references stay valid
 };
 
 }  // namespace workload

@@ -2,7 +2,9 @@
 // the simulated driver, started through `cusnap run`, that makes the calls NCCL and PyTorch
 // make (DRIVER-FACTS, "How NCCL 2.28.9 and PyTorch 2.11 call the VMM API"), driven by one
 // command per line on stdin, one reply per line on stdout ("ok ..." or "bad <what failed>").
-// Descriptor 3 is a SOCK_SEQPACKET channel to the other rank (tickets travel on it).
+// The ranks of a job form a ring: descriptor 3 is a SOCK_SEQPACKET channel to the next rank,
+// descriptor 4 one to the previous rank (with two ranks both lead to the other one). Tickets
+// go to the next rank and come from the previous one.
 //
 //   workload_kinds_worker <device> [nocontext]   cuInit; the primary context of <device> is
 //                                  made current, unless nocontext: then no context exists
@@ -16,13 +18,14 @@
 //   context                        retains the primary context of the device, makes it current
 //   map N                          reserve + map + access; writes N's pattern: "ok <va>"
 //   handle N                       "ok <handle>" as the application sees it
-//   export N                       cuMemExportToShareableHandle; the ticket goes to the peer
+//   export N                       cuMemExportToShareableHandle; the ticket goes to the next rank
 //   proxy_start                    a second thread (no context current) waits for one
-//                                  "export <handle>" request from the peer, exports that
+//                                  "export <handle>" request from the next rank, exports that
 //                                  handle value and sends the ticket back (NCCL's proxy)
 //   proxy_join                     joins it: "ok <tid of the proxy thread> <main tid>"
-//   request N <handle>             asks the peer's proxy for <handle>, imports the ticket as N
-//   import N                       imports the ticket the peer sent as N
+//   request N <handle>             asks the previous rank's proxy for <handle>, imports the
+//                                  ticket as N
+//   import N                       imports the ticket the previous rank sent as N
 //   check N                        N's pattern reads back through this rank's mapping
 //   poke N <value> / peek N        the 32-bit word at N's byte offset 4096 (cross-process)
 //   retain N <count>               <count> cuMemRetainAllocationHandle at addresses spread
@@ -32,15 +35,17 @@
 //   range N                        cuMemGetAddressRange at 3 points of N's mapping, all
 //                                  must agree: "ok <base> <size>"
 //   location N                     cuMemGetAllocationPropertiesFromHandle: "ok <type> <id>"
+//   uuid                           cuDeviceGetUuid of this rank's device ordinal, 32 hex
+//                                  digits: "ok <uuid>" (which GPU the ordinal names now)
 //   free N                         unmap, free the VA, release the handle; then releasing the
 //                                  same handle value again must fail CUDA_ERROR_INVALID_HANDLE
 //   many <prefix> <count> <MiB>    creates and maps <count> allocations <prefix>0..
-//   exportmany <prefix> <count>    exports the first <count> of them to the peer
-//   importmany <prefix> <count>    imports <count> tickets from the peer as <prefix>0..
+//   exportmany <prefix> <count>    exports the first <count> of them to the next rank
+//   importmany <prefix> <count>    imports <count> tickets from the previous rank as <prefix>0..
 //   checkall                       every allocation's pattern (sampled: head and tail 4 KiB)
 //   exit
 // The pattern of an allocation is a function of its creator's device and name (sent with the
-// ticket), so both ranks check the same bytes and no two allocations share a pattern.
+// ticket), so creator and importer check the same bytes and no two allocations share a pattern.
 #include <cuda.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -63,7 +68,8 @@ namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kSample = 4096;  // bytes checked at each end of an allocation
-constexpr int kChannel = 3;
+constexpr int kToNext = 3;      // channel to the next rank of the ring
+constexpr int kToPrevious = 4;  // channel to the previous rank
 constexpr int kChannelTimeoutMs = 60'000;
 
 struct Allocation {
@@ -178,18 +184,18 @@ std::string Map(const std::string& name) {
 std::string SendTicket(const std::string& text, CUmemGenericAllocationHandle handle) {
   int fd = -1;
   CU_OR_REPLY(cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-  const cusnap::Status sent = cusnap::SendPacket(kChannel, text.data(), text.size(), fd,
+  const cusnap::Status sent = cusnap::SendPacket(kToNext, text.data(), text.size(), fd,
                                                  cusnap::Deadline::AfterMs(kChannelTimeoutMs));
   ::close(fd);
   if (!sent.ok()) return Bad("sending the ticket: " + sent.error().message);
   return "ok";
 }
 
-/// Imports the ticket that comes next on the channel as `name` and maps it.
+/// Imports the ticket that comes next from the previous rank as `name` and maps it.
 std::string ImportNext(const std::string& name) {
   char buf[256];
   int fd = -1;
-  cusnap::Result<size_t> n = cusnap::RecvPacket(kChannel, buf, sizeof buf, &fd,
+  cusnap::Result<size_t> n = cusnap::RecvPacket(kToPrevious, buf, sizeof buf, &fd,
                                                 cusnap::Deadline::AfterMs(kChannelTimeoutMs));
   if (!n.ok()) return Bad("receiving a ticket for " + name + ": " + n.error().message);
   if (fd < 0) return Bad("no descriptor came with '" + std::string(buf, *n) + "'");
@@ -218,7 +224,7 @@ void ProxyServeOne() {
   g_proxy_tid = static_cast<long>(syscall(SYS_gettid));
   char buf[256];
   int fd = -1;
-  cusnap::Result<size_t> n = cusnap::RecvPacket(kChannel, buf, sizeof buf, &fd,
+  cusnap::Result<size_t> n = cusnap::RecvPacket(kToNext, buf, sizeof buf, &fd,
                                                 cusnap::Deadline::AfterMs(kChannelTimeoutMs));
   if (!n.ok()) {
     g_proxy_result = Bad("proxy: receiving a request: " + n.error().message);
@@ -247,7 +253,7 @@ void ProxyServeOne() {
 
 std::string Request(const std::string& name, const std::string& handle_text) {
   const std::string request = "export " + handle_text;
-  const cusnap::Status sent = cusnap::SendPacket(kChannel, request.data(), request.size(), -1,
+  const cusnap::Status sent = cusnap::SendPacket(kToPrevious, request.data(), request.size(), -1,
                                                  cusnap::Deadline::AfterMs(kChannelTimeoutMs));
   if (!sent.ok()) return Bad("sending the request: " + sent.error().message);
   return ImportNext(name);
@@ -308,6 +314,14 @@ std::string Location(const std::string& name) {
   CUmemAllocationProp prop{};
   CU_OR_REPLY(cuMemGetAllocationPropertiesFromHandle(&prop, a->handle));
   return "ok " + std::to_string(static_cast<int>(prop.location.type)) + " " + std::to_string(prop.location.id);
+}
+
+std::string Uuid() {
+  CUuuid uuid{};
+  CU_OR_REPLY(cuDeviceGetUuid(&uuid, g_device));
+  char hex[33] = {};
+  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
+  return "ok " + std::string(hex);
 }
 
 std::string Free(const std::string& name) {
@@ -435,6 +449,7 @@ std::string Handle(const std::string& line) {
   }
   if (verb == "range") return Range(name);
   if (verb == "location") return Location(name);
+  if (verb == "uuid") return Uuid();
   if (verb == "free") return Free(name);
   if (verb == "checkall") return CheckAll();
   return Bad("unknown command '" + line + "'");
