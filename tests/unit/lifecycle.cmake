@@ -26,7 +26,8 @@ target_include_directories(carrier_test PRIVATE ${CMAKE_SOURCE_DIR}/src/simcuda/
 # preloaded over the simulated driver, driven over their endpoints by the test.
 add_executable(lifecycle_cycle_peer ${CMAKE_CURRENT_LIST_DIR}/lifecycle_cycle_peer.cc)
 cusnap_warnings(lifecycle_cycle_peer)
-target_link_libraries(lifecycle_cycle_peer PRIVATE simcuda_driver cusnap_cuda_headers)
+# cusnap_common: the tickets travel over descriptor 3 in common/socket.h's packets.
+target_link_libraries(lifecycle_cycle_peer PRIVATE simcuda_driver cusnap_cuda_headers cusnap_common)
 cusnap_add_gtest(lifecycle_cycle_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_cycle_test.cc

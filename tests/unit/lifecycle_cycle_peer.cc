@@ -10,7 +10,6 @@
 //   touch                 a tracked call (retain at a tracked VA, release): "ok <CUresult>"
 //   vas                   the mapped VAs: "ok <va> ..."
 //   exit
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cinttypes>
@@ -22,10 +21,14 @@
 
 #include <cuda.h>
 
+#include "common/socket.h"
+
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr int kTicketSocket = 3;
+/// Bound on waiting for the other peer's tickets, ms (ASan, loaded 2-core machine).
+constexpr int kTicketWaitMs = 90'000;
 
 // The allocations, their mappings and the pattern each holds.
 struct View {
@@ -80,6 +83,31 @@ bool MapView(Peer& peer, int allocation, size_t offset, size_t size,
   return true;
 }
 
+// Tickets travel over descriptor 3 one per packet (common/socket.h), in allocation order.
+bool SendTickets(const int (&tickets)[3]) {
+  const char byte = 'T';
+  for (int ticket : tickets) {
+    if (!cusnap::SendPacket(kTicketSocket, &byte, 1, ticket, cusnap::Deadline::AfterMs(kTicketWaitMs)).ok()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Receives the three tickets; on failure closes any received and returns false.
+bool ReceiveTickets(int (&tickets)[3]) {
+  for (int k = 0; k < 3; ++k) {
+    char byte = 0;
+    const auto got =
+        cusnap::RecvPacket(kTicketSocket, &byte, 1, &tickets[k], cusnap::Deadline::AfterMs(kTicketWaitMs));
+    if (!got.ok() || tickets[k] < 0) {
+      for (int i = 0; i < k; ++i) close(tickets[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
 bool SetUpCreator(Peer& peer) {
   const CUmemLocationType types[3] = {CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_DEVICE,
                                       CU_MEM_LOCATION_TYPE_HOST_NUMA};
@@ -105,27 +133,14 @@ bool SetUpCreator(Peer& peer) {
     }
     CHECK_CU(cuMemcpyHtoD(first->va, words.data(), peer.sizes[k]));
   }
-  // Tickets to the importer, all three in one message.
+  // Tickets to the importer, one packet each.
   int tickets[3] = {-1, -1, -1};
   for (int k = 0; k < 3; ++k) {
     CHECK_CU(cuMemExportToShareableHandle(&tickets[k], peer.handles[k],
                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   }
-  char byte = 'T';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof tickets)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof tickets);
-  std::memcpy(CMSG_DATA(cmsg), tickets, sizeof tickets);
-  if (sendmsg(kTicketSocket, &msg, MSG_NOSIGNAL) != 1) {
-    std::printf("bad sendmsg\n");
+  if (!SendTickets(tickets)) {
+    std::printf("bad send\n");
     return false;
   }
   for (int fd : tickets) close(fd);
@@ -136,20 +151,11 @@ bool SetUpCreator(Peer& peer) {
 }
 
 bool SetUpImporter(Peer& peer) {
-  char byte = 0;
-  iovec iov{&byte, 1};
   int tickets[3] = {-1, -1, -1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof tickets)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (recvmsg(kTicketSocket, &msg, MSG_CMSG_CLOEXEC) != 1 || CMSG_FIRSTHDR(&msg) == nullptr) {
-    std::printf("bad recvmsg\n");
+  if (!ReceiveTickets(tickets)) {
+    std::printf("bad receive\n");
     return false;
   }
-  std::memcpy(tickets, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof tickets);
   for (int k = 0; k < 3; ++k) {
     CHECK_CU(cuMemImportFromShareableHandle(&peer.handles[k],
                                             reinterpret_cast<void*>(static_cast<intptr_t>(tickets[k])),
