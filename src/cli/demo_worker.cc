@@ -19,11 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "cli/demo_job.h"
 #include "cli/demo_protocol.h"
+#include "common/socket.h"
 
 namespace {
 
+using cusnap::Result;
+using cusnap::Status;
 using cusnap::cli::demo::kAllocations;
+using cusnap::cli::demo::kAnswerTimeoutMs;
 using cusnap::cli::demo::PatternWord;
 
 /// Host staging buffer per copy: bounded, whatever the allocation size.
@@ -141,43 +146,34 @@ bool SetUpCreator(Worker& w) {
       return false;
     }
   }
-  char byte = 'T';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof tickets)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof tickets);
-  std::memcpy(CMSG_DATA(cmsg), tickets, sizeof tickets);
-  const bool sent = ::sendmsg(cusnap::cli::demo::kPeerFd, &msg, MSG_NOSIGNAL) == 1;
+  // One packet per ticket (common/socket.h); the importer waits as long as the demo waits for
+  // an answer.
+  bool sent = true;
+  const char byte = 'T';
+  for (size_t k = 0; k < kAllocations && sent; ++k) {
+    const Status status = cusnap::SendPacket(cusnap::cli::demo::kPeerFd, &byte, 1, tickets[k],
+                                             cusnap::Deadline::AfterMs(kAnswerTimeoutMs));
+    if (!status.ok()) w.failure = "sending the tickets to the importer: " + status.error().message;
+    sent = status.ok();
+  }
   for (int fd : tickets) ::close(fd);
-  if (!sent) w.failure = std::string("sending the tickets to the importer: ") + std::strerror(errno);
   return sent;
 }
 
 bool SetUpImporter(Worker& w) {
-  char byte = 0;
-  iovec iov{&byte, 1};
   int tickets[kAllocations];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof tickets)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  // Blocks until the creator sends; a creator that failed closes its end (0 bytes).
-  if (::recvmsg(cusnap::cli::demo::kPeerFd, &msg, MSG_CMSG_CLOEXEC) != 1 ||
-      CMSG_FIRSTHDR(&msg) == nullptr ||
-      CMSG_FIRSTHDR(&msg)->cmsg_len != CMSG_LEN(sizeof tickets)) {
-    w.failure = "no tickets from the creator (it failed or exited)";
-    return false;
+  for (size_t k = 0; k < kAllocations; ++k) {
+    // A creator that failed closes its end (ECONNRESET).
+    char byte = 0;
+    const Result<size_t> got = cusnap::RecvPacket(cusnap::cli::demo::kPeerFd, &byte, 1, &tickets[k],
+                                                  cusnap::Deadline::AfterMs(kAnswerTimeoutMs));
+    if (!got.ok() || tickets[k] < 0) {
+      for (size_t i = 0; i < k; ++i) ::close(tickets[i]);
+      w.failure = "no tickets from the creator (it failed or exited)";
+      if (!got.ok()) w.failure += ": " + got.error().message;
+      return false;
+    }
   }
-  std::memcpy(tickets, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof tickets);
   bool ok = true;
   for (size_t k = 0; k < kAllocations; ++k) {
     ok = ok && Cu(w, cuMemImportFromShareableHandle(&w.allocations[k].handle,
