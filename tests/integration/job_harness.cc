@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -22,53 +21,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
 #include "common/socket.h"
-
-extern char** environ;
 
 namespace jobtest {
 namespace {
 
 namespace fs = std::filesystem;
+using cusnap::testing::ChildFd;
+using cusnap::testing::Env;
+using cusnap::testing::Spawn;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
 
 /// Milliseconds left until `deadline` (at least 0).
 int LeftMs(std::chrono::steady_clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   return static_cast<int>(std::max<int64_t>(0, left.count()));
-}
-
-/// A copy of `fd` numbered 10 or more (close-on-exec), so that a child's dup2 onto 0, 1, 2 or
-/// 3 never lands on the descriptor itself (dup2 onto itself keeps close-on-exec).
-int High(int fd) {
-  const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-  ::close(fd);
-  return high;
-}
-
-/// posix_spawn of `args` with the given descriptors as the child's 0, 1, 2 and 3 (-1: keep).
-pid_t Spawn(const std::vector<std::string>& args, int in, int out, int err, int fd3) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (in >= 0) posix_spawn_file_actions_adddup2(&actions, in, 0);
-  if (out >= 0) posix_spawn_file_actions_adddup2(&actions, out, 1);
-  if (err >= 0) posix_spawn_file_actions_adddup2(&actions, err, 2);
-  if (fd3 >= 0) posix_spawn_file_actions_adddup2(&actions, fd3, 3);
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
 }
 
 /// Waits for `pid` to exit for at most `ms`, then SIGKILLs it; reaps it either way unless it
@@ -115,16 +85,10 @@ std::string OkValue(const std::string& reply) {
 void JobTest::SetUp() {
   // A worker that died must fail the test, not kill it with SIGPIPE (the test process only).
   ::signal(SIGPIPE, SIG_IGN);
-  char templ[] = "/tmp/cusnap-job-test.XXXXXX";
-  ASSERT_NE(::mkdtemp(templ), nullptr);
-  dir_ = templ;
-  fs::create_directory(dir_ + "/control");
-  fs::create_directory(dir_ + "/sim");
+  dir_ = cusnap::testing::MakeScratchDir("job-test");
+  ASSERT_FALSE(dir_.empty());
   // Everything this test starts shares one simulated machine and one control directory.
-  ::setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);
-  ::setenv("SIMCUDA_DIR", (dir_ + "/sim").c_str(), 1);
-  ::setenv("CUSNAP_DRIVER", "sim", 1);
-  ::unsetenv("LD_PRELOAD");
+  cusnap::testing::UseOwnMachine(dir_);
   ::unsetenv("SIMCUDA_FAULTS");
   ::unsetenv("CUSNAP_STATE_DIR");
   target_ = {"--pid", PidArg()};
@@ -164,15 +128,13 @@ Worker& JobTest::StartProgram(const std::string& name, const std::vector<std::st
   EXPECT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(from_child, O_CLOEXEC), 0);
   EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
-  const int child_in = High(to_child[0]), child_out = High(from_child[1]);
-  const int child_channel = High(channel[1]);
   Worker w;
   w.name = name;
-  w.pid = Spawn(args, child_in, child_out, -1, child_channel);
+  w.pid = Spawn(args, {{to_child[0], 0}, {from_child[1], 1}, {channel[1], 3}});
   EXPECT_GT(w.pid, 0) << "cannot start " << name;
-  ::close(child_in);
-  ::close(child_out);
-  ::close(child_channel);
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  ::close(channel[1]);
   w.in = to_child[1];
   w.out = from_child[0];
   w.channel = channel[0];
@@ -182,22 +144,12 @@ Worker& JobTest::StartProgram(const std::string& name, const std::vector<std::st
 
 std::vector<Worker*> JobTest::StartLaunched(const std::string& name,
                                             const std::vector<int>& devices) {
-  // Every worker's descriptors land on 10+3k.. in the launcher; ours are moved to 200 and up
-  // first so that no dup2 of the spawn overwrites a descriptor a later one still reads.
-  const auto above = [](int fd) {
-    const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 200);
-    ::close(fd);
-    return moved;
-  };
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
+  // Every worker's descriptors land on 10+3k.. in the launcher (Spawn keeps the sources out of
+  // the targets' way).
   int launcher_in[2], launcher_out[2];
   EXPECT_EQ(::pipe2(launcher_in, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(launcher_out, O_CLOEXEC), 0);
-  launcher_in[0] = above(launcher_in[0]);
-  launcher_out[1] = above(launcher_out[1]);
-  posix_spawn_file_actions_adddup2(&actions, launcher_in[0], 0);
-  posix_spawn_file_actions_adddup2(&actions, launcher_out[1], 1);
+  std::vector<ChildFd> fds = {{launcher_in[0], 0}, {launcher_out[1], 1}};
   std::vector<Worker> launched(devices.size());
   std::vector<int> theirs;
   for (size_t k = 0; k < devices.size(); ++k) {
@@ -206,11 +158,8 @@ std::vector<Worker*> JobTest::StartLaunched(const std::string& name,
     EXPECT_EQ(::pipe2(from, O_CLOEXEC), 0);
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
     const int base = 10 + 3 * static_cast<int>(k);
-    theirs.insert(theirs.end(), {above(to[0]), above(from[1]), above(channel[1])});
-    for (int i = 0; i < 3; ++i) {
-      posix_spawn_file_actions_adddup2(&actions, theirs[theirs.size() - 3 + static_cast<size_t>(i)],
-                                       base + i);
-    }
+    theirs.insert(theirs.end(), {to[0], from[1], channel[1]});
+    fds.insert(fds.end(), {{to[0], base}, {from[1], base + 1}, {channel[1], base + 2}});
     launched[k].name = name + std::to_string(k);
     launched[k].in = to[1];
     launched[k].out = from[0];
@@ -220,15 +169,11 @@ std::vector<Worker*> JobTest::StartLaunched(const std::string& name,
   const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
   std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/job_worker", "launch"};
   for (int d : devices) args.push_back(std::to_string(d));
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   Worker launcher;
   launcher.name = name;
   launcher.cuda = false;
-  const int rc = ::posix_spawn(&launcher.pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(rc, 0);
+  launcher.pid = Spawn(args, fds);
+  EXPECT_GT(launcher.pid, 0);
   ::close(launcher_in[0]);
   ::close(launcher_out[1]);
   for (int fd : theirs) ::close(fd);
@@ -458,11 +403,9 @@ Ran JobTest::Cusnap(const std::vector<std::string>& args) {
   int out[2], err[2];
   Ran r;
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
-  out[1] = High(out[1]);
-  err[1] = High(err[1]);
   std::vector<std::string> argv = {Env("CUSNAP_TEST_BIN_DIR") + "/cusnap"};
   argv.insert(argv.end(), args.begin(), args.end());
-  const pid_t pid = Spawn(argv, -1, out[1], err[1], -1);
+  const pid_t pid = Spawn(argv, {{out[1], 1}, {err[1], 2}});
   ::close(out[1]);
   ::close(err[1]);
   EXPECT_GT(pid, 0);
