@@ -18,7 +18,35 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class CliJobCycle : public JobTest {};
+class CliJobCycle : public JobTest {
+ protected:
+  /// `w` creates `allocation` (`mib` MiB, `where` `id` as in Create), maps it whole as `view`
+  /// with access for `devices` and fills it with its pattern.
+  void CreateFilled(Worker& w, const std::string& allocation, size_t mib, const char* where, int id,
+                    const std::string& view, const std::string& devices) {
+    ASSERT_NO_FATAL_FAILURE(Create(w, allocation, mib, where, id));
+    ASSERT_NO_FATAL_FAILURE(Map(w, view, allocation, 0, mib, devices));
+    ASSERT_NO_FATAL_FAILURE(Fill(w, view));
+  }
+
+  /// `from` shares `allocation` with `to`, which maps `mib` MiB of it from `offset_mib` as
+  /// `view` with access for `devices`.
+  void ShareMapped(Worker& from, const std::string& allocation, Worker& to, const std::string& view,
+                   size_t offset_mib, size_t mib, const std::string& devices) {
+    ASSERT_NO_FATAL_FAILURE(Share(from, allocation, to));
+    ASSERT_NO_FATAL_FAILURE(Map(to, view, allocation, offset_mib, mib, devices));
+  }
+
+  /// Bytes each participant (by pid) saved, as `cusnap inspect --json` reads the state file.
+  std::map<int, uint64_t> SavedBytes(const std::string& state) {
+    const Ran shown = Cusnap({"inspect", state, "--json"});
+    EXPECT_EQ(shown.status, 0) << shown.err;
+    std::map<int, uint64_t> saved;
+    const auto doc = nlohmann::json::parse(shown.out);
+    for (const auto& p : doc["participants"]) saved[p["pid"].get<int>()] = p["saved_bytes"].get<uint64_t>();
+    return saved;
+  }
+};
 
 // A creator and an importer: one allocation on each device and one in host NUMA memory; the
 // first mapped twice in the creator and at an offset in both processes, with access granted
@@ -26,32 +54,23 @@ class CliJobCycle : public JobTest {};
 TEST_F(CliJobCycle, TwoProcessesEveryByteAndVa) {
   Worker& creator = Start("creator", 0);
   Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 4, "dev", 0));
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "B", 2, "dev", 1));
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "H", 2, "host", 0));
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 4, "0,1"));    // two devices
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "a-again", "A", 0, 4, "0"));  // a second VA
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "a-upper", "A", 2, 2, "1"));  // at an offset
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "b", "B", 0, 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "h", "H", 0, 2, "0"));
-  for (const char* v : {"a", "b", "h"}) ASSERT_NO_FATAL_FAILURE(Fill(creator, v));
-  for (const char* a : {"A", "B", "H"}) ASSERT_NO_FATAL_FAILURE(Share(creator, a, importer));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "A", 4, "dev", 0, "a", "0,1"));  // two devices
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a-again", "A", 0, 4, "0"));            // a second VA
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a-upper", "A", 2, 2, "1"));            // at an offset
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "B", 2, "dev", 1, "b", "1"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "H", 2, "host", 0, "h", "0"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "A", importer, "a", 0, 4, "1"));
   ASSERT_NO_FATAL_FAILURE(Map(importer, "a-upper", "A", 2, 2, "0,1"));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "b", "B", 0, 2, "0,1"));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "h", "H", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "B", importer, "b", 0, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "H", importer, "h", 0, 2, "1"));
   CheckEveryByte();
 
   const std::string state = dir_ + "/state";
   ASSERT_NO_FATAL_FAILURE(Cycle(state));
 
   // The state file recorded both processes and the creator's 8 MiB (importers save nothing).
-  const Ran shown = Cusnap({"inspect", state, "--json"});
-  ASSERT_EQ(shown.status, 0) << shown.err;
-  const auto doc = nlohmann::json::parse(shown.out);
-  ASSERT_EQ(doc["participants"].size(), 2u);
-  std::map<int, uint64_t> saved;
-  for (const auto& p : doc["participants"]) saved[p["pid"].get<int>()] = p["saved_bytes"].get<uint64_t>();
+  std::map<int, uint64_t> saved = SavedBytes(state);
+  ASSERT_EQ(saved.size(), 2u);
   EXPECT_EQ(saved[creator.pid], uint64_t{8} << 20);
   EXPECT_EQ(saved[importer.pid], 0u);
 }
@@ -65,16 +84,13 @@ TEST_F(CliJobCycle, FourProcessesEachCreateAndImportAll) {
   for (int i = 0; i < 4; ++i) w.push_back(&Start("worker" + std::to_string(i), i % 2));
   for (int i = 0; i < 4; ++i) {
     const std::string a = "A" + std::to_string(i);
-    ASSERT_NO_FATAL_FAILURE(Create(*w[i], a, 2, "dev", i % 2));
-    ASSERT_NO_FATAL_FAILURE(Map(*w[i], a, a, 0, 2, std::to_string(i % 2)));
-    ASSERT_NO_FATAL_FAILURE(Fill(*w[i], a));
+    ASSERT_NO_FATAL_FAILURE(CreateFilled(*w[i], a, 2, "dev", i % 2, a, std::to_string(i % 2)));
   }
   for (int i = 0; i < 4; ++i) {
     for (int j = 0; j < 4; ++j) {
       if (i == j) continue;
       const std::string a = "A" + std::to_string(i);
-      ASSERT_NO_FATAL_FAILURE(Share(*w[i], a, *w[j]));
-      ASSERT_NO_FATAL_FAILURE(Map(*w[j], a, a, 0, 2, std::to_string(j % 2)));
+      ASSERT_NO_FATAL_FAILURE(ShareMapped(*w[i], a, *w[j], a, 0, 2, std::to_string(j % 2)));
     }
   }
   CheckEveryByte();
@@ -86,16 +102,10 @@ TEST_F(CliJobCycle, FourProcessesEachCreateAndImportAll) {
 TEST_F(CliJobCycle, ThreeCyclesInARow) {
   Worker& left = Start("left", 0);
   Worker& right = Start("right", 1);
-  ASSERT_NO_FATAL_FAILURE(Create(left, "L", 2, "dev", 0));
-  ASSERT_NO_FATAL_FAILURE(Create(right, "R", 4, "dev", 1));
-  ASSERT_NO_FATAL_FAILURE(Map(left, "l", "L", 0, 2, "0"));
-  ASSERT_NO_FATAL_FAILURE(Map(right, "r", "R", 0, 4, "1"));
-  ASSERT_NO_FATAL_FAILURE(Fill(left, "l"));
-  ASSERT_NO_FATAL_FAILURE(Fill(right, "r"));
-  ASSERT_NO_FATAL_FAILURE(Share(left, "L", right));
-  ASSERT_NO_FATAL_FAILURE(Share(right, "R", left));
-  ASSERT_NO_FATAL_FAILURE(Map(right, "l", "L", 0, 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(Map(left, "r", "R", 0, 4, "0"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(left, "L", 2, "dev", 0, "l", "0"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(right, "R", 4, "dev", 1, "r", "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(left, "L", right, "l", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(right, "R", left, "r", 0, 4, "0"));
   CheckEveryByte();
   for (int cycle = 0; cycle < 3; ++cycle) {
     SCOPED_TRACE("cycle " + std::to_string(cycle));
@@ -124,16 +134,10 @@ TEST_F(CliJobCycle, ThreeCyclesInARow) {
 TEST_F(CliJobCycle, RestoreWithDeviceMapByOrdinalAndUuid) {
   Worker& creator = Start("creator", 0);
   Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 4, "dev", 0));
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "B", 2, "dev", 1));
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 4, "0"));
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "b", "B", 0, 2, "0,1"));
-  ASSERT_NO_FATAL_FAILURE(Fill(creator, "a"));
-  ASSERT_NO_FATAL_FAILURE(Fill(creator, "b"));
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "B", importer));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 2, 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "b", "B", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "A", 4, "dev", 0, "a", "0"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "B", 2, "dev", 1, "b", "0,1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "A", importer, "a", 2, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "B", importer, "b", 0, 2, "1"));
   CheckEveryByte();
   std::vector<std::string> home;  // "ok", the UUID of ordinal 0, of ordinal 1
   std::istringstream words(Ask(creator, "uuids"));
@@ -173,26 +177,15 @@ TEST_F(CliJobCycle, RestoreWithDeviceMapByOrdinalAndUuid) {
 TEST_F(CliJobCycle, HostNumaAllocations) {
   Worker& creator = Start("creator", 0);
   Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "H1", 2, "host", 0));
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "H2", 4, "host", 0));
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "h1", "H1", 0, 2, "0,1"));
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "h2", "H2", 0, 4, "0"));
-  ASSERT_NO_FATAL_FAILURE(Fill(creator, "h1"));
-  ASSERT_NO_FATAL_FAILURE(Fill(creator, "h2"));
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "H1", importer));
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "H2", importer));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "h1", "H1", 0, 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "h2-upper", "H2", 2, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "H1", 2, "host", 0, "h1", "0,1"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "H2", 4, "host", 0, "h2", "0"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "H1", importer, "h1", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "H2", importer, "h2-upper", 2, 2, "0,1"));
   CheckEveryByte();
   const std::string state = dir_ + "/state";
   ASSERT_NO_FATAL_FAILURE(Cycle(state));
-  const Ran shown = Cusnap({"inspect", state, "--json"});
-  ASSERT_EQ(shown.status, 0) << shown.err;
   uint64_t saved = 0;
-  const auto recorded = nlohmann::json::parse(shown.out);
-  for (const auto& p : recorded["participants"]) {
-    saved += p["saved_bytes"].get<uint64_t>();
-  }
+  for (const auto& [pid, bytes] : SavedBytes(state)) saved += bytes;
   EXPECT_EQ(saved, uint64_t{6} << 20);
 }
 
@@ -206,16 +199,10 @@ TEST_F(CliJobCycle, LauncherUnderCusnapRunForksTheWorkers) {
   ASSERT_GT(job[2]->pid, 0);
   target_ = {"--pid", std::to_string(job[0]->pid)};
   Worker &first = *job[1], &second = *job[2];
-  ASSERT_NO_FATAL_FAILURE(Create(first, "A", 2, "dev", 0));
-  ASSERT_NO_FATAL_FAILURE(Create(second, "B", 2, "dev", 1));
-  ASSERT_NO_FATAL_FAILURE(Map(first, "a", "A", 0, 2, "0"));
-  ASSERT_NO_FATAL_FAILURE(Map(second, "b", "B", 0, 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(Fill(first, "a"));
-  ASSERT_NO_FATAL_FAILURE(Fill(second, "b"));
-  ASSERT_NO_FATAL_FAILURE(Share(first, "A", second));
-  ASSERT_NO_FATAL_FAILURE(Share(second, "B", first));
-  ASSERT_NO_FATAL_FAILURE(Map(second, "a", "A", 0, 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(Map(first, "b", "B", 0, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(first, "A", 2, "dev", 0, "a", "0"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(second, "B", 2, "dev", 1, "b", "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(first, "A", second, "a", 0, 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(second, "B", first, "b", 0, 2, "0,1"));
   CheckEveryByte();
   EXPECT_EQ(Phases().size(), 3u);  // the launcher has an endpoint too
   ASSERT_NO_FATAL_FAILURE(Cycle(dir_ + "/state"));
