@@ -35,25 +35,55 @@ bool special(CUstream stream) {
   return stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
 }
 
+// Streams and events are handles only while registered (Registry::streams or ::events); null
+// and the special streams never are.
+template <typename Object>
+using Handles = std::set<Object *> Registry::*;
+
+// CUDA_SUCCESS when `object` is registered in `handles`, else CUDA_ERROR_INVALID_HANDLE.
+template <typename Object>
+CUresult registered(Handles<Object> handles, Object *object) {
+  Registry &r = registry();
+  std::lock_guard lock(r.mutex);
+  return (r.*handles).count(object) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+// Makes a stream or event on the current context's device (`fields` follow the device) and
+// registers it; the error of contexts::current_device when there is no current context.
+template <typename Object, typename... Fields>
+CUresult create_registered(Handles<Object> handles, Object **out, Fields... fields) {
+  int device = 0;
+  if (CUresult r = contexts::current_device(&device); r != CUDA_SUCCESS) return r;
+  auto *object = new Object{device, fields...};
+  Registry &r = registry();
+  std::lock_guard lock(r.mutex);
+  (r.*handles).insert(object);
+  *out = object;
+  return CUDA_SUCCESS;
+}
+
+// Unregisters and frees a stream or event; CUDA_ERROR_INVALID_HANDLE when it is not registered.
+template <typename Object>
+CUresult destroy_registered(Handles<Object> handles, Object *object) {
+  Registry &r = registry();
+  std::lock_guard lock(r.mutex);
+  if ((r.*handles).erase(object) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  delete object;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 CUresult check(CUstream stream) {
   int device = 0;
   if (CUresult r = contexts::current_device(&device); r != CUDA_SUCCESS) return r;
   if (special(stream)) return CUDA_SUCCESS;
-  Registry &r = registry();
-  std::lock_guard lock(r.mutex);
-  return r.streams.count(stream) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return registered(&Registry::streams, stream);
 }
 
 namespace {
 
-CUresult check_event(CUevent event) {
-  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  Registry &r = registry();
-  std::lock_guard lock(r.mutex);
-  return r.events.count(event) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
+CUresult check_event(CUevent event) { return registered(&Registry::events, event); }
 
 CUresult record(CUevent event, CUstream stream) {
   if (CUresult r = check(stream); r != CUDA_SUCCESS) return r;
@@ -73,23 +103,12 @@ extern "C" {
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
   SIMCUDA_CALL_INITIALIZED("cuStreamCreate");
   if (phStream == nullptr || (Flags & ~unsigned{CU_STREAM_NON_BLOCKING}) != 0) return CUDA_ERROR_INVALID_VALUE;
-  int device = 0;
-  if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
-  auto *s = new CUstream_st{device, Flags};
-  std::lock_guard lock(registry().mutex);
-  registry().streams.insert(s);
-  *phStream = s;
-  return CUDA_SUCCESS;
+  return create_registered(&Registry::streams, phStream, Flags);
 }
 
 CUresult cuStreamDestroy_v2(CUstream hStream) {
   SIMCUDA_CALL_INITIALIZED("cuStreamDestroy");
-  if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD)
-    return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard lock(registry().mutex);
-  if (registry().streams.erase(hStream) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  delete hStream;
-  return CUDA_SUCCESS;
+  return destroy_registered(&Registry::streams, hStream);
 }
 
 CUresult cuStreamSynchronize(CUstream hStream) {
@@ -115,13 +134,7 @@ CUresult cuStreamQuery_ptsz(CUstream hStream) {
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   SIMCUDA_CALL_INITIALIZED("cuEventCreate");
   if (phEvent == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int device = 0;
-  if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
-  auto *e = new CUevent_st{device, Flags, false};
-  std::lock_guard lock(registry().mutex);
-  registry().events.insert(e);
-  *phEvent = e;
-  return CUDA_SUCCESS;
+  return create_registered(&Registry::events, phEvent, Flags);
 }
 
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
@@ -146,10 +159,7 @@ CUresult cuEventQuery(CUevent hEvent) {
 
 CUresult cuEventDestroy_v2(CUevent hEvent) {
   SIMCUDA_CALL_INITIALIZED("cuEventDestroy");
-  std::lock_guard lock(registry().mutex);
-  if (hEvent == nullptr || registry().events.erase(hEvent) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  delete hEvent;
-  return CUDA_SUCCESS;
+  return destroy_registered(&Registry::events, hEvent);
 }
 
 }  // extern "C"
