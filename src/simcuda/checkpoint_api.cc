@@ -26,7 +26,11 @@ bool all_zero(const T &bytes) {
   return true;
 }
 
-CUresult call(int pid, const Request &req, Reply *reply) {
+// Sends `req` to `pid`'s checkpoint service and waits for its reply (stored in `*reply` when
+// not null). The service's result, or CUDA_ERROR_INVALID_VALUE when there is none or it died.
+CUresult call(int pid, const Request &req, Reply *reply = nullptr) {
+  Reply ignored;
+  if (reply == nullptr) reply = &ignored;
   if (pid <= 0) return CUDA_ERROR_INVALID_VALUE;
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
@@ -52,11 +56,11 @@ CUresult call(int pid, const Request &req, Reply *reply) {
   return n == static_cast<ssize_t>(sizeof *reply) ? static_cast<CUresult>(reply->result) : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult simple(int pid, Op op) {
+// A request with nothing but its operation.
+CUresult simple(int pid, Op op, Reply *reply = nullptr) {
   Request req;
   req.op = op;
-  Reply reply;
-  return call(pid, req, &reply);
+  return call(pid, req, reply);
 }
 
 }  // namespace
@@ -73,10 +77,8 @@ extern "C" {
 CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
   SIMCUDA_CHECKPOINT_CALL("cuCheckpointProcessGetState");
   if (state == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ck::Request req;
-  req.op = ck::Op::kGetState;
   ck::Reply reply;
-  CUresult r = ck::call(pid, req, &reply);
+  const CUresult r = ck::simple(pid, ck::Op::kGetState, &reply);
   if (r == CUDA_SUCCESS) *state = static_cast<CUprocessState>(reply.state);
   return r;
 }
@@ -84,10 +86,8 @@ CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
 CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
   SIMCUDA_CHECKPOINT_CALL("cuCheckpointProcessGetRestoreThreadId");
   if (tid == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ck::Request req;
-  req.op = ck::Op::kGetRestoreThreadId;
   ck::Reply reply;
-  CUresult r = ck::call(pid, req, &reply);
+  const CUresult r = ck::simple(pid, ck::Op::kGetRestoreThreadId, &reply);
   if (r == CUDA_SUCCESS) *tid = reply.restore_thread_id;
   return r;
 }
@@ -100,8 +100,7 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) {
     if (args->reserved0 != 0 || !ck::all_zero(args->reserved1)) return CUDA_ERROR_INVALID_VALUE;
     req.timeout_ms = args->timeoutMs;
   }
-  ck::Reply reply;
-  return ck::call(pid, req, &reply);
+  return ck::call(pid, req);
 }
 
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args) {
@@ -121,8 +120,7 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args) {
     req.pair_count = args->gpuPairsCount;
     for (unsigned i = 0; i < args->gpuPairsCount; ++i) req.pairs[i] = args->gpuPairs[i];
   }
-  ck::Reply reply;
-  return ck::call(pid, req, &reply);
+  return ck::call(pid, req);
 }
 
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args) {
