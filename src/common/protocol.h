@@ -21,7 +21,8 @@ inline constexpr uint16_t kVersion = 1;
 /// at a time; kExport is served by the peer thread from the export cache (no table lock).
 enum class Op : uint16_t {
   kExport = 1,           ///< peer: a fresh raw POSIX descriptor for (creator id, allocation id)
-  kIdentify = 2,         ///< pid, start time, phase, failure text
+  kIdentify = 2,         ///< pid, start time, phase, failure text; untracked imports as
+                         ///< kUntrackedImport records
   kInspect = 3,          ///< the sharing table as Records (read-only)
   kQuiesce = 4,          ///< ACTIVE -> QUIESCED: tracked application calls wait
   kDetachMulticast = 5,  ///< QUIESCED -> MULTICAST_DETACHED
@@ -67,7 +68,8 @@ struct Header {
   uint32_t phase;       ///< replies: the shim's Phase after the request
   uint64_t arg[6];      ///< op-specific: kExport {creator pid, creator start, allocation id,
                         ///<   kind}; replies to kIdentify {pid, start time, records,
-                        ///<   untracked imports, tracked bytes, PackCreateCounts(...)};
+                        ///<   untracked imports (live allocations), tracked bytes,
+                        ///<   PackCreateCounts(...)}, followed by kUntrackedImport records;
                         ///<   carrier replies {bytes, ns}
                         ///<   kExport replies echo the request's args and add the
                         ///<   object's size in bytes as arg[4]
@@ -91,7 +93,20 @@ enum class RecordKind : uint32_t {
   kMulticastDevice = 4,
   kMulticastBinding = 5,
   kMulticastMapping = 6,
+  /// kIdentify replies only (never INSPECT, never a state file: the checkpoint is refused
+  /// while one is live): an allocation imported from a descriptor that is not a cusnap
+  /// ticket. One record per VA range it is mapped at (address, size, offset), or one with
+  /// address and size 0 when it is mapped nowhere. id = {0, 0, the real handle} (its creator
+  /// is unknown); object_size 0 (the driver reports no size for an imported handle);
+  /// alloc_type and location_* as cuMemGetAllocationPropertiesFromHandle answered at import
+  /// (location_type 0 when it did not); handle_types = the one shareable handle type it was
+  /// imported from; handle_count = live references (the import and its retains).
+  kUntrackedImport = 7,
 };
+
+/// kIdentify describes at most this many untracked imports (all their mappings each); the
+/// count in arg[3] says how many are live.
+inline constexpr uint32_t kMaxUntrackedReported = 8;
 
 /// Record flags.
 inline constexpr uint32_t kCreator = 1u << 0;     ///< this process created the allocation/object

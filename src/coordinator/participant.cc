@@ -79,6 +79,11 @@ Result<Identity> Identify(Participant& participant) {
   id.created_total = proto::CreatedTotal(h.arg[5]);
   id.created_host_numa = proto::CreatedHostNuma(h.arg[5]);
   id.failure = ReplyText(h);
+  for (const proto::Record& r : reply->records) {
+    if (r.kind == static_cast<uint32_t>(proto::RecordKind::kUntrackedImport)) {
+      id.untracked.push_back(r);
+    }
+  }
   if (id.pid != participant.pid()) {
     return Error{-1, "pid " + std::to_string(participant.pid()) +
                          ": its endpoint answers for pid " + std::to_string(id.pid) +

@@ -39,13 +39,16 @@ class Participant {
 /// A participant reached through its Unix socket <control dir>/<pid>.sock.
 std::unique_ptr<Participant> ConnectEndpoint(const std::string& control_dir, int pid);
 
-/// What kIdentify says about a participant (protocol.h: reply arg[0..5]).
+/// What kIdentify says about a participant (protocol.h: reply arg[0..5] and records).
 struct Identity {
   int pid = 0;
   uint64_t start_time = 0;          ///< clock ticks since boot
   uint32_t phase = 0;               ///< proto::Phase
   uint64_t records = 0;             ///< records INSPECT would return
   uint64_t untracked_imports = 0;   ///< live imports of descriptors that were not tickets
+  /// The kUntrackedImport records describing them (at most proto::kMaxUntrackedReported
+  /// imports; an older shim sends none).
+  std::vector<proto::Record> untracked;
   uint64_t tracked_bytes = 0;       ///< bytes of tracked allocations this process created
   uint32_t created_total = 0;       ///< tracked cuMemCreate calls over the process's life
   uint32_t created_host_numa = 0;   ///< of which HOST_NUMA
@@ -55,7 +58,8 @@ struct Identity {
 /// A request header for `op` with `args` (zero-filled otherwise).
 proto::Header MakeRequest(proto::Op op, std::initializer_list<uint64_t> args = {});
 
-/// Sends kIdentify and parses the reply. Errors name the pid.
+/// Sends kIdentify and parses the reply (records of other kinds than kUntrackedImport are
+/// ignored). Errors name the pid.
 Result<Identity> Identify(Participant& participant);
 
 /// Sends kInspect and returns the sharing table. Errors name the pid.

@@ -97,6 +97,7 @@ Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) 
   v.pid = identities_[index].pid;
   v.start_time = identities_[index].start_time;
   v.untracked_imports = identities_[index].untracked_imports;
+  v.untracked = identities_[index].untracked;
   v.records = std::move(*records);
   return Ok{};
 }

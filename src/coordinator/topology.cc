@@ -1,7 +1,10 @@
 // Global topology validation (topology.h).
 #include "coordinator/topology.h"
 
+#include <cuda.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -52,17 +55,83 @@ bool CreatedByParticipant(std::span<const ParticipantView> participants,
   });
 }
 
+/// Where an untracked import's allocation lives, as the driver reported it at import.
+std::string UntrackedLocation(const Record& r) {
+  const std::string id = std::to_string(r.location_id);
+  switch (r.location_type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: return "on device " + id;
+    case CU_MEM_LOCATION_TYPE_HOST: return "in host memory";
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA: return "on host NUMA node " + id;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return "on the host NUMA node current at import";
+    case CU_MEM_LOCATION_TYPE_INVALID: return "at a location the driver did not report";
+    default: return "at location type " + std::to_string(r.location_type) + " id " + id;
+  }
+}
+
+/// The kind of shareable handle an untracked import came from.
+std::string UntrackedSource(uint32_t handle_type) {
+  switch (handle_type) {
+    case CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: return "fd import";
+    case CU_MEM_HANDLE_TYPE_FABRIC: return "fabric handle import";
+    case CU_MEM_HANDLE_TYPE_WIN32:
+    case CU_MEM_HANDLE_TYPE_WIN32_KMT: return "Win32 handle import";
+    default: return "handle type " + std::to_string(handle_type) + " import";
+  }
+}
+
+/// One refusal line for one untracked import: `ranges` are its kUntrackedImport records
+/// (protocol.h), one per mapping or a single unmapped one. The size the driver never reports
+/// for an imported handle is bounded below by the furthest byte a mapping reaches.
+std::string UntrackedImportText(int pid, const std::vector<const Record*>& ranges) {
+  uint64_t at_least = 0;
+  std::vector<std::string> mapped;
+  for (const Record* r : ranges) {
+    if (r->size == 0) continue;
+    if (r->offset <= UINT64_MAX - r->size) at_least = std::max(at_least, r->offset + r->size);
+    mapped.push_back(Range(r->address, r->size) +
+                     (r->offset != 0 ? " (at offset " + std::to_string(r->offset) + ")" : ""));
+  }
+  std::string where = mapped.empty() ? "not mapped" : "mapped at ";
+  for (size_t i = 0; i < mapped.size(); ++i) {
+    where += (i == 0 ? "" : i + 1 == mapped.size() ? " and " : ", ") + mapped[i];
+  }
+  return Pid(pid) + ": an allocation " +
+         (at_least > 0 ? "of at least " + std::to_string(at_least) + " bytes " : "") +
+         UntrackedLocation(*ranges.front()) + ", " + where + ", was imported from a descriptor "
+         "that is not a cusnap ticket (" + UntrackedSource(ranges.front()->handle_types) +
+         " outside cusnap); release it, or export it from a process started with 'cusnap run'";
+}
+
+/// No live untracked imports: one line per import IDENTIFY described (at most
+/// proto::kMaxUntrackedReported), then one line for the rest of its count.
 void CheckUntracked(const ParticipantView& p, std::vector<std::string>& problems) {
-  if (p.untracked_imports == 1) {
-    problems.push_back(Pid(p.pid) +
-                       ": 1 allocation is imported from a descriptor that is not a cusnap "
-                       "ticket; release it or export it through a process started with "
-                       "'cusnap run'");
-  } else if (p.untracked_imports > 1) {
-    problems.push_back(Pid(p.pid) + ": " + std::to_string(p.untracked_imports) +
-                       " allocations are imported from descriptors that are not cusnap "
-                       "tickets; release them or export them through a process started "
-                       "with 'cusnap run'");
+  std::vector<std::pair<uint64_t, std::vector<const Record*>>> imports;  // by real handle
+  for (const Record& r : p.untracked) {
+    if (!Is(r, RecordKind::kUntrackedImport)) continue;
+    auto it = std::find_if(imports.begin(), imports.end(),
+                           [&](const auto& import) { return import.first == r.id.local_id; });
+    if (it == imports.end()) {
+      imports.emplace_back(r.id.local_id, std::vector<const Record*>{});
+      it = std::prev(imports.end());
+    }
+    it->second.push_back(&r);
+  }
+  uint64_t named = 0;
+  for (const auto& [handle, ranges] : imports) {
+    if (named == proto::kMaxUntrackedReported) break;
+    problems.push_back(UntrackedImportText(p.pid, ranges));
+    ++named;
+  }
+  const uint64_t rest = std::max<uint64_t>(p.untracked_imports, imports.size()) - named;
+  const std::string more = named > 0 ? " more" : "";
+  if (rest == 1) {
+    problems.push_back(Pid(p.pid) + ": 1" + more + " allocation is imported from a descriptor "
+                       "that is not a cusnap ticket; release it or export it through a process "
+                       "started with 'cusnap run'");
+  } else if (rest > 1) {
+    problems.push_back(Pid(p.pid) + ": " + std::to_string(rest) + more + " allocations are "
+                       "imported from descriptors that are not cusnap tickets; release them or "
+                       "export them through a process started with 'cusnap run'");
   }
 }
 

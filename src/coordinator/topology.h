@@ -1,5 +1,5 @@
 // Global topology validation: a pure function over what every participant reported in
-// INSPECT (and the untracked-import count from IDENTIFY). The coordinator runs it before
+// INSPECT (and the untracked imports from IDENTIFY). The coordinator runs it before
 // anything changes; a non-empty result refuses the checkpoint with the job left running.
 // Rules: DESIGN.md "Lifecycle" and SPEC-REFERENCE.md H.1.
 #pragma once
@@ -18,14 +18,19 @@ namespace cusnap::coord {
 struct ParticipantView {
   int pid = 0;
   uint64_t start_time = 0;  ///< clock ticks since boot (/proc/<pid>/stat field 22)
-  uint64_t untracked_imports = 0;
-  std::vector<proto::Record> records;
+  uint64_t untracked_imports = 0;  ///< how many are live (IDENTIFY arg[3])
+  std::vector<proto::Record> records;  ///< INSPECT
+  /// IDENTIFY's kUntrackedImport records (last, with an initializer: brace-initialized views
+  /// may leave it out).
+  std::vector<proto::Record> untracked{};
 };
 
 /// Checks every rule and returns one message per broken rule (empty: valid), in a stable
 /// order: per-participant rules in participant order, then per-allocation rules in id
 /// order, then multicast rules. Each message names the process and the resource:
-///  - no live untracked imports;
+///  - no live untracked imports: one message per import, naming its location, VA ranges
+///    and the smallest size they imply (at most proto::kMaxUntrackedReported per process,
+///    then one message with how many more);
 ///  - known record kinds; allocations with size > 0 whose creator flag matches the id;
 ///    mappings with address and size != 0, at most kMaxAccess access descriptors, lying
 ///    inside their allocation;

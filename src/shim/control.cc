@@ -55,6 +55,8 @@ ControlReply HandleControlRequest(const proto::Header& request,
       reply.header.arg[3] = counts.untracked_imports;
       reply.header.arg[4] = counts.tracked_bytes;
       reply.header.arg[5] = proto::PackCreateCounts(counts.created_total, counts.created_host_numa);
+      // What the checkpoint's refusal names: each untracked import's location and VA ranges.
+      reply.records = table().UntrackedRecords();
       if (handler != nullptr && handler->failure != nullptr) {
         SetHeaderText(reply.header, handler->failure());
       }

@@ -38,9 +38,11 @@ void InstallLifecycleHandler(const LifecycleHandler& handler);
 // ----------------------------------------------------------------------------------------
 
 /// Answers one control request. kIdentify: arg {pid, start time, records, untracked
-/// imports, tracked bytes}, text = failure text. kInspect: the sharing table as records
-/// (SharingTable::Inspect), then the multicast table's (MulticastTable::Inspect). Lifecycle ops: the installed LifecycleHandler. kExport and
-/// unknown ops: status -1 with a message naming the process.
+/// imports (live allocations), tracked bytes, PackCreateCounts}, text = failure text, and
+/// the untracked imports as kUntrackedImport records (SharingTable::UntrackedRecords).
+/// kInspect: the sharing table as records (SharingTable::Inspect), then the multicast
+/// table's (MulticastTable::Inspect). Lifecycle ops: the installed LifecycleHandler. kExport
+/// and unknown ops: status -1 with a message naming the process.
 ControlReply HandleControlRequest(const proto::Header& request,
                                   std::span<const proto::Record> records);
 

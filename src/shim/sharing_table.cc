@@ -209,26 +209,45 @@ void SharingTable::MarkAccessUnknown(CUdeviceptr address, size_t size) {
   mappings_.MarkAccessUnknown(address, size);
 }
 
-void SharingTable::CountUntrackedImport(CUmemGenericAllocationHandle real) {
+void SharingTable::CountUntrackedImport(CUmemGenericAllocationHandle real,
+                                        const CUmemAllocationProp* prop,
+                                        CUmemAllocationHandleType type) {
   std::lock_guard lock(mutex_);
-  ++untracked_[real];
-  ++untracked_total_;
+  untracked_.AddImport(real, prop, type);
+  untracked_live_.store(untracked_.size(), std::memory_order_release);
 }
 
 void SharingTable::NoteUntrackedRetain(CUmemGenericAllocationHandle real) {
+  if (untracked_live_.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(mutex_);
-  auto it = untracked_.find(real);
-  if (it == untracked_.end()) return;
-  ++it->second;
-  ++untracked_total_;
+  untracked_.Retain(real);
 }
 
 void SharingTable::ForgetUntrackedImport(CUmemGenericAllocationHandle real) {
+  if (untracked_live_.load(std::memory_order_acquire) == 0) return;
   std::lock_guard lock(mutex_);
-  auto it = untracked_.find(real);
-  if (it == untracked_.end()) return;
-  --untracked_total_;
-  if (--it->second == 0) untracked_.erase(it);
+  untracked_.Release(real);
+  untracked_live_.store(untracked_.size(), std::memory_order_release);
+}
+
+void SharingTable::NoteUntrackedMapping(CUdeviceptr address, size_t size, size_t offset,
+                                        CUmemGenericAllocationHandle real) {
+  if (untracked_live_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(mutex_);
+  untracked_.AddMapping(address, size, offset, real);
+  untracked_live_.store(untracked_.size(), std::memory_order_release);
+}
+
+void SharingTable::ForgetUntrackedMappings(CUdeviceptr address, size_t size) {
+  if (untracked_live_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(mutex_);
+  untracked_.RemoveMappings(address, size);
+  untracked_live_.store(untracked_.size(), std::memory_order_release);
+}
+
+std::vector<proto::Record> SharingTable::UntrackedRecords() const {
+  std::lock_guard lock(mutex_);
+  return untracked_.Records(proto::kMaxUntrackedReported);
 }
 
 TableCounts SharingTable::Counts() const {
@@ -237,7 +256,7 @@ TableCounts SharingTable::Counts() const {
   counts.allocations = allocations_.size();
   counts.mappings = mappings_.size();
   counts.records = counts.allocations + counts.mappings;
-  counts.untracked_imports = untracked_total_;
+  counts.untracked_imports = untracked_.size();
   counts.created_total = created_total_;
   counts.created_host_numa = created_host_numa_;
   for (const auto& [key, a] : allocations_) counts.tracked_bytes += a.size;

@@ -1,6 +1,7 @@
 // The process's sharing table (DESIGN.md, "Handles"): tracked allocations, the logical
 // handles that name them, their mappings indexed by VA range with access merged per device,
-// and the count of live untracked imports. It makes no driver calls: hooks (vmm.cc) call
+// and the live untracked imports with their mappings (untracked_imports.h). It makes no
+// driver calls: hooks (vmm.cc) call
 // the driver between table operations, never under the table's lock, and pin an allocation
 // while they use its real handle outside the lock.
 //
@@ -11,6 +12,7 @@
 // allocation for the caller to release and to drop from the export cache).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -23,6 +25,7 @@
 #include "shim/cuda_abi.h"
 #include "shim/handles.h"
 #include "shim/mapping_index.h"
+#include "shim/untracked_imports.h"
 
 namespace cusnap::shim {
 
@@ -80,7 +83,7 @@ struct TableCounts {
   uint64_t records = 0;            ///< what Inspect() would return
   uint64_t allocations = 0;
   uint64_t mappings = 0;
-  uint64_t untracked_imports = 0;  ///< live real handles from non-ticket imports
+  uint64_t untracked_imports = 0;  ///< live allocations from non-ticket imports
   uint64_t tracked_bytes = 0;      ///< sum of tracked allocation sizes
   uint32_t created_total = 0;      ///< tracked cuMemCreate calls over the process's life
   uint32_t created_host_numa = 0;  ///< of which located on the host (HOST_NUMA*, DRIVER-FACTS:
@@ -170,12 +173,26 @@ class SharingTable {
   /// no longer known (the driver may have applied part of it).
   void MarkAccessUnknown(CUdeviceptr address, size_t size);
 
-  /// Counts a real handle returned by a non-ticket import (or a retain of one).
-  void CountUntrackedImport(CUmemGenericAllocationHandle real);
-  /// When `real` is a counted untracked import, adds one more reference (a retain).
+  /// Records a real handle returned by a non-ticket import of shareable handle type `type`;
+  /// `prop` is the driver's answer for it at import (null when it gave none).
+  void CountUntrackedImport(CUmemGenericAllocationHandle real, const CUmemAllocationProp* prop,
+                            CUmemAllocationHandleType type);
+  /// When `real` is a live untracked import, adds one more reference (a retain).
   void NoteUntrackedRetain(CUmemGenericAllocationHandle real);
-  /// After the driver released raw handle `real`: one counted reference less, if counted.
+  /// After the driver released raw handle `real`: one reference less, if it is an untracked
+  /// import (which lives on while mapped).
   void ForgetUntrackedImport(CUmemGenericAllocationHandle real);
+  /// After the driver mapped raw handle `real` at [address, address+size), `offset` bytes
+  /// in: recorded when `real` is an untracked import. One atomic load when there is none
+  /// (every untracked cuMemMap calls this).
+  void NoteUntrackedMapping(CUdeviceptr address, size_t size, size_t offset,
+                            CUmemGenericAllocationHandle real);
+  /// After the driver unmapped [address, address+size): forgets the untracked imports'
+  /// mappings inside it. One atomic load when there is no untracked import.
+  void ForgetUntrackedMappings(CUdeviceptr address, size_t size);
+  /// kIdentify's kUntrackedImport records: the first proto::kMaxUntrackedReported live
+  /// untracked imports, one record per mapping (one with address 0 when unmapped).
+  std::vector<proto::Record> UntrackedRecords() const;
 
   TableCounts Counts() const;
 
@@ -231,8 +248,11 @@ class SharingTable {
   HandleReferences<AllocationKey> handles_;              // logical handle -> allocation
   std::unordered_map<proto::ObjectId, AllocationKey, IdHash, IdEqual> by_id_;
   MappingIndex<MappingInfo> mappings_;
-  std::unordered_map<CUmemGenericAllocationHandle, uint64_t> untracked_;  // real -> refs
-  uint64_t untracked_total_ = 0;
+  UntrackedImports untracked_;
+  // untracked_.size(), stored under the lock and read without it so that untracked map,
+  // unmap, retain and release calls skip the lock while no untracked import is live. Safe:
+  // the application cannot use a handle before the import that returned it has returned.
+  std::atomic<size_t> untracked_live_{0};
   uint32_t created_total_ = 0;
   uint32_t created_host_numa_ = 0;
 };

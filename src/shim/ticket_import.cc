@@ -33,7 +33,7 @@ void ReleaseReal(CUmemGenericAllocationHandle real) {
   if (auto release = driver().cuMemRelease) release(real);
 }
 
-// Imports a descriptor that is not a ticket: raw handle back, counted as untracked.
+// Imports a descriptor that is not a ticket: raw handle back, recorded as untracked.
 CUresult ImportUntracked(CUmemGenericAllocationHandle* handle, int fd) {
   auto import = driver().cuMemImportFromShareableHandle;
   if (import == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
@@ -42,7 +42,7 @@ CUresult ImportUntracked(CUmemGenericAllocationHandle* handle, int fd) {
                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (rc != CUDA_SUCCESS) return rc;
   if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
-  table().CountUntrackedImport(real);
+  RecordUntrackedImport(real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   CUSNAP_LOG_WARN("descriptor %d is not a cusnap ticket: imported untracked as handle 0x%llx "
                   "(checkpoint refuses this process until it is released)",
                   fd, static_cast<unsigned long long>(real));
@@ -195,6 +195,13 @@ CUresult ExportTicket(uint64_t handle, int* fd_out) {
   table().MarkShared(pin->key, CurrentContext());
   *fd_out = *fd;
   return CUDA_SUCCESS;
+}
+
+void RecordUntrackedImport(CUmemGenericAllocationHandle real, CUmemAllocationHandleType type) {
+  CUmemAllocationProp prop{};
+  auto get_prop = driver().cuMemGetAllocationPropertiesFromHandle;
+  const bool known = get_prop != nullptr && get_prop(&prop, real) == CUDA_SUCCESS;
+  table().CountUntrackedImport(real, known ? &prop : nullptr, type);
 }
 
 CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {

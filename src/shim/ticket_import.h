@@ -2,7 +2,8 @@
 // cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR) on a logical handle returns a ticket,
 // and cuMemImportFromShareableHandle of a ticket asks the creator's endpoint for a fresh raw
 // descriptor, imports it and closes it at once. Hooks in vmm.cc call these after their
-// argument checks.
+// argument checks. Descriptors that are not tickets are imported as they are and recorded as
+// untracked imports here.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +29,11 @@ CUresult ExportTicket(uint64_t handle, int* fd_out);
 /// when the creator's endpoint cannot be reached; the driver's error when its import fails.
 /// A multicast ticket yields a multicast logical handle (multicast_table.h).
 CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd);
+
+/// Records `real`, just returned by the driver's import of a shareable handle of type `type`
+/// that is not a ticket, as an untracked import (untracked_imports.h), with the properties
+/// the driver reports for it now (cuMemGetAllocationPropertiesFromHandle: its location names
+/// it in the checkpoint's refusal). Every non-ticket import goes through here.
+void RecordUntrackedImport(CUmemGenericAllocationHandle real, CUmemAllocationHandleType type);
 
 }  // namespace cusnap::shim

@@ -1,7 +1,8 @@
 // Unicast VMM hooks (DESIGN.md, "Handles"; SPEC-REFERENCE C.1): thin translations between
 // the application's view (logical handles, tracked VA ranges) and the real driver, with the
 // bookkeeping in the sharing table (process.h) and the sharing itself in ticket_import.h.
-// Untracked handles and ranges pass through untouched. Tracked calls enter the quiesce gate
+// Untracked handles and ranges pass through untouched (an untracked import's references and
+// mappings are noted on the way: the checkpoint's refusal names them). Tracked calls enter the quiesce gate
 // first (quiesce.h) and start the process's endpoint if a fork child has none yet.
 // Multicast logical handles and multicast mappings go to the multicast module
 // (multicast_vmm.h), each at the one point below marked "multicast".
@@ -120,7 +121,12 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                   CUmemGenericAllocationHandle handle, unsigned long long flags) {
   CUSNAP_REAL(cuMemMap);
-  if (!IsTagged(handle)) return real_cuMemMap(ptr, size, offset, handle, flags);
+  if (!IsTagged(handle)) {
+    const CUresult rc = real_cuMemMap(ptr, size, offset, handle, flags);
+    // Names the range in the checkpoint's refusal when `handle` is an untracked import.
+    if (rc == CUDA_SUCCESS) table().NoteUntrackedMapping(ptr, size, offset, handle);
+    return rc;
+  }
   if (IsMulticastHandle(handle)) return MulticastMap(ptr, size, offset, handle, flags);  // multicast
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
@@ -148,8 +154,11 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
       return MulticastUnmap(ptr, size);
   }
   switch (table().Classify(ptr, size)) {
-    case RangeMatch::kNone:
-      return real_cuMemUnmap(ptr, size);
+    case RangeMatch::kNone: {
+      const CUresult rc = real_cuMemUnmap(ptr, size);
+      if (rc == CUDA_SUCCESS) table().ForgetUntrackedMappings(ptr, size);
+      return rc;
+    }
     case RangeMatch::kPartial:
       return RefusePartial("cuMemUnmap", ptr, size);
     case RangeMatch::kCovers:
@@ -160,6 +169,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   const CUresult rc = real_cuMemUnmap(ptr, size);
   if (rc != CUDA_SUCCESS) return rc;
   ReleaseAll(table().RemoveMappings(ptr, size));
+  table().ForgetUntrackedMappings(ptr, size);  // untracked imports mapped in the same range
   return CUDA_SUCCESS;
 }
 
@@ -234,7 +244,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
     const CUresult rc = real_cuMemImportFromShareableHandle(&real, osHandle, shHandleType);
     if (rc != CUDA_SUCCESS) return rc;
     if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
-    table().CountUntrackedImport(real);
+    RecordUntrackedImport(real, shHandleType);
     *handle = real;
     return CUDA_SUCCESS;
   }

@@ -7,9 +7,12 @@
 #include <gmock/gmock.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,13 +38,51 @@ class CliJobRefusal : public JobTest {
   }
 
   /// Checkpoint refused (exit 3) with every one of `reasons` on stderr, before any change.
-  void ExpectRefused(const std::string& state, const std::vector<std::string>& reasons) {
+  Ran ExpectRefused(const std::string& state, const std::vector<std::string>& reasons) {
     const Ran ck = Checkpoint(state);
     EXPECT_EQ(ck.status, kExitRefused) << ck.out << ck.err;
     for (const auto& reason : reasons) EXPECT_THAT(ck.err, HasSubstr(reason));
     EXPECT_THAT(ck.err, HasSubstr("refused; nothing was changed, the job keeps running"));
     EXPECT_FALSE(fs::exists(state + "/cusnap-state.json"));
+    return ck;
   }
+
+  /// Checkpoint refused (exit 3, nothing changed) because of untracked imports: the stderr
+  /// lines about them are exactly `imports` ("pid P: an allocation ...", any order), each
+  /// ending in kNotATicket.
+  void ExpectUntrackedRefused(const std::string& state, const std::vector<std::string>& imports) {
+    const Ran ck = ExpectRefused(state, {});
+    std::vector<std::string> named;
+    std::istringstream lines(ck.err);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("not a cusnap ticket") != std::string::npos) named.push_back(line);
+    }
+    std::vector<std::string> expected;
+    for (const auto& text : imports) expected.push_back("cusnap checkpoint: " + text + kNotATicket);
+    EXPECT_THAT(named, ::testing::UnorderedElementsAreArray(expected)) << ck.err;
+  }
+
+  /// "pid <importer>: an allocation " (how each untracked import's line starts).
+  std::string ImporterAllocation() const {
+    return "pid " + std::to_string(importer_->pid) + ": an allocation ";
+  }
+
+  /// The VA range `view` of `w` is mapped at, as the refusal prints it: "0x<start>-0x<end>".
+  std::string RangeOf(Worker& w, const std::string& view) {
+    std::istringstream info(Ask(w, "info " + view));  // "ok <va> <size> ..."
+    std::string ok, va;
+    uint64_t size = 0;
+    info >> ok >> va >> size;
+    EXPECT_EQ(ok, "ok") << w.name << " info " << view;
+    char end[32];
+    std::snprintf(end, sizeof end, "0x%llx",
+                  static_cast<unsigned long long>(std::stoull(va, nullptr, 16) + size));
+    return va + "-" + end;
+  }
+
+  static constexpr char kNotATicket[] =
+      ", was imported from a descriptor that is not a cusnap ticket (fd import outside "
+      "cusnap); release it, or export it from a process started with 'cusnap run'";
 
   /// The job runs as before: every shim ACTIVE, every byte intact, writes cross.
   void ExpectRunningIntact() {
@@ -76,7 +117,8 @@ class CliJobRefusal : public JobTest {
 };
 
 // The importer also imports an allocation from a raw descriptor that a process without the
-// shim exported (then exited): a live untracked import.
+// shim exported (then exited): a live untracked import, named by its size, device and VA
+// range.
 TEST_F(CliJobRefusal, LiveUntrackedImport) {
   ASSERT_NO_FATAL_FAILURE(StartPair());
   Worker& raw = Start("raw-exporter", 0, /*bare=*/true);
@@ -87,15 +129,61 @@ TEST_F(CliJobRefusal, LiveUntrackedImport) {
   ASSERT_NO_FATAL_FAILURE(Map(*importer_, "r", "R", 0, 2, "1"));
   ASSERT_EQ(Stop(raw), 0);  // the allocation lives on in the importer alone
   const std::string state = dir_ + "/state";
-  ExpectRefused(state, {"pid " + std::to_string(importer_->pid) +
-                        ": 1 allocation is imported from a descriptor that is not a cusnap "
-                        "ticket"});
+  const std::string range = RangeOf(*importer_, "r");
+  ASSERT_NO_FATAL_FAILURE(ExpectUntrackedRefused(
+      state, {ImporterAllocation() + "of at least 2097152 bytes on device 0, mapped at " + range}));
   ExpectRunningIntact();
+  EXPECT_EQ(RangeOf(*importer_, "r"), range);  // still mapped where it was
+  EXPECT_EQ(Ask(*importer_, "check r " + std::to_string(seeds_.at("R"))), "ok");
   EXPECT_EQ(Ask(*importer_, "write r 9 12345"), "ok");
   EXPECT_EQ(Ask(*importer_, "read r 9"), "ok 12345");
   // Once the importer lets go of it, the job checkpoints and restores.
   ASSERT_NO_FATAL_FAILURE(Unmap(*importer_, "r"));
   ASSERT_NO_FATAL_FAILURE(Release(*importer_, "R", /*freed=*/true));
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+}
+
+// Two untracked imports: R (device 0) mapped at two VAs, the second from 2 MiB in, and S
+// (host NUMA node 0) not mapped. One line each. R stays an untracked import while it is
+// mapped after its handle was released (the driver keeps a mapped allocation alive), and the
+// line follows its mappings as they go.
+TEST_F(CliJobRefusal, TwoUntrackedImportsMappedTwiceAndNotMapped) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  Worker& raw = Start("raw-exporter", 0, /*bare=*/true);
+  ASSERT_NO_FATAL_FAILURE(Create(raw, "R", 4, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(raw, "r", "R", 0, 4, "0"));
+  ASSERT_NO_FATAL_FAILURE(Fill(raw, "r"));
+  ASSERT_NO_FATAL_FAILURE(Create(raw, "S", 2, "host", 0));
+  ASSERT_NO_FATAL_FAILURE(Share(raw, "R", *importer_));
+  ASSERT_NO_FATAL_FAILURE(Share(raw, "S", *importer_));
+  ASSERT_NO_FATAL_FAILURE(Map(*importer_, "r1", "R", 0, 4, "1"));
+  ASSERT_NO_FATAL_FAILURE(Map(*importer_, "r2", "R", 2, 2, "1"));
+  ASSERT_EQ(Stop(raw), 0);
+  const std::string state = dir_ + "/state";
+  const std::string r1 = RangeOf(*importer_, "r1");
+  const std::string r2 = RangeOf(*importer_, "r2") + " (at offset 2097152)";
+  // The ranges are listed in address order.
+  const bool r1_first = std::stoull(r1, nullptr, 16) < std::stoull(r2, nullptr, 16);
+  const std::string both = r1_first ? r1 + " and " + r2 : r2 + " and " + r1;
+  const std::string r_line = ImporterAllocation() + "of at least 4194304 bytes on device 0, ";
+  const std::string s_line = ImporterAllocation() + "on host NUMA node 0, not mapped";
+  ASSERT_NO_FATAL_FAILURE(ExpectUntrackedRefused(state, {r_line + "mapped at " + both, s_line}));
+  ExpectRunningIntact();
+  EXPECT_EQ(Ask(*importer_, "write r2 3 777"), "ok");  // r2 starts 2 MiB into R: word 524291
+  EXPECT_EQ(Ask(*importer_, "read r1 524291"), "ok 777");
+  ASSERT_NO_FATAL_FAILURE(Fill(*importer_, "r1"));  // the pattern again
+
+  ASSERT_NO_FATAL_FAILURE(Release(*importer_, "R", /*freed=*/false));  // still mapped twice
+  ASSERT_NO_FATAL_FAILURE(ExpectUntrackedRefused(state, {r_line + "mapped at " + both, s_line}));
+  ASSERT_NO_FATAL_FAILURE(Unmap(*importer_, "r1"));
+  ASSERT_NO_FATAL_FAILURE(ExpectUntrackedRefused(
+      state, {ImporterAllocation() + "of at least 4194304 bytes on device 0, mapped at " + r2,
+              s_line}));
+  ExpectRunningIntact();
+  ASSERT_NO_FATAL_FAILURE(Unmap(*importer_, "r2"));  // R is gone with its last mapping
+  device_allocations_.erase("R");
+  ASSERT_NO_FATAL_FAILURE(ExpectUntrackedRefused(state, {s_line}));
+  ASSERT_NO_FATAL_FAILURE(Release(*importer_, "S", /*freed=*/true));
   ASSERT_NO_FATAL_FAILURE(Cycle(state));
 }
 

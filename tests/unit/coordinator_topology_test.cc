@@ -47,6 +47,91 @@ TEST(CoordinatorTopology, SeveralUntrackedImportsAreRefused) {
                           "started with 'cusnap run'"));
 }
 
+/// An untracked import record as a shim's IDENTIFY reports it: real handle `real`, mapped
+/// at [address, address+size) `offset` bytes in (address 0: not mapped).
+proto::Record Untracked(uint64_t real, uint64_t address, uint64_t size, uint64_t offset,
+                        CUmemLocationType type = CU_MEM_LOCATION_TYPE_DEVICE, int id = 0,
+                        uint32_t handle_type = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+  proto::Record r{};
+  r.kind = static_cast<uint32_t>(proto::RecordKind::kUntrackedImport);
+  r.flags = proto::kShared | proto::kHandleLive;
+  r.id.local_id = real;
+  r.address = address;
+  r.size = size;
+  r.offset = offset;
+  r.alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  r.location_type = type;
+  r.location_id = id;
+  r.handle_types = handle_type;
+  r.handle_count = 1;
+  return r;
+}
+
+constexpr char kNotATicket[] =
+    "was imported from a descriptor that is not a cusnap ticket (fd import outside cusnap); "
+    "release it, or export it from a process started with 'cusnap run'";
+
+TEST(CoordinatorTopology, UntrackedImportIsNamedByLocationAndRange) {
+  auto job = ValidJob();
+  job[1].untracked_imports = 1;
+  job[1].untracked = {Untracked(0x51, 0x7f0000000000, kMiB2, 0)};
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre(std::string("pid 200: an allocation of at least 2097152 bytes on "
+                                      "device 0, mapped at 0x7f0000000000-0x7f0000200000, ") +
+                          kNotATicket));
+}
+
+TEST(CoordinatorTopology, UntrackedImportsMappedTwiceAndNotMappedAreNamedOneLineEach) {
+  auto job = ValidJob();
+  job[0].untracked_imports = 2;
+  job[0].untracked = {
+      Untracked(0x51, 0x7f0000000000, kMiB2, 0, CU_MEM_LOCATION_TYPE_DEVICE, 1),
+      Untracked(0x51, 0x7f0000400000, kMiB2 / 2, kMiB2 / 2, CU_MEM_LOCATION_TYPE_DEVICE, 1),
+      Untracked(0x52, 0, 0, 0, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0),
+  };
+  EXPECT_THAT(
+      ValidateTopology(job),
+      ElementsAre(std::string("pid 100: an allocation of at least 2097152 bytes on device 1, "
+                              "mapped at 0x7f0000000000-0x7f0000200000 and "
+                              "0x7f0000400000-0x7f0000500000 (at offset 1048576), ") +
+                      kNotATicket,
+                  std::string("pid 100: an allocation on host NUMA node 0, not mapped, ") +
+                      kNotATicket));
+}
+
+TEST(CoordinatorTopology, UntrackedImportWithoutPropertiesNamesItsSourceHandleType) {
+  auto job = ValidJob();
+  job[1].untracked_imports = 1;
+  job[1].untracked = {Untracked(0x51, 0, 0, 0, CU_MEM_LOCATION_TYPE_INVALID, 0,
+                                CU_MEM_HANDLE_TYPE_FABRIC)};
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre("pid 200: an allocation at a location the driver did not report, not "
+                          "mapped, was imported from a descriptor that is not a cusnap ticket "
+                          "(fabric handle import outside cusnap); release it, or export it from "
+                          "a process started with 'cusnap run'"));
+}
+
+TEST(CoordinatorTopology, UntrackedImportsBeyondTheReportedOnesAreCounted) {
+  auto job = ValidJob();
+  job[1].untracked_imports = 11;  // the shim describes the first 8
+  for (uint64_t k = 0; k < proto::kMaxUntrackedReported; ++k) {
+    job[1].untracked.push_back(Untracked(0x100 + k, 0, 0, 0));
+  }
+  const auto problems = ValidateTopology(job);
+  ASSERT_EQ(problems.size(), proto::kMaxUntrackedReported + 1);
+  for (size_t k = 0; k < proto::kMaxUntrackedReported; ++k) {
+    EXPECT_EQ(problems[k], std::string("pid 200: an allocation on device 0, not mapped, ") +
+                               kNotATicket);
+  }
+  EXPECT_EQ(problems.back(),
+            "pid 200: 3 more allocations are imported from descriptors that are not cusnap "
+            "tickets; release them or export them through a process started with 'cusnap run'");
+  job[1].untracked_imports = 9;
+  EXPECT_EQ(ValidateTopology(job).back(),
+            "pid 200: 1 more allocation is imported from a descriptor that is not a cusnap "
+            "ticket; release it or export it through a process started with 'cusnap run'");
+}
+
 TEST(CoordinatorTopology, TwoCreatorsAreRefused) {
   auto job = ValidJob();
   job[1].records[0].flags |= proto::kCreator;

@@ -274,16 +274,111 @@ TEST(SharingTable, AccessBeyondTheDescriptorLimitDoesNotFit) {
 
 TEST(SharingTable, UntrackedImportsAreCountedUntilReleased) {
   SharingTable table;
-  table.CountUntrackedImport(0x90);
+  table.CountUntrackedImport(0x90, nullptr, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   table.NoteUntrackedRetain(0x90);
   table.NoteUntrackedRetain(0x91);  // not an untracked import: ignored
-  EXPECT_EQ(table.Counts().untracked_imports, 2u);
+  EXPECT_EQ(table.Counts().untracked_imports, 1u);  // one allocation, two references
   table.ForgetUntrackedImport(0x90);
   EXPECT_EQ(table.Counts().untracked_imports, 1u);
   table.ForgetUntrackedImport(0x91);
   EXPECT_EQ(table.Counts().untracked_imports, 1u);
   table.ForgetUntrackedImport(0x90);
   EXPECT_EQ(table.Counts().untracked_imports, 0u);
+  EXPECT_TRUE(table.UntrackedRecords().empty());
+  table.ForgetUntrackedImport(0x90);  // released once too often by the application: ignored
+  EXPECT_EQ(table.Counts().untracked_imports, 0u);
+}
+
+TEST(SharingTable, UntrackedImportRecordsNameLocationTypeAndEveryMapping) {
+  SharingTable table;
+  const CUmemAllocationProp device1 = PosixProp(1);
+  table.CountUntrackedImport(0x90, &device1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  table.CountUntrackedImport(0x70, nullptr, CU_MEM_HANDLE_TYPE_FABRIC);
+  table.NoteUntrackedMapping(0x50000000, k2MiB, k2MiB, 0x90);  // second half, higher VA
+  table.NoteUntrackedMapping(0x40000000, k2MiB, 0, 0x90);
+  table.NoteUntrackedMapping(0x60000000, k2MiB, 0, 0x91);      // not an import: ignored
+  EXPECT_EQ(table.Counts().untracked_imports, 2u);
+  EXPECT_EQ(table.Counts().mappings, 0u);  // untracked mappings are not tracked ones
+  const std::vector<proto::Record> records = table.UntrackedRecords();
+  ASSERT_EQ(records.size(), 3u);
+  // Handle order: 0x70 (unmapped: one record, address 0), then 0x90's mappings by VA.
+  EXPECT_EQ(records[0].kind, static_cast<uint32_t>(proto::RecordKind::kUntrackedImport));
+  EXPECT_EQ(records[0].id.local_id, 0x70u);
+  EXPECT_EQ(records[0].id.creator_pid, 0);
+  EXPECT_EQ(records[0].address, 0u);
+  EXPECT_EQ(records[0].size, 0u);
+  EXPECT_EQ(records[0].location_type, 0);  // the driver gave no properties
+  EXPECT_EQ(records[0].handle_types, static_cast<uint32_t>(CU_MEM_HANDLE_TYPE_FABRIC));
+  EXPECT_EQ(records[0].handle_count, 1u);
+  EXPECT_EQ(records[0].flags, proto::kShared | proto::kHandleLive);
+  for (size_t i : {1u, 2u}) {
+    EXPECT_EQ(records[i].kind, static_cast<uint32_t>(proto::RecordKind::kUntrackedImport));
+    EXPECT_EQ(records[i].id.local_id, 0x90u);
+    EXPECT_EQ(records[i].size, k2MiB);
+    EXPECT_EQ(records[i].object_size, 0u);  // never reported by the driver for an import
+    EXPECT_EQ(records[i].location_type, static_cast<int32_t>(CU_MEM_LOCATION_TYPE_DEVICE));
+    EXPECT_EQ(records[i].location_id, 1);
+    EXPECT_EQ(records[i].alloc_type, static_cast<int32_t>(CU_MEM_ALLOCATION_TYPE_PINNED));
+    EXPECT_EQ(records[i].handle_types,
+              static_cast<uint32_t>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  }
+  EXPECT_EQ(records[1].address, 0x40000000u);
+  EXPECT_EQ(records[1].offset, 0u);
+  EXPECT_EQ(records[2].address, 0x50000000u);
+  EXPECT_EQ(records[2].offset, k2MiB);
+}
+
+TEST(SharingTable, UntrackedImportLivesWhileMappedAndGoesWithItsLastMapping) {
+  SharingTable table;
+  const CUmemAllocationProp prop = PosixProp(0);
+  table.CountUntrackedImport(0x90, &prop, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  table.NoteUntrackedMapping(0x40000000, k2MiB, 0, 0x90);
+  table.NoteUntrackedMapping(0x50000000, k2MiB, 0, 0x90);
+  table.ForgetUntrackedImport(0x90);  // mapped, then released at once (as NCCL does)
+  EXPECT_EQ(table.Counts().untracked_imports, 1u);
+  std::vector<proto::Record> records = table.UntrackedRecords();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].handle_count, 0u);
+  EXPECT_EQ(records[0].flags, proto::kShared);
+  // A retain inside its mapping references it again; a map of the released value does not
+  // (the value names some other allocation now).
+  table.NoteUntrackedRetain(0x90);
+  EXPECT_EQ(table.UntrackedRecords()[0].handle_count, 1u);
+  table.ForgetUntrackedImport(0x90);
+  table.NoteUntrackedMapping(0x60000000, k2MiB, 0, 0x90);
+  EXPECT_EQ(table.UntrackedRecords().size(), 2u);
+  // An unmap of a range holding no untracked mapping changes nothing; then each goes.
+  table.ForgetUntrackedMappings(0x45000000, k2MiB);
+  EXPECT_EQ(table.UntrackedRecords().size(), 2u);
+  table.ForgetUntrackedMappings(0x40000000, k2MiB);
+  records = table.UntrackedRecords();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].address, 0x50000000u);
+  table.ForgetUntrackedMappings(0x50000000, k2MiB);
+  EXPECT_EQ(table.Counts().untracked_imports, 0u);
+  EXPECT_TRUE(table.UntrackedRecords().empty());
+}
+
+TEST(SharingTable, UnmappedUntrackedImportKeepsItsHandleReference) {
+  SharingTable table;
+  table.CountUntrackedImport(0x90, nullptr, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  table.NoteUntrackedMapping(0x40000000, k2MiB, 0, 0x90);
+  table.ForgetUntrackedMappings(0x40000000, k2MiB);
+  const std::vector<proto::Record> records = table.UntrackedRecords();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].address, 0u);  // not mapped any more, still held
+  EXPECT_EQ(records[0].handle_count, 1u);
+}
+
+TEST(SharingTable, UntrackedRecordsDescribeAtMostTheReportedNumberOfImports) {
+  SharingTable table;
+  for (CUmemGenericAllocationHandle real = 0x100; real < 0x100 + 11; ++real) {
+    table.CountUntrackedImport(real, nullptr, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  }
+  EXPECT_EQ(table.Counts().untracked_imports, 11u);
+  const std::vector<proto::Record> records = table.UntrackedRecords();
+  ASSERT_EQ(records.size(), proto::kMaxUntrackedReported);
+  for (size_t i = 0; i < records.size(); ++i) EXPECT_EQ(records[i].id.local_id, 0x100 + i);
 }
 
 TEST(SharingTable, InspectDescribesAllocations) {
