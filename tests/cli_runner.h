@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -111,6 +113,30 @@ inline Ran RunCusnap(const std::vector<std::string>& args, const std::string& sc
   for (const auto& a : args) command += " '" + a + "'";
   return RunCommand(command, scratch_dir);
 }
+
+/// A test on a machine of its own: SetUp makes the scratch directory dir_
+/// (/tmp/cusnap-<name>.XXXXXX) and points everything the test starts at it (UseOwnMachine);
+/// TearDown removes it. A derived fixture's SetUp calls this one first, its TearDown last.
+class OwnMachineTest : public ::testing::Test {
+ protected:
+  explicit OwnMachineTest(std::string name) : name_(std::move(name)) {}
+  void SetUp() override {
+    dir_ = MakeScratchDir(name_);
+    ASSERT_FALSE(dir_.empty()) << "mkdtemp /tmp/cusnap-" << name_;
+    UseOwnMachine(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  /// The built `cusnap` with `args` (RunCusnap), its stderr captured under dir_.
+  Ran Cusnap(const std::vector<std::string>& args) { return RunCusnap(args, dir_); }
+
+  std::string dir_;
+
+ private:
+  std::string name_;
+};
 
 /// A child's command channel: one request line in, one answer line out.
 struct LineChannel {

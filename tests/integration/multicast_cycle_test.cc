@@ -32,7 +32,6 @@ namespace fs = std::filesystem;
 using cusnap::testing::Child;
 using cusnap::testing::Env;
 using cusnap::testing::Ran;
-using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 
 constexpr size_t kMiB = size_t{1} << 20;
@@ -43,12 +42,11 @@ struct RankProcess : Child {
   int socket = -1;  // the test's end of the rank's descriptor 3
 };
 
-class MulticastCycleTest : public ::testing::Test {
+class MulticastCycleTest : public cusnap::testing::OwnMachineTest {
  protected:
+  MulticastCycleTest() : OwnMachineTest("multicast-test") {}
   void SetUp() override {
-    dir_ = cusnap::testing::MakeScratchDir("multicast-test");
-    ASSERT_FALSE(dir_.empty());
-    cusnap::testing::UseOwnMachine(dir_);
+    OwnMachineTest::SetUp();
     ::setenv("SIMCUDA_DEVICE_COUNT", "4", 1);
     ::unsetenv("SIMCUDA_MULTICAST_ROUND_BYTES");
     ::unsetenv("SIMCUDA_FAULTS");
@@ -60,7 +58,7 @@ class MulticastCycleTest : public ::testing::Test {
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank status " << status;
       ::close(r.socket);
     }
-    fs::remove_all(dir_);
+    OwnMachineTest::TearDown();
   }
 
   RankProcess StartRank(int rank, int n, const std::string& abi, size_t mc_size, size_t bind_offset) {
@@ -110,8 +108,6 @@ class MulticastCycleTest : public ::testing::Test {
     for (auto& r : ranks_) EXPECT_EQ(r.Ask("check " + sum), "ok");
   }
 
-  Ran Cusnap(const std::vector<std::string>& args) { return RunCusnap(args, dir_); }
-
   Ran Checkpoint() { return Cusnap({"checkpoint", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"}); }
   Ran Restore() { return Cusnap({"restore", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"}); }
 
@@ -140,7 +136,6 @@ class MulticastCycleTest : public ::testing::Test {
   std::string Pid(size_t rank) const { return "pid " + std::to_string(ranks_[rank].pid); }
   std::string Object() const { return "multicast object 1 of " + Pid(0); }
 
-  std::string dir_;
   std::vector<RankProcess> ranks_;
 };
 

@@ -25,24 +25,18 @@ namespace fs = std::filesystem;
 using cusnap::testing::Child;
 using cusnap::testing::Env;
 using cusnap::testing::Ran;
-using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 
-class CliCycleTest : public ::testing::Test {
+class CliCycleTest : public cusnap::testing::OwnMachineTest {
  protected:
-  void SetUp() override {
-    dir_ = cusnap::testing::MakeScratchDir("cycle-test");
-    ASSERT_FALSE(dir_.empty());
-    // Everything this test starts shares one simulated machine and one control directory.
-    cusnap::testing::UseOwnMachine(dir_);
-  }
+  CliCycleTest() : OwnMachineTest("cycle-test") {}
   void TearDown() override {
     for (auto& c : children_) {
       if (c.pid <= 0) continue;
       const int status = c.Stop();
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "peer status " << status;
     }
-    fs::remove_all(dir_);
+    OwnMachineTest::TearDown();
   }
 
   /// Starts the peer program in `role` with `ticket_fd` as its descriptor 3, through
@@ -73,9 +67,6 @@ class CliCycleTest : public ::testing::Test {
     ASSERT_EQ(children_[1].Line(), "ok");
   }
 
-  Ran Cusnap(const std::vector<std::string>& args) { return RunCusnap(args, dir_); }
-
-  std::string dir_;
   std::vector<Child> children_;
 };
 

@@ -20,23 +20,17 @@
 #include "cli_runner.h"
 namespace {
 
-namespace fs = std::filesystem;
 using cusnap::testing::Env;
 using cusnap::testing::LineChannel;
 using cusnap::testing::Ran;
-using cusnap::testing::RunCusnap;
 using ::testing::HasSubstr;
 
 /// One peer's command channel (lifecycle_cycle_peer's line protocol).
 using Channel = LineChannel;
 
-class CliTreeTest : public ::testing::Test {
+class CliTreeTest : public cusnap::testing::OwnMachineTest {
  protected:
-  void SetUp() override {
-    dir_ = cusnap::testing::MakeScratchDir("tree-test");
-    ASSERT_FALSE(dir_.empty());
-    cusnap::testing::UseOwnMachine(dir_);
-  }
+  CliTreeTest() : OwnMachineTest("tree-test") {}
   void TearDown() override {
     if (launcher_ > 0) {
       for (Channel* c : {&creator_, &importer_}) {
@@ -47,7 +41,7 @@ class CliTreeTest : public ::testing::Test {
       ::waitpid(launcher_, &status, 0);
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "launcher status " << status;
     }
-    fs::remove_all(dir_);
+    OwnMachineTest::TearDown();
   }
 
   /// `cusnap run -- cli_tree_launcher lifecycle_cycle_peer`, the peers' pipes on the
@@ -67,9 +61,6 @@ class CliTreeTest : public ::testing::Test {
     ASSERT_EQ(importer_.Line(), "ok");
   }
 
-  Ran Cusnap(const std::vector<std::string>& args) { return RunCusnap(args, dir_); }
-
-  std::string dir_;
   pid_t launcher_ = -1;
   Channel creator_, importer_;
 };
