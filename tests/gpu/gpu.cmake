@@ -43,6 +43,7 @@ if(CUSNAP_BUILD_GPU_TESTS)
   target_link_libraries(gpu_ticket_pair PRIVATE cusnap_common)  # reads the ticket it receives
   cusnap_gpu_program(gpu_share_checkpoint gpu_share_checkpoint.cc)  # issue 3 (d)
   cusnap_gpu_program(gpu_pinned_baseline gpu_pinned_baseline.cc)    # issue 3 (f)
+  cusnap_gpu_program(gpu_share_ring gpu_share_ring.cc)          # issue 6: 2, 4, 8 processes
   cusnap_gpu_program(gpu_meminfo gpu_meminfo.cc)                # memory used per GPU
   cusnap_gpu_program(gpu_multicast_forward gpu_multicast_forward.cc)  # CUSNAP_ALLOW_MULTICAST=1 only
 
@@ -60,5 +61,5 @@ if(CUSNAP_BUILD_GPU_TESTS)
   # machine): `cmake --build <build> --target cusnap_gpu_tests`.
   add_custom_target(cusnap_gpu_tests DEPENDS cusnap cusnap_shim gpu_vmm_basic gpu_ticket_pair
     gpu_share_checkpoint gpu_pinned_baseline gpu_meminfo gpu_multicast_forward gpu_pair_launcher
-    gpu_inspect)
+    gpu_inspect gpu_share_ring)
 endif()

@@ -10,8 +10,8 @@
 # the shim is preloaded into python3, which a sanitized shim cannot enter).
 # Test names (default: all, in this order): preflight pinned_baseline vmm_basic
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
-#   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
-#   workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
+#   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
+#   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
 #   multicast_forward workload_multicast
 #
 # Environment:
@@ -19,6 +19,8 @@
 #                           full log, $OUT/tests/<name>.log each test's output
 #   GPU_BUDGET_S            seconds for the whole run (default 540); a test gets what is left
 #   CUSNAP_ALLOW_MULTICAST  multicast tests run only when 1 (never on this project's machines)
+#   GPU_RING_RANKS          share_ring's process counts, one job after another (default "2 4 8";
+#                           GPU_RING_ALLOCATIONS per process, default 8, of GPU_RING_BYTES, 2M)
 #   CUSNAP_GPU_SIM=1        run on the simulated driver (<build>/simcuda) instead: a check of
 #                           this script and the programs on a machine without a GPU
 # The console shows each test's start and result (and the tail of a failed test's output);
@@ -62,7 +64,8 @@ export BIN
 BUDGET_S=${GPU_BUDGET_S:-540}
 START_S=$SECONDS
 ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shim nccl_allreduce
-           share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree cusnap_demo
+           share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
+           cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
            multicast_forward workload_multicast)
 SELECTED=("$@")
@@ -226,6 +229,17 @@ t_share_checkpoint_tree() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
 }
 
+# Issue 6: phase times at 2, 4 and 8 processes (rank r on GPU r % <GPU count>), every process
+# sharing GPU_RING_ALLOCATIONS allocations with every other; one "RING N=..." line per count.
+t_share_ring() {
+  local n rc=0
+  for n in ${GPU_RING_RANKS:-2 4 8}; do
+    echo "---- share_ring with $n processes"
+    GPU_RING_PROCESSES=$n $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_ring.py" || rc=1
+  done
+  return $rc
+}
+
 t_cusnap_demo() {
   export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/demo
   mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
@@ -263,7 +277,7 @@ t_workload_multicast() {
 export PYTEST
 export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
-  t_share_checkpoint_tree \
+  t_share_checkpoint_tree t_share_ring \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_nccl_native \
   t_multicast_forward t_workload_multicast
 
@@ -284,6 +298,7 @@ selected share_checkpoint && run_test share_checkpoint 420 t_share_checkpoint
 selected share_checkpoint_host_numa && run_test share_checkpoint_host_numa 240 t_share_checkpoint_host_numa
 selected share_checkpoint_swapped && run_test share_checkpoint_swapped 240 t_share_checkpoint_swapped
 selected share_checkpoint_tree && run_test share_checkpoint_tree 240 t_share_checkpoint_tree
+selected share_ring && run_test share_ring 240 t_share_ring
 selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
 for name in workload_nccl workload_symm_mem workload_private_memory workload_nccl_native; do
   selected "$name" || continue
@@ -322,6 +337,11 @@ if [[ -f ${workload_logs[0]} ]]; then
   say ""
   say "==== workload phase lines (cusnap checkpoint / restore per cycle; native-only result)"
   grep -ho "WORKLOAD .*" "${workload_logs[@]}" | while IFS= read -r line; do say "$line"; done
+fi
+if selected share_ring && [[ -f $OUT/tests/share_ring.log ]]; then
+  say ""
+  say "==== share_ring phase times (ms) by number of processes"
+  grep -ho "RING N=.*" "$OUT/tests/share_ring.log" | while IFS= read -r line; do say "$line"; done
 fi
 say ""
 say "==== results ($((SECONDS - START_S)) s; full log $LOG)"
