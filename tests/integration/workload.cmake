@@ -17,6 +17,7 @@ cusnap_add_gtest(workload_kinds_test
     ${CMAKE_CURRENT_LIST_DIR}/workload_kinds_harness.cc
     ${CMAKE_CURRENT_LIST_DIR}/workload_kinds_test.cc
   LIBS GTest::gmock nlohmann_json::nlohmann_json cusnap_cuda_headers
-  LABELS integration)
+  LABELS integration
+  TIMEOUT 300)
 target_include_directories(workload_kinds_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 add_dependencies(workload_kinds_test cusnap cusnap_shim simcuda_driver workload_kinds_worker)
