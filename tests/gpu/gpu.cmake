@@ -21,7 +21,7 @@ if(CUSNAP_BUILD_GPU_TESTS)
 
   # Helpers shared by the GPU programs: checked driver calls, patterns, descriptor passing.
   add_library(cusnap_gpu_testlib STATIC
-    ${_gpu_dir}/gpu_check.cc ${_gpu_dir}/gpu_pattern.cc ${_gpu_dir}/gpu_peer.cc
+    ${_gpu_dir}/gpu_check.cc ${_gpu_dir}/gpu_pattern.cc ${_gpu_dir}/gpu_peer.cc ${_gpu_dir}/gpu_region.cc
     ${_gpu_dir}/gpu_vmm.cc)
   cusnap_warnings(cusnap_gpu_testlib)
   target_include_directories(cusnap_gpu_testlib PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)

@@ -258,6 +258,21 @@ def descendants(pid):
     return order
 
 
+MIB = 1 << 20
+
+
+def parse_size(text):
+    """'64M', '1G', '512K' or a plain byte count -> bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip()
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
+def round_up(value, granule=2 * MIB):
+    """`value` rounded up to the allocation granularity (2 MiB on our GPUs)."""
+    return (value + granule - 1) // granule * granule
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

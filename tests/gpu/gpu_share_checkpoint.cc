@@ -29,6 +29,7 @@
 #include "gpu/gpu_check.h"
 #include "gpu/gpu_pattern.h"
 #include "gpu/gpu_peer.h"
+#include "gpu/gpu_region.h"
 #include "gpu/gpu_vmm.h"
 #include "shim/handles.h"
 
@@ -54,22 +55,11 @@ struct Options {
 };
 
 // One allocation this role maps: its own (created here) or an import of the peer's.
-struct Region {
-  std::string name;
+struct Region : gpu::Region {
   bool own = false;
-  CUmemGenericAllocationHandle handle = 0;
-  CUdeviceptr va = 0;
-  size_t bytes = 0;
-  uint64_t seed = 0;
-  CUmemLocation location{};  // as the handle's properties said when it was made
 };
 
-// The location the driver reports for `handle` (cuMemGetAllocationPropertiesFromHandle).
-CUmemLocation LocationOf(CUmemGenericAllocationHandle handle) {
-  CUmemAllocationProp prop{};
-  CU(cuMemGetAllocationPropertiesFromHandle(&prop, handle));
-  return prop.location;
-}
+using gpu::LocationOf;
 
 unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
 
@@ -146,24 +136,8 @@ class Role {
     size_t bytes = 0;
     for (const Region& r : regions_) {
       if (imports_only && r.own) continue;
-      const std::string what = r.name + " " + when;
-      ok = gpu::VerifyPattern(r.va, r.bytes, r.seed, what.c_str()) && ok;
+      ok = gpu::VerifyRegion(r, when) && ok;
       bytes += r.bytes;
-      CUdeviceptr base = 0;
-      size_t size = 0;
-      CU(cuMemGetAddressRange(&base, &size, r.va + r.bytes / 2));
-      if (base != r.va || size != r.bytes) {
-        gpu::Log("%s: address range of VA 0x%llx is [0x%llx, +%zu), expected [0x%llx, +%zu)",
-                 what.c_str(), U(r.va + r.bytes / 2), U(base), size, U(r.va), r.bytes);
-        ok = false;
-      }
-      const CUmemLocation now = LocationOf(r.handle);
-      if (now.type != r.location.type || now.id != r.location.id) {
-        gpu::Log("%s: handle 0x%llx now reports location %d/%d, it was %d/%d", what.c_str(),
-                 U(r.handle), static_cast<int>(now.type), now.id,
-                 static_cast<int>(r.location.type), r.location.id);
-        ok = false;
-      }
     }
     const double seconds = gpu::NowSeconds() - start;
     gpu::Log("checked %zu bytes %s in %.2f s: %s", bytes, when, seconds, ok ? "all correct" : "WRONG");

@@ -30,6 +30,7 @@
 #include "gpu/gpu_check.h"
 #include "gpu/gpu_pattern.h"
 #include "gpu/gpu_peer.h"
+#include "gpu/gpu_region.h"
 #include "gpu/gpu_vmm.h"
 #include "shim/handles.h"
 
@@ -56,14 +57,8 @@ struct Options {
 };
 
 // One allocation this rank maps: its own (created here) or an import of a peer's.
-struct Region {
-  std::string name;
+struct Region : gpu::Region {
   int creator = -1;  // rank that created it
-  CUmemGenericAllocationHandle handle = 0;
-  CUdeviceptr va = 0;
-  size_t bytes = 0;
-  uint64_t seed = 0;
-  CUmemLocation location{};  // as the driver reported it when mapped here
 };
 
 unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
@@ -75,11 +70,7 @@ uint64_t FirstSeed(int rank, size_t index) { return 0x52000000ull + (static_cast
 // The pattern after round `round`'s rewrite (every rank computes its peers' the same way).
 uint64_t NextSeed(uint64_t seed, uint64_t round) { return seed * 31 + 0x1000 + round; }
 
-CUmemLocation LocationOf(CUmemGenericAllocationHandle handle) {
-  CUmemAllocationProp prop{};
-  CU(cuMemGetAllocationPropertiesFromHandle(&prop, handle));
-  return prop.location;
-}
+using gpu::LocationOf;
 
 class Rank {
  public:
@@ -160,24 +151,8 @@ class Rank {
     const double start = gpu::NowSeconds();
     size_t bytes = 0;
     for (const size_t i : indexes) {
-      const Region& r = regions_[i];
-      const std::string what = r.name + " " + when;
-      ok = gpu::VerifyPattern(r.va, r.bytes, r.seed, what.c_str()) && ok;
-      bytes += r.bytes;
-      CUdeviceptr base = 0;
-      size_t size = 0;
-      CU(cuMemGetAddressRange(&base, &size, r.va + r.bytes / 2));
-      if (base != r.va || size != r.bytes) {
-        gpu::Log("%s: address range of VA 0x%llx is [0x%llx, +%zu), expected [0x%llx, +%zu)",
-                 what.c_str(), U(r.va + r.bytes / 2), U(base), size, U(r.va), r.bytes);
-        ok = false;
-      }
-      const CUmemLocation now = LocationOf(r.handle);
-      if (now.type != r.location.type || now.id != r.location.id) {
-        gpu::Log("%s: handle 0x%llx now reports location %d/%d, it was %d/%d", what.c_str(), U(r.handle),
-                 static_cast<int>(now.type), now.id, static_cast<int>(r.location.type), r.location.id);
-        ok = false;
-      }
+      ok = gpu::VerifyRegion(regions_[i], when) && ok;
+      bytes += regions_[i].bytes;
     }
     gpu::Log("checked %zu allocations, %zu bytes %s in %.2f s: %s", indexes.size(), bytes, when,
              gpu::NowSeconds() - start, ok ? "all correct" : "WRONG");

@@ -25,20 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_harness as h  # noqa: E402
 
-MIB = 1 << 20
+MIB = h.MIB
 SETUP_TIMEOUT_S = 300
 CLI_TIMEOUT_S = 300
 ROUND_TIMEOUT_S = 300
-
-
-def parse_size(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip()
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
-
-
-def round_up(value, granule=2 * MIB):
-    return (value + granule - 1) // granule * granule
 
 
 def test_share_checkpoint_restore():
@@ -58,8 +48,8 @@ def test_share_checkpoint_restore():
     cusnap = h.program("cusnap")
 
     # What each GPU should give back while the job is checkpointed (MiB).
-    expect_mib = [sum(round_up(parse_size(s)) for s in sizes_text.split(",")) // MIB,
-                  round_up(parse_size(b_text)) // MIB]
+    expect_mib = [sum(h.round_up(h.parse_size(s)) for s in sizes_text.split(",")) // MIB,
+                  h.round_up(h.parse_size(b_text)) // MIB]
     launch = os.environ.get("GPU_SHARE_LAUNCH", "workers")
     assert launch in ("workers", "tree"), f"GPU_SHARE_LAUNCH={launch}: workers or tree"
     command = [h.program("gpu_pair_launcher"), "--stdin-to", "a"]

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_harness as h  # noqa: E402
 
-MIB = 1 << 20
+MIB = h.MIB
 SETUP_TIMEOUT_S = 180
 CLI_TIMEOUT_S = 180
 ROUND_TIMEOUT_S = 180
@@ -40,16 +40,6 @@ ROUND_TIMEOUT_S = 180
 # The phases of the RING line, in order: the topology phases, then the native and carrier ones.
 SUMMARY_PHASES = ("inspect", "validate", "quiesce", "release", "import", "verify", "checkpoint", "restore",
                   "save", "reallocate")
-
-
-def parse_size(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip()
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
-
-
-def round_up(value, granule=2 * MIB):
-    return (value + granule - 1) // granule * granule
 
 
 def run_json(command, env):
@@ -91,7 +81,7 @@ def test_share_ring():
     per_rank = int(os.environ.get("GPU_RING_ALLOCATIONS", "8"))
     bytes_text = os.environ.get("GPU_RING_BYTES", "2M")
     assert ranks >= 2 and per_rank >= 1, f"GPU_RING_PROCESSES={ranks} (>= 2), GPU_RING_ALLOCATIONS={per_rank} (>= 1)"
-    allocation_bytes = round_up(parse_size(bytes_text))
+    allocation_bytes = h.round_up(h.parse_size(bytes_text))
     name = f"share-ring-{ranks}"
     out = h.out_dir(name)
     control_dir = h.control_dir(name)
