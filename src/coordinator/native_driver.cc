@@ -4,8 +4,8 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-
 #include <cstring>
 #include <fstream>
 
@@ -48,19 +48,37 @@ Error CallError(int pid, const char* entry, CUresult rc) {
                "pid " + std::to_string(pid) + ": " + entry + " failed: " + CuResultText(rc)};
 }
 
-/// "580.159.04" from /proc/driver/nvidia/version, or "" when absent.
+/// KernelModuleVersionFromLine over the first line of /proc/driver/nvidia/version.
 std::string KernelModuleVersion() {
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
   if (!std::getline(in, line)) return {};
-  const auto pos = line.find("Kernel Module");
-  if (pos == std::string::npos) return {};
-  std::string rest = line.substr(pos + std::strlen("Kernel Module"));
-  const auto b = rest.find_first_not_of(' ');
-  if (b == std::string::npos) return {};
-  const auto e = rest.find(' ', b);
-  return rest.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  return KernelModuleVersionFromLine(line);
 }
+
+}  // namespace
+
+std::string KernelModuleVersionFromLine(std::string_view line) {
+  const auto pos = line.find("Kernel Module");
+  if (pos == std::string_view::npos) return {};
+  // The version is the first token of digits and dots after "Kernel Module": the
+  // proprietary module writes it next ("Kernel Module  580.95.05  Release Build ..."), the
+  // open one names the platform first ("Open Kernel Module for x86_64  580.95.05 ...").
+  size_t at = pos;
+  while (at < line.size()) {
+    const size_t begin = line.find_first_not_of(' ', at);
+    if (begin == std::string_view::npos) break;
+    const size_t end = std::min(line.find(' ', begin), line.size());
+    const std::string_view token = line.substr(begin, end - begin);
+    const bool version = token.find_first_not_of("0123456789.") == std::string_view::npos &&
+                         token.find('.') != std::string_view::npos && token.front() != '.';
+    if (version) return std::string(token);
+    at = end;
+  }
+  return {};
+}
+
+namespace {
 
 class LoadedDriver final : public CheckpointDriver {
  public:

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -63,6 +64,11 @@ Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
 /// whether to put the simulated driver on LD_LIBRARY_PATH). Auto mode probes the system
 /// driver as LoadDriver does and unloads it; the simulated driver is never loaded here.
 Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir);
+
+/// The NVIDIA kernel module's version ("580.95.05") from the first line of
+/// /proc/driver/nvidia/version, for the proprietary and the open module alike; "" when the
+/// line names none.
+std::string KernelModuleVersionFromLine(std::string_view line);
 
 /// "CUDA_ERROR_NOT_SUPPORTED (801)" through the loaded driver's cuGetErrorName when present.
 std::string CuResultText(CUresult result);

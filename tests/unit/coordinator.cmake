@@ -5,6 +5,7 @@ cusnap_add_gtest(coordinator_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_topology_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_state_file_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_device_map_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/coordinator_native_driver_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_sequence_test.cc
   LIBS cusnap_coordinator GTest::gmock
   LABELS unit coordinator)
