@@ -9,8 +9,8 @@ TORCH_SYMM_MEM_DISABLE_MULTICAST=1.
 
 Each rank allocates two symmetric buffers (symm_mem.empty + rendezvous; multicast_ptr must be
 non-zero) and runs torch.ops.symm_mem.multimem_all_reduce_ in place on one eagerly and on the
-other captured in a CUDA graph (workload_rank.py --parts symm_mc). Two cycles: in place, then
-onto swapped GPUs (`--device-map 0=1,1=0`). After each restore the ranks check that the previous
+other captured in a CUDA graph (workload_rank.py --parts symm_mc). Three cycles: in place, onto
+swapped GPUs (`--device-map 0=1,1=0`), back by UUID. After each restore the ranks check that the previous
 results are still in GPU memory, then run both with fresh inputs and check the exact sums.
 Memory, placement and phase lines as in test_workload_nccl.py.
 """
@@ -29,28 +29,13 @@ if not MULTICAST_ALLOWED:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workload_common as wc  # noqa: E402
 
-PARTS = "symm_mc"
 
-
-@pytest.fixture(scope="module")
-def job():
-    workload = wc.Workload("symm-multicast", PARTS, cycles=2)
+class TestSymmetricMemoryMulticast(wc.SwappedCycles):
+    NAME = "symm-multicast"
+    PARTS = "symm_mc"
     # Only here (CUSNAP_ALLOW_MULTICAST=1): let PyTorch create multicast objects; gpu_harness
     # forces the no-multicast settings into every other child's environment.
-    workload.env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "0"
-    try:
-        workload.start()
-        yield workload
-    finally:
-        workload.stop()
-
-
-def test_checkpoint_restore(job):
-    job.run_cycle(1)
-
-
-def test_restore_swapped_by_index(job):
-    job.run_cycle(2, device_map="0=1,1=0", swapped=True)
+    ENV = {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "0"}
 
 
 if __name__ == "__main__":

@@ -22,29 +22,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workload_common as wc  # noqa: E402
 
-PARTS = "nccl"
 
-
-@pytest.fixture(scope="module")
-def job():
-    workload = wc.Workload("nccl", PARTS, cycles=3)
-    try:
-        workload.start()
-        yield workload
-    finally:
-        workload.stop()
-
-
-def test_checkpoint_restore(job):
-    job.run_cycle(1)
-
-
-def test_restore_swapped_by_index(job):
-    job.run_cycle(2, device_map="0=1,1=0", swapped=True)
-
-
-def test_restore_swapped_back_by_uuid(job):
-    job.run_cycle(3, device_map=wc.swap_map_by_uuid(job.cli_env), swapped=True)
+class TestNccl(wc.SwappedCycles):
+    NAME = "nccl"
+    PARTS = "nccl"
 
 
 if __name__ == "__main__":

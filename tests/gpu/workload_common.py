@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import gpu_harness as h
 
 HERE = Path(__file__).resolve().parent
@@ -294,3 +296,34 @@ def native_cycle(pids, env, timeout=240):
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, "workload_native.py printed no JSON result"
     return json.loads(lines[-1])
+
+
+class SwappedCycles:
+    """The cycles of a workload test, on one job and in order: in place, onto swapped GPUs by
+    index (`--device-map 0=1,1=0`), and swapped back by UUID. A test module subclasses it as
+    Test<Name> and sets NAME (the job's name in logs), PARTS (workload_rank.py --parts) and,
+    where needed, ENV (entries for the ranks' environment). A failed cycle fails the later
+    ones at once (Workload.broken)."""
+
+    NAME = ""
+    PARTS = ""
+    ENV = {}
+
+    @pytest.fixture(scope="class")
+    def job(self):
+        workload = Workload(self.NAME, self.PARTS, cycles=3)
+        workload.env.update(self.ENV)
+        try:
+            workload.start()
+            yield workload
+        finally:
+            workload.stop()
+
+    def test_checkpoint_restore(self, job):
+        job.run_cycle(1)
+
+    def test_restore_swapped_by_index(self, job):
+        job.run_cycle(2, device_map="0=1,1=0", swapped=True)
+
+    def test_restore_swapped_back_by_uuid(self, job):
+        job.run_cycle(3, device_map=swap_map_by_uuid(job.cli_env), swapped=True)
