@@ -10,7 +10,8 @@
 namespace cusnap::cli {
 
 /// The driver CUSNAP_DRIVER (auto|real|sim) names, the simulated one looked up next to
-/// this binary (native_driver.h, SimulatedDriverDir).
+/// this binary (native_driver.h, SimulatedDriverDir). When "real" cannot be loaded the
+/// error also says how to use the simulated driver.
 Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver();
 
 /// The exit status (exit_codes.h) of a coordinator command's outcome.

@@ -27,7 +27,14 @@ Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver() {
   const char* env = std::getenv("CUSNAP_DRIVER");
   auto choice = coord::ParseDriverChoice(env ? env : "");
   if (!choice) return choice.error();
-  return coord::LoadDriver(*choice, SelfDir());
+  auto driver = coord::LoadDriver(*choice, SelfDir());
+  if (!driver && *choice == coord::DriverChoice::kReal) {
+    // Auto mode already fell back to the simulated driver; only an explicit choice of the
+    // real one leaves this way out untried.
+    return Error{driver.error().code,
+                 driver.error().message + "; set CUSNAP_DRIVER=sim to use the simulated driver"};
+  }
+  return driver;
 }
 
 }  // namespace cusnap::cli

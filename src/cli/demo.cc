@@ -162,7 +162,7 @@ class Demo {
   void Execute() {
     if (!Started() || !(before_ = Memory())) return;
     checkpoint_ = RunCommand("checkpoint", coord::kCheckpointPhaseCount, [&](auto& d, auto& o) {
-      return coord::Checkpoint({state_dir_, kLockTimeoutMs}, d, *driver_, o);
+      return coord::Checkpoint({state_dir_, kLockTimeoutMs, ""}, d, *driver_, o);
     });
     if (!Verdict("checkpoint", checkpoint_.outcome == coord::Outcome::kOk, Summary(checkpoint_)) ||
         !(after_checkpoint_ = Memory())) {

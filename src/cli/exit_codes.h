@@ -4,7 +4,7 @@
 namespace cusnap::cli {
 
 inline constexpr int kExitOk = 0;              ///< full success
-inline constexpr int kExitError = 1;           ///< other error (driver not loadable, ...)
+inline constexpr int kExitError = 1;           ///< other error (driver not loadable: job not changed, ...)
 inline constexpr int kExitUsage = 2;           ///< bad arguments
 inline constexpr int kExitRefused = 3;         ///< checkpoint refused before any change: job untouched
 inline constexpr int kExitFailedAfterChange = 4;  ///< a destructive step failed: job not running normally
@@ -12,7 +12,8 @@ inline constexpr int kExitRestoreRefused = 5;  ///< restore refused before any c
 
 /// One line per status, for --help.
 inline constexpr const char* kExitCodesHelp =
-    "Exit status: 0 success; 1 other error; 2 usage; 3 checkpoint refused before any change "
+    "Exit status: 0 success; 1 other error (e.g. the CUDA driver cannot be loaded: the job is "
+    "not changed); 2 usage; 3 checkpoint refused before any change "
     "(job untouched); 4 failed after a destructive step; 5 restore refused before any change.";
 
 }  // namespace cusnap::cli

@@ -48,11 +48,13 @@ template <typename RunSequence>
 int Drive(const char* command, const Target& target, bool json, size_t phases, RunSequence run) {
   auto driver = LoadChosenDriver();
   if (!driver) {
+    // Nothing was touched yet (no participant was even contacted): say so, the job is as it was.
+    const std::string message = driver.error().message + "; nothing was changed";
     if (json) {
       std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", kExitError},
-                                         {"errors", {driver.error().message}}}.dump(2).c_str());
+                                         {"errors", {message}}}.dump(2).c_str());
     }
-    std::fprintf(stderr, "cusnap %s: %s\n", command, driver.error().message.c_str());
+    std::fprintf(stderr, "cusnap %s: %s\n", command, message.c_str());
     return kExitError;
   }
   const std::string described = (*driver)->Describe();
@@ -72,7 +74,8 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, R
 
 int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {
-  const coord::CheckpointOptions options{state_dir, lock_timeout_ms};
+  const coord::CheckpointOptions options{
+      state_dir, lock_timeout_ms, target.all ? "--all" : "--pid " + std::to_string(target.pid)};
   return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
                  return coord::Checkpoint(options, d, drv, o);

@@ -41,9 +41,15 @@ double CopyGbPerS(const coord::PhaseReport& p) {
 
 std::string FormatPhaseLine(const coord::PhaseReport& p) {
   char line[256];
-  int n = std::snprintf(line, sizeof line, "%-16s %8.1f ms  %zu participant%s", p.name.c_str(),
-                        p.elapsed_ms, p.participants, p.participants == 1 ? "" : "s");
+  int n = std::snprintf(line, sizeof line, "%-16s %8.1f ms", p.name.c_str(), p.elapsed_ms);
   std::string text(line, static_cast<size_t>(n));
+  if (!p.note.empty()) {
+    text += "  (" + p.note + ")";
+  } else if (!p.coordinator_only) {
+    n = std::snprintf(line, sizeof line, "  %zu participant%s", p.participants,
+                      p.participants == 1 ? "" : "s");
+    text.append(line, static_cast<size_t>(n));
+  }
   if (p.bytes > 0) {
     n = std::snprintf(line, sizeof line, "  %s  %.1f GB/s", FormatBytes(p.bytes).c_str(),
                       GbPerS(p));
@@ -61,7 +67,7 @@ nlohmann::json PhaseToJson(const coord::PhaseReport& p) {
   return {{"name", p.name},           {"elapsed_ms", p.elapsed_ms}, {"participants", p.participants},
           {"bytes", p.bytes},         {"gb_per_s", GbPerS(p)},      {"copy_ns", p.copy_ns},
           {"copy_gb_per_s", CopyGbPerS(p)},                         {"ok", p.ok()},
-          {"errors", p.errors}};
+          {"note", p.note},           {"errors", p.errors}};
 }
 
 namespace {

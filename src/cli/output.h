@@ -18,10 +18,13 @@ namespace cusnap::cli {
 std::string FormatBytes(uint64_t bytes);
 
 /// `save        12.3 ms  2 participants  1.50 GiB  121.9 GB/s` (bytes and GB/s only when
-/// the phase moved bytes; GB/s = 1e9 bytes per second of the phase's wall time).
+/// the phase moved bytes; GB/s = 1e9 bytes per second of the phase's wall time). A phase
+/// with a note says "(<note>)" instead of the participant count ("multicast_create  0.1 ms
+/// (no multicast objects)"); a coordinator-only phase (read_state, write_state) says neither.
 std::string FormatPhaseLine(const coord::PhaseReport& phase);
 
-/// The phase as JSON: name, elapsed_ms, participants, bytes, gb_per_s, errors.
+/// The phase as JSON: name, elapsed_ms, participants, bytes, gb_per_s, note ("" for none),
+/// errors.
 nlohmann::json PhaseToJson(const coord::PhaseReport& phase);
 
 /// Prints phase lines as phases finish (unless quiet, for --json); while a phase runs and

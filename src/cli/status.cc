@@ -1,5 +1,6 @@
 // `cusnap status`: every participant's identity, phase and table counts (read-only; the
-// driver is not loaded, so status works whatever state the job is in).
+// driver is not loaded, so status works whatever state the job is in), and, for the whole
+// control directory, the stale endpoint sockets of processes that no longer exist.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -13,6 +14,7 @@ namespace cusnap::cli {
 int StatusCommand(const Target& target, bool json) {
   const std::string control_dir = ControlDir();
   std::vector<int> pids;
+  std::vector<std::string> stale;  // sockets of dead processes: listed, never an error
   if (target.pid > 0) {
     if (!coord::ProcessStartTime(target.pid)) {
       std::fprintf(stderr, "cusnap status: pid %d does not exist\n", target.pid);
@@ -21,6 +23,9 @@ int StatusCommand(const Target& target, bool json) {
     pids = coord::EndpointPidsInTree(control_dir, target.pid);
   } else {
     pids = coord::EndpointPids(control_dir);
+    for (int pid : coord::StaleEndpointPids(control_dir)) {
+      stale.push_back(EndpointPath(control_dir, pid));
+    }
   }
   std::vector<std::unique_ptr<coord::Participant>> participants;
   for (int pid : pids) participants.push_back(coord::ConnectEndpoint(control_dir, pid));
@@ -45,6 +50,7 @@ int StatusCommand(const Target& target, bool json) {
     }
     std::printf("%s\n", nlohmann::json{{"control_dir", control_dir},
                                        {"participants", list},
+                                       {"stale_endpoints", stale},
                                        {"errors", errors}}.dump(2).c_str());
   } else {
     std::printf("control dir: %s\n", control_dir.c_str());
@@ -63,6 +69,10 @@ int StatusCommand(const Target& target, bool json) {
       std::printf("\n");
       if (!e.identity.failure.empty()) std::printf("    failure: %s\n", e.identity.failure.c_str());
       if (!e.inspect_error.empty()) std::printf("    inspect: %s\n", e.inspect_error.c_str());
+    }
+    for (const auto& path : stale) {
+      std::printf("stale endpoint %s: its process no longer exists (safe to remove)\n",
+                  path.c_str());
     }
   }
   for (const auto& e : errors) std::fprintf(stderr, "cusnap status: %s\n", e.c_str());

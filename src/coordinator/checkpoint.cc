@@ -5,6 +5,7 @@
 #include "coordinator/records.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
+#include "coordinator/state_guard.h"
 
 namespace cusnap::coord {
 namespace {
@@ -27,7 +28,7 @@ class CheckpointSequence : Sequence {
     // Detach and save change no unicast memory (save only copies it out): on a failure each
     // shim is asked to resume, and says itself whether it still can (a detached multicast
     // team cannot be undone). Only when every one did is the job running untouched.
-    if (!LifecyclePhase(proto::Op::kDetachMulticast) || !SaveAll()) {
+    if (!LifecyclePhase(proto::Op::kDetachMulticast, {}, 0, MulticastNote()) || !SaveAll()) {
       return Finish(ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange);
     }
     // Destructive from here on: fail loudly, never pretend.
@@ -43,22 +44,45 @@ class CheckpointSequence : Sequence {
   bool InspectAll() {
     views_.assign(participants_.size(), ParticipantView{});
     return Phase("inspect", [&](size_t i) -> Result<uint64_t> {
-      if (identities_[i].phase != static_cast<uint32_t>(proto::Phase::kActive)) {
-        return Error{-1, "pid " + std::to_string(identities_[i].pid) + ": its cusnap shim is " +
-                             PhaseName(identities_[i].phase) + ", not active" +
-                             (identities_[i].failure.empty() ? "" : " (" + identities_[i].failure + ")") +
-                             "; only a running job can be checkpointed"};
+      const Identity& id = identities_[i];
+      if (id.phase != static_cast<uint32_t>(proto::Phase::kActive)) {
+        return Error{-1, "pid " + std::to_string(id.pid) + ": its cusnap shim is " +
+                             PhaseName(id.phase) + ", not active" +
+                             (id.failure.empty() ? "" : " (" + id.failure + ")") +
+                             "; only a running job can be checkpointed" + RestoreHint(id)};
       }
       if (auto s = InspectInto(views_, i); !s) return s.error();
       return uint64_t{0};
     });
   }
 
-  /// validate: the global topology rules, and a state directory we can write (checked now
-  /// so that an unwritable directory refuses before anything changes).
+  /// For a participant whose shim is RELEASED (the job is checkpointed already): what to run
+  /// instead. The state directory is named when the one given holds this very process's
+  /// checkpoint (pid and start time recorded there); the shim does not know where its
+  /// checkpoint went, so otherwise the hint stays generic.
+  std::string RestoreHint(const Identity& id) const {
+    if (id.phase != static_cast<uint32_t>(proto::Phase::kReleased)) return "";
+    std::string dir = "<the state directory of its checkpoint>";
+    if (auto state = ReadStateFile(options_.state_dir); state) {
+      for (const auto& p : state->participants) {
+        if (p.pid == id.pid && p.start_time == id.start_time) dir = options_.state_dir;
+      }
+    }
+    const std::string target =
+        options_.target.empty() ? "--pid " + std::to_string(id.pid) : options_.target;
+    return "; it is checkpointed: run 'cusnap restore " + target + " --state-dir " + dir + "'";
+  }
+
+  /// validate: the global topology rules, and a state directory we can write that holds no
+  /// other job's checkpoint (both checked now so that they refuse before anything changes).
   bool ValidateAll() {
     return CheckPhase("validate", [&]() -> std::vector<std::string> {
       if (auto problems = ValidateTopology(views_); !problems.empty()) return problems;
+      std::vector<ProcessIdentity> job;
+      for (const auto& v : views_) job.push_back(ProcessIdentity{v.pid, v.start_time});
+      if (auto owner = CheckStateDirOwner(options_.state_dir, job); !owner) {
+        return {owner.error().message};
+      }
       if (auto dir = PrepareStateDir(options_.state_dir); !dir) return {dir.error().message};
       return {};
     });
@@ -165,6 +189,15 @@ class CheckpointSequence : Sequence {
       if (auto s = driver_.Checkpoint(participants_[i]->pid()); !s) return s.error();
       return uint64_t{0};
     });
+  }
+
+  /// "no multicast objects" when no participant's records name one (detach_multicast then
+  /// has nothing to do; the phase still runs, every shim steps through it).
+  std::string MulticastNote() const {
+    for (const auto& v : views_) {
+      if (HasMulticast(v.records)) return "";
+    }
+    return kNoMulticastNote;
   }
 
   static uint64_t CreatedBytes(const ParticipantView& v) {

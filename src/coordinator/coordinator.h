@@ -67,6 +67,9 @@ Discoverer EndpointDiscoverer(DiscoveryOptions options);
 struct CheckpointOptions {
   std::string state_dir;
   unsigned lock_timeout_ms = 0;  ///< CUcheckpointLockArgs.timeoutMs; 0 = wait forever
+  /// How the user named the job ("--pid 4120", "--all"), for the restore command a refusal
+  /// suggests; empty: "--pid <the participant's pid>".
+  std::string target;
 };
 
 struct RestoreOptions {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "coordinator/proc.h"
@@ -19,6 +20,7 @@ class EndpointParticipant final : public Participant {
   Result<Reply> Call(const proto::Header& request, int timeout_ms) override {
     return Request(path_, request, {}, timeout_ms);
   }
+  std::string endpoint() const override { return path_; }
 
  private:
   std::string path_;
@@ -66,6 +68,15 @@ proto::Header MakeRequest(proto::Op op, std::initializer_list<uint64_t> args) {
 
 Result<Identity> Identify(Participant& participant) {
   auto reply = participant.Call(MakeRequest(proto::Op::kIdentify), kQueryTimeoutMs);
+  if (!reply && reply.error().code == ECONNREFUSED) {
+    const int pid = participant.pid();
+    const std::string path = participant.endpoint();
+    return Error{ECONNREFUSED,
+                 "pid " + std::to_string(pid) + " (" + ProcessName(pid) + "): its cusnap " +
+                     "endpoint " + (path.empty() ? std::string("socket") : path) +
+                     " does not answer (connection refused): the process was started without " +
+                     "the shim or its shim stopped; start it with 'cusnap run'"};
+  }
   if (!reply) return Named(participant, proto::Op::kIdentify, reply.error());
   const auto& h = reply->header;
   if (auto echo = CheckEcho(participant, proto::Op::kIdentify, h); !echo) return echo.error();

@@ -34,6 +34,8 @@ class Participant {
   /// returns the complete reply; a reply with nonzero status comes back as an Error with
   /// that status and the shim's text.
   virtual Result<Reply> Call(const proto::Header& request, int timeout_ms) = 0;
+  /// The endpoint's address for messages (the socket path); "" when it has none.
+  virtual std::string endpoint() const { return {}; }
 };
 
 /// A participant reached through its Unix socket <control dir>/<pid>.sock.
@@ -59,7 +61,9 @@ struct Identity {
 proto::Header MakeRequest(proto::Op op, std::initializer_list<uint64_t> args = {});
 
 /// Sends kIdentify and parses the reply (records of other kinds than kUntrackedImport are
-/// ignored). Errors name the pid.
+/// ignored). Errors name the pid; an endpoint that refuses the connection (ECONNREFUSED: a
+/// socket nobody listens on, left by a process started without the shim's listener or by a
+/// dead process whose pid was reused) gets an error saying so and what to do, with that code.
 Result<Identity> Identify(Participant& participant);
 
 /// Sends kInspect and returns the sharing table. Errors name the pid.

@@ -24,6 +24,12 @@ struct PhaseReport {
   /// host registration and provisioning, so the copy rate can sit beside a pinned-copy
   /// baseline (DRIVER-FACTS "Speeds"); 0 for other phases.
   uint64_t copy_ns = 0;
+  /// Done by the coordinator alone (read_state, write_state): lines show no participant
+  /// count (read_state runs before any participant is known).
+  bool coordinator_only = false;
+  /// Said on the phase's line instead of the participant count, e.g. kNoMulticastNote
+  /// (records.h) on the multicast phases of a job without multicast objects; "" for none.
+  std::string note;
   std::vector<std::string> errors;  ///< one message per failed participant, in index order
   bool ok() const { return errors.empty(); }
 };

@@ -100,7 +100,10 @@ std::vector<int> ProcessTree(int pid) {
   return out;
 }
 
-std::vector<int> EndpointPids(const std::string& control_dir) {
+namespace {
+
+/// Pids of every "<pid>.sock" in `control_dir` whose process exists (`alive`) or does not.
+std::vector<int> SocketPids(const std::string& control_dir, bool alive) {
   std::vector<int> pids;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
@@ -109,10 +112,20 @@ std::vector<int> EndpointPids(const std::string& control_dir) {
     const std::string digits = name.substr(0, name.size() - 5);
     if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
     const int pid = std::stoi(digits);
-    if (pid > 0 && ProcessStartTime(pid)) pids.push_back(pid);
+    if (pid > 0 && ProcessStartTime(pid).has_value() == alive) pids.push_back(pid);
   }
   std::sort(pids.begin(), pids.end());
   return pids;
+}
+
+}  // namespace
+
+std::vector<int> EndpointPids(const std::string& control_dir) {
+  return SocketPids(control_dir, true);
+}
+
+std::vector<int> StaleEndpointPids(const std::string& control_dir) {
+  return SocketPids(control_dir, false);
 }
 
 bool HasEndpoint(const std::string& control_dir, int pid) {

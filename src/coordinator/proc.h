@@ -22,6 +22,10 @@ std::vector<int> ProcessTree(int pid);
 /// sockets of dead processes are ignored.
 std::vector<int> EndpointPids(const std::string& control_dir);
 
+/// Pids whose endpoint socket "<pid>.sock" is still in `control_dir` though the process no
+/// longer exists (it died without removing it): `cusnap status` lists them as stale.
+std::vector<int> StaleEndpointPids(const std::string& control_dir);
+
 /// True when <control_dir>/<pid>.sock exists and is a socket (an endpoint, live or stale).
 bool HasEndpoint(const std::string& control_dir, int pid);
 

@@ -110,6 +110,16 @@ std::string MulticastName(const proto::ObjectId& id) {
          std::to_string(id.creator_pid);
 }
 
+bool HasMulticast(const std::vector<proto::Record>& records) {
+  for (const auto& r : records) {
+    if (r.kind >= static_cast<uint32_t>(proto::RecordKind::kMulticast) &&
+        r.kind <= static_cast<uint32_t>(proto::RecordKind::kMulticastMapping)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string Hex(uint64_t value) {
   char buffer[24];
   std::snprintf(buffer, sizeof buffer, "0x%llx", static_cast<unsigned long long>(value));

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,14 @@ std::string OpName(proto::Op op);
 std::string ObjectName(const proto::ObjectId& id);
 /// "multicast object 3 of pid 4120".
 std::string MulticastName(const proto::ObjectId& id);
+
+/// True when any of `records` is of a multicast kind (a multicast object, its devices,
+/// bindings or mappings).
+bool HasMulticast(const std::vector<proto::Record>& records);
+
+/// What a multicast phase line says when the job has no multicast object (the phase still
+/// runs: every shim steps through it).
+inline constexpr const char* kNoMulticastNote = "no multicast objects";
 
 /// "0x7f0000000000" (lowercase, no padding).
 std::string Hex(uint64_t value);

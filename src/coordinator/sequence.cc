@@ -22,20 +22,27 @@ bool Sequence::Record(PhaseReport phase) {
   return ok;
 }
 
-bool Sequence::Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes) {
+bool Sequence::Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes,
+                     const std::string& note) {
   observer_.PhaseStarted(name, participants_.size());
-  if (expected_bytes == 0) return Record(RunPhase(name, participants_.size(), work));
   std::atomic<uint64_t> moved{0};
-  return Record(RunPhase(name, participants_.size(), [&](size_t i) -> Result<uint64_t> {
-    auto bytes = work(i);
-    if (bytes) observer_.BytesMoved(name, moved += *bytes, expected_bytes);
-    return bytes;
-  }));
+  PhaseReport phase =
+      expected_bytes == 0
+          ? RunPhase(name, participants_.size(), work)
+          : RunPhase(name, participants_.size(), [&](size_t i) -> Result<uint64_t> {
+              auto bytes = work(i);
+              if (bytes) observer_.BytesMoved(name, moved += *bytes, expected_bytes);
+              return bytes;
+            });
+  phase.note = note;
+  return Record(std::move(phase));
 }
 
 bool Sequence::LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work) {
   observer_.PhaseStarted(name, participants_.size());
-  return Record(RunLocalPhase(name, participants_.size(), work));
+  PhaseReport phase = RunLocalPhase(name, participants_.size(), work);
+  phase.coordinator_only = true;
+  return Record(std::move(phase));
 }
 
 bool Sequence::CheckPhase(const std::string& name,
@@ -52,7 +59,7 @@ bool Sequence::CheckPhase(const std::string& name,
 }
 
 bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args,
-                              uint64_t expected_bytes) {
+                              uint64_t expected_bytes, const std::string& note) {
   const std::vector<uint64_t> request_args(args);
   return Phase(OpName(op), [&](size_t i) -> Result<uint64_t> {
     auto step = Step(*participants_[i], op, {request_args.size() > 0 ? request_args[0] : 0,
@@ -60,7 +67,7 @@ bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args
     if (!step) return step.error();
     NoteCopy(step->copy_ns);
     return step->bytes;
-  }, expected_bytes);
+  }, expected_bytes, note);
 }
 
 bool Sequence::DiscoverPhase() {

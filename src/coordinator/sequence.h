@@ -20,17 +20,18 @@ class Sequence {
 
   /// Runs `work` for every participant concurrently; false when any failed (errors are
   /// appended to the report). With `expected_bytes`, the observer hears BytesMoved as each
-  /// participant finishes.
-  bool Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes = 0);
-  /// Runs coordinator-local work as a phase.
+  /// participant finishes. `note` goes to PhaseReport::note.
+  bool Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes = 0,
+             const std::string& note = "");
+  /// Runs coordinator-local work as a phase (PhaseReport::coordinator_only).
   bool LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work);
   /// Runs a coordinator-local check as a phase: every message it returns is one error
   /// (each rule broken is reported on its own); false when there is any.
   bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
   /// Sends lifecycle `op` with request `args` to every participant; the phase is named
-  /// after the op and counts the bytes carrier replies report.
+  /// after the op and counts the bytes carrier replies report. `note` as for Phase.
   bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {},
-                      uint64_t expected_bytes = 0);
+                      uint64_t expected_bytes = 0, const std::string& note = "");
 
   /// discover: find the participants and identify each (start time checked against /proc,
   /// so a stale socket of a reused pid is not taken for the process), and decide which ones

@@ -58,7 +58,7 @@ class ProgressTest : public ::testing::Test {
 
 TEST_F(ProgressTest, SaveAndReallocateReportBytesPerParticipant) {
   BytesObserver observer;
-  auto ck = coord::Checkpoint({dir_, 0}, FakeDiscoverer(processes_, job_), driver_, observer);
+  auto ck = coord::Checkpoint({dir_, 0, ""}, FakeDiscoverer(processes_, job_), driver_, observer);
   ASSERT_EQ(ck.outcome, coord::Outcome::kOk) << ::testing::PrintToString(ck.errors);
   // The importer (0 bytes) and the creator (2 MiB) finish in either order.
   const std::string total = "/" + std::to_string(kMiB2);
@@ -78,7 +78,7 @@ TEST_F(ProgressTest, ParticipantTheDriverDoesNotKnowGetsNoNativeCalls) {
   launcher.start = 4000;
   processes_.insert(processes_.begin(), launcher);
   coord::PhaseObserver quiet;
-  auto ck = coord::Checkpoint({dir_, 0}, FakeDiscoverer(processes_, job_), driver_, quiet);
+  auto ck = coord::Checkpoint({dir_, 0, ""}, FakeDiscoverer(processes_, job_), driver_, quiet);
   ASSERT_EQ(ck.outcome, coord::Outcome::kOk) << ::testing::PrintToString(ck.errors);
   EXPECT_THAT(job_.Only("release"), UnorderedElementsAre("release 50", "release 100", "release 200"));
   EXPECT_THAT(job_.Only("native_"), UnorderedElementsAre("native_lock 100 timeout 0", "native_lock 200 timeout 0",

@@ -47,7 +47,7 @@ class SequenceTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   coord::CommandReport RunCheckpoint(unsigned lock_timeout_ms = 0) {
-    return coord::Checkpoint({dir_, lock_timeout_ms}, FakeDiscoverer(processes_, job_), driver_,
+    return coord::Checkpoint({dir_, lock_timeout_ms, target_}, FakeDiscoverer(processes_, job_), driver_,
                              observer_);
   }
   coord::CommandReport RunRestore(std::vector<coord::DevicePair> map = {}) {
@@ -72,6 +72,7 @@ class SequenceTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string target_;  ///< CheckpointOptions::target
   std::vector<FakeProcess> processes_;
   FakeJob job_;
   FakeDriver driver_{job_};
@@ -186,7 +187,7 @@ TEST_F(SequenceTest, TopologyChangedBeforeQuiesceIsRefusedAndResumed) {
     out.push_back(std::make_unique<FakeParticipant>(processes_[1], job_));
     return out;
   };
-  const auto report = coord::Checkpoint({dir_, 0}, discover, driver_, observer_);
+  const auto report = coord::Checkpoint({dir_, 0, ""}, discover, driver_, observer_);
   EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
   ASSERT_EQ(report.errors.size(), 1u);
   EXPECT_THAT(report.errors[0], HasSubstr("its creator released both its handle and its mappings"));
@@ -213,6 +214,131 @@ TEST_F(SequenceTest, ShimNotActiveIsRefused) {
   EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
 }
 
+// A job that is checkpointed already: the refusal says to restore it, naming the state
+// directory when the one given records these very processes, and the target the user gave.
+TEST_F(SequenceTest, CheckpointedJobIsRefusedWithTheRestoreCommand) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);  // both shims now RELEASED
+  const size_t before = job_.log().size();
+  target_ = "--pid 42";
+  auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  const std::string tail = ", not active; only a running job can be checkpointed; it is "
+                           "checkpointed: run 'cusnap restore --pid 42 --state-dir ";
+  EXPECT_THAT(report.errors, ElementsAre("pid 100: its cusnap shim is released" + tail + dir_ + "'",
+                                         "pid 200: its cusnap shim is released" + tail + dir_ + "'"));
+  // A state directory that does not hold its checkpoint: the hint cannot name one.
+  const std::string real_dir = dir_;
+  dir_ = real_dir + "/elsewhere";
+  target_.clear();
+  report = RunCheckpoint();
+  dir_ = real_dir;
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  ASSERT_EQ(report.errors.size(), 2u);
+  EXPECT_EQ(report.errors[0], "pid 100: its cusnap shim is released, not active; only a running "
+                              "job can be checkpointed; it is checkpointed: run 'cusnap restore "
+                              "--pid 100 --state-dir <the state directory of its checkpoint>'");
+  EXPECT_FALSE(fs::exists(real_dir + "/elsewhere"));
+  for (size_t i = before; i < job_.log().size(); ++i) {
+    EXPECT_THAT(job_.log()[i], ::testing::StartsWith("inspect ")) << "nothing but reads";
+  }
+}
+
+/// A state file in `dir` recording one process.
+void WriteStateOf(const std::string& dir, int pid, uint64_t start_time) {
+  coord::StateFile state;
+  state.driver = "fake";
+  coord::ParticipantState p;
+  p.pid = pid;
+  p.start_time = start_time;
+  state.participants.push_back(p);
+  ASSERT_TRUE(coord::WriteStateFile(dir, state).ok());
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The state directory holds the checkpoint of another job whose process still exists (this
+// test process, with its real start time): refused before anything changes, the file intact.
+TEST_F(SequenceTest, StateDirOfAnotherLiveJobIsRefused) {
+  const auto self_start = coord::ProcessStartTime(::getpid());
+  ASSERT_TRUE(self_start.has_value());
+  ASSERT_NO_FATAL_FAILURE(WriteStateOf(dir_, ::getpid(), *self_start));
+  const std::string file = coord::StateFilePath(dir_);
+  const std::string before = Slurp(file);
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors,
+              ElementsAre("state directory " + dir_ + " holds the checkpoint of another job (pid " +
+                          std::to_string(::getpid()) + ", still checkpointed or running); restore "
+                          "it first, or choose another --state-dir"));
+  EXPECT_EQ(Names(report), (std::vector<std::string>{"discover", "inspect", "validate"}));
+  EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
+  EXPECT_EQ(Slurp(file), before);
+}
+
+// The other job's process is gone (same pid, another start time: not that process any more):
+// its checkpoint can never be restored, so it is overwritten.
+TEST_F(SequenceTest, StateDirOfAGoneJobIsOverwritten) {
+  const auto self_start = coord::ProcessStartTime(::getpid());
+  ASSERT_TRUE(self_start.has_value());
+  ASSERT_NO_FATAL_FAILURE(WriteStateOf(dir_, ::getpid(), *self_start + 1));
+  const auto report = RunCheckpoint();
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  auto state = coord::ReadStateFile(dir_);
+  ASSERT_TRUE(state.ok()) << state.error().message;
+  ASSERT_EQ(state->participants.size(), 2u);
+  EXPECT_EQ(state->participants[0].pid, 100);
+  EXPECT_EQ(state->participants[1].pid, 200);
+}
+
+// The state file of this very job (a second cycle) is overwritten; so is one where a process
+// of this job is recorded beside one that is gone.
+TEST_F(SequenceTest, StateDirOfTheSameJobIsOverwritten) {
+  ASSERT_NO_FATAL_FAILURE(WriteStateOf(dir_, 100, kStart100));
+  const auto report = RunCheckpoint();
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  auto state = coord::ReadStateFile(dir_);
+  ASSERT_TRUE(state.ok()) << state.error().message;
+  EXPECT_EQ(state->participants.size(), 2u);
+}
+
+// A state file that cannot be parsed is not destroyed: refused, named, left as it was.
+TEST_F(SequenceTest, UnreadableStateFileInStateDirIsRefused) {
+  const std::string file = coord::StateFilePath(dir_);
+  std::ofstream(file) << "{]";
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors,
+              ElementsAre("state directory " + dir_ + " already holds a state file that cannot "
+                          "be read (" + file + ": corrupt state file (not valid JSON)); it is "
+                          "not overwritten: move it away, or choose another --state-dir"));
+  EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
+  EXPECT_EQ(Slurp(file), "{]");
+}
+
+// Phases the coordinator does alone are marked so (their lines show no participant count),
+// and the multicast phases of a job without multicast objects say so.
+TEST_F(SequenceTest, CoordinatorOnlyAndMulticastFreePhasesAreMarked) {
+  const auto ck = RunCheckpoint();
+  ASSERT_EQ(ck.outcome, coord::Outcome::kOk);
+  const auto rs = RunRestore();
+  ASSERT_EQ(rs.outcome, coord::Outcome::kOk) << ::testing::PrintToString(rs.errors);
+  std::vector<std::string> local, multicast_free;
+  for (const auto* report : {&ck, &rs}) {
+    for (const auto& p : report->phases) {
+      if (p.coordinator_only) local.push_back(p.name);
+      if (p.note == "no multicast objects") multicast_free.push_back(p.name);
+      EXPECT_EQ(p.participants, p.name == "read_state" ? 0u : 2u) << p.name;  // JSON unchanged
+    }
+  }
+  EXPECT_EQ(local, (std::vector<std::string>{"write_state", "read_state"}));
+  EXPECT_EQ(multicast_free,
+            (std::vector<std::string>{"detach_multicast", "multicast_create", "multicast_import",
+                                      "multicast_join", "multicast_bind"}));
+}
+
 TEST_F(SequenceTest, StaleEndpointIsRefused) {
   processes_[1].reported_start = 1;  // the socket answers for an older process of that pid
   const auto report = RunCheckpoint();
@@ -227,7 +353,7 @@ TEST_F(SequenceTest, DiscoveryRefusalIsReported) {
       -> Result<std::vector<std::unique_ptr<coord::Participant>>> {
     return Error{-1, "pid 77 (python3): a CUDA process in the tree has no cusnap endpoint"};
   };
-  const auto report = coord::Checkpoint({dir_, 0}, discover, driver_, observer_);
+  const auto report = coord::Checkpoint({dir_, 0, ""}, discover, driver_, observer_);
   EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
   EXPECT_THAT(report.errors, ElementsAre("pid 77 (python3): a CUDA process in the tree has no "
                                          "cusnap endpoint"));

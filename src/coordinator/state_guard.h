@@ -1,0 +1,32 @@
+// Keeps a checkpoint from destroying another job's checkpoint: before anything changes, the
+// state file already in the state directory (if any) is read, and a checkpoint of other
+// processes that may still need it (they exist with the recorded start time: checkpointed,
+// or running again) is refused. Issue: a second job pointed at the same --state-dir silently
+// made the first one unrestorable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cusnap::coord {
+
+/// A process as a state file records it: pid and start time (clock ticks since boot,
+/// /proc/<pid>/stat field 22), which together tell it from a later process with its pid.
+struct ProcessIdentity {
+  int pid = 0;
+  uint64_t start_time = 0;
+  bool operator==(const ProcessIdentity&) const = default;
+};
+
+/// Whether a checkpoint of `job` may write its state file into `state_dir`. Ok when the
+/// directory holds no state file, or one of the same job (a second cycle), or one whose
+/// other processes are all gone (none exists now with the recorded start time). An Error
+/// naming the directory and what to do otherwise: the file belongs to another job with a
+/// process still alive (its pids named), or it exists but cannot be read or parsed (it is
+/// not destroyed either).
+Status CheckStateDirOwner(const std::string& state_dir, const std::vector<ProcessIdentity>& job);
+
+}  // namespace cusnap::coord
