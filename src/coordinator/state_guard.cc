@@ -1,8 +1,9 @@
 // The state directory's owner check before a checkpoint (state_guard.h).
 #include "coordinator/state_guard.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <cerrno>
 
 #include "coordinator/proc.h"
 #include "coordinator/state_file.h"
@@ -10,9 +11,12 @@
 namespace cusnap::coord {
 
 Status CheckStateDirOwner(const std::string& state_dir, const std::vector<ProcessIdentity>& job) {
+  // No file there (or no directory: PrepareStateDir then says why it cannot be made): nothing
+  // to lose.
+  struct stat st {};
+  if (::lstat(StateFilePath(state_dir).c_str(), &st) != 0) return Ok{};
   auto state = ReadStateFile(state_dir);
   if (!state) {
-    if (state.error().code == ENOENT) return Ok{};  // nothing there to lose
     return Error{-1, "state directory " + state_dir + " already holds a state file that " +
                          "cannot be read (" + state.error().message + "); it is not " +
                          "overwritten: move it away, or choose another --state-dir"};

@@ -5,11 +5,16 @@
 // restore exits 5 and changes nothing: the job stays suspended (memory released, shims
 // RELEASED, processes CHECKPOINTED) and the right restore then succeeds.
 #include <gmock/gmock.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -304,6 +309,157 @@ TEST_F(CliJobRefusal, RestoreWithDifferentParticipants) {
 
   Spit(file, good);
   ASSERT_NO_FATAL_FAILURE(Resume(state, before));
+}
+
+/// This process's start time in clock ticks since boot (/proc/self/stat field 22).
+uint64_t SelfStartTime() {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  std::getline(in, line);
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) rest >> field;
+  return std::stoull(field);
+}
+
+/// A state file of a one-process job: `pid` started at `start_time`.
+std::string StateOf(int pid, uint64_t start_time) {
+  return nlohmann::json{{"format", "cusnap-state"},
+                        {"format_version", 1},
+                        {"driver", "simulated"},
+                        {"created_unix_s", 0},
+                        {"participants", {{{"pid", pid},
+                                           {"start_time", start_time},
+                                           {"gpus", nlohmann::json::array()},
+                                           {"saved_bytes", 0},
+                                           {"records", nlohmann::json::array()}}}},
+                        {"phases", nlohmann::json::array()}}
+      .dump(2);
+}
+
+// The state directory holds another job's checkpoint (its process, this test process, still
+// exists): refused, exit 3, the file left as it was. So is a state file that cannot be read.
+// Once the other job is gone (same pid, other start time), its file is overwritten.
+TEST_F(CliJobRefusal, StateDirectoryOfAnotherJob) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  const std::string state = dir_ + "/state";
+  const std::string file = state + "/cusnap-state.json";
+  fs::create_directories(state);
+  const std::string other = StateOf(::getpid(), SelfStartTime());
+  Spit(file, other);
+  Ran ck = Checkpoint(state);
+  EXPECT_EQ(ck.status, kExitRefused) << ck.out << ck.err;
+  EXPECT_EQ(ck.err, "cusnap checkpoint: state directory " + state + " holds the checkpoint of "
+                    "another job (pid " + std::to_string(::getpid()) + ", still checkpointed or "
+                    "running); restore it first, or choose another --state-dir\n"
+                    "cusnap checkpoint: refused; nothing was changed, the job keeps running\n");
+  EXPECT_EQ(Slurp(file), other);
+  ExpectRunningIntact();
+
+  Spit(file, "{]");
+  ck = Checkpoint(state);
+  EXPECT_EQ(ck.status, kExitRefused) << ck.out << ck.err;
+  EXPECT_EQ(ck.err, "cusnap checkpoint: state directory " + state + " already holds a state "
+                    "file that cannot be read (" + file + ": corrupt state file (not valid "
+                    "JSON)); it is not overwritten: move it away, or choose another "
+                    "--state-dir\n"
+                    "cusnap checkpoint: refused; nothing was changed, the job keeps running\n");
+  EXPECT_EQ(Slurp(file), "{]");
+  ExpectRunningIntact();
+
+  Spit(file, StateOf(::getpid(), SelfStartTime() + 1));  // that process is gone
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+}
+
+// A job that is checkpointed already: the refusal (exit 3) says how to restore it, with the
+// target and state directory given; the job stays suspended and restores. The phase lines of
+// coordinator-only phases carry no participant count; those of the multicast phases say the
+// job has no multicast objects.
+TEST_F(CliJobRefusal, CheckpointOfACheckpointedJobNamesTheRestore) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  const std::string state = dir_ + "/state";
+  const std::string file = state + "/cusnap-state.json";
+  const Snapshot before = Snap();
+  const Ran ck = Checkpoint(state);
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  ASSERT_NO_FATAL_FAILURE(ExpectSuspended());
+  const std::regex no_count("(^|\n)write_state +[0-9.]+ ms(\n|  [0-9])");
+  EXPECT_TRUE(std::regex_search(ck.out, no_count)) << ck.out;
+  const std::regex detach("(^|\n)detach_multicast +[0-9.]+ ms  \\(no multicast objects\\)\n");
+  EXPECT_TRUE(std::regex_search(ck.out, detach)) << ck.out;
+  EXPECT_THAT(ck.out, HasSubstr("2 participants"));  // the others keep their count
+
+  const std::string recorded = Slurp(file);
+  const Ran again = Checkpoint(state);
+  EXPECT_EQ(again.status, kExitRefused) << again.out << again.err;
+  for (Worker* w : {creator_, importer_}) {
+    EXPECT_THAT(again.err, HasSubstr("cusnap checkpoint: pid " + std::to_string(w->pid) +
+                                     ": its cusnap shim is released, not active; only a running "
+                                     "job can be checkpointed; it is checkpointed: run 'cusnap "
+                                     "restore --pid " + PidArg() + " --state-dir " + state + "'\n"));
+  }
+  EXPECT_EQ(Slurp(file), recorded);
+  ExpectSuspended();
+
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_TRUE(std::regex_search(rs.out, std::regex("(^|\n)read_state +[0-9.]+ ms\n"))) << rs.out;
+  for (const char* phase : {"multicast_create", "multicast_import", "multicast_join", "multicast_bind"}) {
+    const std::regex line(std::string("(^|\n)") + phase + " +[0-9.]+ ms  \\(no multicast objects\\)\n");
+    EXPECT_TRUE(std::regex_search(rs.out, line)) << phase << "\n" << rs.out;
+  }
+  EXPECT_EQ(Phases(), std::vector<std::string>(2, "active"));
+  CheckEveryByte();
+  ExpectSameLayout(before, Snap());
+  CrossWrite(*creator_, "a", *importer_, "a");
+}
+
+// A process of the tree has an endpoint socket nobody answers on (a stale <pid>.sock, or a
+// process started without the shim's listener): checkpoint (exit 3) and status (exit 1) say
+// what it means and what to do. Stale sockets of processes that no longer exist are listed
+// by status, never an error.
+TEST_F(CliJobRefusal, EndpointThatRefusesConnections) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  bare_ = &Start("bare", 0, /*bare=*/true);
+  const std::string control = dir_ + "/control";
+  // A bound socket that was never listened on: connect() gets ECONNREFUSED.
+  auto dead_socket = [](const std::string& path) {
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << path;
+    ::close(fd);
+  };
+  const std::string socket = control + "/" + std::to_string(bare_->pid) + ".sock";
+  ASSERT_NO_FATAL_FAILURE(dead_socket(socket));
+  const std::string meaning = "pid " + std::to_string(bare_->pid) + " (job_worker): its cusnap "
+                              "endpoint " + socket + " does not answer (connection refused): "
+                              "the process was started without the shim or its shim stopped; "
+                              "start it with 'cusnap run'\n";
+  ExpectRefused(dir_ + "/state", {"cusnap checkpoint: " + meaning});
+  const Ran st = Cusnap({"status", "--all"});
+  EXPECT_EQ(st.status, 1) << st.out << st.err;
+  EXPECT_EQ(st.err, "cusnap status: " + meaning);
+
+  // A socket of a process that no longer exists: listed as stale, status succeeds.
+  ASSERT_EQ(::unlink(socket.c_str()), 0);
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const std::string stale = control + "/" + std::to_string(gone) + ".sock";
+  ASSERT_NO_FATAL_FAILURE(dead_socket(stale));
+  const Ran clean = Cusnap({"status", "--all"});
+  EXPECT_EQ(clean.status, 0) << clean.out << clean.err;
+  EXPECT_THAT(clean.out, HasSubstr("stale endpoint " + stale + ": its process no longer exists "
+                                   "(safe to remove)\n"));
+  const Ran json = Cusnap({"status", "--all", "--json"});
+  EXPECT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["stale_endpoints"], nlohmann::json::array({stale}));
+  ExpectRunningIntact();
+  ASSERT_EQ(Stop(*bare_), 0);
+  ASSERT_NO_FATAL_FAILURE(Cycle(dir_ + "/state"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // directory, and refusals that happen before anything changes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -172,6 +173,32 @@ TEST_F(CliTest, BadDriverChoiceIsNamed) {
   const auto c = RunCusnap({"checkpoint", "--all"}, env);
   EXPECT_EQ(c.status, 1);
   EXPECT_THAT(c.err, HasSubstr("CUSNAP_DRIVER='quantum' is not one of auto, real, sim"));
+}
+
+// CUSNAP_DRIVER=real where no libcuda.so.1 can be loaded (this CI machine): exit 1, the
+// loader's reason, that nothing was changed, and the way to the simulated driver.
+TEST_F(CliTest, UnloadableRealDriverSaysNothingChangedAndHowToUseTheSimulatedOne) {
+  if (void* real = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    ::dlclose(real);
+    GTEST_SKIP() << "a libcuda.so.1 loads here";
+  }
+  auto env = env_;
+  env["CUSNAP_DRIVER"] = "real";
+  const auto o = RunCusnap({"checkpoint", "--all", "--state-dir", dir_ + "/state"}, env);
+  EXPECT_EQ(o.status, 1) << o.out << o.err;
+  EXPECT_EQ(o.out, "");
+  EXPECT_EQ(o.err, "cusnap checkpoint: cannot load the CUDA driver: libcuda.so.1: cannot open "
+                   "shared object file: No such file or directory; set CUSNAP_DRIVER=sim to use "
+                   "the simulated driver; nothing was changed\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/state"));
+  const auto json = RunCusnap({"restore", "--all", "--json"}, env);
+  EXPECT_EQ(json.status, 1);
+  const auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc["exit_code"], 1);
+  EXPECT_THAT(doc["errors"][0].get<std::string>(), HasSubstr("; nothing was changed"));
+  const auto help = RunCusnap({"--help"}, env_);
+  EXPECT_THAT(help.out, HasSubstr("1 other error (e.g. the CUDA driver cannot be loaded: the job "
+                                  "is not changed)"));
 }
 
 TEST_F(CliTest, InspectShowsAStateFile) {
