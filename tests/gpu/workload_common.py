@@ -36,8 +36,8 @@ CLI_TIMEOUT_S = 240     # one cusnap command
 DONE_TIMEOUT_S = int(os.environ.get("CUSNAP_GPU_DONE_TIMEOUT_S", "120"))  # exit after DONE
 
 # A phase line of `cusnap checkpoint` / `restore` (src/cli/output.cc FormatPhaseLine):
-# "<name> <ms> ms  <n> participant(s)[  <bytes>  <GB/s> GB/s][  FAILED]".
-PHASE_LINE = re.compile(r"^\S+\s+\d+(?:\.\d+)? ms\s+\d+ participants?\b")
+# "<name> <ms> ms[  <n> participant(s)][  <bytes>  <GB/s> GB/s][  (note)][  FAILED]".
+PHASE_LINE = re.compile(r"^\S+\s+\d+(?:\.\d+)? ms\b")  # name, ms, then participants, bytes, notes
 CHECK_LINE = re.compile(r"WL rank=(?P<rank>\d+) round=(?P<round>\d+) CHECK (?P<name>\S+) "
                         r"(?P<verdict>PASS|FAIL)(?P<detail>.*)")
 RANK_FAILED = re.compile(r"WL rank=(?P<rank>\d+) (?:ERROR .*|DONE FAIL.*)")
