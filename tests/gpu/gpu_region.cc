@@ -3,6 +3,7 @@
 
 #include "gpu/gpu_check.h"
 #include "gpu/gpu_pattern.h"
+#include "gpu/gpu_vmm.h"
 
 namespace gpu {
 namespace {
@@ -35,6 +36,11 @@ bool VerifyRegion(const Region& r, const char* when) {
     ok = false;
   }
   return ok;
+}
+
+void ReleaseRegion(const Region& r) {
+  UnmapAndFree(r.va, r.bytes);
+  CU(cuMemRelease(r.handle));
 }
 
 }  // namespace gpu

@@ -30,4 +30,7 @@ CUmemLocation LocationOf(CUmemGenericAllocationHandle handle);
 /// `r.name` and `when`; true when everything holds.
 bool VerifyRegion(const Region& r, const char* when);
 
+/// Unmaps `r`, frees its VA range and releases its handle (the end of a test program).
+void ReleaseRegion(const Region& r);
+
 }  // namespace gpu

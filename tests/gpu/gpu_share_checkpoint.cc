@@ -185,10 +185,7 @@ class Role {
   }
 
   void ReleaseAll() {
-    for (const Region& r : regions_) {
-      gpu::UnmapAndFree(r.va, r.bytes);
-      CU(cuMemRelease(r.handle));
-    }
+    for (const Region& r : regions_) gpu::ReleaseRegion(r);
     regions_.clear();
     imports_.clear();
   }

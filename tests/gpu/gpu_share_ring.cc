@@ -197,10 +197,7 @@ class Rank {
   }
 
   void ReleaseAll() {
-    for (const Region& r : regions_) {
-      gpu::UnmapAndFree(r.va, r.bytes);
-      CU(cuMemRelease(r.handle));
-    }
+    for (const Region& r : regions_) gpu::ReleaseRegion(r);
     regions_.clear();
     own_.clear();
     imports_.clear();
