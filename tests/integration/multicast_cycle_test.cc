@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,12 +66,12 @@ class MulticastCycleTest : public cusnap::testing::OwnMachineTest {
     int sockets[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets), 0);
     const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
-    const RankProcess r{cusnap::testing::StartChild(
-                            {bin + "/cusnap", "run", "--", bin + "/multicast_rank",
-                             std::to_string(rank), std::to_string(n), abi,
-                             std::to_string(mc_size), std::to_string(bind_offset)},
-                            {{sockets[1], 3}}),
-                        sockets[0]};
+    std::vector<std::string> command = {bin + "/multicast_rank", std::to_string(rank),
+                                        std::to_string(n), abi, std::to_string(mc_size),
+                                        std::to_string(bind_offset)};
+    // A rank in without_shim_ starts bare (it links the simulated driver itself).
+    if (!without_shim_.contains(rank)) command.insert(command.begin(), {bin + "/cusnap", "run", "--"});
+    const RankProcess r{cusnap::testing::StartChild(command, {{sockets[1], 3}}), sockets[0]};
     ::close(sockets[1]);
     EXPECT_GT(r.pid, 0);
     return r;
@@ -137,6 +138,7 @@ class MulticastCycleTest : public cusnap::testing::OwnMachineTest {
   std::string Object() const { return "multicast object 1 of " + Pid(0); }
 
   std::vector<RankProcess> ranks_;
+  std::set<int> without_shim_;  // ranks StartTeam starts without `cusnap run`
 };
 
 TEST_F(MulticastCycleTest, TwoRanksBindMemBothAbisSurviveTwoCycles) {
@@ -296,6 +298,26 @@ TEST_F(MulticastCycleTest, RebuildFaultFailsTheRestoreLoudly) {
     ranks_.clear();
     SetUp();
   }
+}
+
+// The team's creator runs without the shim (started outside `cusnap run`) inside the tree
+// being checkpointed: the object reaches the other member as a plain descriptor that cusnap
+// could never rebuild. Refused before anything changes, naming the process without the
+// shim; the team keeps carrying data.
+TEST_F(MulticastCycleTest, TeamWhoseCreatorHasNoShimIsRefusedBeforeAnythingChanges) {
+  without_shim_ = {0};
+  StartTeam({"mem", "mem2"});
+  ExpectAllReduce();
+  const Ran ck = Checkpoint();
+  EXPECT_EQ(ck.status, 3) << ck.out << ck.err;
+  EXPECT_THAT(ck.err, HasSubstr(Pid(0)));
+  EXPECT_THAT(ck.err, HasSubstr("no cusnap endpoint"));
+  EXPECT_THAT(ck.err, HasSubstr("nothing was changed"));
+  EXPECT_FALSE(fs::exists(dir_ + "/state/cusnap-state.json"));
+  const auto st = nlohmann::json::parse(Cusnap({"status", "--all", "--json"}).out);
+  ASSERT_EQ(st["participants"].size(), 1u);  // rank 1 only: rank 0 has no endpoint
+  EXPECT_EQ(st["participants"][0]["phase"], "active");
+  ExpectAllReduce();
 }
 
 // Only one member of a two-device team is checkpointed (the other is outside the process
