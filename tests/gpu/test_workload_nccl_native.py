@@ -1,4 +1,4 @@
-"""Issue 4, workload 1 without cusnap (GPU): the same 2-rank PyTorch + NCCL job as
+"""Issue 4, workload 1 without cusnap (GPU): the same PyTorch + NCCL job as
 test_workload_nccl.py, started WITHOUT the shim, and only the native checkpoint API called on
 both ranks (workload_native.py: cuCheckpointProcessLock, Checkpoint, Restore, Unlock through
 libcuda, nothing else). DRIVER-FACTS F8 measured what happens: lock and checkpoint succeed,
@@ -27,7 +27,7 @@ def test_native_checkpoint_leaves_nccl_ranks_stuck():
     workload = wc.Workload("nccl-native", "nccl", cycles=1, shim=False)
     try:
         workload.start()
-        pids = [workload.pids[r] for r in range(wc.RANKS)]
+        pids = [workload.pids[r] for r in range(workload.ranks)]
         env = h.job_env(None, LD_PRELOAD=None)
         before, source = h.memory_used_mib(env)
         h.log(f"native only: ranks {pids} idle; GPU memory used ({source}) {before} MiB")
@@ -38,15 +38,16 @@ def test_native_checkpoint_leaves_nccl_ranks_stuck():
         steps = result["steps"]
         table = {step: [steps[step].get(str(p)) for p in pids] for step in ("lock", "checkpoint", "restore", "unlock")}
         h.log(f"native only, CUresult per rank: {table}; states after each step: {result['states']}")
+        n = len(pids)
         print("WORKLOAD NATIVE without cusnap: " + ", ".join(f"{s} {v}" for s, v in table.items())
-              + f" (DRIVER-FACTS F8: lock [0, 0], checkpoint [0, 0], restore [{NOT_SUPPORTED}, "
-              f"{NOT_SUPPORTED}], unlock [{ILLEGAL_STATE}, {ILLEGAL_STATE}])", flush=True)
-        assert table["lock"] == [0, 0], f"native lock failed: {table['lock']}"
-        assert table["checkpoint"] == [0, 0], f"native checkpoint failed: {table['checkpoint']}"
-        assert table["restore"] == [NOT_SUPPORTED] * 2, (
+              + f" (DRIVER-FACTS F8, per rank: lock 0, checkpoint 0, restore {NOT_SUPPORTED}, "
+              f"unlock {ILLEGAL_STATE})", flush=True)
+        assert table["lock"] == [0] * n, f"native lock failed: {table['lock']}"
+        assert table["checkpoint"] == [0] * n, f"native checkpoint failed: {table['checkpoint']}"
+        assert table["restore"] == [NOT_SUPPORTED] * n, (
             f"native restore returned {table['restore']}, DRIVER-FACTS F8 says {NOT_SUPPORTED} on both "
             "ranks: the driver's behaviour changed, update F8 and this test")
-        assert table["unlock"] == [ILLEGAL_STATE] * 2, (
+        assert table["unlock"] == [ILLEGAL_STATE] * n, (
             f"native unlock returned {table['unlock']}, DRIVER-FACTS F8 says {ILLEGAL_STATE} on both ranks")
         h.log("native only: as F8 says, the job cannot continue; killing the stuck ranks "
               "(with cusnap, test_workload_nccl.py restores the same job and its results are exact)")

@@ -1,7 +1,8 @@
 """Issue 4, workloads 2 and 3 (GPU): PyTorch symmetric memory with multicast disabled
-(TORCH_SYMM_MEM_DISABLE_MULTICAST=1), 2 ranks under torchrun started unmodified with `cusnap
-run`, checkpointed and restored three times while its ranks idle: in place, onto swapped GPUs
-by index (`--device-map 0=1,1=0`), and swapped back by UUID.
+(TORCH_SYMM_MEM_DISABLE_MULTICAST=1), one rank per GPU under torchrun started unmodified with
+`cusnap run`, checkpointed and restored three times while its ranks idle: in place, onto
+rotated GPUs by index (`--device-map 0=1,1=2,...,n-1=0`: with two GPUs a swap), and rotated
+back by UUID.
 
 Each rank allocates a symmetric buffer (torch.distributed._symmetric_memory.empty +
 rendezvous over the gloo group), runs torch.ops.symm_mem.one_shot_all_reduce eagerly and
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workload_common as wc  # noqa: E402
 
 
-class TestSymmetricMemory(wc.SwappedCycles):
+class TestSymmetricMemory(wc.RotatedCycles):
     NAME = "symm-mem"
     PARTS = "symm"
 

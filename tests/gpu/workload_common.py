@@ -1,5 +1,5 @@
-"""What the PyTorch workload tests (tests/gpu/test_workload_*.py, issue 4) share: a 2-rank
-torchrun job of workload_rank.py (under `cusnap run`, or bare for the native-only baseline),
+"""What the PyTorch workload tests (tests/gpu/test_workload_*.py, issue 4) share: a torchrun job
+of workload_rank.py with one rank per GPU (GPU_WORKLOAD_RANKS overrides; 2 on our machines) (under `cusnap run`, or bare for the native-only baseline),
 the READY / go handshake with its ranks, the per-round check lines, `cusnap checkpoint` and
 `cusnap restore` with their phase lines quoted, GPU memory and placement from nvidia-smi.
 
@@ -29,7 +29,6 @@ import gpu_harness as h
 HERE = Path(__file__).resolve().parent
 RANK_SCRIPT = HERE / "workload_rank.py"
 NATIVE_SCRIPT = HERE / "workload_native.py"
-RANKS = 2
 START_TIMEOUT_S = 300   # torch import, NCCL init, graph capture
 ROUND_TIMEOUT_S = 240   # one round after a go file (private memory digests included)
 CLI_TIMEOUT_S = 240     # one cusnap command
@@ -92,10 +91,12 @@ def gpu_placement(pids):
 
 
 class Workload:
-    """One 2-rank torchrun job of workload_rank.py, driven cycle by cycle."""
+    """One torchrun job of workload_rank.py (one rank per GPU: `ranks`), driven cycle by
+    cycle."""
 
     def __init__(self, name, parts, cycles, shim=True, rank_args=()):
         self.name = name
+        self.ranks = workload_ranks(h.job_env(None))
         self.parts = parts
         self.cycles = cycles
         self.shim = shim
@@ -123,7 +124,7 @@ class Workload:
         self.baseline, source = h.memory_used_mib(self.cli_env)
         h.log(f"{self.name}: GPU memory used before the job ({source}): {self.baseline} MiB")
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   "--nproc-per-node", str(RANKS), str(RANK_SCRIPT), "--parts", self.parts,
+                   "--nproc-per-node", str(self.ranks), str(RANK_SCRIPT), "--parts", self.parts,
                    "--cycles", str(self.cycles), "--control", str(self.go_dir)] + self.rank_args
         if self.shim:
             command = [h.program("cusnap"), "run", "--"] + command
@@ -153,10 +154,10 @@ class Workload:
         regex = re.compile(pattern)
         seen = {}
         deadline = time.monotonic() + timeout
-        while len(seen) < RANKS:
+        while len(seen) < self.ranks:
             left = deadline - time.monotonic()
             if left <= 0:
-                missing = sorted(set(range(RANKS)) - set(seen))
+                missing = sorted(set(range(self.ranks)) - set(seen))
                 raise AssertionError(f"{self.name}: rank(s) {missing} did not print {what} within {timeout} s")
             try:
                 line = self.job.lines.get(timeout=min(left, 5.0))
@@ -189,7 +190,7 @@ class Workload:
         """Every rank printed checks for round k and all passed."""
         checks = [m for m in (CHECK_LINE.search(line) for line in list(self.job.history)) if m]
         mine = [m for m in checks if int(m.group("round")) == k]
-        for rank in range(RANKS):
+        for rank in range(self.ranks):
             names = [m.group("name") for m in mine if int(m.group("rank")) == rank]
             h.log(f"{self.name}: round {k}, rank {rank}: {len(names)} checks: {', '.join(names)}")
             assert names, f"{self.name}: rank {rank} printed no check for round {k}"
@@ -198,20 +199,20 @@ class Workload:
 
     # ---- one checkpoint / restore cycle ------------------------------------------------------
 
-    def run_cycle(self, k, device_map=None, swapped=False):
+    def run_cycle(self, k, device_map=None):
         """With the ranks idle at READY k: `cusnap checkpoint`, GPU memory released, `cusnap
-        restore` (with `device_map`), memory regained and, when nvidia-smi lists the ranks,
-        each rank on the GPU the map names (`swapped`: GPU 0 <-> GPU 1); then go-k and the
-        ranks' round k (kept results and fresh inputs) must pass."""
+        restore` (with `device_map`, GPUs by ordinal or UUID), memory regained and, when
+        nvidia-smi lists the ranks, each rank on the GPU the map sends its GPU to; then go-k
+        and the ranks' round k (kept results and fresh inputs) must pass."""
         if self.broken:
             raise AssertionError(f"{self.name}: cycle {k} not run: {self.broken}")
         try:
-            self._cycle(k, device_map, swapped)
+            self._cycle(k, device_map)
         except BaseException as e:
             self.broken = f"cycle {k} failed ({e})"
             raise
 
-    def _cycle(self, k, device_map, swapped):
+    def _cycle(self, k, device_map):
         assert self.shim, "run_cycle needs the job under cusnap run"
         label = f"{self.name} cycle {k}" + (f" (device map {device_map})" if device_map else "")
         h.log(f"---- {label}: checkpoint, restore, then round {k} with fresh inputs ----")
@@ -238,7 +239,7 @@ class Workload:
         where_after = gpu_placement(pids)
         h.log(f"{label}: GPU memory used after restore {after} MiB; ranks on {where_after}")
         self._check_memory(label, before, during, after)
-        self._check_placement(label, where_before, where_after, swapped)
+        self._check_placement(label, where_before, where_after, device_map)
 
         self.go(k)
         if k < self.cycles:
@@ -267,24 +268,42 @@ class Workload:
         assert released >= 0.9 * job_mib, f"{label}: checkpoint released only {released} of {job_mib} MiB"
         assert regained >= 0.8 * released, f"{label}: restore brought back only {regained} of {released} MiB"
 
-    def _check_placement(self, label, where_before, where_after, swapped):
+    def _check_placement(self, label, where_before, where_after, device_map):
         if where_before is None or where_after is None or not all(where_before.values()):
             h.log(f"{label}: nvidia-smi does not list the ranks as compute processes; placement not checked")
             return
-        want = where_before
-        if swapped:
-            uuids = gpu_uuids(self.cli_env)
-            other = {uuids[0]: uuids[1], uuids[1]: uuids[0]}
-            want = {pid: {other.get(u, u) for u in gpus} for pid, gpus in where_before.items()}
+        moves = map_by_uuid(device_map, gpu_uuids(self.cli_env)) if device_map else {}
+        want = {pid: {moves.get(u, u) for u in gpus} for pid, gpus in where_before.items()}
         h.log(f"{label}: ranks were on {where_before}, are on {where_after}, should be on {want}")
         assert where_after == want, f"{label}: ranks are on {where_after} after restore, expected {want}"
 
 
-def swap_map_by_uuid(env):
-    """'GPU-a=GPU-b,GPU-b=GPU-a' for the first two GPUs."""
+def workload_ranks(env):
+    """GPU_WORKLOAD_RANKS when set, else one rank per GPU; at least 2."""
+    wanted = os.environ.get("GPU_WORKLOAD_RANKS")
+    ranks = int(wanted) if wanted else len(gpu_uuids(env))
+    assert ranks >= 2, f"a workload needs two GPUs or more; found {ranks}"
+    return ranks
+
+
+def rotation_by_index(ranks):
+    """'0=1,1=2,...,n-1=0': every rank's GPU moves to the next one (a swap for two)."""
+    return ",".join(f"{i}={(i + 1) % ranks}" for i in range(ranks))
+
+
+def rotation_back_by_uuid(ranks, env):
+    """The inverse of rotation_by_index, by GPU UUID: 'GPU-<i+1>=GPU-<i>' for every i."""
     uuids = gpu_uuids(env)
-    assert len(uuids) >= 2, f"two GPUs needed, UUIDs found: {uuids}"
-    return f"{uuids[0]}={uuids[1]},{uuids[1]}={uuids[0]}"
+    assert len(uuids) >= ranks, f"{ranks} GPUs needed, UUIDs found: {uuids}"
+    return ",".join(f"{uuids[(i + 1) % ranks]}={uuids[i]}" for i in range(ranks))
+
+
+def map_by_uuid(device_map, uuids):
+    """A --device-map ('a=b,...', GPUs by ordinal or UUID) as {from UUID: to UUID}."""
+    def uuid(gpu):
+        return uuids[int(gpu)] if gpu.isdigit() else gpu
+    pairs = (item.split("=", 1) for item in device_map.split(",") if item)
+    return {uuid(a.strip()): uuid(b.strip()) for a, b in pairs}
 
 
 def native_cycle(pids, env, timeout=240):
@@ -298,9 +317,10 @@ def native_cycle(pids, env, timeout=240):
     return json.loads(lines[-1])
 
 
-class SwappedCycles:
-    """The cycles of a workload test, on one job and in order: in place, onto swapped GPUs by
-    index (`--device-map 0=1,1=0`), and swapped back by UUID. A test module subclasses it as
+class RotatedCycles:
+    """The cycles of a workload test, on one job and in order: in place, onto rotated GPUs by
+    index (`--device-map 0=1,1=2,...,n-1=0`; for two GPUs `0=1,1=0`), and rotated back by
+    UUID. A test module subclasses it as
     Test<Name> and sets NAME (the job's name in logs), PARTS (workload_rank.py --parts) and,
     where needed, ENV (entries for the ranks' environment). A failed cycle fails the later
     ones at once (Workload.broken)."""
@@ -322,8 +342,8 @@ class SwappedCycles:
     def test_checkpoint_restore(self, job):
         job.run_cycle(1)
 
-    def test_restore_swapped_by_index(self, job):
-        job.run_cycle(2, device_map="0=1,1=0", swapped=True)
+    def test_restore_rotated_by_index(self, job):
+        job.run_cycle(2, device_map=rotation_by_index(job.ranks))
 
-    def test_restore_swapped_back_by_uuid(self, job):
-        job.run_cycle(3, device_map=swap_map_by_uuid(job.cli_env), swapped=True)
+    def test_restore_rotated_back_by_uuid(self, job):
+        job.run_cycle(3, device_map=rotation_back_by_uuid(job.ranks, job.cli_env))
