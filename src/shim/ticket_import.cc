@@ -127,6 +127,27 @@ CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
   return CUDA_SUCCESS;
 }
 
+// The ticket's object imported into the driver from a fresh descriptor of its creator's
+// (FetchDescriptor), the descriptor closed at once: the raw descriptor never stays in this
+// process's table (DESIGN.md, "Tickets"). `what` names the object in the log ("allocation",
+// "multicast object"); `*size` gets its size in bytes.
+CUresult ImportFromCreator(const Ticket& ticket, const char* what,
+                           CUmemGenericAllocationHandle* real, uint64_t* size) {
+  int raw_fd = -1;
+  CUresult rc = FetchDescriptor(ticket, &raw_fd, size);
+  if (rc != CUDA_SUCCESS) return rc;
+  auto import = driver().cuMemImportFromShareableHandle;
+  rc = import != nullptr ? import(real, reinterpret_cast<void*>(static_cast<intptr_t>(raw_fd)),
+                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                         : CUDA_ERROR_NOT_INITIALIZED;
+  close(raw_fd);
+  if (rc != CUDA_SUCCESS) {
+    CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: CUresult %d",
+                     DescribeObject(ticket.id, what).c_str(), static_cast<int>(rc));
+  }
+  return rc;
+}
+
 // Multicast half of ImportShareable: one real handle per object per process (aliases), else a
 // fresh descriptor from the creator, imported and closed at once.
 CUresult ImportMulticastTicket(CUmemGenericAllocationHandle* handle, const Ticket& ticket) {
@@ -141,21 +162,10 @@ CUresult ImportMulticastTicket(CUmemGenericAllocationHandle* handle, const Ticke
     *handle = *alias;
     return CUDA_SUCCESS;
   }
-  int raw_fd = -1;
-  uint64_t size = 0;
-  CUresult rc = FetchDescriptor(ticket, &raw_fd, &size);
-  if (rc != CUDA_SUCCESS) return rc;
-  auto import = driver().cuMemImportFromShareableHandle;
   CUmemGenericAllocationHandle real = 0;
-  rc = import != nullptr ? import(&real, reinterpret_cast<void*>(static_cast<intptr_t>(raw_fd)),
-                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-                         : CUDA_ERROR_NOT_INITIALIZED;
-  close(raw_fd);
-  if (rc != CUDA_SUCCESS) {
-    CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: CUresult %d",
-                     DescribeObject(ticket.id, "multicast object").c_str(), static_cast<int>(rc));
-    return rc;
-  }
+  uint64_t size = 0;
+  const CUresult rc = ImportFromCreator(ticket, "multicast object", &real, &size);
+  if (rc != CUDA_SUCCESS) return rc;
   if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
   const MulticastProperties prop{ticket.multicast.num_devices, ticket.multicast.size,
                                  ticket.multicast.handle_types, ticket.multicast.flags};
@@ -220,22 +230,10 @@ CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {
     *handle = *alias;
     return CUDA_SUCCESS;
   }
-  int raw_fd = -1;
-  uint64_t size = 0;
-  CUresult rc = FetchDescriptor(ticket, &raw_fd, &size);
-  if (rc != CUDA_SUCCESS) return rc;
-  auto import = driver().cuMemImportFromShareableHandle;
   CUmemGenericAllocationHandle real = 0;
-  rc = import != nullptr ? import(&real, reinterpret_cast<void*>(static_cast<intptr_t>(raw_fd)),
-                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-                         : CUDA_ERROR_NOT_INITIALIZED;
-  // The raw descriptor never stays in this process's table (DESIGN.md, "Tickets").
-  close(raw_fd);
-  if (rc != CUDA_SUCCESS) {
-    CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: CUresult %d",
-                     DescribeObject(ticket.id).c_str(), static_cast<int>(rc));
-    return rc;
-  }
+  uint64_t size = 0;
+  const CUresult rc = ImportFromCreator(ticket, "allocation", &real, &size);
+  if (rc != CUDA_SUCCESS) return rc;
   CUmemAllocationProp prop{};
   if (auto get_prop = driver().cuMemGetAllocationPropertiesFromHandle) get_prop(&prop, real);
   bool duplicate = false;
