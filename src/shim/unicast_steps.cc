@@ -181,14 +181,8 @@ Status UnicastSteps::MapAll(const Held& held, CUmemGenericAllocationHandle real)
                                 Range(m.address, m.size));
     }
     if (m.access_count == 0) continue;
-    // CUmemAccessDesc is not the wire's AccessRecord (SPEC-REFERENCE K.3 #17): field by field.
-    CUmemAccessDesc access[proto::kMaxAccess] = {};
-    for (uint32_t i = 0; i < m.access_count; ++i) {
-      access[i].location.type = static_cast<CUmemLocationType>(m.access[i].location_type);
-      access[i].location.id = m.access[i].location_id;  // ordinals survive a restore (F7)
-      access[i].flags = static_cast<CUmemAccess_flags>(m.access[i].flags);
-    }
-    if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access, m.access_count);
+    const auto access = AccessDescs(m);
+    if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
         r != CUDA_SUCCESS) {
       return DriverError(r, "re-applying access to " + Range(m.address, m.size) + " of " +
                                 DescribeObject(held.id));
