@@ -97,6 +97,50 @@ def exact(name, rank, got, want):
     rank.check(name, ok, detail)
 
 
+def offsets(rank, step, per_round, salt):
+    """This rank's constant for the round (step * (rank + 1) + per_round * round + salt) and
+    its sum over all ranks: each part adds it to its base values, so every rank knows the
+    exact all-reduce result."""
+    mine = float(step * (rank.rank + 1) + per_round * rank.round + salt)
+    total = float(sum(step * (q + 1) for q in range(rank.world)) + rank.world * (per_round * rank.round + salt))
+    return mine, total
+
+
+def capture_graph(dev, collective, warmups, settle):
+    """Runs `collective` `warmups` times on a side stream, then captures it in a CUDA graph, as
+    the PyTorch CUDA graph documentation asks for collectives; `settle` runs before and after
+    each step (a device synchronize, or that and a barrier). thread_local capture: NCCL's and
+    PyTorch's helper threads keep making CUDA calls meanwhile."""
+    side = torch.cuda.Stream(device=dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            collective()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    settle()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        collective()
+    settle()
+    return graph
+
+
+def symmetric_memory(group, *ops):
+    """torch's symmetric-memory module, enabled for `group` (older releases need that before
+    rendezvous; newer ones have no such call), and the torch.ops.symm_mem ops named. A missing
+    API fails with a message that names it."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+        found = [getattr(torch.ops.symm_mem, op) for op in ops]
+    except (ImportError, AttributeError, RuntimeError) as e:
+        raise RuntimeError(f"torch {torch.__version__}: a symmetric-memory API this workload "
+                           f"uses is missing: {type(e).__name__}: {e}") from e
+    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if enable is not None:
+        enable(group)
+    return symm_mem, found
+
+
 class NcclPart:
     """Eager all_reduce of a large buffer and an all_reduce captured in a CUDA graph."""
 
@@ -116,25 +160,9 @@ class NcclPart:
         self.big.fill_(1.0)
         dist.all_reduce(self.big)
         torch.cuda.synchronize(dev)
-        side = torch.cuda.Stream(device=dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                dist.all_reduce(self.static)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        torch.cuda.synchronize(dev)
-        self.graph = torch.cuda.CUDAGraph()
-        # thread_local: NCCL's and PyTorch's helper threads keep making CUDA calls meanwhile.
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            dist.all_reduce(self.static)
-        torch.cuda.synchronize(dev)
+        self.graph = capture_graph(dev, lambda: dist.all_reduce(self.static), 3,
+                                   lambda: torch.cuda.synchronize(dev))
         rank.say(f"nccl: eager buffer {n * 4 // MIB} MiB, graph buffer {g * 4 // MIB} MiB captured")
-
-    def offsets(self, salt):
-        """Per-rank constant added this round and the sum over ranks of it."""
-        mine = float(16 * (self.r.rank + 1) + 7 * self.r.round + salt)
-        total = float(sum(16 * (q + 1) for q in range(self.r.world)) + self.r.world * (7 * self.r.round + salt))
-        return mine, total
 
     def run_round(self):
         r = self.r
@@ -142,14 +170,14 @@ class NcclPart:
             exact("nccl_eager_kept", r, self.big, self.big_want)
             exact("nccl_graph_kept", r, self.static, self.static_want)
         r.sync()
-        mine, total = self.offsets(0)
+        mine, total = offsets(r, 16, 7, 0)
         torch.add(self.base, mine, out=self.big)
         dist.all_reduce(self.big)
         self.big_want = self.base * r.world + total
         torch.cuda.synchronize(r.device)
         exact("nccl_eager_allreduce", r, self.big, self.big_want)
         r.sync()
-        mine, total = self.offsets(5)
+        mine, total = offsets(r, 16, 7, 5)
         self.static.copy_(self.gbase + mine)  # fresh input into the graph's static buffer
         self.graph.replay()
         self.static_want = self.gbase * r.world + total
@@ -162,20 +190,11 @@ class SymmPart:
 
     def __init__(self, rank):
         self.r = rank
-        try:
-            import torch.distributed._symmetric_memory as symm_mem
-            self.one_shot = torch.ops.symm_mem.one_shot_all_reduce
-            self.one_shot_out = torch.ops.symm_mem.one_shot_all_reduce_out
-        except (ImportError, AttributeError, RuntimeError) as e:
-            raise RuntimeError(f"torch {torch.__version__}: a symmetric-memory API this workload "
-                               f"uses is missing: {type(e).__name__}: {e}") from e
         dev = rank.device
         n = rank.args.symm_numel
         self.group = dist.group.WORLD.group_name
-        # Needed before rendezvous by older releases; a no-op (or absent) in newer ones.
-        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-        if enable is not None:
-            enable(self.group)
+        symm_mem, (self.one_shot, self.one_shot_out) = symmetric_memory(
+            self.group, "one_shot_all_reduce", "one_shot_all_reduce_out")
         self.inp = symm_mem.empty(n, dtype=torch.float32, device=dev)
         self.handle = symm_mem.rendezvous(self.inp, group=self.group)
         self.out = torch.zeros(n, dtype=torch.float32, device=dev)
@@ -189,27 +208,16 @@ class SymmPart:
         rank.say(f"symm: {n} float32 elements, group {self.group}, rendezvous handle "
                  f"{type(self.handle).__name__}, backend {backend}, "
                  f"multicast ptr {getattr(self.handle, 'multicast_ptr', '?')}")
-        # Warm-up on a side stream, then capture.
         self.inp.fill_(float(rank.rank + 1))
         rank.sync()
-        side = torch.cuda.Stream(device=dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.one_shot_out(self.inp, "sum", self.group, self.out)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        rank.sync()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            self.one_shot_out(self.inp, "sum", self.group, self.out)
-        rank.sync()
+        self.graph = capture_graph(dev, lambda: self.one_shot_out(self.inp, "sum", self.group, self.out),
+                                   2, rank.sync)
 
     def fill(self, salt):
         """Writes this rank's fresh input; returns the exact sum over ranks."""
-        r = self.r
-        self.inp.copy_(self.base + float(3 * (r.rank + 1) + 11 * r.round + salt))
-        total = float(sum(3 * (q + 1) for q in range(r.world)) + r.world * (11 * r.round + salt))
-        return self.base * r.world + total
+        mine, total = offsets(self.r, 3, 11, salt)
+        self.inp.copy_(self.base + mine)
+        return self.base * self.r.world + total
 
     def run_round(self):
         r = self.r
@@ -241,18 +249,10 @@ class SymmMulticastPart:
         if os.environ.get("CUSNAP_ALLOW_MULTICAST") != "1":
             # Belt and braces: rendezvous with multicast calls cuMulticastCreate (DRIVER-FACTS F9).
             raise RuntimeError("--parts symm_mc needs CUSNAP_ALLOW_MULTICAST=1 (DRIVER-FACTS F9)")
-        try:
-            import torch.distributed._symmetric_memory as symm_mem
-            self.multimem = torch.ops.symm_mem.multimem_all_reduce_
-        except (ImportError, AttributeError, RuntimeError) as e:
-            raise RuntimeError(f"torch {torch.__version__}: a symmetric-memory API this workload "
-                               f"uses is missing: {type(e).__name__}: {e}") from e
         dev = rank.device
         n = rank.args.symm_numel
         self.group = dist.group.WORLD.group_name
-        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-        if enable is not None:
-            enable(self.group)
+        symm_mem, (self.multimem,) = symmetric_memory(self.group, "multimem_all_reduce_")
         self.eager_buf = symm_mem.empty(n, dtype=torch.float32, device=dev)
         self.graph_buf = symm_mem.empty(n, dtype=torch.float32, device=dev)
         handles = [symm_mem.rendezvous(t, group=self.group) for t in (self.eager_buf, self.graph_buf)]
@@ -267,27 +267,16 @@ class SymmMulticastPart:
         self.graph_want = None
         rank.say(f"symm_mc: 2 x {n} float32 elements, group {self.group}, multicast ptrs "
                  + ", ".join(f"0x{p:x}" for p in ptrs))
-        # Warm-up on a side stream, then capture (as SymmPart).
         self.graph_buf.fill_(float(rank.rank + 1))
         rank.sync()
-        side = torch.cuda.Stream(device=dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.multimem(self.graph_buf, "sum", self.group)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        rank.sync()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            self.multimem(self.graph_buf, "sum", self.group)
-        rank.sync()
+        self.graph = capture_graph(dev, lambda: self.multimem(self.graph_buf, "sum", self.group), 2,
+                                   rank.sync)
 
     def fill(self, buf, salt):
         """Writes this rank's fresh input into buf; returns the exact sum over ranks."""
-        r = self.r
-        buf.copy_(self.base + float(5 * (r.rank + 1) + 13 * r.round + salt))
-        total = float(sum(5 * (q + 1) for q in range(r.world)) + r.world * (13 * r.round + salt))
-        return self.base * r.world + total
+        mine, total = offsets(self.r, 5, 13, salt)
+        buf.copy_(self.base + mine)
+        return self.base * self.r.world + total
 
     def run_round(self):
         r = self.r
