@@ -23,7 +23,7 @@
 #include <map>
 #include <string>
 
-#include "shim/cuda_abi.h"
+#include "shim/intercept/cuda_abi.h"
 
 #ifdef CUSNAP_HAVE_BENCHMARK
 #include <benchmark/benchmark.h>

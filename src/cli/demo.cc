@@ -14,8 +14,8 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "cli/demo_job.h"
-#include "cli/demo_memory.h"
+#include "demo/demo_job.h"
+#include "demo/demo_memory.h"
 #include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "common/endpoint_client.h"

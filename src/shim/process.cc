@@ -7,8 +7,8 @@
 
 #include "common/endpoint_client.h"
 #include "common/log.h"
-#include "shim/driver_api.h"
-#include "shim/endpoint.h"
+#include "shim/intercept/driver_api.h"
+#include "shim/endpoint/endpoint.h"
 
 namespace cusnap::shim {
 namespace {

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "shim/export_cache.h"
-#include "shim/sharing_table.h"
+#include "shim/tables/export_cache.h"
+#include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {
 

@@ -32,7 +32,7 @@
 #include "gpu/gpu_peer.h"
 #include "gpu/gpu_region.h"
 #include "gpu/gpu_vmm.h"
-#include "shim/handles.h"
+#include "shim/tables/handles.h"
 
 namespace {
 

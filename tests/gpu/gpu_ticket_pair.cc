@@ -26,7 +26,7 @@
 #include "gpu/gpu_pattern.h"
 #include "gpu/gpu_peer.h"
 #include "gpu/gpu_vmm.h"
-#include "shim/handles.h"
+#include "shim/tables/handles.h"
 
 namespace {
 

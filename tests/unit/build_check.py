@@ -2,7 +2,7 @@
 """Build check of libcusnap.so (DESIGN.md "Shim"; issue 2, item 4).
 
 Asserts, on the built library:
-  1. its exported dynamic symbols are exactly the rows of src/shim/entry_points.def (parsed
+  1. its exported dynamic symbols are exactly the rows of src/shim/intercept/entry_points.def (parsed
      here, independently of the version script generated from the same file) plus `dlsym`
      and `cusnap_build_info`;
   2. no NEEDED libcuda, libcudart, libstdc++ or libgcc_s (sanitizer runtimes only when

@@ -41,9 +41,9 @@ const shim::DriverApi& SimDriver() {
   static const shim::DriverApi api = [] {
     shim::DriverApi a{};
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) Load(a.symbol, #symbol);
-#include "shim/entry_points.def"
+#include "shim/intercept/entry_points.def"
 #define CUSNAP_DRIVER_CALL(symbol, api_name, since, params) Load(a.symbol, #symbol);
-#include "shim/driver_calls.def"
+#include "shim/intercept/driver_calls.def"
     auto init = reinterpret_cast<CUresult (*)(unsigned)>(SimSymbol("cuInit"));
     if (init == nullptr || init(0) != CUDA_SUCCESS) {
       std::fprintf(stderr, "cuInit of the simulated driver failed\n");

@@ -1,8 +1,8 @@
-// The host carrier (src/shim/carrier.h) on the simulated driver, in the test process: bytes
+// The host carrier (src/shim/carrier/carrier.h) on the simulated driver, in the test process: bytes
 // of device and HOST_NUMA allocations on two devices go to the arena and back into fresh
 // allocations at the same VAs; the arena is reused and only grows; it is registered with the
 // driver only while bytes move; eager mode provides it in the background.
-#include "shim/carrier.h"
+#include "shim/carrier/carrier.h"
 
 #include <gtest/gtest.h>
 

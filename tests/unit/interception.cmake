@@ -25,7 +25,7 @@ add_dependencies(interception_test interception_probe interception_interposer cu
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 set(_cusnap_build_check_args
   --library=$<TARGET_FILE:cusnap_shim>
-  --table=${CMAKE_SOURCE_DIR}/src/shim/entry_points.def
+  --table=${CMAKE_SOURCE_DIR}/src/shim/intercept/entry_points.def
   "--link-options=$<JOIN:$<TARGET_PROPERTY:cusnap_shim,LINK_OPTIONS>, >")
 if(CUSNAP_SANITIZE)
   list(APPEND _cusnap_build_check_args --sanitize)

@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "shim/cuda_abi.h"
+#include "shim/intercept/cuda_abi.h"
 
 // The table's exported names, linked directly (libcuda.so.1 and libcudart.so.13 of the
 // simulated driver, or the shim's wrappers when it is preloaded).
@@ -39,7 +39,7 @@
 extern "C" {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) CUresult symbol params;
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) cudaError_t symbol params;
-#include "shim/entry_points.def"
+#include "shim/intercept/entry_points.def"
 }
 
 namespace {
@@ -57,7 +57,7 @@ const std::vector<Row>& rows() {
   {#symbol, api_name, false, reinterpret_cast<void*>(&::symbol)},
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, true, reinterpret_cast<void*>(&::symbol)},
-#include "shim/entry_points.def"
+#include "shim/intercept/entry_points.def"
   };
   return kRows;
 }

@@ -36,7 +36,7 @@ struct TableRow {
 const std::vector<TableRow> kTable = {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) {#symbol, api_name, false},
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) {#symbol, api_name, true},
-#include "shim/entry_points.def"
+#include "shim/intercept/entry_points.def"
 };
 
 bool is_table_symbol(const std::string& name) {

@@ -6,8 +6,8 @@ cusnap_add_gtest(lifecycle_state_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_gate_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_state_test.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/quiesce.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lifecycle.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/quiesce.cc
   LIBS cusnap_common pthread
   LABELS unit)
 
@@ -16,7 +16,7 @@ cusnap_add_gtest(carrier_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/carrier_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/carrier_sim_driver.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/carrier.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier.cc
   LIBS cusnap_common dl pthread
   LABELS unit)
 add_dependencies(carrier_test simcuda_driver)

@@ -1,8 +1,8 @@
-// The quiesce gate (src/shim/quiesce.h): application calls to tracked entry points wait
+// The quiesce gate (src/shim/lifecycle/quiesce.h): application calls to tracked entry points wait
 // while the shim is quiesced, proceed when it opens, fail after a bound; Close waits for
 // calls in flight. Threads hand over through the gate's own counters (waiting(),
 // in_flight(), closed()), never through sleeps.
-#include "shim/quiesce.h"
+#include "shim/lifecycle/quiesce.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// The lifecycle's phase machine (src/shim/lifecycle.h) over scripted steps: the whole
+// The lifecycle's phase machine (src/shim/lifecycle/lifecycle.h) over scripted steps: the whole
 // cycle in order, refusals out of order that change nothing, failures that are sticky only
 // inside destructive work, and the quiesce gate following the phases.
-#include "shim/lifecycle.h"
+#include "shim/lifecycle/lifecycle.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The lifecycle's rules for multicast detach (src/shim/lifecycle.h): a DETACH_MULTICAST that
+// The lifecycle's rules for multicast detach (src/shim/lifecycle/lifecycle.h): a DETACH_MULTICAST that
 // failed without destroying anything (it undid its own work) leaves the shim QUIESCED and
 // resumable; one that failed after a multicast object was released leaves it FAILED; and a
 // checkpoint whose detach took a team apart can no longer resume, even after a failed SAVE.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/socket.h"
-#include "shim/lifecycle.h"
+#include "shim/lifecycle/lifecycle.h"
 
 namespace cusnap::shim {
 namespace {

@@ -1,8 +1,8 @@
-// The multicast table (src/shim/multicast_table.h) on its own: logical handles that carry the
+// The multicast table (src/shim/tables/multicast_table.h) on its own: logical handles that carry the
 // multicast bit, references and drops as the driver keeps objects (alive while a handle or a
 // mapping is), devices, bindings and the extent the driver accepted, mappings by range with
 // access merged per location, retain inside a mapping, and the INSPECT records.
-#include "shim/multicast_table.h"
+#include "shim/tables/multicast_table.h"
 
 #include <gtest/gtest.h>
 

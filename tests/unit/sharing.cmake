@@ -6,9 +6,9 @@ cusnap_add_gtest(sharing_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/sharing_table_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sharing_ticket_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sharing_socket_test.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/sharing_table.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/untracked_imports.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/handles.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/export_cache.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/sharing_table.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/untracked_imports.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/handles.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/export_cache.cc
   LIBS cusnap_common cusnap_cuda_headers pthread
   LABELS unit sharing)

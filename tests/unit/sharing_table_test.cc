@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "shim/export_cache.h"
-#include "shim/sharing_table.h"
+#include "shim/tables/export_cache.h"
+#include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {
 namespace {

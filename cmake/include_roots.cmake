@@ -1,0 +1,23 @@
+# Include roots, one per target (DESIGN.md, "Parts": dependencies run one way). Sources
+# include with the folder as prefix ("common/log.h", "shim/tables/sharing_table.h"), and a
+# target's root holds only the folders it may depend on: the shim's root has common/ and
+# shim/, never coordinator/ or cli/, so a shim file that includes a coordinator header does
+# not build (tests/unit/include_roots.cmake proves it). Each root is a folder of links in
+# the build tree, made at configure time.
+
+# cusnap_include_root(<name> <folder under src>...): makes <build>/include_roots/<name>
+# with a link per folder and sets CUSNAP_INCLUDE_ROOT_<name> to its path.
+function(cusnap_include_root name)
+  set(root ${CMAKE_BINARY_DIR}/include_roots/${name})
+  file(MAKE_DIRECTORY ${root})
+  foreach(folder IN LISTS ARGN)
+    file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/${folder} ${root}/${folder} SYMBOLIC)
+  endforeach()
+  set(CUSNAP_INCLUDE_ROOT_${name} ${root} PARENT_SCOPE)
+endfunction()
+
+cusnap_include_root(common common)
+cusnap_include_root(shim common shim)
+cusnap_include_root(coordinator common coordinator)
+cusnap_include_root(demo common demo coordinator)
+cusnap_include_root(cli common coordinator demo cli)

@@ -1,0 +1,248 @@
+#include "shim/hooks/ticket_import.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+
+#include "common/endpoint_client.h"
+#include "common/ids.h"
+#include "common/log.h"
+#include "common/socket.h"
+#include "common/ticket.h"
+#include "shim/intercept/driver_api.h"
+#include "shim/tables/handles.h"
+#include "shim/tables/multicast_table.h"
+#include "shim/hooks/multicast_vmm.h"
+#include "shim/process.h"
+
+namespace cusnap::shim {
+namespace {
+
+// Bound on the whole round trip to a creator's endpoint (connect, request, reply).
+constexpr int kExportRequestTimeoutMs = 30'000;
+
+CUcontext CurrentContext() {
+  CUcontext context = nullptr;
+  if (auto get = driver().cuCtxGetCurrent) get(&context);
+  return context;
+}
+
+void ReleaseReal(CUmemGenericAllocationHandle real) {
+  if (auto release = driver().cuMemRelease) release(real);
+}
+
+// Imports a descriptor that is not a ticket: raw handle back, recorded as untracked.
+CUresult ImportUntracked(CUmemGenericAllocationHandle* handle, int fd) {
+  auto import = driver().cuMemImportFromShareableHandle;
+  if (import == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUmemGenericAllocationHandle real = 0;
+  const CUresult rc = import(&real, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
+  RecordUntrackedImport(real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  CUSNAP_LOG_WARN("descriptor %d is not a cusnap ticket: imported untracked as handle 0x%llx "
+                  "(checkpoint refuses this process until it is released)",
+                  fd, static_cast<unsigned long long>(real));
+  *handle = real;
+  return CUDA_SUCCESS;
+}
+
+// A fresh raw descriptor for `ticket` from its creator's endpoint (`*size` gets the
+// allocation's size in bytes).
+CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
+  const ProcessIdentity self = SelfIdentity();
+  const proto::ObjectId& id = ticket.id;
+  if (id.creator_pid == self.pid) {
+    // Self-import of an allocation this process no longer holds (it would have aliased):
+    // the cache has nothing either, but ask it rather than our own socket.
+    if (id.creator_start != self.start_time) {
+      CUSNAP_LOG_ERROR("ticket names %s, an earlier process with this pid (this one started "
+                       "at %llu)", DescribeObject(id).c_str(),
+                       static_cast<unsigned long long>(self.start_time));
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *raw_fd = export_cache().Dup(ticket.kind, id.local_id, size);
+    if (*raw_fd < 0) {
+      CUSNAP_LOG_ERROR("ticket names %s, which this process released", DescribeObject(id).c_str());
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
+    return CUDA_SUCCESS;
+  }
+  const uint64_t now_start = ProcessStartTime(id.creator_pid);
+  if (now_start != id.creator_start) {
+    CUSNAP_LOG_ERROR("ticket names %s, but that process is gone (%s)", DescribeObject(id).c_str(),
+                     now_start == 0 ? "no such process"
+                                    : "its pid now belongs to a process started later");
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  Result<Reply> reply =
+      RequestExport(id, static_cast<uint32_t>(ticket.kind), kExportRequestTimeoutMs);
+  if (!reply.ok()) {
+    CUSNAP_LOG_ERROR("import: %s", reply.error().message.c_str());
+    // The creator refusing the allocation is a dead handle; anything else is the socket.
+    return reply.error().code == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_HANDLE
+                                                           : CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  *raw_fd = reply->fd;
+  *size = reply->header.arg[4];
+  return CUDA_SUCCESS;
+}
+
+// Multicast half of ExportTicket: the creator exports the object's real descriptor once into
+// the export cache; the ticket carries the requested properties (ticket.h).
+CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
+  std::optional<MulticastPinned> pin = multicast_table().Pin(handle);
+  if (!pin) return CUDA_ERROR_INVALID_HANDLE;
+  struct Unpin {
+    MulticastKey key;
+    ~Unpin() {
+      if (auto dropped = multicast_table().Unpin(key)) ReleaseMulticastDropped(*dropped);
+    }
+  } unpin{pin->key};
+  if (!pin->has_real) return CUDA_ERROR_NOT_READY;
+  if (pin->creator && !export_cache().Contains(TicketKind::kMulticast, pin->id.local_id)) {
+    auto export_real = driver().cuMemExportToShareableHandle;
+    if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    int raw_fd = -1;
+    const CUresult rc = export_real(&raw_fd, pin->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    export_cache().Put(TicketKind::kMulticast, pin->id.local_id, raw_fd, pin->prop.size);
+  }
+  Ticket ticket;
+  ticket.id = pin->id;
+  ticket.kind = TicketKind::kMulticast;
+  ticket.multicast = TicketMulticastProperties{pin->prop.size, pin->prop.handle_types,
+                                               pin->prop.flags, pin->prop.num_devices};
+  Result<int> fd = CreateTicket(ticket);
+  if (!fd.ok()) {
+    CUSNAP_LOG_ERROR("cannot make a ticket for %s: %s",
+                     DescribeObject(pin->id, "multicast object").c_str(), fd.error().message.c_str());
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  multicast_table().MarkShared(pin->key);
+  *fd_out = *fd;
+  return CUDA_SUCCESS;
+}
+
+// The ticket's object imported into the driver from a fresh descriptor of its creator's
+// (FetchDescriptor), the descriptor closed at once: the raw descriptor never stays in this
+// process's table (DESIGN.md, "Tickets"). `what` names the object in the log ("allocation",
+// "multicast object"); `*size` gets its size in bytes.
+CUresult ImportFromCreator(const Ticket& ticket, const char* what,
+                           CUmemGenericAllocationHandle* real, uint64_t* size) {
+  int raw_fd = -1;
+  CUresult rc = FetchDescriptor(ticket, &raw_fd, size);
+  if (rc != CUDA_SUCCESS) return rc;
+  auto import = driver().cuMemImportFromShareableHandle;
+  rc = import != nullptr ? import(real, reinterpret_cast<void*>(static_cast<intptr_t>(raw_fd)),
+                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                         : CUDA_ERROR_NOT_INITIALIZED;
+  close(raw_fd);
+  if (rc != CUDA_SUCCESS) {
+    CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: CUresult %d",
+                     DescribeObject(ticket.id, what).c_str(), static_cast<int>(rc));
+  }
+  return rc;
+}
+
+// Multicast half of ImportShareable: one real handle per object per process (aliases), else a
+// fresh descriptor from the creator, imported and closed at once.
+CUresult ImportMulticastTicket(CUmemGenericAllocationHandle* handle, const Ticket& ticket) {
+  if (ticket.multicast.size == 0 || ticket.multicast.num_devices == 0) {
+    CUSNAP_LOG_ERROR("ticket names %s with size %llu and %u devices (both must be nonzero)",
+                     DescribeObject(ticket.id, "multicast object").c_str(),
+                     static_cast<unsigned long long>(ticket.multicast.size),
+                     ticket.multicast.num_devices);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (std::optional<uint64_t> alias = multicast_table().AliasById(ticket.id)) {
+    *handle = *alias;
+    return CUDA_SUCCESS;
+  }
+  CUmemGenericAllocationHandle real = 0;
+  uint64_t size = 0;
+  const CUresult rc = ImportFromCreator(ticket, "multicast object", &real, &size);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
+  const MulticastProperties prop{ticket.multicast.num_devices, ticket.multicast.size,
+                                 ticket.multicast.handle_types, ticket.multicast.flags};
+  bool duplicate = false;
+  const uint64_t logical =
+      multicast_table().AddImported(ticket.id, real, prop, CurrentContext(), &duplicate);
+  if (duplicate || logical == 0) ReleaseReal(real);
+  if (logical == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *handle = logical;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult ExportTicket(uint64_t handle, int* fd_out) {
+  if (IsMulticastHandle(handle)) return ExportMulticastTicket(handle, fd_out);
+  PinScope pin(handle);
+  if (!pin) return CUDA_ERROR_INVALID_HANDLE;
+  if (!pin->has_real) return CUDA_ERROR_NOT_READY;
+  if (pin->creator && !export_cache().Contains(TicketKind::kUnicast, pin->id.local_id)) {
+    auto export_real = driver().cuMemExportToShareableHandle;
+    if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    int raw_fd = -1;
+    const CUresult rc = export_real(&raw_fd, pin->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    export_cache().Put(TicketKind::kUnicast, pin->id.local_id, raw_fd, pin->size);
+  }
+  Ticket ticket;
+  ticket.id = pin->id;  // an importer's ticket names the original creator
+  ticket.kind = TicketKind::kUnicast;
+  Result<int> fd = CreateTicket(ticket);
+  if (!fd.ok()) {
+    CUSNAP_LOG_ERROR("cannot make a ticket for %s: %s", DescribeObject(pin->id).c_str(),
+                     fd.error().message.c_str());
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  table().MarkShared(pin->key, CurrentContext());
+  *fd_out = *fd;
+  return CUDA_SUCCESS;
+}
+
+void RecordUntrackedImport(CUmemGenericAllocationHandle real, CUmemAllocationHandleType type) {
+  CUmemAllocationProp prop{};
+  auto get_prop = driver().cuMemGetAllocationPropertiesFromHandle;
+  const bool known = get_prop != nullptr && get_prop(&prop, real) == CUDA_SUCCESS;
+  table().CountUntrackedImport(real, known ? &prop : nullptr, type);
+}
+
+CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {
+  Result<std::optional<Ticket>> read = ReadTicket(fd);
+  if (!read.ok()) {
+    CUSNAP_LOG_ERROR("descriptor %d: %s", fd, read.error().message.c_str());
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (!read->has_value()) return ImportUntracked(handle, fd);
+  const Ticket ticket = **read;
+  EnsureEndpoint();
+  if (ticket.kind == TicketKind::kMulticast) return ImportMulticastTicket(handle, ticket);
+  // One real handle per allocation per process: a repeated import (or an import of our own
+  // ticket) aliases what the table holds, with no round trip.
+  if (std::optional<uint64_t> alias = table().AliasById(ticket.id)) {
+    *handle = *alias;
+    return CUDA_SUCCESS;
+  }
+  CUmemGenericAllocationHandle real = 0;
+  uint64_t size = 0;
+  const CUresult rc = ImportFromCreator(ticket, "allocation", &real, &size);
+  if (rc != CUDA_SUCCESS) return rc;
+  CUmemAllocationProp prop{};
+  if (auto get_prop = driver().cuMemGetAllocationPropertiesFromHandle) get_prop(&prop, real);
+  bool duplicate = false;
+  const uint64_t logical = table().AddImported(ticket.id, real, size, prop, CurrentContext(),
+                                               &duplicate);
+  if (duplicate || logical == 0) ReleaseReal(real);
+  if (logical == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *handle = logical;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cusnap::shim

@@ -1,0 +1,39 @@
+// The two halves of sharing a tracked allocation (DESIGN.md, "Tickets"):
+// cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR) on a logical handle returns a ticket,
+// and cuMemImportFromShareableHandle of a ticket asks the creator's endpoint for a fresh raw
+// descriptor, imports it and closes it at once. Hooks in vmm.cc call these after their
+// argument checks. Descriptors that are not tickets are imported as they are and recorded as
+// untracked imports here.
+#pragma once
+
+#include <cstdint>
+
+#include "shim/intercept/cuda_abi.h"
+
+namespace cusnap::shim {
+
+/// Exports tracked logical handle `handle` (an allocation's or, through the multicast table,
+/// a multicast object's) as a ticket written to `*fd_out`. The creator
+/// exports the real POSIX descriptor once, into the export cache, on the first call; an
+/// importer's ticket names the original creator. Returns CUDA_ERROR_INVALID_HANDLE for an
+/// unknown logical handle, CUDA_ERROR_NOT_READY when the allocation has no real handle now
+/// (lifecycle in progress), the driver's error when its export fails, and
+/// CUDA_ERROR_OPERATING_SYSTEM when no ticket memfd could be made.
+CUresult ExportTicket(uint64_t handle, int* fd_out);
+
+/// Imports POSIX descriptor `fd`. A ticket yields a logical handle (aliasing an allocation
+/// this process already holds); anything else is imported as it is, returned raw and
+/// counted as an untracked import. The application's `fd` is never closed. Errors:
+/// CUDA_ERROR_INVALID_HANDLE for a malformed ticket, a creator that is gone (its pid now
+/// names another process) or an allocation it no longer exports; CUDA_ERROR_OPERATING_SYSTEM
+/// when the creator's endpoint cannot be reached; the driver's error when its import fails.
+/// A multicast ticket yields a multicast logical handle (multicast_table.h).
+CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd);
+
+/// Records `real`, just returned by the driver's import of a shareable handle of type `type`
+/// that is not a ticket, as an untracked import (untracked_imports.h), with the properties
+/// the driver reports for it now (cuMemGetAllocationPropertiesFromHandle: its location names
+/// it in the checkpoint's refusal). Every non-ticket import goes through here.
+void RecordUntrackedImport(CUmemGenericAllocationHandle real, CUmemAllocationHandleType type);
+
+}  // namespace cusnap::shim

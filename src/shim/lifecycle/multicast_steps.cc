@@ -1,0 +1,306 @@
+// Multicast lifecycle work (multicast_steps.h).
+#include "shim/lifecycle/multicast_steps.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "common/endpoint_client.h"
+#include "common/ids.h"
+#include "common/log.h"
+#include "common/ticket.h"
+#include "shim/lifecycle/context_scope.h"
+#include "shim/lifecycle/lifecycle_common.h"
+
+namespace cusnap::shim {
+namespace {
+
+// How long a member waits for the creator's kExport reply (ms).
+constexpr int kExportTimeoutMs = 10'000;
+
+// Short, as the coordinator names objects: a reply's text holds 184 bytes (protocol.h).
+std::string Name(const proto::ObjectId& id) {
+  return "multicast object " + std::to_string(id.local_id) + " of pid " + std::to_string(id.creator_pid);
+}
+
+std::string Range(CUdeviceptr address, uint64_t size) {
+  char text[64];
+  snprintf(text, sizeof text, "[0x%llx, +%llu)", static_cast<unsigned long long>(address),
+           static_cast<unsigned long long>(size));
+  return text;
+}
+
+// "cuMulticastBindMem_v2 of device 1 at offset 0": the call that (re)makes binding `b`.
+std::string BindCall(const MulticastBinding& b) {
+  return std::string(b.kind == BindKind::kMem ? "cuMulticastBindMem" : "cuMulticastBindAddr") +
+         (b.api == 2 ? "_v2" : "") + " of device " + std::to_string(b.device) + " at offset " +
+         std::to_string(b.mc_offset);
+}
+
+// "pid P: <call> failed with CUresult N for <object>": the call first, so that the step's
+// name (added by the lifecycle and the coordinator), the CUresult and the object all fit in
+// a reply's text.
+Error StepError(CUresult result, const std::string& call, const proto::ObjectId& object) {
+  return Error{static_cast<int>(result), ThisProcess() + ": " + call + " failed with CUresult " +
+                                             std::to_string(static_cast<int>(result)) + " for " +
+                                             Name(object)};
+}
+
+// Enters `context` when one was recorded (the VMM and multicast calls need none; a v1
+// BindAddr binds for the current context's device).
+struct OptionalContext {
+  std::optional<ContextScope> scope;
+  OptionalContext(const DriverApi& api, CUcontext context) {
+    if (context != nullptr) scope.emplace(api, context);
+  }
+  CUresult status() const { return scope ? scope->status() : CUDA_SUCCESS; }
+};
+
+}  // namespace
+
+Result<int> FetchMulticastFromCreator(const proto::ObjectId& id) {
+  Result<Reply> reply =
+      RequestExport(id, static_cast<uint32_t>(TicketKind::kMulticast), kExportTimeoutMs);
+  if (!reply) {
+    return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + Name(id) +
+                                         " from its creator: " + reply.error().message};
+  }
+  return reply->fd;
+}
+
+MulticastSteps::MulticastSteps(const DriverApi& api, SharingTable& table,
+                               MulticastTable& multicast, ExportCache& cache,
+                               MulticastFetcher fetch)
+    : api_(api), table_(table), multicast_(multicast), cache_(cache), fetch_(fetch) {}
+
+const MulticastObjectInfo* MulticastSteps::Find(MulticastKey key) const {
+  for (const MulticastObjectInfo& o : held_) {
+    if (o.key == key) return &o;
+  }
+  return nullptr;
+}
+
+Status MulticastSteps::Unbind(const MulticastObjectInfo& object, const MulticastBinding& b) {
+  if (CUresult r = api_.cuMulticastUnbind(object.real, b.device, b.mc_offset, b.size);
+      r != CUDA_SUCCESS) {
+    return StepError(r, "cuMulticastUnbind of device " + std::to_string(b.device) + " at offset " +
+                            std::to_string(b.mc_offset), object.id);
+  }
+  return Ok{};
+}
+
+Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const MulticastBinding& b) {
+  const CUdevice device = b.device;  // ordinals survive a restore onto other GPUs (F7)
+  CUresult r = CUDA_SUCCESS;
+  if (b.kind == BindKind::kMem) {
+    CUmemGenericAllocationHandle member = b.untracked_member;
+    if (b.tracked_member) {
+      // The member's CURRENT real handle: reallocate/import gave it a fresh one.
+      std::optional<CUmemGenericAllocationHandle> current;
+      for (const AllocationInfo& a : table_.Allocations()) {
+        if (a.id == b.member && a.has_real) current = a.real;
+      }
+      if (!current) {
+        return Error{CUDA_ERROR_INVALID_HANDLE,
+                     ThisProcess() + ": " + BindCall(b) + ": its member " + DescribeObject(b.member) +
+                         " has no driver handle, for " + Name(object.id)};
+      }
+      member = *current;
+    }
+    r = b.api == 2 ? (api_.cuMulticastBindMem_v2 == nullptr
+                          ? CUDA_ERROR_NOT_SUPPORTED
+                          : api_.cuMulticastBindMem_v2(object.real, device, b.mc_offset, member,
+                                                       b.member_offset, b.size, b.flags))
+                   : api_.cuMulticastBindMem(object.real, b.mc_offset, member, b.member_offset,
+                                             b.size, b.flags);
+  } else if (b.api == 2) {
+    r = api_.cuMulticastBindAddr_v2 == nullptr
+            ? CUDA_ERROR_NOT_SUPPORTED
+            : api_.cuMulticastBindAddr_v2(object.real, device, b.mc_offset, b.address, b.size,
+                                          b.flags);
+  } else {
+    // v1 binds for the current context's device: the one current at the original bind.
+    OptionalContext scope(api_, b.context);
+    r = scope.status() != CUDA_SUCCESS
+            ? scope.status()
+            : api_.cuMulticastBindAddr(object.real, b.mc_offset, b.address, b.size, b.flags);
+  }
+  if (r != CUDA_SUCCESS) return StepError(r, BindCall(b), object.id);
+  return Ok{};
+}
+
+Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const MulticastMapping& m) {
+  if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, object.real, m.flags);
+      r != CUDA_SUCCESS) {
+    return StepError(r, "cuMemMap at " + Range(m.address, m.size), object.id);
+  }
+  if (m.access_count == 0) return Ok{};
+  const auto access = AccessDescs(m);
+  if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
+      r != CUDA_SUCCESS) {
+    return StepError(r, "cuMemSetAccess at " + Range(m.address, m.size), object.id);
+  }
+  return Ok{};
+}
+
+bool MulticastSteps::Undo(
+    const std::vector<const MulticastMapping*>& unmapped,
+    const std::vector<std::pair<const MulticastObjectInfo*, const MulticastBinding*>>& unbound) {
+  // The team's devices are all still added (every handle is still held), so binds return at
+  // once; mappings go back with their access.
+  bool ok = true;
+  for (auto it = unbound.rbegin(); it != unbound.rend(); ++it) {
+    if (Status s = BindOne(*it->first, *it->second); !s) {
+      CUSNAP_LOG_ERROR("undoing DETACH_MULTICAST: %s", s.error().message.c_str());
+      ok = false;
+    }
+  }
+  for (auto it = unmapped.rbegin(); it != unmapped.rend(); ++it) {
+    const MulticastObjectInfo* object = Find((*it)->key);
+    if (object == nullptr) continue;
+    if (Status s = MapOne(*object, **it); !s) {
+      CUSNAP_LOG_ERROR("undoing DETACH_MULTICAST: %s", s.error().message.c_str());
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+Status MulticastSteps::Detach() {
+  destroyed_ = false;
+  held_ = multicast_.Objects();
+  mappings_ = multicast_.Mappings();
+  // Checks first: nothing is touched when one fails.
+  for (const MulticastMapping& m : mappings_) {
+    if (m.access_unknown) {
+      return Error{CUDA_ERROR_INVALID_VALUE,
+                   ThisProcess() + ": the access of the multicast mapping " +
+                       Range(m.address, m.size) + " is unknown (a cuMemSetAccess on it failed); "
+                       "set it again before checkpointing"};
+    }
+  }
+  for (const MulticastObjectInfo& o : held_) {
+    if (!o.has_real) {
+      return Error{CUDA_ERROR_INVALID_HANDLE,
+                   ThisProcess() + ": " + Name(o.id) + " has no driver handle while ACTIVE"};
+    }
+  }
+  std::vector<const MulticastMapping*> unmapped;
+  std::vector<std::pair<const MulticastObjectInfo*, const MulticastBinding*>> unbound;
+  // Each failure before the first release puts back what was undone: the team stays intact.
+  const auto refuse = [&](const Error& error) -> Status {
+    if (Undo(unmapped, unbound)) return error;
+    destroyed_ = true;
+    return Error{error.code, error.message + "; putting the team back failed too"};
+  };
+  for (const MulticastMapping& m : mappings_) {
+    const MulticastObjectInfo* object = Find(m.key);
+    if (object == nullptr) continue;
+    OptionalContext scope(api_, object->context);
+    const CUresult r = scope.status() != CUDA_SUCCESS ? scope.status() : api_.cuMemUnmap(m.address, m.size);
+    if (r != CUDA_SUCCESS) {
+      return refuse(StepError(r, "cuMemUnmap at " + Range(m.address, m.size), object->id));
+    }
+    unmapped.push_back(&m);
+  }
+  for (const MulticastObjectInfo& o : held_) {
+    for (const MulticastBinding& b : o.bindings) {
+      if (Status s = Unbind(o, b); !s) return refuse(s.error());
+      unbound.emplace_back(&o, &b);
+    }
+  }
+  for (MulticastObjectInfo& o : held_) {
+    // The creator's cached descriptor keeps the object alive in the driver.
+    if (o.creator) cache_.Invalidate(TicketKind::kMulticast, o.id.local_id);
+    if (CUresult r = api_.cuMemRelease(o.real); r != CUDA_SUCCESS) {
+      Error error = StepError(r, "cuMemRelease", o.id);
+      if (!destroyed_) return refuse(error);
+      return error;
+    }
+    destroyed_ = true;
+    multicast_.SetRealHandle(o.key, std::nullopt);
+    o.has_real = false;
+  }
+  return Ok{};
+}
+
+Status MulticastSteps::Create() {
+  for (MulticastObjectInfo& o : held_) {
+    if (!o.creator) continue;
+    OptionalContext scope(api_, o.context);
+    const CUmulticastObjectProp prop = o.prop.ToDriver();
+    CUmemGenericAllocationHandle real = 0;
+    CUresult r = scope.status() != CUDA_SUCCESS ? scope.status() : api_.cuMulticastCreate(&real, &prop);
+    if (r != CUDA_SUCCESS) {
+      return StepError(r, "cuMulticastCreate", o.id);
+    }
+    multicast_.SetRealHandle(o.key, real);
+    o.real = real;
+    o.has_real = true;
+    if (!o.shared) continue;
+    // Members ask for it in the next phase, through the peer thread.
+    int fd = -1;
+    r = api_.cuMemExportToShareableHandle(&fd, real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) return StepError(r, "cuMemExportToShareableHandle", o.id);
+    cache_.Put(TicketKind::kMulticast, o.id.local_id, fd, o.prop.size);
+  }
+  return Ok{};
+}
+
+Status MulticastSteps::Import() {
+  for (MulticastObjectInfo& o : held_) {
+    if (o.creator) continue;
+    Result<int> fd = fetch_(o.id);
+    if (!fd) {
+      return fd.error();
+    }
+    CUmemGenericAllocationHandle real = 0;
+    const CUresult r = api_.cuMemImportFromShareableHandle(
+        &real, reinterpret_cast<void*>(static_cast<intptr_t>(*fd)),
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    close(*fd);  // never kept: the raw descriptor must not linger in the process
+    if (r != CUDA_SUCCESS) return StepError(r, "cuMemImportFromShareableHandle", o.id);
+    multicast_.SetRealHandle(o.key, real);
+    o.real = real;
+    o.has_real = true;
+  }
+  return Ok{};
+}
+
+Status MulticastSteps::Join() {
+  for (const MulticastObjectInfo& o : held_) {
+    for (int device : o.devices) {
+      if (CUresult r = api_.cuMulticastAddDevice(o.real, device); r != CUDA_SUCCESS) {
+        return StepError(r, "cuMulticastAddDevice of device " + std::to_string(device), o.id);
+      }
+    }
+  }
+  return Ok{};
+}
+
+Status MulticastSteps::Bind() {
+  // Binds wait until the whole team was added: the coordinator ran kMulticastJoin in every
+  // member first (its barrier).
+  for (const MulticastObjectInfo& o : held_) {
+    for (const MulticastBinding& b : o.bindings) {
+      if (Status s = BindOne(o, b); !s) return s;
+    }
+  }
+  for (const MulticastMapping& m : mappings_) {
+    const MulticastObjectInfo* object = Find(m.key);
+    if (object == nullptr) continue;
+    if (Status s = MapOne(*object, m); !s) return s;
+  }
+  return Ok{};
+}
+
+void MulticastSteps::Discard() {
+  held_.clear();
+  mappings_.clear();
+  // destroyed_ stays until the next Detach: a failed SAVE also discards, and the kResume
+  // that follows must still be refused when the team was taken apart.
+}
+
+}  // namespace cusnap::shim

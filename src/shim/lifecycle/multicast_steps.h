@@ -1,0 +1,106 @@
+// The lifecycle's work on multicast teams (DESIGN.md, "Lifecycle"; SPEC-REFERENCE F.3 steps
+// 2 and 3-6), over this process's multicast table. The table is the application's view and
+// stays as it is; these steps take the driver objects behind it apart and rebuild them.
+//
+//   kDetachMulticast: unmap every multicast VA (reservations stay the application's),
+//     unbind every binding, release every real multicast handle and close the creator's
+//     cached descriptors. Native checkpoint cannot proceed while any multicast object exists
+//     (DRIVER-FACTS, public reports). Until the first release succeeded the work is undone
+//     on a failure (mappings and bindings restored), so the checkpoint is refused with the
+//     team intact and kResume works; after it, the failure is final.
+//   After restore, in the driver's order (SPEC-REFERENCE F.4): kMulticastCreate (the
+//     recorded creator creates with the requested properties and refills its export cache),
+//     kMulticastImport (the others fetch a fresh descriptor from the creator), kMulticastJoin
+//     (AddDevice for every recorded device; binds wait until the whole team was added, so the
+//     coordinator's barrier comes next), kMulticastBind (every binding with its recorded ABI,
+//     BindMem against the member's current real handle, then every multicast VA mapped again
+//     with its flags and access).
+//
+// Device ordinals in the table are the application's and are used as they are: a restore
+// onto other GPUs keeps the process's ordinals and changes the GPU behind them (DRIVER-FACTS
+// F7), so the team is rebuilt on the ordinals where the members now live.
+#pragma once
+
+#include <vector>
+
+#include "common/error.h"
+#include "shim/intercept/driver_api.h"
+#include "shim/tables/export_cache.h"
+#include "shim/lifecycle/lifecycle.h"
+#include "shim/tables/multicast_table.h"
+#include "shim/tables/sharing_table.h"
+
+namespace cusnap::shim {
+
+/// Asks multicast object `id`'s creator for a fresh raw POSIX descriptor (kExport, kind
+/// multicast). Returns the descriptor (the caller closes it) or an Error naming the creator.
+using MulticastFetcher = Result<int> (*)(const proto::ObjectId& id);
+
+/// kExport of a multicast object to its creator's endpoint (endpoint_client.h).
+Result<int> FetchMulticastFromCreator(const proto::ObjectId& id);
+
+class MulticastSteps {
+ public:
+  /// Every reference stays in use for the object's lifetime.
+  MulticastSteps(const DriverApi& api, SharingTable& table, MulticastTable& multicast,
+                 ExportCache& cache, MulticastFetcher fetch);
+
+  /// kDetachMulticast (see the file comment). Errors name the process, the object and the
+  /// step; destroyed() says whether the failure left anything taken apart.
+  Status Detach();
+  /// True once this cycle released a multicast handle (the team cannot be put back in
+  /// place: kResume is refused, a failure is final).
+  bool destroyed() const { return destroyed_; }
+  Status Create();
+  Status Import();
+  Status Join();
+  Status Bind();
+  /// Forgets this cycle. destroyed() keeps its value until the next Detach.
+  void Discard();
+
+ private:
+  const MulticastObjectInfo* Find(MulticastKey key) const;
+  Status Unbind(const MulticastObjectInfo& object, const MulticastBinding& binding);
+  Status BindOne(const MulticastObjectInfo& object, const MulticastBinding& binding);
+  Status MapOne(const MulticastObjectInfo& object, const MulticastMapping& mapping);
+  // Puts back what a failed detach undid, in reverse; false when that failed too.
+  bool Undo(const std::vector<const MulticastMapping*>& unmapped,
+            const std::vector<std::pair<const MulticastObjectInfo*, const MulticastBinding*>>& unbound);
+
+  const DriverApi& api_;
+  SharingTable& table_;
+  MulticastTable& multicast_;
+  ExportCache& cache_;
+  MulticastFetcher fetch_;
+  std::vector<MulticastObjectInfo> held_;   // from Detach until Discard (real = now behind it)
+  std::vector<MulticastMapping> mappings_;  // the multicast mappings at Detach
+  bool destroyed_ = false;
+};
+
+/// The whole lifecycle of a process: unicast steps (unicast_steps.h) plus the multicast
+/// steps above, as one LifecycleSteps.
+class StepsWithMulticast final : public LifecycleSteps {
+ public:
+  StepsWithMulticast(LifecycleSteps& unicast, MulticastSteps& multicast)
+      : unicast_(unicast), multicast_(multicast) {}
+  Status DetachMulticast() override { return multicast_.Detach(); }
+  bool MulticastDestroyed() const override { return multicast_.destroyed(); }
+  Result<StepResult> Save() override { return unicast_.Save(); }
+  Status Release() override { return unicast_.Release(); }
+  Result<StepResult> Reallocate() override { return unicast_.Reallocate(); }
+  Status Import() override { return unicast_.Import(); }
+  Status MulticastCreate() override { return multicast_.Create(); }
+  Status MulticastImport() override { return multicast_.Import(); }
+  Status MulticastJoin() override { return multicast_.Join(); }
+  Status MulticastBind() override { return multicast_.Bind(); }
+  void Discard() override {
+    unicast_.Discard();
+    multicast_.Discard();
+  }
+
+ private:
+  LifecycleSteps& unicast_;
+  MulticastSteps& multicast_;
+};
+
+}  // namespace cusnap::shim

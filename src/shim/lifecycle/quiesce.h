@@ -1,0 +1,100 @@
+// The quiesce gate: while a checkpoint or restore is taking the sharing apart and putting it
+// back, application calls to tracked entry points wait here instead of touching a table that
+// is half rebuilt (DESIGN.md, "Lifecycle"). Every tracked hook in vmm.cc enters the gate
+// first (CUSNAP_QUIESCE_GATE()); the lifecycle closes it at kQuiesce and opens it at
+// kResume or kActivate.
+//
+// The open path is two atomic operations (no lock), so an ACTIVE shim pays only those on
+// each tracked call (DESIGN.md: interception under 100 ns).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "common/error.h"
+#include "shim/intercept/cuda_abi.h"
+
+namespace cusnap::shim {
+
+/// Process-wide gate in front of the tracked entry points. Thread-safe.
+class QuiesceGate {
+ public:
+  /// How long an application call waits at a closed gate before it fails (ms).
+  static constexpr int64_t kDefaultWaitMs = 60'000;
+
+  /// Called on entry to a tracked hook. CUDA_SUCCESS: proceed, and call Leave() once done.
+  /// CUDA_ERROR_NOT_READY (after logging why): the gate stayed closed for the whole wait
+  /// bound, or the shim is FAILED (no wait then); do not call Leave(). Nested tracked calls
+  /// on one thread, and threads inside a GateBypass, pass without counting.
+  CUresult Enter();
+  /// Ends a call that Enter() admitted.
+  void Leave();
+
+  /// Closes the gate and waits, at most `drain_ms`, for admitted calls to leave. On timeout
+  /// the gate is opened again and an Error (code CUDA_ERROR_NOT_READY) says how many calls
+  /// were still in flight; nothing else changed.
+  Status Close(int64_t drain_ms);
+  /// Opens the gate: waiting calls proceed, new calls pass.
+  void Open();
+  /// The shim is FAILED for good: tracked calls fail at once with CUDA_ERROR_NOT_READY.
+  void Fail();
+
+  /// True between Close() and Open().
+  bool closed() const { return state_.load(std::memory_order_acquire) != kOpen; }
+  /// Calls admitted and not yet left.
+  uint32_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }
+  /// Calls now waiting at the closed gate (tests use it to know a call is parked).
+  uint32_t waiting() const;
+
+  /// Changes how long application calls wait at a closed gate (ms); tests shorten it.
+  void set_wait_ms(int64_t ms) { wait_ms_.store(ms, std::memory_order_relaxed); }
+
+ private:
+  enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
+
+  std::atomic<uint32_t> state_{kOpen};
+  std::atomic<uint32_t> in_flight_{0};
+  std::atomic<int64_t> wait_ms_{kDefaultWaitMs};
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;  // gate opened/failed, or the last admitted call left
+  uint32_t waiting_ = 0;             // guarded by mutex_
+};
+
+/// The shim's gate (never destroyed: application threads may sit in it at exit).
+QuiesceGate& gate();
+
+/// Lets the current thread past the gate while it lives: the control thread runs lifecycle
+/// work that may go through the shim's own hooks while the gate is closed.
+class GateBypass {
+ public:
+  GateBypass();
+  ~GateBypass();
+  GateBypass(const GateBypass&) = delete;
+  GateBypass& operator=(const GateBypass&) = delete;
+};
+
+/// Holds the gate for one tracked call (RAII): check status() and return it when it is not
+/// CUDA_SUCCESS.
+class GateScope {
+ public:
+  GateScope() : status_(gate().Enter()) {}
+  ~GateScope() {
+    if (status_ == CUDA_SUCCESS) gate().Leave();
+  }
+  GateScope(const GateScope&) = delete;
+  GateScope& operator=(const GateScope&) = delete;
+  CUresult status() const { return status_; }
+
+ private:
+  CUresult status_;
+};
+
+}  // namespace cusnap::shim
+
+/// First statement of a tracked hook: waits while the shim is quiesced, returns the gate's
+/// error from the hook when the wait bound passes.
+#define CUSNAP_QUIESCE_GATE()                                        \
+  ::cusnap::shim::GateScope cusnap_gate_scope_;                      \
+  if (cusnap_gate_scope_.status() != CUDA_SUCCESS) return cusnap_gate_scope_.status()

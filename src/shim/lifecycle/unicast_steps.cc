@@ -1,0 +1,281 @@
+// Unicast lifecycle work (unicast_steps.h).
+#include "shim/lifecycle/unicast_steps.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "common/endpoint_client.h"
+#include "common/ids.h"
+#include "common/log.h"
+#include "common/socket.h"
+#include "shim/lifecycle/context_scope.h"
+#include "shim/lifecycle/lifecycle_common.h"
+
+namespace cusnap::shim {
+namespace {
+
+// How long an importer waits for a creator's kExport reply (ms).
+constexpr int kExportTimeoutMs = 10'000;
+
+std::string Range(CUdeviceptr address, size_t size) {
+  char text[64];
+  snprintf(text, sizeof text, "[0x%llx, +%zu)", static_cast<unsigned long long>(address), size);
+  return text;
+}
+
+Error DriverError(CUresult result, const std::string& what) {
+  return Error{static_cast<int>(result), ThisProcess() + ": " + what + " failed with CUresult " +
+                                             std::to_string(static_cast<int>(result))};
+}
+
+StepResult FromTransfer(const CarrierTransfer& transfer) {
+  return StepResult{transfer.bytes, transfer.copy_ns, transfer.register_ns,
+                    transfer.provision_ns};
+}
+
+}  // namespace
+
+Result<int> FetchExportFromCreator(const proto::ObjectId& id) {
+  proto::Header request = MakeHeader(proto::Op::kExport);
+  request.arg[0] = static_cast<uint64_t>(static_cast<int64_t>(id.creator_pid));
+  request.arg[1] = id.creator_start;
+  request.arg[2] = id.local_id;
+  request.arg[3] = static_cast<uint64_t>(TicketKind::kUnicast);
+  Result<Reply> reply =
+      Request(EndpointPath(ControlDir(), id.creator_pid), request, {}, kExportTimeoutMs);
+  if (!reply) {
+    return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + DescribeObject(id) +
+                                         " from its creator: " + reply.error().message};
+  }
+  if (reply->fd < 0) {
+    return Error{EPROTO, ThisProcess() + ": the creator sent no descriptor for " + DescribeObject(id)};
+  }
+  return reply->fd;
+}
+
+UnicastSteps::UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
+                           HostCarrier& carrier, ExportFetcher fetch)
+    : api_(api), table_(table), cache_(cache), carrier_(carrier), fetch_(fetch) {}
+
+Result<CUdevice> UnicastSteps::DeviceOf(CUcontext context) {
+  ContextScope scope(api_, context);
+  if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
+  CUdevice device = 0;
+  if (CUresult r = api_.cuCtxGetDevice(&device); r != CUDA_SUCCESS) {
+    return DriverError(r, "asking a context for its device");
+  }
+  return device;
+}
+
+Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
+                                           const std::vector<MappingInfo>& mappings) {
+  if (allocation.context != nullptr) return allocation.context;
+  // No context was current when it was created or shared: use the primary context of its
+  // device (a HOST_NUMA allocation: of the first device given access to it, else device 0).
+  const auto first_device_with_access = [&]() -> int {
+    for (const MappingInfo& m : mappings) {
+      if (m.key != allocation.key) continue;
+      for (uint32_t i = 0; i < m.access_count; ++i) {
+        if (m.access[i].location_type == CU_MEM_LOCATION_TYPE_DEVICE) return m.access[i].location_id;
+      }
+    }
+    return 0;
+  };
+  const int ordinal = allocation.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                          ? allocation.prop.location.id
+                          : first_device_with_access();
+  constexpr int kSlots = static_cast<int>(sizeof primary_ / sizeof primary_[0]);
+  if (ordinal < 0 || ordinal >= kSlots) {
+    return Error{CUDA_ERROR_INVALID_DEVICE, ThisProcess() + ": " + DescribeObject(allocation.id) +
+                                                " is on device " + std::to_string(ordinal) +
+                                                ", out of range"};
+  }
+  if (primary_[ordinal] == nullptr) {
+    CUdevice device = 0;
+    if (CUresult r = api_.cuDeviceGet(&device, ordinal); r != CUDA_SUCCESS) {
+      return DriverError(r, "cuDeviceGet(" + std::to_string(ordinal) + ")");
+    }
+    // Retained for the life of the process: the allocations live in it after restore.
+    if (CUresult r = api_.cuDevicePrimaryCtxRetain(&primary_[ordinal], device); r != CUDA_SUCCESS) {
+      primary_[ordinal] = nullptr;
+      return DriverError(r, "retaining the primary context of device " + std::to_string(ordinal));
+    }
+  }
+  return primary_[ordinal];
+}
+
+Result<StepResult> UnicastSteps::Save() {
+  held_.clear();
+  mappings_ = table_.Mappings();
+  for (const MappingInfo& m : mappings_) {
+    if (m.access_unknown) {
+      return Error{CUDA_ERROR_INVALID_VALUE,
+                   ThisProcess() + ": the access of the mapping " + Range(m.address, m.size) +
+                       " is unknown (a cuMemSetAccess on it failed); set it again before "
+                       "checkpointing"};
+    }
+  }
+  std::vector<CarrierSlot> slots;
+  for (const AllocationInfo& a : table_.Allocations()) {
+    if (!a.has_real) {
+      return Error{CUDA_ERROR_INVALID_HANDLE,
+                   ThisProcess() + ": " + DescribeObject(a.id) + " has no driver handle while ACTIVE"};
+    }
+    Result<CUcontext> context = ContextFor(a, mappings_);
+    if (!context) return context.error();
+    Result<CUdevice> device = DeviceOf(*context);
+    if (!device) return device.error();
+    Held held{a.key, a.id, a.size, a.prop, *context, *device, a.creator, a.shared, false, a.real};
+    if (a.creator && (a.handles > 0 || a.mappings > 0)) {
+      held.saved = true;
+      slots.push_back(CarrierSlot{a.real, a.size, *context, *device});
+    }
+    held_.push_back(held);
+  }
+  Result<CarrierTransfer> transfer = carrier_.Save(slots);
+  if (!transfer) return transfer.error();
+  return FromTransfer(*transfer);
+}
+
+Status UnicastSteps::Release() {
+  // Unmap first: the driver frees an allocation once no handle and no mapping is left.
+  const uint64_t start = MonotonicNs();
+  for (const MappingInfo& m : mappings_) {
+    const Held* owner = nullptr;
+    for (const Held& h : held_) {
+      if (h.key == m.key) owner = &h;
+    }
+    if (owner == nullptr) continue;  // not possible while quiesced; nothing to undo
+    ContextScope scope(api_, owner->context);
+    if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
+    if (CUresult r = api_.cuMemUnmap(m.address, m.size); r != CUDA_SUCCESS) {
+      return DriverError(r, "unmapping " + Range(m.address, m.size) + " of " +
+                                DescribeObject(owner->id));
+    }
+  }
+  const uint64_t unmapped = MonotonicNs();
+  for (const Held& h : held_) {
+    ContextScope scope(api_, h.context);
+    if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
+    if (CUresult r = api_.cuMemRelease(h.real); r != CUDA_SUCCESS) {
+      return DriverError(r, "releasing the driver handle of " + DescribeObject(h.id));
+    }
+    table_.SetRealHandle(h.key, std::nullopt);
+  }
+  // The cached descriptors keep the allocations alive in the driver.
+  cache_.Clear();
+  CUSNAP_LOG_INFO("release: %zu mappings unmapped in %.1f ms, %zu handles released in %.1f ms",
+                  mappings_.size(), static_cast<double>(unmapped - start) / 1e6, held_.size(),
+                  static_cast<double>(MonotonicNs() - unmapped) / 1e6);
+  return Ok{};
+}
+
+Status UnicastSteps::MapAll(const Held& held, CUmemGenericAllocationHandle real) {
+  for (const MappingInfo& m : mappings_) {
+    if (m.key != held.key) continue;
+    if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, real, 0); r != CUDA_SUCCESS) {
+      return DriverError(r, "mapping " + DescribeObject(held.id) + " again at " +
+                                Range(m.address, m.size));
+    }
+    if (m.access_count == 0) continue;
+    const auto access = AccessDescs(m);
+    if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
+        r != CUDA_SUCCESS) {
+      return DriverError(r, "re-applying access to " + Range(m.address, m.size) + " of " +
+                                DescribeObject(held.id));
+    }
+  }
+  return Ok{};
+}
+
+Result<StepResult> UnicastSteps::Reallocate() {
+  std::vector<CarrierSlot> slots;
+  std::vector<std::pair<const Held*, CUmemGenericAllocationHandle>> created;
+  for (Held& h : held_) {
+    if (!h.saved) continue;
+    ContextScope scope(api_, h.context);
+    if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
+    // The recorded ordinal as it is: a restore onto other GPUs keeps the process's ordinals
+    // and changes the physical GPU behind them (DRIVER-FACTS F7), so the fresh allocation
+    // lands where the natively restored memory of this ordinal now lives.
+    const CUmemAllocationProp prop = h.prop;
+    Result<CUdevice> device = DeviceOf(h.context);
+    if (!device) return device.error();
+    h.device = *device;
+    CUmemGenericAllocationHandle real = 0;
+    if (CUresult r = api_.cuMemCreate(&real, h.size, &prop, 0); r != CUDA_SUCCESS) {
+      return DriverError(r, "creating " + DescribeObject(h.id) + " again (" +
+                                std::to_string(h.size) + " bytes)");
+    }
+    // Logical handles name the table entry, so repointing it repoints all of them.
+    table_.SetRealHandle(h.key, real);
+    h.real = real;
+    if (Status mapped = MapAll(h, real); !mapped) return mapped.error();
+    slots.push_back(CarrierSlot{real, h.size, h.context, h.device});
+    created.emplace_back(&h, real);
+  }
+  Result<CarrierTransfer> transfer = carrier_.Load(slots);
+  if (!transfer) return transfer.error();
+  // Importers ask for these in the next phase (kImport), through the peer thread.
+  for (const auto& [held, real] : created) {
+    if (!held->shared) continue;
+    ContextScope scope(api_, held->context);
+    int fd = -1;
+    if (CUresult r = api_.cuMemExportToShareableHandle(
+            &fd, real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        r != CUDA_SUCCESS) {
+      return DriverError(r, "exporting " + DescribeObject(held->id) + " again");
+    }
+    cache_.Put(TicketKind::kUnicast, held->id.local_id, fd, held->size);
+  }
+  return FromTransfer(*transfer);
+}
+
+Status UnicastSteps::Import() {
+  // Where the phase's time goes (logged at info): descriptor round trips to the creators,
+  // the driver's import, and mapping with access.
+  uint64_t fetch_ns = 0, import_ns = 0, map_ns = 0, imports = 0;
+  for (Held& h : held_) {
+    if (h.creator) continue;
+    uint64_t at = MonotonicNs();
+    Result<int> fd = fetch_(h.id);
+    if (!fd) return fd.error();
+    fetch_ns += MonotonicNs() - at;
+    at = MonotonicNs();
+    ContextScope scope(api_, h.context);
+    CUmemGenericAllocationHandle real = 0;
+    const CUresult imported =
+        scope.status() != CUDA_SUCCESS
+            ? scope.status()
+            : api_.cuMemImportFromShareableHandle(
+                  &real, reinterpret_cast<void*>(static_cast<intptr_t>(*fd)),
+                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    close(*fd);  // never kept: the raw descriptor must not linger in the process
+    if (imported != CUDA_SUCCESS) {
+      return DriverError(imported, "importing " + DescribeObject(h.id) + " again");
+    }
+    table_.SetRealHandle(h.key, real);
+    h.real = real;
+    import_ns += MonotonicNs() - at;
+    at = MonotonicNs();
+    if (Status mapped = MapAll(h, real); !mapped) return mapped.error();
+    map_ns += MonotonicNs() - at;
+    ++imports;
+  }
+  CUSNAP_LOG_INFO("import: %llu allocations: descriptors from creators %.1f ms, driver import "
+                  "%.1f ms, map and access %.1f ms",
+                  static_cast<unsigned long long>(imports), static_cast<double>(fetch_ns) / 1e6,
+                  static_cast<double>(import_ns) / 1e6, static_cast<double>(map_ns) / 1e6);
+  return Ok{};
+}
+
+void UnicastSteps::Discard() {
+  carrier_.Discard();
+  held_.clear();
+  mappings_.clear();
+}
+
+}  // namespace cusnap::shim

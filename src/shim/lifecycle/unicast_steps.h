@@ -1,0 +1,86 @@
+// The lifecycle's work on unicast memory (LifecycleSteps, lifecycle.h) over this process's
+// sharing table: what kSave, kRelease, kReallocate and kImport do to each tracked
+// allocation. DRIVER-FACTS F6 is the sequence followed; it is the only one that works:
+//   creator: carrier D2H, unmap (VA reservation kept), release; native cycle; fresh
+//            cuMemCreate, map at the same VAs, carrier H2D, access, export again.
+//   importer: unmap, release; native cycle; import a fresh descriptor, map at the old VAs.
+// Every driver call runs in the allocation's recorded context (SPEC-REFERENCE K.3 #6: when
+// none was recorded, its device's primary context).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/error.h"
+#include "common/protocol.h"
+#include "shim/carrier/carrier.h"
+#include "shim/intercept/driver_api.h"
+#include "shim/tables/export_cache.h"
+#include "shim/lifecycle/lifecycle.h"
+#include "shim/tables/sharing_table.h"
+
+namespace cusnap::shim {
+
+/// Asks allocation `id`'s creator for a fresh raw POSIX descriptor (kExport). Returns the
+/// descriptor (the caller closes it) or an Error naming the creator.
+using ExportFetcher = Result<int> (*)(const proto::ObjectId& id);
+
+/// kExport to the creator's endpoint in the control directory (endpoint_client.h).
+Result<int> FetchExportFromCreator(const proto::ObjectId& id);
+
+class UnicastSteps final : public LifecycleSteps {
+ public:
+  /// Every reference stays in use for the object's lifetime.
+  UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
+               HostCarrier& carrier, ExportFetcher fetch);
+
+  /// Refuses (CUDA_ERROR_INVALID_VALUE, nothing changed) a mapping whose access is
+  /// unknown; otherwise copies every allocation this process created that still has a
+  /// logical handle or a mapping into the carrier.
+  Result<StepResult> Save() override;
+  /// Unmaps every tracked mapping, releases every real handle (creator and importer), and
+  /// closes the export cache's descriptors. Reservations stay: they are the application's.
+  Status Release() override;
+  /// Creators: fresh allocations with the recorded properties, mapped at the recorded VAs
+  /// and offsets, carrier H2D, access re-applied, logical handles repointed, export cache
+  /// refilled for the allocations that were shared. Locations and access use the recorded
+  /// ordinals: after a restore onto other GPUs they name the GPUs the process now runs on
+  /// (DRIVER-FACTS F7).
+  Result<StepResult> Reallocate() override;
+  /// Importers: a fresh descriptor from each creator, imported and closed at once, mapped
+  /// at the recorded VAs, access re-applied, logical handles repointed.
+  Status Import() override;
+  /// Forgets what Save kept.
+  void Discard() override;
+
+ private:
+  // One allocation taken apart by this cycle, as recorded at Save/Release.
+  struct Held {
+    AllocationKey key = 0;
+    proto::ObjectId id{};
+    size_t size = 0;
+    CUmemAllocationProp prop{};
+    CUcontext context = nullptr;
+    CUdevice device = 0;
+    bool creator = false;
+    bool shared = false;
+    bool saved = false;  // its bytes are in the carrier (slot order = order in held_)
+    CUmemGenericAllocationHandle real = 0;  // the driver handle now behind it
+  };
+
+  Result<CUcontext> ContextFor(const AllocationInfo& allocation,
+                               const std::vector<MappingInfo>& mappings);
+  Result<CUdevice> DeviceOf(CUcontext context);
+  Status MapAll(const Held& held, CUmemGenericAllocationHandle real);
+
+  const DriverApi& api_;
+  SharingTable& table_;
+  ExportCache& cache_;
+  HostCarrier& carrier_;
+  ExportFetcher fetch_;
+  std::vector<Held> held_;                 // from Save until Discard
+  std::vector<MappingInfo> mappings_;      // the tracked mappings at Save
+  CUcontext primary_[32] = {};             // primary contexts retained, by device ordinal
+};
+
+}  // namespace cusnap::shim

@@ -1,0 +1,16 @@
+# The include roots keep the layers apart (cmake/include_roots.cmake): a shim source that
+# includes a coordinator header, or a coordinator source that includes a shim header, does
+# not compile. Each probe is a target outside `all`, built by its test, which passes only
+# when the compiler stops at the forbidden include.
+foreach(probe shim_includes_coordinator coordinator_includes_shim common_includes_shim)
+  add_library(include_probe_${probe} OBJECT EXCLUDE_FROM_ALL
+    ${CMAKE_SOURCE_DIR}/tests/build_checks/${probe}.cc)
+  target_link_libraries(include_probe_${probe} PRIVATE cusnap_cuda_headers)
+  add_test(NAME BuildCheck.include_roots_${probe}
+    COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target include_probe_${probe})
+  set_tests_properties(BuildCheck.include_roots_${probe} PROPERTIES
+    PASS_REGULAR_EXPRESSION "${probe}.cc:[0-9]+:[0-9]+: fatal error: [a-z]+/[a-z_/]+\\.h: No such file or directory")
+endforeach()
+target_include_directories(include_probe_shim_includes_coordinator PRIVATE ${CUSNAP_INCLUDE_ROOT_shim})
+target_include_directories(include_probe_coordinator_includes_shim PRIVATE ${CUSNAP_INCLUDE_ROOT_coordinator})
+target_include_directories(include_probe_common_includes_shim PRIVATE ${CUSNAP_INCLUDE_ROOT_common})
