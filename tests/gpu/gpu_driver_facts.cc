@@ -1,0 +1,501 @@
+// Measures what the real driver does in the scenarios the open issues ask about, and prints
+// one FACT line per observation for docs/DRIVER-FACTS.md. Not a pass/fail test: it exits 0
+// when every probe ran, whatever the driver answered. Never calls cuMulticastCreate.
+//
+//   gpu_driver_facts access     HOST vs HOST_NUMA access descriptors on one HOST_NUMA
+//                               allocation (issue 12: does the driver merge the two?)
+//   gpu_driver_facts visible    cuDeviceGetCount / cuDeviceGetUuid / PCI bus id under
+//                               CUDA_VISIBLE_DEVICES subsets, orders, UUID and invalid
+//                               entries, CUDA_DEVICE_ORDER (issue 13)
+//   gpu_driver_facts pairs      native restore of a process pinned to one GPU with
+//                               incomplete, many-to-one and full gpuPairs (issue 13)
+//   gpu_driver_facts ipc-event  an interprocess event opened by a second process through
+//                               cuIpcOpenEventHandle, across a native cycle of both (issue 14)
+//
+// Children are this program again (exec of /proc/self/exe with a role), joined to the
+// parent by a socket pair on descriptor 3 that carries short text lines.
+#include <cuda.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+const char* Name(CUresult rc) {
+  const char* name = nullptr;
+  if (cuGetErrorName(rc, &name) != CUDA_SUCCESS || name == nullptr) return "?";
+  return name;
+}
+
+void Fact(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void Fact(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::printf("FACT [%d] ", static_cast<int>(getpid()));
+  std::vprintf(fmt, ap);
+  std::printf("\n");
+  std::fflush(stdout);
+  va_end(ap);
+}
+
+std::string Uuid(CUdevice dev) {
+  CUuuid u{};
+  if (cuDeviceGetUuid(&u, dev) != CUDA_SUCCESS) return "?";
+  char out[64];
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  std::snprintf(out, sizeof out,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return out;
+}
+
+// ---- line channel on descriptor 3 -------------------------------------------------------
+
+void SendLine(int fd, const std::string& line) {
+  const std::string l = line + "\n";
+  if (write(fd, l.data(), l.size()) != static_cast<ssize_t>(l.size())) std::exit(3);
+}
+
+std::string RecvLine(int fd) {
+  std::string out;
+  char c;
+  while (read(fd, &c, 1) == 1) {
+    if (c == '\n') return out;
+    out.push_back(c);
+  }
+  return out;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+};
+
+Child Spawn(const std::string& role, const std::vector<std::string>& env_extra) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) std::exit(3);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool replaced = false;
+    for (const std::string& x : env_extra) {
+      if (std::strncmp(*e, x.c_str(), x.find('=') + 1) == 0) replaced = true;
+    }
+    if (!replaced) env.emplace_back(*e);
+  }
+  // "NAME=UNSET" removes NAME from the child's environment.
+  for (const std::string& x : env_extra) {
+    if (x.substr(x.find('=') + 1) != "UNSET") env.push_back(x);
+  }
+  std::vector<char*> envp;
+  for (std::string& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe";
+  std::string r = role;
+  char* argv[] = {self.data(), r.data(), nullptr};
+  Child c;
+  if (posix_spawn(&c.pid, "/proc/self/exe", &fa, nullptr, argv, envp.data()) != 0) std::exit(3);
+  posix_spawn_file_actions_destroy(&fa);
+  close(sv[1]);
+  c.fd = sv[0];
+  return c;
+}
+
+void Reap(Child& c) {
+  if (c.pid <= 0) return;
+  kill(c.pid, SIGKILL);
+  waitpid(c.pid, nullptr, 0);
+  close(c.fd);
+  c.pid = -1;
+}
+
+// ---- access ------------------------------------------------------------------------------
+
+void QueryAccess(CUdeviceptr va, const char* when) {
+  struct {
+    CUmemLocationType type;
+    int id;
+    const char* name;
+  } const where[] = {{CU_MEM_LOCATION_TYPE_DEVICE, 0, "DEVICE 0"},
+                     {CU_MEM_LOCATION_TYPE_HOST, 0, "HOST 0"},
+                     {CU_MEM_LOCATION_TYPE_HOST_NUMA, 0, "HOST_NUMA 0"}};
+  for (const auto& w : where) {
+    CUmemLocation loc{};
+    loc.type = w.type;
+    loc.id = w.id;
+    unsigned long long flags = 99;
+    const CUresult rc = cuMemGetAccess(&flags, &loc, va);
+    Fact("access %s: cuMemGetAccess(%s) = %s, flags %llu", when, w.name, Name(rc), flags);
+  }
+}
+
+CUresult SetAccess(CUdeviceptr va, size_t size, CUmemLocationType type, int id,
+                   CUmemAccess_flags flags) {
+  CUmemAccessDesc d{};
+  d.location.type = type;
+  d.location.id = id;
+  d.flags = flags;
+  return cuMemSetAccess(va, size, &d, 1);
+}
+
+int ProbeAccess() {
+  cuInit(0);
+  CUdevice dev;
+  cuDeviceGet(&dev, 0);
+  CUcontext ctx;
+  cuDevicePrimaryCtxRetain(&ctx, dev);
+  cuCtxSetCurrent(ctx);
+  for (int order = 0; order < 2; ++order) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop.location.id = 0;
+    size_t gran = 0;
+    cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    CUmemGenericAllocationHandle h;
+    CUresult rc = cuMemCreate(&h, gran, &prop, 0);
+    Fact("access: cuMemCreate HOST_NUMA 0, %zu bytes = %s", gran, Name(rc));
+    if (rc != CUDA_SUCCESS) return 0;
+    CUdeviceptr va;
+    cuMemAddressReserve(&va, gran, 0, 0, 0);
+    cuMemMap(va, gran, 0, h, 0);
+    QueryAccess(va, "after map");
+    Fact("access: set DEVICE 0 RW = %s",
+         Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
+    QueryAccess(va, "after DEVICE RW");
+    if (order == 0) {
+      Fact("access: set HOST 0 READ = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_READ)));
+      QueryAccess(va, "[order A] after HOST READ");
+      Fact("access: set HOST_NUMA 0 RW = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0,
+                          CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
+      QueryAccess(va, "[order A] after HOST_NUMA RW");
+      Fact("access: set HOST 0 NONE = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE)));
+      QueryAccess(va, "[order A] after HOST NONE");
+    } else {
+      Fact("access: set HOST_NUMA 0 READ = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0,
+                          CU_MEM_ACCESS_FLAGS_PROT_READ)));
+      QueryAccess(va, "[order B] after HOST_NUMA READ");
+      Fact("access: set HOST 0 RW = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
+      QueryAccess(va, "[order B] after HOST RW");
+    }
+    cuMemUnmap(va, gran);
+    cuMemAddressFree(va, gran);
+    cuMemRelease(h);
+  }
+  return 0;
+}
+
+// ---- visible -----------------------------------------------------------------------------
+
+int VisibleChild() {
+  const CUresult init = cuInit(0);
+  int count = -1;
+  const CUresult crc = cuDeviceGetCount(&count);
+  std::string line = std::string("cuInit ") + Name(init) + ", cuDeviceGetCount " + Name(crc) +
+                     " count " + std::to_string(count);
+  for (int i = 0; i < count; ++i) {
+    CUdevice d;
+    cuDeviceGet(&d, i);
+    int bus = -1;
+    cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
+    line += "; ordinal " + std::to_string(i) + " = " + Uuid(d) + " bus " + std::to_string(bus);
+  }
+  SendLine(3, line);
+  return 0;
+}
+
+int ProbeVisible() {
+  cuInit(0);
+  int count = 0;
+  cuDeviceGetCount(&count);
+  std::vector<std::string> uuids;
+  for (int i = 0; i < count; ++i) {
+    CUdevice d;
+    cuDeviceGet(&d, i);
+    uuids.push_back(Uuid(d));
+  }
+  const std::string u1 = uuids.size() > 1 ? uuids[1] : "GPU-none";
+  const std::vector<std::vector<std::string>> cases = {
+      {"CUDA_VISIBLE_DEVICES=UNSET"},
+      {"CUDA_VISIBLE_DEVICES=0"},
+      {"CUDA_VISIBLE_DEVICES=1"},
+      {"CUDA_VISIBLE_DEVICES=1,0"},
+      {"CUDA_VISIBLE_DEVICES=1,0", "CUDA_DEVICE_ORDER=PCI_BUS_ID"},
+      {"CUDA_VISIBLE_DEVICES=1,0", "CUDA_DEVICE_ORDER=FASTEST_FIRST"},
+      {"CUDA_VISIBLE_DEVICES=" + u1},
+      {"CUDA_VISIBLE_DEVICES=" + u1.substr(0, 12)},
+      {"CUDA_VISIBLE_DEVICES=" + u1 + ",0"},
+      {"CUDA_VISIBLE_DEVICES=0,7"},
+      {"CUDA_VISIBLE_DEVICES=0,7,1"},
+      {"CUDA_VISIBLE_DEVICES=7"},
+      {"CUDA_VISIBLE_DEVICES=7,0"},
+      {"CUDA_VISIBLE_DEVICES=0,0"},
+      {"CUDA_VISIBLE_DEVICES="},
+      {"CUDA_VISIBLE_DEVICES=-1"},
+      {"CUDA_VISIBLE_DEVICES=GPU-bogus"},
+      {"CUDA_VISIBLE_DEVICES= 1"},
+  };
+  for (const auto& env : cases) {
+    Child c = Spawn("visible-child", env);
+    const std::string answer = RecvLine(c.fd);
+    waitpid(c.pid, nullptr, 0);
+    close(c.fd);
+    std::string what;
+    for (const std::string& e : env) what += (what.empty() ? "" : " ") + e;
+    Fact("visible: [%s] -> %s", what.c_str(), answer.c_str());
+  }
+  return 0;
+}
+
+// ---- pairs -------------------------------------------------------------------------------
+
+constexpr size_t kPairBytes = 64ull << 20;
+
+// A process pinned by the parent's environment: 64 MiB of private VMM memory on its device 0
+// filled with a pattern; reports its GPU, then after each "CHECK" reports its GPU again and
+// whether the bytes verify.
+int PairsChild() {
+  cuInit(0);
+  CUdevice dev;
+  cuDeviceGet(&dev, 0);
+  CUcontext ctx;
+  cuDevicePrimaryCtxRetain(&ctx, dev);
+  cuCtxSetCurrent(ctx);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h;
+  cuMemCreate(&h, kPairBytes, &prop, 0);
+  CUdeviceptr va;
+  cuMemAddressReserve(&va, kPairBytes, 0, 0, 0);
+  cuMemMap(va, kPairBytes, 0, h, 0);
+  CUmemAccessDesc d{};
+  d.location = prop.location;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  cuMemSetAccess(va, kPairBytes, &d, 1);
+  cuMemsetD32(va, 0x5eedf00d, kPairBytes / 4);
+  cuCtxSynchronize();
+  SendLine(3, "READY " + Uuid(dev));
+  while (true) {
+    const std::string cmd = RecvLine(3);
+    if (cmd != "CHECK") return 0;
+    std::vector<uint32_t> host(kPairBytes / 4);
+    const CUresult rc = cuMemcpyDtoH(host.data(), va, kPairBytes);
+    size_t bad = 0;
+    for (uint32_t v : host) bad += v != 0x5eedf00d;
+    CUdevice now;
+    cuCtxGetDevice(&now);
+    SendLine(3, std::string("copy ") + Name(rc) + ", bad words " + std::to_string(bad) +
+                    ", device 0 is " + Uuid(now));
+  }
+}
+
+CUcheckpointGpuPair Pair(const std::string& from, const std::string& to,
+                         const std::vector<CUuuid>& all, const std::vector<std::string>& names) {
+  CUcheckpointGpuPair p{};
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == from) p.oldUuid = all[i];
+    if (names[i] == to) p.newUuid = all[i];
+  }
+  return p;
+}
+
+void NativeCycle(Child& c, const char* label, std::vector<CUcheckpointGpuPair> pairs) {
+  CUcheckpointLockArgs lock{};
+  lock.timeoutMs = 10000;
+  const CUresult l = cuCheckpointProcessLock(c.pid, &lock);
+  CUcheckpointCheckpointArgs ck{};
+  const CUresult k = cuCheckpointProcessCheckpoint(c.pid, &ck);
+  CUcheckpointRestoreArgs ra{};
+  ra.gpuPairs = pairs.empty() ? nullptr : pairs.data();
+  ra.gpuPairsCount = static_cast<unsigned>(pairs.size());
+  const CUresult r = cuCheckpointProcessRestore(c.pid, &ra);
+  CUprocessState st{};
+  cuCheckpointProcessGetState(c.pid, &st);
+  Fact("pairs %s: lock %s, checkpoint %s, restore %s, state after restore %d", label, Name(l),
+       Name(k), Name(r), static_cast<int>(st));
+  if (r != CUDA_SUCCESS) {
+    // Try again with no pairs, then report whether the process can still be unlocked.
+    CUcheckpointRestoreArgs none{};
+    const CUresult r2 = cuCheckpointProcessRestore(c.pid, &none);
+    Fact("pairs %s: a second restore without pairs = %s", label, Name(r2));
+  }
+  CUcheckpointUnlockArgs un{};
+  const CUresult u = cuCheckpointProcessUnlock(c.pid, &un);
+  Fact("pairs %s: unlock %s", label, Name(u));
+  if (u == CUDA_SUCCESS) {
+    SendLine(c.fd, "CHECK");
+    Fact("pairs %s: child says: %s", label, RecvLine(c.fd).c_str());
+  }
+}
+
+int ProbePairs() {
+  cuInit(0);
+  int count = 0;
+  cuDeviceGetCount(&count);
+  if (count < 2) {
+    Fact("pairs: skipped, %d device(s)", count);
+    return 0;
+  }
+  std::vector<CUuuid> all(2);
+  std::vector<std::string> names(2);
+  for (int i = 0; i < 2; ++i) {
+    CUdevice d;
+    cuDeviceGet(&d, i);
+    cuDeviceGetUuid(&all[i], d);
+    names[i] = Uuid(d);
+  }
+  struct Case {
+    const char* label;
+    std::vector<std::pair<int, int>> map;
+  } const cases[] = {
+      {"full swap {0->1, 1->0}", {{0, 1}, {1, 0}}},
+      {"incomplete {0->1}", {{0, 1}}},
+      {"many-to-one {0->1, 1->1}", {{0, 1}, {1, 1}}},
+      {"identity-of-other {1->0}", {{1, 0}}},
+  };
+  for (const Case& cs : cases) {
+    Child c = Spawn("pairs-child", {"CUDA_VISIBLE_DEVICES=0"});
+    Fact("pairs %s: child pinned to CUDA_VISIBLE_DEVICES=0 says %s", cs.label,
+         RecvLine(c.fd).c_str());
+    std::vector<CUcheckpointGpuPair> pairs;
+    for (auto [from, to] : cs.map) pairs.push_back(Pair(names[from], names[to], all, names));
+    NativeCycle(c, cs.label, pairs);
+    SendLine(c.fd, "EXIT");
+    Reap(c);
+  }
+  return 0;
+}
+
+// ---- ipc-event ---------------------------------------------------------------------------
+
+// Role A creates an interprocess event and sends its handle; role B opens it. After each
+// "USE" both report what the event calls return.
+int IpcEventChild(bool creator) {
+  cuInit(0);
+  CUdevice dev;
+  cuDeviceGet(&dev, 0);
+  CUcontext ctx;
+  cuDevicePrimaryCtxRetain(&ctx, dev);
+  cuCtxSetCurrent(ctx);
+  CUstream stream;
+  cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  CUevent ev = nullptr;
+  if (creator) {
+    const CUresult c = cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+    CUipcEventHandle handle{};
+    const CUresult g = cuIpcGetEventHandle(&handle, ev);
+    std::string hex;
+    for (unsigned char b : handle.reserved) {
+      char x[3];
+      std::snprintf(x, sizeof x, "%02x", b);
+      hex += x;
+    }
+    SendLine(3, std::string("HANDLE ") + hex + " create " + Name(c) + " get " + Name(g));
+  } else {
+    const std::string hex = RecvLine(3);
+    CUipcEventHandle handle{};
+    for (size_t i = 0; i < sizeof handle.reserved; ++i) {
+      handle.reserved[i] = static_cast<char>(std::strtoul(hex.substr(2 * i, 2).c_str(), nullptr, 16));
+    }
+    const CUresult o = cuIpcOpenEventHandle(&ev, handle);
+    SendLine(3, std::string("OPENED ") + Name(o));
+  }
+  CUdeviceptr scratch;
+  cuMemAlloc(&scratch, 1 << 20);
+  while (true) {
+    const std::string cmd = RecvLine(3);
+    if (cmd != "USE") return 0;
+    const CUresult m = cuMemsetD32Async(scratch, 1, (1 << 20) / 4, stream);
+    const CUresult rec = creator ? cuEventRecord(ev, stream) : CUDA_SUCCESS;
+    const CUresult wait = cuStreamWaitEvent(stream, ev, 0);
+    const CUresult sync = cuEventSynchronize(ev);
+    const CUresult q = cuEventQuery(ev);
+    const CUresult ss = cuStreamSynchronize(stream);
+    SendLine(3, std::string("memset ") + Name(m) + ", record " + Name(rec) + ", streamWait " +
+                    Name(wait) + ", eventSync " + Name(sync) + ", query " + Name(q) +
+                    ", streamSync " + Name(ss));
+  }
+}
+
+void LockAndCheckpoint(Child& c, const std::string& who) {
+  CUcheckpointLockArgs lock{};
+  lock.timeoutMs = 10000;
+  const CUresult l = cuCheckpointProcessLock(c.pid, &lock);
+  CUcheckpointCheckpointArgs ck{};
+  const CUresult k = cuCheckpointProcessCheckpoint(c.pid, &ck);
+  Fact("ipc-event %s: lock %s, checkpoint %s", who.c_str(), Name(l), Name(k));
+}
+
+int ProbeIpcEvent(bool swap) {
+  cuInit(0);
+  int count = 0;
+  cuDeviceGetCount(&count);
+  const std::string label = swap ? "two GPUs" : "one GPU";
+  Child a = Spawn("ipc-event-a", {"CUDA_VISIBLE_DEVICES=0"});
+  Child b = Spawn("ipc-event-b", {swap && count > 1 ? "CUDA_VISIBLE_DEVICES=1" : "CUDA_VISIBLE_DEVICES=0"});
+  std::string handle = RecvLine(a.fd);
+  Fact("ipc-event (%s) A: %s", label.c_str(), handle.substr(handle.find(' ', 7)).c_str());
+  SendLine(b.fd, handle.substr(7, 128));
+  Fact("ipc-event (%s) B: %s", label.c_str(), RecvLine(b.fd).c_str());
+  SendLine(a.fd, "USE");
+  Fact("ipc-event (%s) before, A: %s", label.c_str(), RecvLine(a.fd).c_str());
+  SendLine(b.fd, "USE");
+  Fact("ipc-event (%s) before, B: %s", label.c_str(), RecvLine(b.fd).c_str());
+  Child* both[] = {&a, &b};
+  const char* names[] = {"A", "B"};
+  for (int i = 0; i < 2; ++i) LockAndCheckpoint(*both[i], label + " " + names[i]);
+  bool alive[2] = {true, true};
+  for (int i = 0; i < 2; ++i) {
+    CUcheckpointRestoreArgs ra{};
+    const CUresult r = cuCheckpointProcessRestore(both[i]->pid, &ra);
+    CUcheckpointUnlockArgs un{};
+    const CUresult u = cuCheckpointProcessUnlock(both[i]->pid, &un);
+    Fact("ipc-event (%s) %s: restore %s, unlock %s", label.c_str(), names[i], Name(r), Name(u));
+    alive[i] = u == CUDA_SUCCESS;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (!alive[i]) continue;
+    SendLine(both[i]->fd, "USE");
+    Fact("ipc-event (%s) after, %s: %s", label.c_str(), names[i], RecvLine(both[i]->fd).c_str());
+  }
+  Reap(a);
+  Reap(b);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "access") return ProbeAccess();
+  if (what == "visible") return ProbeVisible();
+  if (what == "visible-child") return VisibleChild();
+  if (what == "pairs") return ProbePairs();
+  if (what == "pairs-child") return PairsChild();
+  if (what == "ipc-event") return ProbeIpcEvent(false) | ProbeIpcEvent(true);
+  if (what == "ipc-event-a") return IpcEventChild(true);
+  if (what == "ipc-event-b") return IpcEventChild(false);
+  std::fprintf(stderr, "usage: gpu_driver_facts access|visible|pairs|ipc-event\n");
+  return 2;
+}
