@@ -122,6 +122,19 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
     }
     out.push_back(UuidPair{*from, *to});
   }
+  // The driver restores only with a permutation of every GPU it has (DRIVER-FACTS F14: a
+  // partial or many-to-one list fails CUDA_ERROR_INVALID_VALUE): the map must send the GPUs
+  // it names onto those same GPUs, and every GPU it leaves out keeps its processes.
+  for (const std::string& to : to_seen) {
+    if (from_seen.count(to) == 0) {
+      return Error{-1, "device map is incomplete: it restores onto " + to + " but does not " +
+                           "say where the processes on " + to + " go (a map sends the GPUs " +
+                           "it names onto the same GPUs, e.g. 0=1,1=0)"};
+    }
+  }
+  for (const std::string& uuid : device_uuids) {
+    if (from_seen.count(uuid) == 0) out.push_back(UuidPair{uuid, uuid});
+  }
   return out;
 }
 

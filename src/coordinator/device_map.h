@@ -38,8 +38,11 @@ struct UuidPair {
   std::string to;
 };
 
-/// Resolves ordinals through `device_uuids` (the driver's devices, index = ordinal). An
-/// ordinal out of range or a UUID the driver does not list is an error naming it.
+/// Resolves ordinals through `device_uuids` (the driver's devices, index = ordinal) into the
+/// complete list the driver takes: a permutation of every GPU (DRIVER-FACTS F14), the GPUs
+/// the map leaves out paired with themselves. An ordinal out of range, a UUID the driver
+/// does not list, or a map that does not send the GPUs it names onto the same GPUs (`0=1`
+/// alone) is an error naming the GPU.
 Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pairs,
                                                const std::vector<std::string>& device_uuids);
 

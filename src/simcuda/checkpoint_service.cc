@@ -42,18 +42,27 @@ void log_error(const char *what) {
 }
 
 // A restore with gpuPairs keeps the process's ordinals and puts each on the GPU its old GPU
-// is paired with (measured on 2x H200, driver 580: DRIVER-FACTS F7). The table is changed
-// before the memory comes back, so the memory is accounted on the new GPUs, and put back
-// when the restore fails.
+// is paired with (measured on 2x H200, driver 580: DRIVER-FACTS F7). The pairs must be a
+// permutation of every GPU of the machine, identity pairs included (F14: {0->0, 1->1} and
+// {0->1, 1->0} work; {0->1}, {0->0}, {1->0} and {0->1, 1->1} fail CUDA_ERROR_INVALID_VALUE
+// and leave the process CHECKPOINTED, restorable again). The table is changed before the
+// memory comes back, so the memory is accounted on the new GPUs, and put back when the
+// restore fails.
 CUresult restore(const Request &req) {
   if (req.pair_count > kMaxGpuPairs) return CUDA_ERROR_INVALID_VALUE;
   std::array<int, kMaxDevices> onto{};  // physical GPU -> physical GPU
   for (int p = 0; p < kMaxDevices; ++p) onto[static_cast<size_t>(p)] = p;
-  for (uint32_t i = 0; i < req.pair_count; ++i) {
-    auto from = devices::find_physical(req.pairs[i].oldUuid);
-    auto to = devices::find_physical(req.pairs[i].newUuid);
-    if (!from || !to) return CUDA_ERROR_INVALID_VALUE;  // names a GPU this machine does not have
-    onto[static_cast<size_t>(*from)] = *to;
+  if (req.pair_count > 0) {
+    if (req.pair_count != static_cast<uint32_t>(devices::physical_count())) return CUDA_ERROR_INVALID_VALUE;
+    std::array<bool, kMaxDevices> from_seen{}, to_seen{};
+    for (uint32_t i = 0; i < req.pair_count; ++i) {
+      auto from = devices::find_physical(req.pairs[i].oldUuid);
+      auto to = devices::find_physical(req.pairs[i].newUuid);
+      if (!from || !to) return CUDA_ERROR_INVALID_VALUE;  // names a GPU this machine does not have
+      if (from_seen[static_cast<size_t>(*from)] || to_seen[static_cast<size_t>(*to)]) return CUDA_ERROR_INVALID_VALUE;
+      from_seen[static_cast<size_t>(*from)] = to_seen[static_cast<size_t>(*to)] = true;
+      onto[static_cast<size_t>(*from)] = *to;
+    }
   }
   const devices::PhysicalTable before = devices::physical_table();
   devices::PhysicalTable after = before;

@@ -7,29 +7,110 @@
 #include "config.h"
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace simcuda::devices {
 namespace {
 
-// Ordinal -> physical GPU. Atomic: driver calls read it while the checkpoint service thread
-// replaces it at restore (the gate keeps them apart, but nothing here relies on that).
+// The GPUs CUDA_VISIBLE_DEVICES selects, in its order (DRIVER-FACTS F13, measured on 2x
+// H200, driver 580): entries are separated by ',' and may have spaces around them; the first
+// entry decides whether the list names GPUs by index or by UUID ("GPU-" + a full UUID or a
+// prefix that names one GPU); the list ends at the first entry that names no GPU (an index
+// out of range, "-1", an unknown UUID, an entry of the other kind); a GPU listed twice makes
+// cuInit fail CUDA_ERROR_INVALID_DEVICE; no GPU at all, CUDA_ERROR_NO_DEVICE. Unset: every
+// GPU in index order. CUDA_DEVICE_ORDER changes nothing: the simulated GPUs are identical,
+// so FASTEST_FIRST and PCI_BUS_ID order them alike, as on the measured machine.
+struct Visible {
+  std::array<int, kMaxDevices> physical{};
+  int count = 0;
+  CUresult status = CUDA_SUCCESS;
+};
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// The physical GPU one entry names, if any.
+std::optional<int> named_gpu(std::string_view entry, bool by_uuid) {
+  const int gpus = config().device_count;
+  if (by_uuid) {
+    if (entry.substr(0, 4) != "GPU-") return std::nullopt;
+    std::optional<int> found;
+    for (int p = 0; p < gpus; ++p) {
+      if (uuid_text(physical_uuid(p)).compare(0, entry.size(), entry) != 0) continue;
+      if (found) return std::nullopt;  // a prefix of two UUIDs names no GPU
+      found = p;
+    }
+    return found;
+  }
+  if (entry.empty() || entry.size() > 3) return std::nullopt;
+  for (char c : entry)
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  const int index = std::atoi(std::string(entry).c_str());
+  return index < gpus ? std::optional<int>(index) : std::nullopt;
+}
+
+Visible parse_visible(const char *text) {
+  Visible v;
+  if (text == nullptr) {
+    v.count = config().device_count;
+    for (int p = 0; p < v.count; ++p) v.physical[static_cast<size_t>(p)] = p;
+  } else {
+    std::string_view rest(text);
+    bool by_uuid = false;
+    for (bool first = true; v.count < kMaxDevices; first = false) {
+      const size_t comma = rest.find(',');
+      const std::string_view entry = trimmed(rest.substr(0, comma));
+      if (first) by_uuid = entry.substr(0, 4) == "GPU-";
+      const std::optional<int> gpu = named_gpu(entry, by_uuid);
+      if (!gpu) break;
+      for (int i = 0; i < v.count; ++i) {
+        if (v.physical[static_cast<size_t>(i)] == *gpu) v.status = CUDA_ERROR_INVALID_DEVICE;
+      }
+      v.physical[static_cast<size_t>(v.count++)] = *gpu;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  if (v.status == CUDA_SUCCESS && v.count == 0) v.status = CUDA_ERROR_NO_DEVICE;
+  return v;
+}
+
+// Ordinal -> physical GPU, starting as CUDA_VISIBLE_DEVICES says. Atomic: driver calls read
+// it while the checkpoint service thread replaces it at restore (the gate keeps them apart,
+// but nothing here relies on that).
 struct Table {
   std::array<std::atomic<int>, kMaxDevices> slots;
+  int count;
+  CUresult status;
   Table() {
-    for (size_t d = 0; d < slots.size(); ++d) slots[d].store(static_cast<int>(d));  // identity
+    const Visible v = parse_visible(std::getenv("CUDA_VISIBLE_DEVICES"));
+    for (size_t d = 0; d < slots.size(); ++d) slots[d].store(v.physical[d]);
+    count = v.count;
+    status = v.status;
   }
 };
 
-std::array<std::atomic<int>, kMaxDevices> &table() {
+Table &visible_table() {
   static Table t;
-  return t.slots;
+  return t;
 }
+
+std::array<std::atomic<int>, kMaxDevices> &table() { return visible_table().slots; }
 
 }  // namespace
 
-int count() { return config().device_count; }
+int count() { return visible_table().status == CUDA_SUCCESS ? visible_table().count : 0; }
+
+int physical_count() { return config().device_count; }
+
+CUresult visible_status() { return visible_table().status; }
 
 bool valid(CUdevice device) { return device >= 0 && device < count(); }
 
@@ -52,8 +133,17 @@ CUuuid physical_uuid(int physical_gpu) {
 
 CUuuid uuid(int ordinal) { return physical_uuid(physical(ordinal)); }
 
+std::string uuid_text(const CUuuid &uuid) {
+  const auto *b = reinterpret_cast<const unsigned char *>(uuid.bytes);
+  char text[48];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return text;
+}
+
 std::optional<int> find_physical(const CUuuid &wanted) {
-  for (int p = 0; p < count(); ++p) {
+  for (int p = 0; p < physical_count(); ++p) {
     CUuuid u = physical_uuid(p);
     if (std::memcmp(u.bytes, wanted.bytes, sizeof u.bytes) == 0) return p;
   }

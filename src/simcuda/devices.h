@@ -1,8 +1,9 @@
 // The simulated devices: SIMCUDA_DEVICE_COUNT physical GPUs, identical but for their UUID.
-// A process names them by ordinal; ordinal N starts as physical GPU N. A restore onto other
-// GPUs keeps the process's ordinals and changes the physical GPU behind each (measured on
-// 2x H200, driver 580: DRIVER-FACTS F7), so every query by ordinal (UUID, name, memory
-// accounting) goes through this process's ordinal -> physical table.
+// A process names the GPUs it sees by ordinal: CUDA_VISIBLE_DEVICES chooses which and in
+// what order (DRIVER-FACTS F13); unset, ordinal N starts as physical GPU N. A restore onto
+// other GPUs keeps the process's ordinals and changes the physical GPU behind each (F7,
+// F7b), so every query by ordinal (UUID, name, memory accounting) goes through this
+// process's ordinal -> physical table.
 #pragma once
 
 #include "config.h"
@@ -10,11 +11,19 @@
 
 #include <array>
 #include <optional>
+#include <string>
 
 namespace simcuda::devices {
 
-/// Number of devices (config().device_count).
+/// Number of devices this process sees (CUDA_VISIBLE_DEVICES applied; what cuDeviceGetCount
+/// answers).
 int count();
+/// Number of physical GPUs of the simulated machine (config().device_count).
+int physical_count();
+/// What cuInit answers for this process's CUDA_VISIBLE_DEVICES (DRIVER-FACTS F13):
+/// CUDA_SUCCESS, CUDA_ERROR_NO_DEVICE when no entry names a GPU (empty, "-1", an unknown
+/// first entry, no GPUs at all), CUDA_ERROR_INVALID_DEVICE when a GPU is listed twice.
+CUresult visible_status();
 /// True when `device` is an ordinal in [0, count()).
 bool valid(CUdevice device);
 /// The physical GPU behind this process's `ordinal` (a valid ordinal).
@@ -26,6 +35,8 @@ std::optional<int> ordinal_of(int physical);
 CUuuid physical_uuid(int physical);
 /// The UUID of the GPU behind this process's `ordinal` (what cuDeviceGetUuid returns).
 CUuuid uuid(int ordinal);
+/// "GPU-" + 8-4-4-4-12 lowercase hex of `uuid`, as nvidia-smi and CUDA_VISIBLE_DEVICES write it.
+std::string uuid_text(const CUuuid &uuid);
 /// The physical GPU with this UUID, if any.
 std::optional<int> find_physical(const CUuuid &uuid);
 

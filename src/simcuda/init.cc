@@ -4,6 +4,7 @@
 #include "api_call.h"
 #include "checkpoint_service.h"
 #include "config.h"
+#include "devices.h"
 #include "ledger.h"
 
 #include <pthread.h>
@@ -48,7 +49,8 @@ CUresult cuInit(unsigned int Flags) {
     std::fprintf(stderr, "simcuda[%d]: cuInit: %s\n", static_cast<int>(getpid()), c.error.c_str());
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (c.device_count == 0) return CUDA_ERROR_NO_DEVICE;
+  // No GPUs, or none that CUDA_VISIBLE_DEVICES names, or one named twice (DRIVER-FACTS F13).
+  if (const CUresult visible = simcuda::devices::visible_status(); visible != CUDA_SUCCESS) return visible;
   static std::once_flag once;
   std::call_once(once, simcuda::initialize);
   return CUDA_SUCCESS;

@@ -285,6 +285,12 @@ CUresult get_access(unsigned long long *flags, const CUmemLocation *location, CU
   Mapping *m = mapping_at(s, va);
   if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *flags = m->access[slot];
+  // One host access per mapping, set by HOST and HOST_NUMA descriptors alike; asked as HOST
+  // while it is NONE, the driver answers device 0's access (DRIVER-FACTS F12, measured on a
+  // HOST_NUMA allocation).
+  if (location->type == CU_MEM_LOCATION_TYPE_HOST && *flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+    *flags = m->access[0];
+  }
   return CUDA_SUCCESS;
 }
 

@@ -131,6 +131,7 @@ void QueryAccess(CUdeviceptr va, const char* when) {
     int id;
     const char* name;
   } const where[] = {{CU_MEM_LOCATION_TYPE_DEVICE, 0, "DEVICE 0"},
+                     {CU_MEM_LOCATION_TYPE_DEVICE, 1, "DEVICE 1"},
                      {CU_MEM_LOCATION_TYPE_HOST, 0, "HOST 0"},
                      {CU_MEM_LOCATION_TYPE_HOST_NUMA, 0, "HOST_NUMA 0"}};
   for (const auto& w : where) {
@@ -159,7 +160,9 @@ int ProbeAccess() {
   CUcontext ctx;
   cuDevicePrimaryCtxRetain(&ctx, dev);
   cuCtxSetCurrent(ctx);
-  for (int order = 0; order < 2; ++order) {
+  int count = 0;
+  cuDeviceGetCount(&count);
+  for (int order = 0; order < (count > 1 ? 3 : 2); ++order) {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
@@ -174,9 +177,23 @@ int ProbeAccess() {
     cuMemAddressReserve(&va, gran, 0, 0, 0);
     cuMemMap(va, gran, 0, h, 0);
     QueryAccess(va, "after map");
-    Fact("access: set DEVICE 0 RW = %s",
-         Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
-    QueryAccess(va, "after DEVICE RW");
+    if (order == 2) {
+      // Only device 1 gets access: does HOST's answer with no host access follow device 0,
+      // or any device?
+      Fact("access: [order C] set DEVICE 1 READ = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 1, CU_MEM_ACCESS_FLAGS_PROT_READ)));
+      QueryAccess(va, "[order C] after DEVICE 1 READ");
+      Fact("access: [order C] set DEVICE 0 RW = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
+      QueryAccess(va, "[order C] after DEVICE 0 RW");
+      Fact("access: [order C] set DEVICE 0 NONE = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE)));
+      QueryAccess(va, "[order C] after DEVICE 0 NONE");
+    } else {
+      Fact("access: set DEVICE 0 RW = %s",
+           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
+      QueryAccess(va, "after DEVICE RW");
+    }
     if (order == 0) {
       Fact("access: set HOST 0 READ = %s",
            Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_READ)));
@@ -188,7 +205,7 @@ int ProbeAccess() {
       Fact("access: set HOST 0 NONE = %s",
            Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE)));
       QueryAccess(va, "[order A] after HOST NONE");
-    } else {
+    } else if (order == 1) {
       Fact("access: set HOST_NUMA 0 READ = %s",
            Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0,
                           CU_MEM_ACCESS_FLAGS_PROT_READ)));
@@ -370,6 +387,8 @@ int ProbePairs() {
     std::vector<std::pair<int, int>> map;
   } const cases[] = {
       {"full swap {0->1, 1->0}", {{0, 1}, {1, 0}}},
+      {"identity {0->0, 1->1}", {{0, 0}, {1, 1}}},
+      {"own GPU only, identity {0->0}", {{0, 0}}},
       {"incomplete {0->1}", {{0, 1}}},
       {"many-to-one {0->1, 1->1}", {{0, 1}, {1, 1}}},
       {"identity-of-other {1->0}", {{1, 0}}},

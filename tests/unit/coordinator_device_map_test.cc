@@ -85,6 +85,32 @@ TEST(CoordinatorDeviceMap, ResolutionErrorsNameTheDevice) {
   EXPECT_EQ(dup.error().message, "device map maps " + kUuid0 + " twice");
 }
 
+// DRIVER-FACTS F14: the driver takes only a permutation of every GPU. A swap of two GPUs
+// out of four gets the other two as identity pairs; a map that restores onto a GPU without
+// saying where that GPU's processes go is refused, naming it.
+TEST(CoordinatorDeviceMap, ResolvesToAPermutationOfEveryGpu) {
+  const std::string kUuid2 = "GPU-22222222-2222-2222-2222-222222222222";
+  const std::string kUuid3 = "GPU-33333333-3333-3333-3333-333333333333";
+  auto swap = coord::ResolveDeviceMap(*coord::ParseDeviceMap("0=1,1=0"), {kUuid0, kUuid1, kUuid2, kUuid3});
+  ASSERT_TRUE(swap.ok()) << swap.error().message;
+  ASSERT_EQ(swap->size(), 4u);
+  EXPECT_EQ((*swap)[2].from, kUuid2);
+  EXPECT_EQ((*swap)[2].to, kUuid2);
+  EXPECT_EQ((*swap)[3].from, kUuid3);
+  EXPECT_EQ((*swap)[3].to, kUuid3);
+  for (const char* incomplete : {"0=1", "1=0", "0=1,1=2"}) {
+    auto refused = coord::ResolveDeviceMap(*coord::ParseDeviceMap(incomplete), {kUuid0, kUuid1, kUuid2});
+    ASSERT_FALSE(refused.ok()) << incomplete;
+    EXPECT_NE(refused.error().message.find("device map is incomplete: it restores onto GPU-"), std::string::npos)
+        << refused.error().message;
+  }
+  auto one = coord::ResolveDeviceMap(*coord::ParseDeviceMap("0=1"), {kUuid0, kUuid1});
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.error().message, "device map is incomplete: it restores onto " + kUuid1 +
+                                     " but does not say where the processes on " + kUuid1 +
+                                     " go (a map sends the GPUs it names onto the same GPUs, e.g. 0=1,1=0)");
+}
+
 TEST(CoordinatorDeviceMap, UuidFormatRoundTrips) {
   unsigned char bytes[16];
   ASSERT_TRUE(coord::ParseGpuUuid(kUuid1, bytes));
