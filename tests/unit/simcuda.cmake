@@ -14,7 +14,7 @@ function(simcuda_add_test name)
     set(main "")
   endif()
   # cusnap_common: descriptor passing between test processes (simcuda_test_util.h).
-  target_link_libraries(${name} PRIVATE GTest::gtest ${main} simcuda_driver cusnap_cuda_headers cusnap_common
+  target_link_libraries(${name} PRIVATE GTest::gtest GTest::gmock ${main} simcuda_driver cusnap_cuda_headers cusnap_common
     dl pthread ${ARG_LIBS})
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR} ${CMAKE_SOURCE_DIR}/src)
   # The environment travels through the launcher, as in cusnap_add_gtest (CMake 3.25 keeps only
