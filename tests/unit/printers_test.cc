@@ -22,9 +22,8 @@ TEST(Printers, EnumeratorsPrintTheirNameAndNumber) {
 }
 
 TEST(Printers, ValuesWithoutAnEnumeratorPrintTheTypeAndNumber) {
-  EXPECT_EQ(PrintToString(static_cast<proto::Phase>(0)), "proto::Phase(0)");
-  EXPECT_EQ(PrintToString(static_cast<proto::Phase>(12)), "proto::Phase(12)");
-  EXPECT_EQ(PrintToString(static_cast<proto::Phase>(4000)), "proto::Phase(4000)");
+  EXPECT_EQ(PrintToString(static_cast<proto::Phase>(0)), "proto::Phase(0)");  // in the table
+  EXPECT_EQ(PrintToString(static_cast<proto::Phase>(4000)), "proto::Phase(4000)");  // past it
 }
 
 }  // namespace
