@@ -1,7 +1,8 @@
 # End-to-end tests of the real `cusnap` binary on the simulated driver (issue 3, "Must show
 # (CI)"): multi-process jobs of job_worker processes started through `cusnap run`, checkpointed
 # and restored with every byte and VA checked; refusals that leave the job intact; the
-# native-only baseline (DRIVER-FACTS F5). Label: integration.
+# native-only baseline (DRIVER-FACTS F5); the binary's own options, the demo, and a job
+# under a non-CUDA launcher. Label: integration.
 
 # One process of a job, driven by a command language on stdin (job_worker.cc). Linked against
 # the simulated libcuda.so.1 like any CUDA program; `cusnap run` preloads the shim.
@@ -16,7 +17,45 @@ cusnap_add_gtest(cli_job_test
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_cycles.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_refusals.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_native_baseline.cc
-  LIBS cusnap_common GTest::gmock nlohmann_json::nlohmann_json
+  LIBS cusnap_common nlohmann_json::nlohmann_json
   LABELS integration)
 target_include_directories(cli_job_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 add_dependencies(cli_job_test cusnap cusnap_shim simcuda_driver job_worker)
+
+# The `cusnap` binary run as a child process: --help, bad arguments, exit codes, inspect.
+cusnap_add_gtest(cli_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_test.cc
+  LIBS cusnap_coordinator
+  LABELS integration)
+add_dependencies(cli_test cusnap)
+foreach(dep cusnap_shim simcuda_driver)
+  if(TARGET ${dep})
+    add_dependencies(cli_test ${dep})
+  endif()
+endforeach()
+
+# `cusnap` end to end over the real shim and the simulated driver, with the lifecycle
+# test's peer program (tests/integration/lifecycle.cmake) as the job.
+cusnap_add_gtest(cli_cycle_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_cycle_test.cc
+  LIBS nlohmann_json::nlohmann_json
+  LABELS integration)
+add_dependencies(cli_cycle_test cusnap cusnap_shim simcuda_driver lifecycle_cycle_peer)
+
+# `cusnap demo` end to end (the built binary, its worker, the shim and the simulated driver).
+cusnap_add_gtest(cli_demo_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_demo_test.cc
+  LIBS nlohmann_json::nlohmann_json
+  LABELS integration)
+add_dependencies(cli_demo_test cusnap cusnap_demo_worker cusnap_shim simcuda_driver)
+
+# A job whose non-CUDA launcher carries the shim, checkpointed through the CLI: the launcher
+# (started with `cusnap run`, so it has an endpoint) forks the lifecycle test's peer program
+# (tests/integration/lifecycle.cmake) as creator and importer.
+add_executable(cli_tree_launcher ${CMAKE_CURRENT_LIST_DIR}/cli_tree_launcher.cc)
+cusnap_warnings(cli_tree_launcher)
+cusnap_add_gtest(cli_tree_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_tree_test.cc
+  LIBS nlohmann_json::nlohmann_json
+  LABELS integration)
+add_dependencies(cli_tree_test cusnap cusnap_shim simcuda_driver cli_tree_launcher lifecycle_cycle_peer)

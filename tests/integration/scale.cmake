@@ -11,7 +11,7 @@ cusnap_add_gtest(scale_test
     ${CMAKE_CURRENT_LIST_DIR}/scale_multicast_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/scale_phase_cost_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/scale_refusal_test.cc
-  LIBS cusnap_common GTest::gmock nlohmann_json::nlohmann_json
+  LIBS cusnap_common nlohmann_json::nlohmann_json
   LABELS integration
   TIMEOUT 300)
 target_include_directories(scale_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})

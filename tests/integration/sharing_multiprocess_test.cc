@@ -22,6 +22,7 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/socket.h"
+#include "printers.h"
 
 namespace cusnap {
 namespace {
@@ -153,7 +154,7 @@ TEST_F(SharingProcesses, UntrackedImportIsCountedAndArgumentsAreChecked) {
   EXPECT_EQ(identify->header.arg[0], static_cast<uint64_t>(actor));
   EXPECT_EQ(identify->header.arg[1], ProcessStartTime(actor));
   EXPECT_EQ(identify->header.arg[3], 1u);  // one untracked import
-  EXPECT_EQ(identify->header.phase, static_cast<uint32_t>(proto::Phase::kActive));
+  EXPECT_EQ(static_cast<proto::Phase>(identify->header.phase), proto::Phase::kActive);
 
   // 200 tracked allocations (one mapped): more records than one packet holds.
   auto inspect = Request(path, MakeHeader(proto::Op::kInspect), {}, 30'000);

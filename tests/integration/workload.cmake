@@ -16,7 +16,7 @@ cusnap_add_gtest(workload_kinds_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/workload_kinds_harness.cc
     ${CMAKE_CURRENT_LIST_DIR}/workload_kinds_test.cc
-  LIBS GTest::gmock nlohmann_json::nlohmann_json cusnap_cuda_headers
+  LIBS nlohmann_json::nlohmann_json cusnap_cuda_headers
   LABELS integration
   TIMEOUT 300)
 target_include_directories(workload_kinds_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})

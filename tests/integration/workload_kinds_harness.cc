@@ -2,6 +2,7 @@
 #include "workload_kinds_harness.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -20,6 +21,7 @@ namespace workload {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::StartsWith;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -162,7 +164,7 @@ void WorkloadKindsTest::StartRanks(bool even_without_context) {
   }
   for (Rank& r : ranks_) {
     const std::string hello = Ask(r, "");
-    ASSERT_EQ(hello.rfind("ready", 0), 0u) << r.name << " said '" << hello << "'";
+    ASSERT_THAT(hello, StartsWith("ready")) << r.name << " said '" << hello << "'";
   }
 }
 
@@ -215,7 +217,7 @@ std::string WorkloadKindsTest::Ask(Rank& r, const std::string& command) {
 
 std::string WorkloadKindsTest::Ok(Rank& r, const std::string& command) {
   const std::string reply = Ask(r, command);
-  EXPECT_EQ(reply.rfind("ok", 0), 0u) << r.name << ": '" << command << "' -> '" << reply << "'";
+  EXPECT_THAT(reply, StartsWith("ok")) << r.name << ": '" << command << "' -> '" << reply << "'";
   return reply.size() > 3 ? reply.substr(3) : "";
 }
 
@@ -228,8 +230,8 @@ std::vector<std::string> WorkloadKindsTest::OkAll(const std::function<std::strin
   }
   for (int r = 0; r < Ranks(); ++r) {
     std::string reply = Ask(R(r), "");  // reads the reply to the command already sent
-    EXPECT_EQ(reply.rfind("ok", 0), 0u) << R(r).name << ": '" << commands[static_cast<size_t>(r)] << "' -> '"
-                                        << reply << "'";
+    EXPECT_THAT(reply, StartsWith("ok")) << R(r).name << ": '" << commands[static_cast<size_t>(r)] << "' -> '"
+                                         << reply << "'";
     replies.push_back(reply.size() > 3 ? reply.substr(3) : "");
   }
   return replies;

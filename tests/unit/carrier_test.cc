@@ -4,6 +4,7 @@
 // driver only while bytes move; eager mode provides it in the background.
 #include "shim/carrier/carrier.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,10 +14,13 @@
 #include <vector>
 
 #include "carrier_sim_driver.h"
+#include "shim_printers.h"
 #include "simcuda/introspection.h"
 
 namespace cusnap::shim {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
@@ -251,7 +255,7 @@ TEST_F(HostCarrierTest, SlotWithoutContextIsRefused) {
   Result<CarrierTransfer> refused = carrier.Save(slots);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_NE(refused.error().message.find("has no context"), std::string::npos);
+  EXPECT_THAT(refused.error().message, HasSubstr("has no context"));
 }
 
 TEST_F(HostCarrierTest, EagerModeProvidesInTheBackgroundLazyWaits) {
@@ -281,8 +285,7 @@ TEST_F(HostCarrierTest, FailedCopyIsReportedAndTheCarrierStaysUsable) {
   Result<CarrierTransfer> failed = carrier.Save(slots);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
-  EXPECT_NE(failed.error().message.find("copying allocation handle"), std::string::npos)
-      << failed.error().message;
+  EXPECT_THAT(failed.error().message, HasSubstr("copying allocation handle"));
   // Every enqueued copy was synchronized: the carrier is not poisoned and works again.
   EXPECT_FALSE(carrier.poisoned());
   Result<CarrierTransfer> saved = carrier.Save(slots);

@@ -1,5 +1,6 @@
 # Coordinator unit tests: topology validation, the state file, the device map, and the
-# checkpoint/restore sequences over fake participants and a fake native driver.
+# checkpoint/restore sequences over fake participants and a fake native driver (discovery
+# forks idle children only so that /proc has a process tree to read).
 cusnap_add_gtest(coordinator_unit_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_topology_test.cc
@@ -7,26 +8,13 @@ cusnap_add_gtest(coordinator_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_device_map_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_native_driver_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_sequence_test.cc
-  LIBS cusnap_coordinator GTest::gmock
-  LABELS unit coordinator)
-
-# The `cusnap` binary run as a child process: --help, bad arguments, exit codes, inspect.
-cusnap_add_gtest(cli_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_test.cc
   LIBS cusnap_coordinator
-  LABELS unit cli)
-add_dependencies(cli_test cusnap)
-foreach(dep cusnap_shim simcuda_driver)
-  if(TARGET ${dep})
-    add_dependencies(cli_test ${dep})
-  endif()
-endforeach()
+  LABELS unit)
 
-# `cusnap` end to end over the real shim and the simulated driver, with the lifecycle
-# test's peer program (tests/unit/lifecycle.cmake, defined after this file) as the job.
-find_package(nlohmann_json 3 REQUIRED)
-cusnap_add_gtest(cli_cycle_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_cycle_test.cc
-  LIBS nlohmann_json::nlohmann_json
-  LABELS integration cli)
-add_dependencies(cli_cycle_test cusnap cusnap_shim simcuda_driver lifecycle_cycle_peer)
+# The coordinator's side of the progress bar and of a tree with a non-CUDA launcher, over
+# fakes: bytes fed to the progress bar, and no native calls for a participant the driver
+# does not know (end to end: tests/integration/cli.cmake).
+cusnap_add_gtest(coordinator_progress_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/coordinator_progress_test.cc
+  LIBS cusnap_coordinator
+  LABELS unit)

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "coordinator/native_driver.h"
+#include "coordinator_printers.h"
 
 namespace cusnap::coord {
 namespace {

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "coordinator/coordinator.h"
+#include "coordinator_printers.h"
 #include "unit/coordinator_fakes.h"
 #include "unit/coordinator_fixtures.h"
 

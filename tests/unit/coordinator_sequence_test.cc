@@ -16,13 +16,16 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/proc.h"
 #include "coordinator/state_file.h"
+#include "coordinator_printers.h"
 #include "unit/coordinator_fakes.h"
+#include "unit/coordinator_phases.h"
 #include "unit/coordinator_fixtures.h"
 
 namespace cusnap::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -106,8 +109,8 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
   EXPECT_THAT(job_.Only("resume"), IsEmpty());
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
   EXPECT_EQ(driver_.states[200], CU_PROCESS_STATE_CHECKPOINTED);
-  EXPECT_EQ(report.phases[5].bytes, kMiB2);  // save
-  EXPECT_EQ(report.phases[5].participants, 2u);
+  EXPECT_EQ(PhaseNamed(report, "save").bytes, kMiB2);
+  EXPECT_EQ(PhaseNamed(report, "save").participants, 2u);
 
   // The state file holds what the participants reported while quiesced.
   auto state = coord::ReadStateFile(dir_);
@@ -158,7 +161,7 @@ TEST_F(SequenceTest, QuiesceFailureResumesTheQuiescedParticipants) {
   // pid 100 quiesced and is resumed; pid 200 never quiesced and is left alone.
   EXPECT_THAT(job_.Only("resume"), ElementsAre("resume 100"));
   EXPECT_TRUE(Before("quiesce ", "resume "));
-  EXPECT_EQ(processes_[0].phase, static_cast<uint32_t>(proto::Phase::kActive));
+  EXPECT_EQ(static_cast<proto::Phase>(processes_[0].phase), proto::Phase::kActive);
   EXPECT_THAT(job_.Only("detach_multicast"), IsEmpty());
   EXPECT_THAT(job_.Only("native"), IsEmpty());
 }
@@ -425,8 +428,7 @@ TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
   const auto report = RunRestore(*coord::ParseDeviceMap("0=1,1=0"));
   ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
   EXPECT_EQ(Names(report), kRestorePhases);
-  EXPECT_EQ(report.phases[5].name, "reallocate");
-  EXPECT_EQ(report.phases[5].bytes, kMiB2);
+  EXPECT_EQ(PhaseNamed(report, "reallocate").bytes, kMiB2);
   // The device map reaches the driver by UUID.
   EXPECT_THAT(job_.Only("native_restore 100"),
               ElementsAre("native_restore 100 GPU-00000000-0000-0000-0000-000000000000="
@@ -446,7 +448,7 @@ TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
   }
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
   EXPECT_EQ(driver_.states[200], CU_PROCESS_STATE_RUNNING);
-  EXPECT_EQ(processes_[0].phase, static_cast<uint32_t>(proto::Phase::kActive));
+  EXPECT_EQ(static_cast<proto::Phase>(processes_[0].phase), proto::Phase::kActive);
 }
 
 TEST_F(SequenceTest, RestoreWithoutDeviceMapSendsNoMap) {
@@ -613,8 +615,8 @@ TEST_F(DiscoveryTest, ProcessTreeListsChildren) {
   const auto tree = coord::ProcessTree(::getpid());
   ASSERT_FALSE(tree.empty());
   EXPECT_EQ(tree[0], ::getpid());
-  EXPECT_NE(std::find(tree.begin(), tree.end(), a), tree.end());
-  EXPECT_NE(std::find(tree.begin(), tree.end(), b), tree.end());
+  EXPECT_THAT(tree, Contains(a));
+  EXPECT_THAT(tree, Contains(b));
   EXPECT_TRUE(coord::ProcessTree(0x3fffffff).empty());
 }
 

@@ -1,5 +1,6 @@
 // The state file (coordinator/state_file.h): round trip, atomic write, errors for a missing,
 // corrupt or foreign file, and the directory preflight.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,10 +13,13 @@
 #include "coordinator/records.h"
 #include "coordinator/state_file.h"
 #include "unit/coordinator_fixtures.h"
+#include "unit/coordinator_phases.h"
 
 namespace cusnap::testing {
 namespace {
 
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 namespace fs = std::filesystem;
 
 class StateFileTest : public ::testing::Test {
@@ -136,8 +140,8 @@ TEST_F(StateFileTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(read->participants[1].records[1].access[1].flags,
             static_cast<uint32_t>(CU_MEM_ACCESS_FLAGS_PROT_READ));
   ASSERT_EQ(read->phases.size(), 2u);
-  EXPECT_EQ(read->phases[0].name, "save");
-  EXPECT_EQ(read->phases[0].bytes, kMiB2);
+  EXPECT_EQ(PhaseNamed(read->phases, "save").bytes, kMiB2);
+  EXPECT_EQ(PhaseNamed(read->phases, "release").elapsed_ms, 0.5);
 }
 
 TEST_F(StateFileTest, RecordsAreStoredByNameWithoutHandles) {
@@ -175,7 +179,7 @@ TEST_F(StateFileTest, FailedWriteKeepsThePreviousFile) {
   fs::permissions(dir_, fs::perms::owner_all);
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.error().code, EACCES);
-  EXPECT_NE(status.error().message.find(dir_), std::string::npos) << status.error().message;
+  EXPECT_THAT(status.error().message, HasSubstr(dir_));
   EXPECT_EQ(coord::ReadStateFile(dir_)->driver, "simulated");
 }
 
@@ -228,9 +232,8 @@ TEST_F(StateFileTest, MissingFieldIsNamed) {
   WriteRaw(json.dump());
   auto read = coord::ReadStateFile(dir_);
   ASSERT_FALSE(read.ok());
-  EXPECT_NE(read.error().message.find("corrupt state file (participant pid 100)"),
-            std::string::npos) << read.error().message;
-  EXPECT_NE(read.error().message.find("start_time"), std::string::npos) << read.error().message;
+  EXPECT_THAT(read.error().message, HasSubstr("corrupt state file (participant pid 100)"));
+  EXPECT_THAT(read.error().message, HasSubstr("start_time"));
 }
 
 TEST_F(StateFileTest, BadAddressIsNamed) {
@@ -239,8 +242,7 @@ TEST_F(StateFileTest, BadAddressIsNamed) {
   WriteRaw(json.dump());
   auto read = coord::ReadStateFile(dir_);
   ASSERT_FALSE(read.ok());
-  EXPECT_NE(read.error().message.find("field 'address' is not a hex address: '0xZZ'"),
-            std::string::npos) << read.error().message;
+  EXPECT_THAT(read.error().message, HasSubstr("field 'address' is not a hex address: '0xZZ'"));
 }
 
 TEST_F(StateFileTest, DuplicatePidIsRefused) {
@@ -249,7 +251,7 @@ TEST_F(StateFileTest, DuplicatePidIsRefused) {
   WriteRaw(json.dump());
   auto read = coord::ReadStateFile(dir_);
   ASSERT_FALSE(read.ok());
-  EXPECT_NE(read.error().message.find("pid listed twice"), std::string::npos);
+  EXPECT_THAT(read.error().message, HasSubstr("pid listed twice"));
 }
 
 TEST_F(StateFileTest, PrepareCreatesTheDirectory) {
@@ -271,7 +273,7 @@ TEST_F(StateFileTest, PrepareRefusesAFileInThePath) {
   WriteRaw("x");
   const auto status = coord::PrepareStateDir(coord::StateFilePath(dir_) + "/sub");
   ASSERT_FALSE(status.ok());
-  EXPECT_NE(status.error().message.find("cannot create state directory"), std::string::npos);
+  EXPECT_THAT(status.error().message, HasSubstr("cannot create state directory"));
 }
 
 }  // namespace
@@ -284,8 +286,7 @@ namespace {
 TEST(StateDirPreflight, RefusesADirectoryNobodyCanWrite) {
   const auto status = coord::PrepareStateDir("/proc/self");
   ASSERT_FALSE(status.ok());
-  EXPECT_EQ(status.error().message.rfind("cannot create a file in state directory /proc/self: ", 0), 0u)
-      << status.error().message;
+  EXPECT_THAT(status.error().message, StartsWith("cannot create a file in state directory /proc/self: "));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace {
 
 using coord::ValidateTopology;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 TEST(CoordinatorTopology, ValidJobPasses) {
   EXPECT_TRUE(ValidateTopology(ValidJob()).empty());
@@ -191,7 +192,7 @@ TEST(CoordinatorTopology, MappingBoundsCheckDoesNotOverflow) {
   job[1].records[1].size = UINT64_MAX - 100;  // offset + size wraps around
   const auto problems = ValidateTopology(job);
   ASSERT_EQ(problems.size(), 1u);
-  EXPECT_NE(problems[0].find("lies outside the allocation"), std::string::npos) << problems[0];
+  EXPECT_THAT(problems[0], HasSubstr("lies outside the allocation"));
 }
 
 TEST(CoordinatorTopology, MappingExactlyFillingTheAllocationPasses) {

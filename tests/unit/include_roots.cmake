@@ -9,6 +9,7 @@ foreach(probe shim_includes_coordinator coordinator_includes_shim common_include
   add_test(NAME BuildCheck.include_roots_${probe}
     COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target include_probe_${probe})
   set_tests_properties(BuildCheck.include_roots_${probe} PROPERTIES
+    LABELS unit
     PASS_REGULAR_EXPRESSION "${probe}.cc:[0-9]+:[0-9]+: fatal error: [a-z]+/[a-z_/]+\\.h: No such file or directory")
 endforeach()
 target_include_directories(include_probe_shim_includes_coordinator PRIVATE ${CUSNAP_INCLUDE_ROOT_shim})

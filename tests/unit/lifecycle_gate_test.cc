@@ -4,6 +4,7 @@
 // in_flight(), closed()), never through sleeps.
 #include "shim/lifecycle/quiesce.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <future>
@@ -11,6 +12,8 @@
 
 namespace cusnap::shim {
 namespace {
+
+using ::testing::HasSubstr;
 
 // Spins (yielding) until `done` holds; the surrounding test's timeout bounds it.
 template <typename Predicate>
@@ -70,9 +73,7 @@ TEST(QuiesceGate, CloseGivesUpAfterItsBoundAndReopens) {
   const Status closed = gate.Close(20);
   ASSERT_FALSE(closed.ok());
   EXPECT_EQ(closed.error().code, CUDA_ERROR_NOT_READY);
-  EXPECT_NE(closed.error().message.find("1 tracked driver call(s) still in flight"),
-            std::string::npos)
-      << closed.error().message;
+  EXPECT_THAT(closed.error().message, HasSubstr("1 tracked driver call(s) still in flight"));
   EXPECT_FALSE(gate.closed());
   gate.Leave();
 }

@@ -3,6 +3,7 @@
 // inside destructive work, and the quiesce gate following the phases.
 #include "shim/lifecycle/lifecycle.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <future>
@@ -11,10 +12,12 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "printers.h"
 
 namespace cusnap::shim {
 namespace {
 
+using ::testing::HasSubstr;
 using proto::Op;
 using proto::Phase;
 
@@ -60,15 +63,15 @@ class LifecycleTest : public ::testing::Test {
   void ExpectOk(Op op, Phase after) {
     const proto::Header reply = Send(op);
     EXPECT_EQ(reply.status, 0) << OpName(op) << ": " << reply.text;
-    EXPECT_EQ(reply.op, static_cast<uint16_t>(op));
-    EXPECT_EQ(reply.phase, static_cast<uint32_t>(after)) << OpName(op);
+    EXPECT_EQ(static_cast<Op>(reply.op), op);
+    EXPECT_EQ(static_cast<Phase>(reply.phase), after) << OpName(op);
     EXPECT_EQ(lifecycle.phase(), after);
   }
   void ExpectRefused(Op op, Phase stays) {
     const proto::Header reply = Send(op);
     EXPECT_EQ(reply.status, -1) << OpName(op);
     EXPECT_EQ(lifecycle.phase(), stays) << OpName(op);
-    EXPECT_NE(std::string(reply.text).find("refused in phase"), std::string::npos) << reply.text;
+    EXPECT_THAT(std::string(reply.text), HasSubstr("refused in phase"));
   }
   void RunCheckpointTo(Phase last) {
     const Op ops[] = {Op::kQuiesce, Op::kDetachMulticast, Op::kSave, Op::kRelease};
@@ -157,7 +160,7 @@ TEST_F(LifecycleTest, FailedSaveIsNotStickyAndTheJobCanResume) {
   RunCheckpointTo(Phase::kMulticastDetached);
   const proto::Header reply = Send(Op::kSave);
   EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_NE(std::string(reply.text).find("scripted failure in SAVE"), std::string::npos);
+  EXPECT_THAT(std::string(reply.text), HasSubstr("scripted failure in SAVE"));
   EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
   EXPECT_TRUE(lifecycle.failure().empty());
   EXPECT_EQ(steps.discarded, 1);
@@ -170,15 +173,15 @@ TEST_F(LifecycleTest, FailureInDestructiveWorkIsSticky) {
   RunCheckpointTo(Phase::kSaved);
   const proto::Header reply = Send(Op::kRelease);
   EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(reply.phase, static_cast<uint32_t>(Phase::kFailed));
+  EXPECT_EQ(static_cast<Phase>(reply.phase), Phase::kFailed);
   EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
-  EXPECT_NE(lifecycle.failure().find("scripted failure in RELEASE"), std::string::npos);
-  EXPECT_NE(lifecycle.failure().find("pid "), std::string::npos);
+  EXPECT_THAT(lifecycle.failure(), HasSubstr("scripted failure in RELEASE"));
+  EXPECT_THAT(lifecycle.failure(), HasSubstr("pid "));
   // Nothing gets it out of FAILED, and each refusal says why.
   for (Op op : {Op::kResume, Op::kActivate, Op::kReallocate, Op::kQuiesce}) {
     const proto::Header refused = Send(op);
     EXPECT_EQ(refused.status, -1);
-    EXPECT_NE(std::string(refused.text).find("scripted failure in RELEASE"), std::string::npos);
+    EXPECT_THAT(std::string(refused.text), HasSubstr("scripted failure in RELEASE"));
     EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
   }
   // Application calls fail at once instead of waiting.

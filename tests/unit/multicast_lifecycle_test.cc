@@ -2,6 +2,7 @@
 // failed without destroying anything (it undid its own work) leaves the shim QUIESCED and
 // resumable; one that failed after a multicast object was released leaves it FAILED; and a
 // checkpoint whose detach took a team apart can no longer resume, even after a failed SAVE.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,11 +10,13 @@
 #include <string>
 
 #include "common/socket.h"
+#include "printers.h"
 #include "shim/lifecycle/lifecycle.h"
 
 namespace cusnap::shim {
 namespace {
 
+using ::testing::HasSubstr;
 using proto::Op;
 using proto::Phase;
 
@@ -57,7 +60,7 @@ TEST_F(MulticastLifecycleTest, DetachFailureThatDestroyedNothingCanResume) {
   const proto::Header reply = Send(Op::kDetachMulticast);
   EXPECT_EQ(reply.status, 999);
   EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
-  EXPECT_NE(std::string(reply.text).find("cuMulticastUnbind failed with CUresult 999"), std::string::npos);
+  EXPECT_THAT(std::string(reply.text), HasSubstr("cuMulticastUnbind failed with CUresult 999"));
   EXPECT_EQ(Send(Op::kResume).status, 0);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
   EXPECT_FALSE(gate.closed());
@@ -87,7 +90,7 @@ TEST_F(MulticastLifecycleTest, ADetachedTeamRefusesResumeEvenAfterAFailedSave) {
   EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
   const proto::Header resume = Send(Op::kResume);
   EXPECT_EQ(resume.status, -1);
-  EXPECT_NE(std::string(resume.text).find("no multicast team"), std::string::npos) << resume.text;
+  EXPECT_THAT(std::string(resume.text), HasSubstr("no multicast team"));
   EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
 }
 

@@ -8,6 +8,8 @@
 
 #include <optional>
 
+#include "shim_printers.h"
+
 namespace cusnap::shim {
 namespace {
 
@@ -175,21 +177,21 @@ TEST(MulticastTable, InspectReportsObjectDevicesBindingsThenMappings) {
   const auto records = table.Inspect();
   ASSERT_EQ(records.size(), 4u);
   EXPECT_EQ(table.RecordCount(), 4u);
-  EXPECT_EQ(records[0].kind, static_cast<uint32_t>(proto::RecordKind::kMulticast));
+  EXPECT_EQ(static_cast<proto::RecordKind>(records[0].kind), proto::RecordKind::kMulticast);
   EXPECT_EQ(records[0].flags, proto::kCreator | proto::kHandleLive | proto::kShared);
   EXPECT_EQ(records[0].object_size, kMiB2);
   EXPECT_EQ(records[0].num_devices, 2u);
   EXPECT_EQ(records[0].handle_types, static_cast<uint32_t>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
   EXPECT_EQ(records[0].handle_count, 1u);
   EXPECT_EQ(records[0].extent, kMiB2);
-  EXPECT_EQ(records[1].kind, static_cast<uint32_t>(proto::RecordKind::kMulticastDevice));
+  EXPECT_EQ(static_cast<proto::RecordKind>(records[1].kind), proto::RecordKind::kMulticastDevice);
   EXPECT_EQ(records[1].device, 1);
-  EXPECT_EQ(records[2].kind, static_cast<uint32_t>(proto::RecordKind::kMulticastBinding));
+  EXPECT_EQ(static_cast<proto::RecordKind>(records[2].kind), proto::RecordKind::kMulticastBinding);
   EXPECT_EQ(records[2].bind_kind, 2u);
   EXPECT_EQ(records[2].bind_api, 1u);
   EXPECT_EQ(records[2].address, 0x7e0000000000u);
   EXPECT_EQ(records[2].member.local_id, 7u);
-  EXPECT_EQ(records[3].kind, static_cast<uint32_t>(proto::RecordKind::kMulticastMapping));
+  EXPECT_EQ(static_cast<proto::RecordKind>(records[3].kind), proto::RecordKind::kMulticastMapping);
   EXPECT_EQ(records[3].address, kVa);
   EXPECT_EQ(records[3].size, kMiB2);
   for (const auto& r : records) EXPECT_EQ(r.id.creator_pid, 100);

@@ -11,4 +11,4 @@ cusnap_add_gtest(sharing_unit_test
     ${CMAKE_SOURCE_DIR}/src/shim/tables/handles.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/export_cache.cc
   LIBS cusnap_common cusnap_cuda_headers pthread
-  LABELS unit sharing)
+  LABELS unit)

@@ -14,6 +14,7 @@
 
 #include "common/endpoint_client.h"
 #include "common/socket.h"
+#include "printers.h"
 
 namespace cusnap {
 namespace {
@@ -111,7 +112,7 @@ TEST(Socket, LongMessagesTravelInSeveralPackets) {
   auto m = ReceiveMessage(p.b, Deadline::AfterMs(10000));
   sender.join();
   ASSERT_TRUE(m.ok()) << m.error().message;
-  EXPECT_EQ(m->header.op, static_cast<uint16_t>(proto::Op::kInspect));
+  EXPECT_EQ(static_cast<proto::Op>(m->header.op), proto::Op::kInspect);
   EXPECT_EQ(m->header.arg[0], 99u);
   EXPECT_EQ(m->header.flags & proto::kMore, 0u);
   ASSERT_EQ(m->records.size(), count);

@@ -10,6 +10,7 @@
 
 #include "shim/tables/export_cache.h"
 #include "shim/tables/sharing_table.h"
+#include "shim_printers.h"
 
 namespace cusnap::shim {
 namespace {
@@ -247,7 +248,7 @@ TEST(SharingTable, AccessIsMergedPerDeviceForEveryCoveredMapping) {
   // Records carry the merged descriptors.
   auto records = table.Inspect();
   ASSERT_EQ(records.size(), 3u);
-  EXPECT_EQ(records[1].kind, static_cast<uint32_t>(proto::RecordKind::kMapping));
+  EXPECT_EQ(static_cast<proto::RecordKind>(records[1].kind), proto::RecordKind::kMapping);
   EXPECT_EQ(records[1].address, a);
   EXPECT_EQ(records[1].access_count, 2u);
   EXPECT_EQ(records[2].offset, k2MiB);
@@ -302,7 +303,7 @@ TEST(SharingTable, UntrackedImportRecordsNameLocationTypeAndEveryMapping) {
   const std::vector<proto::Record> records = table.UntrackedRecords();
   ASSERT_EQ(records.size(), 3u);
   // Handle order: 0x70 (unmapped: one record, address 0), then 0x90's mappings by VA.
-  EXPECT_EQ(records[0].kind, static_cast<uint32_t>(proto::RecordKind::kUntrackedImport));
+  EXPECT_EQ(static_cast<proto::RecordKind>(records[0].kind), proto::RecordKind::kUntrackedImport);
   EXPECT_EQ(records[0].id.local_id, 0x70u);
   EXPECT_EQ(records[0].id.creator_pid, 0);
   EXPECT_EQ(records[0].address, 0u);
@@ -312,7 +313,7 @@ TEST(SharingTable, UntrackedImportRecordsNameLocationTypeAndEveryMapping) {
   EXPECT_EQ(records[0].handle_count, 1u);
   EXPECT_EQ(records[0].flags, proto::kShared | proto::kHandleLive);
   for (size_t i : {1u, 2u}) {
-    EXPECT_EQ(records[i].kind, static_cast<uint32_t>(proto::RecordKind::kUntrackedImport));
+    EXPECT_EQ(static_cast<proto::RecordKind>(records[i].kind), proto::RecordKind::kUntrackedImport);
     EXPECT_EQ(records[i].id.local_id, 0x90u);
     EXPECT_EQ(records[i].size, k2MiB);
     EXPECT_EQ(records[i].object_size, 0u);  // never reported by the driver for an import
@@ -390,7 +391,7 @@ TEST(SharingTable, InspectDescribesAllocations) {
   auto records = table.Inspect();
   ASSERT_EQ(records.size(), 1u);
   const proto::Record& r = records[0];
-  EXPECT_EQ(r.kind, static_cast<uint32_t>(proto::RecordKind::kAllocation));
+  EXPECT_EQ(static_cast<proto::RecordKind>(r.kind), proto::RecordKind::kAllocation);
   EXPECT_EQ(r.flags, proto::kCreator | proto::kHandleLive | proto::kShared);
   EXPECT_EQ(r.object_size, 3 * k2MiB);
   EXPECT_EQ(r.location_type, static_cast<int32_t>(CU_MEM_LOCATION_TYPE_HOST_NUMA));

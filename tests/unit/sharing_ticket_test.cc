@@ -6,12 +6,16 @@
 
 #include <cstring>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/ticket.h"
+#include "printers.h"
 
 namespace cusnap {
 namespace {
+
+using ::testing::HasSubstr;
 
 Ticket Sample() {
   Ticket t;
@@ -124,8 +128,7 @@ TEST(Ticket, MalformedTicketsAreRefused) {
     const int fd = Forge(&layout, sizeof layout, TicketSeals());
     auto read = ReadTicket(fd);
     ASSERT_FALSE(read.ok()) << c.name;
-    EXPECT_NE(read.error().message.find(c.expect), std::string::npos)
-        << c.name << ": " << read.error().message;
+    EXPECT_THAT(read.error().message, HasSubstr(c.expect)) << c.name;
     close(fd);
   }
 }

@@ -1,12 +1,14 @@
 // Virtual memory management on the simulated driver, in one process: allocations, reservations,
 // mappings, access, retain, properties, HOST_NUMA, device malloc, copies, host memory and the
 // error codes for bad arguments (CUDA Driver API, "Virtual Memory Management").
+#include <gmock/gmock.h>
 #include <sys/mman.h>
 
 #include "simcuda_test_util.h"
 
 namespace {
 
+using ::testing::HasSubstr;
 using namespace simcuda_test;
 
 class SimcudaVmm : public ::testing::Test {
@@ -43,7 +45,7 @@ TEST_F(SimcudaVmm, DevicesHaveAttributesAndStableUuids) {
   EXPECT_EQ(std::string(b.bytes, 16), "SIMCUDA-GPU-01..");
   char name[64];
   ASSERT_EQ(cuDeviceGetName(name, sizeof name, 1), CUDA_SUCCESS);
-  EXPECT_NE(std::string(name).find("simulated"), std::string::npos);
+  EXPECT_THAT(std::string(name), HasSubstr("simulated"));
   size_t granularity = 0;
   CUmemAllocationProp prop = device_prop(0, true);
   ASSERT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);

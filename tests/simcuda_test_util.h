@@ -1,6 +1,7 @@
-// Helpers for the simulated-driver tests (tests/unit/simcuda_*_test.cc): the driver API in
-// internal mode (every versioned name as itself), a private SIMCUDA_DIR per test process,
-// child processes with pipe handshakes, and descriptor passing.
+// Helpers for the simulated-driver tests (simcuda_*_test.cc, in tests/unit and
+// tests/integration): the driver API in internal mode (every versioned name as itself), a
+// private SIMCUDA_DIR per test process, child processes with pipe handshakes, and
+// descriptor passing.
 #pragma once
 
 #include <fcntl.h>

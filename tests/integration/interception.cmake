@@ -1,6 +1,7 @@
 # The shim's interception layer (issue 2, items 3 and 4): every table symbol through every
-# resolver path (interception_test runs interception_probe with and without the shim
-# preloaded), and the build check of libcusnap.so.
+# resolver path. interception_test runs interception_probe with and without the shim
+# preloaded and compares what each path answers. The build check of libcusnap.so:
+# tests/unit/build_check.cmake.
 
 # The probe links the simulated libcuda.so.1 and libcudart.so.13 directly (the "direct" path).
 add_executable(interception_probe ${CMAKE_CURRENT_LIST_DIR}/interception_probe.cc)
@@ -14,25 +15,12 @@ cusnap_warnings(interception_interposer)
 target_include_directories(interception_interposer PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(interception_interposer PRIVATE cusnap_cuda_headers dl)
 
-cusnap_add_gtest(interception_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/interception_test.cc LABELS shim)
+cusnap_add_gtest(interception_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/interception_test.cc LABELS integration)
 target_compile_definitions(interception_test PRIVATE
   CUSNAP_TEST_PROBE="$<TARGET_FILE:interception_probe>"
   CUSNAP_TEST_INTERPOSER="$<TARGET_FILE:interception_interposer>")
 add_dependencies(interception_test interception_probe interception_interposer cusnap_shim
   simcuda_driver simcuda_runtime)
-
-# Build check: exports, NEEDED, glibc ceiling, -z defs (tests/unit/build_check.py).
-find_package(Python3 REQUIRED COMPONENTS Interpreter)
-set(_cusnap_build_check_args
-  --library=$<TARGET_FILE:cusnap_shim>
-  --table=${CMAKE_SOURCE_DIR}/src/shim/intercept/entry_points.def
-  "--link-options=$<JOIN:$<TARGET_PROPERTY:cusnap_shim,LINK_OPTIONS>, >")
-if(CUSNAP_SANITIZE)
-  list(APPEND _cusnap_build_check_args --sanitize)
-endif()
-add_test(NAME BuildCheck.libcusnap
-  COMMAND Python3::Interpreter ${CMAKE_CURRENT_LIST_DIR}/build_check.py ${_cusnap_build_check_args})
-set_tests_properties(BuildCheck.libcusnap PROPERTIES LABELS shim TIMEOUT 60)
 
 # Fail closed: a driver answering an intercepted name with an ABI the table lacks gets "not
 # found" from the shim. The fake driver is a libcuda.so.1 in a folder of its own.

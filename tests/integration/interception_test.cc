@@ -10,6 +10,7 @@
 //   - every other pointer is the same function in both runs.
 // The list of intercepted names comes from entry_points.def (X-macro), never a hand list.
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,8 @@
 extern char** environ;
 
 namespace {
+
+using ::testing::HasSubstr;
 
 struct TableRow {
   const char* symbol;
@@ -171,7 +174,7 @@ void compare_with_baseline(const std::string& driver_version, Answers* shim_answ
   ASSERT_EQ(shim.exit_status, 0) << shim.output;
   ASSERT_GT(baseline.answers.size(), 1000u) << baseline.output;
   ASSERT_EQ(baseline.answers.size(), shim.answers.size());
-  EXPECT_NE(shim.build_info.find("cusnap "), std::string::npos) << shim.build_info;
+  EXPECT_THAT(shim.build_info, HasSubstr("cusnap "));
   for (const auto& [key, expected] : baseline.answers) {
     auto found = shim.answers.find(key);
     ASSERT_NE(found, shim.answers.end()) << key;

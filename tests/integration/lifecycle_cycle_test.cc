@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -27,6 +28,7 @@
 #include "common/endpoint_client.h"
 #include "common/protocol.h"
 #include "common/socket.h"
+#include "printers.h"
 #include "simcuda/introspection.h"
 
 extern char** environ;
@@ -34,6 +36,8 @@ extern char** environ;
 namespace cusnap {
 namespace {
 
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 using proto::Op;
 using proto::Phase;
 
@@ -241,7 +245,7 @@ class LifecycleCycleTest : public ::testing::Test {
   void Record() {
     creator_vas_ = creator_.Ask("vas");
     importer_vas_ = importer_.Ask("vas");
-    ASSERT_EQ(creator_vas_.rfind("ok ", 0), 0u) << creator_vas_;
+    ASSERT_THAT(creator_vas_, StartsWith("ok "));
     creator_records_ = Inspect(creator_);
     importer_records_ = Inspect(importer_);
     ASSERT_EQ(creator_records_.size(), 3u + 4u);   // 3 allocations, 4 mappings
@@ -272,7 +276,7 @@ class LifecycleCycleTest : public ::testing::Test {
 
     // No device map reaches the shims: the restore kept each process's ordinals (F7).
     const proto::Header reallocated = Drive(creator_, Op::kReallocate);
-    EXPECT_EQ(reallocated.phase, static_cast<uint32_t>(Phase::kReallocated));
+    EXPECT_EQ(static_cast<Phase>(reallocated.phase), Phase::kReallocated);
     EXPECT_EQ(reallocated.arg[0], 8 * kMiB);
     EXPECT_EQ(Drive(importer_, Op::kReallocate).arg[0], 0u);
     DriveBoth(Op::kImport, Phase::kImported);
@@ -303,7 +307,7 @@ class LifecycleCycleTest : public ::testing::Test {
 
     // Still shared: a write in one process is read by the other, both ways.
     const std::string original = creator_.Ask("read 1 7");
-    ASSERT_EQ(original.rfind("ok ", 0), 0u) << original;
+    ASSERT_THAT(original, StartsWith("ok "));
     const std::string value = std::to_string(0xC0FFEE00u + cycle);
     EXPECT_EQ(importer_.Ask("write 1 7 " + value), "ok");
     EXPECT_EQ(creator_.Ask("read 1 7"), "ok " + value);
@@ -376,10 +380,9 @@ TEST_F(FailedSaveCycleTest, JobResumesAndTheNextCheckpointWorks) {
                                  MakeHeader(Op::kSave), {}, kRequestTimeoutMs);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
-  EXPECT_NE(failed.error().message.find("pid " + std::to_string(creator_.pid)), std::string::npos)
-      << failed.error().message;
+  EXPECT_THAT(failed.error().message, HasSubstr("pid " + std::to_string(creator_.pid)));
   const proto::Header identity = Drive(creator_, Op::kIdentify);
-  EXPECT_EQ(identity.phase, static_cast<uint32_t>(Phase::kMulticastDetached));
+  EXPECT_EQ(static_cast<Phase>(identity.phase), Phase::kMulticastDetached);
   EXPECT_STREQ(identity.text, "");  // not FAILED
   DriveBoth(Op::kResume, Phase::kActive);
   EXPECT_EQ(creator_.Ask("touch"), "ok 0");
@@ -407,18 +410,15 @@ TEST_F(FailedReallocateCycleTest, ShimIsFailedForGood) {
                                  MakeHeader(Op::kReallocate), {}, kRequestTimeoutMs);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_NE(failed.error().message.find("shim FAILED"), std::string::npos)
-      << failed.error().message;
+  EXPECT_THAT(failed.error().message, HasSubstr("shim FAILED"));
   const proto::Header identity = Drive(creator_, Op::kIdentify);
-  EXPECT_EQ(identity.phase, static_cast<uint32_t>(Phase::kFailed));
-  EXPECT_NE(std::string(identity.text).find("creating allocation"), std::string::npos)
-      << identity.text;
+  EXPECT_EQ(static_cast<Phase>(identity.phase), Phase::kFailed);
+  EXPECT_THAT(std::string(identity.text), HasSubstr("creating allocation"));
   for (Op op : {Op::kReallocate, Op::kImport, Op::kResume, Op::kActivate}) {
     Result<Reply> refused = Request(EndpointPath(control_dir_, creator_.pid), MakeHeader(op),
                                     {}, kRequestTimeoutMs);
     ASSERT_FALSE(refused.ok());
-    EXPECT_NE(refused.error().message.find("refused in phase FAILED"), std::string::npos)
-        << refused.error().message;
+    EXPECT_THAT(refused.error().message, HasSubstr("refused in phase FAILED"));
   }
   // CUDA_ERROR_NOT_READY (600) at once, not after the 60 s wait bound.
   EXPECT_EQ(creator_.Ask("touch"), "ok 600");
