@@ -1,4 +1,5 @@
 // --device-map parsing and resolution (coordinator/device_map.h).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -101,7 +102,7 @@ TEST(CoordinatorDeviceMap, ResolvesToAPermutationOfEveryGpu) {
   for (const char* incomplete : {"0=1", "1=0", "0=1,1=2"}) {
     auto refused = coord::ResolveDeviceMap(*coord::ParseDeviceMap(incomplete), {kUuid0, kUuid1, kUuid2});
     ASSERT_FALSE(refused.ok()) << incomplete;
-    EXPECT_THAT(refused.error().message, testing::StartsWith("device map is incomplete: it restores onto GPU-"));
+    EXPECT_THAT(refused.error().message, ::testing::StartsWith("device map is incomplete: it restores onto GPU-"));
   }
   auto one = coord::ResolveDeviceMap(*coord::ParseDeviceMap("0=1"), {kUuid0, kUuid1});
   ASSERT_FALSE(one.ok());
