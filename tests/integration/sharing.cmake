@@ -10,6 +10,6 @@ target_link_libraries(actor_share PRIVATE cusnap_common cusnap_cuda_headers simc
 
 cusnap_add_gtest(sharing_multiprocess_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/sharing_multiprocess_test.cc
-  LIBS cusnap_common cusnap_cuda_headers
+  LIBS cusnap_common cusnap_cuda_headers GTest::gmock
   LABELS integration sharing)
 add_dependencies(sharing_multiprocess_test actor_share cusnap_shim)

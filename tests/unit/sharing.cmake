@@ -10,5 +10,5 @@ cusnap_add_gtest(sharing_unit_test
     ${CMAKE_SOURCE_DIR}/src/shim/tables/untracked_imports.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/handles.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/export_cache.cc
-  LIBS cusnap_common cusnap_cuda_headers pthread
+  LIBS cusnap_common cusnap_cuda_headers pthread GTest::gmock
   LABELS unit sharing)

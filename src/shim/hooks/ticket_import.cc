@@ -78,7 +78,7 @@ CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
                                     : "its pid now belongs to a process started later");
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  Result<Reply> reply =
+  Result<proto::ExportReply> reply =
       RequestExport(id, static_cast<uint32_t>(ticket.kind), kExportRequestTimeoutMs);
   if (!reply.ok()) {
     CUSNAP_LOG_ERROR("import: %s", reply.error().message.c_str());
@@ -86,8 +86,8 @@ CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
     return reply.error().code == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_HANDLE
                                                            : CUDA_ERROR_OPERATING_SYSTEM;
   }
-  *raw_fd = reply->fd;
-  *size = reply->header.arg[4];
+  *raw_fd = reply->fd.release();
+  *size = reply->size;
   return CUDA_SUCCESS;
 }
 

@@ -61,13 +61,13 @@ struct OptionalContext {
 }  // namespace
 
 Result<int> FetchMulticastFromCreator(const proto::ObjectId& id) {
-  Result<Reply> reply =
+  Result<proto::ExportReply> reply =
       RequestExport(id, static_cast<uint32_t>(TicketKind::kMulticast), kExportTimeoutMs);
   if (!reply) {
     return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + Name(id) +
                                          " from its creator: " + reply.error().message};
   }
-  return reply->fd;
+  return reply->fd.release();
 }
 
 MulticastSteps::MulticastSteps(const DriverApi& api, SharingTable& table,

@@ -10,7 +10,6 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
-#include "common/socket.h"
 #include "shim/lifecycle/context_scope.h"
 #include "shim/lifecycle/lifecycle_common.h"
 
@@ -32,28 +31,19 @@ Error DriverError(CUresult result, const std::string& what) {
 }
 
 StepResult FromTransfer(const CarrierTransfer& transfer) {
-  return StepResult{transfer.bytes, transfer.copy_ns, transfer.register_ns,
-                    transfer.provision_ns};
+  return StepResult{transfer.bytes, transfer.copy_ns};
 }
 
 }  // namespace
 
 Result<int> FetchExportFromCreator(const proto::ObjectId& id) {
-  proto::Header request = MakeHeader(proto::Op::kExport);
-  request.arg[0] = static_cast<uint64_t>(static_cast<int64_t>(id.creator_pid));
-  request.arg[1] = id.creator_start;
-  request.arg[2] = id.local_id;
-  request.arg[3] = static_cast<uint64_t>(TicketKind::kUnicast);
-  Result<Reply> reply =
-      Request(EndpointPath(ControlDir(), id.creator_pid), request, {}, kExportTimeoutMs);
+  Result<proto::ExportReply> reply =
+      RequestExport(id, static_cast<uint32_t>(TicketKind::kUnicast), kExportTimeoutMs);
   if (!reply) {
     return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + DescribeObject(id) +
                                          " from its creator: " + reply.error().message};
   }
-  if (reply->fd < 0) {
-    return Error{EPROTO, ThisProcess() + ": the creator sent no descriptor for " + DescribeObject(id)};
-  }
-  return reply->fd;
+  return reply->fd.release();
 }
 
 UnicastSteps::UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
