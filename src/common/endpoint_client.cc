@@ -38,8 +38,9 @@ Result<proto::Message> Request(const std::string& socket_path, const proto::Mess
 }
 
 Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms) {
-  Result<proto::ExportReply> reply = Request<proto::ExportReply>(
-      EndpointPath(ControlDir(), id.creator_pid), proto::ExportRequest{id, kind}.Encode(), timeout_ms);
+  Result<proto::ExportReply> reply =
+      Request<proto::ExportReply>(EndpointPath(ControlDir(), id.creator_pid),
+                                  proto::ExportRequest{id, kind}.Encode(), timeout_ms);
   if (!reply.ok()) {
     return Error{reply.error().code,
                  "asking for " + DescribeObject(id) + ": " + reply.error().message};

@@ -52,8 +52,8 @@ std::unique_ptr<Participant> ConnectEndpoint(const std::string& control_dir, int
 }
 
 Result<Identity> Identify(Participant& participant) {
-  Result<Identity> id = Ask<proto::IdentifyReply>(participant, proto::Op::kIdentify,
-                                                  proto::IdentifyRequest{}.Encode(), kQueryTimeoutMs);
+  Result<Identity> id = Ask<Identity>(participant, proto::Op::kIdentify,
+                                      proto::IdentifyRequest{}.Encode(), kQueryTimeoutMs);
   if (!id && id.error().code == ECONNREFUSED) {
     const int pid = participant.pid();
     const std::string path = participant.endpoint();

@@ -43,9 +43,10 @@ std::unique_ptr<Participant> ConnectEndpoint(const std::string& control_dir, int
 /// What kIdentify says about a participant (messages.h).
 using Identity = proto::IdentifyReply;
 
-/// Sends kIdentify and decodes the reply. Errors name the pid; an endpoint that refuses the connection (ECONNREFUSED: a
-/// socket nobody listens on, left by a process started without the shim's listener or by a
-/// dead process whose pid was reused) gets an error saying so and what to do, with that code.
+/// Sends kIdentify and decodes the reply. Errors name the pid; an endpoint that refuses the
+/// connection (ECONNREFUSED: a socket nobody listens on, left by a process started without
+/// the shim's listener or by a dead process whose pid was reused) gets an error saying so and
+/// what to do, with that code.
 Result<Identity> Identify(Participant& participant);
 
 /// Sends kInspect and returns the sharing table. Errors name the pid.

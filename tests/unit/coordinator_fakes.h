@@ -86,7 +86,9 @@ class FakeParticipant final : public coord::Participant {
   Result<proto::Message> Call(const proto::Message& request, int timeout_ms) override {
     (void)timeout_ms;
     const proto::Op op = request.op;
-    if (op != proto::Op::kIdentify) job_.Log(coord::Lowercase(proto::OpName(op)) + " " + std::to_string(p_.pid));
+    if (op != proto::Op::kIdentify) {
+      job_.Log(coord::Lowercase(proto::OpName(op)) + " " + std::to_string(p_.pid));
+    }
     if (!job_.Arrive(op)) return Error{-1, "rendezvous timed out: phase not concurrent"};
     if (auto it = p_.fail.find(op); it != p_.fail.end()) {
       p_.phase = op == proto::Op::kQuiesce ? p_.phase : proto::ShimState::kFailed;

@@ -61,7 +61,7 @@ TEST_F(MulticastLifecycleTest, DetachFailureThatDestroyedNothingCanResume) {
   const Error reply = Send(Op::kDetachMulticast);
   EXPECT_EQ(reply.code, 999);
   EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
-  EXPECT_NE(std::string(reply.message).find("cuMulticastUnbind failed with CUresult 999"), std::string::npos);
+  EXPECT_NE(reply.message.find("cuMulticastUnbind failed with CUresult 999"), std::string::npos);
   EXPECT_EQ(Send(Op::kResume).code, 0);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
   EXPECT_FALSE(gate.closed());

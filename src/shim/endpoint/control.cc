@@ -19,7 +19,8 @@ proto::ShimState CurrentState(const LifecycleHandler* handler) {
 }
 
 proto::Message Refuse(proto::Op op, const std::string& why) {
-  return proto::EncodeError(op, Error{-1, "pid " + std::to_string(SelfIdentity().pid) + ": " + why});
+  return proto::EncodeError(op,
+                            Error{-1, "pid " + std::to_string(SelfIdentity().pid) + ": " + why});
 }
 
 }  // namespace

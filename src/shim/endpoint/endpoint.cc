@@ -190,7 +190,8 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
     return;
   }
   proto::ExportReply reply{id, asked->kind, 0, {}};
-  reply.fd.reset(export_cache().Dup(static_cast<TicketKind>(asked->kind), id.local_id, &reply.size));
+  const auto kind = static_cast<TicketKind>(asked->kind);
+  reply.fd.reset(export_cache().Dup(kind, id.local_id, &reply.size));
   if (!reply.fd.valid()) {
     refuse("pid " + std::to_string(self.pid) + ": " + DescribeObject(id) +
            " is not exported (released, or never exported)");
@@ -208,11 +209,9 @@ void Endpoint::Enqueue(UniqueFd connection, proto::Message request) {
       return;
     }
   }
-  Reply(connection.get(),
-        proto::EncodeError(request.op,
-                           Error{-1, "pid " + std::to_string(SelfIdentity().pid) +
-                                         ": control queue full, request refused (nothing changed)"}),
-        kRequestTimeoutMs);
+  const Error full{-1, "pid " + std::to_string(SelfIdentity().pid) +
+                          ": control queue full, request refused (nothing changed)"};
+  Reply(connection.get(), proto::EncodeError(request.op, full), kRequestTimeoutMs);
 }
 
 void* Endpoint::ControlMain(void* arg) {

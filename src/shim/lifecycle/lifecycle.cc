@@ -92,8 +92,8 @@ Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
   const Op op = request.op;
   const Phase now = phase();
   const auto refuse = [&](const char* why) -> Error {
-    return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " + ShimStateName(now) + ": " +
-                         why};
+    return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " +
+                         ShimStateName(now) + ": " + why};
   };
   if (now == Phase::kFailed) return refuse(failure().c_str());
 
