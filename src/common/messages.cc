@@ -161,17 +161,12 @@ Message InspectRequest::Encode() const {
 }
 
 Message InspectReply::Encode() const {
-  return Reply(Op::kInspect, [&](Writer& out) {
-    out.Put(state);
-    out.Put(records);
-  });
+  return Reply(Op::kInspect, [&](Writer& out) { out.Put(records); });
 }
 
 Result<InspectReply> InspectReply::Decode(const Message& message) {
-  return ReadReply<InspectReply>(message, Op::kInspect, [](Reader& in, InspectReply& r) {
-    in.Get(r.state);
-    in.Get(r.records);
-  });
+  return ReadReply<InspectReply>(message, Op::kInspect,
+                                 [](Reader& in, InspectReply& r) { in.Get(r.records); });
 }
 
 // ---- Lifecycle steps --------------------------------------------------------------------
@@ -194,7 +189,6 @@ Result<StepRequest> StepRequest::Decode(const Message& message) {
 Message StepReply::Encode(Op op) const {
   return Reply(op, [&](Writer& out) {
     out.Put(state);
-    out.Put(step_ns);
     out.Put(bytes);
     out.Put(copy_ns);
   });
@@ -203,7 +197,6 @@ Message StepReply::Encode(Op op) const {
 Result<StepReply> StepReply::Decode(const Message& message, Op op) {
   return ReadReply<StepReply>(message, op, [](Reader& in, StepReply& r) {
     in.Get(r.state);
-    in.Get(r.step_ns);
     in.Get(r.bytes);
     in.Get(r.copy_ns);
   });

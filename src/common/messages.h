@@ -84,7 +84,6 @@ struct InspectRequest {
 
 /// The sharing table, then the multicast table, as Records.
 struct InspectReply {
-  ShimState state = ShimState::kActive;
   std::vector<Record> records;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.
@@ -103,11 +102,10 @@ struct StepRequest {
   static Result<StepRequest> Decode(const Message& message);
 };
 
-/// What a step did: the shim's state after it, the time of the whole step, and for the
-/// carrier steps (kSave, kReallocate) the bytes copied and the time of the copies.
+/// What a step did: the shim's state after it, and for the carrier steps (kSave,
+/// kReallocate) the bytes copied and the time of the copies.
 struct StepReply {
   ShimState state = ShimState::kActive;
-  uint64_t step_ns = 0;
   uint64_t bytes = 0;
   uint64_t copy_ns = 0;
   Message Encode(Op op) const;

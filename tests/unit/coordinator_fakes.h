@@ -106,7 +106,6 @@ class FakeParticipant final : public coord::Participant {
       }
       case proto::Op::kInspect: {
         proto::InspectReply reply;
-        reply.state = p_.phase;
         reply.records = p_.restored && !p_.records_after_restore.empty() ? p_.records_after_restore
                                                                          : p_.records;
         return reply.Encode();

@@ -266,7 +266,6 @@ class LifecycleCycleTest : public ::testing::Test {
     const proto::StepReply saved_creator = Drive(creator_, Op::kSave);
     const proto::StepReply saved_importer = Drive(importer_, Op::kSave);
     EXPECT_EQ(saved_creator.bytes, 8 * kMiB);  // every byte the creator made, HOST_NUMA too
-    EXPECT_GT(saved_creator.step_ns, 0u);
     EXPECT_EQ(saved_importer.bytes, 0u);        // importers carry nothing
     DriveBoth(Op::kRelease, Phase::kReleased);
     // The GPU memory is gone: nothing left for the native checkpoint to carry.

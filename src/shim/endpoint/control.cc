@@ -54,7 +54,6 @@ proto::Message HandleControlRequest(const proto::Message& request) {
     }
     case proto::Op::kInspect: {
       proto::InspectReply reply;
-      reply.state = state;
       reply.records = table().Inspect();
       // Multicast objects, devices, bindings and multicast mappings follow (issue 5).
       std::vector<proto::Record> multicast = multicast_table().Inspect();

@@ -81,10 +81,10 @@ Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
   const uint64_t start = MonotonicNs();
   Result<StepResult> result = Run(request);
   if (!result) return result.error();
-  const proto::StepReply reply{phase(), MonotonicNs() - start, result->bytes, result->copy_ns};
+  const proto::StepReply reply{phase(), result->bytes, result->copy_ns};
   CUSNAP_LOG_INFO("%s done: phase %s, %llu bytes in %llu ns", OpName(request.op),
                   ShimStateName(reply.state), static_cast<unsigned long long>(reply.bytes),
-                  static_cast<unsigned long long>(reply.step_ns));
+                  static_cast<unsigned long long>(MonotonicNs() - start));
   return reply;
 }
 

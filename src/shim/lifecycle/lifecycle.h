@@ -78,8 +78,8 @@ class Lifecycle {
 
   Lifecycle(LifecycleSteps& steps, QuiesceGate& gate);
 
-  /// Runs one lifecycle request and returns its reply: the state after it, the time of the
-  /// whole step, and for kSave and kReallocate the bytes and copy time; or the error, coded
+  /// Runs one lifecycle request and returns its reply: the state after it, and for kSave and
+  /// kReallocate the bytes and copy time; or the error, coded
   /// as a CUresult, or -1 for a refusal out of order, naming the process and the resource.
   /// kQuiesce waits request.drain_ms for tracked calls in flight (0: kDefaultDrainMs). Ops
   /// that are not lifecycle steps are refused (-1).
