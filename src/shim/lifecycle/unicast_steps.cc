@@ -36,14 +36,14 @@ StepResult FromTransfer(const CarrierTransfer& transfer) {
 
 }  // namespace
 
-Result<int> FetchExportFromCreator(const proto::ObjectId& id) {
+Result<UniqueFd> FetchExportFromCreator(const proto::ObjectId& id) {
   Result<proto::ExportReply> reply =
       RequestExport(id, static_cast<uint32_t>(TicketKind::kUnicast), kExportTimeoutMs);
   if (!reply) {
     return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + DescribeObject(id) +
                                          " from its creator: " + reply.error().message};
   }
-  return reply->fd.release();
+  return std::move(reply->fd);
 }
 
 UnicastSteps::UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
@@ -231,7 +231,7 @@ Status UnicastSteps::Import() {
   for (Held& h : held_) {
     if (h.creator) continue;
     uint64_t at = MonotonicNs();
-    Result<int> fd = fetch_(h.id);
+    Result<UniqueFd> fd = fetch_(h.id);
     if (!fd) return fd.error();
     fetch_ns += MonotonicNs() - at;
     at = MonotonicNs();
@@ -241,9 +241,9 @@ Status UnicastSteps::Import() {
         scope.status() != CUDA_SUCCESS
             ? scope.status()
             : api_.cuMemImportFromShareableHandle(
-                  &real, reinterpret_cast<void*>(static_cast<intptr_t>(*fd)),
+                  &real, reinterpret_cast<void*>(static_cast<intptr_t>(fd->get())),
                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    close(*fd);  // never kept: the raw descriptor must not linger in the process
+    fd->reset();  // never kept: the raw descriptor must not linger in the process
     if (imported != CUDA_SUCCESS) {
       return DriverError(imported, "importing " + DescribeObject(h.id) + " again");
     }
