@@ -43,6 +43,26 @@ std::string TempDir() {
   return dir;
 }
 
+// True when `fd` names an open descriptor.
+bool IsOpen(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+TEST(UniqueFd, ClosesWhatItOwnsAndNothingElse) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  {
+    UniqueFd read_end(pipe_fds[0]);
+    UniqueFd moved = std::move(read_end);
+    EXPECT_FALSE(read_end.valid());  // NOLINT(bugprone-use-after-move): moved-from is empty
+    EXPECT_EQ(moved.get(), pipe_fds[0]);
+    UniqueFd write_end(pipe_fds[1]);
+    EXPECT_EQ(write_end.release(), pipe_fds[1]);
+    EXPECT_EQ(write_end.get(), -1);
+  }
+  EXPECT_FALSE(IsOpen(pipe_fds[0]));  // closed once, by its last owner
+  EXPECT_TRUE(IsOpen(pipe_fds[1]));   // released: the caller's to close
+  close(pipe_fds[1]);
+}
+
 TEST(Socket, ReceiveGivesUpAtTheDeadline) {
   Pair p;
   char buf[16];
