@@ -1,5 +1,5 @@
 // GoogleTest printers for the cusnap enums that tests compare, so that a failed check names
-// the values: "proto::Phase::kFailed (11)" instead of "4-byte object <0B-00 00-00>".
+// the values: "proto::ShimState::kFailed (11)" instead of "4-byte object <0B-00 00-00>".
 // Test-only (the shim must not gain iostreams); a test file that compares one of these
 // enums includes it. This file prints the enums of src/common; shim_printers.h and
 // coordinator_printers.h add their layer's (one header per layer, as the layers' own
@@ -33,13 +33,13 @@ constexpr std::string_view TemplateArgument(std::string_view pretty) {
   return pretty.substr(start, pretty.find_first_of(";]", start) - start);
 }
 
-/// "proto::Phase" for E = cusnap::proto::Phase.
+/// "proto::ShimState" for E = cusnap::proto::ShimState.
 template <typename E>
 constexpr std::string_view TypeName() {
   return TemplateArgument(__PRETTY_FUNCTION__);
 }
 
-/// "proto::Phase::kFailed" for an enumerator; "(cusnap::proto::Phase)12" (starts with '(')
+/// "proto::ShimState::kFailed" for an enumerator; "(cusnap::proto::ShimState)12" (starts with '(')
 /// for a value no enumerator has.
 template <auto V>
 constexpr std::string_view ValueName() {
@@ -52,7 +52,7 @@ constexpr std::array<std::string_view, sizeof...(I)> ValueNames(std::index_seque
   return {ValueName<static_cast<E>(I)>()...};
 }
 
-/// Prints "proto::Phase::kFailed (11)", or "proto::Phase(12)" for a value without an
+/// Prints "proto::ShimState::kFailed (11)", or "proto::ShimState(12)" for a value without an
 /// enumerator. Names are looked up for the values 0 .. kMax-1 (a compile-time table).
 template <typename E, size_t kMax = 32>
 void PrintEnum(E value, std::ostream* os) {
@@ -75,6 +75,6 @@ inline void PrintTo(TicketKind v, std::ostream* os) { printers::PrintEnum(v, os)
 
 namespace cusnap::proto {
 inline void PrintTo(Op v, std::ostream* os) { printers::PrintEnum(v, os); }
-inline void PrintTo(Phase v, std::ostream* os) { printers::PrintEnum(v, os); }
+inline void PrintTo(ShimState v, std::ostream* os) { printers::PrintEnum(v, os); }
 inline void PrintTo(RecordKind v, std::ostream* os) { printers::PrintEnum(v, os); }
 }  // namespace cusnap::proto

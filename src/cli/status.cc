@@ -37,7 +37,7 @@ int StatusCommand(const Target& target, bool json) {
     for (const auto& e : entries) {
       list.push_back({{"pid", e.identity.pid},
                       {"start_time", e.identity.start_time},
-                      {"phase", coord::PhaseName(e.identity.phase)},
+                      {"phase", coord::Lowercase(proto::ShimStateName(e.identity.state))},
                       {"allocations", e.allocations},
                       {"created", e.created},
                       {"mappings", e.mappings},
@@ -56,9 +56,10 @@ int StatusCommand(const Target& target, bool json) {
     std::printf("control dir: %s\n", control_dir.c_str());
     if (entries.empty()) std::printf("no participants\n");
     for (const auto& e : entries) {
+      const std::string state = coord::Lowercase(proto::ShimStateName(e.identity.state));
       std::printf("pid %-8d %-20s %-12s %zu allocations (%zu created)  %zu mappings  %s tracked",
-                  e.identity.pid, coord::ProcessName(e.identity.pid).c_str(),
-                  coord::PhaseName(e.identity.phase).c_str(), e.allocations, e.created,
+                  e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), state.c_str(),
+                  e.allocations, e.created,
                   e.mappings, FormatBytes(e.identity.tracked_bytes).c_str());
       std::printf("  %u tracked creates over its life (%u HOST_NUMA)", e.identity.created_total,
                   e.identity.created_host_numa);

@@ -25,50 +25,28 @@ std::string ControlDir() {
   return "/tmp/cusnap-" + std::to_string(geteuid());
 }
 
-Result<Reply> Request(const std::string& socket_path, proto::Header request,
-                      std::span<const proto::Record> records, int timeout_ms) {
+Result<proto::Message> Request(const std::string& socket_path, const proto::Message& request,
+                               int timeout_ms) {
   const Deadline deadline = Deadline::AfterMs(timeout_ms);
-  Result<int> fd = ConnectSeqpacket(socket_path, deadline);
+  Result<UniqueFd> fd = ConnectSeqpacket(socket_path, deadline);
   if (!fd.ok()) return fd.error();
-  Status sent = SendMessage(*fd, request, records, -1, deadline);
-  if (!sent.ok()) {
-    close(*fd);
-    return Error{sent.error().code, socket_path + ": " + sent.error().message};
-  }
-  Result<Message> message = ReceiveMessage(*fd, deadline);
-  close(*fd);
-  if (!message.ok()) {
-    return Error{message.error().code, socket_path + ": " + message.error().message};
-  }
-  if (message->header.op != request.op) {
-    if (message->fd >= 0) close(message->fd);
-    return Error{EPROTO, socket_path + ": reply for another operation"};
-  }
-  if (message->header.status != 0) {
-    if (message->fd >= 0) close(message->fd);
-    message->header.text[sizeof message->header.text - 1] = '\0';
-    return Error{message->header.status, message->header.text};
-  }
-  Reply reply;
-  reply.header = message->header;
-  reply.records = std::move(message->records);
-  reply.fd = message->fd;
+  Status sent = SendMessage(fd->get(), request, deadline);
+  if (!sent.ok()) return Error{sent.error().code, socket_path + ": " + sent.error().message};
+  Result<proto::Message> reply = ReceiveMessage(fd->get(), deadline);
+  if (!reply.ok()) return Error{reply.error().code, socket_path + ": " + reply.error().message};
   return reply;
 }
 
-Result<Reply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms) {
-  proto::Header request = MakeHeader(proto::Op::kExport);
-  request.arg[0] = static_cast<uint64_t>(static_cast<int64_t>(id.creator_pid));
-  request.arg[1] = id.creator_start;
-  request.arg[2] = id.local_id;
-  request.arg[3] = kind;
-  Result<Reply> reply = Request(EndpointPath(ControlDir(), id.creator_pid), request, {}, timeout_ms);
+Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms) {
+  Result<proto::ExportReply> reply =
+      Request<proto::ExportReply>(EndpointPath(ControlDir(), id.creator_pid),
+                                  proto::ExportRequest{id, kind}.Encode(), timeout_ms);
   if (!reply.ok()) {
     return Error{reply.error().code,
                  "asking for " + DescribeObject(id) + ": " + reply.error().message};
   }
-  if (reply->fd < 0 || reply->header.arg[2] != id.local_id) {
-    if (reply->fd >= 0) close(reply->fd);
+  // The reply must answer the request that was sent (SPEC-REFERENCE H.2).
+  if (!reply->fd.valid() || !(reply->id == id) || reply->kind != kind) {
     return Error{EPROTO, "the creator's reply carries no descriptor for " + DescribeObject(id)};
   }
   return reply;

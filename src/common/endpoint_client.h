@@ -4,22 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
-#include <vector>
 
 #include "common/error.h"
-#include "common/protocol.h"
+#include "common/messages.h"
 
 namespace cusnap {
-
-/// A complete reply: the last packet's header, every record of every packet, and the
-/// descriptor that came with it (kExport only; -1 otherwise; the caller owns and closes it).
-struct Reply {
-  proto::Header header{};
-  std::vector<proto::Record> records;
-  int fd = -1;
-};
 
 /// Path of a process's endpoint socket: <control dir>/<pid>.sock.
 std::string EndpointPath(const std::string& control_dir, int pid);
@@ -28,19 +18,30 @@ std::string EndpointPath(const std::string& control_dir, int pid);
 /// /tmp/cusnap-<uid> (DESIGN.md, "Environment"). Does not create it.
 std::string ControlDir();
 
-/// Connects to `socket_path`, sends `request` (magic and version filled in) followed by
-/// `records`, and collects the reply. Fails with an errno-coded Error on a socket problem or
-/// when `timeout_ms` (whole exchange) passes; a reply with nonzero status comes back as an
-/// Error carrying that status and the reply's text.
-Result<Reply> Request(const std::string& socket_path, proto::Header request,
-                      std::span<const proto::Record> records, int timeout_ms);
+/// Connects to `socket_path`, sends `request` and returns the reply message, whole (its
+/// descriptor, if any, owned by it). Fails with an errno-coded Error naming the path on a
+/// socket or framing problem or when `timeout_ms` (whole exchange) passes. The reply is not
+/// read here: its struct's Decode (messages.h) turns an error reply into its Error.
+Result<proto::Message> Request(const std::string& socket_path, const proto::Message& request,
+                               int timeout_ms);
+
+/// Request(), then the reply decoded as `Reply` (a reply struct of messages.h; `args` are
+/// what its Decode takes after the message, e.g. the op for proto::StepReply). An error
+/// reply comes back as the endpoint's Error, whole.
+template <typename Reply, typename... Args>
+Result<Reply> Request(const std::string& socket_path, const proto::Message& request,
+                      int timeout_ms, Args... args) {
+  Result<proto::Message> message = Request(socket_path, request, timeout_ms);
+  if (!message.ok()) return message.error();
+  return Reply::Decode(*message, args...);
+}
 
 /// Asks the endpoint of `id`'s creator (EndpointPath(ControlDir(), id.creator_pid)) for a
 /// fresh raw POSIX descriptor of object `id` of kind `kind` (1 unicast, 2 multicast; see
-/// ticket.h). On success the reply carries the descriptor (the caller owns and closes it)
-/// and arg[4] = the object's size in bytes. Errors: the creator's refusal (its status, e.g.
-/// CUDA_ERROR_INVALID_HANDLE for an object it no longer exports), a socket errno, or EPROTO
-/// when the reply carries no descriptor for that object; messages name the object.
-Result<Reply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms);
+/// ticket.h). On success the reply holds the descriptor and the object's size in bytes.
+/// Errors: the creator's refusal (its status, e.g. CUDA_ERROR_INVALID_HANDLE for an object it
+/// no longer exports), a socket errno, or EPROTO when the reply carries no descriptor or
+/// answers for another object; messages name the object.
+Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms);
 
 }  // namespace cusnap

@@ -16,8 +16,10 @@ struct Error {
 };
 
 /// A value or an Error (the shim is built without exceptions, so errors travel as values).
+/// [[nodiscard]]: an error dropped unread is a bug; a caller that means to ignore one says so
+/// with a cast to void and a comment.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Error error) : v_(std::move(error)) {}      // NOLINT: implicit by design
@@ -36,5 +38,15 @@ class Result {
 /// Result of an operation that returns nothing on success.
 struct Ok {};
 using Status = Result<Ok>;
+
+/// `error` in a wider context: "<who>: <context>: <what went wrong>", with the same code.
+/// `who` is said once: a message that starts with "<who>: " already (a shim names its own
+/// process in every error it reports) is not named again. An empty message is "code <n>".
+inline Error InContext(const std::string& who, const std::string& context, const Error& error) {
+  const std::string prefix = who + ": ";
+  std::string what = error.message.empty() ? "code " + std::to_string(error.code) : error.message;
+  if (what.compare(0, prefix.size(), prefix) == 0) what.erase(0, prefix.size());
+  return Error{error.code, prefix + context + ": " + what};
+}
 
 }  // namespace cusnap

@@ -1,12 +1,15 @@
 // The wire protocol between a shim's endpoint and its clients (peer shims asking for an
-// export, the coordinator driving the lifecycle). Both sides include this file; it is the
-// only way the coordinator reaches a shim (DESIGN.md, "Parts").
+// export, the coordinator driving the lifecycle): its version, the ops and the shim's
+// states (one list each, yielding the enum and its names), the packet framing and the
+// fixed-size topology Record. The messages themselves (a struct per request and per reply,
+// each with its encoding and decoding) are in messages.h. Both sides include these files;
+// they are the only way the coordinator reaches a shim (DESIGN.md, "Parts").
 //
-// Transport: one SOCK_SEQPACKET connection per request to <control dir>/<pid>.sock. Every
-// message is one Header, optionally followed in the same packet by `count` fixed-size
-// Records; a reply longer than kMaxRecordsPerMessage records is split over several packets,
-// all but the last flagged kMore. At most one descriptor travels, as SCM_RIGHTS, on the
-// reply to kExport. All structs are plain data, little-endian, zero-filled before use.
+// Transport: one SOCK_SEQPACKET connection per request to <control dir>/<pid>.sock. A
+// message is its op and a payload of bytes (messages.h writes and reads it); it travels as
+// one or more packets, each a FrameHeader followed by part of the payload, all but the last
+// flagged kMore. At most one descriptor travels, as SCM_RIGHTS, with the first packet of the
+// reply to kExport. Integers are little-endian.
 #pragma once
 
 #include <cstddef>
@@ -15,75 +18,110 @@
 namespace cusnap::proto {
 
 inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
-inline constexpr uint16_t kVersion = 1;
+/// Version 2: typed messages (messages.h), errors of any length. A peer speaking another
+/// version is refused with both versions named (socket.h, ReceiveMessage).
+inline constexpr uint16_t kVersion = 2;
 
-/// Requests a client can send. Lifecycle operations run on the shim's control thread, one
-/// at a time; kExport is served by the peer thread from the export cache (no table lock).
-enum class Op : uint16_t {
-  kExport = 1,           ///< peer: a fresh raw POSIX descriptor for (creator id, allocation id)
-  kIdentify = 2,         ///< pid, start time, phase, failure text; untracked imports as
-                         ///< kUntrackedImport records
-  kInspect = 3,          ///< the sharing table as Records (read-only)
-  kQuiesce = 4,          ///< ACTIVE -> QUIESCED: tracked application calls wait
-  kDetachMulticast = 5,  ///< QUIESCED -> MULTICAST_DETACHED
-  kSave = 6,             ///< -> SAVED: carrier D2H of every tracked creator allocation
-  kRelease = 7,          ///< -> RELEASED: unmap tracked mappings (VA kept), release handles
-  kReallocate = 8,       ///< -> REALLOCATED: fresh allocations at the same VAs, carrier H2D
-  kImport = 9,           ///< -> IMPORTED: importers fetch fresh descriptors and map
-  kMulticastCreate = 10,
-  kMulticastImport = 11,
-  kMulticastJoin = 12,   ///< add devices (barrier: binds wait for the whole team)
-  kMulticastBind = 13,   ///< bind + map multicast; -> ACTIVE when done
-  kResume = 14,          ///< QUIESCED (nothing destroyed yet) -> ACTIVE: a refused checkpoint
-  kActivate = 15,        ///< after restore's comparison: -> ACTIVE, application calls resume
-};
+/// Requests a client can send: X(enumerator, value, name). Lifecycle operations run on the
+/// shim's control thread, one at a time; kExport is served by the peer thread from the export
+/// cache (no table lock).
+///  kExport: a fresh raw POSIX descriptor for (creator id, allocation id)
+///  kIdentify: pid, start time, state, counts, failure text, untracked imports
+///  kInspect: the sharing table as Records (read-only)
+///  kQuiesce: ACTIVE -> QUIESCED: tracked application calls wait
+///  kDetachMulticast: QUIESCED -> MULTICAST_DETACHED
+///  kSave: -> SAVED: carrier D2H of every tracked creator allocation
+///  kRelease: -> RELEASED: unmap tracked mappings (VA kept), release handles
+///  kReallocate: -> REALLOCATED: fresh allocations at the same VAs, carrier H2D
+///  kImport: -> IMPORTED: importers fetch fresh descriptors and map
+///  kMulticastCreate, kMulticastImport: the multicast rebuild (multicast_steps.h)
+///  kMulticastJoin: add devices (barrier: binds wait for the whole team)
+///  kMulticastBind: bind + map multicast
+///  kResume: QUIESCED (nothing destroyed yet) -> ACTIVE: a refused checkpoint
+///  kActivate: after restore's comparison: -> ACTIVE, application calls resume
+#define CUSNAP_PROTO_OPS(X)                          \
+  X(kExport, 1, "EXPORT")                            \
+  X(kIdentify, 2, "IDENTIFY")                        \
+  X(kInspect, 3, "INSPECT")                          \
+  X(kQuiesce, 4, "QUIESCE")                          \
+  X(kDetachMulticast, 5, "DETACH_MULTICAST")         \
+  X(kSave, 6, "SAVE")                                \
+  X(kRelease, 7, "RELEASE")                          \
+  X(kReallocate, 8, "REALLOCATE")                    \
+  X(kImport, 9, "IMPORT")                            \
+  X(kMulticastCreate, 10, "MULTICAST_CREATE")        \
+  X(kMulticastImport, 11, "MULTICAST_IMPORT")        \
+  X(kMulticastJoin, 12, "MULTICAST_JOIN")            \
+  X(kMulticastBind, 13, "MULTICAST_BIND")            \
+  X(kResume, 14, "RESUME")                           \
+  X(kActivate, 15, "ACTIVATE")
 
-/// Shim lifecycle phases (DESIGN.md, "Lifecycle").
-enum class Phase : uint32_t {
-  kActive = 1,
-  kQuiesced = 2,
-  kMulticastDetached = 3,
-  kSaved = 4,
-  kReleased = 5,
-  kReallocated = 6,
-  kImported = 7,
-  kMulticastCreated = 8,
-  kMulticastImported = 9,
-  kMulticastJoined = 10,
-  kFailed = 11,
-};
+/// The shim's lifecycle states (DESIGN.md, "Lifecycle"): X(enumerator, value, name).
+/// kRestored: the multicast rebuild is done and the coordinator still compares INSPECT with
+/// the state file; application calls wait until kActivate.
+#define CUSNAP_PROTO_SHIM_STATES(X)                  \
+  X(kActive, 1, "ACTIVE")                            \
+  X(kQuiesced, 2, "QUIESCED")                        \
+  X(kMulticastDetached, 3, "MULTICAST_DETACHED")     \
+  X(kSaved, 4, "SAVED")                              \
+  X(kReleased, 5, "RELEASED")                        \
+  X(kReallocated, 6, "REALLOCATED")                  \
+  X(kImported, 7, "IMPORTED")                        \
+  X(kMulticastCreated, 8, "MULTICAST_CREATED")       \
+  X(kMulticastImported, 9, "MULTICAST_IMPORTED")     \
+  X(kMulticastJoined, 10, "MULTICAST_JOINED")        \
+  X(kRestored, 12, "RESTORED")                       \
+  X(kFailed, 11, "FAILED")
 
-/// Header flags.
-inline constexpr uint32_t kMore = 1u << 0;  ///< more packets of this reply follow
+#define CUSNAP_PROTO_ENUMERATOR(name, value, text) name = value,
+#define CUSNAP_PROTO_NAME_CASE(name, value, text) \
+  case name:                                      \
+    return text;
 
-/// Fixed-size message header (256 bytes). Requests set op and args; replies echo op, set
-/// status (0 ok, otherwise a CUresult or errno-style code) and text on failure.
-struct Header {
+enum class Op : uint16_t { CUSNAP_PROTO_OPS(CUSNAP_PROTO_ENUMERATOR) };
+enum class ShimState : uint32_t { CUSNAP_PROTO_SHIM_STATES(CUSNAP_PROTO_ENUMERATOR) };
+
+/// Name of a value outside the lists below.
+inline constexpr const char* kUnknownName = "UNKNOWN";
+
+/// The op's name as DESIGN.md writes it ("QUIESCE", "SAVE", ...); kUnknownName for a value
+/// outside the list.
+constexpr const char* OpName(Op op) {
+  using enum Op;
+  switch (op) { CUSNAP_PROTO_OPS(CUSNAP_PROTO_NAME_CASE) }
+  return kUnknownName;
+}
+
+/// The state's name as DESIGN.md writes it ("ACTIVE", "QUIESCED", ...); kUnknownName for a
+/// value outside the list.
+constexpr const char* ShimStateName(ShimState state) {
+  using enum ShimState;
+  switch (state) { CUSNAP_PROTO_SHIM_STATES(CUSNAP_PROTO_NAME_CASE) }
+  return kUnknownName;
+}
+
+#undef CUSNAP_PROTO_ENUMERATOR
+#undef CUSNAP_PROTO_NAME_CASE
+
+/// FrameHeader flags.
+inline constexpr uint32_t kMore = 1u << 0;  ///< more packets of this message follow
+
+/// What every packet starts with. magic, version and op sit where every version put them, so
+/// two versions always tell each other apart.
+struct FrameHeader {
   uint32_t magic;
   uint16_t version;
-  uint16_t op;
-  int32_t status;
-  uint32_t flags;
-  uint32_t count;       ///< Records that follow in this packet
-  uint32_t phase;       ///< replies: the shim's Phase after the request
-  uint64_t arg[6];      ///< op-specific: kExport {creator pid, creator start, allocation id,
-                        ///<   kind}; replies to kIdentify {pid, start time, records,
-                        ///<   untracked imports (live allocations), tracked bytes,
-                        ///<   PackCreateCounts(...)}, followed by kUntrackedImport records;
-                        ///<   carrier replies {bytes, ns}
-                        ///<   kExport replies echo the request's args and add the
-                        ///<   object's size in bytes as arg[4]
-  char text[184];       ///< NUL-terminated error text naming the process and resource
+  uint16_t op;     ///< Op; a reply echoes its request's
+  uint32_t flags;  ///< kMore
+  uint32_t size;   ///< payload bytes that follow in this packet
 };
-static_assert(sizeof(Header) == 256);
+static_assert(sizeof(FrameHeader) == 16);
 
-/// kIdentify's arg[5]: tracked cuMemCreate calls over the process's life (low 32 bits) and
-/// how many of them were host (HOST_NUMA) allocations (high 32 bits).
-constexpr uint64_t PackCreateCounts(uint32_t total, uint32_t host_numa) {
-  return (uint64_t{host_numa} << 32) | total;
-}
-constexpr uint32_t CreatedTotal(uint64_t packed) { return static_cast<uint32_t>(packed); }
-constexpr uint32_t CreatedHostNuma(uint64_t packed) { return static_cast<uint32_t>(packed >> 32); }
+/// One packet, header included, is at most this long.
+inline constexpr size_t kMaxPacket = 64 * 1024;
+/// A message's payload, all packets together, is at most this long (about 300k Records):
+/// reassembly stops there, so a broken peer cannot make the receiver grow without bound.
+inline constexpr size_t kMaxMessage = 128u << 20;
 
 /// What a Record describes.
 enum class RecordKind : uint32_t {
@@ -104,8 +142,8 @@ enum class RecordKind : uint32_t {
   kUntrackedImport = 7,
 };
 
-/// kIdentify describes at most this many untracked imports (all their mappings each); the
-/// count in arg[3] says how many are live.
+/// kIdentify describes at most this many untracked imports (all their mappings each); its
+/// untracked_imports field says how many are live.
 inline constexpr uint32_t kMaxUntrackedReported = 8;
 
 /// Record flags.
@@ -161,7 +199,7 @@ struct Record {
 };
 static_assert(sizeof(Record) % 8 == 0);
 
-inline constexpr size_t kMaxPacket = 64 * 1024;
-inline constexpr size_t kMaxRecordsPerMessage = (kMaxPacket - sizeof(Header)) / sizeof(Record);
+/// About this many Records fill one packet: a message with more spans several.
+inline constexpr size_t kMaxRecordsPerMessage = (kMaxPacket - sizeof(FrameHeader)) / sizeof(Record);
 
 }  // namespace cusnap::proto

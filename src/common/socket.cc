@@ -67,66 +67,56 @@ int Deadline::RemainingMs() const {
   return ms > 0x7fffffff ? 0x7fffffff : static_cast<int>(ms);
 }
 
-Result<int> ConnectSeqpacket(const std::string& path, Deadline deadline) {
+Result<UniqueFd> ConnectSeqpacket(const std::string& path, Deadline deadline) {
   sockaddr_un addr;
   if (!FillAddress(path, &addr)) return SystemError(ENAMETOOLONG, "socket path " + path);
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return SystemError(errno, "socket");
+  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return SystemError(errno, "socket");
   for (;;) {
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return fd;
     const int code = errno;
     if (code == EINTR) continue;
     if (code == EINPROGRESS) {
-      Status ready = WaitReady(fd, POLLOUT, deadline, ("connect " + path).c_str());
+      Status ready = WaitReady(fd.get(), POLLOUT, deadline, ("connect " + path).c_str());
       int so_error = 0;
       socklen_t len = sizeof so_error;
-      if (ready.ok() && getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == 0 &&
+      if (ready.ok() && getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len) == 0 &&
           so_error == 0) {
         return fd;
       }
-      close(fd);
       return ready.ok() ? SystemError(so_error, "connect " + path) : ready.error();
     }
-    if (code != EAGAIN) {
-      close(fd);
-      return SystemError(code, "connect " + path);
-    }
+    if (code != EAGAIN) return SystemError(code, "connect " + path);
     // The listener's backlog is full: a Unix socket does not queue the attempt, so try
     // again shortly (bounded by the deadline).
-    if (deadline.Passed()) {
-      close(fd);
-      return SystemError(ETIMEDOUT, "connect " + path);
-    }
+    if (deadline.Passed()) return SystemError(ETIMEDOUT, "connect " + path);
     poll(nullptr, 0, std::min(5, deadline.RemainingMs()));
   }
 }
 
-Result<int> ListenSeqpacket(const std::string& path, int backlog) {
+Result<UniqueFd> ListenSeqpacket(const std::string& path, int backlog) {
   sockaddr_un addr;
   if (!FillAddress(path, &addr)) return SystemError(ENAMETOOLONG, "socket path " + path);
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return SystemError(errno, "socket");
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-    const int code = errno;
-    close(fd);
-    return SystemError(code, "bind " + path);
+  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return SystemError(errno, "socket");
+  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    return SystemError(errno, "bind " + path);
   }
   // The control directory is 0700 already; 0600 keeps the socket private even if it moves.
-  if (chmod(path.c_str(), 0600) != 0 || listen(fd, backlog) != 0) {
+  if (chmod(path.c_str(), 0600) != 0 || listen(fd.get(), backlog) != 0) {
     const int code = errno;
-    close(fd);
     unlink(path.c_str());
     return SystemError(code, "listen " + path);
   }
   return fd;
 }
 
-Result<int> AcceptConnection(int listener, Deadline deadline) {
+Result<UniqueFd> AcceptConnection(int listener, Deadline deadline) {
   for (;;) {
     Status ready = WaitReady(listener, POLLIN, deadline, "accept");
     if (!ready.ok()) return ready.error();
-    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd >= 0) return fd;
+    UniqueFd fd(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+    if (fd.valid()) return fd;
     if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
     return SystemError(errno, "accept");
   }
@@ -210,92 +200,83 @@ Result<size_t> RecvPacket(int fd, void* buffer, size_t capacity, int* received_f
   }
 }
 
-proto::Header MakeHeader(proto::Op op) {
-  proto::Header header;
-  std::memset(&header, 0, sizeof header);
-  header.magic = proto::kMagic;
-  header.version = proto::kVersion;
-  header.op = static_cast<uint16_t>(op);
-  return header;
-}
-
-void SetHeaderText(proto::Header& header, const std::string& text) {
-  const size_t len = std::min(text.size(), sizeof header.text - 1);
-  std::memcpy(header.text, text.data(), len);
-  std::memset(header.text + len, 0, sizeof header.text - len);
-}
-
-Status SendMessage(int fd, proto::Header header, std::span<const proto::Record> records,
-                   int pass_fd, Deadline deadline) {
-  header.magic = proto::kMagic;
-  header.version = proto::kVersion;
+Status SendMessage(int fd, const proto::Message& message, Deadline deadline) {
+  constexpr size_t kRoom = proto::kMaxPacket - sizeof(proto::FrameHeader);
+  const std::string& payload = message.payload;
   std::vector<char> packet;
   size_t sent = 0;
   do {
-    const size_t count = std::min(records.size() - sent, proto::kMaxRecordsPerMessage);
-    proto::Header part = header;
-    part.count = static_cast<uint32_t>(count);
-    part.flags = header.flags & ~proto::kMore;
-    if (sent + count < records.size()) part.flags |= proto::kMore;
-    packet.resize(sizeof part + count * sizeof(proto::Record));
-    std::memcpy(packet.data(), &part, sizeof part);
-    if (count > 0) {
-      std::memcpy(packet.data() + sizeof part, records.data() + sent,
-                  count * sizeof(proto::Record));
-    }
-    Status status = SendPacket(fd, packet.data(), packet.size(), sent == 0 ? pass_fd : -1,
-                               deadline);
+    const size_t size = std::min(payload.size() - sent, kRoom);
+    proto::FrameHeader header{};
+    header.magic = proto::kMagic;
+    header.version = proto::kVersion;
+    header.op = static_cast<uint16_t>(message.op);
+    header.flags = sent + size < payload.size() ? proto::kMore : 0;
+    header.size = static_cast<uint32_t>(size);
+    packet.resize(sizeof header + size);
+    std::memcpy(packet.data(), &header, sizeof header);
+    if (size > 0) std::memcpy(packet.data() + sizeof header, payload.data() + sent, size);
+    Status status = SendPacket(fd, packet.data(), packet.size(),
+                               sent == 0 ? message.fd.get() : -1, deadline);
     if (!status.ok()) return status;
-    sent += count;
-  } while (sent < records.size());
+    sent += size;
+  } while (sent < payload.size());
   return Ok{};
 }
 
-Result<Message> ReceiveMessage(int fd, Deadline deadline) {
-  Message message;
+namespace {
+
+// What is wrong with `packet` (`size` bytes) as the next packet of `message`; "" when nothing.
+// A foreign protocol version sets `*foreign`.
+std::string CheckPacket(const std::vector<char>& packet, size_t size, bool first,
+                        const proto::Message& message, proto::FrameHeader* header,
+                        bool* foreign) {
+  if (size < sizeof *header) {
+    return "packet of " + std::to_string(size) + " bytes is shorter than a header";
+  }
+  std::memcpy(header, packet.data(), sizeof *header);
+  if (header->magic != proto::kMagic) return "bad magic (not a cusnap endpoint)";
+  if (header->version != proto::kVersion) {
+    *foreign = true;
+    return "the peer speaks cusnap protocol version " + std::to_string(header->version) +
+           ", this side version " + std::to_string(proto::kVersion) +
+           " (a shim and a coordinator of different builds)";
+  }
+  if (size != sizeof *header + size_t{header->size}) {
+    return "packet size does not match its header";
+  }
+  if (!first && header->op != static_cast<uint16_t>(message.op)) {
+    return "continuation packet for another operation";
+  }
+  if (message.payload.size() + header->size > proto::kMaxMessage) {
+    return "message longer than " + std::to_string(proto::kMaxMessage) + " bytes";
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<proto::Message> ReceiveMessage(int fd, Deadline deadline) {
+  proto::Message message;
   std::vector<char> packet(proto::kMaxPacket);
-  bool first = true;
-  for (;;) {
-    int received_fd = -1;
-    Result<size_t> size = RecvPacket(fd, packet.data(), packet.size(), &received_fd, deadline);
-    if (!size.ok()) {
-      if (message.fd >= 0) close(message.fd);
-      return size.error();
-    }
-    proto::Header header{};
-    std::string problem;
-    if (*size < sizeof header) {
-      problem = "packet of " + std::to_string(*size) + " bytes is shorter than a header";
-    } else {
-      std::memcpy(&header, packet.data(), sizeof header);
-      if (header.magic != proto::kMagic || header.version != proto::kVersion) {
-        problem = "bad magic or version";
-      } else if (*size != sizeof header + size_t{header.count} * sizeof(proto::Record)) {
-        problem = "packet size does not match its record count";
-      } else if (!first && header.op != message.header.op) {
-        problem = "continuation packet for another operation";
-      } else if (received_fd >= 0 && message.fd >= 0) {
-        problem = "more than one descriptor in a message";
-      }
+  for (bool first = true;; first = false) {
+    int received = -1;
+    Result<size_t> size = RecvPacket(fd, packet.data(), packet.size(), &received, deadline);
+    if (!size.ok()) return size.error();
+    UniqueFd descriptor(received);
+    proto::FrameHeader header{};
+    bool foreign = false;
+    std::string problem = CheckPacket(packet, *size, first, message, &header, &foreign);
+    if (problem.empty() && descriptor.valid() && message.fd.valid()) {
+      problem = "more than one descriptor in a message";
     }
     if (!problem.empty()) {
-      if (received_fd >= 0) close(received_fd);
-      if (message.fd >= 0) close(message.fd);
-      return Error{EPROTO, "protocol: " + problem};
+      return Error{foreign ? EPROTONOSUPPORT : EPROTO, "protocol: " + problem};
     }
-    if (received_fd >= 0) message.fd = received_fd;
-    const size_t old = message.records.size();
-    message.records.resize(old + header.count);
-    if (header.count > 0) {
-      std::memcpy(static_cast<void*>(message.records.data() + old), packet.data() + sizeof header,
-                  size_t{header.count} * sizeof(proto::Record));
-    }
-    message.header = header;
-    first = false;
-    if ((header.flags & proto::kMore) == 0) {
-      message.header.count = static_cast<uint32_t>(message.records.size());
-      return message;
-    }
+    if (first) message.op = static_cast<proto::Op>(header.op);
+    if (descriptor.valid()) message.fd = std::move(descriptor);
+    message.payload.append(packet.data() + sizeof header, header.size);
+    if ((header.flags & proto::kMore) == 0) return message;
   }
 }
 

@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/protocol.h"
+#include "common/messages.h"
+#include "common/unique_fd.h"
 
 namespace cusnap {
 
@@ -30,15 +31,15 @@ struct Deadline {
 /// Connects a SOCK_SEQPACKET socket to `path`, retrying while the listener's backlog is full
 /// (EAGAIN) until `deadline`. Returns the connected descriptor (CLOEXEC) or an Error
 /// (ENOENT / ECONNREFUSED when nobody listens there, ETIMEDOUT, ENAMETOOLONG).
-Result<int> ConnectSeqpacket(const std::string& path, Deadline deadline);
+Result<UniqueFd> ConnectSeqpacket(const std::string& path, Deadline deadline);
 
 /// Binds a non-blocking SOCK_SEQPACKET listener at `path` (which must not exist), makes it
 /// mode 0600 and listens. Returns the descriptor (CLOEXEC) or an Error.
-Result<int> ListenSeqpacket(const std::string& path, int backlog);
+Result<UniqueFd> ListenSeqpacket(const std::string& path, int backlog);
 
 /// Waits (until `deadline`) for a connection on `listener` and accepts it (CLOEXEC).
 /// ETIMEDOUT when none came.
-Result<int> AcceptConnection(int listener, Deadline deadline);
+Result<UniqueFd> AcceptConnection(int listener, Deadline deadline);
 
 /// The peer's credentials (SO_PEERCRED) allow it to talk to us: same effective uid or root.
 /// Error EPERM names the peer's pid and uid otherwise.
@@ -55,28 +56,15 @@ Status SendPacket(int fd, const void* data, size_t size, int pass_fd, Deadline d
 Result<size_t> RecvPacket(int fd, void* buffer, size_t capacity, int* received_fd,
                           Deadline deadline);
 
-/// A whole protocol message: the last packet's header, the records of every packet, and the
-/// descriptor that came with it (-1 when none; the receiver owns and closes it).
-struct Message {
-  proto::Header header{};
-  std::vector<proto::Record> records;
-  int fd = -1;
-};
+/// Sends `message`: its payload split into packets of at most proto::kMaxPacket bytes, all
+/// but the last flagged proto::kMore; its descriptor (when it holds one; still owned by the
+/// message) travels with the first packet.
+Status SendMessage(int fd, const proto::Message& message, Deadline deadline);
 
-/// Sends `header` (magic and version filled in) and `records`, split into packets of at most
-/// proto::kMaxRecordsPerMessage records, all but the last flagged proto::kMore. `pass_fd`
-/// (when >= 0) travels with the first packet.
-Status SendMessage(int fd, proto::Header header, std::span<const proto::Record> records,
-                   int pass_fd, Deadline deadline);
-
-/// Receives one message (all its packets) and validates magic, version, packet sizes and
-/// that every packet echoes the first one's op. EPROTO names what was wrong.
-Result<Message> ReceiveMessage(int fd, Deadline deadline);
-
-/// A zero-filled header for `op` with magic and version set.
-proto::Header MakeHeader(proto::Op op);
-
-/// Copies `text` into header.text, truncated and NUL-terminated.
-void SetHeaderText(proto::Header& header, const std::string& text);
+/// Receives one message (all its packets) and validates magic, version, packet sizes, that
+/// every packet carries the first one's op, and that the payload stays within
+/// proto::kMaxMessage bytes. A peer of another protocol version is EPROTONOSUPPORT, naming
+/// both versions; anything else wrong is EPROTO, naming what.
+Result<proto::Message> ReceiveMessage(int fd, Deadline deadline);
 
 }  // namespace cusnap

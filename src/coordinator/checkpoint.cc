@@ -28,7 +28,7 @@ class CheckpointSequence : Sequence {
     // Detach and save change no unicast memory (save only copies it out): on a failure each
     // shim is asked to resume, and says itself whether it still can (a detached multicast
     // team cannot be undone). Only when every one did is the job running untouched.
-    if (!LifecyclePhase(proto::Op::kDetachMulticast, {}, 0, MulticastNote()) || !SaveAll()) {
+    if (!LifecyclePhase(proto::Op::kDetachMulticast, 0, MulticastNote()) || !SaveAll()) {
       return Finish(ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange);
     }
     // Destructive from here on: fail loudly, never pretend.
@@ -45,9 +45,9 @@ class CheckpointSequence : Sequence {
     views_.assign(participants_.size(), ParticipantView{});
     return Phase("inspect", [&](size_t i) -> Result<uint64_t> {
       const Identity& id = identities_[i];
-      if (id.phase != static_cast<uint32_t>(proto::Phase::kActive)) {
+      if (id.state != proto::ShimState::kActive) {
         return Error{-1, "pid " + std::to_string(id.pid) + ": its cusnap shim is " +
-                             PhaseName(id.phase) + ", not active" +
+                             Lowercase(proto::ShimStateName(id.state)) + ", not active" +
                              (id.failure.empty() ? "" : " (" + id.failure + ")") +
                              "; only a running job can be checkpointed" + RestoreHint(id)};
       }
@@ -61,7 +61,7 @@ class CheckpointSequence : Sequence {
   /// checkpoint (pid and start time recorded there); the shim does not know where its
   /// checkpoint went, so otherwise the hint stays generic.
   std::string RestoreHint(const Identity& id) const {
-    if (id.phase != static_cast<uint32_t>(proto::Phase::kReleased)) return "";
+    if (id.state != proto::ShimState::kReleased) return "";
     std::string dir = "<the state directory of its checkpoint>";
     if (auto state = ReadStateFile(options_.state_dir); state) {
       for (const auto& p : state->participants) {

@@ -2,6 +2,7 @@
 #include "coordinator/records.h"
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <stdexcept>
 #include <utility>
@@ -72,33 +73,10 @@ std::optional<uint32_t> KindFromName(std::string_view name) {
   return std::nullopt;
 }
 
-std::string PhaseName(uint32_t phase) {
-  static constexpr std::array<std::string_view, 11> kNames{
-      "active", "quiesced", "multicast_detached", "saved", "released", "reallocated",
-      "imported", "multicast_created", "multicast_imported", "multicast_joined", "failed"};
-  if (phase >= 1 && phase <= kNames.size()) return std::string(kNames[phase - 1]);
-  return "phase " + std::to_string(phase);
-}
-
-std::string OpName(proto::Op op) {
-  switch (op) {
-    case proto::Op::kExport: return "export";
-    case proto::Op::kIdentify: return "identify";
-    case proto::Op::kInspect: return "inspect";
-    case proto::Op::kQuiesce: return "quiesce";
-    case proto::Op::kDetachMulticast: return "detach_multicast";
-    case proto::Op::kSave: return "save";
-    case proto::Op::kRelease: return "release";
-    case proto::Op::kReallocate: return "reallocate";
-    case proto::Op::kImport: return "import";
-    case proto::Op::kMulticastCreate: return "multicast_create";
-    case proto::Op::kMulticastImport: return "multicast_import";
-    case proto::Op::kMulticastJoin: return "multicast_join";
-    case proto::Op::kMulticastBind: return "multicast_bind";
-    case proto::Op::kResume: return "resume";
-    case proto::Op::kActivate: return "activate";
-  }
-  return "op " + std::to_string(static_cast<unsigned>(op));
+std::string Lowercase(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 std::string ObjectName(const proto::ObjectId& id) {

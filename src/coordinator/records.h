@@ -1,6 +1,7 @@
-// Topology records as people and files read them: names for kinds, flags, phases and ops,
-// a short phrase naming an allocation or mapping for error messages, and the JSON form of a
-// Record used by the state file and by restore's record-for-record comparison.
+// Topology records as people and files read them: names for kinds and flags (ops and shim
+// states are named by protocol.h; lowercased here for the CLI), a short phrase naming an
+// allocation or mapping for error messages, and the JSON form of a Record used by the state
+// file and by restore's record-for-record comparison.
 #pragma once
 
 #include <cstdint>
@@ -20,11 +21,9 @@ std::string KindName(uint32_t kind);
 /// The RecordKind named `name`, or nullopt.
 std::optional<uint32_t> KindFromName(std::string_view name);
 
-/// "active", "quiesced", ..., "failed"; "phase <n>" for an unknown value.
-std::string PhaseName(uint32_t phase);
-
-/// The request's name as the CLI prints it ("quiesce", "save", ...).
-std::string OpName(proto::Op op);
+/// A name from the protocol's lists (proto::OpName, proto::ShimStateName) as the CLI prints
+/// it: lowercase ("quiesce", "multicast_detached", "active").
+std::string Lowercase(std::string_view name);
 
 /// "allocation 7 of pid 4120" (creator pid + the creator's local id).
 std::string ObjectName(const proto::ObjectId& id);

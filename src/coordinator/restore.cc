@@ -26,12 +26,12 @@ class RestoreSequence : Sequence {
     // native restore only: it keeps each process's ordinals and changes the GPU behind them
     // (DRIVER-FACTS F7), so the shims rebuild on the ordinals they recorded.
     if (!NativeRestoreAll() || !NativeUnlockAll() ||
-        !LifecyclePhase(proto::Op::kReallocate, {}, SavedBytes()) ||
+        !LifecyclePhase(proto::Op::kReallocate, SavedBytes()) ||
         !LifecyclePhase(proto::Op::kImport) ||
-        !LifecyclePhase(proto::Op::kMulticastCreate, {}, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastImport, {}, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastJoin, {}, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastBind, {}, 0, MulticastNote()) || !VerifyAll() ||
+        !LifecyclePhase(proto::Op::kMulticastCreate, 0, MulticastNote()) ||
+        !LifecyclePhase(proto::Op::kMulticastImport, 0, MulticastNote()) ||
+        !LifecyclePhase(proto::Op::kMulticastJoin, 0, MulticastNote()) ||
+        !LifecyclePhase(proto::Op::kMulticastBind, 0, MulticastNote()) || !VerifyAll() ||
         !LifecyclePhase(proto::Op::kActivate)) {
       return Finish(Outcome::kFailedAfterChange);
     }
@@ -72,9 +72,9 @@ class RestoreSequence : Sequence {
                            ", the checkpoint's pid " + std::to_string(id.pid) +
                            " started at tick " + std::to_string(it->second->start_time) +
                            " (pid reused)");
-      } else if (id.phase != static_cast<uint32_t>(proto::Phase::kReleased)) {
+      } else if (id.state != proto::ShimState::kReleased) {
         problems.push_back("pid " + std::to_string(id.pid) + ": its cusnap shim is " +
-                           PhaseName(id.phase) + ", not released" +
+                           Lowercase(proto::ShimStateName(id.state)) + ", not released" +
                            (id.failure.empty() ? "" : " (" + id.failure + ")") +
                            "; there is nothing to restore");
       }

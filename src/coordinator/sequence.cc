@@ -58,12 +58,9 @@ bool Sequence::CheckPhase(const std::string& name,
   return Record(std::move(phase));
 }
 
-bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args,
-                              uint64_t expected_bytes, const std::string& note) {
-  const std::vector<uint64_t> request_args(args);
-  return Phase(OpName(op), [&](size_t i) -> Result<uint64_t> {
-    auto step = Step(*participants_[i], op, {request_args.size() > 0 ? request_args[0] : 0,
-                                            request_args.size() > 1 ? request_args[1] : 0});
+bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::string& note) {
+  return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
+    auto step = Step(*participants_[i], op);
     if (!step) return step.error();
     NoteCopy(step->copy_ns);
     return step->bytes;

@@ -28,10 +28,9 @@ class Sequence {
   /// Runs a coordinator-local check as a phase: every message it returns is one error
   /// (each rule broken is reported on its own); false when there is any.
   bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
-  /// Sends lifecycle `op` with request `args` to every participant; the phase is named
-  /// after the op and counts the bytes carrier replies report. `note` as for Phase.
-  bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {},
-                      uint64_t expected_bytes = 0, const std::string& note = "");
+  /// Sends lifecycle `op` to every participant; the phase is named after the op and counts
+  /// the bytes carrier replies report. `note` as for Phase.
+  bool LifecyclePhase(proto::Op op, uint64_t expected_bytes = 0, const std::string& note = "");
 
   /// discover: find the participants and identify each (start time checked against /proc,
   /// so a stale socket of a reused pid is not taken for the process), and decide which ones

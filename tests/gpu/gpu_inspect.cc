@@ -1,5 +1,5 @@
 // gpu_inspect: asks one process's cusnap endpoint for its identity (kIdentify) and its
-// sharing table (kInspect) through the protocol of src/common/protocol.h, and prints one
+// sharing table (kInspect) through the protocol of src/common/messages.h, and prints one
 // JSON line of counts: allocation records by role (created here / imported) and by location
 // type (DEVICE, HOST_NUMA = 3, other), mapping records, bytes. test_nccl_allreduce.py uses
 // it to show that the NCCL allocations of a rank are tracked.
@@ -15,24 +15,15 @@
 #include <string>
 
 #include "common/endpoint_client.h"
-#include "common/protocol.h"
 
 namespace {
 
-using cusnap::proto::Header;
-using cusnap::proto::Op;
 using cusnap::proto::Record;
 using cusnap::proto::RecordKind;
 
 constexpr int kTimeoutMs = 30'000;
 
 unsigned long long U(uint64_t v) { return static_cast<unsigned long long>(v); }
-
-cusnap::Result<cusnap::Reply> Ask(const std::string& path, Op op) {
-  Header request{};
-  request.op = static_cast<uint16_t>(op);
-  return cusnap::Request(path, request, {}, kTimeoutMs);
-}
 
 }  // namespace
 
@@ -55,13 +46,15 @@ int main(int argc, char** argv) {
   }
   const std::string path = cusnap::EndpointPath(cusnap::ControlDir(), pid);
 
-  auto identify = Ask(path, Op::kIdentify);
+  auto identify = cusnap::Request<cusnap::proto::IdentifyReply>(
+      path, cusnap::proto::IdentifyRequest{}.Encode(), kTimeoutMs);
   if (!identify.ok()) {
     std::fprintf(stderr, "gpu_inspect: pid %d: kIdentify on %s failed: %s (code %d)\n", pid,
                  path.c_str(), identify.error().message.c_str(), identify.error().code);
     return 1;
   }
-  auto inspect = Ask(path, Op::kInspect);
+  auto inspect = cusnap::Request<cusnap::proto::InspectReply>(
+      path, cusnap::proto::InspectRequest{}.Encode(), kTimeoutMs);
   if (!inspect.ok()) {
     std::fprintf(stderr, "gpu_inspect: pid %d: kInspect on %s failed: %s (code %d)\n", pid,
                  path.c_str(), inspect.error().message.c_str(), inspect.error().code);
@@ -104,16 +97,17 @@ int main(int argc, char** argv) {
       ++other;
     }
   }
-  const Header& id = identify->header;
+  const cusnap::proto::IdentifyReply& id = *identify;
   std::printf("{\"pid\": %d, \"phase\": %u, \"identify_records\": %llu, \"untracked_imports\": %llu, "
               "\"tracked_bytes\": %llu, \"records\": %zu, \"allocations\": %llu, \"created\": %llu, "
               "\"imported\": %llu, \"shared\": %llu, \"device\": %llu, \"host_numa\": %llu, "
               "\"other_location\": %llu, \"mappings\": %llu, \"created_bytes\": %llu, "
               "\"host_numa_bytes\": %llu, \"mapped_bytes\": %llu, \"other_records\": %llu, "
               "\"created_total\": %u, \"created_host_numa\": %u}\n",
-              pid, id.phase, U(id.arg[2]), U(id.arg[3]), U(id.arg[4]), inspect->records.size(),
+              pid, static_cast<unsigned>(id.state), U(id.records), U(id.untracked_imports),
+              U(id.tracked_bytes), inspect->records.size(),
               U(allocations), U(created), U(imported), U(shared), U(device), U(host_numa), U(other),
               U(mappings), U(created_bytes), U(host_numa_bytes), U(mapped_bytes), U(other_records),
-              cusnap::proto::CreatedTotal(id.arg[5]), cusnap::proto::CreatedHostNuma(id.arg[5]));
+              id.created_total, id.created_host_numa);
   return 0;
 }

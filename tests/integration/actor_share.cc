@@ -76,9 +76,10 @@ void CheckOwnTicket(int fd) {
 }
 
 // kIdentify on `pid`'s endpoint; fails the actor when it does not answer.
-cusnap::Reply Identify(int pid) {
-  auto reply = cusnap::Request(cusnap::EndpointPath(cusnap::ControlDir(), pid),
-                               cusnap::MakeHeader(cusnap::proto::Op::kIdentify), {}, kTimeoutMs);
+cusnap::proto::IdentifyReply Identify(int pid) {
+  auto reply = cusnap::Request<cusnap::proto::IdentifyReply>(
+      cusnap::EndpointPath(cusnap::ControlDir(), pid), cusnap::proto::IdentifyRequest{}.Encode(),
+      kTimeoutMs);
   if (!reply.ok()) Fail("identify pid " + std::to_string(pid) + ": " + reply.error().message);
   return *reply;
 }
@@ -334,7 +335,7 @@ int Basics() {
   CheckPattern(raw_va, 0, size, kCreatorSeed);
   Send(pair[0], "done");
   Check(WaitExit(exporter) == 0, "raw-exporter failed");
-  Check(Identify(getpid()).header.arg[3] == 1, "one untracked import counted");
+  Check(Identify(getpid()).untracked_imports == 1, "one untracked import counted");
 
   // Tickets naming a creator that is gone (pid reaped) or an earlier process with our pid,
   // and malformed tickets, are refused without reaching the driver.
@@ -370,7 +371,7 @@ int Basics() {
                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
     close(forged);
   }
-  Check(Identify(getpid()).header.arg[3] == 1, "refused tickets are not counted as imports");
+  Check(Identify(getpid()).untracked_imports == 1, "refused tickets are not counted as imports");
 
   // Many tracked allocations: INSPECT needs several packets.
   std::vector<CUmemGenericAllocationHandle> many(199);
@@ -380,7 +381,7 @@ int Basics() {
   Expect(kChannel, "release");
   Unmap(raw_va, size);
   CU(cuMemRelease(imported));
-  Check(Identify(getpid()).header.arg[3] == 0, "the untracked import is forgotten on release");
+  Check(Identify(getpid()).untracked_imports == 0, "the untracked import is forgotten on release");
   Send(kChannel, "released");
   Expect(kChannel, "exit");
   return 0;
@@ -401,16 +402,16 @@ int ForkEarly() {
     Check(IsLogical(handle), "tracked in the child");
     Check((handle & 0xFFFFFFFFFFFFull) == 1, "the child's logical counter starts at 1");
     Check(EndpointExists(getpid()), "the first tracked call started the child's endpoint");
-    cusnap::Reply me = Identify(getpid());
-    Check(static_cast<int>(me.header.arg[0]) == getpid(), "the child's endpoint answers for it");
-    Check(me.header.arg[2] == 1, "the child's table holds its one allocation");
+    const cusnap::proto::IdentifyReply me = Identify(getpid());
+    Check(me.pid == getpid(), "the child's endpoint answers for it");
+    Check(me.records == 1, "the child's table holds its one allocation");
     CU(cuMemRelease(handle));
     std::exit(0);
   }
   Check(WaitExit(child) == 0, "fork child failed");
   Check(EndpointExists(getpid()), "the parent's endpoint is still there");
   Check(!EndpointExists(child), "the child's endpoint went with it");
-  Check(static_cast<int>(Identify(getpid()).header.arg[0]) == getpid(), "parent endpoint answers");
+  Check(Identify(getpid()).pid == getpid(), "parent endpoint answers");
   return 0;
 }
 
@@ -434,8 +435,8 @@ int ForkLate() {
     int fd = -1;
     CU_EXPECT(CUDA_ERROR_INVALID_HANDLE,
               cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    cusnap::Reply me = Identify(getpid());
-    Check(me.header.arg[2] == 0, "the child starts with an empty table");
+    const cusnap::proto::IdentifyReply me = Identify(getpid());
+    Check(me.records == 0, "the child starts with an empty table");
     std::exit(0);  // exit handlers run: they must not free the parent's resources
   }
   Check(WaitExit(child) == 0, "fork child failed");

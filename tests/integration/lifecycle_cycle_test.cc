@@ -26,8 +26,6 @@
 
 #include "carrier_sim_driver.h"
 #include "common/endpoint_client.h"
-#include "common/protocol.h"
-#include "common/socket.h"
 #include "printers.h"
 #include "simcuda/introspection.h"
 
@@ -39,7 +37,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using proto::Op;
-using proto::Phase;
+using Phase = proto::ShimState;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr int kRequestTimeoutMs = 60'000;
@@ -163,27 +161,34 @@ class LifecycleCycleTest : public ::testing::Test {
     peer.name = std::string(role) + " (pid " + std::to_string(peer.pid) + ")";
   }
 
-  // One lifecycle request to `peer`'s endpoint; fails the test on an error reply.
-  proto::Header Drive(Peer& peer, Op op, const uint64_t* args = nullptr) {
-    proto::Header request = MakeHeader(op);
-    if (args != nullptr) std::memcpy(request.arg, args, sizeof request.arg);
-    Result<Reply> reply = Request(EndpointPath(control_dir_, peer.pid), request, {},
-                                  kRequestTimeoutMs);
+  // One lifecycle request to `peer`'s endpoint, its error kept.
+  Result<proto::StepReply> Step(Peer& peer, Op op) {
+    return Request<proto::StepReply>(EndpointPath(control_dir_, peer.pid),
+                                     proto::StepRequest{op, 0}.Encode(), kRequestTimeoutMs, op);
+  }
+  // The same; fails the test on an error reply.
+  proto::StepReply Drive(Peer& peer, Op op) {
+    Result<proto::StepReply> reply = Step(peer, op);
     EXPECT_TRUE(reply.ok()) << peer.name << " op " << static_cast<int>(op) << ": "
                             << (reply.ok() ? "" : reply.error().message);
-    return reply.ok() ? reply->header : proto::Header{};
+    return reply.ok() ? *reply : proto::StepReply{};
+  }
+  proto::IdentifyReply Identify(Peer& peer) {
+    Result<proto::IdentifyReply> reply = Request<proto::IdentifyReply>(
+        EndpointPath(control_dir_, peer.pid), proto::IdentifyRequest{}.Encode(), kRequestTimeoutMs);
+    EXPECT_TRUE(reply.ok()) << peer.name << ": " << (reply.ok() ? "" : reply.error().message);
+    return reply.ok() ? *reply : proto::IdentifyReply{};
   }
   std::vector<proto::Record> Inspect(Peer& peer) {
-    Result<Reply> reply = Request(EndpointPath(control_dir_, peer.pid),
-                                  MakeHeader(Op::kInspect), {}, kRequestTimeoutMs);
+    Result<proto::InspectReply> reply = Request<proto::InspectReply>(
+        EndpointPath(control_dir_, peer.pid), proto::InspectRequest{}.Encode(), kRequestTimeoutMs);
     EXPECT_TRUE(reply.ok()) << peer.name << ": " << (reply.ok() ? "" : reply.error().message);
     return reply.ok() ? reply->records : std::vector<proto::Record>{};
   }
-  void DriveBoth(Op op, Phase expected, const uint64_t* args = nullptr) {
+  void DriveBoth(Op op, Phase expected) {
     for (Peer* peer : {&creator_, &importer_}) {
-      const proto::Header reply = Drive(*peer, op, args);
-      EXPECT_EQ(reply.phase, static_cast<uint32_t>(expected)) << peer->name << " op "
-                                                              << static_cast<int>(op);
+      const proto::StepReply reply = Drive(*peer, op);
+      EXPECT_EQ(reply.state, expected) << peer->name << " op " << static_cast<int>(op);
     }
   }
 
@@ -262,11 +267,10 @@ class LifecycleCycleTest : public ::testing::Test {
     // An application call now waits for the whole window.
     creator_.Send("touch");
     DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
-    const proto::Header saved_creator = Drive(creator_, Op::kSave);
-    const proto::Header saved_importer = Drive(importer_, Op::kSave);
-    EXPECT_EQ(saved_creator.arg[0], 8 * kMiB);  // every byte the creator made, HOST_NUMA too
-    EXPECT_GT(saved_creator.arg[1], 0u);         // ns
-    EXPECT_EQ(saved_importer.arg[0], 0u);        // importers carry nothing
+    const proto::StepReply saved_creator = Drive(creator_, Op::kSave);
+    const proto::StepReply saved_importer = Drive(importer_, Op::kSave);
+    EXPECT_EQ(saved_creator.bytes, 8 * kMiB);  // every byte the creator made, HOST_NUMA too
+    EXPECT_EQ(saved_importer.bytes, 0u);        // importers carry nothing
     DriveBoth(Op::kRelease, Phase::kReleased);
     // The GPU memory is gone: nothing left for the native checkpoint to carry.
     EXPECT_EQ(ledger(0), 0u);
@@ -275,10 +279,10 @@ class LifecycleCycleTest : public ::testing::Test {
     NativeCycle(swap_devices);
 
     // No device map reaches the shims: the restore kept each process's ordinals (F7).
-    const proto::Header reallocated = Drive(creator_, Op::kReallocate);
-    EXPECT_EQ(static_cast<Phase>(reallocated.phase), Phase::kReallocated);
-    EXPECT_EQ(reallocated.arg[0], 8 * kMiB);
-    EXPECT_EQ(Drive(importer_, Op::kReallocate).arg[0], 0u);
+    const proto::StepReply reallocated = Drive(creator_, Op::kReallocate);
+    EXPECT_EQ(reallocated.state, Phase::kReallocated);
+    EXPECT_EQ(reallocated.bytes, 8 * kMiB);
+    EXPECT_EQ(Drive(importer_, Op::kReallocate).bytes, 0u);
     DriveBoth(Op::kImport, Phase::kImported);
     DriveBoth(Op::kMulticastCreate, Phase::kMulticastCreated);
     DriveBoth(Op::kMulticastImport, Phase::kMulticastImported);
@@ -376,14 +380,13 @@ TEST_F(FailedSaveCycleTest, JobResumesAndTheNextCheckpointWorks) {
   Record();
   DriveBoth(Op::kQuiesce, Phase::kQuiesced);
   DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
-  Result<Reply> failed = Request(EndpointPath(control_dir_, creator_.pid),
-                                 MakeHeader(Op::kSave), {}, kRequestTimeoutMs);
+  Result<proto::StepReply> failed = Step(creator_, Op::kSave);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
   EXPECT_THAT(failed.error().message, HasSubstr("pid " + std::to_string(creator_.pid)));
-  const proto::Header identity = Drive(creator_, Op::kIdentify);
-  EXPECT_EQ(static_cast<Phase>(identity.phase), Phase::kMulticastDetached);
-  EXPECT_STREQ(identity.text, "");  // not FAILED
+  const proto::IdentifyReply identity = Identify(creator_);
+  EXPECT_EQ(identity.state, Phase::kMulticastDetached);
+  EXPECT_EQ(identity.failure, "");  // not FAILED
   DriveBoth(Op::kResume, Phase::kActive);
   EXPECT_EQ(creator_.Ask("touch"), "ok 0");
   EXPECT_EQ(creator_.Ask("check"), "ok");
@@ -404,19 +407,17 @@ class FailedReallocateCycleTest : public LifecycleCycleTest {
 TEST_F(FailedReallocateCycleTest, ShimIsFailedForGood) {
   Record();
   for (Op op : {Op::kQuiesce, Op::kDetachMulticast, Op::kSave, Op::kRelease}) {
-    ASSERT_EQ(Drive(creator_, op).status, 0);
+    ASSERT_TRUE(Step(creator_, op).ok());
   }
-  Result<Reply> failed = Request(EndpointPath(control_dir_, creator_.pid),
-                                 MakeHeader(Op::kReallocate), {}, kRequestTimeoutMs);
+  Result<proto::StepReply> failed = Step(creator_, Op::kReallocate);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_THAT(failed.error().message, HasSubstr("shim FAILED"));
-  const proto::Header identity = Drive(creator_, Op::kIdentify);
-  EXPECT_EQ(static_cast<Phase>(identity.phase), Phase::kFailed);
-  EXPECT_THAT(std::string(identity.text), HasSubstr("creating allocation"));
+  const proto::IdentifyReply identity = Identify(creator_);
+  EXPECT_EQ(identity.state, Phase::kFailed);
+  EXPECT_THAT(identity.failure, HasSubstr("creating allocation"));
   for (Op op : {Op::kReallocate, Op::kImport, Op::kResume, Op::kActivate}) {
-    Result<Reply> refused = Request(EndpointPath(control_dir_, creator_.pid), MakeHeader(op),
-                                    {}, kRequestTimeoutMs);
+    Result<proto::StepReply> refused = Step(creator_, op);
     ASSERT_FALSE(refused.ok());
     EXPECT_THAT(refused.error().message, HasSubstr("refused in phase FAILED"));
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <cuda.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/endpoint_client.h"
@@ -26,6 +27,8 @@
 
 namespace cusnap {
 namespace {
+
+using ::testing::HasSubstr;
 
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
@@ -149,18 +152,18 @@ TEST_F(SharingProcesses, UntrackedImportIsCountedAndArgumentsAreChecked) {
   ASSERT_EQ(std::string(buf, *got), "untracked-imported");
 
   const std::string path = EndpointPath(control_dir_, actor);
-  auto identify = Request(path, MakeHeader(proto::Op::kIdentify), {}, 30'000);
+  auto identify = Request<proto::IdentifyReply>(path, proto::IdentifyRequest{}.Encode(), 30'000);
   ASSERT_TRUE(identify.ok()) << identify.error().message;
-  EXPECT_EQ(identify->header.arg[0], static_cast<uint64_t>(actor));
-  EXPECT_EQ(identify->header.arg[1], ProcessStartTime(actor));
-  EXPECT_EQ(identify->header.arg[3], 1u);  // one untracked import
-  EXPECT_EQ(static_cast<proto::Phase>(identify->header.phase), proto::Phase::kActive);
+  EXPECT_EQ(identify->pid, actor);
+  EXPECT_EQ(identify->start_time, ProcessStartTime(actor));
+  EXPECT_EQ(identify->untracked_imports, 1u);
+  EXPECT_EQ(identify->state, proto::ShimState::kActive);
 
   // 200 tracked allocations (one mapped): more records than one packet holds.
-  auto inspect = Request(path, MakeHeader(proto::Op::kInspect), {}, 30'000);
+  auto inspect = Request<proto::InspectReply>(path, proto::InspectRequest{}.Encode(), 30'000);
   ASSERT_TRUE(inspect.ok()) << inspect.error().message;
   ASSERT_GT(inspect->records.size(), proto::kMaxRecordsPerMessage);
-  EXPECT_EQ(inspect->records.size(), identify->header.arg[2]);
+  EXPECT_EQ(inspect->records.size(), identify->records);
   size_t allocations = 0, mappings = 0;
   for (const proto::Record& r : inspect->records) {
     if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation)) {
@@ -176,15 +179,32 @@ TEST_F(SharingProcesses, UntrackedImportIsCountedAndArgumentsAreChecked) {
   }
   EXPECT_EQ(allocations, 200u);
   EXPECT_EQ(mappings, 1u);
-  EXPECT_EQ(identify->header.arg[4], allocations * inspect->records[0].object_size);
+  EXPECT_EQ(identify->tracked_bytes, allocations * inspect->records[0].object_size);
+
+  // A client of another protocol version gets an answer in the shim's version that names
+  // both (version 1's header: magic, version and op where version 2 has them).
+  auto old_client = ConnectSeqpacket(path, Deadline::AfterMs(10'000));
+  ASSERT_TRUE(old_client.ok()) << old_client.error().message;
+  char v1[256] = {};
+  const proto::FrameHeader v1_header{proto::kMagic, 1,
+                                     static_cast<uint16_t>(proto::Op::kIdentify), 0, 0};
+  std::memcpy(v1, &v1_header, sizeof v1_header);
+  ASSERT_TRUE(SendPacket(old_client->get(), v1, sizeof v1, -1, Deadline::AfterMs(10'000)).ok());
+  auto answer = ReceiveMessage(old_client->get(), Deadline::AfterMs(30'000));
+  ASSERT_TRUE(answer.ok()) << answer.error().message;
+  auto refused = proto::IdentifyReply::Decode(*answer);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, EPROTONOSUPPORT);
+  EXPECT_THAT(refused.error().message,
+              HasSubstr("the peer speaks cusnap protocol version 1, this side version 2"));
 
   ASSERT_TRUE(SendPacket(test_end, "release", 7, -1, Deadline::AfterMs(10'000)).ok());
   got = RecvPacket(test_end, buf, sizeof buf, &fd, Deadline::AfterMs(60'000));
   ASSERT_TRUE(got.ok()) << got.error().message;
   ASSERT_EQ(std::string(buf, *got), "released");
-  identify = Request(path, MakeHeader(proto::Op::kIdentify), {}, 30'000);
+  identify = Request<proto::IdentifyReply>(path, proto::IdentifyRequest{}.Encode(), 30'000);
   ASSERT_TRUE(identify.ok());
-  EXPECT_EQ(identify->header.arg[3], 0u);
+  EXPECT_EQ(identify->untracked_imports, 0u);
   ASSERT_TRUE(SendPacket(test_end, "exit", 4, -1, Deadline::AfterMs(10'000)).ok());
   EXPECT_EQ(WaitExit(actor, 60'000), 0);
   close(test_end);

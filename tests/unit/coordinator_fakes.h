@@ -24,7 +24,7 @@ struct FakeProcess {
   int pid = 0;
   uint64_t start = 0;
   uint64_t reported_start = 0;   ///< what kIdentify answers (0: same as start)
-  uint32_t phase = static_cast<uint32_t>(proto::Phase::kActive);
+  proto::ShimState phase = proto::ShimState::kActive;
   uint64_t untracked_imports = 0;
   std::vector<proto::Record> records;
   std::vector<proto::Record> records_after_restore;  ///< INSPECT after kImport (empty: same)
@@ -83,50 +83,50 @@ class FakeParticipant final : public coord::Participant {
   int pid() const override { return p_.pid; }
   std::optional<uint64_t> start_time() const override { return p_.start; }
 
-  Result<Reply> Call(const proto::Header& request, int timeout_ms) override {
+  Result<proto::Message> Call(const proto::Message& request, int timeout_ms) override {
     (void)timeout_ms;
-    const auto op = static_cast<proto::Op>(request.op);
+    const proto::Op op = request.op;
     if (op != proto::Op::kIdentify) {
-      std::string entry = coord::OpName(op) + " " + std::to_string(p_.pid);
-      if (request.arg[1] != 0) entry += " map " + coord::Hex(request.arg[0]);
-      job_.Log(entry);
+      job_.Log(coord::Lowercase(proto::OpName(op)) + " " + std::to_string(p_.pid));
     }
     if (!job_.Arrive(op)) return Error{-1, "rendezvous timed out: phase not concurrent"};
     if (auto it = p_.fail.find(op); it != p_.fail.end()) {
-      p_.phase = op == proto::Op::kQuiesce ? p_.phase : static_cast<uint32_t>(proto::Phase::kFailed);
-      return Error{-1, it->second};
+      p_.phase = op == proto::Op::kQuiesce ? p_.phase : proto::ShimState::kFailed;
+      return proto::EncodeError(op, Error{-1, it->second});
     }
-    Reply reply;
-    reply.header.op = request.op;
     switch (op) {
-      case proto::Op::kIdentify:
-        reply.header.arg[0] = static_cast<uint64_t>(p_.pid);
-        reply.header.arg[1] = p_.reported_start ? p_.reported_start : p_.start;
-        reply.header.arg[2] = p_.records.size();
-        reply.header.arg[3] = p_.untracked_imports;
-        break;
-      case proto::Op::kInspect:
+      case proto::Op::kIdentify: {
+        proto::IdentifyReply reply;
+        reply.pid = p_.pid;
+        reply.start_time = p_.reported_start ? p_.reported_start : p_.start;
+        reply.state = p_.phase;
+        reply.records = p_.records.size();
+        reply.untracked_imports = p_.untracked_imports;
+        return reply.Encode();
+      }
+      case proto::Op::kInspect: {
+        proto::InspectReply reply;
         reply.records = p_.restored && !p_.records_after_restore.empty() ? p_.records_after_restore
                                                                          : p_.records;
-        break;
-      case proto::Op::kQuiesce: p_.phase = static_cast<uint32_t>(proto::Phase::kQuiesced); break;
-      case proto::Op::kResume: p_.phase = static_cast<uint32_t>(proto::Phase::kActive); break;
-      case proto::Op::kDetachMulticast:
-        p_.phase = static_cast<uint32_t>(proto::Phase::kMulticastDetached);
-        break;
-      case proto::Op::kSave: p_.phase = static_cast<uint32_t>(proto::Phase::kSaved); break;
-      case proto::Op::kRelease: p_.phase = static_cast<uint32_t>(proto::Phase::kReleased); break;
-      case proto::Op::kReallocate: p_.phase = static_cast<uint32_t>(proto::Phase::kReallocated); break;
+        return reply.Encode();
+      }
+      case proto::Op::kQuiesce: p_.phase = proto::ShimState::kQuiesced; break;
+      case proto::Op::kResume: p_.phase = proto::ShimState::kActive; break;
+      case proto::Op::kDetachMulticast: p_.phase = proto::ShimState::kMulticastDetached; break;
+      case proto::Op::kSave: p_.phase = proto::ShimState::kSaved; break;
+      case proto::Op::kRelease: p_.phase = proto::ShimState::kReleased; break;
+      case proto::Op::kReallocate: p_.phase = proto::ShimState::kReallocated; break;
       case proto::Op::kImport:
-        p_.phase = static_cast<uint32_t>(proto::Phase::kImported);
+        p_.phase = proto::ShimState::kImported;
         p_.restored = true;
         break;
-      case proto::Op::kActivate: p_.phase = static_cast<uint32_t>(proto::Phase::kActive); break;
+      case proto::Op::kActivate: p_.phase = proto::ShimState::kActive; break;
       default: break;
     }
-    if (auto it = p_.bytes.find(op); it != p_.bytes.end()) reply.header.arg[0] = it->second;
-    reply.header.phase = p_.phase;
-    return reply;
+    proto::StepReply reply;
+    reply.state = p_.phase;
+    if (auto it = p_.bytes.find(op); it != p_.bytes.end()) reply.bytes = it->second;
+    return reply.Encode(op);
   }
 
  private:

@@ -161,7 +161,7 @@ TEST_F(SequenceTest, QuiesceFailureResumesTheQuiescedParticipants) {
   // pid 100 quiesced and is resumed; pid 200 never quiesced and is left alone.
   EXPECT_THAT(job_.Only("resume"), ElementsAre("resume 100"));
   EXPECT_TRUE(Before("quiesce ", "resume "));
-  EXPECT_EQ(static_cast<proto::Phase>(processes_[0].phase), proto::Phase::kActive);
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
   EXPECT_THAT(job_.Only("detach_multicast"), IsEmpty());
   EXPECT_THAT(job_.Only("native"), IsEmpty());
 }
@@ -176,8 +176,8 @@ TEST_F(SequenceTest, TopologyChangedBeforeQuiesceIsRefusedAndResumed) {
     Flip(FakeProcess& p, FakeJob& j) : inner(p, j), process(p) {}
     int pid() const override { return inner.pid(); }
     std::optional<uint64_t> start_time() const override { return inner.start_time(); }
-    Result<Reply> Call(const proto::Header& h, int t) override {
-      if (h.op == static_cast<uint16_t>(proto::Op::kInspect) && ++inspects == 2) {
+    Result<proto::Message> Call(const proto::Message& h, int t) override {
+      if (h.op == proto::Op::kInspect && ++inspects == 2) {
         process.records = {Allocation(Id(100, kStart100, 1), kMiB2, true, 0)};
       }
       return inner.Call(h, t);
@@ -209,7 +209,7 @@ TEST_F(SequenceTest, UnwritableStateDirRefusesBeforeQuiesce) {
 }
 
 TEST_F(SequenceTest, ShimNotActiveIsRefused) {
-  processes_[1].phase = static_cast<uint32_t>(proto::Phase::kFailed);
+  processes_[1].phase = proto::ShimState::kFailed;
   const auto report = RunCheckpoint();
   EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
   EXPECT_THAT(report.errors, ElementsAre("pid 200: its cusnap shim is failed, not active; only "
@@ -448,7 +448,7 @@ TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
   }
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
   EXPECT_EQ(driver_.states[200], CU_PROCESS_STATE_RUNNING);
-  EXPECT_EQ(static_cast<proto::Phase>(processes_[0].phase), proto::Phase::kActive);
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
 }
 
 TEST_F(SequenceTest, RestoreWithoutDeviceMapSendsNoMap) {
@@ -459,7 +459,7 @@ TEST_F(SequenceTest, RestoreWithoutDeviceMapSendsNoMap) {
 }
 
 TEST_F(SequenceTest, RestoreRefusesAMissingStateFile) {
-  for (auto& p : processes_) p.phase = static_cast<uint32_t>(proto::Phase::kReleased);
+  for (auto& p : processes_) p.phase = proto::ShimState::kReleased;
   const auto report = RunRestore();
   EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
   EXPECT_THAT(report.errors, ElementsAre("no checkpoint in " + dir_ + ": " + dir_ +
@@ -505,7 +505,7 @@ TEST_F(SequenceTest, RestoreRefusesDifferentParticipants) {
 
 TEST_F(SequenceTest, RestoreRefusesAJobThatIsNotReleased) {
   ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
-  processes_[0].phase = static_cast<uint32_t>(proto::Phase::kActive);
+  processes_[0].phase = proto::ShimState::kActive;
   const auto report = RunRestore();
   EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
   EXPECT_THAT(report.errors, ElementsAre("pid 100: its cusnap shim is active, not released; "

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/socket.h"
+#include "common/messages.h"
 #include "printers.h"
 
 namespace cusnap::shim {
@@ -19,7 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using proto::Op;
-using proto::Phase;
+using Phase = proto::ShimState;
 
 // Steps that record what ran and fail when told to.
 class ScriptedSteps : public LifecycleSteps {
@@ -31,12 +31,12 @@ class ScriptedSteps : public LifecycleSteps {
   Status DetachMulticast() override { return Step(Op::kDetachMulticast); }
   Result<StepResult> Save() override {
     if (Status s = Step(Op::kSave); !s) return s.error();
-    return StepResult{4u << 20, 11, 22, 33};
+    return StepResult{4u << 20, 11};
   }
   Status Release() override { return Step(Op::kRelease); }
   Result<StepResult> Reallocate() override {
     if (Status s = Step(Op::kReallocate); !s) return s.error();
-    return StepResult{4u << 20, 44, 55, 0};
+    return StepResult{4u << 20, 44};
   }
   Status Import() override { return Step(Op::kImport); }
   Status MulticastCreate() override { return Step(Op::kMulticastCreate); }
@@ -55,20 +55,25 @@ class ScriptedSteps : public LifecycleSteps {
 
 class LifecycleTest : public ::testing::Test {
  protected:
-  proto::Header Send(Op op, uint64_t arg0 = 0) {
-    proto::Header request = MakeHeader(op);
-    request.arg[0] = arg0;
-    return lifecycle.Handle(request);
+  // One request through the lifecycle: its reply, or its error's code and text.
+  struct Answer {
+    int status = 0;
+    std::string text;
+    proto::StepReply reply;
+  };
+  Answer Send(Op op, uint64_t drain_ms = 0) {
+    Result<proto::StepReply> reply = lifecycle.Handle(proto::StepRequest{op, drain_ms});
+    if (!reply.ok()) return Answer{reply.error().code, reply.error().message, {}};
+    return Answer{0, "", *reply};
   }
   void ExpectOk(Op op, Phase after) {
-    const proto::Header reply = Send(op);
-    EXPECT_EQ(reply.status, 0) << OpName(op) << ": " << reply.text;
-    EXPECT_EQ(static_cast<Op>(reply.op), op);
-    EXPECT_EQ(static_cast<Phase>(reply.phase), after) << OpName(op);
+    const Answer answer = Send(op);
+    EXPECT_EQ(answer.status, 0) << OpName(op) << ": " << answer.text;
+    EXPECT_EQ(answer.reply.state, after) << OpName(op);
     EXPECT_EQ(lifecycle.phase(), after);
   }
   void ExpectRefused(Op op, Phase stays) {
-    const proto::Header reply = Send(op);
+    const Answer reply = Send(op);
     EXPECT_EQ(reply.status, -1) << OpName(op);
     EXPECT_EQ(lifecycle.phase(), stays) << OpName(op);
     EXPECT_THAT(std::string(reply.text), HasSubstr("refused in phase"));
@@ -114,13 +119,10 @@ TEST_F(LifecycleTest, WholeCycleInOrder) {
 
 TEST_F(LifecycleTest, CarrierStepsReportBytesAndTimes) {
   RunCheckpointTo(Phase::kMulticastDetached);
-  const proto::Header saved = Send(Op::kSave);
+  const Answer saved = Send(Op::kSave);
   ASSERT_EQ(saved.status, 0) << saved.text;
-  EXPECT_EQ(saved.arg[0], 4u << 20);  // bytes
-  EXPECT_GT(saved.arg[1], 0u);        // ns of the whole step
-  EXPECT_EQ(saved.arg[2], 11u);       // copy ns
-  EXPECT_EQ(saved.arg[3], 22u);       // register ns
-  EXPECT_EQ(saved.arg[4], 33u);       // provision ns
+  EXPECT_EQ(saved.reply.bytes, 4u << 20);
+  EXPECT_EQ(saved.reply.copy_ns, 11u);
 }
 
 TEST_F(LifecycleTest, OutOfOrderRequestsAreRefusedAndChangeNothing) {
@@ -158,7 +160,7 @@ TEST_F(LifecycleTest, ResumeUndoesACheckpointThatReleasedNothing) {
 TEST_F(LifecycleTest, FailedSaveIsNotStickyAndTheJobCanResume) {
   steps.fail_on = Op::kSave;
   RunCheckpointTo(Phase::kMulticastDetached);
-  const proto::Header reply = Send(Op::kSave);
+  const Answer reply = Send(Op::kSave);
   EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_THAT(std::string(reply.text), HasSubstr("scripted failure in SAVE"));
   EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
@@ -171,15 +173,14 @@ TEST_F(LifecycleTest, FailedSaveIsNotStickyAndTheJobCanResume) {
 TEST_F(LifecycleTest, FailureInDestructiveWorkIsSticky) {
   steps.fail_on = Op::kRelease;
   RunCheckpointTo(Phase::kSaved);
-  const proto::Header reply = Send(Op::kRelease);
+  const Answer reply = Send(Op::kRelease);
   EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(static_cast<Phase>(reply.phase), Phase::kFailed);
   EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
   EXPECT_THAT(lifecycle.failure(), HasSubstr("scripted failure in RELEASE"));
   EXPECT_THAT(lifecycle.failure(), HasSubstr("pid "));
   // Nothing gets it out of FAILED, and each refusal says why.
   for (Op op : {Op::kResume, Op::kActivate, Op::kReallocate, Op::kQuiesce}) {
-    const proto::Header refused = Send(op);
+    const Answer refused = Send(op);
     EXPECT_EQ(refused.status, -1);
     EXPECT_THAT(std::string(refused.text), HasSubstr("scripted failure in RELEASE"));
     EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
@@ -190,7 +191,7 @@ TEST_F(LifecycleTest, FailureInDestructiveWorkIsSticky) {
 
 TEST_F(LifecycleTest, QuiesceThatCannotDrainLeavesTheJobRunning) {
   ASSERT_EQ(gate.Enter(), CUDA_SUCCESS);  // an application call that does not return
-  const proto::Header reply = Send(Op::kQuiesce, /*drain ms*/ 20);
+  const Answer reply = Send(Op::kQuiesce, /*drain ms*/ 20);
   EXPECT_EQ(reply.status, CUDA_ERROR_NOT_READY);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
   EXPECT_FALSE(gate.closed());

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "common/socket.h"
+#include "common/messages.h"
 #include "printers.h"
 #include "shim/lifecycle/lifecycle.h"
 
@@ -18,7 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using proto::Op;
-using proto::Phase;
+using Phase = proto::ShimState;
 
 class DetachSteps : public LifecycleSteps {
  public:
@@ -48,7 +48,11 @@ std::string ThisProcessForTest() { return "pid " + std::to_string(getpid()); }
 
 class MulticastLifecycleTest : public ::testing::Test {
  protected:
-  proto::Header Send(Op op) { return lifecycle.Handle(MakeHeader(op)); }
+  // The request's error: code 0 and no message when it succeeded.
+  Error Send(Op op) {
+    Result<proto::StepReply> reply = lifecycle.Handle(proto::StepRequest{op, 0});
+    return reply.ok() ? Error{0, ""} : reply.error();
+  }
   DetachSteps steps;
   QuiesceGate gate;
   Lifecycle lifecycle{steps, gate};
@@ -56,12 +60,12 @@ class MulticastLifecycleTest : public ::testing::Test {
 
 TEST_F(MulticastLifecycleTest, DetachFailureThatDestroyedNothingCanResume) {
   steps.fail_detach = true;
-  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
-  const proto::Header reply = Send(Op::kDetachMulticast);
-  EXPECT_EQ(reply.status, 999);
+  ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  const Error reply = Send(Op::kDetachMulticast);
+  EXPECT_EQ(reply.code, 999);
   EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
-  EXPECT_THAT(std::string(reply.text), HasSubstr("cuMulticastUnbind failed with CUresult 999"));
-  EXPECT_EQ(Send(Op::kResume).status, 0);
+  EXPECT_THAT(reply.message, HasSubstr("cuMulticastUnbind failed with CUresult 999"));
+  EXPECT_EQ(Send(Op::kResume).code, 0);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
   EXPECT_FALSE(gate.closed());
 }
@@ -69,36 +73,36 @@ TEST_F(MulticastLifecycleTest, DetachFailureThatDestroyedNothingCanResume) {
 TEST_F(MulticastLifecycleTest, DetachFailureAfterAReleaseIsFinal) {
   steps.fail_detach = true;
   steps.destroy = true;
-  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
-  const proto::Header reply = Send(Op::kDetachMulticast);
-  EXPECT_EQ(reply.status, 999);
+  ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  const Error reply = Send(Op::kDetachMulticast);
+  EXPECT_EQ(reply.code, 999);
   EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
   // The process is said once, then the step and the driver's answer.
   EXPECT_EQ(lifecycle.failure(),
             ThisProcessForTest() + ": DETACH_MULTICAST failed after memory was changed (shim "
             "FAILED): cuMulticastUnbind failed with CUresult 999 for multicast object 1 of pid 1");
-  EXPECT_EQ(Send(Op::kResume).status, -1);
+  EXPECT_EQ(Send(Op::kResume).code, -1);
   EXPECT_EQ(gate.Enter(), CUDA_ERROR_NOT_READY);
 }
 
 TEST_F(MulticastLifecycleTest, ADetachedTeamRefusesResumeEvenAfterAFailedSave) {
   steps.destroy = true;
   steps.fail_save = true;
-  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
-  ASSERT_EQ(Send(Op::kDetachMulticast).status, 0);
-  EXPECT_EQ(Send(Op::kSave).status, 999);
+  ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  ASSERT_EQ(Send(Op::kDetachMulticast).code, 0);
+  EXPECT_EQ(Send(Op::kSave).code, 999);
   EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
-  const proto::Header resume = Send(Op::kResume);
-  EXPECT_EQ(resume.status, -1);
-  EXPECT_THAT(std::string(resume.text), HasSubstr("no multicast team"));
+  const Error resume = Send(Op::kResume);
+  EXPECT_EQ(resume.code, -1);
+  EXPECT_THAT(resume.message, HasSubstr("no multicast team"));
   EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
 }
 
 TEST_F(MulticastLifecycleTest, ADetachThatFoundNoTeamStillResumes) {
-  ASSERT_EQ(Send(Op::kQuiesce).status, 0);
-  ASSERT_EQ(Send(Op::kDetachMulticast).status, 0);
-  ASSERT_EQ(Send(Op::kSave).status, 0);
-  EXPECT_EQ(Send(Op::kResume).status, 0);
+  ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  ASSERT_EQ(Send(Op::kDetachMulticast).code, 0);
+  ASSERT_EQ(Send(Op::kSave).code, 0);
+  EXPECT_EQ(Send(Op::kResume).code, 0);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
 }
 

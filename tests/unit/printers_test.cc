@@ -11,7 +11,7 @@ namespace {
 using ::testing::PrintToString;
 
 TEST(Printers, EnumeratorsPrintTheirNameAndNumber) {
-  EXPECT_EQ(PrintToString(proto::Phase::kFailed), "proto::Phase::kFailed (11)");
+  EXPECT_EQ(PrintToString(proto::ShimState::kFailed), "proto::ShimState::kFailed (11)");
   EXPECT_EQ(PrintToString(proto::Op::kMulticastBind), "proto::Op::kMulticastBind (13)");
   EXPECT_EQ(PrintToString(proto::RecordKind::kUntrackedImport),
             "proto::RecordKind::kUntrackedImport (7)");
@@ -22,8 +22,8 @@ TEST(Printers, EnumeratorsPrintTheirNameAndNumber) {
 }
 
 TEST(Printers, ValuesWithoutAnEnumeratorPrintTheTypeAndNumber) {
-  EXPECT_EQ(PrintToString(static_cast<proto::Phase>(0)), "proto::Phase(0)");  // in the table
-  EXPECT_EQ(PrintToString(static_cast<proto::Phase>(4000)), "proto::Phase(4000)");  // past it
+  EXPECT_EQ(PrintToString(static_cast<proto::ShimState>(0)), "proto::ShimState(0)");  // in the table
+  EXPECT_EQ(PrintToString(static_cast<proto::ShimState>(4000)), "proto::ShimState(4000)");  // past it
 }
 
 }  // namespace

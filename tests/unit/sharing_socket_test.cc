@@ -1,5 +1,6 @@
 // Socket helpers and the endpoint client: deadlines, descriptor passing, MSG_NOSIGNAL with a
-// closed peer, multi-packet messages, peer credentials, and Request against a small server.
+// closed peer, multi-packet messages, the protocol version and size bound, the messages'
+// encoding and decoding, peer credentials, and Request against a small server.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/endpoint_client.h"
@@ -18,6 +20,8 @@
 
 namespace cusnap {
 namespace {
+
+using ::testing::HasSubstr;
 
 struct Pair {
   int a = -1, b = -1;
@@ -38,6 +42,26 @@ std::string TempDir() {
   const char* dir = mkdtemp(templ);
   EXPECT_NE(dir, nullptr);
   return dir;
+}
+
+// True when `fd` names an open descriptor.
+bool IsOpen(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+TEST(UniqueFd, ClosesWhatItOwnsAndNothingElse) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  {
+    UniqueFd read_end(pipe_fds[0]);
+    UniqueFd moved = std::move(read_end);
+    EXPECT_FALSE(read_end.valid());  // NOLINT(bugprone-use-after-move): moved-from is empty
+    EXPECT_EQ(moved.get(), pipe_fds[0]);
+    UniqueFd write_end(pipe_fds[1]);
+    EXPECT_EQ(write_end.release(), pipe_fds[1]);
+    EXPECT_EQ(write_end.get(), -1);
+  }
+  EXPECT_FALSE(IsOpen(pipe_fds[0]));  // closed once, by its last owner
+  EXPECT_TRUE(IsOpen(pipe_fds[1]));   // released: the caller's to close
+  close(pipe_fds[1]);
 }
 
 TEST(Socket, ReceiveGivesUpAtTheDeadline) {
@@ -99,35 +123,142 @@ TEST(Socket, ReceiveFromAClosedPeerSaysSo) {
 TEST(Socket, LongMessagesTravelInSeveralPackets) {
   Pair p;
   const size_t count = proto::kMaxRecordsPerMessage * 2 + 5;
-  std::vector<proto::Record> records(count);
+  proto::InspectReply sent;
+  sent.records.resize(count);
   for (size_t i = 0; i < count; ++i) {
-    std::memset(&records[i], 0, sizeof(proto::Record));
-    records[i].address = 0x1000 * (i + 1);
+    std::memset(&sent.records[i], 0, sizeof(proto::Record));
+    sent.records[i].address = 0x1000 * (i + 1);
   }
-  proto::Header h = MakeHeader(proto::Op::kInspect);
-  h.arg[0] = 99;
-  std::thread sender([&] {
-    EXPECT_TRUE(SendMessage(p.a, h, records, -1, Deadline::AfterMs(10000)).ok());
-  });
+  const proto::Message message = sent.Encode();
+  std::thread sender([&] { EXPECT_TRUE(SendMessage(p.a, message, Deadline::AfterMs(10000)).ok()); });
   auto m = ReceiveMessage(p.b, Deadline::AfterMs(10000));
   sender.join();
   ASSERT_TRUE(m.ok()) << m.error().message;
-  EXPECT_EQ(static_cast<proto::Op>(m->header.op), proto::Op::kInspect);
-  EXPECT_EQ(m->header.arg[0], 99u);
-  EXPECT_EQ(m->header.flags & proto::kMore, 0u);
-  ASSERT_EQ(m->records.size(), count);
-  for (size_t i = 0; i < count; ++i) EXPECT_EQ(m->records[i].address, 0x1000 * (i + 1));
-  EXPECT_EQ(m->fd, -1);
+  EXPECT_EQ(m->op, proto::Op::kInspect);
+  EXPECT_FALSE(m->fd.valid());
+  auto got = proto::InspectReply::Decode(*m);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  ASSERT_EQ(got->records.size(), count);
+  for (size_t i = 0; i < count; ++i) EXPECT_EQ(got->records[i].address, 0x1000 * (i + 1));
+}
+
+// A packet's header as a peer of any version writes it.
+proto::FrameHeader Frame(uint16_t version, proto::Op op, uint32_t size) {
+  proto::FrameHeader h{};
+  h.magic = proto::kMagic;
+  h.version = version;
+  h.op = static_cast<uint16_t>(op);
+  h.size = size;
+  return h;
 }
 
 TEST(Socket, MalformedPacketIsAProtocolError) {
   Pair p;
-  proto::Header h = MakeHeader(proto::Op::kIdentify);
-  h.count = 3;  // but no records follow
+  const proto::FrameHeader h = Frame(proto::kVersion, proto::Op::kIdentify, 3);  // no payload
   ASSERT_TRUE(SendPacket(p.a, &h, sizeof h, -1, Deadline::AfterMs(1000)).ok());
   auto m = ReceiveMessage(p.b, Deadline::AfterMs(1000));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code, EPROTO);
+  EXPECT_THAT(m.error().message, HasSubstr("packet size does not match its header"));
+}
+
+TEST(Socket, PeerOfAnotherProtocolVersionIsRefusedNamingBoth) {
+  Pair p;
+  // Version 1's header was 256 bytes, magic, version and op at the same offsets.
+  char v1[256] = {};
+  const proto::FrameHeader h = Frame(1, proto::Op::kIdentify, 0);
+  std::memcpy(v1, &h, sizeof h);
+  ASSERT_TRUE(SendPacket(p.a, v1, sizeof v1, -1, Deadline::AfterMs(1000)).ok());
+  auto m = ReceiveMessage(p.b, Deadline::AfterMs(1000));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, EPROTONOSUPPORT);
+  EXPECT_THAT(m.error().message, HasSubstr("the peer speaks cusnap protocol version 1, this "
+                                           "side version 2"));
+}
+
+TEST(Socket, MessageLongerThanTheBoundIsRefused) {
+  Pair p;
+  // Packets flagged "more" without end: the receiver stops at proto::kMaxMessage.
+  std::thread sender([&] {
+    std::vector<char> packet(proto::kMaxPacket);
+    proto::FrameHeader h = Frame(proto::kVersion, proto::Op::kInspect,
+                                 static_cast<uint32_t>(packet.size() - sizeof h));
+    h.flags = proto::kMore;
+    std::memcpy(packet.data(), &h, sizeof h);
+    for (size_t sent = 0; sent <= proto::kMaxMessage; sent += packet.size() - sizeof h) {
+      if (!SendPacket(p.a, packet.data(), packet.size(), -1, Deadline::AfterMs(10000)).ok()) return;
+    }
+  });
+  auto m = ReceiveMessage(p.b, Deadline::AfterMs(10000));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, EPROTO);
+  EXPECT_THAT(m.error().message, HasSubstr("message longer than 134217728 bytes"));
+  close(p.b);
+  p.b = -1;
+  sender.join();
+}
+
+TEST(Messages, ErrorsOfAnyLengthTravelWhole) {
+  const std::string text = "pid 12345: " + std::string(5000, 'x') + " the end";
+  const proto::Message reply = proto::EncodeError(proto::Op::kSave, Error{700, text});
+  auto decoded = proto::StepReply::Decode(reply, proto::Op::kSave);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.error().code, 700);
+  EXPECT_EQ(decoded.error().message, text);
+}
+
+TEST(Messages, ReplyToAnotherOpOrWithFieldsMissingIsRefused) {
+  proto::StepReply step;
+  step.state = proto::ShimState::kSaved;
+  step.bytes = 42;
+  auto other = proto::StepReply::Decode(step.Encode(proto::Op::kSave), proto::Op::kRelease);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().code, EPROTO);
+  EXPECT_THAT(other.error().message, HasSubstr("the reply to RELEASE is a reply to SAVE"));
+  proto::Message cut = step.Encode(proto::Op::kSave);
+  cut.payload.pop_back();
+  auto short_reply = proto::StepReply::Decode(cut, proto::Op::kSave);
+  ASSERT_FALSE(short_reply.ok());
+  EXPECT_THAT(short_reply.error().message, HasSubstr("malformed SAVE message"));
+  auto good = proto::StepReply::Decode(step.Encode(proto::Op::kSave), proto::Op::kSave);
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_EQ(good->state, proto::ShimState::kSaved);
+  EXPECT_EQ(good->bytes, 42u);
+}
+
+TEST(Messages, IdentifyReplyRoundTrips) {
+  proto::IdentifyReply sent;
+  sent.pid = 4120;
+  sent.start_time = 777;
+  sent.state = proto::ShimState::kRestored;
+  sent.records = 5;
+  sent.untracked_imports = 1;
+  sent.tracked_bytes = 2u << 20;
+  sent.created_total = 3;
+  sent.created_host_numa = 1;
+  sent.failure = "pid 4120: RELEASE failed";
+  sent.untracked.resize(2);
+  sent.untracked[1].address = 0x7f0000000000;
+  auto got = proto::IdentifyReply::Decode(sent.Encode());
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_EQ(got->pid, 4120);
+  EXPECT_EQ(got->start_time, 777u);
+  EXPECT_EQ(got->state, proto::ShimState::kRestored);
+  EXPECT_EQ(got->records, 5u);
+  EXPECT_EQ(got->untracked_imports, 1u);
+  EXPECT_EQ(got->tracked_bytes, 2u << 20);
+  EXPECT_EQ(got->created_total, 3u);
+  EXPECT_EQ(got->created_host_numa, 1u);
+  EXPECT_EQ(got->failure, "pid 4120: RELEASE failed");
+  ASSERT_EQ(got->untracked.size(), 2u);
+  EXPECT_EQ(got->untracked[1].address, 0x7f0000000000u);
+}
+
+TEST(Messages, NamesComeFromTheSchemaLists) {
+  EXPECT_STREQ(proto::OpName(proto::Op::kDetachMulticast), "DETACH_MULTICAST");
+  EXPECT_STREQ(proto::ShimStateName(proto::ShimState::kRestored), "RESTORED");
+  EXPECT_EQ(static_cast<uint32_t>(proto::ShimState::kRestored), 12u);
+  EXPECT_STREQ(proto::ShimStateName(static_cast<proto::ShimState>(99)), "UNKNOWN");
 }
 
 TEST(Socket, PeerCredentialsOfTheSameUserAreAccepted) {
@@ -158,45 +289,45 @@ TEST(EndpointClient, RequestRoundTripWithDescriptorAndStatus) {
 
   int pipe_fds[2];
   ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  const proto::ObjectId id{12345, 0, 777, 9};
   std::thread server([&] {
     for (int i = 0; i < 2; ++i) {
-      auto conn = AcceptConnection(*listener, Deadline::AfterMs(10000));
+      auto conn = AcceptConnection(listener->get(), Deadline::AfterMs(10000));
       ASSERT_TRUE(conn.ok());
-      EXPECT_TRUE(CheckPeerCredentials(*conn).ok());
-      auto request = ReceiveMessage(*conn, Deadline::AfterMs(10000));
+      EXPECT_TRUE(CheckPeerCredentials(conn->get()).ok());
+      auto request = ReceiveMessage(conn->get(), Deadline::AfterMs(10000));
       ASSERT_TRUE(request.ok());
-      proto::Header reply = request->header;
+      auto asked = proto::ExportRequest::Decode(*request);
+      ASSERT_TRUE(asked.ok()) << asked.error().message;
+      EXPECT_EQ(asked->id.local_id, 9u);
       if (i == 0) {
-        reply.arg[0] = request->header.arg[0] + 1;
-        EXPECT_TRUE(SendMessage(*conn, reply, {}, pipe_fds[1], Deadline::AfterMs(10000)).ok());
+        proto::ExportReply reply{asked->id, asked->kind, 4096, UniqueFd(dup(pipe_fds[1]))};
+        EXPECT_TRUE(SendMessage(conn->get(), std::move(reply).Encode(), Deadline::AfterMs(10000)).ok());
       } else {
-        reply.status = -1;
-        SetHeaderText(reply, "pid 12345: allocation 9 is not exported");
-        EXPECT_TRUE(SendMessage(*conn, reply, {}, -1, Deadline::AfterMs(10000)).ok());
+        const Error no{-1, "pid 12345: allocation 9 is not exported"};
+        EXPECT_TRUE(SendMessage(conn->get(), proto::EncodeError(request->op, no),
+                                Deadline::AfterMs(10000)).ok());
       }
-      close(*conn);
     }
   });
-  proto::Header request = MakeHeader(proto::Op::kExport);
-  request.arg[0] = 41;
-  auto reply = Request(path, request, {}, 10000);
+  const proto::Message request = proto::ExportRequest{id, 1}.Encode();
+  auto reply = Request<proto::ExportReply>(path, request, 10000);
   ASSERT_TRUE(reply.ok()) << reply.error().message;
-  EXPECT_EQ(reply->header.arg[0], 42u);
-  ASSERT_GE(reply->fd, 0);
-  ASSERT_EQ(write(reply->fd, "ok", 2), 2);
+  EXPECT_EQ(reply->size, 4096u);
+  EXPECT_EQ(reply->id.local_id, 9u);
+  ASSERT_TRUE(reply->fd.valid());
+  ASSERT_EQ(write(reply->fd.get(), "ok", 2), 2);
   char got[3] = {};
   ASSERT_EQ(read(pipe_fds[0], got, 2), 2);
   EXPECT_STREQ(got, "ok");
-  close(reply->fd);
 
-  auto refused = Request(path, request, {}, 10000);
+  auto refused = Request<proto::ExportReply>(path, request, 10000);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, -1);
   EXPECT_EQ(refused.error().message, "pid 12345: allocation 9 is not exported");
   server.join();
   close(pipe_fds[0]);
   close(pipe_fds[1]);
-  close(*listener);
   unlink(path.c_str());
   rmdir(dir.c_str());
 }
@@ -207,10 +338,9 @@ TEST(EndpointClient, RequestToASilentServerTimesOut) {
   auto listener = ListenSeqpacket(path, 8);
   ASSERT_TRUE(listener.ok());
   // The connection is queued in the backlog and never answered.
-  auto reply = Request(path, MakeHeader(proto::Op::kIdentify), {}, 100);
+  auto reply = Request(path, proto::IdentifyRequest{}.Encode(), 100);
   ASSERT_FALSE(reply.ok());
   EXPECT_EQ(reply.error().code, ETIMEDOUT);
-  close(*listener);
   unlink(path.c_str());
   rmdir(dir.c_str());
 }

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "common/ids.h"
-#include "common/socket.h"
 #include "shim/tables/multicast_table.h"
 #include "shim/process.h"
 
@@ -14,20 +13,14 @@ namespace {
 // Installed handlers, published whole: the control thread reads one consistent copy.
 std::atomic<const LifecycleHandler*> g_handler{nullptr};
 
-proto::Phase CurrentPhase(const LifecycleHandler* handler) {
-  return handler != nullptr && handler->phase != nullptr ? handler->phase() : proto::Phase::kActive;
+proto::ShimState CurrentState(const LifecycleHandler* handler) {
+  return handler != nullptr && handler->phase != nullptr ? handler->phase()
+                                                          : proto::ShimState::kActive;
 }
 
-ControlReply Refuse(const proto::Header& request, proto::Phase phase, const std::string& why) {
-  ControlReply reply;
-  reply.header = request;
-  reply.header.status = -1;
-  reply.header.count = 0;
-  reply.header.flags = 0;
-  reply.header.phase = static_cast<uint32_t>(phase);
-  std::memset(reply.header.arg, 0, sizeof reply.header.arg);
-  SetHeaderText(reply.header, "pid " + std::to_string(SelfIdentity().pid) + ": " + why);
-  return reply;
+proto::Message Refuse(proto::Op op, const std::string& why) {
+  return proto::EncodeError(op,
+                            Error{-1, "pid " + std::to_string(SelfIdentity().pid) + ": " + why});
 }
 
 }  // namespace
@@ -37,43 +30,38 @@ void InstallLifecycleHandler(const LifecycleHandler& handler) {
   g_handler.store(new LifecycleHandler(handler), std::memory_order_release);
 }
 
-ControlReply HandleControlRequest(const proto::Header& request,
-                                  std::span<const proto::Record> records) {
+proto::Message HandleControlRequest(const proto::Message& request) {
   const LifecycleHandler* handler = g_handler.load(std::memory_order_acquire);
-  const proto::Phase phase = CurrentPhase(handler);
-  const auto op = static_cast<proto::Op>(request.op);
+  const proto::ShimState state = CurrentState(handler);
+  const proto::Op op = request.op;
   switch (op) {
     case proto::Op::kIdentify: {
       const ProcessIdentity self = SelfIdentity();
       const TableCounts counts = table().Counts();
-      ControlReply reply;
-      reply.header = MakeHeader(op);
-      reply.header.phase = static_cast<uint32_t>(phase);
-      reply.header.arg[0] = static_cast<uint64_t>(self.pid);
-      reply.header.arg[1] = self.start_time;
-      reply.header.arg[2] = counts.records + multicast_table().RecordCount();
-      reply.header.arg[3] = counts.untracked_imports;
-      reply.header.arg[4] = counts.tracked_bytes;
-      reply.header.arg[5] = proto::PackCreateCounts(counts.created_total, counts.created_host_numa);
+      proto::IdentifyReply reply;
+      reply.pid = self.pid;
+      reply.start_time = self.start_time;
+      reply.state = state;
+      reply.records = counts.records + multicast_table().RecordCount();
+      reply.untracked_imports = counts.untracked_imports;
+      reply.tracked_bytes = counts.tracked_bytes;
+      reply.created_total = counts.created_total;
+      reply.created_host_numa = counts.created_host_numa;
       // What the checkpoint's refusal names: each untracked import's location and VA ranges.
-      reply.records = table().UntrackedRecords();
-      if (handler != nullptr && handler->failure != nullptr) {
-        SetHeaderText(reply.header, handler->failure());
-      }
-      return reply;
+      reply.untracked = table().UntrackedRecords();
+      if (handler != nullptr && handler->failure != nullptr) reply.failure = handler->failure();
+      return reply.Encode();
     }
     case proto::Op::kInspect: {
-      ControlReply reply;
-      reply.header = MakeHeader(op);
-      reply.header.phase = static_cast<uint32_t>(phase);
+      proto::InspectReply reply;
       reply.records = table().Inspect();
       // Multicast objects, devices, bindings and multicast mappings follow (issue 5).
       std::vector<proto::Record> multicast = multicast_table().Inspect();
       reply.records.insert(reply.records.end(), multicast.begin(), multicast.end());
-      return reply;
+      return reply.Encode();
     }
     case proto::Op::kExport:
-      return Refuse(request, phase, "kExport is served by the peer thread, not the control thread");
+      return Refuse(op, "kExport is served by the peer thread, not the control thread");
     case proto::Op::kQuiesce:
     case proto::Op::kDetachMulticast:
     case proto::Op::kSave:
@@ -85,14 +73,18 @@ ControlReply HandleControlRequest(const proto::Header& request,
     case proto::Op::kMulticastJoin:
     case proto::Op::kMulticastBind:
     case proto::Op::kResume:
-    case proto::Op::kActivate:
+    case proto::Op::kActivate: {
       if (handler == nullptr || handler->handle == nullptr) {
-        return Refuse(request, phase, "lifecycle operation " + std::to_string(request.op) +
-                                          " not implemented");
+        return Refuse(op, "lifecycle operation " + std::to_string(static_cast<unsigned>(op)) +
+                              " not implemented");
       }
-      return ControlReply{handler->handle(request, records), {}};
+      Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
+      if (!step.ok()) return proto::EncodeError(op, step.error());
+      Result<proto::StepReply> reply = handler->handle(*step);
+      return reply.ok() ? reply->Encode(op) : proto::EncodeError(op, reply.error());
+    }
   }
-  return Refuse(request, phase, "unknown control operation " + std::to_string(request.op));
+  return Refuse(op, "unknown control operation " + std::to_string(static_cast<unsigned>(op)));
 }
 
 }  // namespace cusnap::shim

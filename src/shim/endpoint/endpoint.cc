@@ -14,6 +14,7 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/socket.h"
 #include "shim/endpoint/control.h"
 #include "shim/intercept/cuda_abi.h"
 #include "shim/process.h"
@@ -91,25 +92,23 @@ Result<Endpoint*> Endpoint::Start(const std::string& control_dir) {
   // exec'd and its listener closed): replace it, unless something still answers there.
   struct stat st;
   if (lstat(path.c_str(), &st) == 0) {
-    Result<int> probe = ConnectSeqpacket(path, Deadline::AfterMs(100));
-    if (probe.ok()) {
-      close(*probe);
+    if (ConnectSeqpacket(path, Deadline::AfterMs(100)).ok()) {
       return Error{EADDRINUSE, "endpoint " + path + " is served by another process"};
     }
     unlink(path.c_str());
   }
-  Result<int> listener = ListenSeqpacket(path, 16);
+  Result<UniqueFd> listener = ListenSeqpacket(path, 16);
   if (!listener.ok()) return listener.error();
 
   auto* endpoint = new Endpoint();
   endpoint->path_ = path;
   endpoint->owner_pid_ = self.pid;
-  endpoint->listener_ = *listener;
+  endpoint->listener_ = std::move(*listener);
   if (!StartThread(&Endpoint::PeerMain, endpoint, "cusnap-peer") ||
       !StartThread(&Endpoint::ControlMain, endpoint, "cusnap-control")) {
     // A thread that did start keeps polling a closed descriptor harmlessly until exit; the
     // object is leaked on purpose so it never reads freed memory.
-    close(endpoint->listener_);
+    endpoint->listener_.reset();
     unlink(path.c_str());
     return Error{EAGAIN, "cannot start the endpoint threads for " + path};
   }
@@ -117,10 +116,7 @@ Result<Endpoint*> Endpoint::Start(const std::string& control_dir) {
   return endpoint;
 }
 
-void Endpoint::AbandonAfterFork() {
-  if (listener_ >= 0) close(listener_);
-  listener_ = -1;
-}
+void Endpoint::AbandonAfterFork() { listener_.reset(); }
 
 void Endpoint::Unlink() {
   if (owner_pid_ == static_cast<int>(getpid()) && !path_.empty()) unlink(path_.c_str());
@@ -130,92 +126,92 @@ void* Endpoint::PeerMain(void* arg) {
   auto* self = static_cast<Endpoint*>(arg);
   for (;;) {
     // Bounded waits: an idle endpoint wakes once a minute and goes back to waiting.
-    Result<int> fd = AcceptConnection(self->listener_, Deadline::AfterMs(60'000));
-    if (fd.ok()) {
-      self->ServeConnection(*fd);
-    } else if (fd.error().code != ETIMEDOUT) {
-      CUSNAP_LOG_WARN("endpoint %s: %s", self->path_.c_str(), fd.error().message.c_str());
-      if (fd.error().code == EBADF) return nullptr;
+    Result<UniqueFd> connection =
+        AcceptConnection(self->listener_.get(), Deadline::AfterMs(60'000));
+    if (connection.ok()) {
+      self->ServeConnection(std::move(*connection));
+    } else if (connection.error().code != ETIMEDOUT) {
+      CUSNAP_LOG_WARN("endpoint %s: %s", self->path_.c_str(), connection.error().message.c_str());
+      if (connection.error().code == EBADF) return nullptr;
       poll(nullptr, 0, 100);  // e.g. EMFILE: do not spin
     }
   }
 }
 
-void Endpoint::ServeConnection(int fd) {
-  Status peer = CheckPeerCredentials(fd);
+void Endpoint::Reply(int connection, const proto::Message& reply, int timeout_ms) {
+  Status sent = SendMessage(connection, reply, Deadline::AfterMs(timeout_ms));
+  if (!sent.ok()) {
+    CUSNAP_LOG_WARN("endpoint %s: reply to %s: %s", path_.c_str(), proto::OpName(reply.op),
+                    sent.error().message.c_str());
+  }
+}
+
+void Endpoint::ServeConnection(UniqueFd connection) {
+  Status peer = CheckPeerCredentials(connection.get());
   if (!peer.ok()) {
     CUSNAP_LOG_WARN("endpoint %s: %s", path_.c_str(), peer.error().message.c_str());
-    close(fd);
     return;
   }
-  Result<Message> request = ReceiveMessage(fd, Deadline::AfterMs(kRequestTimeoutMs));
+  Result<proto::Message> request =
+      ReceiveMessage(connection.get(), Deadline::AfterMs(kRequestTimeoutMs));
   if (!request.ok()) {
     CUSNAP_LOG_WARN("endpoint %s: bad request: %s", path_.c_str(), request.error().message.c_str());
-    close(fd);
-    return;
-  }
-  if (request->fd >= 0) {  // no request carries a descriptor
-    close(request->fd);
-    request->fd = -1;
-  }
-  if (request->header.op == static_cast<uint16_t>(proto::Op::kExport)) {
-    ServeExport(fd, request->header);
-    close(fd);
-    return;
-  }
-  Enqueue(fd, std::move(*request));
-}
-
-void Endpoint::ServeExport(int fd, const proto::Header& request) {
-  const ProcessIdentity self = SelfIdentity();
-  proto::Header reply = MakeHeader(proto::Op::kExport);
-  std::memcpy(reply.arg, request.arg, sizeof reply.arg);
-  proto::ObjectId id{};
-  id.creator_pid = static_cast<int32_t>(request.arg[0]);
-  id.creator_start = request.arg[1];
-  id.local_id = request.arg[2];
-  const auto kind = static_cast<TicketKind>(request.arg[3]);
-  int export_fd = -1;
-  if (!CreatedBy(id, self)) {
-    reply.status = CUDA_ERROR_INVALID_HANDLE;
-    SetHeaderText(reply, "pid " + std::to_string(self.pid) + " (start " +
-                             std::to_string(self.start_time) + ") did not create " +
-                             DescribeObject(id));
-  } else {
-    uint64_t size = 0;
-    export_fd = export_cache().Dup(kind, id.local_id, &size);
-    if (export_fd < 0) {
-      reply.status = CUDA_ERROR_INVALID_HANDLE;
-      SetHeaderText(reply, "pid " + std::to_string(self.pid) + ": " + DescribeObject(id) +
-                               " is not exported (released, or never exported)");
-    } else {
-      reply.arg[4] = size;
+    if (request.error().code == EPROTONOSUPPORT) {
+      // Answered in this side's version, so the client names both versions (socket.h); the
+      // client stops at the version, so the op does not matter.
+      Reply(connection.get(), proto::EncodeError(proto::Op::kIdentify, request.error()),
+            kRequestTimeoutMs);
     }
+    return;
   }
-  Status sent = SendMessage(fd, reply, {}, export_fd, Deadline::AfterMs(kRequestTimeoutMs));
-  if (!sent.ok()) {
-    CUSNAP_LOG_WARN("endpoint %s: export reply: %s", path_.c_str(), sent.error().message.c_str());
+  request->fd.reset();  // no request carries a descriptor
+  if (request->op == proto::Op::kExport) {
+    ServeExport(connection.get(), *request);
+    return;
   }
-  if (export_fd >= 0) close(export_fd);
+  Enqueue(std::move(connection), std::move(*request));
 }
 
-void Endpoint::Enqueue(int fd, Message request) {
+void Endpoint::ServeExport(int connection, const proto::Message& request) {
+  const ProcessIdentity self = SelfIdentity();
+  Result<proto::ExportRequest> asked = proto::ExportRequest::Decode(request);
+  if (!asked.ok()) {
+    Reply(connection, proto::EncodeError(proto::Op::kExport, asked.error()), kRequestTimeoutMs);
+    return;
+  }
+  const proto::ObjectId& id = asked->id;
+  const auto refuse = [&](const std::string& why) {
+    Reply(connection, proto::EncodeError(proto::Op::kExport, Error{CUDA_ERROR_INVALID_HANDLE, why}),
+          kRequestTimeoutMs);
+  };
+  if (!CreatedBy(id, self)) {
+    refuse("pid " + std::to_string(self.pid) + " (start " + std::to_string(self.start_time) +
+           ") did not create " + DescribeObject(id));
+    return;
+  }
+  proto::ExportReply reply{id, asked->kind, 0, {}};
+  const auto kind = static_cast<TicketKind>(asked->kind);
+  reply.fd.reset(export_cache().Dup(kind, id.local_id, &reply.size));
+  if (!reply.fd.valid()) {
+    refuse("pid " + std::to_string(self.pid) + ": " + DescribeObject(id) +
+           " is not exported (released, or never exported)");
+    return;
+  }
+  Reply(connection, std::move(reply).Encode(), kRequestTimeoutMs);
+}
+
+void Endpoint::Enqueue(UniqueFd connection, proto::Message request) {
   {
     std::lock_guard lock(queue_mutex_);
     if (queue_.size() < kControlQueueLimit) {
-      queue_.push_back(Pending{fd, std::move(request)});
+      queue_.push_back(Pending{std::move(connection), std::move(request)});
       queue_changed_.notify_one();
       return;
     }
   }
-  proto::Header reply = request.header;
-  reply.status = -1;
-  reply.count = 0;
-  reply.flags = 0;
-  SetHeaderText(reply, "pid " + std::to_string(SelfIdentity().pid) +
-                           ": control queue full, request refused (nothing changed)");
-  SendMessage(fd, reply, {}, -1, Deadline::AfterMs(kRequestTimeoutMs));
-  close(fd);
+  const Error full{-1, "pid " + std::to_string(SelfIdentity().pid) +
+                          ": control queue full, request refused (nothing changed)"};
+  Reply(connection.get(), proto::EncodeError(request.op, full), kRequestTimeoutMs);
 }
 
 void* Endpoint::ControlMain(void* arg) {
@@ -230,14 +226,7 @@ void* Endpoint::ControlMain(void* arg) {
       next = std::move(self->queue_.front());
       self->queue_.pop_front();
     }
-    ControlReply reply = HandleControlRequest(next.request.header, next.request.records);
-    Status sent = SendMessage(next.fd, reply.header, reply.records, -1,
-                              Deadline::AfterMs(kReplyTimeoutMs));
-    if (!sent.ok()) {
-      CUSNAP_LOG_WARN("endpoint %s: reply to op %u: %s", self->path_.c_str(),
-                      static_cast<unsigned>(next.request.header.op), sent.error().message.c_str());
-    }
-    close(next.fd);
+    self->Reply(next.connection.get(), HandleControlRequest(next.request), kReplyTimeoutMs);
   }
 }
 

@@ -16,7 +16,8 @@
 #include <string>
 
 #include "common/error.h"
-#include "common/socket.h"
+#include "common/messages.h"
+#include "common/unique_fd.h"
 
 namespace cusnap::shim {
 
@@ -46,20 +47,22 @@ class Endpoint {
 
  private:
   struct Pending {
-    int fd = -1;
-    Message request;
+    UniqueFd connection;
+    proto::Message request;
   };
 
   Endpoint() = default;
   static void* PeerMain(void* self);
   static void* ControlMain(void* self);
-  void ServeConnection(int fd);
-  void ServeExport(int fd, const proto::Header& request);
-  void Enqueue(int fd, Message request);
+  void ServeConnection(UniqueFd connection);
+  void ServeExport(int connection, const proto::Message& request);
+  void Enqueue(UniqueFd connection, proto::Message request);
+  /// Sends `reply` on `connection`; a failure is logged (the client sees its own error).
+  void Reply(int connection, const proto::Message& reply, int timeout_ms);
 
   std::string path_;
   int owner_pid_ = 0;
-  int listener_ = -1;
+  UniqueFd listener_;
   std::mutex queue_mutex_;
   std::condition_variable queue_changed_;
   std::deque<Pending> queue_;

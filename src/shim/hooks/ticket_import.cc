@@ -9,8 +9,8 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
-#include "common/socket.h"
 #include "common/ticket.h"
+#include "common/unique_fd.h"
 #include "shim/intercept/driver_api.h"
 #include "shim/tables/handles.h"
 #include "shim/tables/multicast_table.h"
@@ -52,7 +52,7 @@ CUresult ImportUntracked(CUmemGenericAllocationHandle* handle, int fd) {
 
 // A fresh raw descriptor for `ticket` from its creator's endpoint (`*size` gets the
 // allocation's size in bytes).
-CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
+CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size) {
   const ProcessIdentity self = SelfIdentity();
   const proto::ObjectId& id = ticket.id;
   if (id.creator_pid == self.pid) {
@@ -64,8 +64,8 @@ CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
                        static_cast<unsigned long long>(self.start_time));
       return CUDA_ERROR_INVALID_HANDLE;
     }
-    *raw_fd = export_cache().Dup(ticket.kind, id.local_id, size);
-    if (*raw_fd < 0) {
+    raw_fd->reset(export_cache().Dup(ticket.kind, id.local_id, size));
+    if (!raw_fd->valid()) {
       CUSNAP_LOG_ERROR("ticket names %s, which this process released", DescribeObject(id).c_str());
       return CUDA_ERROR_INVALID_HANDLE;
     }
@@ -78,7 +78,7 @@ CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
                                     : "its pid now belongs to a process started later");
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  Result<Reply> reply =
+  Result<proto::ExportReply> reply =
       RequestExport(id, static_cast<uint32_t>(ticket.kind), kExportRequestTimeoutMs);
   if (!reply.ok()) {
     CUSNAP_LOG_ERROR("import: %s", reply.error().message.c_str());
@@ -86,8 +86,8 @@ CUresult FetchDescriptor(const Ticket& ticket, int* raw_fd, uint64_t* size) {
     return reply.error().code == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_HANDLE
                                                            : CUDA_ERROR_OPERATING_SYSTEM;
   }
-  *raw_fd = reply->fd;
-  *size = reply->header.arg[4];
+  *raw_fd = std::move(reply->fd);
+  *size = reply->size;
   return CUDA_SUCCESS;
 }
 
@@ -133,14 +133,15 @@ CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
 // "multicast object"); `*size` gets its size in bytes.
 CUresult ImportFromCreator(const Ticket& ticket, const char* what,
                            CUmemGenericAllocationHandle* real, uint64_t* size) {
-  int raw_fd = -1;
+  UniqueFd raw_fd;
   CUresult rc = FetchDescriptor(ticket, &raw_fd, size);
   if (rc != CUDA_SUCCESS) return rc;
   auto import = driver().cuMemImportFromShareableHandle;
-  rc = import != nullptr ? import(real, reinterpret_cast<void*>(static_cast<intptr_t>(raw_fd)),
-                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-                         : CUDA_ERROR_NOT_INITIALIZED;
-  close(raw_fd);
+  rc = import != nullptr
+           ? import(real, reinterpret_cast<void*>(static_cast<intptr_t>(raw_fd.get())),
+                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+           : CUDA_ERROR_NOT_INITIALIZED;
+  raw_fd.reset();
   if (rc != CUDA_SUCCESS) {
     CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: CUresult %d",
                      DescribeObject(ticket.id, what).c_str(), static_cast<int>(rc));

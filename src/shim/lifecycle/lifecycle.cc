@@ -8,14 +8,13 @@
 #include <ctime>
 
 #include "common/log.h"
-#include "common/socket.h"
 #include "shim/lifecycle/lifecycle_common.h"
 
 namespace cusnap::shim {
 namespace {
 
 using proto::Op;
-using proto::Phase;
+using Phase = proto::ShimState;
 
 // One row per step: the phase it must find, the phase it leaves, and whether a failure in
 // it has already changed the application's memory (then the shim is FAILED for good).
@@ -55,44 +54,6 @@ bool Resumable(Phase phase, bool multicast_destroyed) {
 
 }  // namespace
 
-const char* PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kActive: return "ACTIVE";
-    case Phase::kQuiesced: return "QUIESCED";
-    case Phase::kMulticastDetached: return "MULTICAST_DETACHED";
-    case Phase::kSaved: return "SAVED";
-    case Phase::kReleased: return "RELEASED";
-    case Phase::kReallocated: return "REALLOCATED";
-    case Phase::kImported: return "IMPORTED";
-    case Phase::kMulticastCreated: return "MULTICAST_CREATED";
-    case Phase::kMulticastImported: return "MULTICAST_IMPORTED";
-    case Phase::kMulticastJoined: return "MULTICAST_JOINED";
-    case Phase::kFailed: return "FAILED";
-  }
-  return "UNKNOWN";
-}
-
-const char* OpName(Op op) {
-  switch (op) {
-    case Op::kExport: return "EXPORT";
-    case Op::kIdentify: return "IDENTIFY";
-    case Op::kInspect: return "INSPECT";
-    case Op::kQuiesce: return "QUIESCE";
-    case Op::kDetachMulticast: return "DETACH_MULTICAST";
-    case Op::kSave: return "SAVE";
-    case Op::kRelease: return "RELEASE";
-    case Op::kReallocate: return "REALLOCATE";
-    case Op::kImport: return "IMPORT";
-    case Op::kMulticastCreate: return "MULTICAST_CREATE";
-    case Op::kMulticastImport: return "MULTICAST_IMPORT";
-    case Op::kMulticastJoin: return "MULTICAST_JOIN";
-    case Op::kMulticastBind: return "MULTICAST_BIND";
-    case Op::kResume: return "RESUME";
-    case Op::kActivate: return "ACTIVATE";
-  }
-  return "UNKNOWN";
-}
-
 Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate) : steps_(steps), gate_(gate) {}
 
 std::string Lifecycle::failure() const {
@@ -116,33 +77,23 @@ void Lifecycle::SetFailed(const std::string& message) {
   CUSNAP_LOG_ERROR("%s", message.c_str());
 }
 
-proto::Header Lifecycle::Handle(const proto::Header& request) {
-  const Op op = static_cast<Op>(request.op);
-  proto::Header reply = MakeHeader(op);
+Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
   const uint64_t start = MonotonicNs();
-  Result<StepResult> result = Run(op, request);
-  reply.phase = static_cast<uint32_t>(phase());
-  reply.arg[1] = MonotonicNs() - start;
-  if (!result) {
-    reply.status = result.error().code == 0 ? -1 : result.error().code;
-    SetHeaderText(reply, result.error().message);
-    return reply;
-  }
-  reply.arg[0] = result->bytes;
-  reply.arg[2] = result->copy_ns;
-  reply.arg[3] = result->register_ns;
-  reply.arg[4] = result->provision_ns;
-  CUSNAP_LOG_INFO("%s done: phase %s, %llu bytes in %llu ns", OpName(op), PhaseName(phase()),
-                  static_cast<unsigned long long>(reply.arg[0]),
-                  static_cast<unsigned long long>(reply.arg[1]));
+  Result<StepResult> result = Run(request);
+  if (!result) return result.error();
+  const proto::StepReply reply{phase(), result->bytes, result->copy_ns};
+  CUSNAP_LOG_INFO("%s done: phase %s, %llu bytes in %llu ns", OpName(request.op),
+                  ShimStateName(reply.state), static_cast<unsigned long long>(reply.bytes),
+                  static_cast<unsigned long long>(MonotonicNs() - start));
   return reply;
 }
 
-Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
+Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
+  const Op op = request.op;
   const Phase now = phase();
   const auto refuse = [&](const char* why) -> Error {
-    return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " + PhaseName(now) + ": " +
-                         why};
+    return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " +
+                         ShimStateName(now) + ": " + why};
   };
   if (now == Phase::kFailed) return refuse(failure().c_str());
 
@@ -170,7 +121,7 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
   const Transition* step = Find(op);
   if (step == nullptr) return refuse("not a lifecycle step");
   if (now != step->from) {
-    return refuse((std::string("it needs phase ") + PhaseName(step->from)).c_str());
+    return refuse((std::string("it needs phase ") + ShimStateName(step->from)).c_str());
   }
   if (op == Op::kQuiesce && awaiting_activation()) {
     return refuse("the last restore is waiting for ACTIVATE");
@@ -180,7 +131,7 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
   switch (op) {
     case Op::kQuiesce: {
       const int64_t drain_ms =
-          request.arg[0] != 0 ? static_cast<int64_t>(request.arg[0]) : kDefaultDrainMs;
+          request.drain_ms != 0 ? static_cast<int64_t>(request.drain_ms) : kDefaultDrainMs;
       if (Status closed = gate_.Close(drain_ms); !closed) result = closed.error();
       break;
     }
@@ -220,13 +171,9 @@ Result<StepResult> Lifecycle::Run(Op op, const proto::Header& request) {
     const bool destroyed =
         op == Op::kDetachMulticast ? steps_.MulticastDestroyed() : step->destructive;
     if (destroyed) {
-      // The step's text names this process already, most of the time: said once, so that
-      // the rest fits in a reply (protocol.h: 184 bytes of text).
-      std::string why = result.error().message;
-      if (why.rfind(ThisProcess() + ": ", 0) == 0) why.erase(0, ThisProcess().size() + 2);
-      Error sticky{result.error().code, ThisProcess() + ": " + OpName(op) +
-                                            " failed after memory was changed (shim FAILED): " +
-                                            why};
+      const Error sticky = InContext(
+          ThisProcess(), std::string(OpName(op)) + " failed after memory was changed (shim FAILED)",
+          result.error());
       SetFailed(sticky.message);
       return sticky;
     }

@@ -25,17 +25,15 @@
 #include <string>
 
 #include "common/error.h"
-#include "common/protocol.h"
+#include "common/messages.h"
 #include "shim/lifecycle/quiesce.h"
 
 namespace cusnap::shim {
 
-/// What one step moved (carrier steps) or did; reply args of the request.
+/// What one step moved (carrier steps); the reply's bytes and copy_ns (messages.h).
 struct StepResult {
-  uint64_t bytes = 0;         ///< bytes copied through the host carrier
-  uint64_t copy_ns = 0;       ///< copies enqueued and synchronized
-  uint64_t register_ns = 0;   ///< host registration and unregistration of the arena
-  uint64_t provision_ns = 0;  ///< growing the arena
+  uint64_t bytes = 0;    ///< bytes copied through the host carrier
+  uint64_t copy_ns = 0;  ///< copies enqueued and synchronized
 };
 
 /// The work behind each step, on this process's tracked allocations. The real one is
@@ -80,35 +78,29 @@ class Lifecycle {
 
   Lifecycle(LifecycleSteps& steps, QuiesceGate& gate);
 
-  /// Runs one lifecycle request and returns the reply header: op echoed, status 0 or the
-  /// error's code (a CUresult, or -1 for a refusal out of order), phase after the request,
-  /// text naming the process and the resource on failure. Request args: kQuiesce arg[0] =
-  /// drain bound in ms (0: kDefaultDrainMs). Reply args of kSave and kReallocate: {bytes,
-  /// ns (whole step), copy ns, register ns, provision ns}; other steps: {0, ns}.
-  /// Ops that are not lifecycle steps are refused (status -1).
-  proto::Header Handle(const proto::Header& request);
+  /// Runs one lifecycle request and returns its reply: the state after it, and for kSave and
+  /// kReallocate the bytes and copy time; or the error, coded
+  /// as a CUresult, or -1 for a refusal out of order, naming the process and the resource.
+  /// kQuiesce waits request.drain_ms for tracked calls in flight (0: kDefaultDrainMs). Ops
+  /// that are not lifecycle steps are refused (-1).
+  Result<proto::StepReply> Handle(const proto::StepRequest& request);
 
-  proto::Phase phase() const { return phase_.load(std::memory_order_acquire); }
+  proto::ShimState phase() const { return phase_.load(std::memory_order_acquire); }
   /// Why the shim is FAILED ("" otherwise).
   std::string failure() const;
   /// True after kMulticastBind until kActivate: ACTIVE, but application calls still wait.
   bool awaiting_activation() const;
 
  private:
-  Result<StepResult> Run(proto::Op op, const proto::Header& request);
+  Result<StepResult> Run(const proto::StepRequest& request);
   void SetFailed(const std::string& message);
 
   LifecycleSteps& steps_;
   QuiesceGate& gate_;
-  std::atomic<proto::Phase> phase_{proto::Phase::kActive};
+  std::atomic<proto::ShimState> phase_{proto::ShimState::kActive};
   mutable std::mutex mutex_;  // failure_, awaiting_activation_
   std::string failure_;
   bool awaiting_activation_ = false;
 };
-
-/// Name of a phase as DESIGN.md writes it ("ACTIVE", "QUIESCED", ...).
-const char* PhaseName(proto::Phase phase);
-/// Name of an op ("QUIESCE", "SAVE", ...), for messages.
-const char* OpName(proto::Op op);
 
 }  // namespace cusnap::shim

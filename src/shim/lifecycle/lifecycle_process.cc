@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <span>
 #include <string>
 
 #include "common/log.h"
@@ -52,17 +51,16 @@ ProcessLifecycle& Current() {
   return *current;
 }
 
-proto::Header Handle(const proto::Header& request, std::span<const proto::Record> records) {
-  (void)records;  // no lifecycle request carries records
+Result<proto::StepReply> Handle(const proto::StepRequest& request) {
   // Lifecycle work may pass through the shim's own hooks while the gate is closed.
   GateBypass bypass;
   return Current().lifecycle.Handle(request);
 }
 
-proto::Phase Phase() {
+proto::ShimState Phase() {
   ProcessLifecycle* current = g_current.load(std::memory_order_acquire);
   if (current == nullptr || g_owner_pid.load(std::memory_order_acquire) != getpid()) {
-    return proto::Phase::kActive;
+    return proto::ShimState::kActive;
   }
   return current->lifecycle.phase();
 }

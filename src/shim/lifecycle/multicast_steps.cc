@@ -60,14 +60,14 @@ struct OptionalContext {
 
 }  // namespace
 
-Result<int> FetchMulticastFromCreator(const proto::ObjectId& id) {
-  Result<Reply> reply =
+Result<UniqueFd> FetchMulticastFromCreator(const proto::ObjectId& id) {
+  Result<proto::ExportReply> reply =
       RequestExport(id, static_cast<uint32_t>(TicketKind::kMulticast), kExportTimeoutMs);
   if (!reply) {
     return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + Name(id) +
                                          " from its creator: " + reply.error().message};
   }
-  return reply->fd;
+  return std::move(reply->fd);
 }
 
 MulticastSteps::MulticastSteps(const DriverApi& api, SharingTable& table,
@@ -252,15 +252,15 @@ Status MulticastSteps::Create() {
 Status MulticastSteps::Import() {
   for (MulticastObjectInfo& o : held_) {
     if (o.creator) continue;
-    Result<int> fd = fetch_(o.id);
+    Result<UniqueFd> fd = fetch_(o.id);
     if (!fd) {
       return fd.error();
     }
     CUmemGenericAllocationHandle real = 0;
     const CUresult r = api_.cuMemImportFromShareableHandle(
-        &real, reinterpret_cast<void*>(static_cast<intptr_t>(*fd)),
+        &real, reinterpret_cast<void*>(static_cast<intptr_t>(fd->get())),
         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    close(*fd);  // never kept: the raw descriptor must not linger in the process
+    fd->reset();  // never kept: the raw descriptor must not linger in the process
     if (r != CUDA_SUCCESS) return StepError(r, "cuMemImportFromShareableHandle", o.id);
     multicast_.SetRealHandle(o.key, real);
     o.real = real;

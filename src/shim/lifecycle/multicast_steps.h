@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 #include "shim/intercept/driver_api.h"
 #include "shim/tables/export_cache.h"
 #include "shim/lifecycle/lifecycle.h"
@@ -33,11 +34,12 @@
 namespace cusnap::shim {
 
 /// Asks multicast object `id`'s creator for a fresh raw POSIX descriptor (kExport, kind
-/// multicast). Returns the descriptor (the caller closes it) or an Error naming the creator.
-using MulticastFetcher = Result<int> (*)(const proto::ObjectId& id);
+/// multicast). Returns the descriptor or an Error naming the creator.
+using MulticastFetcher = Result<UniqueFd> (*)(const proto::ObjectId& id);
 
-/// kExport of a multicast object to its creator's endpoint (endpoint_client.h).
-Result<int> FetchMulticastFromCreator(const proto::ObjectId& id);
+/// kExport of a multicast object to its creator's endpoint (endpoint_client.h,
+/// RequestExport).
+Result<UniqueFd> FetchMulticastFromCreator(const proto::ObjectId& id);
 
 class MulticastSteps {
  public:

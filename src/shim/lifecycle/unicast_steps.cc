@@ -10,7 +10,6 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
-#include "common/socket.h"
 #include "shim/lifecycle/context_scope.h"
 #include "shim/lifecycle/lifecycle_common.h"
 
@@ -32,28 +31,19 @@ Error DriverError(CUresult result, const std::string& what) {
 }
 
 StepResult FromTransfer(const CarrierTransfer& transfer) {
-  return StepResult{transfer.bytes, transfer.copy_ns, transfer.register_ns,
-                    transfer.provision_ns};
+  return StepResult{transfer.bytes, transfer.copy_ns};
 }
 
 }  // namespace
 
-Result<int> FetchExportFromCreator(const proto::ObjectId& id) {
-  proto::Header request = MakeHeader(proto::Op::kExport);
-  request.arg[0] = static_cast<uint64_t>(static_cast<int64_t>(id.creator_pid));
-  request.arg[1] = id.creator_start;
-  request.arg[2] = id.local_id;
-  request.arg[3] = static_cast<uint64_t>(TicketKind::kUnicast);
-  Result<Reply> reply =
-      Request(EndpointPath(ControlDir(), id.creator_pid), request, {}, kExportTimeoutMs);
+Result<UniqueFd> FetchExportFromCreator(const proto::ObjectId& id) {
+  Result<proto::ExportReply> reply =
+      RequestExport(id, static_cast<uint32_t>(TicketKind::kUnicast), kExportTimeoutMs);
   if (!reply) {
     return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + DescribeObject(id) +
                                          " from its creator: " + reply.error().message};
   }
-  if (reply->fd < 0) {
-    return Error{EPROTO, ThisProcess() + ": the creator sent no descriptor for " + DescribeObject(id)};
-  }
-  return reply->fd;
+  return std::move(reply->fd);
 }
 
 UnicastSteps::UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
@@ -241,7 +231,7 @@ Status UnicastSteps::Import() {
   for (Held& h : held_) {
     if (h.creator) continue;
     uint64_t at = MonotonicNs();
-    Result<int> fd = fetch_(h.id);
+    Result<UniqueFd> fd = fetch_(h.id);
     if (!fd) return fd.error();
     fetch_ns += MonotonicNs() - at;
     at = MonotonicNs();
@@ -251,9 +241,9 @@ Status UnicastSteps::Import() {
         scope.status() != CUDA_SUCCESS
             ? scope.status()
             : api_.cuMemImportFromShareableHandle(
-                  &real, reinterpret_cast<void*>(static_cast<intptr_t>(*fd)),
+                  &real, reinterpret_cast<void*>(static_cast<intptr_t>(fd->get())),
                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    close(*fd);  // never kept: the raw descriptor must not linger in the process
+    fd->reset();  // never kept: the raw descriptor must not linger in the process
     if (imported != CUDA_SUCCESS) {
       return DriverError(imported, "importing " + DescribeObject(h.id) + " again");
     }

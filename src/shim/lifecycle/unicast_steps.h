@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/protocol.h"
+#include "common/unique_fd.h"
 #include "shim/carrier/carrier.h"
 #include "shim/intercept/driver_api.h"
 #include "shim/tables/export_cache.h"
@@ -22,11 +23,12 @@
 namespace cusnap::shim {
 
 /// Asks allocation `id`'s creator for a fresh raw POSIX descriptor (kExport). Returns the
-/// descriptor (the caller closes it) or an Error naming the creator.
-using ExportFetcher = Result<int> (*)(const proto::ObjectId& id);
+/// descriptor or an Error naming the creator.
+using ExportFetcher = Result<UniqueFd> (*)(const proto::ObjectId& id);
 
-/// kExport to the creator's endpoint in the control directory (endpoint_client.h).
-Result<int> FetchExportFromCreator(const proto::ObjectId& id);
+/// kExport to the creator's endpoint in the control directory (endpoint_client.h,
+/// RequestExport).
+Result<UniqueFd> FetchExportFromCreator(const proto::ObjectId& id);
 
 class UnicastSteps final : public LifecycleSteps {
  public:

@@ -1,0 +1,205 @@
+// The messages of messages.h: each one's encoding and decoding side by side, in the same
+// field order.
+#include "common/messages.h"
+
+#include <cerrno>
+#include <string>
+
+#include "common/wire_codec.h"
+
+namespace cusnap::proto {
+namespace {
+
+std::string NameOf(Op op) {
+  const char* name = OpName(op);
+  return name != kUnknownName ? name : "op " + std::to_string(static_cast<unsigned>(op));
+}
+
+Error Malformed(const Message& message) {
+  return Error{EPROTO, "protocol: malformed " + NameOf(message.op) + " message (" +
+                           std::to_string(message.payload.size()) + " bytes)"};
+}
+
+// A successful reply to `op`: status 0, then the fields `put` writes.
+template <typename Put>
+Message Reply(Op op, Put put) {
+  Message message;
+  message.op = op;
+  Writer out(message.payload);
+  out.Put(int32_t{0});
+  put(out);
+  return message;
+}
+
+// Reads a reply to `expected`: an error reply comes back as its Error, a reply for another
+// op or one whose payload does not hold exactly the fields `get` reads is EPROTO.
+template <typename T, typename Get>
+Result<T> ReadReply(const Message& message, Op expected, Get get) {
+  if (message.op != expected) {
+    return Error{EPROTO, "protocol: the reply to " + NameOf(expected) + " is a reply to " +
+                             NameOf(message.op)};
+  }
+  Reader in(message.payload);
+  int32_t status = 0;
+  in.Get(status);
+  if (status != 0) {
+    std::string text;
+    in.Get(text);
+    if (!in.Complete()) return Malformed(message);
+    return Error{status, std::move(text)};
+  }
+  T value;
+  get(in, value);
+  if (!in.Complete()) return Malformed(message);
+  return value;
+}
+
+// A request's payload, read by `get`; EPROTO unless it holds exactly those fields.
+template <typename T, typename Get>
+Result<T> ReadRequest(const Message& message, Get get) {
+  Reader in(message.payload);
+  T value;
+  get(in, value);
+  if (!in.Complete()) return Malformed(message);
+  return value;
+}
+
+}  // namespace
+
+Message EncodeError(Op op, const Error& error) {
+  Message message;
+  message.op = op;
+  Writer out(message.payload);
+  out.Put(int32_t{error.code == 0 ? -1 : error.code});
+  out.Put(error.message);
+  return message;
+}
+
+// ---- kExport ----------------------------------------------------------------------------
+
+Message ExportRequest::Encode() const {
+  Message message;
+  message.op = Op::kExport;
+  Writer out(message.payload);
+  out.Put(id);
+  out.Put(kind);
+  return message;
+}
+
+Result<ExportRequest> ExportRequest::Decode(const Message& message) {
+  return ReadRequest<ExportRequest>(message, [](Reader& in, ExportRequest& r) {
+    in.Get(r.id);
+    in.Get(r.kind);
+  });
+}
+
+Message ExportReply::Encode() && {
+  Message message = Reply(Op::kExport, [&](Writer& out) {
+    out.Put(id);
+    out.Put(kind);
+    out.Put(size);
+  });
+  message.fd = std::move(fd);
+  return message;
+}
+
+Result<ExportReply> ExportReply::Decode(Message& message) {
+  Result<ExportReply> reply =
+      ReadReply<ExportReply>(message, Op::kExport, [](Reader& in, ExportReply& r) {
+        in.Get(r.id);
+        in.Get(r.kind);
+        in.Get(r.size);
+      });
+  if (reply.ok()) reply->fd = std::move(message.fd);
+  return reply;
+}
+
+// ---- kIdentify --------------------------------------------------------------------------
+
+Message IdentifyRequest::Encode() const {
+  Message message;
+  message.op = Op::kIdentify;
+  return message;
+}
+
+Message IdentifyReply::Encode() const {
+  return Reply(Op::kIdentify, [&](Writer& out) {
+    out.Put(pid);
+    out.Put(start_time);
+    out.Put(state);
+    out.Put(records);
+    out.Put(untracked_imports);
+    out.Put(tracked_bytes);
+    out.Put(created_total);
+    out.Put(created_host_numa);
+    out.Put(failure);
+    out.Put(untracked);
+  });
+}
+
+Result<IdentifyReply> IdentifyReply::Decode(const Message& message) {
+  return ReadReply<IdentifyReply>(message, Op::kIdentify, [](Reader& in, IdentifyReply& r) {
+    in.Get(r.pid);
+    in.Get(r.start_time);
+    in.Get(r.state);
+    in.Get(r.records);
+    in.Get(r.untracked_imports);
+    in.Get(r.tracked_bytes);
+    in.Get(r.created_total);
+    in.Get(r.created_host_numa);
+    in.Get(r.failure);
+    in.Get(r.untracked);
+  });
+}
+
+// ---- kInspect ---------------------------------------------------------------------------
+
+Message InspectRequest::Encode() const {
+  Message message;
+  message.op = Op::kInspect;
+  return message;
+}
+
+Message InspectReply::Encode() const {
+  return Reply(Op::kInspect, [&](Writer& out) { out.Put(records); });
+}
+
+Result<InspectReply> InspectReply::Decode(const Message& message) {
+  return ReadReply<InspectReply>(message, Op::kInspect,
+                                 [](Reader& in, InspectReply& r) { in.Get(r.records); });
+}
+
+// ---- Lifecycle steps --------------------------------------------------------------------
+
+Message StepRequest::Encode() const {
+  Message message;
+  message.op = op;
+  Writer out(message.payload);
+  out.Put(drain_ms);
+  return message;
+}
+
+Result<StepRequest> StepRequest::Decode(const Message& message) {
+  return ReadRequest<StepRequest>(message, [&](Reader& in, StepRequest& r) {
+    r.op = message.op;
+    in.Get(r.drain_ms);
+  });
+}
+
+Message StepReply::Encode(Op op) const {
+  return Reply(op, [&](Writer& out) {
+    out.Put(state);
+    out.Put(bytes);
+    out.Put(copy_ns);
+  });
+}
+
+Result<StepReply> StepReply::Decode(const Message& message, Op op) {
+  return ReadReply<StepReply>(message, op, [](Reader& in, StepReply& r) {
+    in.Get(r.state);
+    in.Get(r.bytes);
+    in.Get(r.copy_ns);
+  });
+}
+
+}  // namespace cusnap::proto

@@ -1,0 +1,116 @@
+// The endpoint protocol's messages: one struct per request and per reply, each with its
+// encoding and decoding side by side (as CRIU's dump and restore share images/*.proto), so
+// the shim and its clients name every field and neither packs nor reads by position.
+// protocol.h has the ops, the shim's states, the framing and the Record; wire_codec.h the
+// payload layout; socket.h sends and receives a Message.
+//
+// A request's payload is its fields. A reply's payload starts with its status: 0, then the
+// reply's fields; otherwise the status (a CUresult, an errno, or -1 for a refusal) and the
+// error text, whole, of any length (it names the process and the resource).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/protocol.h"
+#include "common/unique_fd.h"
+
+namespace cusnap::proto {
+
+/// One message as it travels: the op (a reply echoes its request's), the payload, and the
+/// descriptor that came with it (kExport replies only; the holder owns it).
+struct Message {
+  Op op = Op::kIdentify;
+  std::string payload;
+  UniqueFd fd;
+};
+
+/// An error reply to `op`: status error.code (-1 when it is 0) and its message, whole.
+Message EncodeError(Op op, const Error& error);
+
+// ---- kExport (served by the peer thread) -------------------------------------------------
+
+/// Asks a creator for a fresh raw POSIX descriptor of one of its objects.
+struct ExportRequest {
+  ObjectId id{};      ///< the object, named by its creator's identity
+  uint32_t kind = 0;  ///< TicketKind: 1 unicast allocation, 2 multicast object
+  Message Encode() const;
+  /// EPROTO when the payload is not an export request.
+  static Result<ExportRequest> Decode(const Message& message);
+};
+
+/// The creator's answer: the request's object echoed, its size, and the descriptor.
+struct ExportReply {
+  ObjectId id{};
+  uint32_t kind = 0;
+  uint64_t size = 0;  ///< the object's size in bytes
+  UniqueFd fd;        ///< travels as SCM_RIGHTS
+  Message Encode() &&;
+  /// Takes the descriptor out of `message`. An error reply comes back as its Error; EPROTO
+  /// when the payload is malformed or answers another op.
+  static Result<ExportReply> Decode(Message& message);
+};
+
+// ---- kIdentify and kInspect (control thread, read-only) ---------------------------------
+
+struct IdentifyRequest {
+  Message Encode() const;
+};
+
+/// Who the endpoint belongs to and what its shim holds.
+struct IdentifyReply {
+  int32_t pid = 0;
+  uint64_t start_time = 0;                 ///< clock ticks since boot
+  ShimState state = ShimState::kActive;
+  uint64_t records = 0;                    ///< records INSPECT would return
+  uint64_t untracked_imports = 0;          ///< live imports of descriptors that were not tickets
+  uint64_t tracked_bytes = 0;              ///< bytes of tracked allocations this process created
+  uint32_t created_total = 0;              ///< tracked cuMemCreate calls over the process's life
+  uint32_t created_host_numa = 0;          ///< of which HOST_NUMA
+  std::string failure;                     ///< why the shim is FAILED ("" otherwise)
+  /// The untracked imports as kUntrackedImport records (at most kMaxUntrackedReported
+  /// imports, every mapping of each).
+  std::vector<Record> untracked;
+  Message Encode() const;
+  /// An error reply comes back as its Error; EPROTO when malformed or for another op.
+  static Result<IdentifyReply> Decode(const Message& message);
+};
+
+struct InspectRequest {
+  Message Encode() const;
+};
+
+/// The sharing table, then the multicast table, as Records.
+struct InspectReply {
+  std::vector<Record> records;
+  Message Encode() const;
+  /// An error reply comes back as its Error; EPROTO when malformed or for another op.
+  static Result<InspectReply> Decode(const Message& message);
+};
+
+// ---- Lifecycle steps (kQuiesce .. kActivate, control thread) ---------------------------
+
+/// One lifecycle step.
+struct StepRequest {
+  Op op = Op::kQuiesce;
+  /// kQuiesce: how long to wait for tracked calls in flight, in ms (0: the shim's default).
+  uint64_t drain_ms = 0;
+  Message Encode() const;
+  /// EPROTO when the payload is malformed.
+  static Result<StepRequest> Decode(const Message& message);
+};
+
+/// What a step did: the shim's state after it, and for the carrier steps (kSave,
+/// kReallocate) the bytes copied and the time of the copies.
+struct StepReply {
+  ShimState state = ShimState::kActive;
+  uint64_t bytes = 0;
+  uint64_t copy_ns = 0;
+  Message Encode(Op op) const;
+  /// An error reply comes back as its Error; EPROTO when malformed or not an answer to `op`.
+  static Result<StepReply> Decode(const Message& message, Op op);
+};
+
+}  // namespace cusnap::proto

@@ -1,0 +1,102 @@
+// How the fields of a message (messages.h) are laid out in its payload: integers
+// little-endian at their own width, strings as a u32 length and their bytes (any length, no
+// terminator), record lists as a u32 count and the fixed-size Records. Writer and Reader
+// are the two halves of the same layout; a Reader that runs past the payload, or meets a
+// value outside its enum, remembers it, and the message's decoding refuses the payload.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "common/protocol.h"
+
+namespace cusnap::proto {
+
+static_assert(std::endian::native == std::endian::little, "the wire is little-endian");
+
+/// Appends fields to a payload.
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) {}
+  template <typename T>
+    requires std::is_integral_v<T> || std::is_enum_v<T>
+  void Put(T value) {
+    Bytes(&value, sizeof value);
+  }
+  void Put(const ObjectId& id) {
+    Put(id.creator_pid);
+    Put(id.creator_start);
+    Put(id.local_id);
+  }
+  void Put(std::string_view text) {
+    Put(static_cast<uint32_t>(text.size()));
+    Bytes(text.data(), text.size());
+  }
+  void Put(const std::vector<Record>& records) {
+    Put(static_cast<uint32_t>(records.size()));
+    Bytes(records.data(), records.size() * sizeof(Record));
+  }
+
+ private:
+  void Bytes(const void* data, size_t size) { out_.append(static_cast<const char*>(data), size); }
+  std::string& out_;
+};
+
+/// Reads fields back in the order a Writer put them.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+    requires std::is_integral_v<T>
+  void Get(T& value) {
+    Bytes(&value, sizeof value);
+  }
+  /// An enum value; one outside the schema's list (no name) is a malformed payload.
+  void Get(ShimState& state) {
+    Bytes(&state, sizeof state);
+    if (ok_ && ShimStateName(state) == kUnknownName) ok_ = false;
+  }
+  void Get(ObjectId& id) {
+    id = ObjectId{};
+    Get(id.creator_pid);
+    Get(id.creator_start);
+    Get(id.local_id);
+  }
+  void Get(std::string& text) {
+    uint32_t size = 0;
+    Get(size);
+    if (!Fits(size)) return;
+    text.assign(in_.data() + at_, size);
+    at_ += size;
+  }
+  void Get(std::vector<Record>& records) {
+    uint32_t count = 0;
+    Get(count);
+    if (!Fits(size_t{count} * sizeof(Record))) return;
+    records.resize(count);
+    Bytes(records.data(), size_t{count} * sizeof(Record));
+  }
+  /// True when every read found its bytes and every value was valid, and nothing is left.
+  bool Complete() const { return ok_ && at_ == in_.size(); }
+
+ private:
+  bool Fits(size_t size) {
+    if (ok_ && size > in_.size() - at_) ok_ = false;
+    return ok_;
+  }
+  void Bytes(void* data, size_t size) {
+    if (!Fits(size)) return;
+    std::memcpy(data, in_.data() + at_, size);
+    at_ += size;
+  }
+  std::string_view in_;
+  size_t at_ = 0;
+  bool ok_ = true;
+};
+
+}  // namespace cusnap::proto
