@@ -38,10 +38,16 @@ struct UuidPair {
   std::string to;
 };
 
-/// Resolves ordinals through `device_uuids` (the driver's devices, index = ordinal). An
-/// ordinal out of range or a UUID the driver does not list is an error naming it.
+/// Resolves ordinals through `device_uuids` (the driver's devices, index = ordinal) and
+/// checks the map as the driver will, so that a bad one is refused before the job changes.
+/// Errors name the device: an ordinal out of range or a UUID the driver does not list; a
+/// device of `job_uuids` (the devices the checkpoint recorded) the driver does not list; two
+/// devices onto one; an incomplete map, one moving a device onto a GPU it does not also move
+/// away (unmapped devices stay in place, so "0=1" alone, or "1=0", puts two devices on one
+/// GPU).
 Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pairs,
-                                               const std::vector<std::string>& device_uuids);
+                                               const std::vector<std::string>& device_uuids,
+                                               const std::vector<std::string>& job_uuids = {});
 
 /// Formats 16 raw UUID bytes as nvidia-smi does: "GPU-" + 8-4-4-4-12 lowercase hex.
 std::string FormatGpuUuid(const unsigned char bytes[16]);
