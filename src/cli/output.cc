@@ -64,7 +64,12 @@ std::string FormatPhaseLine(const coord::PhaseReport& p) {
 }
 
 nlohmann::json PhaseToJson(const coord::PhaseReport& p) {
-  return {{"name", p.name},           {"elapsed_ms", p.elapsed_ms}, {"participants", p.participants},
+  // A coordinator-only phase (read_state, write_state) has no participant count, in JSON as
+  // on the line: null for both, never 0 for one and N for the other.
+  const nlohmann::json participants =
+      p.coordinator_only ? nlohmann::json(nullptr) : nlohmann::json(p.participants);
+  return {{"name", p.name},           {"elapsed_ms", p.elapsed_ms}, {"participants", participants},
+          {"coordinator_only", p.coordinator_only},
           {"bytes", p.bytes},         {"gb_per_s", GbPerS(p)},      {"copy_ns", p.copy_ns},
           {"copy_gb_per_s", CopyGbPerS(p)},                         {"ok", p.ok()},
           {"note", p.note},           {"errors", p.errors}};

@@ -23,8 +23,8 @@ std::string FormatBytes(uint64_t bytes);
 /// (no multicast objects)"); a coordinator-only phase (read_state, write_state) says neither.
 std::string FormatPhaseLine(const coord::PhaseReport& phase);
 
-/// The phase as JSON: name, elapsed_ms, participants, bytes, gb_per_s, note ("" for none),
-/// errors.
+/// The phase as JSON: name, elapsed_ms, participants (null for a coordinator-only phase),
+/// coordinator_only, bytes, gb_per_s, note ("" for none), errors.
 nlohmann::json PhaseToJson(const coord::PhaseReport& phase);
 
 /// Prints phase lines as phases finish (unless quiet, for --json); while a phase runs and

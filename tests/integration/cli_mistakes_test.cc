@@ -18,6 +18,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <future>
 #include <string>
 #include <thread>
@@ -295,6 +296,42 @@ TEST_F(CliMistakes, ASharedStickyStateDirectoryIsRefusedAndKeepsItsMode) {
   EXPECT_FALSE(fs::exists(shared + "/cusnap-state.json"));
   const Ran st = Cusnap({"status", "--pid", std::to_string(job), "--json"});
   EXPECT_EQ(nlohmann::json::parse(st.out)["participants"][0]["phase"], "active") << st.out;
+}
+
+// ---- Small ones: JSON phase counts, inspect of a corrupt file and of the phases ----
+
+TEST_F(CliMistakes, CoordinatorOnlyPhasesHaveNoParticipantCountInJson) {
+  const pid_t job = StartSleepJob();
+  const std::string state = dir_ + "/state";
+  const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(job), "--state-dir", state, "--json"});
+  ASSERT_EQ(ck.status, 0) << ck.err;
+  const Ran rs = Cusnap({"restore", "--pid", std::to_string(job), "--state-dir", state, "--json"});
+  ASSERT_EQ(rs.status, 0) << rs.err;
+  std::map<std::string, nlohmann::json> phases;
+  for (const Ran* r : {&ck, &rs}) {
+    const auto doc = nlohmann::json::parse(r->out);
+    for (const auto& ph : doc["phases"]) phases[ph["name"].get<std::string>()] = ph;
+  }
+  EXPECT_TRUE(phases["write_state"]["participants"].is_null()) << phases["write_state"];
+  EXPECT_TRUE(phases["read_state"]["participants"].is_null()) << phases["read_state"];
+  EXPECT_EQ(phases["write_state"]["coordinator_only"], true);
+  EXPECT_EQ(phases["quiesce"]["participants"], 1);
+
+  const Ran in = Cusnap({"inspect", state});
+  EXPECT_THAT(in.out, HasSubstr("phases write_state, lock and checkpoint ran while and after "
+                                "this file was written"));
+}
+
+TEST_F(CliMistakes, InspectJsonOfACorruptStateFileIsStillJson) {
+  const std::string state = dir_ + "/state";
+  fs::create_directory(state);
+  std::ofstream(state + "/cusnap-state.json") << "{\"format_version\": ";
+  const Ran r = Cusnap({"inspect", state, "--json"});
+  EXPECT_EQ(r.status, 1);
+  const auto doc = nlohmann::json::parse(r.out);  // throws (fails the test) when not JSON
+  EXPECT_EQ(doc["state_dir"], state);
+  EXPECT_EQ(doc["exit_code"], 1);
+  EXPECT_THAT(doc["errors"][0].get<std::string>(), HasSubstr("corrupt state file"));
 }
 
 // ---- Version, completion ----
