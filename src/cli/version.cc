@@ -11,15 +11,7 @@
 
 #include "cli/commands.h"
 
-#ifndef CUSNAP_VERSION
-#define CUSNAP_VERSION "unknown"
-#endif
-#ifndef CUSNAP_GIT_COMMIT
-#define CUSNAP_GIT_COMMIT "unknown"
-#endif
-#ifndef CUSNAP_BUILD_TYPE
-#define CUSNAP_BUILD_TYPE "unknown"
-#endif
+// CUSNAP_VERSION, CUSNAP_GIT_COMMIT and CUSNAP_BUILD_TYPE always come from CMake here.
 
 namespace cusnap::cli {
 

@@ -30,6 +30,11 @@ TEST_F(CliDeviceMapRefusal, IncompleteOrManyToOneMapIsRefusedBeforeAnyChange) {
   const std::string state = dir_ + "/state";
   const Snapshot before = Suspend(state);
   ASSERT_FALSE(HasFatalFailure());
+  // inspect says where each allocation lives in words (issue 17: "location 1:0").
+  const Ran in = Cusnap({"inspect", state});
+  EXPECT_THAT(in.out, HasSubstr("2.00 MiB, created here, in device 0, "));
+  EXPECT_THAT(in.out, HasSubstr("2.00 MiB, imported, in device 0, "));
+  EXPECT_THAT(in.out, HasSubstr("2.00 MiB, created here, in device 1, "));
 
   struct Case {
     std::string map, names;

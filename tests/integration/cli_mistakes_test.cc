@@ -348,6 +348,7 @@ TEST_F(CliMistakes, VersionNamesTheCliAndItsShimAndStatusTheJobsShim) {
   const pid_t job = StartSleepJob();
   const Ran st = Cusnap({"status", "--pid", std::to_string(job)});
   EXPECT_THAT(st.out, HasSubstr("    shim: " + cli_line + "\n"));
+  EXPECT_THAT(st.out, HasSubstr("0 tracked creates over its life (0 of them in host NUMA memory)"));
   const Ran js = Cusnap({"status", "--pid", std::to_string(job), "--json"});
   EXPECT_EQ(nlohmann::json::parse(js.out)["participants"][0]["shim"], cli_line);
 }
