@@ -122,9 +122,11 @@ std::string CheckTargetPid(int pid, const std::string& control_dir) {
     return "pid " + p + " is thread " + p + " of process " + *tgid + ", not a process: give --pid " +
            *tgid;
   }
-  if (const auto uid = StatusField(pid, "Uid"); uid && ::geteuid() != 0) {
+  if (const auto uid = StatusField(pid, "Uid")) {
     const std::string real = uid->substr(0, uid->find_first_of(" \t"));
-    if (real != std::to_string(::geteuid())) {
+    // Root may act on another user's job, when its endpoints are where root looks.
+    if (real != std::to_string(::geteuid()) &&
+        (::geteuid() != 0 || coord::EndpointPidsInTree(control_dir, pid).empty())) {
       return "pid " + p + " (" + coord::ProcessName(pid) + ") belongs to uid " + real +
              ", not to this user (uid " + std::to_string(::geteuid()) + "); cusnap looks for " +
              "endpoints in " + control_dir + ", this user's control directory: run cusnap as " +

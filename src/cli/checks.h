@@ -16,8 +16,8 @@ std::string CheckEnvironment();
 
 /// The `--pid` of checkpoint/restore/status before any driver is loaded or endpoint is
 /// contacted: the pid exists, is a process and not one of its threads ("pid T is thread T of
-/// process P"), belongs to this user (else the control directory searched is named, with
-/// CUSNAP_CONTROL_DIR), the control directory `control_dir` is readable, and no process of
+/// process P"), belongs to this user (else, unless root finds its endpoints, the control
+/// directory searched is named, with CUSNAP_CONTROL_DIR), the control directory `control_dir` is readable, and no process of
 /// its tree has an endpoint socket left by an earlier process with its pid. "" when fine.
 std::string CheckTargetPid(int pid, const std::string& control_dir);
 

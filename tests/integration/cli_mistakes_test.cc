@@ -334,6 +334,14 @@ TEST_F(CliMistakes, InspectJsonOfACorruptStateFileIsStillJson) {
   EXPECT_THAT(doc["errors"][0].get<std::string>(), HasSubstr("corrupt state file"));
 }
 
+TEST_F(CliMistakes, StatusHelpSaysAtMostOneTargetAndNotExactlyOne) {
+  const Ran r = Cusnap({"status", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("which processes (at most one of; neither: every endpoint)"));
+  EXPECT_THAT(r.out, Not(HasSubstr("exactly one of")));
+  EXPECT_THAT(r.out, HasSubstr("--prune"));
+}
+
 // ---- Version, completion ----
 
 TEST_F(CliMistakes, VersionNamesTheCliAndItsShimAndStatusTheJobsShim) {
