@@ -85,8 +85,7 @@ int SocketPid(const char* name) {
 std::string CheckEnvironment() {
   for (const std::string& problem :
        {CheckChoice("CUSNAP_LOG", {"error", "warn", "info", "debug"}),
-        CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"}),
-        CheckChoice("CUSNAP_DRIVER", {"auto", "real", "sim", "simulated"})}) {
+        CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"})}) {
     if (!problem.empty()) return problem;
   }
   return "";

@@ -9,9 +9,10 @@
 
 namespace cusnap::cli {
 
-/// CUSNAP_LOG (error|warn|info|debug), CUSNAP_CARRIER (lazy|eager) and CUSNAP_DRIVER
-/// (auto|real|sim): "" when each is unset, empty or one of its values; else a message naming
-/// the variable, its value and the values it accepts (the shim would silently fall back).
+/// CUSNAP_LOG (error|warn|info|debug) and CUSNAP_CARRIER (lazy|eager): "" when each is unset,
+/// empty or one of its values; else a message naming the variable, its value and the values
+/// it accepts (the shim would silently fall back). CUSNAP_DRIVER is checked where it is read
+/// (coord::ParseDriverChoice).
 std::string CheckEnvironment();
 
 /// The `--pid` of checkpoint/restore/status before any driver is loaded or endpoint is

@@ -300,7 +300,7 @@ TEST_F(CliMistakes, ASharedStickyStateDirectoryIsRefusedAndKeepsItsMode) {
 
 // ---- Small ones: JSON phase counts, inspect of a corrupt file and of the phases ----
 
-TEST_F(CliMistakes, CoordinatorOnlyPhasesHaveNoParticipantCountInJson) {
+TEST_F(CliMistakes, CoordinatorOnlyPhasesCountTheCommandsParticipantsInJson) {
   const pid_t job = StartSleepJob();
   const std::string state = dir_ + "/state";
   const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(job), "--state-dir", state, "--json"});
@@ -312,9 +312,10 @@ TEST_F(CliMistakes, CoordinatorOnlyPhasesHaveNoParticipantCountInJson) {
     const auto doc = nlohmann::json::parse(r->out);
     for (const auto& ph : doc["phases"]) phases[ph["name"].get<std::string>()] = ph;
   }
-  EXPECT_TRUE(phases["write_state"]["participants"].is_null()) << phases["write_state"];
-  EXPECT_TRUE(phases["read_state"]["participants"].is_null()) << phases["read_state"];
+  EXPECT_EQ(phases["write_state"]["participants"], 1) << phases["write_state"];
+  EXPECT_EQ(phases["read_state"]["participants"], 1) << phases["read_state"];
   EXPECT_EQ(phases["write_state"]["coordinator_only"], true);
+  EXPECT_EQ(phases["read_state"]["coordinator_only"], true);
   EXPECT_EQ(phases["quiesce"]["participants"], 1);
 
   const Ran in = Cusnap({"inspect", state});
