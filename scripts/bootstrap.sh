@@ -22,8 +22,23 @@ cuda_include=""
 for d in "${CUDA_HOME:-}/include" /usr/local/cuda/include /usr/local/cuda-13.0/include /usr/include; do
   if [[ -f "$d/cuda.h" ]]; then cuda_include="$d"; break; fi
 done
+# cusnap compiles against the CUDA driver API headers (the checkpoint API's structures,
+# CUcheckpointGpuPair included, and the entry-point versions of cuda.h) but never links
+# libcuda or libcudart; 13.0 is the version it is built and tested with.
+min_cuda=13000
+cuda_help="cusnap needs cuda.h of CUDA 13.0 or newer (only the header: nothing is linked).
+  Debian 12, from NVIDIA's apt repository (https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/,
+  after installing its cuda-keyring package):  apt-get install cuda-driver-dev-13-0 cuda-cudart-dev-13-0
+  (cuda.h lands in /usr/local/cuda-13.0/include), or point CUDA_HOME at a CUDA toolkit 13.x."
 if [[ -z "$cuda_include" ]]; then
-  echo "bootstrap: cuda.h not found; install the CUDA toolkit headers or set CUDA_HOME" >&2
+  echo "bootstrap: cuda.h not found (looked in \$CUDA_HOME/include, /usr/local/cuda/include, /usr/local/cuda-13.0/include, /usr/include)" >&2
+  echo "$cuda_help" >&2
   exit 1
 fi
-echo "bootstrap: ready (CUDA headers in $cuda_include)"
+cuda_version=$(sed -n 's/^#define CUDA_VERSION \([0-9]*\).*/\1/p' "$cuda_include/cuda.h" | head -1)
+if [[ -z $cuda_version || $cuda_version -lt $min_cuda ]]; then
+  echo "bootstrap: $cuda_include/cuda.h is CUDA_VERSION ${cuda_version:-unknown}, older than $min_cuda" >&2
+  echo "$cuda_help" >&2
+  exit 1
+fi
+echo "bootstrap: ready (CUDA headers in $cuda_include, CUDA_VERSION $cuda_version)"

@@ -24,8 +24,9 @@ int CheckpointCommand(const Target& target, const std::string& state_dir,
 int RestoreCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json);
 
-/// `status`: participants, phase, allocations, bytes, failure text.
-int StatusCommand(const Target& target, bool json);
+/// `status`: participants, phase, allocations, bytes, failure text, each one's shim build;
+/// stale endpoint sockets listed, and removed when `prune`.
+int StatusCommand(const Target& target, bool json, bool prune);
 
 /// `inspect <state dir>`: what a checkpoint recorded.
 int InspectCommand(const std::string& state_dir, bool json);

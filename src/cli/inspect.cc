@@ -1,4 +1,6 @@
 // `cusnap inspect <state dir>`: what a checkpoint recorded, read from its state file.
+#include <cuda.h>
+
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -10,10 +12,31 @@
 #include "coordinator/state_file.h"
 
 namespace cusnap::cli {
+namespace {
+
+/// Where an allocation lives, in words: "device 1", "host NUMA node 0", "host memory"
+/// (CUmemLocationType), else the raw type and id.
+std::string LocationText(int type, int id) {
+  switch (type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: return "device " + std::to_string(id);
+    case CU_MEM_LOCATION_TYPE_HOST: return "host memory";
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA: return "host NUMA node " + std::to_string(id);
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return "host NUMA node of the calling thread";
+    default: return "location type " + std::to_string(type) + " id " + std::to_string(id);
+  }
+}
+
+}  // namespace
 
 int InspectCommand(const std::string& state_dir, bool json) {
   auto state = coord::ReadStateFile(state_dir);
   if (!state) {
+    if (json) {
+      std::printf("%s\n", nlohmann::json{{"state_dir", state_dir},
+                                         {"state_file", coord::StateFilePath(state_dir)},
+                                         {"exit_code", kExitError},
+                                         {"errors", {state.error().message}}}.dump(2).c_str());
+    }
     std::fprintf(stderr, "cusnap inspect: %s\n", state.error().message.c_str());
     return kExitError;
   }
@@ -40,10 +63,10 @@ int InspectCommand(const std::string& state_dir, bool json) {
     for (const auto& r : p.records) {
       const bool creator = r.flags & proto::kCreator;
       if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation)) {
-        std::printf("    %s: %s, %s, location %d:%d, %u handle%s\n",
-                    coord::ObjectName(r.id).c_str(), FormatBytes(r.object_size).c_str(),
-                    creator ? "created here" : "imported", r.location_type, r.location_id,
-                    r.handle_count, r.handle_count == 1 ? "" : "s");
+        std::printf("    %s: %s, %s, in %s, %u handle%s\n", coord::ObjectName(r.id).c_str(),
+                    FormatBytes(r.object_size).c_str(), creator ? "created here" : "imported",
+                    LocationText(r.location_type, r.location_id).c_str(), r.handle_count,
+                    r.handle_count == 1 ? "" : "s");
       } else if (r.kind == static_cast<uint32_t>(proto::RecordKind::kMapping)) {
         std::printf("    mapping %s+%s of %s at offset %llu, %u access descriptor%s\n",
                     coord::Hex(r.address).c_str(), FormatBytes(r.size).c_str(),
@@ -59,6 +82,9 @@ int InspectCommand(const std::string& state_dir, bool json) {
     std::printf("phase %-16s %8.1f ms  %s\n", ph.name.c_str(), ph.elapsed_ms,
                 FormatBytes(ph.bytes).c_str());
   }
+  // The file is written in write_state, so it cannot hold that phase's time nor those after.
+  std::printf("phases write_state, lock and checkpoint ran while and after this file was "
+              "written: their times are in the output of the checkpoint command\n");
   return kExitOk;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "cli/checks.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -44,22 +45,33 @@ void PrintErrors(const char* command, const coord::CommandReport& report) {
   }
 }
 
-template <typename RunSequence>
-int Drive(const char* command, const Target& target, bool json, size_t phases, RunSequence run) {
-  auto driver = LoadChosenDriver();
-  if (!driver) {
-    // Nothing was touched yet (no participant was even contacted): say so, the job is as it was.
-    const std::string message = driver.error().message + "; nothing was changed";
-    if (json) {
-      std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", kExitError},
-                                         {"errors", {message}}}.dump(2).c_str());
-    }
-    std::fprintf(stderr, "cusnap %s: %s\n", command, message.c_str());
-    return kExitError;
+/// A command that ends before any participant was contacted: `message` on stderr (and as
+/// the JSON document), "nothing was changed" added; returns `rc`.
+int EndUntouched(const char* command, bool json, const std::string& problem, int rc) {
+  const std::string message = problem + "; nothing was changed";
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", rc},
+                                       {"errors", {message}}}.dump(2).c_str());
   }
+  std::fprintf(stderr, "cusnap %s: %s\n", command, message.c_str());
+  return rc;
+}
+
+template <typename RunSequence>
+int Drive(const char* command, const Target& target, bool json, size_t phases, int refused,
+          RunSequence run) {
+  // The target first: a wrong --pid is named as what it is (a thread, another user's
+  // process, a stale endpoint) before the driver is loaded or anything is asked.
+  const std::string control_dir = ControlDir();
+  const std::string problem = target.pid > 0 ? CheckTargetPid(target.pid, control_dir)
+                                             : CheckControlDirReadable(control_dir);
+  if (!problem.empty()) return EndUntouched(command, json, problem, refused);
+  auto driver = LoadChosenDriver();
+  // Nothing was touched yet (no participant was even contacted): the job is as it was.
+  if (!driver) return EndUntouched(command, json, driver.error().message, kExitError);
   const std::string described = (*driver)->Describe();
   if (!json) std::printf("driver: %s\n", described.c_str());
-  coord::DiscoveryOptions discovery{ControlDir(), target.pid, target.all};
+  coord::DiscoveryOptions discovery{control_dir, target.pid, target.all};
   PhasePrinter printer(stdout, json, ::isatty(STDOUT_FILENO) == 1, phases);
   const coord::CommandReport report =
       run(coord::EndpointDiscoverer(discovery), **driver, printer);
@@ -76,7 +88,7 @@ int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {
   const coord::CheckpointOptions options{
       state_dir, lock_timeout_ms, target.all ? "--all" : "--pid " + std::to_string(target.pid)};
-  return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount,
+  return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount, kExitRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
                  return coord::Checkpoint(options, d, drv, o);
                });
@@ -93,7 +105,7 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
     }
     options.device_map = std::move(*pairs);
   }
-  return Drive("restore", target, json, coord::kRestorePhaseCount,
+  return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
                  return coord::Restore(options, d, drv, o);
                });

@@ -4,16 +4,22 @@
 #include <cstdio>
 #include <string_view>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
+#include "cli/completion.h"
 #include "cli/exit_codes.h"
+#include "cli/version.h"
 
 namespace {
 
 using cusnap::cli::Target;
 
-/// Adds --pid / --all (exactly one required) to `cmd`.
+/// Adds --pid / --all to `cmd`: exactly one of them when `required`, else at most one
+/// (neither: every endpoint in the control directory).
 void AddTarget(CLI::App* cmd, Target& target, bool required) {
-  auto* group = cmd->add_option_group("target", "which processes (exactly one of)");
+  auto* group = cmd->add_option_group(
+      "target", required ? "which processes (exactly one of)"
+                         : "which processes (at most one of; neither: every endpoint)");
   group->add_option("--pid", target.pid, "the job's process: its whole process tree")
       ->check(CLI::Range(1, 1 << 30));
   group->add_flag("--all", target.all, "every live endpoint in the control directory");
@@ -24,11 +30,41 @@ void AddTarget(CLI::App* cmd, Target& target, bool required) {
   }
 }
 
+/// `cusnap --version`: this program's build, and the shim `cusnap run` would preload.
+std::string VersionText() {
+  const std::string shim = cusnap::cli::ShimPath();
+  std::string info = cusnap::cli::ShimBuildInfoInFile(shim);
+  if (info.empty()) info = "missing or unreadable";
+  return cusnap::cli::CliBuildInfo() + "\nshim " + shim + ": " + info;
+}
+
+/// Refuses `--pid 1` (init: its process tree is every process of the machine) and an
+/// `--state-dir` given empty, before anything is done. kExitOk when both are fine.
+int CheckTargetArgs(const char* command, const Target& target, const CLI::App* cmd,
+                    const std::string& state_dir) {
+  if (target.pid == 1) {
+    std::fprintf(stderr, "cusnap %s: --pid 1 is init: its process tree is every process of "
+                 "the machine; give the job's own pid, or --all for every endpoint in the "
+                 "control directory\n", command);
+    return cusnap::cli::kExitUsage;
+  }
+  if (cmd->count("--state-dir") > 0 && state_dir.empty()) {
+    std::fprintf(stderr, "cusnap %s: --state-dir is empty; give a directory (left out: "
+                 "$CUSNAP_STATE_DIR, else ./cusnap-state)\n", command);
+    return cusnap::cli::kExitUsage;
+  }
+  return cusnap::cli::kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // `cusnap run -- COMMAND...`: everything after "--" is the command, untouched (CLI11 2.1
   // would try to parse it as extra arguments of the parent).
+  if (const std::string problem = cusnap::cli::CheckEnvironment(); !problem.empty()) {
+    std::fprintf(stderr, "cusnap: %s\n", problem.c_str());
+    return cusnap::cli::kExitUsage;
+  }
   if (argc >= 3 && std::string_view(argv[1]) == "run" && std::string_view(argv[2]) == "--") {
     if (argc == 3) {
       std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--] COMMAND [ARGS...]\n");
@@ -39,6 +75,7 @@ int main(int argc, char** argv) {
   CLI::App app{"cusnap: checkpoint and restore of multi-process CUDA jobs that share GPU memory"};
   app.footer(cusnap::cli::kExitCodesHelp);
   app.require_subcommand(1);
+  app.set_version_flag("--version", VersionText(), "print the versions of cusnap and its shim");
 
   std::vector<std::string> run_args;
   auto* run = app.add_subcommand("run", "start a command with the cusnap shim preloaded");
@@ -69,10 +106,13 @@ int main(int argc, char** argv) {
   restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
 
   Target st_target;
-  bool st_json = false;
+  bool st_json = false, st_prune = false;
   auto* status = app.add_subcommand("status", "participants, phase, allocations, bytes");
   AddTarget(status, st_target, false);
   status->add_flag("--json", st_json, "print one JSON document");
+  status->add_flag("--prune", st_prune,
+                   "remove stale endpoint sockets (their process is gone, or its pid was "
+                   "reused); never a live one");
 
   std::string inspect_dir;
   bool in_json = false;
@@ -86,6 +126,12 @@ int main(int argc, char** argv) {
                    "the three allocation sizes, multiples of 2M (default 2M,64M,256M on the "
                    "simulated driver, 64M,1G,2G on GPUs)");
   demo->add_flag("--json", demo_options.json, "print the summary as one JSON document");
+
+  std::string shell;
+  auto* completion = app.add_subcommand("completion", "print a shell completion script");
+  completion->add_option("shell", shell, "the shell (bash)")
+      ->required()
+      ->check(CLI::IsMember({"bash"}));
 
   try {
     app.parse(argc, argv);
@@ -102,15 +148,23 @@ int main(int argc, char** argv) {
     }
     return cusnap::cli::RunCommand(run_args);
   }
+  if (*completion) {
+    std::fputs(cusnap::cli::BashCompletion(app).c_str(), stdout);
+    return cusnap::cli::kExitOk;
+  }
   if (*checkpoint) {
+    if (int rc = CheckTargetArgs("checkpoint", ck_target, checkpoint, ck_state_dir); rc != 0) {
+      return rc;
+    }
     return cusnap::cli::CheckpointCommand(ck_target, cusnap::cli::StateDir(ck_state_dir),
                                           lock_timeout_ms, ck_json);
   }
   if (*restore) {
+    if (int rc = CheckTargetArgs("restore", rs_target, restore, rs_state_dir); rc != 0) return rc;
     return cusnap::cli::RestoreCommand(rs_target, cusnap::cli::StateDir(rs_state_dir), device_map,
                                        rs_json);
   }
-  if (*status) return cusnap::cli::StatusCommand(st_target, st_json);
+  if (*status) return cusnap::cli::StatusCommand(st_target, st_json, st_prune);
   if (*inspect) return cusnap::cli::InspectCommand(inspect_dir, in_json);
   if (*demo) return cusnap::cli::DemoCommand(demo_options);
   return cusnap::cli::kExitUsage;

@@ -65,6 +65,7 @@ std::string FormatPhaseLine(const coord::PhaseReport& p) {
 
 nlohmann::json PhaseToJson(const coord::PhaseReport& p) {
   return {{"name", p.name},           {"elapsed_ms", p.elapsed_ms}, {"participants", p.participants},
+          {"coordinator_only", p.coordinator_only},
           {"bytes", p.bytes},         {"gb_per_s", GbPerS(p)},      {"copy_ns", p.copy_ns},
           {"copy_gb_per_s", CopyGbPerS(p)},                         {"ok", p.ok()},
           {"note", p.note},           {"errors", p.errors}};
@@ -109,7 +110,16 @@ void PhasePrinter::PhaseFinished(const coord::PhaseReport& report) {
 nlohmann::json ReportToJson(const std::string& command, const std::string& driver,
                             const coord::CommandReport& report, int exit_code) {
   nlohmann::json phases = nlohmann::json::array();
-  for (const auto& p : report.phases) phases.push_back(PhaseToJson(p));
+  // A coordinator-only phase (read_state, write_state) counts the command's participants,
+  // as every other phase does: read_state runs before discovery and saw none yet, which made
+  // it 0 where write_state said N (issue 17).
+  size_t participants = 0;
+  for (const auto& p : report.phases) participants = std::max(participants, p.participants);
+  for (const auto& p : report.phases) {
+    nlohmann::json phase = PhaseToJson(p);
+    if (p.coordinator_only) phase["participants"] = participants;
+    phases.push_back(std::move(phase));
+  }
   static constexpr const char* kOutcomes[] = {"ok", "refused", "failed_after_change",
                                               "restore_refused"};
   return {{"command", command},

@@ -23,8 +23,8 @@ std::string FormatBytes(uint64_t bytes);
 /// (no multicast objects)"); a coordinator-only phase (read_state, write_state) says neither.
 std::string FormatPhaseLine(const coord::PhaseReport& phase);
 
-/// The phase as JSON: name, elapsed_ms, participants, bytes, gb_per_s, note ("" for none),
-/// errors.
+/// The phase as JSON: name, elapsed_ms, participants, coordinator_only, bytes, gb_per_s,
+/// note ("" for none), errors.
 nlohmann::json PhaseToJson(const coord::PhaseReport& phase);
 
 /// Prints phase lines as phases finish (unless quiet, for --json); while a phase runs and
@@ -50,7 +50,8 @@ class PhasePrinter final : public coord::PhaseObserver {
   size_t done_ = 0;
 };
 
-/// The whole report as one JSON document (--json).
+/// The whole report as one JSON document (--json). A coordinator-only phase's participants
+/// is the command's participant count (the largest phase count), like every other phase's.
 nlohmann::json ReportToJson(const std::string& command, const std::string& driver,
                             const coord::CommandReport& report, int exit_code);
 

@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cli/checks.h"
 #include "cli/commands.h"
+#include "cli/version.h"
 #include "cli/exit_codes.h"
+#include "common/endpoint_client.h"
 #include "coordinator/native_driver.h"
 
 namespace cusnap::cli {
@@ -25,7 +28,13 @@ void Prepend(const char* name, const std::string& first, char sep) {
 
 int RunCommand(const std::vector<std::string>& command) {
   const std::string bin = SelfDir();
-  const std::string shim = bin + "/../lib/libcusnap.so";
+  const std::string shim = ShimPath();
+  // Before the job starts: its shim could not create its endpoint there, and would say so
+  // only on the job's stderr.
+  if (const std::string problem = CheckControlDirLength(ControlDir()); !problem.empty()) {
+    std::fprintf(stderr, "cusnap run: %s\n", problem.c_str());
+    return kExitUsage;
+  }
   if (::access(shim.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "cusnap run: the shim %s is missing: %s\n", shim.c_str(),
                  std::strerror(errno));

@@ -1,7 +1,16 @@
 // `cusnap status`: every participant's identity, phase and table counts (read-only; the
 // driver is not loaded, so status works whatever state the job is in), and, for the whole
-// control directory, the stale endpoint sockets of processes that no longer exist.
+// control directory, the stale endpoint sockets of processes that no longer exist or whose
+// pid was reused (removed with --prune).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <sys/stat.h>
+
+#include "cli/checks.h"
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -9,27 +18,62 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
+#include "cli/version.h"
 
 namespace cusnap::cli {
-int StatusCommand(const Target& target, bool json) {
+namespace {
+
+/// Removes the stale endpoint sockets of `stale` that are still stale now (checked again
+/// just before each unlink: a live endpoint is never removed). Returns the paths removed;
+/// failures go to `errors`.
+std::vector<std::string> Prune(const std::string& control_dir,
+                               const std::vector<StaleEndpoint>& stale,
+                               std::vector<std::string>& errors) {
+  std::vector<std::string> removed;
+  const auto now = StaleEndpoints(control_dir);
+  for (const auto& s : stale) {
+    const bool still = std::any_of(now.begin(), now.end(), [&](const StaleEndpoint& n) {
+      return n.pid == s.pid && n.reused == s.reused;
+    });
+    if (!still) continue;
+    if (::unlink(s.path.c_str()) == 0) {
+      removed.push_back(s.path);
+    } else {
+      errors.push_back("cannot remove " + s.path + ": " + std::strerror(errno));
+    }
+  }
+  return removed;
+}
+
+}  // namespace
+
+int StatusCommand(const Target& target, bool json, bool prune) {
   const std::string control_dir = ControlDir();
   std::vector<int> pids;
-  std::vector<std::string> stale;  // sockets of dead processes: listed, never an error
+  std::vector<StaleEndpoint> stale;  // listed, never an error; removed with --prune
   if (target.pid > 0) {
-    if (!coord::ProcessStartTime(target.pid)) {
-      std::fprintf(stderr, "cusnap status: pid %d does not exist\n", target.pid);
+    if (const std::string problem = CheckTargetPid(target.pid, control_dir); !problem.empty()) {
+      std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
       return kExitError;
     }
     pids = coord::EndpointPidsInTree(control_dir, target.pid);
   } else {
-    pids = coord::EndpointPids(control_dir);
-    for (int pid : coord::StaleEndpointPids(control_dir)) {
-      stale.push_back(EndpointPath(control_dir, pid));
+    if (const std::string problem = CheckControlDirReadable(control_dir); !problem.empty()) {
+      std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
+      return kExitError;
+    }
+    stale = StaleEndpoints(control_dir);
+    for (int pid : coord::EndpointPids(control_dir)) {
+      const bool reused = std::any_of(stale.begin(), stale.end(),
+                                      [&](const StaleEndpoint& s) { return s.pid == pid; });
+      if (!reused) pids.push_back(pid);
     }
   }
+  std::vector<std::string> errors;
+  const std::vector<std::string> removed = prune ? Prune(control_dir, stale, errors)
+                                                 : std::vector<std::string>{};
   std::vector<std::unique_ptr<coord::Participant>> participants;
   for (int pid : pids) participants.push_back(coord::ConnectEndpoint(control_dir, pid));
-  std::vector<std::string> errors;
   const auto entries = coord::CollectStatus(participants, errors);
 
   if (json) {
@@ -46,23 +90,35 @@ int StatusCommand(const Target& target, bool json) {
                       {"created_total", e.identity.created_total},
                       {"created_host_numa", e.identity.created_host_numa},
                       {"failure", e.identity.failure},
-                      {"inspect_error", e.inspect_error}});
+                      {"inspect_error", e.inspect_error},
+                      {"shim", ShimBuildInfoInFile(MappedShimPath(e.identity.pid))}});
+    }
+    nlohmann::json stale_list = nlohmann::json::array(), stale_reasons = nlohmann::json::object();
+    for (const auto& st : stale) {
+      stale_list.push_back(st.path);
+      stale_reasons[st.path] = StaleReason(st);
     }
     std::printf("%s\n", nlohmann::json{{"control_dir", control_dir},
                                        {"participants", list},
-                                       {"stale_endpoints", stale},
+                                       {"stale_endpoints", stale_list},
+                                       {"stale_reasons", stale_reasons},
+                                       {"pruned", removed},
                                        {"errors", errors}}.dump(2).c_str());
   } else {
     std::printf("control dir: %s\n", control_dir.c_str());
-    if (entries.empty()) std::printf("no participants\n");
+    struct stat dir_stat {};
+    if (entries.empty()) {
+      std::printf("no participants%s\n", ::stat(control_dir.c_str(), &dir_stat) == 0
+                                              ? "" : " (the control directory does not exist)");
+    }
     for (const auto& e : entries) {
       const std::string state = coord::Lowercase(proto::ShimStateName(e.identity.state));
       std::printf("pid %-8d %-20s %-12s %zu allocations (%zu created)  %zu mappings  %s tracked",
                   e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), state.c_str(),
                   e.allocations, e.created,
                   e.mappings, FormatBytes(e.identity.tracked_bytes).c_str());
-      std::printf("  %u tracked creates over its life (%u HOST_NUMA)", e.identity.created_total,
-                  e.identity.created_host_numa);
+      std::printf("  %u tracked creates over its life (%u of them in host NUMA memory)",
+                  e.identity.created_total, e.identity.created_host_numa);
       if (e.identity.untracked_imports > 0) {
         std::printf("  %llu untracked imports",
                     static_cast<unsigned long long>(e.identity.untracked_imports));
@@ -70,10 +126,14 @@ int StatusCommand(const Target& target, bool json) {
       std::printf("\n");
       if (!e.identity.failure.empty()) std::printf("    failure: %s\n", e.identity.failure.c_str());
       if (!e.inspect_error.empty()) std::printf("    inspect: %s\n", e.inspect_error.c_str());
+      const std::string shim = ShimBuildInfoInFile(MappedShimPath(e.identity.pid));
+      std::printf("    shim: %s\n", shim.empty() ? "unknown (its library file cannot be read)"
+                                                    : shim.c_str());
     }
-    for (const auto& path : stale) {
-      std::printf("stale endpoint %s: its process no longer exists (safe to remove)\n",
-                  path.c_str());
+    for (const auto& st : stale) {
+      const bool gone = std::find(removed.begin(), removed.end(), st.path) != removed.end();
+      std::printf("stale endpoint %s: %s (%s)\n", st.path.c_str(), StaleReason(st).c_str(),
+                  gone ? "removed" : "safe to remove");
     }
   }
   for (const auto& e : errors) std::fprintf(stderr, "cusnap status: %s\n", e.c_str());

@@ -1,6 +1,7 @@
 // Device map parsing and resolution (device_map.h).
 #include "coordinator/device_map.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <set>
@@ -95,7 +96,15 @@ Result<std::vector<DevicePair>> ParseDeviceMap(const std::string& text) {
 }
 
 Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pairs,
-                                               const std::vector<std::string>& device_uuids) {
+                                               const std::vector<std::string>& device_uuids,
+                                               const std::vector<std::string>& job_uuids) {
+  // "device 1 (GPU-...)": how a message names one of the driver's devices.
+  auto named = [&](const std::string& uuid) {
+    for (size_t i = 0; i < device_uuids.size(); ++i) {
+      if (device_uuids[i] == uuid) return "device " + std::to_string(i) + " (" + uuid + ")";
+    }
+    return uuid;
+  };
   auto resolve = [&](const DeviceRef& r) -> Result<std::string> {
     if (r.uuid.empty()) {
       if (r.ordinal < 0 || static_cast<size_t>(r.ordinal) >= device_uuids.size()) {
@@ -109,6 +118,12 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
     }
     return Error{-1, "device map names " + r.uuid + ", which the driver does not list"};
   };
+  for (const auto& uuid : job_uuids) {
+    if (std::find(device_uuids.begin(), device_uuids.end(), uuid) == device_uuids.end()) {
+      return Error{-1, "the checkpoint used " + uuid + ", which the driver does not list; " +
+                           "it cannot be mapped onto another GPU from here"};
+    }
+  }
   std::vector<UuidPair> out;
   std::set<std::string> from_seen, to_seen;
   for (const auto& p : pairs) {
@@ -118,20 +133,26 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
     if (!to) return to.error();
     if (!from_seen.insert(*from).second) return Error{-1, "device map maps " + *from + " twice"};
     if (!to_seen.insert(*to).second) {
-      return Error{-1, "device map restores two devices onto " + *to};
+      return Error{-1, "device map restores two devices onto " + named(*to)};
     }
     out.push_back(UuidPair{*from, *to});
   }
-  // The driver restores only with a permutation of every GPU it has (DRIVER-FACTS F14: a
-  // partial or many-to-one list fails CUDA_ERROR_INVALID_VALUE): the map must send the GPUs
-  // it names onto those same GPUs, and every GPU it leaves out keeps its processes.
-  for (const std::string& to : to_seen) {
-    if (from_seen.count(to) == 0) {
-      return Error{-1, "device map is incomplete: it restores onto " + to + " but does not " +
-                           "say where the processes on " + to + " go (a map sends the GPUs " +
-                           "it names onto the same GPUs, e.g. 0=1,1=0)"};
-    }
+  // A device the map does not move stays where it is (the driver's rule): a target that is
+  // not itself moved away would then hold two devices, which the driver refuses only after
+  // the job was changed. Name the device the map leaves out.
+  for (const auto& pair : out) {
+    if (pair.from == pair.to || from_seen.count(pair.to) != 0) continue;
+    const bool job_uses = job_uuids.empty() || std::find(job_uuids.begin(), job_uuids.end(),
+                                                         pair.to) != job_uuids.end();
+    return Error{-1, "device map is incomplete: it moves " + named(pair.from) + " onto " +
+                         named(pair.to) + " but does not say where " + named(pair.to) +
+                         (job_uses ? ", which the checkpoint also uses," : "") +
+                         " goes (left out, it would stay there: two devices on one GPU); " +
+                         "map every device, e.g. 0=1,1=0"};
   }
+  // The driver takes only a permutation of every GPU it has, identity pairs included
+  // (DRIVER-FACTS F14: a list naming some GPUs fails CUDA_ERROR_INVALID_VALUE): the devices
+  // the map leaves out are given as staying where they are.
   for (const std::string& uuid : device_uuids) {
     if (from_seen.count(uuid) == 0) out.push_back(UuidPair{uuid, uuid});
   }

@@ -39,12 +39,16 @@ struct UuidPair {
 };
 
 /// Resolves ordinals through `device_uuids` (the driver's devices, index = ordinal) into the
-/// complete list the driver takes: a permutation of every GPU (DRIVER-FACTS F14), the GPUs
-/// the map leaves out paired with themselves. An ordinal out of range, a UUID the driver
-/// does not list, or a map that does not send the GPUs it names onto the same GPUs (`0=1`
-/// alone) is an error naming the GPU.
+/// complete list the driver takes, and checks the map as the driver will, so that a bad one
+/// is refused before the job changes. The driver restores only with a permutation of every
+/// GPU (DRIVER-FACTS F14): the devices the map leaves out are paired with themselves.
+/// Errors name the device: an ordinal out of range or a UUID the driver does not list; a
+/// device of `job_uuids` (the devices the checkpoint recorded) the driver does not list; two
+/// devices onto one; an incomplete map, one moving a device onto a GPU it does not also move
+/// away ("0=1" alone, or "1=0", would put two devices on one GPU).
 Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pairs,
-                                               const std::vector<std::string>& device_uuids);
+                                               const std::vector<std::string>& device_uuids,
+                                               const std::vector<std::string>& job_uuids = {});
 
 /// Formats 16 raw UUID bytes as nvidia-smi does: "GPU-" + 8-4-4-4-12 lowercase hex.
 std::string FormatGpuUuid(const unsigned char bytes[16]);

@@ -12,35 +12,23 @@
 namespace cusnap::coord {
 namespace {
 
-using InitFn = CUresult (*)(unsigned);
-using DriverGetVersionFn = CUresult (*)(int*);
-using DeviceGetCountFn = CUresult (*)(int*);
-using DeviceGetFn = CUresult (*)(CUdevice*, int);
-using DeviceGetUuidFn = CUresult (*)(CUuuid*, CUdevice);
-using GetStateFn = CUresult (*)(int, CUprocessState*);
-using LockFn = CUresult (*)(int, CUcheckpointLockArgs*);
-using CheckpointFn = CUresult (*)(int, CUcheckpointCheckpointArgs*);
-using RestoreFn = CUresult (*)(int, CUcheckpointRestoreArgs*);
-using UnlockFn = CUresult (*)(int, CUcheckpointUnlockArgs*);
-
-/// The entry points, resolved once from one dlopen handle.
+/// The entry points (native_entry_points.def), resolved once from one dlopen handle.
 struct Entry {
-  InitFn init = nullptr;
-  DriverGetVersionFn driver_get_version = nullptr;
-  DeviceGetCountFn device_get_count = nullptr;
-  DeviceGetFn device_get = nullptr;
-  DeviceGetUuidFn device_get_uuid = nullptr;
-  GetStateFn get_state = nullptr;
-  LockFn lock = nullptr;
-  CheckpointFn checkpoint = nullptr;
-  RestoreFn restore = nullptr;
-  UnlockFn unlock = nullptr;
+#define CUSNAP_NATIVE_ENTRY(member, symbol, fallback, params) CUresult(*member) params = nullptr;
+#include "coordinator/native_entry_points.def"
 };
 
+/// Exported by the simulated driver only (src/simcuda/libcuda.map, the simcuda_test_*
+/// hooks): tells it from NVIDIA's libcuda.so.1 whichever path it was found under.
+constexpr const char* kSimulatedMarker = "simcuda_test_calls_in_flight";
+
+/// `symbol` (else `fallback` when given) from `handle` into `out`; false when neither exists.
 template <typename F>
-bool Resolve(void* handle, const char* name, F& out) {
-  out = reinterpret_cast<F>(::dlsym(handle, name));
-  return out != nullptr;
+bool Resolve(void* handle, const char* symbol, const char* fallback, F& out) {
+  void* address = ::dlsym(handle, symbol);
+  if (address == nullptr && fallback != nullptr) address = ::dlsym(handle, fallback);
+  out = reinterpret_cast<F>(address);
+  return address != nullptr;
 }
 
 Error CallError(int pid, const char* entry, CUresult rc) {
@@ -82,9 +70,8 @@ namespace {
 
 class LoadedDriver final : public CheckpointDriver {
  public:
-  LoadedDriver(void* handle, Entry entry, bool simulated)
-      : handle_(handle), e_(entry), simulated_(simulated) {}
-  ~LoadedDriver() override { ::dlclose(handle_); }
+  /// The library stays loaded after this object goes (see Open): no handle is kept.
+  LoadedDriver(Entry entry, bool simulated) : e_(entry), simulated_(simulated) {}
   LoadedDriver(const LoadedDriver&) = delete;
   LoadedDriver& operator=(const LoadedDriver&) = delete;
 
@@ -163,47 +150,44 @@ class LoadedDriver final : public CheckpointDriver {
   }
 
  private:
-  void* handle_;
   Entry e_;
   bool simulated_;
 };
 
 /// dlopens `path`, resolves every entry point and runs cuInit(0). `need_device` also
-/// requires at least one device (auto mode's test for a usable GPU).
-Result<std::unique_ptr<CheckpointDriver>> Open(const std::string& path, bool simulated,
-                                               bool need_device) {
+/// requires at least one device (auto mode's test for a usable GPU). Whether the library is
+/// the simulated driver is read from the library itself (kSimulatedMarker), not from `path`:
+/// LD_LIBRARY_PATH may put the simulated libcuda.so.1 where the system one is looked up.
+Result<std::unique_ptr<CheckpointDriver>> Open(const std::string& path, bool need_device) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
     return Error{-1, std::string("cannot load the CUDA driver: ") + (why ? why : path.c_str())};
   }
   Entry e;
-  const bool ok = Resolve(handle, "cuInit", e.init) &&
-                  Resolve(handle, "cuDriverGetVersion", e.driver_get_version) &&
-                  Resolve(handle, "cuDeviceGetCount", e.device_get_count) &&
-                  Resolve(handle, "cuDeviceGet", e.device_get) &&
-                  (Resolve(handle, "cuDeviceGetUuid_v2", e.device_get_uuid) ||
-                   Resolve(handle, "cuDeviceGetUuid", e.device_get_uuid)) &&
-                  Resolve(handle, "cuCheckpointProcessGetState", e.get_state) &&
-                  Resolve(handle, "cuCheckpointProcessLock", e.lock) &&
-                  Resolve(handle, "cuCheckpointProcessCheckpoint", e.checkpoint) &&
-                  Resolve(handle, "cuCheckpointProcessRestore", e.restore) &&
-                  Resolve(handle, "cuCheckpointProcessUnlock", e.unlock);
-  if (!ok) {
-    ::dlclose(handle);
-    return Error{-1, "the CUDA driver " + path +
-                         " lacks the checkpoint API (cuCheckpointProcess*; driver 570 or newer)"};
+  const char* missing = nullptr;
+#define CUSNAP_NATIVE_ENTRY(member, symbol, fallback, params) \
+  if (missing == nullptr && !Resolve(handle, symbol, fallback, e.member)) missing = symbol;
+#include "coordinator/native_entry_points.def"
+  if (missing != nullptr) {
+    ::dlclose(handle);  // safe: cuInit never ran, the driver started nothing
+    return Error{-1, "the CUDA driver " + path + " lacks " + missing +
+                         " (the checkpoint API cuCheckpointProcess* needs driver 570 or newer)"};
   }
+  const bool simulated = ::dlsym(handle, kSimulatedMarker) != nullptr;
+  // From cuInit on, the library is never unloaded, whatever the outcome: a driver starts
+  // threads of its own (the simulated one does, NVIDIA's too), and a dlclose would unmap the
+  // code they run (issue 17: `cusnap run` crashed in 1 run of 4 after its auto probe). It
+  // stays loaded for the life of this process (exec or exit ends it).
   CUresult rc = e.init(0);
   int count = 0;
   if (rc == CUDA_SUCCESS && need_device) rc = e.device_get_count(&count);
   if (rc != CUDA_SUCCESS || (need_device && count < 1)) {
-    ::dlclose(handle);
     return Error{static_cast<int>(rc), "the CUDA driver " + path + " is not usable: cuInit: " +
                                            CuResultText(rc) + ", " + std::to_string(count) +
                                            " device(s)"};
   }
-  return std::unique_ptr<CheckpointDriver>(new LoadedDriver(handle, e, simulated));
+  return std::unique_ptr<CheckpointDriver>(new LoadedDriver(e, simulated));
 }
 
 }  // namespace
@@ -215,20 +199,28 @@ Result<DriverChoice> ParseDriverChoice(const std::string& text) {
   return Error{-1, "CUSNAP_DRIVER='" + text + "' is not one of auto, real, sim"};
 }
 
-std::string SimulatedDriverDir(const std::string& bin_dir) { return bin_dir + "/../simcuda"; }
+std::string SimulatedDriverDir(const std::string& bin_dir) {
+  const std::string build_tree = bin_dir + "/../simcuda";
+  const std::string installed = bin_dir + "/../libexec/cusnap/simcuda";
+  if (::access((build_tree + "/libcuda.so.1").c_str(), F_OK) != 0 &&
+      ::access((installed + "/libcuda.so.1").c_str(), F_OK) == 0) {
+    return installed;
+  }
+  return build_tree;
+}
 
 Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
                                                      const std::string& bin_dir) {
   const std::string sim = SimulatedDriverDir(bin_dir) + "/libcuda.so.1";
   switch (choice) {
     case DriverChoice::kReal:
-      return Open("libcuda.so.1", false, false);
+      return Open("libcuda.so.1", false);
     case DriverChoice::kSimulated:
-      return Open(sim, true, false);
+      return Open(sim, false);
     case DriverChoice::kAuto: {
-      auto real = Open("libcuda.so.1", false, true);
-      if (real) return real;
-      return Open(sim, true, false);
+      auto found = Open("libcuda.so.1", true);
+      if (found) return found;
+      return Open(sim, false);
     }
   }
   return Error{-1, "unknown driver choice"};
@@ -236,7 +228,9 @@ Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
 
 Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir) {
   if (choice != DriverChoice::kAuto) return choice == DriverChoice::kSimulated;
-  if (Open("libcuda.so.1", false, true).ok()) return false;
+  // The probed library stays loaded (Open); a simulated one found on the library path (it
+  // says so) counts as the simulated driver: the job gets ours first on its path.
+  if (auto found = Open("libcuda.so.1", true); found) return (*found)->simulated();
   // The simulated driver is not loaded here: the command about to be executed in this
   // process loads it itself, and should find no trace of this process in it.
   const std::string sim = SimulatedDriverDir(bin_dir) + "/libcuda.so.1";

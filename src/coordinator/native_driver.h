@@ -50,19 +50,24 @@ enum class DriverChoice { kAuto, kReal, kSimulated };
 Result<DriverChoice> ParseDriverChoice(const std::string& text);
 
 /// Directory of the simulated driver for a cusnap binary in `bin_dir`: <bin_dir>/../simcuda
-/// (the build tree layout build/<preset>/{bin,simcuda}).
+/// in the build tree (build/<preset>/{bin,simcuda}), else <bin_dir>/../libexec/cusnap/simcuda
+/// (the installed layout, `cmake --install`) when that one holds libcuda.so.1.
 std::string SimulatedDriverDir(const std::string& bin_dir);
 
 /// Loads the driver. kReal: the system libcuda.so.1, cuInit(0) must succeed. kSimulated:
 /// SimulatedDriverDir(bin_dir)/libcuda.so.1. kAuto: the system driver if it loads, cuInit(0)
 /// succeeds and it has at least one device, else the simulated one. Errors name the library
-/// path and dlerror()/CUresult.
+/// path and dlerror()/CUresult. A library on which cuInit ran is never unloaded (its threads
+/// would run unmapped code): it stays loaded for the life of the process. Describe() and
+/// simulated() tell the simulated driver by what the library exports, not by its path.
 Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
                                                      const std::string& bin_dir);
 
 /// Decides which driver `choice` means (used by `cusnap run`, which only needs to know
-/// whether to put the simulated driver on LD_LIBRARY_PATH). Auto mode probes the system
-/// driver as LoadDriver does and unloads it; the simulated driver is never loaded here.
+/// whether to put the simulated driver on LD_LIBRARY_PATH). Auto mode probes the library
+/// found as libcuda.so.1 as LoadDriver does (and keeps it loaded: see LoadDriver); true when
+/// it is unusable or is itself the simulated driver. The simulated driver of `bin_dir` is
+/// never loaded here.
 Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir);
 
 /// The NVIDIA kernel module's version ("580.95.05") from the first line of

@@ -89,13 +89,23 @@ class RestoreSequence : Sequence {
       auto uuids = driver_.DeviceUuids();
       if (!uuids) {
         problems.push_back(uuids.error().message);
-      } else if (auto pairs = ResolveDeviceMap(options_.device_map, *uuids); !pairs) {
+      } else if (auto pairs = ResolveDeviceMap(options_.device_map, *uuids, RecordedGpus());
+                 !pairs) {
         problems.push_back(pairs.error().message);
       } else {
         gpu_pairs_ = std::move(*pairs);
       }
     }
     return problems;
+  }
+
+  /// The UUIDs of the devices the checkpoint's records name, every participant's together.
+  std::vector<std::string> RecordedGpus() const {
+    std::vector<std::string> uuids;
+    for (const auto& p : state_.participants) {
+      for (const auto& g : p.gpus) uuids.push_back(g.uuid);
+    }
+    return uuids;
   }
 
   /// restore: cuCheckpointProcessRestore with the device map, for every participant the

@@ -7,11 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "coordinator/records.h"
+#include "coordinator/state_guard.h"
 
 namespace cusnap::coord {
 namespace {
@@ -139,12 +139,7 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
 }
 
 Status PrepareStateDir(const std::string& state_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  if (ec) {
-    return Error{ec.value(), "cannot create state directory " + state_dir + ": " + ec.message()};
-  }
-  ::chmod(state_dir.c_str(), 0700);  // best effort: only when we own it
+  if (auto dir = EnsureStateDir(state_dir); !dir) return dir;  // 0700, never re-moded
   auto temp = MakeTemp(state_dir);
   if (!temp) return temp.error();
   ::close(temp->first);

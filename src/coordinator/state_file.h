@@ -61,8 +61,8 @@ nlohmann::json StateToJson(const StateFile& state);
 /// message names `origin` (a path) and the bad field.
 Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& origin);
 
-/// Creates `state_dir` (mode 0700, parents too) if missing and proves a file can be
-/// created there (a temporary file, removed again). Run before anything destructive so an
+/// Creates `state_dir` (mode 0700, parents too) if missing, refuses an unsafe existing one
+/// (state_guard.h, EnsureStateDir; never re-moded) and proves a file can be created there (a temporary file, removed again). Run before anything destructive so an
 /// unwritable directory refuses the checkpoint with the job untouched. errno-coded Error.
 Status PrepareStateDir(const std::string& state_dir);
 

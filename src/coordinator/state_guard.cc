@@ -1,9 +1,14 @@
-// The state directory's owner check before a checkpoint (state_guard.h).
+// The state directory's checks before a checkpoint: whose checkpoint it holds, and whether
+// it is ours and private (state_guard.h).
 #include "coordinator/state_guard.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "coordinator/proc.h"
 #include "coordinator/state_file.h"
@@ -38,6 +43,38 @@ Status CheckStateDirOwner(const std::string& state_dir, const std::vector<Proces
   return Error{-1, "state directory " + state_dir + " holds the checkpoint of another job (" +
                        pids + ", still checkpointed or running); restore it first, or choose " +
                        "another --state-dir"};
+}
+
+Status EnsureStateDir(const std::string& state_dir) {
+  if (state_dir.empty()) return Error{EINVAL, "the state directory is empty"};
+  // Create each missing component (parents first) with 0700; an existing one is left as is.
+  for (size_t at = state_dir.find('/', 1);; at = state_dir.find('/', at + 1)) {
+    const std::string part = state_dir.substr(0, at);
+    if (!part.empty() && ::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Error{errno, "cannot create state directory " + part + ": " + std::strerror(errno)};
+    }
+    if (at == std::string::npos) break;
+  }
+  struct stat st {};
+  if (::stat(state_dir.c_str(), &st) != 0) {
+    return Error{errno, "cannot use state directory " + state_dir + ": " + std::strerror(errno)};
+  }
+  std::string why;
+  if (!S_ISDIR(st.st_mode)) {
+    why = "it is not a directory";
+  } else if (st.st_uid != ::geteuid()) {
+    why = "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+          std::to_string(::geteuid()) + ")";
+  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    why = std::string("it is writable by ") + ((st.st_mode & S_IWOTH) ? "others" : "its group") +
+          " (mode " + mode + ")";
+  }
+  if (why.empty()) return Ok{};
+  return Error{EPERM, "state directory " + state_dir + " is unsafe: " + why + "; cusnap " +
+                          "changes no existing directory's mode: choose a directory of your own " +
+                          "that only you can write (a missing one is created with mode 0700)"};
 }
 
 }  // namespace cusnap::coord

@@ -2,7 +2,9 @@
 // state file already in the state directory (if any) is read, and a checkpoint of other
 // processes that may still need it (they exist with the recorded start time: checkpointed,
 // or running again) is refused. Issue: a second job pointed at the same --state-dir silently
-// made the first one unrestorable.
+// made the first one unrestorable. And the directory itself: what cusnap creates it creates
+// mode 0700, what exists it never re-modes, and one that others could write into is refused
+// (issue 17: `--state-dir /tmp` as root turned /tmp into 0700).
 #pragma once
 
 #include <cstdint>
@@ -28,5 +30,13 @@ struct ProcessIdentity {
 /// process still alive (its pids named), or it exists but cannot be read or parsed (it is
 /// not destroyed either).
 Status CheckStateDirOwner(const std::string& state_dir, const std::vector<ProcessIdentity>& job);
+
+/// Makes `state_dir` ready to hold a state file, changing no existing directory: each
+/// missing component is created with mode 0700 (mkdir, umask aside; nothing is chmod-ed). An
+/// Error naming the directory and the reason when it cannot be created, or when it exists
+/// and is unsafe: not a directory, not owned by this (effective) user, or writable by group
+/// or others, sticky or not (another user could then plant or swap files next to the
+/// checkpoint; /tmp is refused: use a directory below it).
+Status EnsureStateDir(const std::string& state_dir);
 
 }  // namespace cusnap::coord

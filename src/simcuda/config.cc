@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace simcuda {
@@ -26,6 +28,40 @@ long read_number(const char *name, long fallback, long lo, long hi, std::string 
   return value;
 }
 
+// True when `name` is an entry point of this driver (entry_points.def), as SIMCUDA_FAULTS
+// and SIMCUDA_DELAYS name them.
+bool is_entry_point(const std::string &name) {
+  static const char *const kNames[] = {
+#define SIMCUDA_API(api_name, since, symbol) api_name,
+#include "entry_points.def"
+#undef SIMCUDA_API
+  };
+  for (const char *known : kNames)
+    if (name == known) return true;
+  return false;
+}
+
+// Checks every "name:..." entry of the comma-separated `variable` (faults.h has the syntax):
+// a name the driver does not have would never fire, so the setting is refused rather than
+// silently ignored (cuInit then fails naming it).
+void check_entry_names(const char *variable, const char *example, std::string &error) {
+  const char *text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return;
+  const std::string all(text);
+  for (size_t begin = 0; begin <= all.size();) {
+    const size_t end = std::min(all.find(',', begin), all.size());
+    const std::string item = all.substr(begin, end - begin);
+    const std::string name = item.substr(0, item.find(':'));
+    if (!is_entry_point(name)) {
+      error = std::string(variable) + "='" + all + "': '" + name + "' is not an entry point of " +
+              "the simulated driver; it takes comma-separated " + example + " entries naming a " +
+              "driver API function (src/simcuda/entry_points.def)";
+      return;
+    }
+    begin = end + 1;
+  }
+}
+
 Config parse() {
   Config c;
   c.device_count = static_cast<int>(read_number("SIMCUDA_DEVICE_COUNT", 2, 0, kMaxDevices, c.error));
@@ -40,6 +76,8 @@ Config parse() {
   c.multicast_bind_timeout_ms =
       static_cast<unsigned>(read_number("SIMCUDA_MULTICAST_BIND_TIMEOUT_MS", 60000, 1, 3600000, c.error));
   c.multicast_checkpoint_wait_ms = read_number("SIMCUDA_MULTICAST_CHECKPOINT_WAIT_MS", -1, 0, 3600000, c.error);
+  check_entry_names("SIMCUDA_DELAYS", "name:ms (e.g. cuCtxSynchronize:500)", c.error);
+  check_entry_names("SIMCUDA_FAULTS", "name:nth:result (e.g. cuMemMap:1:2)", c.error);
   const char *dir = std::getenv("SIMCUDA_DIR");
   c.dir = (dir != nullptr && *dir != '\0') ? std::string(dir)
                                            : "/tmp/simcuda-" + std::to_string(getuid());

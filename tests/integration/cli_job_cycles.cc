@@ -83,13 +83,13 @@ TEST_F(CliJobCycle, FourProcessesEachCreateAndImportAll) {
   std::vector<Worker*> w;
   for (int i = 0; i < 4; ++i) w.push_back(&Start("worker" + std::to_string(i), i % 2));
   for (int i = 0; i < 4; ++i) {
-    const std::string a = "A" + std::to_string(i);
+    const std::string a = Numbered("A", i);
     ASSERT_NO_FATAL_FAILURE(CreateFilled(*w[i], a, 2, "dev", i % 2, a, std::to_string(i % 2)));
   }
   for (int i = 0; i < 4; ++i) {
     for (int j = 0; j < 4; ++j) {
       if (i == j) continue;
-      const std::string a = "A" + std::to_string(i);
+      const std::string a = Numbered("A", i);
       ASSERT_NO_FATAL_FAILURE(ShareMapped(*w[i], a, *w[j], a, 0, 2, std::to_string(j % 2)));
     }
   }

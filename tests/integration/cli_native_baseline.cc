@@ -24,7 +24,7 @@ TEST_F(NativeOnlyBaseline, ImporterRestoreFails801AndStaysCheckpointed) {
   ASSERT_NO_FATAL_FAILURE(Share(owner, "A", importer));  // a raw descriptor: no shim
   ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 2, "1"));
   CheckEveryByte();
-  const std::string o = " " + std::to_string(owner.pid), i = " " + std::to_string(importer.pid);
+  const std::string o = Numbered(" ", owner.pid), i = Numbered(" ", importer.pid);
 
   EXPECT_EQ(Ask(controller, "lock" + o), "ok 0");
   EXPECT_EQ(Ask(controller, "lock" + i), "ok 0");

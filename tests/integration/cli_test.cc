@@ -134,7 +134,7 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
     EXPECT_EQ(o.status, 2) << ::testing::PrintToString(args) << "\n" << o.out << o.err;
     EXPECT_FALSE(o.err.empty()) << ::testing::PrintToString(args);
   }
-  const auto o = RunCusnap({"restore", "--pid", "1", "--device-map", "0=1,0=2"}, env_);
+  const auto o = RunCusnap({"restore", "--pid", "2", "--device-map", "0=1,0=2"}, env_);
   EXPECT_EQ(o.err, "cusnap restore: --device-map: device map maps device 0 twice\n");
 }
 

@@ -173,4 +173,11 @@ class JobTest : public ::testing::Test {
 /// The text after "ok " in a reply, or "" when the reply is not "ok ...".
 std::string OkValue(const std::string& reply);
 
+/// `prefix`, then `n`, then `suffix` ("A3", "R2_0", " 1234"). Built with append: GCC 12 at
+/// -O3 takes `"A" + std::to_string(n)` for an overlapping copy, a -Werror=restrict false
+/// positive that broke the release preset.
+inline std::string Numbered(const char* prefix, long long n, const char* suffix = "") {
+  return std::string(prefix).append(std::to_string(n)).append(suffix);
+}
+
 }  // namespace jobtest

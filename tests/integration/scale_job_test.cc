@@ -25,7 +25,7 @@ TEST_F(ScaleJob, EightRanksAllToAll) {
   const std::vector<Worker*> w = StartRanks(kScaleRanks);
   const auto host = [](size_t r) { return r == 2 || r == 5; };
   for (size_t r = 0; r < kRanks; ++r) {
-    const std::string a = "A" + std::to_string(r), dev = std::to_string(r);
+    const std::string a = Numbered("A", static_cast<long long>(r)), dev = std::to_string(r);
     ASSERT_NO_FATAL_FAILURE(Create(*w[r], a, 2, host(r) ? "host" : "dev", host(r) ? 0 : static_cast<int>(r)));
     ASSERT_NO_FATAL_FAILURE(Map(*w[r], a, a, 0, 2, r == 0 ? "0,1" : dev));
     ASSERT_NO_FATAL_FAILURE(Fill(*w[r], a));
@@ -35,7 +35,7 @@ TEST_F(ScaleJob, EightRanksAllToAll) {
   for (size_t r = 0; r < kRanks; ++r) {
     for (size_t i = 0; i < kRanks; ++i) {
       if (i == r) continue;
-      const std::string a = "A" + std::to_string(i);
+      const std::string a = Numbered("A", static_cast<long long>(i));
       ASSERT_NO_FATAL_FAILURE(Share(*w[i], a, *w[r]));
       ASSERT_NO_FATAL_FAILURE(Map(*w[r], a, a, 0, 2, std::to_string(r)));
       ++imports;
@@ -74,7 +74,7 @@ TEST_F(ScaleJob, ThreeCyclesInARowAtEightRanks) {
     std::vector<std::string> originals;
     const std::string word = std::to_string(1000 + cycle);
     for (size_t r = 0; r < kRanks; ++r) {  // rank r+1 writes into R<r>_0
-      const std::string view = "R" + std::to_string(r) + "_0";
+      const std::string view = Numbered("R", static_cast<long long>(r), "_0");
       Worker& importer = *w[(r + 1) % kRanks];
       originals.push_back(OkValue(Ask(importer, "read " + view + " " + word)));
       ASSERT_FALSE(originals.back().empty());
@@ -86,7 +86,7 @@ TEST_F(ScaleJob, ThreeCyclesInARowAtEightRanks) {
     const Ran rs = Restore(state);
     ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
     for (size_t r = 0; r < kRanks; ++r) {
-      const std::string view = "R" + std::to_string(r) + "_0";
+      const std::string view = Numbered("R", static_cast<long long>(r), "_0");
       const std::string marker = std::to_string(0xabc00000u + static_cast<unsigned>(cycle * 16 + static_cast<int>(r)));
       EXPECT_EQ(Ask(*w[r], "read " + view + " " + word), "ok " + marker) << w[r]->name;
       ASSERT_EQ(Ask(*w[r], "write " + view + " " + word + " " + originals[r]), "ok");
@@ -96,7 +96,7 @@ TEST_F(ScaleJob, ThreeCyclesInARowAtEightRanks) {
     CheckEveryByte();
     ExpectSameLayout(before, Snap());
     for (size_t r = 0; r < kRanks; ++r) {
-      const std::string view = "R" + std::to_string(r) + "_0";
+      const std::string view = Numbered("R", static_cast<long long>(r), "_0");
       CrossWrite(*w[r], view, *w[(r + 1) % kRanks], view);
     }
   }
@@ -129,7 +129,7 @@ TEST_F(ScaleJob, RestoreOntoRotatedDeviceMapThenBackByUuid) {
   for (int k = 0; k < kScaleRanks; ++k) {
     const int next = (k + 1) % kScaleRanks;
     rotated_uuids += " " + home[static_cast<size_t>(next) + 1];
-    map += (k ? "," : "") + std::to_string(k) + "=" + std::to_string(next);
+    map.append(k ? "," : "").append(Numbered("", k, "=")).append(std::to_string(next));  // see Numbered
     rotate[k] = next;
     back[next] = k;
   }

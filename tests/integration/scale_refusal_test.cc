@@ -62,7 +62,7 @@ class ScaleRefusal : public ScaleJob {
     EXPECT_EQ(UsedBytes(), used);
     CheckEveryByte();
     for (size_t r = 0; r < ranks_.size(); ++r) {
-      const std::string view = "R" + std::to_string(r) + "_0";
+      const std::string view = Numbered("R", static_cast<long long>(r), "_0");
       CrossWrite(*ranks_[r], view, *ranks_[(r + 1) % ranks_.size()], view);
     }
   }

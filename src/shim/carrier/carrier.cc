@@ -76,7 +76,8 @@ CarrierMode CarrierModeFromEnvironment() {
   const char* value = getenv("CUSNAP_CARRIER");
   if (value == nullptr || *value == '\0' || strcmp(value, "lazy") == 0) return CarrierMode::kLazy;
   if (strcmp(value, "eager") == 0) return CarrierMode::kEager;
-  CUSNAP_LOG_WARN("CUSNAP_CARRIER=%s is neither 'lazy' nor 'eager'; using lazy", value);
+  // Error level: a mistyped setting must be seen at the default log level (issue 17).
+  CUSNAP_LOG_ERROR("CUSNAP_CARRIER=%s is neither 'lazy' nor 'eager'; using lazy", value);
   return CarrierMode::kLazy;
 }
 

@@ -1,0 +1,174 @@
+// The checks `cusnap` makes before a command acts (checks.h).
+#include "cli/checks.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <optional>
+
+#include "common/endpoint_client.h"
+#include "coordinator/native_driver.h"
+#include "coordinator/proc.h"
+
+namespace cusnap::cli {
+namespace {
+
+/// "" when `name` is unset/empty or its value is one of `values`; else the refusal.
+std::string CheckChoice(const char* name, std::initializer_list<const char*> values) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return "";
+  std::string accepted;
+  for (const char* v : values) {
+    if (std::strcmp(value, v) == 0) return "";
+    accepted += (accepted.empty() ? "" : ", ") + std::string(v);
+  }
+  return std::string(name) + "='" + value + "' is not one of " + accepted;
+}
+
+/// The value of "<key>:" in /proc/<pid>/status, if present.
+std::optional<std::string> StatusField(int pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key + ":", 0) == 0) {
+      const auto begin = line.find_first_not_of(" \t", key.size() + 1);
+      return begin == std::string::npos ? "" : line.substr(begin);
+    }
+  }
+  return std::nullopt;
+}
+
+/// A timespec as seconds.
+double Seconds(const timespec& t) {
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+/// Wall-clock seconds at which `pid` started (its /proc start time in ticks since boot,
+/// placed on the wall clock through CLOCK_BOOTTIME).
+std::optional<double> StartedAt(int pid) {
+  const auto ticks = coord::ProcessStartTime(pid);
+  if (!ticks) return std::nullopt;
+  timespec now{}, boot{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  ::clock_gettime(CLOCK_BOOTTIME, &boot);
+  const double booted_at = Seconds(now) - Seconds(boot);
+  return booted_at + static_cast<double>(*ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+/// Whether the endpoint socket at `path` was left by an earlier process with `pid`'s pid:
+/// the shim creates it after its process started, so a socket older than the process now
+/// holding the pid is not its own. One second of slack covers the clocks' rounding.
+bool OlderThanProcess(const std::string& path, int pid) {
+  struct stat st {};
+  const auto started = StartedAt(pid);
+  if (!started || ::lstat(path.c_str(), &st) != 0) return false;
+  const double made = Seconds(st.st_mtim);
+  return made + 1.0 < *started;
+}
+
+/// The pid of a "<digits>.sock" name, or 0.
+int SocketPid(const char* name) {
+  char* end = nullptr;
+  const long pid = std::strtol(name, &end, 10);
+  if (end == name || std::strcmp(end, ".sock") != 0 || pid <= 0 || pid > (1 << 30)) return 0;
+  return static_cast<int>(pid);
+}
+
+}  // namespace
+
+std::string CheckEnvironment() {
+  for (const std::string& problem :
+       {CheckChoice("CUSNAP_LOG", {"error", "warn", "info", "debug"}),
+        CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"})}) {
+    if (!problem.empty()) return problem;
+  }
+  return "";
+}
+
+std::string CheckControlDirReadable(const std::string& control_dir) {
+  DIR* dir = ::opendir(control_dir.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT) return "";
+    return "cannot read control directory " + control_dir + ": " + std::strerror(errno);
+  }
+  ::closedir(dir);
+  return "";
+}
+
+std::string CheckControlDirLength(const std::string& control_dir) {
+  constexpr size_t kLimit = sizeof(sockaddr_un::sun_path) - 1;  // its NUL aside
+  // The longest endpoint name: pid_max is at most 2^22, 7 digits.
+  const std::string longest = EndpointPath(control_dir, 4194304);
+  if (longest.size() <= kLimit) return "";
+  return "the control directory " + control_dir + " (CUSNAP_CONTROL_DIR) is " +
+         std::to_string(control_dir.size()) + " bytes long: its endpoint sockets (" + longest +
+         ") would pass the " + std::to_string(kLimit) + "-byte limit of a unix socket path; " +
+         "choose a directory of at most " +
+         std::to_string(control_dir.size() - (longest.size() - kLimit)) + " bytes";
+}
+
+std::string CheckTargetPid(int pid, const std::string& control_dir) {
+  const std::string p = std::to_string(pid);
+  const auto tgid = StatusField(pid, "Tgid");
+  if (!tgid) return "pid " + p + " does not exist";
+  if (*tgid != p) {
+    return "pid " + p + " is thread " + p + " of process " + *tgid + ", not a process: give --pid " +
+           *tgid;
+  }
+  if (const auto uid = StatusField(pid, "Uid")) {
+    const std::string real = uid->substr(0, uid->find_first_of(" \t"));
+    // Root may act on another user's job, when its endpoints are where root looks.
+    if (real != std::to_string(::geteuid()) &&
+        (::geteuid() != 0 || coord::EndpointPidsInTree(control_dir, pid).empty())) {
+      return "pid " + p + " (" + coord::ProcessName(pid) + ") belongs to uid " + real +
+             ", not to this user (uid " + std::to_string(::geteuid()) + "); cusnap looks for " +
+             "endpoints in " + control_dir + ", this user's control directory: run cusnap as " +
+             "that user, or set CUSNAP_CONTROL_DIR to the control directory the job was " +
+             "started with";
+    }
+  }
+  if (auto unreadable = CheckControlDirReadable(control_dir); !unreadable.empty()) {
+    return unreadable;
+  }
+  for (int member : coord::ProcessTree(pid)) {
+    const std::string path = EndpointPath(control_dir, member);
+    if (coord::HasEndpoint(control_dir, member) && OlderThanProcess(path, member)) {
+      return "endpoint " + path + " is stale: pid " + std::to_string(member) + " was reused by " +
+             "a later process (" + coord::ProcessName(member) + ") that cusnap did not start; " +
+             "remove it with 'cusnap status --prune'";
+    }
+  }
+  return "";
+}
+
+std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
+  std::vector<StaleEndpoint> stale;
+  DIR* dir = ::opendir(control_dir.c_str());
+  if (dir == nullptr) return stale;
+  while (const dirent* entry = ::readdir(dir)) {
+    const int pid = SocketPid(entry->d_name);
+    if (pid == 0 || !coord::HasEndpoint(control_dir, pid)) continue;
+    const std::string path = EndpointPath(control_dir, pid);
+    if (!coord::ProcessStartTime(pid)) {
+      stale.push_back(StaleEndpoint{pid, path, false});
+    } else if (OlderThanProcess(path, pid)) {
+      stale.push_back(StaleEndpoint{pid, path, true});
+    }
+  }
+  ::closedir(dir);
+  return stale;
+}
+
+std::string StaleReason(const StaleEndpoint& stale) {
+  if (!stale.reused) return "its process no longer exists";
+  return "pid " + std::to_string(stale.pid) + " was reused by a later process (" +
+         coord::ProcessName(stale.pid) + ")";
+}
+
+}  // namespace cusnap::cli

@@ -1,0 +1,48 @@
+// Checks `cusnap` makes before a command acts, so that a mistake is named before anything
+// changes (issue 17): the settings it and the shim read from the environment, the `--pid`
+// target, the control directory, and endpoint sockets left behind. Each check returns "" when
+// all is well, else the message to print.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace cusnap::cli {
+
+/// CUSNAP_LOG (error|warn|info|debug) and CUSNAP_CARRIER (lazy|eager): "" when each is unset,
+/// empty or one of its values; else a message naming the variable, its value and the values
+/// it accepts (the shim would silently fall back). CUSNAP_DRIVER is checked where it is read
+/// (coord::ParseDriverChoice).
+std::string CheckEnvironment();
+
+/// The `--pid` of checkpoint/restore/status before any driver is loaded or endpoint is
+/// contacted: the pid exists, is a process and not one of its threads ("pid T is thread T of
+/// process P"), belongs to this user (else, unless root finds its endpoints, the control
+/// directory searched is named, with CUSNAP_CONTROL_DIR), the control directory `control_dir` is readable, and no process of
+/// its tree has an endpoint socket left by an earlier process with its pid. "" when fine.
+std::string CheckTargetPid(int pid, const std::string& control_dir);
+
+/// Whether `control_dir` can be listed: "" when it can or does not exist, else "cannot read
+/// control directory D: <strerror>".
+std::string CheckControlDirReadable(const std::string& control_dir);
+
+/// For `cusnap run`: the endpoint socket path <control_dir>/<pid>.sock of any pid must fit a
+/// unix socket address (sun_path, 108 bytes with its NUL). "" when it does, else a message
+/// naming the directory, its length and the limit.
+std::string CheckControlDirLength(const std::string& control_dir);
+
+/// An endpoint socket whose process is gone: `pid` no longer exists, or it was reused by a
+/// later process (the socket is older than that process).
+struct StaleEndpoint {
+  int pid = 0;
+  std::string path;
+  bool reused = false;  ///< the pid exists again, as another process
+};
+
+/// Every stale endpoint socket "<pid>.sock" in `control_dir` (none when it cannot be read).
+std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir);
+
+/// "its process no longer exists" / "pid P was reused by a later process (<name>)".
+std::string StaleReason(const StaleEndpoint& stale);
+
+}  // namespace cusnap::cli

@@ -1,0 +1,57 @@
+// Build information of the CLI and of a shim library file (version.h). The CLI is compiled
+// with the definitions of the shim's build_info.cc (src/cli/CMakeLists.txt), so both describe
+// one build the same way.
+#include "cli/version.h"
+
+#include <cuda.h>
+
+#include <fstream>
+#include <iterator>
+#include <string_view>
+
+#include "cli/commands.h"
+
+// CUSNAP_VERSION, CUSNAP_GIT_COMMIT and CUSNAP_BUILD_TYPE always come from CMake here.
+
+namespace cusnap::cli {
+
+std::string CliBuildInfo() {
+  return std::string("cusnap " CUSNAP_VERSION " commit " CUSNAP_GIT_COMMIT " cuda-headers ") +
+         std::to_string(CUDA_VERSION) + " build " CUSNAP_BUILD_TYPE;
+}
+
+std::string ShimBuildInfoInFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The string literal of cusnap_build_info() in .rodata: "cusnap <v> commit <c> ...\0".
+  for (size_t at = bytes.find("cusnap "); at != std::string::npos;
+       at = bytes.find("cusnap ", at + 1)) {
+    const size_t end = bytes.find('\0', at);
+    if (end == std::string::npos) break;
+    const std::string text = bytes.substr(at, end - at);
+    if (text.find(" commit ") != std::string::npos && text.find(" build ") != std::string::npos &&
+        text.find('%') == std::string::npos) {
+      return text;
+    }
+  }
+  return "";
+}
+
+std::string MappedShimPath(int pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    static constexpr std::string_view kName = "/libcusnap.so";
+    if (path.size() >= kName.size() && path.compare(path.size() - kName.size(), kName.size(), kName) == 0) {
+      return path;
+    }
+  }
+  return "";
+}
+
+std::string ShimPath() { return SelfDir() + "/../lib/libcusnap.so"; }
+
+}  // namespace cusnap::cli

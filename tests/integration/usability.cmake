@@ -1,0 +1,15 @@
+# A new user's path through the real `cusnap` (issue 17): mistakes named before anything
+# changes (cli_mistakes_test.cc), and the installed tree: `cmake --install` into a scratch
+# prefix, then `cusnap demo` from there (install_demo.sh). Label: integration.
+
+cusnap_add_gtest(cli_mistakes_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_mistakes_test.cc
+  LIBS GTest::gmock nlohmann_json::nlohmann_json
+  LABELS integration
+  TIMEOUT 300)
+add_dependencies(cli_mistakes_test cusnap cusnap_shim simcuda_driver)
+
+add_test(NAME Install.DemoFromInstalledTree
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/install_demo.sh ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/install-test)
+set_tests_properties(Install.DemoFromInstalledTree PROPERTIES
+  TIMEOUT 300 LABELS integration ENVIRONMENT "${CUSNAP_TEST_ENV}")
