@@ -51,6 +51,7 @@ enum class Phase : uint32_t {
   kMulticastImported = 9,
   kMulticastJoined = 10,
   kFailed = 11,
+  kRestored = 12,
 };
 
 /// Header flags.

@@ -73,9 +73,10 @@ std::optional<uint32_t> KindFromName(std::string_view name) {
 }
 
 std::string PhaseName(uint32_t phase) {
-  static constexpr std::array<std::string_view, 11> kNames{
+  static constexpr std::array<std::string_view, 12> kNames{
       "active", "quiesced", "multicast_detached", "saved", "released", "reallocated",
-      "imported", "multicast_created", "multicast_imported", "multicast_joined", "failed"};
+      "imported", "multicast_created", "multicast_imported", "multicast_joined", "failed",
+      "restored"};
   if (phase >= 1 && phase <= kNames.size()) return std::string(kNames[phase - 1]);
   return "phase " + std::to_string(phase);
 }

@@ -121,6 +121,7 @@ class FakeParticipant final : public coord::Participant {
         p_.phase = static_cast<uint32_t>(proto::Phase::kImported);
         p_.restored = true;
         break;
+      case proto::Op::kMulticastBind: p_.phase = static_cast<uint32_t>(proto::Phase::kRestored); break;
       case proto::Op::kActivate: p_.phase = static_cast<uint32_t>(proto::Phase::kActive); break;
       default: break;
     }
