@@ -1,5 +1,6 @@
 // The checkpoint sequence (coordinator.h): one function per phase, run in order by Run().
 #include <ctime>
+#include <iterator>
 #include <map>
 
 #include "coordinator/records.h"
@@ -16,30 +17,29 @@ class CheckpointSequence : Sequence {
                      CheckpointDriver& driver, PhaseObserver& observer)
       : Sequence(discover, driver, observer), options_(options) {}
 
-  CommandReport Run() {
-    report_.state_file = StateFilePath(options_.state_dir);
-    // Read-only: a failure leaves the job untouched.
-    if (!DiscoverPhase() || !InspectAll() || !ValidateAll()) return Finish(Outcome::kRefused);
-    // Quiesce: application calls wait, nothing destroyed yet; a failure resumes everyone.
-    if (!QuiesceAll()) {
-      ResumeQuiesced();
-      return Finish(Outcome::kRefused);
-    }
-    // Detach and save change no unicast memory (save only copies it out): on a failure each
-    // shim is asked to resume, and says itself whether it still can (a detached multicast
-    // team cannot be undone). Only when every one did is the job running untouched.
-    if (!LifecyclePhase(proto::Op::kDetachMulticast, {}, 0, MulticastNote()) || !SaveAll()) {
-      return Finish(ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange);
-    }
-    // Destructive from here on: fail loudly, never pretend.
-    if (!LifecyclePhase(proto::Op::kRelease) || !WriteState() || !NativeLockAll() ||
-        !NativeCheckpointAll()) {
-      return Finish(Outcome::kFailedAfterChange);
-    }
-    return Finish(Outcome::kOk);
-  }
+  /// Runs kStages in order (below).
+  CommandReport Run();
+
+  /// The checkpoint, stage by stage: read-only until quiesce (a failure leaves the job
+  /// untouched); quiesce makes application calls wait, nothing destroyed yet (a failure
+  /// resumes everyone); detach and save change no unicast memory (save only copies it out):
+  /// on a failure each shim is asked to resume, and says itself whether it still can (a
+  /// detached multicast team cannot be undone), and only when every one did is the job
+  /// running untouched. Destructive from release on: fail loudly, never pretend.
+  static const Stage<CheckpointSequence> kStages[];
 
  private:
+  Outcome Refused() { return Outcome::kRefused; }
+  Outcome ResumeAndRefuse() {
+    ResumeQuiesced();
+    return Outcome::kRefused;
+  }
+  Outcome ResumeOrFail() { return ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange; }
+  Outcome Failed() { return Outcome::kFailedAfterChange; }
+
+  /// detach_multicast: every multicast team taken apart (nothing to do without one).
+  bool DetachAll() { return LifecyclePhase(proto::Op::kDetachMulticast, {}, 0, MulticastNote()); }
+
   /// inspect: every participant's sharing table.
   bool InspectAll() {
     views_.assign(participants_.size(), ParticipantView{});
@@ -241,7 +241,27 @@ class CheckpointSequence : Sequence {
   std::vector<uint64_t> saved_bytes_;
 };
 
+constexpr Stage<CheckpointSequence> CheckpointSequence::kStages[] = {
+    {&CheckpointSequence::DiscoverPhase, &CheckpointSequence::Refused},
+    {&CheckpointSequence::InspectAll, &CheckpointSequence::Refused},
+    {&CheckpointSequence::ValidateAll, &CheckpointSequence::Refused},
+    {&CheckpointSequence::QuiesceAll, &CheckpointSequence::ResumeAndRefuse},
+    {&CheckpointSequence::DetachAll, &CheckpointSequence::ResumeOrFail},
+    {&CheckpointSequence::SaveAll, &CheckpointSequence::ResumeOrFail},
+    {&CheckpointSequence::LifecycleStage<proto::Op::kRelease>, &CheckpointSequence::Failed},
+    {&CheckpointSequence::WriteState, &CheckpointSequence::Failed},
+    {&CheckpointSequence::NativeLockAll, &CheckpointSequence::Failed},
+    {&CheckpointSequence::NativeCheckpointAll, &CheckpointSequence::Failed},
+};
+
+CommandReport CheckpointSequence::Run() {
+  report_.state_file = StateFilePath(options_.state_dir);
+  return Finish(RunStages(*this, kStages));
+}
+
 }  // namespace
+
+const size_t kCheckpointPhaseCount = std::size(CheckpointSequence::kStages);
 
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer) {

@@ -1,5 +1,6 @@
 // The restore sequence (coordinator.h): one function per phase, run in order by Run().
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "coordinator/records.h"
@@ -15,30 +16,32 @@ class RestoreSequence : Sequence {
                   CheckpointDriver& driver, PhaseObserver& observer)
       : Sequence(discover, driver, observer), options_(options) {}
 
-  CommandReport Run() {
-    report_.state_file = StateFilePath(options_.state_dir);
-    // Read-only: a refusal changes nothing.
-    if (!ReadState() || !DiscoverPhase() ||
-        !CheckPhase("match", [&] { return MatchParticipants(); })) {
-      return Finish(Outcome::kRestoreRefused);
-    }
-    // From the native restore on, every failure is loud and final. The device map goes to the
-    // native restore only: it keeps each process's ordinals and changes the GPU behind them
-    // (DRIVER-FACTS F7), so the shims rebuild on the ordinals they recorded.
-    if (!NativeRestoreAll() || !NativeUnlockAll() ||
-        !LifecyclePhase(proto::Op::kReallocate, {}, SavedBytes()) ||
-        !LifecyclePhase(proto::Op::kImport) ||
-        !LifecyclePhase(proto::Op::kMulticastCreate, {}, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastImport, {}, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastJoin, {}, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastBind, {}, 0, MulticastNote()) || !VerifyAll() ||
-        !LifecyclePhase(proto::Op::kActivate)) {
-      return Finish(Outcome::kFailedAfterChange);
-    }
-    return Finish(Outcome::kOk);
-  }
+  /// Runs kStages in order (below).
+  CommandReport Run();
+
+  /// The restore, stage by stage: read-only until match (a refusal changes nothing); from
+  /// the native restore on, every failure is loud and final. The device map goes to the
+  /// native restore only: it keeps each process's ordinals and changes the GPU behind them
+  /// (DRIVER-FACTS F7), so the shims rebuild on the ordinals they recorded. After
+  /// multicast_bind every shim is RESTORED and its application still waits: verify compares
+  /// first, activate lets it go on.
+  static const Stage<RestoreSequence> kStages[];
 
  private:
+  Outcome Refused() { return Outcome::kRestoreRefused; }
+  Outcome Failed() { return Outcome::kFailedAfterChange; }
+
+  bool Match() {
+    return CheckPhase("match", [&] { return MatchParticipants(); });
+  }
+  /// reallocate: the creators' fresh allocations, their saved bytes copied back.
+  bool ReallocateAll() { return LifecyclePhase(proto::Op::kReallocate, {}, SavedBytes()); }
+  /// A multicast rebuild step (noted when the checkpoint recorded no multicast object).
+  template <proto::Op op>
+  bool MulticastStage() {
+    return LifecyclePhase(op, {}, 0, MulticastNote());
+  }
+
   /// read_state: the state file, validated (missing or corrupt refuses).
   bool ReadState() {
     return LocalPhase("read_state", [&]() -> Result<uint64_t> {
@@ -182,7 +185,30 @@ class RestoreSequence : Sequence {
   std::vector<UuidPair> gpu_pairs_;                 ///< for the native restore
 };
 
+constexpr Stage<RestoreSequence> RestoreSequence::kStages[] = {
+    {&RestoreSequence::ReadState, &RestoreSequence::Refused},
+    {&RestoreSequence::DiscoverPhase, &RestoreSequence::Refused},
+    {&RestoreSequence::Match, &RestoreSequence::Refused},
+    {&RestoreSequence::NativeRestoreAll, &RestoreSequence::Failed},
+    {&RestoreSequence::NativeUnlockAll, &RestoreSequence::Failed},
+    {&RestoreSequence::ReallocateAll, &RestoreSequence::Failed},
+    {&RestoreSequence::LifecycleStage<proto::Op::kImport>, &RestoreSequence::Failed},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastCreate>, &RestoreSequence::Failed},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastImport>, &RestoreSequence::Failed},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastJoin>, &RestoreSequence::Failed},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastBind>, &RestoreSequence::Failed},
+    {&RestoreSequence::VerifyAll, &RestoreSequence::Failed},
+    {&RestoreSequence::LifecycleStage<proto::Op::kActivate>, &RestoreSequence::Failed},
+};
+
+CommandReport RestoreSequence::Run() {
+  report_.state_file = StateFilePath(options_.state_dir);
+  return Finish(RunStages(*this, kStages));
+}
+
 }  // namespace
+
+const size_t kRestorePhaseCount = std::size(RestoreSequence::kStages);
 
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer) {

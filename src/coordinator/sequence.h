@@ -1,6 +1,7 @@
 // Internal to the coordinator: the state both command sequences share while they run (the
-// participants, what they reported, the report being built) and the helper that runs one
-// named phase, records it and tells the observer.
+// participants, what they reported, the report being built), the helper that runs one
+// named phase, records it and tells the observer, and the row type of each command's stage
+// list (checkpoint.cc, restore.cc: the phase counts in coordinator.h come from those lists).
 #pragma once
 
 #include <atomic>
@@ -12,6 +13,24 @@
 #include "coordinator/topology.h"
 
 namespace cusnap::coord {
+
+/// One stage of a command `Seq`: the member that runs it (exactly one recorded phase) and
+/// the member that decides, when it failed, how the command ends (after undoing what it
+/// can).
+template <typename Seq>
+struct Stage {
+  bool (Seq::*run)();
+  Outcome (Seq::*on_failure)();
+};
+
+/// Runs `stages` in order on `seq` until one fails; the outcome its on_failure gives, or kOk.
+template <typename Seq, size_t N>
+Outcome RunStages(Seq& seq, const Stage<Seq> (&stages)[N]) {
+  for (const Stage<Seq>& stage : stages) {
+    if (!(seq.*stage.run)()) return (seq.*stage.on_failure)();
+  }
+  return Outcome::kOk;
+}
 
 class Sequence {
  protected:
@@ -32,6 +51,11 @@ class Sequence {
   /// after the op and counts the bytes carrier replies report. `note` as for Phase.
   bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {},
                       uint64_t expected_bytes = 0, const std::string& note = "");
+  /// LifecyclePhase(op) as a stage.
+  template <proto::Op op>
+  bool LifecycleStage() {
+    return LifecyclePhase(op);
+  }
 
   /// discover: find the participants and identify each (start time checked against /proc,
   /// so a stale socket of a reused pid is not taken for the process), and decide which ones

@@ -92,6 +92,7 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
   ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
   EXPECT_EQ(Names(report), kCheckpointPhases);
   EXPECT_EQ(observer_.finished, kCheckpointPhases);
+  EXPECT_EQ(coord::kCheckpointPhaseCount, kCheckpointPhases.size());  // the progress bar's count
   // Each arrow is a barrier: no participant starts a phase before all finished the last.
   // (INSPECT runs twice: before validation, and again inside quiesce once quiesced.)
   EXPECT_THAT(job_.log()[0], ::testing::StartsWith("inspect "));
@@ -425,6 +426,7 @@ TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
   const auto report = RunRestore(*coord::ParseDeviceMap("0=1,1=0"));
   ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
   EXPECT_EQ(Names(report), kRestorePhases);
+  EXPECT_EQ(coord::kRestorePhaseCount, kRestorePhases.size());  // the progress bar's count
   EXPECT_EQ(report.phases[5].name, "reallocate");
   EXPECT_EQ(report.phases[5].bytes, kMiB2);
   // The device map reaches the driver by UUID.
