@@ -375,10 +375,4 @@ bool HostCarrier::poisoned() const {
   return poisoned_;
 }
 
-HostCarrier& carrier() {
-  // Never destroyed: its arena must outlive every thread that might still copy.
-  static HostCarrier* instance = new HostCarrier(driver(), CarrierModeFromEnvironment());
-  return *instance;
-}
-
 }  // namespace cusnap::shim

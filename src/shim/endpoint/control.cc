@@ -1,22 +1,13 @@
 #include "shim/endpoint/control.h"
 
-#include <atomic>
 #include <cstring>
 
 #include "common/ids.h"
 #include "common/socket.h"
-#include "shim/tables/multicast_table.h"
 #include "shim/process.h"
 
 namespace cusnap::shim {
 namespace {
-
-// Installed handlers, published whole: the control thread reads one consistent copy.
-std::atomic<const LifecycleHandler*> g_handler{nullptr};
-
-proto::Phase CurrentPhase(const LifecycleHandler* handler) {
-  return handler != nullptr && handler->phase != nullptr ? handler->phase() : proto::Phase::kActive;
-}
 
 ControlReply Refuse(const proto::Header& request, proto::Phase phase, const std::string& why) {
   ControlReply reply;
@@ -32,15 +23,10 @@ ControlReply Refuse(const proto::Header& request, proto::Phase phase, const std:
 
 }  // namespace
 
-void InstallLifecycleHandler(const LifecycleHandler& handler) {
-  // Never freed: the control thread may still be reading the previous one.
-  g_handler.store(new LifecycleHandler(handler), std::memory_order_release);
-}
-
 ControlReply HandleControlRequest(const proto::Header& request,
                                   std::span<const proto::Record> records) {
-  const LifecycleHandler* handler = g_handler.load(std::memory_order_acquire);
-  const proto::Phase phase = CurrentPhase(handler);
+  (void)records;  // no control request carries records
+  const proto::Phase phase = LifecyclePhase();
   const auto op = static_cast<proto::Op>(request.op);
   switch (op) {
     case proto::Op::kIdentify: {
@@ -57,9 +43,7 @@ ControlReply HandleControlRequest(const proto::Header& request,
       reply.header.arg[5] = proto::PackCreateCounts(counts.created_total, counts.created_host_numa);
       // What the checkpoint's refusal names: each untracked import's location and VA ranges.
       reply.records = table().UntrackedRecords();
-      if (handler != nullptr && handler->failure != nullptr) {
-        SetHeaderText(reply.header, handler->failure());
-      }
+      SetHeaderText(reply.header, LifecycleFailure());
       return reply;
     }
     case proto::Op::kInspect: {
@@ -86,11 +70,7 @@ ControlReply HandleControlRequest(const proto::Header& request,
     case proto::Op::kMulticastBind:
     case proto::Op::kResume:
     case proto::Op::kActivate:
-      if (handler == nullptr || handler->handle == nullptr) {
-        return Refuse(request, phase, "lifecycle operation " + std::to_string(request.op) +
-                                          " not implemented");
-      }
-      return ControlReply{handler->handle(request, records), {}};
+      return ControlReply{HandleLifecycleRequest(request), {}};
   }
   return Refuse(request, phase, "unknown control operation " + std::to_string(request.op));
 }

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <new>
 
 #include "common/log.h"
 
@@ -21,13 +20,6 @@ thread_local bool t_counted = false;
 thread_local uint32_t t_bypass = 0;
 
 }  // namespace
-
-QuiesceGate& gate() {
-  // Never destroyed: application threads may still wait in it while the process exits.
-  alignas(QuiesceGate) static unsigned char storage[sizeof(QuiesceGate)];
-  static QuiesceGate* instance = new (storage) QuiesceGate();
-  return *instance;
-}
 
 CUresult QuiesceGate::Enter() {
   if (t_depth > 0) {

@@ -1,8 +1,6 @@
 // The multicast table (multicast_table.h).
 #include "shim/tables/multicast_table.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <cstring>
 #include <tuple>
@@ -329,33 +327,5 @@ std::vector<MulticastMapping> MulticastTable::Mappings() const {
   for (const auto& [address, m] : mappings_) out.push_back(m);
   return out;
 }
-
-// ---- The process's table, replaced whole in a fork child (as process.cc does for the
-// sharing table: the child drops what it inherited without freeing anything through CUDA).
-namespace {
-
-std::atomic<MulticastTable*> g_table{nullptr};
-
-MulticastTable& Table() {
-  MulticastTable* table = g_table.load(std::memory_order_acquire);
-  if (table != nullptr) return *table;
-  auto* fresh = new MulticastTable();
-  if (g_table.compare_exchange_strong(table, fresh, std::memory_order_acq_rel)) return *fresh;
-  delete fresh;
-  return *table;
-}
-
-// Never held across a driver call, so the prepare handler waits only for short sections.
-void ForkPrepare() { Table().mutex().lock(); }
-void ForkParent() { Table().mutex().unlock(); }
-void ForkChild() { g_table.store(new MulticastTable(), std::memory_order_release); }
-
-__attribute__((constructor)) void RegisterForkHandlers() {
-  pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
-}
-
-}  // namespace
-
-MulticastTable& multicast_table() { return Table(); }
 
 }  // namespace cusnap::shim

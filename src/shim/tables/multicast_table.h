@@ -197,8 +197,4 @@ class MulticastTable {
   MappingIndex<MulticastMapping> mappings_;
 };
 
-/// This process's multicast table (a fork child gets an empty one, as with the sharing
-/// table: process.h).
-MulticastTable& multicast_table();
-
 }  // namespace cusnap::shim
