@@ -154,6 +154,20 @@ class HandleTable {
   /// `counter` mints this table's logical handle values.
   explicit HandleTable(LogicalHandleCounter counter) : counter_(counter) {}
 
+  /// A new object's entry: `real` (valid) in `context`, created here or imported (imports
+  /// are shared from the start); the caller fills in what is particular to its kind.
+  static Info NewInfo(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+                      CUcontext context, bool creator) {
+    Info info;
+    info.id = id;
+    info.context = context;
+    info.has_real = true;
+    info.real = real;
+    info.creator = creator;
+    info.shared = !creator;
+    return info;
+  }
+
   /// Object id of a new object this process creates (next local id).
   proto::ObjectId NewIdLocked(const ProcessIdentity& self) {
     proto::ObjectId id{};

@@ -36,22 +36,14 @@ MulticastProperties MulticastProperties::FromDriver(const CUmulticastObjectProp&
   return MulticastProperties{prop.numDevices, prop.size, prop.handleTypes, prop.flags};
 }
 
-namespace {
-
-MulticastObjectInfo NewObject(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
-                              const MulticastProperties& prop, CUcontext context, bool creator) {
-  MulticastObjectInfo o;
-  o.id = id;
+MulticastObjectInfo MulticastTable::NewObject(const proto::ObjectId& id,
+                                              CUmemGenericAllocationHandle real,
+                                              const MulticastProperties& prop, CUcontext context,
+                                              bool creator) {
+  MulticastObjectInfo o = NewInfo(id, real, context, creator);
   o.prop = prop;
-  o.context = context;
-  o.has_real = true;
-  o.real = real;
-  o.creator = creator;
-  o.shared = !creator;
   return o;
 }
-
-}  // namespace
 
 uint64_t MulticastTable::AddCreated(CUmemGenericAllocationHandle real,
                                     const MulticastProperties& prop, CUcontext context,

@@ -148,6 +148,11 @@ class MulticastTable : public HandleTable<MulticastObjectInfo, MulticastMapping>
   /// How many records Inspect() would return.
   uint64_t RecordCount() const;
   std::vector<MulticastObjectInfo> Objects() const;
+
+ private:
+  static MulticastObjectInfo NewObject(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+                                       const MulticastProperties& prop, CUcontext context,
+                                       bool creator);
 };
 
 }  // namespace cusnap::shim

@@ -19,22 +19,17 @@ void FillAllocationRecord(const AllocationInfo& a, proto::Record* record) {
                   (a.shared ? proto::kShared : 0u);
 }
 
-AllocationInfo NewAllocation(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
-                             size_t size, const CUmemAllocationProp& prop, CUcontext context,
-                             bool creator) {
-  AllocationInfo a;
-  a.id = id;
+}  // namespace
+
+AllocationInfo SharingTable::NewAllocation(const proto::ObjectId& id,
+                                           CUmemGenericAllocationHandle real, size_t size,
+                                           const CUmemAllocationProp& prop, CUcontext context,
+                                           bool creator) {
+  AllocationInfo a = NewInfo(id, real, context, creator);
   a.size = size;
   a.prop = prop;
-  a.context = context;
-  a.has_real = true;
-  a.real = real;
-  a.creator = creator;
-  a.shared = !creator;
   return a;
 }
-
-}  // namespace
 
 uint64_t SharingTable::AddCreated(CUmemGenericAllocationHandle real, size_t size,
                                   const CUmemAllocationProp& prop, CUcontext context,

@@ -157,6 +157,10 @@ class SharingTable : public HandleTable<AllocationInfo, MappingInfo> {
   std::vector<AllocationInfo> Allocations() const;
 
  private:
+  static AllocationInfo NewAllocation(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+                                      size_t size, const CUmemAllocationProp& prop,
+                                      CUcontext context, bool creator);
+
   UntrackedImports untracked_;
   // untracked_.size(), stored under the lock and read without it so that untracked map,
   // unmap, retain and release calls skip the lock while no untracked import is live. Safe:
