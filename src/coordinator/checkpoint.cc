@@ -4,6 +4,7 @@
 #include <map>
 
 #include "coordinator/records.h"
+#include "common/text.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
 #include "coordinator/state_guard.h"
@@ -46,7 +47,7 @@ class CheckpointSequence : Sequence {
     return Phase("inspect", [&](size_t i) -> Result<uint64_t> {
       const Identity& id = identities_[i];
       if (id.phase != static_cast<uint32_t>(proto::Phase::kActive)) {
-        return Error{-1, "pid " + std::to_string(id.pid) + ": its cusnap shim is " +
+        return Error{-1, ProcessText(id.pid) + ": its cusnap shim is " +
                              PhaseName(id.phase) + ", not active" +
                              (id.failure.empty() ? "" : " (" + id.failure + ")") +
                              "; only a running job can be checkpointed" + RestoreHint(id)};
@@ -133,7 +134,7 @@ class CheckpointSequence : Sequence {
       if (!step) return step.error();
       const uint64_t expected = CreatedBytes(views_[i]);
       if (step->bytes != expected) {
-        return Error{-1, "pid " + std::to_string(participants_[i]->pid()) + ": save copied " +
+        return Error{-1, ProcessText(participants_[i]->pid()) + ": save copied " +
                              std::to_string(step->bytes) + " bytes, but the allocations it " +
                              "created hold " + std::to_string(expected) + " bytes"};
       }

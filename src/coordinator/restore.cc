@@ -4,6 +4,7 @@
 #include <map>
 
 #include "coordinator/records.h"
+#include "common/text.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
 
@@ -64,19 +65,19 @@ class RestoreSequence : Sequence {
       const Identity& id = identities_[i];
       const auto it = recorded.find(id.pid);
       if (it == recorded.end()) {
-        problems.push_back("pid " + std::to_string(id.pid) +
+        problems.push_back(ProcessText(id.pid) +
                            " is a participant now but is not in the checkpoint " +
                            report_.state_file);
         continue;
       }
       if (it->second->start_time != id.start_time) {
-        problems.push_back("pid " + std::to_string(id.pid) + " is not the process that was " +
+        problems.push_back(ProcessText(id.pid) + " is not the process that was " +
                            "checkpointed: it started at tick " + std::to_string(id.start_time) +
-                           ", the checkpoint's pid " + std::to_string(id.pid) +
+                           ", the checkpoint's " + ProcessText(id.pid) +
                            " started at tick " + std::to_string(it->second->start_time) +
                            " (pid reused)");
       } else if (id.phase != static_cast<uint32_t>(proto::Phase::kReleased)) {
-        problems.push_back("pid " + std::to_string(id.pid) + ": its cusnap shim is " +
+        problems.push_back(ProcessText(id.pid) + ": its cusnap shim is " +
                            PhaseName(id.phase) + ", not released" +
                            (id.failure.empty() ? "" : " (" + id.failure + ")") +
                            "; there is nothing to restore");
@@ -85,7 +86,7 @@ class RestoreSequence : Sequence {
       recorded.erase(it);
     }
     for (const auto& [pid, p] : recorded) {
-      problems.push_back("pid " + std::to_string(pid) + " of the checkpoint is not a " +
+      problems.push_back(ProcessText(pid) + " of the checkpoint is not a " +
                          "participant now (exited, or outside the given process tree)");
     }
     if (problems.empty() && !options_.device_map.empty()) {
@@ -171,7 +172,7 @@ class RestoreSequence : Sequence {
                         std::back_inserter(missing));
     std::set_difference(got.begin(), got.end(), want.begin(), want.end(),
                         std::back_inserter(extra));
-    std::string text = "pid " + std::to_string(pid) + ": after restore the sharing table " +
+    std::string text = ProcessText(pid) + ": after restore the sharing table " +
                        "differs from the checkpoint (" + std::to_string(got.size()) +
                        " records, " + std::to_string(want.size()) + " recorded)";
     for (size_t k = 0; k < missing.size() && k < 3; ++k) text += "; recorded, now missing: " + missing[k];

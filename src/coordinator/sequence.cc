@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "common/text.h"
 #include "coordinator/records.h"
 
 namespace cusnap::coord {
@@ -82,7 +83,7 @@ bool Sequence::DiscoverPhase() {
       if (!id) return id.error();
       const auto start = participants_[i]->start_time();
       if (!start || *start != id->start_time) {
-        return Error{-1, "pid " + std::to_string(id->pid) + ": its endpoint reports start time " +
+        return Error{-1, ProcessText(id->pid) + ": its endpoint reports start time " +
                              std::to_string(id->start_time) + " but the process started at " +
                              (start ? std::to_string(*start) : std::string("(gone)")) +
                              " (a stale endpoint of a reused pid?)"};

@@ -172,14 +172,15 @@ void AnticipateCarrier() {
   host.Anticipate(table().Counts().tracked_bytes);
 }
 
-void ReleaseDropped(const Dropped& dropped) {
-  if (dropped.creator) export_cache().Invalidate(TicketKind::kUnicast, dropped.id.local_id);
+void ReleaseDropped(const Dropped& dropped, TicketKind kind) {
+  if (dropped.creator) export_cache().Invalidate(kind, dropped.id.local_id);
   if (!dropped.has_real) return;
   auto release = driver().cuMemRelease;
   const CUresult rc = release != nullptr ? release(dropped.real) : CUDA_ERROR_NOT_INITIALIZED;
   if (rc != CUDA_SUCCESS) {
-    CUSNAP_LOG_WARN("releasing the real handle of %s failed: CUresult %d",
-                    DescribeObject(dropped.id).c_str(), static_cast<int>(rc));
+    const char* what = kind == TicketKind::kMulticast ? "multicast object" : "allocation";
+    CUSNAP_LOG_WARN("releasing the real handle of %s failed: %s",
+                    DescribeObject(dropped.id, what).c_str(), ResultText(driver(), rc).c_str());
   }
 }
 

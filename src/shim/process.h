@@ -70,10 +70,10 @@ std::string LifecycleFailure();
 /// finds its host memory already provided (DRIVER-FACTS "Speeds"). Lazy mode: nothing.
 void AnticipateCarrier();
 
-/// Finishes with an allocation that lost its last reference: drops its export cache entry
-/// (creator) and releases its real handle through the driver. Never called under the table
-/// lock.
-void ReleaseDropped(const Dropped& dropped);
+/// Finishes with an object that lost its last reference (an allocation, or with
+/// TicketKind::kMulticast a multicast object): drops its export cache entry (creator) and
+/// releases its real handle through the driver. Never called under a table lock.
+void ReleaseDropped(const Dropped& dropped, TicketKind kind = TicketKind::kUnicast);
 
 /// A real handle from the driver that carries the logical tag would be ambiguous: releases
 /// it, logs which `call` returned it, and returns CUDA_ERROR_INVALID_HANDLE.

@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace cusnap::shim {
 namespace {
@@ -86,7 +87,7 @@ Status QuiesceGate::Close(int64_t drain_ms) {
   state_.store(kOpen, std::memory_order_seq_cst);
   changed_.notify_all();
   return Error{CUDA_ERROR_NOT_READY,
-               "pid " + std::to_string(getpid()) + ": " + std::to_string(busy) +
+               ProcessText(getpid()) + ": " + std::to_string(busy) +
                    " tracked driver call(s) still in flight after " +
                    std::to_string(drain_ms) + " ms; not quiesced, the job goes on"};
 }
