@@ -9,6 +9,7 @@
 //                               tracked allocations (the test inspects it over its endpoint)
 //   raw-exporter                (run without the shim) exports a raw descriptor
 //   fork-early / fork-late      fork before any CUDA use / after tracking
+//   fork-quiesced               fork while its own shim is quiesced
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "common/endpoint_client.h"
@@ -75,13 +77,18 @@ void CheckOwnTicket(int fd) {
   Check((*t)->id.creator_pid == getpid(), "ticket names pid " + std::to_string((*t)->id.creator_pid));
 }
 
-// kIdentify on `pid`'s endpoint; fails the actor when it does not answer.
-cusnap::Reply Identify(int pid) {
-  auto reply = cusnap::Request(cusnap::EndpointPath(cusnap::ControlDir(), pid),
-                               cusnap::MakeHeader(cusnap::proto::Op::kIdentify), {}, kTimeoutMs);
-  if (!reply.ok()) Fail("identify pid " + std::to_string(pid) + ": " + reply.error().message);
+// `op` (with arg[0] = `arg0`) on `pid`'s endpoint; fails the actor when it does not answer.
+cusnap::Reply Call(int pid, cusnap::proto::Op op, uint64_t arg0 = 0) {
+  cusnap::proto::Header request = cusnap::MakeHeader(op);
+  request.arg[0] = arg0;
+  auto reply = cusnap::Request(cusnap::EndpointPath(cusnap::ControlDir(), pid), request, {},
+                               kTimeoutMs);
+  if (!reply.ok()) Fail("request to pid " + std::to_string(pid) + ": " + reply.error().message);
   return *reply;
 }
+
+// kIdentify on `pid`'s endpoint.
+cusnap::Reply Identify(int pid) { return Call(pid, cusnap::proto::Op::kIdentify); }
 
 bool EndpointExists(int pid) {
   struct stat st;
@@ -457,6 +464,42 @@ int ForkLate() {
   return 0;
 }
 
+// The process root is replaced whole in a fork child: a child forked while its parent's
+// shim is quiesced starts ACTIVE with an open gate, its tracked calls do not wait. (The
+// driver itself refuses a child forked after cuInit: CUDA_ERROR_NOT_INITIALIZED.)
+int ForkQuiesced() {
+  Init();
+  CUmemAllocationProp prop = Prop(true);
+  const size_t size = Granularity();
+  CUmemGenericAllocationHandle handle = 0;
+  CU(cuMemCreate(&handle, size, &prop, 0));
+  const cusnap::Reply quiesced = Call(getpid(), cusnap::proto::Op::kQuiesce, /*drain ms*/ 5'000);
+  Check(quiesced.header.status == 0, std::string("quiesce: ") + quiesced.header.text);
+  const pid_t child = fork();
+  Check(child >= 0, "fork");
+  if (child == 0) {
+    g_role = "fork-quiesced child";
+    CUmemGenericAllocationHandle mine = 0;
+    const auto start = std::chrono::steady_clock::now();
+    // The driver's own answer, at once: at a closed gate the call would wait 60 s.
+    CU_EXPECT(CUDA_ERROR_NOT_INITIALIZED, cuMemCreate(&mine, size, &prop, 0));
+    Check(std::chrono::steady_clock::now() - start < std::chrono::seconds(5),
+          "the child's tracked call did not wait at a gate");
+    cusnap::Reply me = Identify(getpid());
+    Check(me.header.phase == static_cast<uint32_t>(cusnap::proto::Phase::kActive),
+          "the child's shim is ACTIVE, phase " + std::to_string(me.header.phase));
+    Check(me.header.arg[2] == 0, "the child's table is empty");
+    std::exit(0);
+  }
+  Check(WaitExit(child) == 0, "fork child failed");
+  Check(Identify(getpid()).header.phase == static_cast<uint32_t>(cusnap::proto::Phase::kQuiesced),
+        "the parent stays QUIESCED");
+  const cusnap::Reply resumed = Call(getpid(), cusnap::proto::Op::kResume);
+  Check(resumed.header.status == 0, std::string("resume: ") + resumed.header.text);
+  CU(cuMemRelease(handle));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -470,5 +513,6 @@ int main(int argc, char** argv) {
   if (role == "raw-exporter") return RawExporter();
   if (role == "fork-early") return ForkEarly();
   if (role == "fork-late") return ForkLate();
+  if (role == "fork-quiesced") return ForkQuiesced();
   Fail("unknown role " + role);
 }
