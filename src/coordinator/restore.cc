@@ -42,6 +42,16 @@ class RestoreSequence : Sequence {
   bool MulticastStage() {
     return LifecyclePhase(op, {}, 0, MulticastNote());
   }
+  /// multicast_bind, the last rebuild step: every shim is then RESTORED, its application
+  /// still waiting for activate.
+  bool BindAll() {
+    return LifecyclePhase(proto::Op::kMulticastBind, {}, 0, MulticastNote(),
+                          proto::Phase::kRestored);
+  }
+  /// activate: every shim ACTIVE again, its application calls proceed.
+  bool ActivateAll() {
+    return LifecyclePhase(proto::Op::kActivate, {}, 0, "", proto::Phase::kActive);
+  }
 
   /// read_state: the state file, validated (missing or corrupt refuses).
   bool ReadState() {
@@ -197,9 +207,9 @@ constexpr Stage<RestoreSequence> RestoreSequence::kStages[] = {
     {&RestoreSequence::MulticastStage<proto::Op::kMulticastCreate>, &RestoreSequence::Failed},
     {&RestoreSequence::MulticastStage<proto::Op::kMulticastImport>, &RestoreSequence::Failed},
     {&RestoreSequence::MulticastStage<proto::Op::kMulticastJoin>, &RestoreSequence::Failed},
-    {&RestoreSequence::MulticastStage<proto::Op::kMulticastBind>, &RestoreSequence::Failed},
+    {&RestoreSequence::BindAll, &RestoreSequence::Failed},
     {&RestoreSequence::VerifyAll, &RestoreSequence::Failed},
-    {&RestoreSequence::LifecycleStage<proto::Op::kActivate>, &RestoreSequence::Failed},
+    {&RestoreSequence::ActivateAll, &RestoreSequence::Failed},
 };
 
 CommandReport RestoreSequence::Run() {

@@ -60,12 +60,18 @@ bool Sequence::CheckPhase(const std::string& name,
 }
 
 bool Sequence::LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args,
-                              uint64_t expected_bytes, const std::string& note) {
+                              uint64_t expected_bytes, const std::string& note,
+                              std::optional<proto::Phase> leaves) {
   const std::vector<uint64_t> request_args(args);
   return Phase(OpName(op), [&](size_t i) -> Result<uint64_t> {
     auto step = Step(*participants_[i], op, {request_args.size() > 0 ? request_args[0] : 0,
                                             request_args.size() > 1 ? request_args[1] : 0});
     if (!step) return step.error();
+    if (leaves && step->phase != static_cast<uint32_t>(*leaves)) {
+      return Error{-1, ProcessText(participants_[i]->pid()) + ": after " + OpName(op) +
+                           " its cusnap shim is " + PhaseName(step->phase) + ", not " +
+                           PhaseName(static_cast<uint32_t>(*leaves))};
+    }
     NoteCopy(step->copy_ns);
     return step->bytes;
   }, expected_bytes, note);

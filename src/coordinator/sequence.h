@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,9 +49,11 @@ class Sequence {
   /// (each rule broken is reported on its own); false when there is any.
   bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
   /// Sends lifecycle `op` with request `args` to every participant; the phase is named
-  /// after the op and counts the bytes carrier replies report. `note` as for Phase.
+  /// after the op and counts the bytes carrier replies report. `note` as for Phase. With
+  /// `leaves`, a participant whose shim reports another state after the step fails it.
   bool LifecyclePhase(proto::Op op, std::initializer_list<uint64_t> args = {},
-                      uint64_t expected_bytes = 0, const std::string& note = "");
+                      uint64_t expected_bytes = 0, const std::string& note = "",
+                      std::optional<proto::Phase> leaves = std::nullopt);
   /// LifecyclePhase(op) as a stage.
   template <proto::Op op>
   bool LifecycleStage() {

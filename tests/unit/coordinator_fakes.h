@@ -30,6 +30,7 @@ struct FakeProcess {
   std::vector<proto::Record> records_after_restore;  ///< INSPECT after kImport (empty: same)
   std::map<proto::Op, std::string> fail;             ///< ops answered with this error text
   std::map<proto::Op, uint64_t> bytes;               ///< carrier bytes reported per op
+  std::map<proto::Op, proto::Phase> phase_after;     ///< state reported after op (overrides)
   bool restored = false;
 };
 
@@ -126,6 +127,9 @@ class FakeParticipant final : public coord::Participant {
       default: break;
     }
     if (auto it = p_.bytes.find(op); it != p_.bytes.end()) reply.header.arg[0] = it->second;
+    if (auto it = p_.phase_after.find(op); it != p_.phase_after.end()) {
+      p_.phase = static_cast<uint32_t>(it->second);
+    }
     reply.header.phase = p_.phase;
     return reply;
   }

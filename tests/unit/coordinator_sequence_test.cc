@@ -520,6 +520,17 @@ TEST_F(SequenceTest, RestoreRefusesABadDeviceMap) {
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
 }
 
+TEST_F(SequenceTest, RestoreWantsEveryShimRestoredAfterMulticastBind) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  // A shim that lets its application go on before the comparison is not restored.
+  processes_[1].phase_after[proto::Op::kMulticastBind] = proto::Phase::kActive;
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: after multicast_bind its cusnap shim is "
+                                         "active, not restored"));
+  EXPECT_THAT(job_.Only("activate"), IsEmpty());
+}
+
 TEST_F(SequenceTest, RestoreVerifiesRecordForRecord) {
   ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
   auto changed = processes_[1].records;
