@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/output.h"
+#include "common/text.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
@@ -17,7 +18,7 @@ int StatusCommand(const Target& target, bool json) {
   std::vector<std::string> stale;  // sockets of dead processes: listed, never an error
   if (target.pid > 0) {
     if (!coord::ProcessStartTime(target.pid)) {
-      std::fprintf(stderr, "cusnap status: pid %d does not exist\n", target.pid);
+      std::fprintf(stderr, "cusnap status: %s does not exist\n", ProcessText(target.pid).c_str());
       return kExitError;
     }
     pids = coord::EndpointPidsInTree(control_dir, target.pid);
