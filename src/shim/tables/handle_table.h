@@ -34,6 +34,49 @@ struct Dropped {
   CUmemGenericAllocationHandle real = 0;
 };
 
+/// Reference counts of logical handle values (DESIGN.md, "Handles"): one per
+/// create/import/alias/retain not yet released; a value dies with its last reference and
+/// cuMemRetainAllocationHandle may bring it back. `Key` names the table's object.
+template <typename Key>
+class HandleReferences {
+ public:
+  /// A new handle value with its first reference (a value already here is left as it is).
+  void Add(uint64_t handle, Key key) { by_handle_.emplace(handle, Entry{key, 1}); }
+
+  /// One more reference on `handle`, naming `key` (brought back to life if it had died).
+  void Retain(uint64_t handle, Key key) {
+    Entry& entry = by_handle_[handle];
+    entry.key = key;
+    ++entry.references;
+  }
+
+  /// The object `handle` names; nullopt when unknown.
+  std::optional<Key> Find(uint64_t handle) const {
+    auto it = by_handle_.find(handle);
+    if (it == by_handle_.end()) return std::nullopt;
+    return it->second.key;
+  }
+
+  bool Knows(uint64_t handle) const { return by_handle_.count(handle) != 0; }
+
+  /// Drops one reference on `handle` (forgetting it with its last); returns the object it
+  /// named, nullopt when unknown.
+  std::optional<Key> Release(uint64_t handle) {
+    auto it = by_handle_.find(handle);
+    if (it == by_handle_.end()) return std::nullopt;
+    const Key key = it->second.key;
+    if (--it->second.references == 0) by_handle_.erase(it);
+    return key;
+  }
+
+ private:
+  struct Entry {
+    Key key{};
+    uint32_t references = 0;
+  };
+  std::unordered_map<uint64_t, Entry> by_handle_;
+};
+
 /// Objects described by `Info` (fields key, id, creator, has_real, real, handles, mappings)
 /// and their mappings described by `Mapping` (fields address, size, key, logical and the
 /// access list MappingIndex wants). Thread-safe through its mutex.
