@@ -520,6 +520,11 @@ TEST_F(SequenceTest, RestoreRefusesABadDeviceMap) {
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
 }
 
+TEST(ShimStateNames, StatusShowsARestoredShimAsRestored) {
+  EXPECT_EQ(coord::PhaseName(static_cast<uint32_t>(proto::Phase::kRestored)), "restored");
+  EXPECT_EQ(coord::PhaseName(static_cast<uint32_t>(proto::Phase::kFailed)), "failed");
+}
+
 TEST_F(SequenceTest, RestoreWantsEveryShimRestoredAfterMulticastBind) {
   ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
   // A shim that lets its application go on before the comparison is not restored.
