@@ -14,6 +14,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "common/text.h"
 #include "demo/demo_job.h"
 #include "demo/demo_memory.h"
 #include "cli/exit_codes.h"
@@ -194,8 +195,8 @@ class Demo {
       auto ready = job_.Answer(role, "ready ");
       if (!ready) return Verdict("start", false, ready.error().message);
       if (*ready != "ready " + std::to_string(total_)) return Verdict("start", false, *ready);
-      detail += std::string(detail.empty() ? "" : ", ") + demo::RoleName(role) + " pid " +
-                std::to_string(job_.pid(role));
+      detail += std::string(detail.empty() ? "" : ", ") + demo::RoleName(role) + " " +
+                ProcessText(job_.pid(role));
     }
     creator_pid_ = job_.pid(demo::kCreator);
     importer_pid_ = job_.pid(demo::kImporter);

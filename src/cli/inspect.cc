@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/output.h"
+#include "common/text.h"
 #include "coordinator/records.h"
 #include "coordinator/state_file.h"
 
@@ -55,8 +56,9 @@ int InspectCommand(const std::string& state_dir, bool json) {
   for (const auto& p : state->participants) {
     std::map<std::string, size_t> kinds;
     for (const auto& r : p.records) ++kinds[coord::KindName(r.kind)];
-    std::printf("pid %d (start %llu): %s saved", p.pid,
-                static_cast<unsigned long long>(p.start_time), FormatBytes(p.saved_bytes).c_str());
+    std::printf("%s: %s saved",
+                ProcessText(p.pid, "start " + std::to_string(p.start_time)).c_str(),
+                FormatBytes(p.saved_bytes).c_str());
     for (const auto& [kind, n] : kinds) std::printf(", %zu %s%s", n, kind.c_str(), n == 1 ? "" : "s");
     std::printf("\n");
     for (const auto& g : p.gpus) std::printf("    device %d: %s\n", g.ordinal, g.uuid.c_str());

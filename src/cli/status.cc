@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/output.h"
+#include "common/text.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"

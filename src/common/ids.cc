@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/text.h"
+
 namespace cusnap {
 namespace {
 
@@ -71,11 +73,8 @@ ProcessIdentity SelfIdentity() {
 }
 
 std::string DescribeObject(const proto::ObjectId& id, const char* what) {
-  char text[128];
-  std::snprintf(text, sizeof text, "%s %llu of pid %d (start %llu)", what,
-                static_cast<unsigned long long>(id.local_id), id.creator_pid,
-                static_cast<unsigned long long>(id.creator_start));
-  return text;
+  return std::string(what) + " " + std::to_string(id.local_id) + " of " +
+         ProcessText(id.creator_pid, "start " + std::to_string(id.creator_start));
 }
 
 }  // namespace cusnap

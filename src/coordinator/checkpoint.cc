@@ -1,8 +1,10 @@
 // The checkpoint sequence (coordinator.h): one function per phase, run in order by Run().
 #include <ctime>
+#include <iterator>
 #include <map>
 
 #include "coordinator/records.h"
+#include "common/text.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
 #include "coordinator/state_guard.h"
@@ -16,37 +18,36 @@ class CheckpointSequence : Sequence {
                      CheckpointDriver& driver, PhaseObserver& observer)
       : Sequence(discover, driver, observer), options_(options) {}
 
-  CommandReport Run() {
-    report_.state_file = StateFilePath(options_.state_dir);
-    // Read-only: a failure leaves the job untouched.
-    if (!DiscoverPhase() || !InspectAll() || !ValidateAll()) return Finish(Outcome::kRefused);
-    // Quiesce: application calls wait, nothing destroyed yet; a failure resumes everyone.
-    if (!QuiesceAll()) {
-      ResumeQuiesced();
-      return Finish(Outcome::kRefused);
-    }
-    // Detach and save change no unicast memory (save only copies it out): on a failure each
-    // shim is asked to resume, and says itself whether it still can (a detached multicast
-    // team cannot be undone). Only when every one did is the job running untouched.
-    if (!LifecyclePhase(proto::Op::kDetachMulticast, 0, MulticastNote()) || !SaveAll()) {
-      return Finish(ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange);
-    }
-    // Destructive from here on: fail loudly, never pretend.
-    if (!LifecyclePhase(proto::Op::kRelease) || !WriteState() || !NativeLockAll() ||
-        !NativeCheckpointAll()) {
-      return Finish(Outcome::kFailedAfterChange);
-    }
-    return Finish(Outcome::kOk);
-  }
+  /// Runs kStages in order (below).
+  CommandReport Run();
+
+  /// The checkpoint, stage by stage: read-only until quiesce (a failure leaves the job
+  /// untouched); quiesce makes application calls wait, nothing destroyed yet (a failure
+  /// resumes everyone); detach and save change no unicast memory (save only copies it out):
+  /// on a failure each shim is asked to resume, and says itself whether it still can (a
+  /// detached multicast team cannot be undone), and only when every one did is the job
+  /// running untouched. Destructive from release on: fail loudly, never pretend.
+  static const Stage<CheckpointSequence> kStages[];
 
  private:
+  Outcome Refused() { return Outcome::kRefused; }
+  Outcome ResumeAndRefuse() {
+    ResumeQuiesced();
+    return Outcome::kRefused;
+  }
+  Outcome ResumeOrFail() { return ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange; }
+  Outcome Failed() { return Outcome::kFailedAfterChange; }
+
+  /// detach_multicast: every multicast team taken apart (nothing to do without one).
+  bool DetachAll() { return LifecyclePhase(proto::Op::kDetachMulticast, 0, MulticastNote()); }
+
   /// inspect: every participant's sharing table.
   bool InspectAll() {
     views_.assign(participants_.size(), ParticipantView{});
     return Phase("inspect", [&](size_t i) -> Result<uint64_t> {
       const Identity& id = identities_[i];
       if (id.state != proto::ShimState::kActive) {
-        return Error{-1, "pid " + std::to_string(id.pid) + ": its cusnap shim is " +
+        return Error{-1, ProcessText(id.pid) + ": its cusnap shim is " +
                              Lowercase(proto::ShimStateName(id.state)) + ", not active" +
                              (id.failure.empty() ? "" : " (" + id.failure + ")") +
                              "; only a running job can be checkpointed" + RestoreHint(id)};
@@ -133,7 +134,7 @@ class CheckpointSequence : Sequence {
       if (!step) return step.error();
       const uint64_t expected = CreatedBytes(views_[i]);
       if (step->bytes != expected) {
-        return Error{-1, "pid " + std::to_string(participants_[i]->pid()) + ": save copied " +
+        return Error{-1, ProcessText(participants_[i]->pid()) + ": save copied " +
                              std::to_string(step->bytes) + " bytes, but the allocations it " +
                              "created hold " + std::to_string(expected) + " bytes"};
       }
@@ -241,7 +242,27 @@ class CheckpointSequence : Sequence {
   std::vector<uint64_t> saved_bytes_;
 };
 
+constexpr Stage<CheckpointSequence> CheckpointSequence::kStages[] = {
+    {&CheckpointSequence::DiscoverPhase, &CheckpointSequence::Refused},
+    {&CheckpointSequence::InspectAll, &CheckpointSequence::Refused},
+    {&CheckpointSequence::ValidateAll, &CheckpointSequence::Refused},
+    {&CheckpointSequence::QuiesceAll, &CheckpointSequence::ResumeAndRefuse},
+    {&CheckpointSequence::DetachAll, &CheckpointSequence::ResumeOrFail},
+    {&CheckpointSequence::SaveAll, &CheckpointSequence::ResumeOrFail},
+    {&CheckpointSequence::LifecycleStage<proto::Op::kRelease>, &CheckpointSequence::Failed},
+    {&CheckpointSequence::WriteState, &CheckpointSequence::Failed},
+    {&CheckpointSequence::NativeLockAll, &CheckpointSequence::Failed},
+    {&CheckpointSequence::NativeCheckpointAll, &CheckpointSequence::Failed},
+};
+
+CommandReport CheckpointSequence::Run() {
+  report_.state_file = StateFilePath(options_.state_dir);
+  return Finish(RunStages(*this, kStages));
+}
+
 }  // namespace
+
+const size_t kCheckpointPhaseCount = std::size(CheckpointSequence::kStages);
 
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer) {

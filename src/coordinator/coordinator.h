@@ -27,9 +27,10 @@
 
 namespace cusnap::coord {
 
-/// Phases a full run prints (the CLI's progress bar counts them).
-inline constexpr size_t kCheckpointPhaseCount = 10;
-inline constexpr size_t kRestorePhaseCount = 13;
+/// Phases a full run prints (the CLI's progress bar counts them): the length of each
+/// command's stage list (checkpoint.cc, restore.cc).
+extern const size_t kCheckpointPhaseCount;
+extern const size_t kRestorePhaseCount;
 
 /// How a command ended; the CLI maps each to its exit status (see src/cli/exit_codes.h).
 enum class Outcome {

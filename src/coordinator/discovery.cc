@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include "coordinator/coordinator.h"
+#include "common/text.h"
 #include "coordinator/proc.h"
 
 namespace cusnap::coord {
@@ -10,7 +11,7 @@ namespace {
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
                                                                CheckpointDriver& driver) {
   const std::vector<int> tree = ProcessTree(options.pid);
-  if (tree.empty()) return Error{ESRCH, "pid " + std::to_string(options.pid) + " does not exist"};
+  if (tree.empty()) return Error{ESRCH, ProcessText(options.pid) + " does not exist"};
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : tree) {
     if (pid == ::getpid()) continue;  // the coordinator itself (it loaded the driver too)
@@ -21,14 +22,14 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     // A process the driver knows (any checkpoint state) is a CUDA process; without an
     // endpoint its sharing is unknown, so nothing may change.
     if (driver.GetState(pid).ok()) {
-      return Error{-1, "pid " + std::to_string(pid) + " (" + ProcessName(pid) +
-                           "): a CUDA process in the tree of pid " + std::to_string(options.pid) +
+      return Error{-1, ProcessText(pid, ProcessName(pid)) +
+                           ": a CUDA process in the tree of " + ProcessText(options.pid) +
                            " has no cusnap endpoint in " + options.control_dir +
                            "; start it with 'cusnap run' (nothing was changed)"};
     }
   }
   if (participants.empty()) {
-    return Error{-1, "pid " + std::to_string(options.pid) + ": no process in its tree has a " +
+    return Error{-1, ProcessText(options.pid) + ": no process in its tree has a " +
                          "cusnap endpoint in " + options.control_dir +
                          "; start the job with 'cusnap run'"};
   }

@@ -1,5 +1,6 @@
 // The native checkpoint API over a libcuda.so.1 loaded with dlopen (native_driver.h).
 #include "coordinator/native_driver.h"
+#include "common/text.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -33,7 +34,7 @@ bool Resolve(void* handle, const char* symbol, const char* fallback, F& out) {
 
 Error CallError(int pid, const char* entry, CUresult rc) {
   return Error{static_cast<int>(rc),
-               "pid " + std::to_string(pid) + ": " + entry + " failed: " + CuResultText(rc)};
+               ProcessText(pid) + ": " + entry + " failed: " + CuResultText(rc)};
 }
 
 /// KernelModuleVersionFromLine over the first line of /proc/driver/nvidia/version.
@@ -111,7 +112,7 @@ class LoadedDriver final : public CheckpointDriver {
     for (size_t i = 0; i < pairs.size(); ++i) {
       unsigned char from[16], to[16];
       if (!ParseGpuUuid(pairs[i].from, from) || !ParseGpuUuid(pairs[i].to, to)) {
-        return Error{-1, "pid " + std::to_string(pid) + ": device map pair " + pairs[i].from +
+        return Error{-1, ProcessText(pid) + ": device map pair " + pairs[i].from +
                              "=" + pairs[i].to + " is not a pair of GPU UUIDs"};
       }
       std::memcpy(gpu_pairs[i].oldUuid.bytes, from, 16);
@@ -238,28 +239,6 @@ Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir) 
     return Error{ENOENT, "no usable NVIDIA driver, and no simulated driver at " + sim};
   }
   return true;
-}
-
-std::string CuResultText(CUresult result) {
-  const char* name = nullptr;
-  switch (result) {
-    case CUDA_SUCCESS: name = "CUDA_SUCCESS"; break;
-    case CUDA_ERROR_INVALID_VALUE: name = "CUDA_ERROR_INVALID_VALUE"; break;
-    case CUDA_ERROR_OUT_OF_MEMORY: name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
-    case CUDA_ERROR_NOT_INITIALIZED: name = "CUDA_ERROR_NOT_INITIALIZED"; break;
-    case CUDA_ERROR_NO_DEVICE: name = "CUDA_ERROR_NO_DEVICE"; break;
-    case CUDA_ERROR_INVALID_DEVICE: name = "CUDA_ERROR_INVALID_DEVICE"; break;
-    case CUDA_ERROR_INVALID_HANDLE: name = "CUDA_ERROR_INVALID_HANDLE"; break;
-    case CUDA_ERROR_NOT_FOUND: name = "CUDA_ERROR_NOT_FOUND"; break;
-    case CUDA_ERROR_ILLEGAL_STATE: name = "CUDA_ERROR_ILLEGAL_STATE"; break;
-    case CUDA_ERROR_TIMEOUT: name = "CUDA_ERROR_TIMEOUT"; break;
-    case CUDA_ERROR_NOT_SUPPORTED: name = "CUDA_ERROR_NOT_SUPPORTED"; break;
-    case CUDA_ERROR_NOT_PERMITTED: name = "CUDA_ERROR_NOT_PERMITTED"; break;
-    case CUDA_ERROR_UNKNOWN: name = "CUDA_ERROR_UNKNOWN"; break;
-    default: break;
-  }
-  const std::string number = std::to_string(static_cast<int>(result));
-  return name ? std::string(name) + " (" + number + ")" : "CUresult " + number;
 }
 
 }  // namespace cusnap::coord

@@ -75,7 +75,4 @@ Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir);
 /// line names none.
 std::string KernelModuleVersionFromLine(std::string_view line);
 
-/// "CUDA_ERROR_NOT_SUPPORTED (801)" through the loaded driver's cuGetErrorName when present.
-std::string CuResultText(CUresult result);
-
 }  // namespace cusnap::coord

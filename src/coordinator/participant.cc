@@ -3,6 +3,7 @@
 
 #include <cerrno>
 
+#include "common/text.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
 
@@ -26,7 +27,7 @@ class EndpointParticipant final : public Participant {
 
 /// "pid P: <op> failed: <why>"; the shim's text is sent whole and names its process itself.
 Error Named(const Participant& p, proto::Op op, const Error& e) {
-  return InContext("pid " + std::to_string(p.pid()), Lowercase(proto::OpName(op)) + " failed", e);
+  return InContext(ProcessText(p.pid()), Lowercase(proto::OpName(op)) + " failed", e);
 }
 
 /// Sends `request` to `participant` and decodes the reply as `Reply` (Decode's `args` after

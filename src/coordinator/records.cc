@@ -1,5 +1,6 @@
 // Names and the JSON form of topology records (records.h).
 #include "coordinator/records.h"
+#include "common/text.h"
 
 #include <array>
 #include <cctype>
@@ -80,12 +81,11 @@ std::string Lowercase(std::string_view name) {
 }
 
 std::string ObjectName(const proto::ObjectId& id) {
-  return "allocation " + std::to_string(id.local_id) + " of pid " + std::to_string(id.creator_pid);
+  return "allocation " + std::to_string(id.local_id) + " of " + ProcessText(id.creator_pid);
 }
 
 std::string MulticastName(const proto::ObjectId& id) {
-  return "multicast object " + std::to_string(id.local_id) + " of pid " +
-         std::to_string(id.creator_pid);
+  return "multicast object " + std::to_string(id.local_id) + " of " + ProcessText(id.creator_pid);
 }
 
 bool HasMulticast(const std::vector<proto::Record>& records) {

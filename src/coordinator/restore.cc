@@ -1,8 +1,10 @@
 // The restore sequence (coordinator.h): one function per phase, run in order by Run().
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "coordinator/records.h"
+#include "common/text.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
 
@@ -15,30 +17,42 @@ class RestoreSequence : Sequence {
                   CheckpointDriver& driver, PhaseObserver& observer)
       : Sequence(discover, driver, observer), options_(options) {}
 
-  CommandReport Run() {
-    report_.state_file = StateFilePath(options_.state_dir);
-    // Read-only: a refusal changes nothing.
-    if (!ReadState() || !DiscoverPhase() ||
-        !CheckPhase("match", [&] { return MatchParticipants(); })) {
-      return Finish(Outcome::kRestoreRefused);
-    }
-    // From the native restore on, every failure is loud and final. The device map goes to the
-    // native restore only: it keeps each process's ordinals and changes the GPU behind them
-    // (DRIVER-FACTS F7), so the shims rebuild on the ordinals they recorded.
-    if (!NativeRestoreAll() || !NativeUnlockAll() ||
-        !LifecyclePhase(proto::Op::kReallocate, SavedBytes()) ||
-        !LifecyclePhase(proto::Op::kImport) ||
-        !LifecyclePhase(proto::Op::kMulticastCreate, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastImport, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastJoin, 0, MulticastNote()) ||
-        !LifecyclePhase(proto::Op::kMulticastBind, 0, MulticastNote()) || !VerifyAll() ||
-        !LifecyclePhase(proto::Op::kActivate)) {
-      return Finish(Outcome::kFailedAfterChange);
-    }
-    return Finish(Outcome::kOk);
-  }
+  /// Runs kStages in order (below).
+  CommandReport Run();
+
+  /// The restore, stage by stage: read-only until match (a refusal changes nothing); from
+  /// the native restore on, every failure is loud and final. The device map goes to the
+  /// native restore only: it keeps each process's ordinals and changes the GPU behind them
+  /// (DRIVER-FACTS F7), so the shims rebuild on the ordinals they recorded. After
+  /// multicast_bind every shim is RESTORED and its application still waits: verify compares
+  /// first, activate lets it go on.
+  static const Stage<RestoreSequence> kStages[];
 
  private:
+  Outcome Refused() { return Outcome::kRestoreRefused; }
+  Outcome Failed() { return Outcome::kFailedAfterChange; }
+
+  bool Match() {
+    return CheckPhase("match", [&] { return MatchParticipants(); });
+  }
+  /// reallocate: the creators' fresh allocations, their saved bytes copied back.
+  bool ReallocateAll() { return LifecyclePhase(proto::Op::kReallocate, SavedBytes()); }
+  /// A multicast rebuild step (noted when the checkpoint recorded no multicast object).
+  template <proto::Op op>
+  bool MulticastStage() {
+    return LifecyclePhase(op, 0, MulticastNote());
+  }
+  /// multicast_bind, the last rebuild step: every shim is then RESTORED, its application
+  /// still waiting for activate.
+  bool BindAll() {
+    return LifecyclePhase(proto::Op::kMulticastBind, 0, MulticastNote(),
+                          proto::ShimState::kRestored);
+  }
+  /// activate: every shim ACTIVE again, its application calls proceed.
+  bool ActivateAll() {
+    return LifecyclePhase(proto::Op::kActivate, 0, "", proto::ShimState::kActive);
+  }
+
   /// read_state: the state file, validated (missing or corrupt refuses).
   bool ReadState() {
     return LocalPhase("read_state", [&]() -> Result<uint64_t> {
@@ -61,19 +75,19 @@ class RestoreSequence : Sequence {
       const Identity& id = identities_[i];
       const auto it = recorded.find(id.pid);
       if (it == recorded.end()) {
-        problems.push_back("pid " + std::to_string(id.pid) +
+        problems.push_back(ProcessText(id.pid) +
                            " is a participant now but is not in the checkpoint " +
                            report_.state_file);
         continue;
       }
       if (it->second->start_time != id.start_time) {
-        problems.push_back("pid " + std::to_string(id.pid) + " is not the process that was " +
+        problems.push_back(ProcessText(id.pid) + " is not the process that was " +
                            "checkpointed: it started at tick " + std::to_string(id.start_time) +
-                           ", the checkpoint's pid " + std::to_string(id.pid) +
+                           ", the checkpoint's " + ProcessText(id.pid) +
                            " started at tick " + std::to_string(it->second->start_time) +
                            " (pid reused)");
       } else if (id.state != proto::ShimState::kReleased) {
-        problems.push_back("pid " + std::to_string(id.pid) + ": its cusnap shim is " +
+        problems.push_back(ProcessText(id.pid) + ": its cusnap shim is " +
                            Lowercase(proto::ShimStateName(id.state)) + ", not released" +
                            (id.failure.empty() ? "" : " (" + id.failure + ")") +
                            "; there is nothing to restore");
@@ -82,7 +96,7 @@ class RestoreSequence : Sequence {
       recorded.erase(it);
     }
     for (const auto& [pid, p] : recorded) {
-      problems.push_back("pid " + std::to_string(pid) + " of the checkpoint is not a " +
+      problems.push_back(ProcessText(pid) + " of the checkpoint is not a " +
                          "participant now (exited, or outside the given process tree)");
     }
     if (problems.empty() && !options_.device_map.empty()) {
@@ -178,7 +192,7 @@ class RestoreSequence : Sequence {
                         std::back_inserter(missing));
     std::set_difference(got.begin(), got.end(), want.begin(), want.end(),
                         std::back_inserter(extra));
-    std::string text = "pid " + std::to_string(pid) + ": after restore the sharing table " +
+    std::string text = ProcessText(pid) + ": after restore the sharing table " +
                        "differs from the checkpoint (" + std::to_string(got.size()) +
                        " records, " + std::to_string(want.size()) + " recorded)";
     for (size_t k = 0; k < missing.size() && k < 3; ++k) text += "; recorded, now missing: " + missing[k];
@@ -192,7 +206,30 @@ class RestoreSequence : Sequence {
   std::vector<UuidPair> gpu_pairs_;                 ///< for the native restore
 };
 
+constexpr Stage<RestoreSequence> RestoreSequence::kStages[] = {
+    {&RestoreSequence::ReadState, &RestoreSequence::Refused},
+    {&RestoreSequence::DiscoverPhase, &RestoreSequence::Refused},
+    {&RestoreSequence::Match, &RestoreSequence::Refused},
+    {&RestoreSequence::NativeRestoreAll, &RestoreSequence::Failed},
+    {&RestoreSequence::NativeUnlockAll, &RestoreSequence::Failed},
+    {&RestoreSequence::ReallocateAll, &RestoreSequence::Failed},
+    {&RestoreSequence::LifecycleStage<proto::Op::kImport>, &RestoreSequence::Failed},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastCreate>, &RestoreSequence::Failed},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastImport>, &RestoreSequence::Failed},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastJoin>, &RestoreSequence::Failed},
+    {&RestoreSequence::BindAll, &RestoreSequence::Failed},
+    {&RestoreSequence::VerifyAll, &RestoreSequence::Failed},
+    {&RestoreSequence::ActivateAll, &RestoreSequence::Failed},
+};
+
+CommandReport RestoreSequence::Run() {
+  report_.state_file = StateFilePath(options_.state_dir);
+  return Finish(RunStages(*this, kStages));
+}
+
 }  // namespace
+
+const size_t kRestorePhaseCount = std::size(RestoreSequence::kStages);
 
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer) {

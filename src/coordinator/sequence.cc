@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "common/text.h"
 #include "coordinator/records.h"
 
 namespace cusnap::coord {
@@ -58,10 +59,17 @@ bool Sequence::CheckPhase(const std::string& name,
   return Record(std::move(phase));
 }
 
-bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::string& note) {
+bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::string& note,
+                              std::optional<proto::ShimState> leaves) {
   return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
     auto step = Step(*participants_[i], op);
     if (!step) return step.error();
+    if (leaves && step->state != *leaves) {
+      return Error{-1, ProcessText(participants_[i]->pid()) + ": after " +
+                           Lowercase(proto::OpName(op)) + " its cusnap shim is " +
+                           Lowercase(proto::ShimStateName(step->state)) + ", not " +
+                           Lowercase(proto::ShimStateName(*leaves))};
+    }
     NoteCopy(step->copy_ns);
     return step->bytes;
   }, expected_bytes, note);
@@ -79,7 +87,7 @@ bool Sequence::DiscoverPhase() {
       if (!id) return id.error();
       const auto start = participants_[i]->start_time();
       if (!start || *start != id->start_time) {
-        return Error{-1, "pid " + std::to_string(id->pid) + ": its endpoint reports start time " +
+        return Error{-1, ProcessText(id->pid) + ": its endpoint reports start time " +
                              std::to_string(id->start_time) + " but the process started at " +
                              (start ? std::to_string(*start) : std::string("(gone)")) +
                              " (a stale endpoint of a reused pid?)"};

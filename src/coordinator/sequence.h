@@ -1,10 +1,12 @@
 // Internal to the coordinator: the state both command sequences share while they run (the
-// participants, what they reported, the report being built) and the helper that runs one
-// named phase, records it and tells the observer.
+// participants, what they reported, the report being built), the helper that runs one
+// named phase, records it and tells the observer, and the row type of each command's stage
+// list (checkpoint.cc, restore.cc: the phase counts in coordinator.h come from those lists).
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,24 @@
 #include "coordinator/topology.h"
 
 namespace cusnap::coord {
+
+/// One stage of a command `Seq`: the member that runs it (exactly one recorded phase) and
+/// the member that decides, when it failed, how the command ends (after undoing what it
+/// can).
+template <typename Seq>
+struct Stage {
+  bool (Seq::*run)();
+  Outcome (Seq::*on_failure)();
+};
+
+/// Runs `stages` in order on `seq` until one fails; the outcome its on_failure gives, or kOk.
+template <typename Seq, size_t N>
+Outcome RunStages(Seq& seq, const Stage<Seq> (&stages)[N]) {
+  for (const Stage<Seq>& stage : stages) {
+    if (!(seq.*stage.run)()) return (seq.*stage.on_failure)();
+  }
+  return Outcome::kOk;
+}
 
 class Sequence {
  protected:
@@ -29,8 +49,15 @@ class Sequence {
   /// (each rule broken is reported on its own); false when there is any.
   bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
   /// Sends lifecycle `op` to every participant; the phase is named after the op and counts
-  /// the bytes carrier replies report. `note` as for Phase.
-  bool LifecyclePhase(proto::Op op, uint64_t expected_bytes = 0, const std::string& note = "");
+  /// the bytes carrier replies report. `note` as for Phase. With `leaves`, a participant
+  /// whose shim reports another state after the step fails it.
+  bool LifecyclePhase(proto::Op op, uint64_t expected_bytes = 0, const std::string& note = "",
+                      std::optional<proto::ShimState> leaves = std::nullopt);
+  /// LifecyclePhase(op) as a stage.
+  template <proto::Op op>
+  bool LifecycleStage() {
+    return LifecyclePhase(op);
+  }
 
   /// discover: find the participants and identify each (start time checked against /proc,
   /// so a stale socket of a reused pid is not taken for the process), and decide which ones

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/text.h"
 #include "coordinator/records.h"
 #include "coordinator/state_guard.h"
 
@@ -108,8 +109,8 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
       where = "participant " + std::to_string(i);
       ParticipantState p;
       p.pid = pj.at("pid").get<int>();
-      if (p.pid <= 0) throw std::invalid_argument("pid " + std::to_string(p.pid) + " is not valid");
-      where = "participant pid " + std::to_string(p.pid);
+      if (p.pid <= 0) throw std::invalid_argument(ProcessText(p.pid) + " is not valid");
+      where = "participant " + ProcessText(p.pid);
       p.start_time = pj.at("start_time").get<uint64_t>();
       for (const auto& g : pj.at("gpus")) {
         p.gpus.push_back(GpuRef{g.at("ordinal").get<int>(), g.at("uuid").get<std::string>()});
@@ -118,7 +119,7 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
       const auto& records = pj.at("records");
       if (!records.is_array()) throw std::invalid_argument("'records' is not an array");
       for (size_t k = 0; k < records.size(); ++k) {
-        where = "participant pid " + std::to_string(p.pid) + ", record " + std::to_string(k);
+        where = "participant " + ProcessText(p.pid) + ", record " + std::to_string(k);
         p.records.push_back(RecordFromJson(records[k]));
       }
       for (const auto& other : state.participants) {

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "common/ids.h"
+#include "common/text.h"
 #include "coordinator/records.h"
 
 namespace cusnap::coord {
@@ -26,8 +27,6 @@ struct IdLess {
 
 bool Is(const Record& r, RecordKind kind) { return r.kind == static_cast<uint32_t>(kind); }
 
-std::string Pid(int pid) { return "pid " + std::to_string(pid); }
-
 std::string Range(uint64_t address, uint64_t size) {
   return Hex(address) + "-" + Hex(address + size);
 }
@@ -42,8 +41,8 @@ struct AllocationFacts {
 
 /// The rule "the creator still holds a handle or a mapping while others use the allocation".
 std::string CreatorReleased(const proto::ObjectId& id, int holder) {
-  return Pid(id.creator_pid) + ": " + ObjectName(id) + " is still held or mapped by " +
-         Pid(holder) + ", but its creator released both its handle and its mappings; keep a "
+  return ProcessText(id.creator_pid) + ": " + ObjectName(id) + " is still held or mapped by " +
+         ProcessText(holder) + ", but its creator released both its handle and its mappings; keep a "
          "handle or a mapping in the creator while others use it";
 }
 
@@ -95,7 +94,7 @@ std::string UntrackedImportText(int pid, const std::vector<const Record*>& range
   for (size_t i = 0; i < mapped.size(); ++i) {
     where += (i == 0 ? "" : i + 1 == mapped.size() ? " and " : ", ") + mapped[i];
   }
-  return Pid(pid) + ": an allocation " +
+  return ProcessText(pid) + ": an allocation " +
          (at_least > 0 ? "of at least " + std::to_string(at_least) + " bytes " : "") +
          UntrackedLocation(*ranges.front()) + ", " + where + ", was imported from a descriptor "
          "that is not a cusnap ticket (" + UntrackedSource(ranges.front()->handle_types) +
@@ -125,11 +124,11 @@ void CheckUntracked(const ParticipantView& p, std::vector<std::string>& problems
   const uint64_t rest = std::max<uint64_t>(p.untracked_imports, imports.size()) - named;
   const std::string more = named > 0 ? " more" : "";
   if (rest == 1) {
-    problems.push_back(Pid(p.pid) + ": 1" + more + " allocation is imported from a descriptor "
+    problems.push_back(ProcessText(p.pid) + ": 1" + more + " allocation is imported from a descriptor "
                        "that is not a cusnap ticket; release it or export it through a process "
                        "started with 'cusnap run'");
   } else if (rest > 1) {
-    problems.push_back(Pid(p.pid) + ": " + std::to_string(rest) + more + " allocations are "
+    problems.push_back(ProcessText(p.pid) + ": " + std::to_string(rest) + more + " allocations are "
                        "imported from descriptors that are not cusnap tickets; release them or "
                        "export them through a process started with 'cusnap run'");
   }
@@ -139,17 +138,17 @@ void CheckUntracked(const ParticipantView& p, std::vector<std::string>& problems
 void CheckRecord(const ParticipantView& p, size_t index, const Record& r,
                  std::vector<std::string>& problems) {
   if (KindName(r.kind).rfind("kind ", 0) == 0) {
-    problems.push_back(Pid(p.pid) + ": record " + std::to_string(index) + " has unknown " +
+    problems.push_back(ProcessText(p.pid) + ": record " + std::to_string(index) + " has unknown " +
                        KindName(r.kind));
     return;
   }
   if (Is(r, RecordKind::kAllocation)) {
     if (r.object_size == 0) {
-      problems.push_back(Pid(p.pid) + ": " + ObjectName(r.id) + " has size 0");
+      problems.push_back(ProcessText(p.pid) + ": " + ObjectName(r.id) + " has size 0");
     }
     const bool id_names_me = r.id.creator_pid == p.pid && r.id.creator_start == p.start_time;
     if ((r.flags & proto::kCreator) && !id_names_me) {
-      problems.push_back(Pid(p.pid) + ": " + ObjectName(r.id) +
+      problems.push_back(ProcessText(p.pid) + ": " + ObjectName(r.id) +
                          " is reported as created here, but its id names another process");
     }
   }
@@ -157,11 +156,11 @@ void CheckRecord(const ParticipantView& p, size_t index, const Record& r,
     const std::string what = (Is(r, RecordKind::kMapping) ? "mapping of " : "multicast mapping of ") +
                              (Is(r, RecordKind::kMapping) ? ObjectName(r.id) : MulticastName(r.id));
     if (r.address == 0 || r.size == 0) {
-      problems.push_back(Pid(p.pid) + ": " + what + " has address " + Hex(r.address) +
+      problems.push_back(ProcessText(p.pid) + ": " + what + " has address " + Hex(r.address) +
                          " and size " + std::to_string(r.size) + " (both must be nonzero)");
     }
     if (r.access_count > proto::kMaxAccess) {
-      problems.push_back(Pid(p.pid) + ": " + what + " at " + Hex(r.address) + " has " +
+      problems.push_back(ProcessText(p.pid) + ": " + what + " at " + Hex(r.address) + " has " +
                          std::to_string(r.access_count) + " access descriptors (at most " +
                          std::to_string(proto::kMaxAccess) + ")");
     }
@@ -172,7 +171,7 @@ void CheckRecord(const ParticipantView& p, size_t index, const Record& r,
 void CheckMappingBounds(const ParticipantView& p, const Record& r, uint64_t allocation_size,
                         std::vector<std::string>& problems) {
   if (r.offset > allocation_size || r.size > allocation_size - r.offset) {
-    problems.push_back(Pid(p.pid) + ": mapping " + Range(r.address, r.size) + " of " +
+    problems.push_back(ProcessText(p.pid) + ": mapping " + Range(r.address, r.size) + " of " +
                        ObjectName(r.id) + " at offset " + std::to_string(r.offset) +
                        " lies outside the allocation (size " +
                        std::to_string(allocation_size) + " bytes)");
@@ -202,7 +201,7 @@ std::string DeviceList(const std::vector<std::pair<int, int>>& devices) {
   if (devices.empty()) return "none";
   std::string text;
   for (const auto& [pid, device] : devices) {
-    text += (text.empty() ? "" : ", ") + Pid(pid) + " device " + std::to_string(device);
+    text += (text.empty() ? "" : ", ") + ProcessText(pid) + " device " + std::to_string(device);
   }
   return text;
 }
@@ -226,7 +225,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
       if (r.flags & proto::kCreator) {
         facts.creators.push_back(p.pid);
         if (r.id.creator_pid != p.pid || r.id.creator_start != p.start_time) {
-          problems.push_back(Pid(p.pid) + ": " + MulticastName(r.id) +
+          problems.push_back(ProcessText(p.pid) + ": " + MulticastName(r.id) +
                              " is reported as created here, but its id names another process");
         }
       }
@@ -251,7 +250,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
   for (const auto& [id, facts] : objects) {
     if (facts.creators.size() > 1) {
       problems.push_back(MulticastName(id) + " is reported as created by " +
-                         Pid(facts.creators[0]) + " and " + Pid(facts.creators[1]) +
+                         ProcessText(facts.creators[0]) + " and " + ProcessText(facts.creators[1]) +
                          "; exactly one creator per multicast object");
       continue;
     }
@@ -262,8 +261,8 @@ void CheckMulticast(std::span<const ParticipantView> participants,
           });
       if (creator_participates) {
         // Rebuilding the team needs its creator (it creates the object again).
-        problems.push_back(Pid(id.creator_pid) + ": " + MulticastName(id) + " is still used by " +
-                           Pid(facts.reports.front().first) + ", but its creator released every "
+        problems.push_back(ProcessText(id.creator_pid) + ": " + MulticastName(id) + " is still used by " +
+                           ProcessText(facts.reports.front().first) + ", but its creator released every "
                            "handle and mapping of it; keep a handle or a mapping in the creator "
                            "while others use it");
       } else {
@@ -277,8 +276,8 @@ void CheckMulticast(std::span<const ParticipantView> participants,
     bool consistent = true;
     for (const auto& [pid, r] : facts.reports) {
       if (SameProperties(first, *r)) continue;
-      problems.push_back(MulticastName(id) + ": " + Pid(facts.reports.front().first) +
-                         " reports " + Properties(first) + ", but " + Pid(pid) + " reports " +
+      problems.push_back(MulticastName(id) + ": " + ProcessText(facts.reports.front().first) +
+                         " reports " + Properties(first) + ", but " + ProcessText(pid) + " reports " +
                          Properties(*r) + "; every member must agree");
       consistent = false;
     }
@@ -290,7 +289,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
     }
     if (facts.devices.size() < first.num_devices) {
       std::string members;
-      for (const auto& [pid, r] : facts.reports) members += (members.empty() ? "" : ", ") + Pid(pid);
+      for (const auto& [pid, r] : facts.reports) members += (members.empty() ? "" : ", ") + ProcessText(pid);
       problems.push_back(MulticastName(id) + " is a partial team: its " +
                          std::to_string(first.num_devices) + " devices were not all added by "
                          "participants (added: " + DeviceList(facts.devices) + "; members "
@@ -310,7 +309,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
                           Is(r, RecordKind::kMulticastBinding) ||
                           Is(r, RecordKind::kMulticastMapping);
       if (member && !objects.contains(r.id)) {
-        problems.push_back(Pid(p.pid) + ": " + KindName(r.kind) + " record names " +
+        problems.push_back(ProcessText(p.pid) + ": " + KindName(r.kind) + " record names " +
                            MulticastName(r.id) + ", which no participant reports");
       }
     }
@@ -325,7 +324,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
       const MulticastFacts& facts = it->second;
       if (Is(r, RecordKind::kMulticastBinding)) {
         bound.emplace_back(r.id, r.device);
-        const std::string what = Pid(p.pid) + ": binding of device " + std::to_string(r.device) +
+        const std::string what = ProcessText(p.pid) + ": binding of device " + std::to_string(r.device) +
                                  " at offset " + std::to_string(r.offset) + " of " + MulticastName(r.id);
         if (r.size == 0 || r.offset > facts.extent || r.size > facts.extent - r.offset) {
           problems.push_back(what + " (" + std::to_string(r.size) + " bytes) lies outside the " +
@@ -351,7 +350,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
         if (!added) problems.push_back(what + ": that device was never added to the team");
       } else if (Is(r, RecordKind::kMulticastMapping)) {
         if (r.offset > facts.extent || r.size > facts.extent - r.offset) {
-          problems.push_back(Pid(p.pid) + ": multicast mapping " + Range(r.address, r.size) +
+          problems.push_back(ProcessText(p.pid) + ": multicast mapping " + Range(r.address, r.size) +
                              " of " + MulticastName(r.id) + " at offset " + std::to_string(r.offset) +
                              " lies outside the object's extent (" + std::to_string(facts.extent) +
                              " bytes)");
@@ -367,7 +366,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
         return b.first == key.first && b.second == key.second;
       });
       if (!is_bound) {
-        problems.push_back(Pid(p.pid) + ": device " + std::to_string(r.device) + " of " +
+        problems.push_back(ProcessText(p.pid) + ": device " + std::to_string(r.device) + " of " +
                            MulticastName(r.id) + " was added but nothing is bound for it; a "
                            "checkpoint needs every device of a team bound");
       }
@@ -403,7 +402,7 @@ std::vector<std::string> ValidateTopology(std::span<const ParticipantView> parti
   for (const auto& [id, facts] : allocations) {
     if (facts.creators.size() > 1) {
       problems.push_back(ObjectName(id) + " is reported as created by " +
-                         Pid(facts.creators[0]) + " and " + Pid(facts.creators[1]) +
+                         ProcessText(facts.creators[0]) + " and " + ProcessText(facts.creators[1]) +
                          "; exactly one creator per allocation");
       continue;
     }
@@ -415,7 +414,7 @@ std::vector<std::string> ValidateTopology(std::span<const ParticipantView> parti
         problems.push_back(CreatorReleased(id, user));
         continue;
       }
-      problems.push_back(Pid(user) + ": " + ObjectName(id) +
+      problems.push_back(ProcessText(user) + ": " + ObjectName(id) +
                          " is imported, but its creator is not a participant; start the "
                          "creator with 'cusnap run' and include it in the checkpoint");
       continue;

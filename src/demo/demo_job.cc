@@ -14,6 +14,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/text.h"
+
 extern char** environ;
 
 namespace cusnap::cli::demo {
@@ -109,7 +111,7 @@ Status DemoJob::Start(const std::string& bin, const std::array<int, 2>& devices,
 
 Result<std::string> DemoJob::Answer(Role role, const std::string& expect) {
   Worker& w = workers_[role];
-  const std::string who = std::string(RoleName(role)) + " (pid " + std::to_string(w.pid) + ")";
+  const std::string who = std::string(RoleName(role)) + " (" + ProcessText(w.pid) + ")";
   if (w.pid <= 0) return Error{-1, who + " is not running"};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kAnswerTimeoutMs);
   size_t eol;
@@ -146,7 +148,7 @@ Result<std::string> DemoJob::Ask(Role role, const std::string& request, const st
   const std::string text = request + "\n";
   if (w.control < 0 || ::send(w.control, text.data(), text.size(), MSG_NOSIGNAL) !=
                            static_cast<ssize_t>(text.size())) {
-    return Error{errno, std::string(RoleName(role)) + " (pid " + std::to_string(w.pid) +
+    return Error{errno, std::string(RoleName(role)) + " (" + ProcessText(w.pid) +
                             "): cannot send '" + request + "': " + std::strerror(errno)};
   }
   return Answer(role, expect);

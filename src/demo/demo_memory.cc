@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include "common/text.h"
 #include "coordinator/native_driver.h"
 
 namespace cusnap::cli::demo {
@@ -27,7 +28,7 @@ bool Resolve(void* handle, const char* name, F& out) {
 
 Error DeviceError(int device, const char* call, CUresult rc) {
   return Error{static_cast<int>(rc), "device " + std::to_string(device) + ": " + call +
-                                         " failed: " + coord::CuResultText(rc)};
+                                         " failed: " + CuResultText(rc)};
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "demo/demo_job.h"
 #include "demo/demo_protocol.h"
 #include "common/socket.h"
+#include "common/text.h"
 
 namespace {
 
@@ -50,8 +51,8 @@ struct Worker {
 bool Cu(Worker& w, CUresult rc, const char* call, size_t allocation = kAllocations) {
   if (rc == CUDA_SUCCESS) return true;
   const char* name = nullptr;
-  cuGetErrorName(rc, &name);
-  w.failure = std::string(call) + " failed: " + (name ? name : "?") + " (" + std::to_string(rc) + ")";
+  if (cuGetErrorName(rc, &name) != CUDA_SUCCESS) name = nullptr;
+  w.failure = std::string(call) + " failed: " + cusnap::CuResultText(rc, name);
   if (allocation < kAllocations) w.failure = "allocation " + std::to_string(allocation) + ": " + w.failure;
   return false;
 }

@@ -1,3 +1,6 @@
+// The process root (process.h): one Process per process, published through one atomic
+// pointer, attached by the shim's one constructor and replaced whole by its one fork handler
+// set.
 #include "shim/process.h"
 
 #include <pthread.h>
@@ -7,83 +10,127 @@
 
 #include "common/endpoint_client.h"
 #include "common/log.h"
-#include "shim/intercept/driver_api.h"
 #include "shim/endpoint/endpoint.h"
+#include "shim/intercept/driver_api.h"
+#include "shim/lifecycle/lifecycle.h"
+#include "shim/lifecycle/multicast_steps.h"
+#include "shim/lifecycle/unicast_steps.h"
 
 namespace cusnap::shim {
 namespace {
 
-// Everything a process tracks, replaced whole in a fork child. Never destroyed: application
-// and endpoint threads may still use it while exit handlers run.
-struct ProcessState {
-  SharingTable table;
-  ExportCache cache;
+// The carrier and the lifecycle over this root's tables and the real driver.
+struct Restorer {
+  HostCarrier carrier;
+  UnicastSteps steps;
+  MulticastSteps multicast;  // issue 5: multicast teams (multicast_steps.h)
+  StepsWithMulticast all;    // both, as the one LifecycleSteps the lifecycle drives
+  Lifecycle lifecycle;
+  Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
+           QuiesceGate& gate)
+      : carrier(driver(), CarrierModeFromEnvironment()),
+        steps(driver(), table, cache, carrier, &FetchExportFromCreator),
+        multicast(driver(), table, multicast_table, cache, &FetchMulticastFromCreator),
+        all(steps, multicast),
+        lifecycle(all, gate) {}
 };
-
-std::atomic<ProcessState*> g_state{nullptr};
-
-ProcessState& State() {
-  ProcessState* state = g_state.load(std::memory_order_acquire);
-  if (state != nullptr) return *state;
-  auto* fresh = new ProcessState();
-  if (g_state.compare_exchange_strong(state, fresh, std::memory_order_acq_rel)) return *fresh;
-  delete fresh;  // another thread published first
-  return *state;
-}
 
 // Endpoint start, without locks (a fork child must never wait on a lock a vanished thread
 // held): one thread wins kNeeded -> kStarting and starts it; others carry on without it.
 enum EndpointState : int { kNeeded = 0, kStarting = 1, kRunning = 2, kFailedToStart = 3 };
-std::atomic<int> g_endpoint_state{kNeeded};
-std::atomic<Endpoint*> g_endpoint{nullptr};
+
+// Everything a process tracks. Never destroyed: application and endpoint threads may still
+// use it while exit handlers run; a fork child leaks the parent's (nothing freed through
+// CUDA: the parent still owns those allocations).
+struct Process {
+  SharingTable table;
+  MulticastTable multicast;
+  ExportCache cache;
+  QuiesceGate gate;
+  std::atomic<Restorer*> restorer{nullptr};  // built at first use (Restore())
+  std::atomic<int> endpoint_state{kNeeded};
+  std::atomic<Endpoint*> endpoint{nullptr};
+
+  Restorer& Restore() {
+    Restorer* built = restorer.load(std::memory_order_acquire);
+    if (built != nullptr) return *built;
+    auto* fresh = new Restorer(table, multicast, cache, gate);
+    if (restorer.compare_exchange_strong(built, fresh, std::memory_order_acq_rel)) return *fresh;
+    delete fresh;  // another thread published first
+    return *built;
+  }
+};
+
+std::atomic<Process*> g_process{nullptr};
+
+Process& Root() {
+  Process* process = g_process.load(std::memory_order_acquire);
+  if (process != nullptr) return *process;
+  auto* fresh = new Process();
+  if (g_process.compare_exchange_strong(process, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread published first
+  return *process;
+}
 
 void ForkPrepare() {
-  // The child must not inherit a table or cache half-updated by another thread. Neither
-  // lock is ever held across a driver call, so this waits only for short critical sections.
-  ProcessState& state = State();
-  state.table.mutex().lock();
-  state.cache.mutex().lock();
+  // The child must not inherit a table or cache half-updated by another thread. None of
+  // these locks is ever held across a driver call, so this waits only for short critical
+  // sections. Lock order: table before cache.
+  Process& process = Root();
+  process.table.mutex().lock();
+  process.multicast.mutex().lock();
+  process.cache.mutex().lock();
 }
 
 void ForkParent() {
-  ProcessState& state = State();
-  state.cache.mutex().unlock();
-  state.table.mutex().unlock();
+  Process& process = Root();
+  process.cache.mutex().unlock();
+  process.multicast.mutex().unlock();
+  process.table.mutex().unlock();
 }
 
 void ForkChild() {
   // Only the forking thread exists now. Drop the parent's state without freeing anything
   // through CUDA (the parent still owns those allocations) and without unlocking the old
-  // mutexes: the old objects are leaked with them, a fresh state takes their place.
-  ProcessState* inherited = g_state.load(std::memory_order_relaxed);
-  if (inherited != nullptr) inherited->cache.CloseInheritedAfterFork();
-  g_state.store(new ProcessState(), std::memory_order_release);
-  if (Endpoint* endpoint = g_endpoint.load(std::memory_order_relaxed)) {
-    endpoint->AbandonAfterFork();  // the parent's socket file stays: it is the parent's
+  // mutexes: the old root is leaked with them, a fresh one takes its place.
+  Process* inherited = g_process.load(std::memory_order_relaxed);
+  if (inherited != nullptr) {
+    inherited->cache.CloseInheritedAfterFork();
+    if (Endpoint* endpoint = inherited->endpoint.load(std::memory_order_relaxed)) {
+      endpoint->AbandonAfterFork();  // the parent's socket file stays: it is the parent's
+    }
   }
-  g_endpoint.store(nullptr, std::memory_order_relaxed);
-  g_endpoint_state.store(kNeeded, std::memory_order_release);
+  g_process.store(new Process(), std::memory_order_release);
 }
 
-__attribute__((constructor)) void StartProcess() {
+__attribute__((constructor)) void AttachProcess() {
+  Root();
   pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
   EnsureEndpoint();
 }
 
-__attribute__((destructor)) void EndProcess() {
-  if (Endpoint* endpoint = g_endpoint.load(std::memory_order_acquire)) endpoint->Unlink();
+__attribute__((destructor)) void DetachProcess() {
+  if (Endpoint* endpoint = Root().endpoint.load(std::memory_order_acquire)) endpoint->Unlink();
 }
 
 }  // namespace
 
-SharingTable& table() { return State().table; }
+SharingTable& table() { return Root().table; }
 
-ExportCache& export_cache() { return State().cache; }
+MulticastTable& multicast_table() { return Root().multicast; }
+
+ExportCache& export_cache() { return Root().cache; }
+
+QuiesceGate& gate() { return Root().gate; }
+
+HostCarrier& carrier() { return Root().Restore().carrier; }
 
 void EnsureEndpoint() {
-  if (g_endpoint_state.load(std::memory_order_acquire) != kNeeded) return;
+  Process& process = Root();
+  if (process.endpoint_state.load(std::memory_order_acquire) != kNeeded) return;
   int expected = kNeeded;
-  if (!g_endpoint_state.compare_exchange_strong(expected, kStarting, std::memory_order_acq_rel)) {
+  if (!process.endpoint_state.compare_exchange_strong(expected, kStarting,
+                                                      std::memory_order_acq_rel)) {
     return;
   }
   const std::string dir = ControlDir();
@@ -91,26 +138,49 @@ void EnsureEndpoint() {
   if (!endpoint.ok()) {
     CUSNAP_LOG_ERROR("no endpoint for this process (checkpoint will refuse it): %s",
                      endpoint.error().message.c_str());
-    g_endpoint_state.store(kFailedToStart, std::memory_order_release);
+    process.endpoint_state.store(kFailedToStart, std::memory_order_release);
     return;
   }
-  g_endpoint.store(*endpoint, std::memory_order_release);
-  g_endpoint_state.store(kRunning, std::memory_order_release);
+  process.endpoint.store(*endpoint, std::memory_order_release);
+  process.endpoint_state.store(kRunning, std::memory_order_release);
 }
 
 const char* EndpointSocketPath() {
-  Endpoint* endpoint = g_endpoint.load(std::memory_order_acquire);
+  Endpoint* endpoint = Root().endpoint.load(std::memory_order_acquire);
   return endpoint != nullptr ? endpoint->path().c_str() : "";
 }
 
-void ReleaseDropped(const Dropped& dropped) {
-  if (dropped.creator) export_cache().Invalidate(TicketKind::kUnicast, dropped.id.local_id);
+Result<proto::StepReply> HandleLifecycleRequest(const proto::StepRequest& request) {
+  // Lifecycle work may pass through the shim's own hooks while the gate is closed.
+  GateBypass bypass;
+  return Root().Restore().lifecycle.Handle(request);
+}
+
+proto::ShimState LifecycleState() {
+  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
+  return built != nullptr ? built->lifecycle.phase() : proto::ShimState::kActive;
+}
+
+std::string LifecycleFailure() {
+  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
+  return built != nullptr ? built->lifecycle.failure() : std::string();
+}
+
+void AnticipateCarrier() {
+  HostCarrier& host = carrier();
+  if (host.mode() != CarrierMode::kEager) return;
+  host.Anticipate(table().Counts().tracked_bytes);
+}
+
+void ReleaseDropped(const Dropped& dropped, TicketKind kind) {
+  if (dropped.creator) export_cache().Invalidate(kind, dropped.id.local_id);
   if (!dropped.has_real) return;
   auto release = driver().cuMemRelease;
   const CUresult rc = release != nullptr ? release(dropped.real) : CUDA_ERROR_NOT_INITIALIZED;
   if (rc != CUDA_SUCCESS) {
-    CUSNAP_LOG_WARN("releasing the real handle of %s failed: CUresult %d",
-                    DescribeObject(dropped.id).c_str(), static_cast<int>(rc));
+    const char* what = kind == TicketKind::kMulticast ? "multicast object" : "allocation";
+    CUSNAP_LOG_WARN("releasing the real handle of %s failed: %s",
+                    DescribeObject(dropped.id, what).c_str(), ResultText(driver(), rc).c_str());
   }
 }
 

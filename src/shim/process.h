@@ -1,27 +1,48 @@
-// Process-wide state of the shim: the sharing table, the export cache and the endpoint, and
-// what happens to them across fork (DESIGN.md, "Endpoint"; SPEC-REFERENCE I.1).
+// The process root: everything the shim keeps for this process (the sharing table, the
+// multicast table, the export cache, the quiesce gate, the host carrier, the lifecycle and
+// the endpoint) in one object, attached once and replaced whole in a fork child (DESIGN.md,
+// "Endpoint"; SPEC-REFERENCE I.1). mimalloc's process attach is the model: one constructor,
+// one set of fork handlers, nothing else in the shim keeps process state of its own.
 //
 // Endpoint start, decided here: the initial process starts its endpoint in the shim's
 // constructor, so a process launched under `cusnap run` is reachable before the coordinator
 // could ever look for it, even if it never makes a tracked call. A child of fork gets a
-// clean slate (no table, no endpoint, its own logical handle counter) and starts its own
-// endpoint lazily at its first tracked call (EnsureEndpoint). The child drops everything
-// inherited without freeing it through CUDA: the parent still owns those allocations.
+// clean slate (a new root: no table, no endpoint, its own logical handle counter, an open
+// gate) and starts its own endpoint lazily at its first tracked call (EnsureEndpoint). The
+// child drops everything inherited without freeing it through CUDA: the parent still owns
+// those allocations. The carrier and the lifecycle hold the real driver table, whose
+// resolution loads libcuda: they are built at their first use, never in a process that does
+// not use CUDA.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
+#include "common/messages.h"
+#include "shim/carrier/carrier.h"
+#include "shim/lifecycle/quiesce.h"
 #include "shim/tables/export_cache.h"
+#include "shim/tables/multicast_table.h"
 #include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {
 
-/// This process's sharing table (replaced by an empty one in a fork child).
+/// This process's sharing table.
 SharingTable& table();
 
-/// This process's export cache (replaced by an empty one in a fork child).
+/// This process's multicast table.
+MulticastTable& multicast_table();
+
+/// This process's export cache.
 ExportCache& export_cache();
+
+/// This process's quiesce gate. Application threads may sit in it at exit: never destroyed.
+QuiesceGate& gate();
+
+/// This process's host carrier over the real driver (built at first use; resolves the
+/// driver table).
+HostCarrier& carrier();
 
 /// Makes sure this process's endpoint runs: one atomic load when it does. Called by every
 /// tracked hook; the first call in a fork child starts the child's endpoint. A failure to
@@ -32,10 +53,27 @@ void EnsureEndpoint();
 /// The path of this process's endpoint socket ("" when none runs).
 const char* EndpointSocketPath();
 
-/// Finishes with an allocation that lost its last reference: drops its export cache entry
-/// (creator) and releases its real handle through the driver. Never called under the table
-/// lock.
-void ReleaseDropped(const Dropped& dropped);
+/// Runs one lifecycle request (kQuiesce .. kActivate; Lifecycle::Handle) on the control
+/// thread, past the gate (lifecycle work may go through the shim's own hooks while the gate
+/// is closed). Builds the lifecycle at the first request.
+Result<proto::StepReply> HandleLifecycleRequest(const proto::StepRequest& request);
+
+/// The lifecycle's state now: ACTIVE until the first lifecycle request (reading it never
+/// builds the lifecycle, so kIdentify does not load libcuda into a process without CUDA).
+proto::ShimState LifecycleState();
+
+/// Why the shim is FAILED ("" otherwise).
+std::string LifecycleFailure();
+
+/// After a tracked allocation was created: in CUSNAP_CARRIER=eager mode the host carrier
+/// grows in the background toward the bytes the sharing table now tracks, so a checkpoint
+/// finds its host memory already provided (DRIVER-FACTS "Speeds"). Lazy mode: nothing.
+void AnticipateCarrier();
+
+/// Finishes with an object that lost its last reference (an allocation, or with
+/// TicketKind::kMulticast a multicast object): drops its export cache entry (creator) and
+/// releases its real handle through the driver. Never called under a table lock.
+void ReleaseDropped(const Dropped& dropped, TicketKind kind = TicketKind::kUnicast);
 
 /// A real handle from the driver that carries the logical tag would be ambiguous: releases
 /// it, logs which `call` returned it, and returns CUDA_ERROR_INVALID_HANDLE.
@@ -60,3 +98,9 @@ class PinScope {
 };
 
 }  // namespace cusnap::shim
+
+/// First statement of a tracked hook: waits while the shim is quiesced, returns the gate's
+/// error from the hook when the wait bound passes.
+#define CUSNAP_QUIESCE_GATE()                                        \
+  ::cusnap::shim::GateScope cusnap_gate_scope_(::cusnap::shim::gate()); \
+  if (cusnap_gate_scope_.status() != CUDA_SUCCESS) return cusnap_gate_scope_.status()

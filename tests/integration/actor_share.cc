@@ -9,6 +9,7 @@
 //                               tracked allocations (the test inspects it over its endpoint)
 //   raw-exporter                (run without the shim) exports a raw descriptor
 //   fork-early / fork-late      fork before any CUDA use / after tracking
+//   fork-quiesced               fork while its own shim is quiesced
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "common/endpoint_client.h"
@@ -82,6 +84,14 @@ cusnap::proto::IdentifyReply Identify(int pid) {
       kTimeoutMs);
   if (!reply.ok()) Fail("identify pid " + std::to_string(pid) + ": " + reply.error().message);
   return *reply;
+}
+
+// Lifecycle step `op` on `pid`'s endpoint (kQuiesce waits `drain_ms` for calls in flight);
+// the step's error, whole, when it was refused.
+cusnap::Result<cusnap::proto::StepReply> Step(int pid, cusnap::proto::Op op, uint64_t drain_ms = 0) {
+  return cusnap::Request<cusnap::proto::StepReply>(cusnap::EndpointPath(cusnap::ControlDir(), pid),
+                                                   cusnap::proto::StepRequest{op, drain_ms}.Encode(),
+                                                   kTimeoutMs, op);
 }
 
 bool EndpointExists(int pid) {
@@ -458,6 +468,42 @@ int ForkLate() {
   return 0;
 }
 
+// The process root is replaced whole in a fork child: a child forked while its parent's
+// shim is quiesced starts ACTIVE with an open gate, its tracked calls do not wait. (The
+// driver itself refuses a child forked after cuInit: CUDA_ERROR_NOT_INITIALIZED.)
+int ForkQuiesced() {
+  Init();
+  CUmemAllocationProp prop = Prop(true);
+  const size_t size = Granularity();
+  CUmemGenericAllocationHandle handle = 0;
+  CU(cuMemCreate(&handle, size, &prop, 0));
+  const auto quiesced = Step(getpid(), cusnap::proto::Op::kQuiesce, /*drain ms*/ 5'000);
+  Check(quiesced.ok(), "quiesce: " + (quiesced.ok() ? std::string() : quiesced.error().message));
+  const pid_t child = fork();
+  Check(child >= 0, "fork");
+  if (child == 0) {
+    g_role = "fork-quiesced child";
+    CUmemGenericAllocationHandle mine = 0;
+    const auto start = std::chrono::steady_clock::now();
+    // The driver's own answer, at once: at a closed gate the call would wait 60 s.
+    CU_EXPECT(CUDA_ERROR_NOT_INITIALIZED, cuMemCreate(&mine, size, &prop, 0));
+    Check(std::chrono::steady_clock::now() - start < std::chrono::seconds(5),
+          "the child's tracked call did not wait at a gate");
+    const cusnap::proto::IdentifyReply me = Identify(getpid());
+    Check(me.state == cusnap::proto::ShimState::kActive,
+          std::string("the child's shim is ACTIVE, not ") + cusnap::proto::ShimStateName(me.state));
+    Check(me.records == 0, "the child's table is empty");
+    std::exit(0);
+  }
+  Check(WaitExit(child) == 0, "fork child failed");
+  Check(Identify(getpid()).state == cusnap::proto::ShimState::kQuiesced,
+        "the parent stays QUIESCED");
+  const auto resumed = Step(getpid(), cusnap::proto::Op::kResume);
+  Check(resumed.ok(), "resume: " + (resumed.ok() ? std::string() : resumed.error().message));
+  CU(cuMemRelease(handle));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -471,5 +517,6 @@ int main(int argc, char** argv) {
   if (role == "raw-exporter") return RawExporter();
   if (role == "fork-early") return ForkEarly();
   if (role == "fork-late") return ForkLate();
+  if (role == "fork-quiesced") return ForkQuiesced();
   Fail("unknown role " + role);
 }

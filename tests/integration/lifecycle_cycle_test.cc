@@ -287,7 +287,7 @@ class LifecycleCycleTest : public ::testing::Test {
     DriveBoth(Op::kMulticastCreate, Phase::kMulticastCreated);
     DriveBoth(Op::kMulticastImport, Phase::kMulticastImported);
     DriveBoth(Op::kMulticastJoin, Phase::kMulticastJoined);
-    DriveBoth(Op::kMulticastBind, Phase::kActive);
+    DriveBoth(Op::kMulticastBind, Phase::kRestored);
     // The coordinator compares INSPECT with the state file before ACTIVATE: the records
     // keep the application's device ordinals.
     const std::vector<proto::Record> creator_now = Inspect(creator_);

@@ -241,7 +241,7 @@ TEST_F(MulticastCycleTest, DetachFaultBeforeAnyReleaseRefusesWithTheTeamIntact) 
     const Ran ck = Checkpoint();
     EXPECT_EQ(ck.status, 3) << ck.out << ck.err;
     EXPECT_THAT(ck.err, HasSubstr(": detach_multicast failed: " + std::string(step)));
-    EXPECT_THAT(ck.err, HasSubstr("failed with CUresult 999 for " + Object()));
+    EXPECT_THAT(ck.err, HasSubstr("failed with CUDA_ERROR_UNKNOWN (999) for " + Object()));
     EXPECT_THAT(ck.err, HasSubstr("refused; nothing was changed, the job keeps running"));
     const auto st = nlohmann::json::parse(Cusnap({"status", "--all", "--json"}).out);
     for (const auto& p : st["participants"]) EXPECT_EQ(p["phase"], "active");
@@ -259,7 +259,7 @@ TEST_F(MulticastCycleTest, DetachFaultAfterAReleaseFailsLoudly) {
   const Ran ck = Checkpoint();
   EXPECT_EQ(ck.status, 4) << ck.out << ck.err;
   EXPECT_THAT(ck.err, HasSubstr(Pid(1) + ": detach_multicast failed: cuMemRelease failed with "
-                                "CUresult 999 for " + Object()));
+                                "CUDA_ERROR_UNKNOWN (999) for " + Object()));
   EXPECT_THAT(ck.err, HasSubstr(Pid(0) + ": resume failed: RESUME refused in phase "
                                 "MULTICAST_DETACHED"));
   EXPECT_THAT(ck.err, HasSubstr("FAILED in phase 'resume' after the job was changed"));
@@ -293,7 +293,7 @@ TEST_F(MulticastCycleTest, RebuildFaultFailsTheRestoreLoudly) {
     EXPECT_EQ(rs.status, 4) << rs.out << rs.err;
     EXPECT_THAT(rs.err, HasSubstr(Pid(c.rank) + ": " + c.step + " failed: "));
     EXPECT_THAT(rs.err, HasSubstr(c.call));
-    EXPECT_THAT(rs.err, HasSubstr("failed with CUresult 999 for " + Object()));
+    EXPECT_THAT(rs.err, HasSubstr("failed with CUDA_ERROR_UNKNOWN (999) for " + Object()));
     TearDown();
     ranks_.clear();
     SetUp();

@@ -226,5 +226,13 @@ TEST_F(SharingProcesses, ChildForkedAfterTrackingNeverFreesTheParentsMemory) {
   EXPECT_EQ(WaitExit(actor, 60'000), 0);
 }
 
+TEST_F(SharingProcesses, ChildForkedWhileQuiescedStartsActiveWithAnOpenGate) {
+  auto [a, b] = Channel();
+  const pid_t actor = Spawn({"fork-quiesced"}, a);
+  close(a);
+  close(b);
+  EXPECT_EQ(WaitExit(actor, 30'000), 0);
+}
+
 }  // namespace
 }  // namespace cusnap

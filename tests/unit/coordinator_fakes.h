@@ -30,6 +30,7 @@ struct FakeProcess {
   std::vector<proto::Record> records_after_restore;  ///< INSPECT after kImport (empty: same)
   std::map<proto::Op, std::string> fail;             ///< ops answered with this error text
   std::map<proto::Op, uint64_t> bytes;               ///< carrier bytes reported per op
+  std::map<proto::Op, proto::ShimState> phase_after;     ///< state reported after op (overrides)
   bool restored = false;
 };
 
@@ -120,9 +121,11 @@ class FakeParticipant final : public coord::Participant {
         p_.phase = proto::ShimState::kImported;
         p_.restored = true;
         break;
+      case proto::Op::kMulticastBind: p_.phase = proto::ShimState::kRestored; break;
       case proto::Op::kActivate: p_.phase = proto::ShimState::kActive; break;
       default: break;
     }
+    if (auto it = p_.phase_after.find(op); it != p_.phase_after.end()) p_.phase = it->second;
     proto::StepReply reply;
     reply.state = p_.phase;
     if (auto it = p_.bytes.find(op); it != p_.bytes.end()) reply.bytes = it->second;

@@ -95,6 +95,7 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
   ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
   EXPECT_EQ(Names(report), kCheckpointPhases);
   EXPECT_EQ(observer_.finished, kCheckpointPhases);
+  EXPECT_EQ(coord::kCheckpointPhaseCount, kCheckpointPhases.size());  // the progress bar's count
   // Each arrow is a barrier: no participant starts a phase before all finished the last.
   // (INSPECT runs twice: before validation, and again inside quiesce once quiesced.)
   EXPECT_THAT(job_.log()[0], ::testing::StartsWith("inspect "));
@@ -428,6 +429,7 @@ TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
   const auto report = RunRestore(*coord::ParseDeviceMap("0=1,1=0"));
   ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
   EXPECT_EQ(Names(report), kRestorePhases);
+  EXPECT_EQ(coord::kRestorePhaseCount, kRestorePhases.size());  // the progress bar's count
   EXPECT_EQ(PhaseNamed(report, "reallocate").bytes, kMiB2);
   // The device map reaches the driver by UUID.
   EXPECT_THAT(job_.Only("native_restore 100"),
@@ -518,6 +520,22 @@ TEST_F(SequenceTest, RestoreRefusesABadDeviceMap) {
   EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
   EXPECT_THAT(report.errors, ElementsAre("device map names device 5, but the driver has 2 device(s)"));
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
+}
+
+TEST(ShimStateNames, StatusShowsARestoredShimAsRestored) {
+  EXPECT_EQ(coord::Lowercase(proto::ShimStateName(proto::ShimState::kRestored)), "restored");
+  EXPECT_EQ(coord::Lowercase(proto::ShimStateName(proto::ShimState::kFailed)), "failed");
+}
+
+TEST_F(SequenceTest, RestoreWantsEveryShimRestoredAfterMulticastBind) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  // A shim that lets its application go on before the comparison is not restored.
+  processes_[1].phase_after[proto::Op::kMulticastBind] = proto::ShimState::kActive;
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: after multicast_bind its cusnap shim is "
+                                         "active, not restored"));
+  EXPECT_THAT(job_.Only("activate"), IsEmpty());
 }
 
 TEST_F(SequenceTest, RestoreVerifiesRecordForRecord) {

@@ -101,14 +101,13 @@ TEST_F(LifecycleTest, WholeCycleInOrder) {
   ExpectOk(Op::kMulticastCreate, Phase::kMulticastCreated);
   ExpectOk(Op::kMulticastImport, Phase::kMulticastImported);
   ExpectOk(Op::kMulticastJoin, Phase::kMulticastJoined);
-  ExpectOk(Op::kMulticastBind, Phase::kActive);
-  // ACTIVE again, but the application waits for the coordinator's comparison.
-  EXPECT_TRUE(lifecycle.awaiting_activation());
+  ExpectOk(Op::kMulticastBind, Phase::kRestored);
+  // Restored, but the application waits for the coordinator's comparison.
   EXPECT_TRUE(gate.closed());
-  ExpectRefused(Op::kQuiesce, Phase::kActive);
+  ExpectRefused(Op::kQuiesce, Phase::kRestored);
+  ExpectRefused(Op::kResume, Phase::kRestored);
   ExpectOk(Op::kActivate, Phase::kActive);
   EXPECT_FALSE(gate.closed());
-  EXPECT_FALSE(lifecycle.awaiting_activation());
   const std::vector<Op> expected = {Op::kDetachMulticast, Op::kSave,          Op::kRelease,
                                     Op::kReallocate,      Op::kImport,        Op::kMulticastCreate,
                                     Op::kMulticastImport, Op::kMulticastJoin, Op::kMulticastBind};

@@ -28,7 +28,7 @@ class DetachSteps : public LifecycleSteps {
 
   Status DetachMulticast() override {
     destroyed_ = destroy;
-    if (fail_detach) return Error{999, "pid " + std::to_string(getpid()) + ": cuMulticastUnbind failed with CUresult 999 for multicast object 1 of pid 1"};
+    if (fail_detach) return Error{999, "pid " + std::to_string(getpid()) + ": cuMulticastUnbind failed with CUDA_ERROR_UNKNOWN (999) for multicast object 1 of pid 1"};
     return Ok{};
   }
   bool MulticastDestroyed() const override { return destroyed_; }
@@ -64,7 +64,7 @@ TEST_F(MulticastLifecycleTest, DetachFailureThatDestroyedNothingCanResume) {
   const Error reply = Send(Op::kDetachMulticast);
   EXPECT_EQ(reply.code, 999);
   EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
-  EXPECT_THAT(reply.message, HasSubstr("cuMulticastUnbind failed with CUresult 999"));
+  EXPECT_THAT(reply.message, HasSubstr("cuMulticastUnbind failed with CUDA_ERROR_UNKNOWN (999)"));
   EXPECT_EQ(Send(Op::kResume).code, 0);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
   EXPECT_FALSE(gate.closed());
@@ -80,7 +80,7 @@ TEST_F(MulticastLifecycleTest, DetachFailureAfterAReleaseIsFinal) {
   // The process is said once, then the step and the driver's answer.
   EXPECT_EQ(lifecycle.failure(),
             ThisProcessForTest() + ": DETACH_MULTICAST failed after memory was changed (shim "
-            "FAILED): cuMulticastUnbind failed with CUresult 999 for multicast object 1 of pid 1");
+            "FAILED): cuMulticastUnbind failed with CUDA_ERROR_UNKNOWN (999) for multicast object 1 of pid 1");
   EXPECT_EQ(Send(Op::kResume).code, -1);
   EXPECT_EQ(gate.Enter(), CUDA_ERROR_NOT_READY);
 }

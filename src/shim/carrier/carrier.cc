@@ -37,10 +37,9 @@ std::string Describe(const CarrierSlot& slot) {
   return text;
 }
 
-Error DriverError(CUresult result, const std::string& what) {
-  return Error{static_cast<int>(result),
-               ThisProcess() + ": host carrier: " + what + " failed with CUresult " +
-                   std::to_string(static_cast<int>(result))};
+Error DriverError(const DriverApi& api, CUresult result, const std::string& what) {
+  return Error{static_cast<int>(result), ThisProcess() + ": host carrier: " + what +
+                                             " failed with " + ResultText(api, result)};
 }
 
 // First-touches [begin, begin + bytes) so the kernel provides the pages now, not during the
@@ -228,11 +227,11 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   uint64_t phase = MonotonicNs();
   {
     ContextScope scope(api_, slots.front().context);
-    if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
+    if (scope.status() != CUDA_SUCCESS) return DriverError(api_, scope.status(), "entering a context");
     const CUresult registered =
         api_.cuMemHostRegister_v2(arena_, used, CU_MEMHOSTREGISTER_PORTABLE);
     if (registered != CUDA_SUCCESS) {
-      return DriverError(registered, "registering " + std::to_string(used) + " bytes of arena");
+      return DriverError(api_, registered, "registering " + std::to_string(used) + " bytes of arena");
     }
   }
   transfer.register_ns = MonotonicNs() - phase;
@@ -253,7 +252,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   phase = MonotonicNs();
   std::optional<Error> failure;
   const auto fail = [&](CUresult result, const std::string& what) {
-    if (!failure) failure = DriverError(result, what);
+    if (!failure) failure = DriverError(api_, result, what);
   };
   const CUmemAccessDesc access_template{};
   for (Group& group : groups) {
@@ -374,12 +373,6 @@ std::span<const std::byte> HostCarrier::saved(size_t index) const {
 bool HostCarrier::poisoned() const {
   std::lock_guard lock(mutex_);
   return poisoned_;
-}
-
-HostCarrier& carrier() {
-  // Never destroyed: its arena must outlive every thread that might still copy.
-  static HostCarrier* instance = new HostCarrier(driver(), CarrierModeFromEnvironment());
-  return *instance;
 }
 
 }  // namespace cusnap::shim

@@ -126,7 +126,4 @@ class HostCarrier {
   std::thread growth_thread_;          // started at the first Anticipate in eager mode
 };
 
-/// The shim's carrier over the real driver (created on first use, never destroyed).
-HostCarrier& carrier();
-
 }  // namespace cusnap::shim

@@ -1,38 +1,21 @@
+// The control thread's dispatch (control.h).
 #include "shim/endpoint/control.h"
 
-#include <atomic>
-#include <cstring>
-
 #include "common/ids.h"
-#include "shim/tables/multicast_table.h"
+#include "common/text.h"
 #include "shim/process.h"
+#include "shim/tables/multicast_table.h"
 
 namespace cusnap::shim {
 namespace {
 
-// Installed handlers, published whole: the control thread reads one consistent copy.
-std::atomic<const LifecycleHandler*> g_handler{nullptr};
-
-proto::ShimState CurrentState(const LifecycleHandler* handler) {
-  return handler != nullptr && handler->phase != nullptr ? handler->phase()
-                                                          : proto::ShimState::kActive;
-}
-
 proto::Message Refuse(proto::Op op, const std::string& why) {
-  return proto::EncodeError(op,
-                            Error{-1, "pid " + std::to_string(SelfIdentity().pid) + ": " + why});
+  return proto::EncodeError(op, Error{-1, ProcessText(SelfIdentity().pid) + ": " + why});
 }
 
 }  // namespace
 
-void InstallLifecycleHandler(const LifecycleHandler& handler) {
-  // Never freed: the control thread may still be reading the previous one.
-  g_handler.store(new LifecycleHandler(handler), std::memory_order_release);
-}
-
 proto::Message HandleControlRequest(const proto::Message& request) {
-  const LifecycleHandler* handler = g_handler.load(std::memory_order_acquire);
-  const proto::ShimState state = CurrentState(handler);
   const proto::Op op = request.op;
   switch (op) {
     case proto::Op::kIdentify: {
@@ -41,7 +24,7 @@ proto::Message HandleControlRequest(const proto::Message& request) {
       proto::IdentifyReply reply;
       reply.pid = self.pid;
       reply.start_time = self.start_time;
-      reply.state = state;
+      reply.state = LifecycleState();
       reply.records = counts.records + multicast_table().RecordCount();
       reply.untracked_imports = counts.untracked_imports;
       reply.tracked_bytes = counts.tracked_bytes;
@@ -49,7 +32,7 @@ proto::Message HandleControlRequest(const proto::Message& request) {
       reply.created_host_numa = counts.created_host_numa;
       // What the checkpoint's refusal names: each untracked import's location and VA ranges.
       reply.untracked = table().UntrackedRecords();
-      if (handler != nullptr && handler->failure != nullptr) reply.failure = handler->failure();
+      reply.failure = LifecycleFailure();
       return reply.Encode();
     }
     case proto::Op::kInspect: {
@@ -74,13 +57,9 @@ proto::Message HandleControlRequest(const proto::Message& request) {
     case proto::Op::kMulticastBind:
     case proto::Op::kResume:
     case proto::Op::kActivate: {
-      if (handler == nullptr || handler->handle == nullptr) {
-        return Refuse(op, "lifecycle operation " + std::to_string(static_cast<unsigned>(op)) +
-                              " not implemented");
-      }
       Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
       if (!step.ok()) return proto::EncodeError(op, step.error());
-      Result<proto::StepReply> reply = handler->handle(*step);
+      Result<proto::StepReply> reply = HandleLifecycleRequest(*step);
       return reply.ok() ? reply->Encode(op) : proto::EncodeError(op, reply.error());
     }
   }

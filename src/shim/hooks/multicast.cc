@@ -37,7 +37,7 @@ class MulticastPinScope {
   explicit MulticastPinScope(uint64_t logical) : pinned_(multicast_table().Pin(logical)) {}
   ~MulticastPinScope() {
     if (!pinned_) return;
-    if (auto dropped = multicast_table().Unpin(pinned_->key)) ReleaseMulticastDropped(*dropped);
+    if (auto dropped = multicast_table().Unpin(pinned_->key)) ReleaseDropped(*dropped, TicketKind::kMulticast);
   }
   MulticastPinScope(const MulticastPinScope&) = delete;
   MulticastPinScope& operator=(const MulticastPinScope&) = delete;
@@ -184,17 +184,6 @@ CUresult RefusePartialMulticast(const char* call, CUdeviceptr ptr, size_t size) 
 
 }  // namespace
 
-void ReleaseMulticastDropped(const MulticastDropped& dropped) {
-  if (dropped.creator) export_cache().Invalidate(TicketKind::kMulticast, dropped.id.local_id);
-  if (!dropped.has_real) return;
-  auto release = driver().cuMemRelease;
-  const CUresult rc = release != nullptr ? release(dropped.real) : CUDA_ERROR_NOT_INITIALIZED;
-  if (rc != CUDA_SUCCESS) {
-    CUSNAP_LOG_WARN("releasing the real handle of %s failed: CUresult %d",
-                    DescribeObject(dropped.id, "multicast object").c_str(), static_cast<int>(rc));
-  }
-}
-
 CUresult MulticastMap(CUdeviceptr ptr, size_t size, size_t offset, uint64_t handle,
                       unsigned long long flags) {
   auto real_map = driver().cuMemMap;
@@ -227,7 +216,7 @@ CUresult MulticastUnmap(CUdeviceptr ptr, size_t size) {
   const CUresult rc = real_unmap(ptr, size);
   if (rc != CUDA_SUCCESS) return rc;
   for (const MulticastDropped& d : multicast_table().RemoveMappings(ptr, size)) {
-    ReleaseMulticastDropped(d);
+    ReleaseDropped(d, TicketKind::kMulticast);
   }
   return CUDA_SUCCESS;
 }
@@ -261,7 +250,7 @@ CUresult MulticastRelease(uint64_t handle) {
   CUSNAP_QUIESCE_GATE();
   std::optional<MulticastDropped> dropped;
   if (!multicast_table().ReleaseHandle(handle, &dropped)) return CUDA_ERROR_INVALID_HANDLE;
-  if (dropped) ReleaseMulticastDropped(*dropped);
+  if (dropped) ReleaseDropped(*dropped, TicketKind::kMulticast);
   return CUDA_SUCCESS;
 }
 

@@ -35,8 +35,4 @@ CUresult MulticastRetain(CUmemGenericAllocationHandle* handle, CUdeviceptr addre
 /// driver for the real handle.
 CUresult MulticastAllocationProperties(CUmemAllocationProp* prop, uint64_t handle);
 
-/// Finishes with an object that lost its last reference: drops its export cache entry
-/// (creator) and releases its real handle. Never called under the table lock.
-void ReleaseMulticastDropped(const MulticastDropped& dropped);
-
 }  // namespace cusnap::shim

@@ -99,7 +99,7 @@ CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
   struct Unpin {
     MulticastKey key;
     ~Unpin() {
-      if (auto dropped = multicast_table().Unpin(key)) ReleaseMulticastDropped(*dropped);
+      if (auto dropped = multicast_table().Unpin(key)) ReleaseDropped(*dropped, TicketKind::kMulticast);
     }
   } unpin{pin->key};
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
@@ -143,8 +143,8 @@ CUresult ImportFromCreator(const Ticket& ticket, const char* what,
            : CUDA_ERROR_NOT_INITIALIZED;
   raw_fd.reset();
   if (rc != CUDA_SUCCESS) {
-    CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: CUresult %d",
-                     DescribeObject(ticket.id, what).c_str(), static_cast<int>(rc));
+    CUSNAP_LOG_ERROR("import of %s: the driver refused the creator's descriptor: %s",
+                     DescribeObject(ticket.id, what).c_str(), ResultText(driver(), rc).c_str());
   }
   return rc;
 }

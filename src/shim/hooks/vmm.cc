@@ -14,7 +14,6 @@
 #include "shim/intercept/driver_api.h"
 #include "shim/tables/handles.h"
 #include "shim/hooks/hooks.h"
-#include "shim/lifecycle/lifecycle_process.h"
 #include "shim/tables/multicast_table.h"
 #include "shim/hooks/multicast_vmm.h"
 #include "shim/process.h"

@@ -5,6 +5,9 @@
 // program may load the runtime long after the driver.
 #pragma once
 
+#include <string>
+
+#include "common/text.h"
 #include "shim/intercept/cuda_abi.h"
 
 namespace cusnap::shim {
@@ -34,6 +37,17 @@ struct RuntimeApi {
 /// SPEC-REFERENCE C.5), published once and never re-resolved. Wrappers whose member is
 /// nullptr return CUDA_ERROR_NOT_INITIALIZED.
 const DriverApi& driver();
+
+/// "CUDA_ERROR_NOT_SUPPORTED (801)": `result` named by `api`'s cuGetErrorName when the
+/// driver knows it (CuResultText's fallback otherwise). For every message about a driver
+/// call's result.
+inline std::string ResultText(const DriverApi& api, CUresult result) {
+  const char* name = nullptr;
+  if (api.cuGetErrorName == nullptr || api.cuGetErrorName(result, &name) != CUDA_SUCCESS) {
+    name = nullptr;
+  }
+  return CuResultText(result, name);
+}
 
 /// The real runtime table of the libcudart this process loaded, resolved the first time a
 /// runtime is found (until then every member is nullptr and the next call looks again).

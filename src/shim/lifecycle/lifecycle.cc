@@ -1,6 +1,6 @@
-// The lifecycle's transition rules (lifecycle.h). The work of each step lives in
-// LifecycleSteps; this file only decides whether a request may run now, runs it, and moves
-// the phase.
+// The lifecycle's state machine (lifecycle.h): one table, a row per transition, each with
+// the step it runs. The work of each step lives in LifecycleSteps; this file only decides
+// whether a request may run now, runs it, and moves the state.
 #include "shim/lifecycle/lifecycle.h"
 
 #include <unistd.h>
@@ -16,43 +16,72 @@ namespace {
 using proto::Op;
 using Phase = proto::ShimState;
 
-// One row per step: the phase it must find, the phase it leaves, and whether a failure in
-// it has already changed the application's memory (then the shim is FAILED for good).
-struct Transition {
-  Op op;
-  Phase from;
-  Phase to;
-  bool destructive;
+// What a failed step leaves behind.
+enum class OnFailure {
+  kStateKept,          // nothing changed in the application's memory: the state stays
+  kFailed,             // memory was changed: the shim is FAILED for good
+  kFailedIfDestroyed,  // FAILED only when the step took a multicast team apart
 };
 
-constexpr Transition kTransitions[] = {
-    {Op::kQuiesce, Phase::kActive, Phase::kQuiesced, false},
-    {Op::kDetachMulticast, Phase::kQuiesced, Phase::kMulticastDetached, true},
-    {Op::kSave, Phase::kMulticastDetached, Phase::kSaved, false},
-    {Op::kRelease, Phase::kSaved, Phase::kReleased, true},
-    {Op::kReallocate, Phase::kReleased, Phase::kReallocated, true},
-    {Op::kImport, Phase::kReallocated, Phase::kImported, true},
-    {Op::kMulticastCreate, Phase::kImported, Phase::kMulticastCreated, true},
-    {Op::kMulticastImport, Phase::kMulticastCreated, Phase::kMulticastImported, true},
-    {Op::kMulticastJoin, Phase::kMulticastImported, Phase::kMulticastJoined, true},
-    {Op::kMulticastBind, Phase::kMulticastJoined, Phase::kActive, true},
-};
+constexpr const char* kResumeRefusal =
+    "only a checkpoint that released nothing (no unicast memory, no multicast team) can resume";
 
-const Transition* Find(Op op) {
-  for (const Transition& t : kTransitions) {
-    if (t.op == op) return &t;
-  }
-  return nullptr;
-}
-
-// kResume may undo a checkpoint until unicast memory is released and as long as detach took
-// no multicast team apart (`multicast_destroyed`).
-bool Resumable(Phase phase, bool multicast_destroyed) {
-  if (phase == Phase::kQuiesced) return true;
-  return (phase == Phase::kMulticastDetached || phase == Phase::kSaved) && !multicast_destroyed;
+Error Refused(Op op, Phase now, const std::string& why) {
+  return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " +
+                       ShimStateName(now) + ": " + why};
 }
 
 }  // namespace
+
+// One row per transition: the request, the state it must find and the one it leaves, what
+// a failure leaves, the step, whether the gate opens once the state moved, and why the
+// request is refused in any other state (null: "it needs phase <from>"). An op may have
+// several rows (kResume: one per state it undoes).
+struct Lifecycle::Transition {
+  Op op;
+  Phase from;
+  Phase to;
+  OnFailure on_failure;
+  Result<StepResult> (Lifecycle::*step)(const proto::StepRequest& request);
+  bool opens_gate;
+  const char* out_of_order;
+};
+
+constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
+    // checkpoint
+    {Op::kQuiesce, Phase::kActive, Phase::kQuiesced, OnFailure::kStateKept,
+     &Lifecycle::Quiesce, false, nullptr},
+    {Op::kDetachMulticast, Phase::kQuiesced, Phase::kMulticastDetached,
+     OnFailure::kFailedIfDestroyed, &Lifecycle::DetachMulticast, false, nullptr},
+    {Op::kSave, Phase::kMulticastDetached, Phase::kSaved, OnFailure::kStateKept,
+     &Lifecycle::Save, false, nullptr},
+    {Op::kRelease, Phase::kSaved, Phase::kReleased, OnFailure::kFailed, &Lifecycle::Release,
+     false, nullptr},
+    // restore
+    {Op::kReallocate, Phase::kReleased, Phase::kReallocated, OnFailure::kFailed,
+     &Lifecycle::Reallocate, false, nullptr},
+    {Op::kImport, Phase::kReallocated, Phase::kImported, OnFailure::kFailed, &Lifecycle::Import,
+     false, nullptr},
+    {Op::kMulticastCreate, Phase::kImported, Phase::kMulticastCreated, OnFailure::kFailed,
+     &Lifecycle::MulticastCreate, false, nullptr},
+    {Op::kMulticastImport, Phase::kMulticastCreated, Phase::kMulticastImported,
+     OnFailure::kFailed, &Lifecycle::MulticastImport, false, nullptr},
+    {Op::kMulticastJoin, Phase::kMulticastImported, Phase::kMulticastJoined, OnFailure::kFailed,
+     &Lifecycle::MulticastJoin, false, nullptr},
+    // Restored, but the coordinator still compares INSPECT with the state file: the
+    // application waits until kActivate.
+    {Op::kMulticastBind, Phase::kMulticastJoined, Phase::kRestored, OnFailure::kFailed,
+     &Lifecycle::MulticastBind, false, nullptr},
+    {Op::kActivate, Phase::kRestored, Phase::kActive, OnFailure::kStateKept,
+     &Lifecycle::Activate, true, "the restore has not finished"},
+    // a refused checkpoint, undone before anything was released
+    {Op::kResume, Phase::kQuiesced, Phase::kActive, OnFailure::kStateKept, &Lifecycle::Resume,
+     true, kResumeRefusal},
+    {Op::kResume, Phase::kMulticastDetached, Phase::kActive, OnFailure::kStateKept,
+     &Lifecycle::Resume, true, kResumeRefusal},
+    {Op::kResume, Phase::kSaved, Phase::kActive, OnFailure::kStateKept, &Lifecycle::Resume, true,
+     kResumeRefusal},
+};
 
 Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate) : steps_(steps), gate_(gate) {}
 
@@ -61,16 +90,10 @@ std::string Lifecycle::failure() const {
   return failure_;
 }
 
-bool Lifecycle::awaiting_activation() const {
-  std::lock_guard lock(mutex_);
-  return awaiting_activation_;
-}
-
 void Lifecycle::SetFailed(const std::string& message) {
   {
     std::lock_guard lock(mutex_);
     failure_ = message;
-    awaiting_activation_ = false;
   }
   phase_.store(Phase::kFailed, std::memory_order_release);
   gate_.Fail();
@@ -91,85 +114,30 @@ Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
 Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
   const Op op = request.op;
   const Phase now = phase();
-  const auto refuse = [&](const char* why) -> Error {
-    return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " +
-                         ShimStateName(now) + ": " + why};
-  };
-  if (now == Phase::kFailed) return refuse(failure().c_str());
+  if (now == Phase::kFailed) return Refused(op, now, failure());
 
-  if (op == Op::kResume) {
-    if (!Resumable(now, steps_.MulticastDestroyed())) {
-      return refuse("only a checkpoint that released nothing (no unicast memory, no multicast "
-                    "team) can resume");
-    }
-    steps_.Discard();
-    phase_.store(Phase::kActive, std::memory_order_release);
-    gate_.Open();
-    return StepResult{};
-  }
-  if (op == Op::kActivate) {
-    if (now != Phase::kActive) return refuse("the restore has not finished");
-    {
-      std::lock_guard lock(mutex_);
-      awaiting_activation_ = false;
-    }
-    steps_.Discard();
-    gate_.Open();
-    return StepResult{};
-  }
-
-  const Transition* step = Find(op);
-  if (step == nullptr) return refuse("not a lifecycle step");
-  if (now != step->from) {
-    return refuse((std::string("it needs phase ") + ShimStateName(step->from)).c_str());
-  }
-  if (op == Op::kQuiesce && awaiting_activation()) {
-    return refuse("the last restore is waiting for ACTIVATE");
-  }
-
-  Result<StepResult> result = StepResult{};
-  switch (op) {
-    case Op::kQuiesce: {
-      const int64_t drain_ms =
-          request.drain_ms != 0 ? static_cast<int64_t>(request.drain_ms) : kDefaultDrainMs;
-      if (Status closed = gate_.Close(drain_ms); !closed) result = closed.error();
+  const Transition* row = nullptr;
+  const Transition* any = nullptr;  // a row of this op, for the refusal's text
+  for (const Transition& t : kTransitions) {
+    if (t.op != op) continue;
+    if (any == nullptr) any = &t;
+    if (t.from == now) {
+      row = &t;
       break;
     }
-    case Op::kDetachMulticast:
-      if (Status s = steps_.DetachMulticast(); !s) result = s.error();
-      break;
-    case Op::kSave:
-      result = steps_.Save();
-      if (!result) steps_.Discard();
-      break;
-    case Op::kRelease:
-      if (Status s = steps_.Release(); !s) result = s.error();
-      break;
-    case Op::kReallocate:
-      result = steps_.Reallocate();
-      break;
-    case Op::kImport:
-      if (Status s = steps_.Import(); !s) result = s.error();
-      break;
-    case Op::kMulticastCreate:
-      if (Status s = steps_.MulticastCreate(); !s) result = s.error();
-      break;
-    case Op::kMulticastImport:
-      if (Status s = steps_.MulticastImport(); !s) result = s.error();
-      break;
-    case Op::kMulticastJoin:
-      if (Status s = steps_.MulticastJoin(); !s) result = s.error();
-      break;
-    case Op::kMulticastBind:
-      if (Status s = steps_.MulticastBind(); !s) result = s.error();
-      break;
-    default:
-      break;
   }
+  if (any == nullptr) return Refused(op, now, "not a lifecycle step");
+  if (row == nullptr) {
+    return Refused(op, now, any->out_of_order != nullptr
+                                ? any->out_of_order
+                                : std::string("it needs phase ") + ShimStateName(any->from));
+  }
+
+  Result<StepResult> result = (this->*row->step)(request);
   if (!result) {
-    // A detach that undid its own work destroyed nothing (multicast_steps.h).
-    const bool destroyed =
-        op == Op::kDetachMulticast ? steps_.MulticastDestroyed() : step->destructive;
+    const bool destroyed = row->on_failure == OnFailure::kFailed ||
+                           (row->on_failure == OnFailure::kFailedIfDestroyed &&
+                            steps_.MulticastDestroyed());
     if (destroyed) {
       const Error sticky = InContext(
           ThisProcess(), std::string(OpName(op)) + " failed after memory was changed (shim FAILED)",
@@ -179,14 +147,71 @@ Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
     }
     return result;
   }
-  if (op == Op::kMulticastBind) {
-    // Restored, but the coordinator still compares INSPECT with the state file: the
-    // application waits until kActivate.
-    std::lock_guard lock(mutex_);
-    awaiting_activation_ = true;
-  }
-  phase_.store(step->to, std::memory_order_release);
+  phase_.store(row->to, std::memory_order_release);
+  if (row->opens_gate) gate_.Open();
   return result;
+}
+
+namespace {
+
+// A step that only succeeds or fails, as a step that moved nothing.
+Result<StepResult> Moved(Status status) {
+  if (!status) return status.error();
+  return StepResult{};
+}
+
+}  // namespace
+
+Result<StepResult> Lifecycle::Quiesce(const proto::StepRequest& request) {
+  const int64_t drain_ms =
+      request.drain_ms != 0 ? static_cast<int64_t>(request.drain_ms) : kDefaultDrainMs;
+  return Moved(gate_.Close(drain_ms));
+}
+
+Result<StepResult> Lifecycle::DetachMulticast(const proto::StepRequest&) {
+  return Moved(steps_.DetachMulticast());
+}
+
+Result<StepResult> Lifecycle::Save(const proto::StepRequest&) {
+  Result<StepResult> result = steps_.Save();
+  if (!result) steps_.Discard();
+  return result;
+}
+
+Result<StepResult> Lifecycle::Release(const proto::StepRequest&) { return Moved(steps_.Release()); }
+
+Result<StepResult> Lifecycle::Reallocate(const proto::StepRequest&) { return steps_.Reallocate(); }
+
+Result<StepResult> Lifecycle::Import(const proto::StepRequest&) { return Moved(steps_.Import()); }
+
+Result<StepResult> Lifecycle::MulticastCreate(const proto::StepRequest&) {
+  return Moved(steps_.MulticastCreate());
+}
+
+Result<StepResult> Lifecycle::MulticastImport(const proto::StepRequest&) {
+  return Moved(steps_.MulticastImport());
+}
+
+Result<StepResult> Lifecycle::MulticastJoin(const proto::StepRequest&) {
+  return Moved(steps_.MulticastJoin());
+}
+
+Result<StepResult> Lifecycle::MulticastBind(const proto::StepRequest&) {
+  return Moved(steps_.MulticastBind());
+}
+
+Result<StepResult> Lifecycle::Resume(const proto::StepRequest&) {
+  // Detach took a multicast team apart: only a restore can put it back.
+  if (phase() != Phase::kQuiesced && steps_.MulticastDestroyed()) {
+    return Refused(Op::kResume, phase(), kResumeRefusal);
+  }
+  steps_.Discard();
+  return StepResult{};
+}
+
+Result<StepResult> Lifecycle::Activate(const proto::StepRequest&) {
+  steps_.Discard();
+  return StepResult{};
 }
 
 }  // namespace cusnap::shim

@@ -1,4 +1,4 @@
-// The shim's lifecycle: the phases a process goes through while a checkpoint takes its
+// The shim's lifecycle: the states a process goes through while a checkpoint takes its
 // sharing apart and a restore puts it back (DESIGN.md, "Lifecycle"), and the rules for
 // moving between them. Requests come from the coordinator, one at a time, on the
 // endpoint's control thread (protocol.h ops kQuiesce .. kActivate).
@@ -6,17 +6,18 @@
 //   ACTIVE -> QUIESCED -> MULTICAST_DETACHED -> SAVED -> RELEASED
 //     -> (native checkpoint, native restore: the coordinator)
 //     -> REALLOCATED -> IMPORTED -> MULTICAST_CREATED -> MULTICAST_IMPORTED
-//     -> MULTICAST_JOINED -> ACTIVE (kMulticastBind; application calls still wait)
-//     -> kActivate: application calls proceed.
+//     -> MULTICAST_JOINED -> RESTORED (kMulticastBind; application calls still wait)
+//     -> ACTIVE (kActivate: application calls proceed).
 //   kResume: QUIESCED, MULTICAST_DETACHED or SAVED -> ACTIVE (a refused checkpoint: no
 //   unicast memory was touched yet), unless DETACH_MULTICAST took a multicast team apart
 //   (LifecycleSteps::MulticastDestroyed).
 //
+// lifecycle.cc holds these rules as one table, a row per transition with the step it runs.
 // A request out of order is refused and changes nothing; a failure inside destructive work
 // (release, reallocate, import, multicast rebuild; detach once it destroyed something)
 // leaves the shim FAILED for good, with its message (SPEC-REFERENCE K.3 #15). A failed
 // kQuiesce or kSave, or a failed kDetachMulticast that destroyed nothing (it undid its own
-// work), leaves the phase as it was.
+// work), leaves the state as it was.
 #pragma once
 
 #include <atomic>
@@ -69,7 +70,7 @@ class LifecycleSteps {
   virtual void Discard() {}
 };
 
-/// The phase machine of one process. Thread-safe: Handle() runs on the control thread;
+/// The state machine of one process. Thread-safe: Handle() runs on the control thread;
 /// phase() and failure() may be read from any thread (kIdentify).
 class Lifecycle {
  public:
@@ -79,28 +80,44 @@ class Lifecycle {
   Lifecycle(LifecycleSteps& steps, QuiesceGate& gate);
 
   /// Runs one lifecycle request and returns its reply: the state after it, and for kSave and
-  /// kReallocate the bytes and copy time; or the error, coded
-  /// as a CUresult, or -1 for a refusal out of order, naming the process and the resource.
-  /// kQuiesce waits request.drain_ms for tracked calls in flight (0: kDefaultDrainMs). Ops
-  /// that are not lifecycle steps are refused (-1).
+  /// kReallocate the bytes and copy time; or the error, coded as a CUresult, or -1 for a
+  /// refusal out of order, naming the process and the resource. kQuiesce waits
+  /// request.drain_ms for tracked calls in flight (0: kDefaultDrainMs). Ops that are not
+  /// lifecycle steps are refused (-1).
   Result<proto::StepReply> Handle(const proto::StepRequest& request);
 
+  /// The state now (RESTORED: restored, application calls wait for kActivate).
   proto::ShimState phase() const { return phase_.load(std::memory_order_acquire); }
   /// Why the shim is FAILED ("" otherwise).
   std::string failure() const;
-  /// True after kMulticastBind until kActivate: ACTIVE, but application calls still wait.
-  bool awaiting_activation() const;
 
  private:
+  struct Transition;
+  /// The rows of the state machine (lifecycle.cc), each with the step it runs.
+  static const Transition kTransitions[];
+
   Result<StepResult> Run(const proto::StepRequest& request);
   void SetFailed(const std::string& message);
+
+  // The steps the rows run; each returns the step's error, or what it moved.
+  Result<StepResult> Quiesce(const proto::StepRequest& request);
+  Result<StepResult> DetachMulticast(const proto::StepRequest& request);
+  Result<StepResult> Save(const proto::StepRequest& request);
+  Result<StepResult> Release(const proto::StepRequest& request);
+  Result<StepResult> Reallocate(const proto::StepRequest& request);
+  Result<StepResult> Import(const proto::StepRequest& request);
+  Result<StepResult> MulticastCreate(const proto::StepRequest& request);
+  Result<StepResult> MulticastImport(const proto::StepRequest& request);
+  Result<StepResult> MulticastJoin(const proto::StepRequest& request);
+  Result<StepResult> MulticastBind(const proto::StepRequest& request);
+  Result<StepResult> Resume(const proto::StepRequest& request);
+  Result<StepResult> Activate(const proto::StepRequest& request);
 
   LifecycleSteps& steps_;
   QuiesceGate& gate_;
   std::atomic<proto::ShimState> phase_{proto::ShimState::kActive};
-  mutable std::mutex mutex_;  // failure_, awaiting_activation_
+  mutable std::mutex mutex_;  // failure_
   std::string failure_;
-  bool awaiting_activation_ = false;
 };
 
 }  // namespace cusnap::shim

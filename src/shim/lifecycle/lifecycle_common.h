@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/protocol.h"
+#include "common/text.h"
 #include "shim/intercept/cuda_abi.h"
 
 namespace cusnap::shim {
@@ -23,7 +24,7 @@ inline uint64_t MonotonicNs() {
 }
 
 /// "pid <pid>": how errors name this process (DESIGN.md, "Errors").
-inline std::string ThisProcess() { return "pid " + std::to_string(getpid()); }
+inline std::string ThisProcess() { return ProcessText(getpid()); }
 
 /// The first `m.access_count` access records of a recorded mapping (unicast or multicast) as
 /// cuMemSetAccess takes them. CUmemAccessDesc is not the wire's AccessRecord (SPEC-REFERENCE

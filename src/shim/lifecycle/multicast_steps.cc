@@ -10,6 +10,7 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/ticket.h"
 #include "shim/lifecycle/context_scope.h"
 #include "shim/lifecycle/lifecycle_common.h"
@@ -22,14 +23,7 @@ constexpr int kExportTimeoutMs = 10'000;
 
 // Short, as the coordinator names objects: a reply's text holds 184 bytes (protocol.h).
 std::string Name(const proto::ObjectId& id) {
-  return "multicast object " + std::to_string(id.local_id) + " of pid " + std::to_string(id.creator_pid);
-}
-
-std::string Range(CUdeviceptr address, uint64_t size) {
-  char text[64];
-  snprintf(text, sizeof text, "[0x%llx, +%llu)", static_cast<unsigned long long>(address),
-           static_cast<unsigned long long>(size));
-  return text;
+  return "multicast object " + std::to_string(id.local_id) + " of " + ProcessText(id.creator_pid);
 }
 
 // "cuMulticastBindMem_v2 of device 1 at offset 0": the call that (re)makes binding `b`.
@@ -39,12 +33,12 @@ std::string BindCall(const MulticastBinding& b) {
          std::to_string(b.mc_offset);
 }
 
-// "pid P: <call> failed with CUresult N for <object>": the call first, so that the step's
-// name (added by the lifecycle and the coordinator), the CUresult and the object all fit in
-// a reply's text.
+// "pid P: <call> failed with CUDA_ERROR_X (N) for <object>": the call first, so that the
+// step's name (added by the lifecycle and the coordinator), the CUresult and the object all
+// fit in a reply's text.
 Error StepError(CUresult result, const std::string& call, const proto::ObjectId& object) {
-  return Error{static_cast<int>(result), ThisProcess() + ": " + call + " failed with CUresult " +
-                                             std::to_string(static_cast<int>(result)) + " for " +
+  return Error{static_cast<int>(result), ThisProcess() + ": " + call + " failed with " +
+                                             ResultText(driver(), result) + " for " +
                                              Name(object)};
 }
 
@@ -134,13 +128,13 @@ Status MulticastSteps::BindOne(const MulticastObjectInfo& object, const Multicas
 Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const MulticastMapping& m) {
   if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, object.real, m.flags);
       r != CUDA_SUCCESS) {
-    return StepError(r, "cuMemMap at " + Range(m.address, m.size), object.id);
+    return StepError(r, "cuMemMap at " + VaRangeText(m.address, m.size), object.id);
   }
   if (m.access_count == 0) return Ok{};
   const auto access = AccessDescs(m);
   if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
       r != CUDA_SUCCESS) {
-    return StepError(r, "cuMemSetAccess at " + Range(m.address, m.size), object.id);
+    return StepError(r, "cuMemSetAccess at " + VaRangeText(m.address, m.size), object.id);
   }
   return Ok{};
 }
@@ -177,7 +171,7 @@ Status MulticastSteps::Detach() {
     if (m.access_unknown) {
       return Error{CUDA_ERROR_INVALID_VALUE,
                    ThisProcess() + ": the access of the multicast mapping " +
-                       Range(m.address, m.size) + " is unknown (a cuMemSetAccess on it failed); "
+                       VaRangeText(m.address, m.size) + " is unknown (a cuMemSetAccess on it failed); "
                        "set it again before checkpointing"};
     }
   }
@@ -201,7 +195,7 @@ Status MulticastSteps::Detach() {
     OptionalContext scope(api_, object->context);
     const CUresult r = scope.status() != CUDA_SUCCESS ? scope.status() : api_.cuMemUnmap(m.address, m.size);
     if (r != CUDA_SUCCESS) {
-      return refuse(StepError(r, "cuMemUnmap at " + Range(m.address, m.size), object->id));
+      return refuse(StepError(r, "cuMemUnmap at " + VaRangeText(m.address, m.size), object->id));
     }
     unmapped.push_back(&m);
   }

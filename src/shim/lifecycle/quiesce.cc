@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <new>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace cusnap::shim {
 namespace {
@@ -21,13 +21,6 @@ thread_local bool t_counted = false;
 thread_local uint32_t t_bypass = 0;
 
 }  // namespace
-
-QuiesceGate& gate() {
-  // Never destroyed: application threads may still wait in it while the process exits.
-  alignas(QuiesceGate) static unsigned char storage[sizeof(QuiesceGate)];
-  static QuiesceGate* instance = new (storage) QuiesceGate();
-  return *instance;
-}
 
 CUresult QuiesceGate::Enter() {
   if (t_depth > 0) {
@@ -94,7 +87,7 @@ Status QuiesceGate::Close(int64_t drain_ms) {
   state_.store(kOpen, std::memory_order_seq_cst);
   changed_.notify_all();
   return Error{CUDA_ERROR_NOT_READY,
-               "pid " + std::to_string(getpid()) + ": " + std::to_string(busy) +
+               ProcessText(getpid()) + ": " + std::to_string(busy) +
                    " tracked driver call(s) still in flight after " +
                    std::to_string(drain_ms) + " ms; not quiesced, the job goes on"};
 }

@@ -1,8 +1,8 @@
 // The quiesce gate: while a checkpoint or restore is taking the sharing apart and putting it
 // back, application calls to tracked entry points wait here instead of touching a table that
-// is half rebuilt (DESIGN.md, "Lifecycle"). Every tracked hook in vmm.cc enters the gate
-// first (CUSNAP_QUIESCE_GATE()); the lifecycle closes it at kQuiesce and opens it at
-// kResume or kActivate.
+// is half rebuilt (DESIGN.md, "Lifecycle"). Every tracked hook in vmm.cc enters the
+// process's gate first (CUSNAP_QUIESCE_GATE(), process.h); the lifecycle closes it at
+// kQuiesce and opens it at kResume or kActivate.
 //
 // The open path is two atomic operations (no lock), so an ACTIVE shim pays only those on
 // each tracked call (DESIGN.md: interception under 100 ns).
@@ -62,9 +62,6 @@ class QuiesceGate {
   uint32_t waiting_ = 0;             // guarded by mutex_
 };
 
-/// The shim's gate (never destroyed: application threads may sit in it at exit).
-QuiesceGate& gate();
-
 /// Lets the current thread past the gate while it lives: the control thread runs lifecycle
 /// work that may go through the shim's own hooks while the gate is closed.
 class GateBypass {
@@ -75,26 +72,21 @@ class GateBypass {
   GateBypass& operator=(const GateBypass&) = delete;
 };
 
-/// Holds the gate for one tracked call (RAII): check status() and return it when it is not
-/// CUDA_SUCCESS.
+/// Holds `gate` for one tracked call (RAII): check status() and return it when it is not
+/// CUDA_SUCCESS. The process's hooks use CUSNAP_QUIESCE_GATE() (process.h).
 class GateScope {
  public:
-  GateScope() : status_(gate().Enter()) {}
+  explicit GateScope(QuiesceGate& gate) : gate_(gate), status_(gate.Enter()) {}
   ~GateScope() {
-    if (status_ == CUDA_SUCCESS) gate().Leave();
+    if (status_ == CUDA_SUCCESS) gate_.Leave();
   }
   GateScope(const GateScope&) = delete;
   GateScope& operator=(const GateScope&) = delete;
   CUresult status() const { return status_; }
 
  private:
+  QuiesceGate& gate_;
   CUresult status_;
 };
 
 }  // namespace cusnap::shim
-
-/// First statement of a tracked hook: waits while the shim is quiesced, returns the gate's
-/// error from the hook when the wait bound passes.
-#define CUSNAP_QUIESCE_GATE()                                        \
-  ::cusnap::shim::GateScope cusnap_gate_scope_;                      \
-  if (cusnap_gate_scope_.status() != CUDA_SUCCESS) return cusnap_gate_scope_.status()

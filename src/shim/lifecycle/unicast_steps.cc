@@ -19,15 +19,9 @@ namespace {
 // How long an importer waits for a creator's kExport reply (ms).
 constexpr int kExportTimeoutMs = 10'000;
 
-std::string Range(CUdeviceptr address, size_t size) {
-  char text[64];
-  snprintf(text, sizeof text, "[0x%llx, +%zu)", static_cast<unsigned long long>(address), size);
-  return text;
-}
-
 Error DriverError(CUresult result, const std::string& what) {
-  return Error{static_cast<int>(result), ThisProcess() + ": " + what + " failed with CUresult " +
-                                             std::to_string(static_cast<int>(result))};
+  return Error{static_cast<int>(result),
+               ThisProcess() + ": " + what + " failed with " + ResultText(driver(), result)};
 }
 
 StepResult FromTransfer(const CarrierTransfer& transfer) {
@@ -103,7 +97,7 @@ Result<StepResult> UnicastSteps::Save() {
   for (const MappingInfo& m : mappings_) {
     if (m.access_unknown) {
       return Error{CUDA_ERROR_INVALID_VALUE,
-                   ThisProcess() + ": the access of the mapping " + Range(m.address, m.size) +
+                   ThisProcess() + ": the access of the mapping " + VaRangeText(m.address, m.size) +
                        " is unknown (a cuMemSetAccess on it failed); set it again before "
                        "checkpointing"};
     }
@@ -142,7 +136,7 @@ Status UnicastSteps::Release() {
     ContextScope scope(api_, owner->context);
     if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
     if (CUresult r = api_.cuMemUnmap(m.address, m.size); r != CUDA_SUCCESS) {
-      return DriverError(r, "unmapping " + Range(m.address, m.size) + " of " +
+      return DriverError(r, "unmapping " + VaRangeText(m.address, m.size) + " of " +
                                 DescribeObject(owner->id));
     }
   }
@@ -168,13 +162,13 @@ Status UnicastSteps::MapAll(const Held& held, CUmemGenericAllocationHandle real)
     if (m.key != held.key) continue;
     if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, real, 0); r != CUDA_SUCCESS) {
       return DriverError(r, "mapping " + DescribeObject(held.id) + " again at " +
-                                Range(m.address, m.size));
+                                VaRangeText(m.address, m.size));
     }
     if (m.access_count == 0) continue;
     const auto access = AccessDescs(m);
     if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
         r != CUDA_SUCCESS) {
-      return DriverError(r, "re-applying access to " + Range(m.address, m.size) + " of " +
+      return DriverError(r, "re-applying access to " + VaRangeText(m.address, m.size) + " of " +
                                 DescribeObject(held.id));
     }
   }

@@ -3,8 +3,8 @@
 namespace cusnap::shim {
 
 uint64_t LogicalHandleCounter::Next() {
-  if (next_ > kLogicalCounterMask) return 0;
-  return kLogicalTag | next_++;
+  if (next_ > last_) return 0;
+  return kLogicalTag | bits_ | next_++;
 }
 
 }  // namespace cusnap::shim

@@ -17,14 +17,20 @@ inline constexpr uint64_t kLogicalCounterMask = ~kLogicalTagMask;
 /// carry the tag is released and refused the same way (it would be ambiguous).
 inline bool IsTagged(uint64_t handle) { return (handle & kLogicalTagMask) == kLogicalTag; }
 
-/// Mints logical handle values. Not thread-safe by itself: the sharing table calls it
-/// under its lock.
+/// Mints logical handle values. Not thread-safe by itself: each table calls it under its
+/// lock.
 class LogicalHandleCounter {
  public:
-  /// The next logical handle (tag | counter), or 0 once 2^48 - 1 values were handed out.
+  /// Values tag | `bits` | counter, the counter running from 1 to `last`.
+  explicit LogicalHandleCounter(uint64_t bits = 0, uint64_t last = kLogicalCounterMask)
+      : bits_(bits), last_(last) {}
+
+  /// The next logical handle (tag | bits | counter), or 0 once `last` values were handed out.
   uint64_t Next();
 
  private:
+  uint64_t bits_;
+  uint64_t last_;
   uint64_t next_ = 1;
 };
 

@@ -1,16 +1,14 @@
 // What the unicast and the multicast tables (sharing_table.h, multicast_table.h) both do with
 // their mappings: a by-start-address index of non-overlapping VA ranges that answers how a
 // range relates to it, removes the mappings inside a range, and merges cuMemSetAccess
-// descriptors into each mapping's access list per location. Also the logical-handle
-// reference counts both tables keep. No locking: each table calls these under its own mutex.
+// descriptors into each mapping's access list per location. No locking: each table calls
+// these under its own mutex (handle_table.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <map>
-#include <optional>
-#include <unordered_map>
 #include <utility>
 
 #include "common/protocol.h"
@@ -154,49 +152,6 @@ class MappingIndex {
   }
 
   std::map<CUdeviceptr, Mapping> by_address_;
-};
-
-/// Reference counts of logical handle values (DESIGN.md, "Handles"): one per
-/// create/import/alias/retain not yet released; a value dies with its last reference and
-/// cuMemRetainAllocationHandle may bring it back. `Key` names the table's object.
-template <typename Key>
-class HandleReferences {
- public:
-  /// A new handle value with its first reference (a value already here is left as it is).
-  void Add(uint64_t handle, Key key) { by_handle_.emplace(handle, Entry{key, 1}); }
-
-  /// One more reference on `handle`, naming `key` (brought back to life if it had died).
-  void Retain(uint64_t handle, Key key) {
-    Entry& entry = by_handle_[handle];
-    entry.key = key;
-    ++entry.references;
-  }
-
-  /// The object `handle` names; nullopt when unknown.
-  std::optional<Key> Find(uint64_t handle) const {
-    auto it = by_handle_.find(handle);
-    if (it == by_handle_.end()) return std::nullopt;
-    return it->second.key;
-  }
-
-  bool Knows(uint64_t handle) const { return by_handle_.count(handle) != 0; }
-
-  /// Drops one reference on `handle` (forgetting it with its last); returns the object it
-  /// named, nullopt when unknown.
-  std::optional<Key> Release(uint64_t handle) {
-    auto it = by_handle_.find(handle);
-    if (it == by_handle_.end()) return std::nullopt;
-    const Key key = it->second.key;
-    if (--it->second.references == 0) by_handle_.erase(it);
-    return key;
-  }
-
- private:
-  struct Entry {
-    Key key{};
-    uint32_t references = 0;
-  };
-  std::unordered_map<uint64_t, Entry> by_handle_;
 };
 
 }  // namespace cusnap::shim

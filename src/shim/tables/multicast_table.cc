@@ -1,11 +1,8 @@
 // The multicast table (multicast_table.h).
 #include "shim/tables/multicast_table.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <cstring>
-#include <tuple>
 
 namespace cusnap::shim {
 namespace {
@@ -39,160 +36,66 @@ MulticastProperties MulticastProperties::FromDriver(const CUmulticastObjectProp&
   return MulticastProperties{prop.numDevices, prop.size, prop.handleTypes, prop.flags};
 }
 
-bool MulticastTable::IdLess::operator()(const proto::ObjectId& a, const proto::ObjectId& b) const {
-  return std::tie(a.creator_pid, a.creator_start, a.local_id) <
-         std::tie(b.creator_pid, b.creator_start, b.local_id);
-}
-
-uint64_t MulticastTable::NewHandleLocked(MulticastKey key) {
-  if (next_handle_ >= kMulticastHandleBit) return 0;
-  const uint64_t handle = kLogicalTag | kMulticastHandleBit | next_handle_++;
-  handles_.Add(handle, key);
-  ++objects_.at(key).info.handles;
-  return handle;
-}
-
-std::optional<MulticastDropped> MulticastTable::DropIfUnusedLocked(MulticastKey key) {
-  auto it = objects_.find(key);
-  if (it == objects_.end()) return std::nullopt;
-  const MulticastObjectInfo& o = it->second.info;
-  if (o.handles != 0 || o.mappings != 0 || it->second.pins != 0) return std::nullopt;
-  MulticastDropped dropped{o.id, o.creator, o.has_real, o.real};
-  by_id_.erase(o.id);
-  objects_.erase(it);
-  return dropped;
-}
-
-MulticastKey MulticastTable::AddLocked(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
-                                       const MulticastProperties& prop, CUcontext context,
-                                       bool creator) {
-  const MulticastKey key = next_key_++;
-  Object object;
-  object.info.key = key;
-  object.info.id = id;
-  object.info.prop = prop;
-  object.info.context = context;
-  object.info.has_real = true;
-  object.info.real = real;
-  object.info.creator = creator;
-  object.info.shared = !creator;
-  objects_.emplace(key, std::move(object));
-  return key;
+MulticastObjectInfo MulticastTable::NewObject(const proto::ObjectId& id,
+                                              CUmemGenericAllocationHandle real,
+                                              const MulticastProperties& prop, CUcontext context,
+                                              bool creator) {
+  MulticastObjectInfo o = NewInfo(id, real, context, creator);
+  o.prop = prop;
+  return o;
 }
 
 uint64_t MulticastTable::AddCreated(CUmemGenericAllocationHandle real,
                                     const MulticastProperties& prop, CUcontext context,
                                     const ProcessIdentity& self) {
   std::lock_guard lock(mutex_);
-  proto::ObjectId id{};
-  id.creator_pid = self.pid;
-  id.creator_start = self.start_time;
-  id.local_id = next_local_id_++;
-  const MulticastKey key = AddLocked(id, real, prop, context, /*creator=*/true);
-  const uint64_t handle = NewHandleLocked(key);
-  if (handle == 0) {
-    objects_.erase(key);
-    return 0;
-  }
-  by_id_.emplace(id, key);
-  return handle;
+  return AddLocked(NewObject(NewIdLocked(self), real, prop, context, /*creator=*/true));
 }
 
 std::optional<uint64_t> MulticastTable::AliasById(const proto::ObjectId& id) {
   std::lock_guard lock(mutex_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return std::nullopt;
-  const uint64_t handle = NewHandleLocked(it->second);
-  if (handle == 0) return std::nullopt;
-  return handle;
+  auto alias = AliasLocked(id);
+  if (!alias) return std::nullopt;
+  return alias->first;
 }
 
 uint64_t MulticastTable::AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
                                      const MulticastProperties& prop, CUcontext context,
                                      bool* duplicate_real) {
   std::lock_guard lock(mutex_);
-  *duplicate_real = false;
-  if (auto it = by_id_.find(id); it != by_id_.end()) {
-    *duplicate_real = true;
-    return NewHandleLocked(it->second);
-  }
-  const MulticastKey key = AddLocked(id, real, prop, context, /*creator=*/false);
-  const uint64_t handle = NewHandleLocked(key);
-  if (handle == 0) {
-    objects_.erase(key);
-    return 0;
-  }
-  by_id_.emplace(id, key);
-  return handle;
-}
-
-bool MulticastTable::Knows(uint64_t handle) const {
-  std::lock_guard lock(mutex_);
-  return handles_.Knows(handle);
+  return AddImportedLocked(NewObject(id, real, prop, context, /*creator=*/false), duplicate_real);
 }
 
 std::optional<MulticastPinned> MulticastTable::Pin(uint64_t handle) {
   std::lock_guard lock(mutex_);
-  const std::optional<MulticastKey> key = handles_.Find(handle);
-  if (!key) return std::nullopt;
-  Object& o = objects_.at(*key);
-  ++o.pins;
-  return MulticastPinned{o.info.key, o.info.id, o.info.prop, o.info.creator, o.info.has_real,
-                         o.info.real};
-}
-
-std::optional<MulticastDropped> MulticastTable::Unpin(MulticastKey key) {
-  std::lock_guard lock(mutex_);
-  auto it = objects_.find(key);
-  if (it == objects_.end() || it->second.pins == 0) return std::nullopt;
-  --it->second.pins;
-  return DropIfUnusedLocked(key);
-}
-
-bool MulticastTable::ReleaseHandle(uint64_t handle, std::optional<MulticastDropped>* dropped) {
-  std::lock_guard lock(mutex_);
-  dropped->reset();
-  const std::optional<MulticastKey> key = handles_.Release(handle);
-  if (!key) return false;
-  --objects_.at(*key).info.handles;
-  *dropped = DropIfUnusedLocked(*key);
-  return true;
-}
-
-std::optional<uint64_t> MulticastTable::RetainAt(CUdeviceptr address) {
-  std::lock_guard lock(mutex_);
-  const MulticastMapping* mapping = mappings_.Containing(address);
-  if (mapping == nullptr) return std::nullopt;
-  // The handle value the range was mapped with (CUDA Driver API, cuMemRetainAllocationHandle),
-  // brought back to life if the application had released it.
-  handles_.Retain(mapping->logical, mapping->key);
-  ++objects_.at(mapping->key).info.handles;
-  return mapping->logical;
+  const MulticastObjectInfo* o = PinLocked(handle);
+  if (o == nullptr) return std::nullopt;
+  return MulticastPinned{o->key, o->id, o->prop, o->creator, o->has_real, o->real};
 }
 
 void MulticastTable::MarkShared(MulticastKey key) {
   std::lock_guard lock(mutex_);
-  if (auto it = objects_.find(key); it != objects_.end()) it->second.info.shared = true;
+  if (MulticastObjectInfo* o = InfoLocked(key)) o->shared = true;
 }
 
 void MulticastTable::AddDevice(MulticastKey key, int device) {
   std::lock_guard lock(mutex_);
-  if (auto it = objects_.find(key); it != objects_.end()) it->second.info.devices.push_back(device);
+  if (MulticastObjectInfo* o = InfoLocked(key)) o->devices.push_back(device);
 }
 
 void MulticastTable::AddBinding(MulticastKey key, const MulticastBinding& binding) {
   std::lock_guard lock(mutex_);
-  auto it = objects_.find(key);
-  if (it == objects_.end()) return;
-  it->second.info.bindings.push_back(binding);
-  it->second.info.extent = std::max(it->second.info.extent, binding.mc_offset + binding.size);
+  MulticastObjectInfo* o = InfoLocked(key);
+  if (o == nullptr) return;
+  o->bindings.push_back(binding);
+  o->extent = std::max(o->extent, binding.mc_offset + binding.size);
 }
 
 bool MulticastTable::RemoveBinding(MulticastKey key, int device, uint64_t mc_offset, uint64_t size) {
   std::lock_guard lock(mutex_);
-  auto it = objects_.find(key);
-  if (it == objects_.end()) return false;
-  auto& bindings = it->second.info.bindings;
+  MulticastObjectInfo* o = InfoLocked(key);
+  if (o == nullptr) return false;
+  auto& bindings = o->bindings;
   auto b = std::find_if(bindings.begin(), bindings.end(), [&](const MulticastBinding& x) {
     return x.device == device && x.mc_offset == mc_offset && x.size == size;
   });
@@ -204,8 +107,6 @@ bool MulticastTable::RemoveBinding(MulticastKey key, int device, uint64_t mc_off
 bool MulticastTable::AddMapping(CUdeviceptr address, uint64_t size, uint64_t offset,
                                 uint64_t flags, MulticastKey key, uint64_t logical) {
   std::lock_guard lock(mutex_);
-  auto object = objects_.find(key);
-  if (object == objects_.end()) return false;
   MulticastMapping m;
   m.address = address;
   m.size = size;
@@ -213,62 +114,16 @@ bool MulticastTable::AddMapping(CUdeviceptr address, uint64_t size, uint64_t off
   m.flags = flags;
   m.key = key;
   m.logical = logical;
-  if (!mappings_.Add(m)) return false;
-  mapping_count_.store(mappings_.size(), std::memory_order_release);
-  ++object->second.info.mappings;
-  object->second.info.extent = std::max(object->second.info.extent, offset + size);
-  return true;
-}
-
-RangeMatch MulticastTable::Classify(CUdeviceptr address, size_t size) const {
-  if (mapping_count_.load(std::memory_order_acquire) == 0) return RangeMatch::kNone;
-  std::lock_guard lock(mutex_);
-  return mappings_.Classify(address, size);
-}
-
-std::vector<MulticastDropped> MulticastTable::RemoveMappings(CUdeviceptr address, size_t size) {
-  std::lock_guard lock(mutex_);
-  std::vector<MulticastDropped> dropped;
-  mappings_.RemoveInside(address, size, [&](const MulticastMapping& removed) {
-    --objects_.at(removed.key).info.mappings;
-    if (auto d = DropIfUnusedLocked(removed.key)) dropped.push_back(*d);
-  });
-  mapping_count_.store(mappings_.size(), std::memory_order_release);
-  return dropped;
-}
-
-bool MulticastTable::AccessFits(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
-                                size_t count) const {
-  std::lock_guard lock(mutex_);
-  return mappings_.AccessFits(address, size, desc, count);
-}
-
-void MulticastTable::MergeAccess(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
-                                 size_t count) {
-  std::lock_guard lock(mutex_);
-  mappings_.MergeAccess(address, size, desc, count);
-}
-
-void MulticastTable::MarkAccessUnknown(CUdeviceptr address, size_t size) {
-  std::lock_guard lock(mutex_);
-  mappings_.MarkAccessUnknown(address, size);
-}
-
-bool MulticastTable::SetRealHandle(MulticastKey key,
-                                   std::optional<CUmemGenericAllocationHandle> real) {
-  std::lock_guard lock(mutex_);
-  auto it = objects_.find(key);
-  if (it == objects_.end()) return false;
-  it->second.info.has_real = real.has_value();
-  it->second.info.real = real.value_or(0);
+  if (!AddMappingLocked(m)) return false;
+  MulticastObjectInfo* o = InfoLocked(key);
+  o->extent = std::max(o->extent, offset + size);
   return true;
 }
 
 std::vector<proto::Record> MulticastTable::Inspect() const {
   std::lock_guard lock(mutex_);
   std::vector<proto::Record> records;
-  for (const auto& [id, key] : by_id_) {
-    const MulticastObjectInfo& o = objects_.at(key).info;
+  ForEachLocked([&](const MulticastObjectInfo& o) {
     proto::Record object = ObjectRecord(o, proto::RecordKind::kMulticast);
     object.handle_count = o.handles;
     object.extent = o.extent;
@@ -293,9 +148,9 @@ std::vector<proto::Record> MulticastTable::Inspect() const {
       }
       records.push_back(r);
     }
-  }
+  });
   for (const auto& [address, m] : mappings_) {
-    proto::Record r = ObjectRecord(objects_.at(m.key).info, proto::RecordKind::kMulticastMapping);
+    proto::Record r = ObjectRecord(*InfoLocked(m.key), proto::RecordKind::kMulticastMapping);
     r.address = m.address;
     r.size = m.size;
     r.offset = m.offset;
@@ -310,52 +165,18 @@ std::vector<proto::Record> MulticastTable::Inspect() const {
 uint64_t MulticastTable::RecordCount() const {
   std::lock_guard lock(mutex_);
   uint64_t count = mappings_.size();
-  for (const auto& [key, o] : objects_) count += 1 + o.info.devices.size() + o.info.bindings.size();
+  ForEachLocked([&](const MulticastObjectInfo& o) {
+    count += 1 + o.devices.size() + o.bindings.size();
+  });
   return count;
 }
 
 std::vector<MulticastObjectInfo> MulticastTable::Objects() const {
   std::lock_guard lock(mutex_);
   std::vector<MulticastObjectInfo> out;
-  out.reserve(objects_.size());
-  for (const auto& [id, key] : by_id_) out.push_back(objects_.at(key).info);
+  out.reserve(ObjectCountLocked());
+  ForEachLocked([&](const MulticastObjectInfo& o) { out.push_back(o); });
   return out;
 }
-
-std::vector<MulticastMapping> MulticastTable::Mappings() const {
-  std::lock_guard lock(mutex_);
-  std::vector<MulticastMapping> out;
-  out.reserve(mappings_.size());
-  for (const auto& [address, m] : mappings_) out.push_back(m);
-  return out;
-}
-
-// ---- The process's table, replaced whole in a fork child (as process.cc does for the
-// sharing table: the child drops what it inherited without freeing anything through CUDA).
-namespace {
-
-std::atomic<MulticastTable*> g_table{nullptr};
-
-MulticastTable& Table() {
-  MulticastTable* table = g_table.load(std::memory_order_acquire);
-  if (table != nullptr) return *table;
-  auto* fresh = new MulticastTable();
-  if (g_table.compare_exchange_strong(table, fresh, std::memory_order_acq_rel)) return *fresh;
-  delete fresh;
-  return *table;
-}
-
-// Never held across a driver call, so the prepare handler waits only for short sections.
-void ForkPrepare() { Table().mutex().lock(); }
-void ForkParent() { Table().mutex().unlock(); }
-void ForkChild() { g_table.store(new MulticastTable(), std::memory_order_release); }
-
-__attribute__((constructor)) void RegisterForkHandlers() {
-  pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
-}
-
-}  // namespace
-
-MulticastTable& multicast_table() { return Table(); }
 
 }  // namespace cusnap::shim

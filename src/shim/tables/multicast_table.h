@@ -11,21 +11,16 @@
 // would need 2^47 allocations to reach that bit.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "common/ids.h"
 #include "common/protocol.h"
 #include "shim/intercept/cuda_abi.h"
+#include "shim/tables/handle_table.h"
 #include "shim/tables/handles.h"
-#include "shim/tables/mapping_index.h"
-#include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {
 
@@ -109,15 +104,15 @@ struct MulticastPinned {
 
 /// An object this process no longer references: release `real` (when has_real) and, for a
 /// creator, drop its export cache entry.
-struct MulticastDropped {
-  proto::ObjectId id{};
-  bool creator = false;
-  bool has_real = false;
-  CUmemGenericAllocationHandle real = 0;
-};
+using MulticastDropped = Dropped;
 
-class MulticastTable {
+/// The handle and mapping bookkeeping is HandleTable's (handle_table.h), shared with the
+/// sharing table; what is particular to multicast objects is here.
+class MulticastTable : public HandleTable<MulticastObjectInfo, MulticastMapping> {
  public:
+  MulticastTable()
+      : HandleTable(LogicalHandleCounter(kMulticastHandleBit, kMulticastHandleBit - 1)) {}
+
   /// Records an object this process created; returns its first logical handle (0 when the
   /// counter is exhausted: nothing recorded).
   uint64_t AddCreated(CUmemGenericAllocationHandle real, const MulticastProperties& prop,
@@ -129,16 +124,11 @@ class MulticastTable {
   uint64_t AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
                        const MulticastProperties& prop, CUcontext context, bool* duplicate_real);
 
-  /// True when `handle` is a multicast logical handle the table knows.
-  bool Knows(uint64_t handle) const;
+  /// Pins the object behind logical `handle` (its real handle stays valid until Unpin);
+  /// nullopt when unknown.
   std::optional<MulticastPinned> Pin(uint64_t handle);
-  std::optional<MulticastDropped> Unpin(MulticastKey key);
-  /// Drops one reference on `handle`; false when unknown.
-  bool ReleaseHandle(uint64_t handle, std::optional<MulticastDropped>* dropped);
-  /// One more reference on the logical handle a multicast mapping containing `address` was
-  /// made with (cuMemRetainAllocationHandle); nullopt when no multicast mapping has it.
-  std::optional<uint64_t> RetainAt(CUdeviceptr address);
 
+  /// Marks the object exported (its creator re-exports it on restore).
   void MarkShared(MulticastKey key);
   /// After cuMulticastAddDevice succeeded.
   void AddDevice(MulticastKey key, int device);
@@ -151,16 +141,6 @@ class MulticastTable {
   /// After cuMemMap of a multicast handle succeeded; false (nothing recorded) on overlap.
   bool AddMapping(CUdeviceptr address, uint64_t size, uint64_t offset, uint64_t flags,
                   MulticastKey key, uint64_t logical);
-  /// How a VA range relates to the multicast mappings (lock-free kNone when there are none).
-  RangeMatch Classify(CUdeviceptr address, size_t size) const;
-  /// After cuMemUnmap: forgets the multicast mappings inside the range.
-  std::vector<MulticastDropped> RemoveMappings(CUdeviceptr address, size_t size);
-  bool AccessFits(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc, size_t count) const;
-  void MergeAccess(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc, size_t count);
-  void MarkAccessUnknown(CUdeviceptr address, size_t size);
-
-  /// Replaces the real handle of object `key` (lifecycle). False when unknown.
-  bool SetRealHandle(MulticastKey key, std::optional<CUmemGenericAllocationHandle> real);
 
   /// INSPECT records, in a stable order: per object (by local id) one kMulticast, then its
   /// kMulticastDevice and kMulticastBinding records; then kMulticastMapping by address.
@@ -168,37 +148,11 @@ class MulticastTable {
   /// How many records Inspect() would return.
   uint64_t RecordCount() const;
   std::vector<MulticastObjectInfo> Objects() const;
-  std::vector<MulticastMapping> Mappings() const;
-
-  std::mutex& mutex() { return mutex_; }
 
  private:
-  struct Object {
-    MulticastObjectInfo info;
-    uint32_t pins = 0;
-  };
-  struct IdLess {
-    bool operator()(const proto::ObjectId& a, const proto::ObjectId& b) const;
-  };
-
-  uint64_t NewHandleLocked(MulticastKey key);
-  std::optional<MulticastDropped> DropIfUnusedLocked(MulticastKey key);
-  MulticastKey AddLocked(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
-                         const MulticastProperties& prop, CUcontext context, bool creator);
-
-  mutable std::mutex mutex_;
-  std::atomic<size_t> mapping_count_{0};  // lets Classify skip the lock (hot unicast paths)
-  uint64_t next_handle_ = 1;
-  MulticastKey next_key_ = 1;
-  uint64_t next_local_id_ = 1;
-  std::unordered_map<MulticastKey, Object> objects_;
-  HandleReferences<MulticastKey> handles_;
-  std::map<proto::ObjectId, MulticastKey, IdLess> by_id_;
-  MappingIndex<MulticastMapping> mappings_;
+  static MulticastObjectInfo NewObject(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+                                       const MulticastProperties& prop, CUcontext context,
+                                       bool creator);
 };
-
-/// This process's multicast table (a fork child gets an empty one, as with the sharing
-/// table: process.h).
-MulticastTable& multicast_table();
 
 }  // namespace cusnap::shim

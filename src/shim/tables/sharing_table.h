@@ -1,6 +1,7 @@
 // The process's sharing table (DESIGN.md, "Handles"): tracked allocations, the logical
 // handles that name them, their mappings indexed by VA range with access merged per device,
-// and the live untracked imports with their mappings (untracked_imports.h). It makes no
+// and the live untracked imports with their mappings (untracked_imports.h); the handle and
+// mapping bookkeeping it shares with the multicast table is HandleTable's. It makes no
 // driver calls: hooks (vmm.cc) call
 // the driver between table operations, never under the table's lock, and pin an allocation
 // while they use its real handle outside the lock.
@@ -15,15 +16,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "common/ids.h"
 #include "common/protocol.h"
 #include "shim/intercept/cuda_abi.h"
-#include "shim/tables/handles.h"
+#include "shim/tables/handle_table.h"
 #include "shim/tables/mapping_index.h"
 #include "shim/tables/untracked_imports.h"
 
@@ -31,15 +30,6 @@ namespace cusnap::shim {
 
 /// Key of an allocation inside this process's table (not an identity across processes).
 using AllocationKey = uint64_t;
-
-/// An allocation that lost its last reference: the caller releases `real` through the
-/// driver (when has_real) and, for a creator, drops the export cache entry of `id`.
-struct Dropped {
-  proto::ObjectId id{};
-  bool creator = false;
-  bool has_real = false;
-  CUmemGenericAllocationHandle real = 0;
-};
 
 /// A pinned allocation: `real` stays valid (the table keeps the allocation) until Unpin.
 struct Pinned {
@@ -90,8 +80,10 @@ struct TableCounts {
                                    ///< NCCL creates and exports a few, then may release them)
 };
 
-class SharingTable {
+class SharingTable : public HandleTable<AllocationInfo, MappingInfo> {
  public:
+  SharingTable() : HandleTable(LogicalHandleCounter()) {}
+
   /// Records an allocation this process created and returns its first logical handle
   /// (0 when the logical counter is exhausted: nothing recorded, the caller releases real).
   uint64_t AddCreated(CUmemGenericAllocationHandle real, size_t size,
@@ -109,13 +101,6 @@ class SharingTable {
                        size_t size, const CUmemAllocationProp& prop, CUcontext context,
                        bool* duplicate_real);
 
-  /// cuMemRetainAllocationHandle fast path: when a tracked mapping contains `address`, one
-  /// more reference on the logical handle value the range was mapped with ("the handle is
-  /// guaranteed to be the same handle value used to map the memory", CUDA Driver API,
-  /// cuMemRetainAllocationHandle), brought back to life if the application had released
-  /// it; each retain needs its own cuMemRelease. nullopt otherwise. O(log mappings).
-  std::optional<uint64_t> RetainAt(CUdeviceptr address);
-
   /// The tracked mapping containing `address`, if any: its start VA and size in bytes.
   /// cuMemGetAddressRange answers from it (the real driver reports base 0 for an imported
   /// HOST_NUMA mapping, measured on our H200s; and the range is ours to keep across restore).
@@ -128,20 +113,9 @@ class SharingTable {
   /// nullopt for unknown handles and for allocations this process created.
   std::optional<CUmemAllocationProp> ImportedProperties(uint64_t handle) const;
 
-  /// True when `handle` is a logical handle the table knows.
-  bool Knows(uint64_t handle) const;
-
   /// Pins the allocation behind logical `handle` so its real handle stays valid outside the
   /// lock; nullopt when the handle is unknown.
   std::optional<Pinned> Pin(uint64_t handle);
-
-  /// Ends a pin; returns the allocation when that was its last reference.
-  std::optional<Dropped> Unpin(AllocationKey key);
-
-  /// Drops one reference on logical `handle` (the value dies with its last reference).
-  /// Returns false when unknown; `*dropped` gets the allocation when that was its last
-  /// reference.
-  bool ReleaseHandle(uint64_t handle, std::optional<Dropped>* dropped);
 
   /// Marks the allocation shared (sticky) and remembers `context` as the one it is used in.
   void MarkShared(AllocationKey key, CUcontext context);
@@ -151,27 +125,6 @@ class SharingTable {
   /// recorded) when it overlaps a tracked mapping.
   bool AddMapping(CUdeviceptr address, size_t size, size_t offset, AllocationKey key,
                   uint64_t logical);
-
-  /// How [address, address+size) relates to the tracked mappings.
-  RangeMatch Classify(CUdeviceptr address, size_t size) const;
-
-  /// Removes every tracked mapping inside [address, address+size) (after the driver
-  /// unmapped it); returns the allocations that lost their last reference.
-  std::vector<Dropped> RemoveMappings(CUdeviceptr address, size_t size);
-
-  /// True when merging `count` descriptors into every tracked mapping inside the range
-  /// keeps each within proto::kMaxAccess distinct locations.
-  bool AccessFits(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc,
-                  size_t count) const;
-
-  /// After a successful cuMemSetAccess: merges the descriptors, per location, into every
-  /// tracked mapping inside the range (PyTorch grants one device per call). A descriptor
-  /// with no access (PROT_NONE) removes that location.
-  void MergeAccess(CUdeviceptr address, size_t size, const CUmemAccessDesc* desc, size_t count);
-
-  /// After a failed cuMemSetAccess: the access of every tracked mapping inside the range is
-  /// no longer known (the driver may have applied part of it).
-  void MarkAccessUnknown(CUdeviceptr address, size_t size);
 
   /// Records a real handle returned by a non-ticket import of shareable handle type `type`;
   /// `prop` is the driver's answer for it at import (null when it gave none).
@@ -200,54 +153,14 @@ class SharingTable {
   /// mapping in address order.
   std::vector<proto::Record> Inspect() const;
 
-  /// Copies of every allocation / mapping (the lifecycle iterates these).
+  /// Copies of every allocation (the lifecycle iterates these; Mappings() the mappings).
   std::vector<AllocationInfo> Allocations() const;
-  std::vector<MappingInfo> Mappings() const;
-
-  /// Replaces the real handle of allocation `key` (lifecycle: release / reallocate).
-  /// Returns false when the key is unknown.
-  bool SetRealHandle(AllocationKey key, std::optional<CUmemGenericAllocationHandle> real);
-
-  /// The table's mutex, for fork handlers only (process.cc): the prepare handler takes it
-  /// so the child never inherits a half-updated table.
-  std::mutex& mutex() { return mutex_; }
 
  private:
-  struct Allocation {
-    proto::ObjectId id{};
-    size_t size = 0;
-    CUmemAllocationProp prop{};
-    CUcontext context = nullptr;
-    bool has_real = false;
-    CUmemGenericAllocationHandle real = 0;
-    bool creator = false;
-    bool shared = false;
-    uint32_t handles = 0;  // references held through logical handles (retains count)
-    uint32_t mappings = 0;
-    uint32_t pins = 0;
-  };
-  struct IdHash {
-    size_t operator()(const proto::ObjectId& id) const {
-      return std::hash<uint64_t>()(id.local_id * 0x9E3779B97F4A7C15ull ^ id.creator_start ^
-                                   static_cast<uint64_t>(id.creator_pid));
-    }
-  };
-  struct IdEqual {
-    bool operator()(const proto::ObjectId& a, const proto::ObjectId& b) const { return a == b; }
-  };
+  static AllocationInfo NewAllocation(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+                                      size_t size, const CUmemAllocationProp& prop,
+                                      CUcontext context, bool creator);
 
-  uint64_t NewHandleLocked(AllocationKey key);
-  std::optional<Dropped> DropIfUnusedLocked(AllocationKey key);
-  void FillAllocationRecord(const Allocation& allocation, proto::Record* record) const;
-
-  mutable std::mutex mutex_;
-  LogicalHandleCounter counter_;
-  AllocationKey next_key_ = 1;
-  uint64_t next_local_id_ = 1;
-  std::unordered_map<AllocationKey, Allocation> allocations_;
-  HandleReferences<AllocationKey> handles_;              // logical handle -> allocation
-  std::unordered_map<proto::ObjectId, AllocationKey, IdHash, IdEqual> by_id_;
-  MappingIndex<MappingInfo> mappings_;
   UntrackedImports untracked_;
   // untracked_.size(), stored under the lock and read without it so that untracked map,
   // unmap, retain and release calls skip the lock while no untracked import is live. Safe:

@@ -1,0 +1,27 @@
+// How messages name things, the same way on both sides (DESIGN.md, "Errors"): a process, a
+// CUresult, a VA range. The shim and the coordinator each look the CUresult's name up in
+// their own driver table and pass it here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace cusnap {
+
+/// "pid 4121": how every message names a process.
+std::string ProcessText(int pid);
+
+/// "pid 4121 (python3)"; "pid 4121" when `name` is empty.
+std::string ProcessText(int pid, std::string_view name);
+
+/// "CUDA_ERROR_NOT_SUPPORTED (801)" for CUresult `result`: `driver_name` is what the driver's
+/// cuGetErrorName gave (null when it gave nothing); without it, the name of a common
+/// CUresult, else "CUresult 801". (An int: this header stays free of cuda.h, which the shim
+/// includes its own way, shim/intercept/cuda_abi.h.)
+std::string CuResultText(int result, const char* driver_name = nullptr);
+
+/// "[0x320000000, +536870912)": the VA range of `size` bytes at `address`.
+std::string VaRangeText(uint64_t address, uint64_t size);
+
+}  // namespace cusnap
