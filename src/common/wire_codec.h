@@ -43,7 +43,9 @@ class Writer {
   }
 
  private:
-  void Bytes(const void* data, size_t size) { out_.append(static_cast<const char*>(data), size); }
+  void Bytes(const void* data, size_t size) {
+    if (size > 0) out_.append(static_cast<const char*>(data), size);  // data() may be null
+  }
   std::string& out_;
 };
 
@@ -90,7 +92,8 @@ class Reader {
     return ok_;
   }
   void Bytes(void* data, size_t size) {
-    if (!Fits(size)) return;
+    // An empty list has no storage to copy into (data() may be null: memcpy forbids it).
+    if (!Fits(size) || size == 0) return;
     std::memcpy(data, in_.data() + at_, size);
     at_ += size;
   }

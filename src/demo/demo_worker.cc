@@ -89,7 +89,8 @@ bool Fill(Worker& w, size_t k) {
     for (size_t i = 0; i < bytes / sizeof(uint64_t); ++i) words[i] = PatternWord(k, first + i);
     if (!Cu(w, cuMemcpyHtoD(a.va + at, words.data(), bytes), "cuMemcpyHtoD", k)) return false;
   }
-  return true;
+  // Complete before the importer reads it (see the write request below).
+  return Cu(w, cuCtxSynchronize(), "cuCtxSynchronize", k);
 }
 
 /// Every byte of every allocation holds the pattern; the bytes checked, or 0 with w.failure.
@@ -220,8 +221,12 @@ void Serve(Worker& w, FILE* in) {
     } else if (std::sscanf(line, "write %zu %llu %llx", &k, &word, &value) == 3 && k < kAllocations &&
                (word + 1) * sizeof(uint64_t) <= w.allocations[k].size) {
       const uint64_t put = value;
+      // A copy from pageable memory may return before its DMA reached the device (CUDA
+      // Driver API, "API synchronization behavior"); the other process reads next, so the
+      // write is complete before "ok" (on one GPU the reader saw the old word 1 run in 4).
       const bool ok = Cu(w, cuMemcpyHtoD(w.allocations[k].va + word * sizeof put, &put, sizeof put),
-                         "cuMemcpyHtoD", k);
+                         "cuMemcpyHtoD", k) &&
+                      Cu(w, cuCtxSynchronize(), "cuCtxSynchronize", k);
       Reply(ok ? "ok" : "fail " + w.failure);
     } else if (std::strncmp(line, "exit", 4) == 0) {
       Release(w);
