@@ -1,5 +1,7 @@
 #include "common/socket.h"
 
+#include "common/clock.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -15,11 +17,7 @@
 namespace cusnap {
 namespace {
 
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+int64_t NowNs() { return static_cast<int64_t>(MonotonicNs()); }
 
 Error SystemError(int code, const std::string& what) {
   return Error{code, what + ": " + std::strerror(code)};

@@ -2,6 +2,7 @@
 #include "common/text.h"
 
 #include <cuda.h>
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -30,6 +31,8 @@ const char* CommonCuResultName(int result) {
 }
 
 }  // namespace
+
+std::string ThisProcess() { return ProcessText(static_cast<int>(getpid())); }
 
 std::string ProcessText(int pid) { return "pid " + std::to_string(pid); }
 

@@ -15,6 +15,9 @@ std::string ProcessText(int pid);
 /// "pid 4121 (python3)"; "pid 4121" when `name` is empty.
 std::string ProcessText(int pid, std::string_view name);
 
+/// ProcessText of the calling process: how the shim's messages start (DESIGN.md, "Errors").
+std::string ThisProcess();
+
 /// "CUDA_ERROR_NOT_SUPPORTED (801)" for CUresult `result`: `driver_name` is what the driver's
 /// cuGetErrorName gave (null when it gave nothing); without it, the name of a common
 /// CUresult, else "CUresult 801". (An int: this header stays free of cuda.h, which the shim

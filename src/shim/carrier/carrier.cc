@@ -16,9 +16,10 @@
 #include <optional>
 #include <string>
 
+#include "common/clock.h"
 #include "common/log.h"
-#include "shim/lifecycle/context_scope.h"
-#include "shim/lifecycle/lifecycle_common.h"
+#include "common/text.h"
+#include "shim/intercept/context_scope.h"
 
 namespace cusnap::shim {
 namespace {

@@ -1,30 +1,16 @@
-// Small helpers the lifecycle, the host carrier and the unicast and multicast steps share: the
-// clock their reply timings use, the process name every error message starts with, and a
-// recorded mapping's access as the driver takes it.
+// What the lifecycle and its unicast and multicast steps share: a recorded mapping's access
+// as the driver takes it (and, for them, the clock and the process name of common/).
 #pragma once
-
-#include <unistd.h>
 
 #include <array>
 #include <cstdint>
-#include <ctime>
-#include <string>
 
+#include "common/clock.h"
 #include "common/protocol.h"
 #include "common/text.h"
 #include "shim/intercept/cuda_abi.h"
 
 namespace cusnap::shim {
-
-/// CLOCK_MONOTONIC in ns.
-inline uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-/// "pid <pid>": how errors name this process (DESIGN.md, "Errors").
-inline std::string ThisProcess() { return ProcessText(getpid()); }
 
 /// The first `m.access_count` access records of a recorded mapping (unicast or multicast) as
 /// cuMemSetAccess takes them. CUmemAccessDesc is not the wire's AccessRecord (SPEC-REFERENCE

@@ -10,7 +10,7 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
-#include "shim/lifecycle/context_scope.h"
+#include "shim/intercept/context_scope.h"
 #include "shim/lifecycle/lifecycle_common.h"
 
 namespace cusnap::shim {
