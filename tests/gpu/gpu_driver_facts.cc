@@ -144,15 +144,27 @@ void QueryAccess(CUdeviceptr va, const char* when) {
   }
 }
 
-CUresult SetAccess(CUdeviceptr va, size_t size, CUmemLocationType type, int id,
-                   CUmemAccess_flags flags) {
+// One access descriptor set on the probe's mapping, then every location asked again.
+struct AccessStep {
+  CUmemLocationType type;
+  int id;
+  CUmemAccess_flags flags;
+  const char* label;  // "HOST 0 READ"
+};
+
+void SetAndQuery(CUdeviceptr va, size_t size, const char* order, const AccessStep& step) {
   CUmemAccessDesc d{};
-  d.location.type = type;
-  d.location.id = id;
-  d.flags = flags;
-  return cuMemSetAccess(va, size, &d, 1);
+  d.location.type = step.type;
+  d.location.id = step.id;
+  d.flags = step.flags;
+  Fact("access: [%s] set %s = %s", order, step.label, Name(cuMemSetAccess(va, size, &d, 1)));
+  const std::string when = std::string("[") + order + "] after " + step.label;
+  QueryAccess(va, when.c_str());
 }
 
+// Three orders of access descriptors on a fresh 2 MiB HOST_NUMA allocation each: A and B set
+// the host access through HOST and HOST_NUMA in turn; C (two GPUs) gives only device 1
+// access first, to tell whether HOST's answer without host access follows device 0.
 int ProbeAccess() {
   cuInit(0);
   CUdevice dev;
@@ -162,58 +174,40 @@ int ProbeAccess() {
   cuCtxSetCurrent(ctx);
   int count = 0;
   cuDeviceGetCount(&count);
-  for (int order = 0; order < (count > 1 ? 3 : 2); ++order) {
+  constexpr auto kDevice = CU_MEM_LOCATION_TYPE_DEVICE;
+  constexpr auto kHost = CU_MEM_LOCATION_TYPE_HOST;
+  constexpr auto kHostNuma = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  constexpr auto kNone = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  constexpr auto kRead = CU_MEM_ACCESS_FLAGS_PROT_READ;
+  constexpr auto kRw = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const struct {
+    const char* name;
+    std::vector<AccessStep> steps;
+  } orders[] = {
+      {"order A", {{kDevice, 0, kRw, "DEVICE 0 RW"}, {kHost, 0, kRead, "HOST 0 READ"},
+                   {kHostNuma, 0, kRw, "HOST_NUMA 0 RW"}, {kHost, 0, kNone, "HOST 0 NONE"}}},
+      {"order B", {{kDevice, 0, kRw, "DEVICE 0 RW"}, {kHostNuma, 0, kRead, "HOST_NUMA 0 READ"},
+                   {kHost, 0, kRw, "HOST 0 RW"}}},
+      {"order C", {{kDevice, 1, kRead, "DEVICE 1 READ"}, {kDevice, 0, kRw, "DEVICE 0 RW"},
+                   {kDevice, 0, kNone, "DEVICE 0 NONE"}}},
+  };
+  for (const auto& order : orders) {
+    if (order.name[6] == 'C' && count < 2) continue;
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop.location.type = kHostNuma;
     prop.location.id = 0;
     size_t gran = 0;
     cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     CUmemGenericAllocationHandle h;
-    CUresult rc = cuMemCreate(&h, gran, &prop, 0);
-    Fact("access: cuMemCreate HOST_NUMA 0, %zu bytes = %s", gran, Name(rc));
+    const CUresult rc = cuMemCreate(&h, gran, &prop, 0);
+    Fact("access: [%s] cuMemCreate HOST_NUMA 0, %zu bytes = %s", order.name, gran, Name(rc));
     if (rc != CUDA_SUCCESS) return 0;
     CUdeviceptr va;
     cuMemAddressReserve(&va, gran, 0, 0, 0);
     cuMemMap(va, gran, 0, h, 0);
     QueryAccess(va, "after map");
-    if (order == 2) {
-      // Only device 1 gets access: does HOST's answer with no host access follow device 0,
-      // or any device?
-      Fact("access: [order C] set DEVICE 1 READ = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 1, CU_MEM_ACCESS_FLAGS_PROT_READ)));
-      QueryAccess(va, "[order C] after DEVICE 1 READ");
-      Fact("access: [order C] set DEVICE 0 RW = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
-      QueryAccess(va, "[order C] after DEVICE 0 RW");
-      Fact("access: [order C] set DEVICE 0 NONE = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE)));
-      QueryAccess(va, "[order C] after DEVICE 0 NONE");
-    } else {
-      Fact("access: set DEVICE 0 RW = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
-      QueryAccess(va, "after DEVICE RW");
-    }
-    if (order == 0) {
-      Fact("access: set HOST 0 READ = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_READ)));
-      QueryAccess(va, "[order A] after HOST READ");
-      Fact("access: set HOST_NUMA 0 RW = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0,
-                          CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
-      QueryAccess(va, "[order A] after HOST_NUMA RW");
-      Fact("access: set HOST 0 NONE = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE)));
-      QueryAccess(va, "[order A] after HOST NONE");
-    } else if (order == 1) {
-      Fact("access: set HOST_NUMA 0 READ = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0,
-                          CU_MEM_ACCESS_FLAGS_PROT_READ)));
-      QueryAccess(va, "[order B] after HOST_NUMA READ");
-      Fact("access: set HOST 0 RW = %s",
-           Name(SetAccess(va, gran, CU_MEM_LOCATION_TYPE_HOST, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)));
-      QueryAccess(va, "[order B] after HOST RW");
-    }
+    for (const AccessStep& step : order.steps) SetAndQuery(va, gran, order.name, step);
     cuMemUnmap(va, gran);
     cuMemAddressFree(va, gran);
     cuMemRelease(h);
