@@ -11,11 +11,10 @@
 #include "common/text.h"
 
 namespace cusnap {
-namespace {
 
-// Parses the decimal number at `*p`, advancing past it (hand-written: glibc 2.38 headers
-// bind strtoull to a symbol newer than the shim's 2.34 ceiling, SPEC-REFERENCE I.4).
-bool ParseU64(const char*& p, const char* end, uint64_t* out) {
+// Hand-written: glibc 2.38 headers bind strtoull to a symbol newer than the shim's 2.34
+// ceiling, SPEC-REFERENCE I.4.
+bool ParseDecimal(const char*& p, const char* end, uint64_t* out) {
   uint64_t value = 0;
   const char* start = p;
   while (p < end && *p >= '0' && *p <= '9') {
@@ -25,8 +24,6 @@ bool ParseU64(const char*& p, const char* end, uint64_t* out) {
   *out = value;
   return p != start;
 }
-
-}  // namespace
 
 uint64_t ProcessStartTime(int pid) {
   if (pid <= 0) return 0;
@@ -55,7 +52,7 @@ uint64_t ProcessStartTime(int pid) {
   }
   while (p < end && *p == ' ') ++p;
   uint64_t start = 0;
-  return ParseU64(p, end, &start) ? start : 0;
+  return ParseDecimal(p, end, &start) ? start : 0;
 }
 
 ProcessIdentity SelfIdentity() {

@@ -11,6 +11,10 @@
 
 namespace cusnap {
 
+/// Parses the decimal number at `*p` (up to `end`), advancing past it; false when no digit
+/// is there. Usable in the shim (no strtoull).
+bool ParseDecimal(const char*& p, const char* end, uint64_t* out);
+
 /// Start time of process `pid` in clock ticks since boot (/proc/<pid>/stat field 22, see
 /// proc(5)), or 0 when the process does not exist or its stat line cannot be parsed.
 uint64_t ProcessStartTime(int pid);

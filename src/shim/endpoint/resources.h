@@ -1,0 +1,25 @@
+// kCheckResources (control thread): before anything destructive, does this process have what
+// the rest of the checkpoint and its restore need? Descriptors for the restore's imports
+// (RLIMIT_NOFILE minus the descriptors open now, against the imports plus a margin), and host
+// memory for the carrier's arena (the cgroup v2 memory.max minus memory.current of this
+// process's cgroup and of every ancestor, and RLIMIT_AS minus the address space's size,
+// against the bytes the arena still has to grow by). Read-only: /proc, /sys/fs/cgroup and
+// getrlimit; no driver call.
+#pragma once
+
+#include <cstdint>
+
+#include "common/error.h"
+#include "common/messages.h"
+
+namespace cusnap::shim {
+
+/// Descriptors kept spare beyond the restore's imports: the endpoint's connections, the
+/// control socket's reply, /proc reads and the application's own descriptors in between.
+inline constexpr uint64_t kDescriptorMargin = 16;
+
+/// What this process has (ResourcesReply), or, when something falls short, an error (code -1)
+/// naming the process, each resource short, the amount needed and the amount available.
+Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need);
+
+}  // namespace cusnap::shim
