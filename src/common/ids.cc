@@ -25,21 +25,28 @@ bool ParseDecimal(const char*& p, const char* end, uint64_t* out) {
   return p != start;
 }
 
-uint64_t ProcessStartTime(int pid) {
-  if (pid <= 0) return 0;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+ssize_t ReadSmallFile(const char* path, char* buf, size_t capacity) {
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[1024];
+  if (fd < 0) return -1;
   size_t len = 0;
-  while (len < sizeof buf) {
-    const ssize_t n = read(fd, buf + len, sizeof buf - len);
+  while (len < capacity) {
+    const ssize_t n = read(fd, buf + len, capacity - len);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     len += static_cast<size_t>(n);
   }
   close(fd);
+  return static_cast<ssize_t>(len);
+}
+
+uint64_t ProcessStartTime(int pid) {
+  if (pid <= 0) return 0;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  char buf[1024];
+  const ssize_t read_bytes = ReadSmallFile(path, buf, sizeof buf);
+  if (read_bytes < 0) return 0;
+  const size_t len = static_cast<size_t>(read_bytes);
   // The command name (field 2) may hold spaces and parentheses: fields restart after the
   // last ')'. Field 3 (state) is the first token after it, so field 22 is the 20th.
   const char* end = buf + len;

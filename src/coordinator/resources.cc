@@ -49,9 +49,9 @@ uint64_t StateFileEstimate(std::span<const ParticipantView> views) {
   return bytes;
 }
 
-std::vector<std::string> CheckResourcesAll(std::span<const std::unique_ptr<Participant>> participants,
-                                           std::span<const ParticipantView> views,
-                                           const std::string& state_dir) {
+std::vector<std::string> CheckResourcesAll(
+    std::span<const std::unique_ptr<Participant>> participants,
+    std::span<const ParticipantView> views, const std::string& state_dir) {
   std::vector<std::string> problems;
   for (size_t i = 0; i < participants.size() && i < views.size(); ++i) {
     auto have = CheckResources(*participants[i], ResourcesNeeded(views[i]));

@@ -38,8 +38,8 @@ uint64_t StateFileEstimate(std::span<const ParticipantView> views);
 /// state directory's filesystem whether it has StateFileEstimate + kStateFileMargin bytes
 /// free (statvfs; kTestStateDirFreeBytesEnv in tests). One message per shortfall (empty:
 /// enough of everything). `participants` and `views` are in the same order.
-std::vector<std::string> CheckResourcesAll(std::span<const std::unique_ptr<Participant>> participants,
-                                           std::span<const ParticipantView> views,
-                                           const std::string& state_dir);
+std::vector<std::string> CheckResourcesAll(
+    std::span<const std::unique_ptr<Participant>> participants,
+    std::span<const ParticipantView> views, const std::string& state_dir);
 
 }  // namespace cusnap::coord

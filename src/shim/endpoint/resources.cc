@@ -4,7 +4,6 @@
 #include "shim/endpoint/resources.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,18 +22,9 @@ using proto::ResourcesReply;
 
 // The first bytes of a small file (at most 4 KiB); "" when it cannot be read.
 std::string ReadSmallFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
   char buf[4096];
-  size_t len = 0;
-  while (len < sizeof buf) {
-    const ssize_t n = read(fd, buf + len, sizeof buf - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    len += static_cast<size_t>(n);
-  }
-  close(fd);
-  return std::string(buf, len);
+  const ssize_t len = cusnap::ReadSmallFile(path.c_str(), buf, sizeof buf);
+  return len > 0 ? std::string(buf, static_cast<size_t>(len)) : std::string();
 }
 
 // The decimal number a file starts with; false for "max", an empty or an
