@@ -50,7 +50,12 @@ proto::Message HandleControlRequest(const proto::Message& request) {
     case proto::Op::kCheckResources: {
       Result<proto::ResourcesRequest> need = proto::ResourcesRequest::Decode(request);
       if (!need.ok()) return proto::EncodeError(op, need.error());
-      Result<proto::ResourcesReply> have = CheckResources(*need);
+      // Only a creator has a carrier to grow (asking builds it, resolving the driver).
+      const uint64_t growth =
+          need->carrier_bytes == 0
+              ? 0
+              : carrier().GrowthFor(static_cast<size_t>(need->carrier_bytes));
+      Result<proto::ResourcesReply> have = CheckResources(*need, growth);
       return have.ok() ? have->Encode() : proto::EncodeError(op, have.error());
     }
     case proto::Op::kExport:

@@ -13,7 +13,6 @@
 
 #include "common/ids.h"
 #include "common/text.h"
-#include "shim/process.h"
 
 namespace cusnap::shim {
 namespace {
@@ -59,10 +58,9 @@ uint64_t FreeDescriptors() {
   return limit > open_fds ? limit - open_fds : 0;
 }
 
-// The least memory.max - memory.current over this process's cgroup v2 and its ancestors
-// (a parent's limit caps its children); kUnlimited without cgroup v2 or without limits.
-uint64_t FreeCgroupMemory() {
-  const std::string membership = ReadSmallFile("/proc/self/cgroup");
+}  // namespace
+
+uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgroup_root) {
   // cgroup v2 is the line "0::<path>".
   size_t at = membership.rfind("0::", 0) == 0 ? 0 : membership.find("\n0::");
   if (at == std::string::npos) return ResourcesReply::kUnlimited;
@@ -70,7 +68,7 @@ uint64_t FreeCgroupMemory() {
   std::string path = membership.substr(at, membership.find('\n', at) - at);
   uint64_t least = ResourcesReply::kUnlimited;
   for (;;) {
-    const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
+    const std::string dir = cgroup_root + (path == "/" ? std::string() : path);
     uint64_t max = 0, current = 0;
     if (ReadNumber(dir + "/memory.max", &max) && ReadNumber(dir + "/memory.current", &current)) {
       least = std::min(least, max > current ? max - current : 0);
@@ -81,6 +79,8 @@ uint64_t FreeCgroupMemory() {
   }
   return least;
 }
+
+namespace {
 
 // RLIMIT_AS minus the address space's size now (/proc/self/statm, first field, in pages).
 uint64_t FreeAddressSpace() {
@@ -101,14 +101,12 @@ std::string Shortfall(const char* resource, uint64_t needed, uint64_t available,
 
 }  // namespace
 
-Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need) {
+Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need,
+                                             uint64_t growth) {
   ResourcesReply have;
   have.descriptors_free = FreeDescriptors();
-  have.cgroup_memory_free = FreeCgroupMemory();
+  have.cgroup_memory_free = FreeCgroupMemory(ReadSmallFile("/proc/self/cgroup"), "/sys/fs/cgroup");
   have.address_space_free = FreeAddressSpace();
-  // The arena keeps what it holds from an earlier cycle: only its growth is new memory.
-  const uint64_t growth =
-      need.carrier_bytes == 0 ? 0 : carrier().GrowthFor(static_cast<size_t>(need.carrier_bytes));
 
   std::string shortfalls;
   const auto add = [&](std::string text) {

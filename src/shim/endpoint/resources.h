@@ -4,10 +4,11 @@
 // memory for the carrier's arena (the cgroup v2 memory.max minus memory.current of this
 // process's cgroup and of every ancestor, and RLIMIT_AS minus the address space's size,
 // against the bytes the arena still has to grow by). Read-only: /proc, /sys/fs/cgroup and
-// getrlimit; no driver call.
+// getrlimit; no driver call, nothing of the shim's (the caller asks the carrier).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/error.h"
 #include "common/messages.h"
@@ -20,6 +21,16 @@ inline constexpr uint64_t kDescriptorMargin = 16;
 
 /// What this process has (ResourcesReply), or, when something falls short, an error (code -1)
 /// naming the process, each resource short, the amount needed and the amount available.
-Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need);
+/// `carrier_growth`: the bytes the carrier's arena still has to grow by to hold
+/// need.carrier_bytes (HostCarrier::GrowthFor: what it holds from an earlier cycle is not
+/// new memory).
+Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need,
+                                             uint64_t carrier_growth);
+
+/// The least memory.max - memory.current (bytes) over the cgroup v2 that `membership` (the
+/// text of /proc/self/cgroup) names and its ancestors, under `cgroup_root` (/sys/fs/cgroup):
+/// a parent's limit caps its children. ResourcesReply::kUnlimited without a cgroup v2 line
+/// ("0::<path>") or when no level has both files with numbers ("max" is no limit).
+uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgroup_root);
 
 }  // namespace cusnap::shim
