@@ -92,7 +92,9 @@ class FakeParticipant final : public coord::Participant {
     }
     if (!job_.Arrive(op)) return Error{-1, "rendezvous timed out: phase not concurrent"};
     if (auto it = p_.fail.find(op); it != p_.fail.end()) {
-      p_.phase = op == proto::Op::kQuiesce ? p_.phase : proto::ShimState::kFailed;
+      // A refused quiesce or resource check changes nothing; other failures are FAILED.
+      const bool refusal = op == proto::Op::kQuiesce || op == proto::Op::kCheckResources;
+      p_.phase = refusal ? p_.phase : proto::ShimState::kFailed;
       return proto::EncodeError(op, Error{-1, it->second});
     }
     switch (op) {
