@@ -26,8 +26,7 @@ std::string ReadSmallFile(const std::string& path) {
   return len > 0 ? std::string(buf, static_cast<size_t>(len)) : std::string();
 }
 
-// The decimal number a file starts with; false for "max", an empty or an
-// unreadable file.
+// The decimal number a file starts with; false for "max", an empty or an unreadable file.
 bool ReadNumber(const std::string& path, uint64_t* value) {
   const std::string text = ReadSmallFile(path);
   const char* p = text.data();
@@ -58,6 +57,23 @@ uint64_t FreeDescriptors() {
   return limit > open_fds ? limit - open_fds : 0;
 }
 
+// RLIMIT_AS minus the address space's size now (/proc/self/statm, first field, in pages).
+uint64_t FreeAddressSpace() {
+  const uint64_t limit = SoftLimit(RLIMIT_AS);
+  if (limit == ResourcesReply::kUnlimited) return limit;
+  uint64_t pages = 0;
+  if (!ReadNumber("/proc/self/statm", &pages)) return ResourcesReply::kUnlimited;
+  const uint64_t size = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return limit > size ? limit - size : 0;
+}
+
+// "<resource>: <needed> <unit> needed, <available> available (<detail>)"
+std::string Shortfall(const char* resource, uint64_t needed, uint64_t available,
+                      const char* unit, const char* detail) {
+  return std::string(resource) + ": " + std::to_string(needed) + " " + unit + " needed, " +
+         std::to_string(available) + " available (" + detail + ")";
+}
+
 }  // namespace
 
 uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgroup_root) {
@@ -80,32 +96,12 @@ uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgro
   return least;
 }
 
-namespace {
-
-// RLIMIT_AS minus the address space's size now (/proc/self/statm, first field, in pages).
-uint64_t FreeAddressSpace() {
-  const uint64_t limit = SoftLimit(RLIMIT_AS);
-  if (limit == ResourcesReply::kUnlimited) return limit;
-  uint64_t pages = 0;
-  if (!ReadNumber("/proc/self/statm", &pages)) return ResourcesReply::kUnlimited;
-  const uint64_t size = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  return limit > size ? limit - size : 0;
-}
-
-// "<needed> <unit> needed, <available> available"
-std::string Shortfall(const char* resource, uint64_t needed, uint64_t available,
-                      const char* unit, const char* detail) {
-  return std::string(resource) + ": " + std::to_string(needed) + " " + unit + " needed, " +
-         std::to_string(available) + " available (" + detail + ")";
-}
-
-}  // namespace
-
 Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need,
-                                             uint64_t growth) {
+                                             uint64_t carrier_growth) {
   ResourcesReply have;
   have.descriptors_free = FreeDescriptors();
-  have.cgroup_memory_free = FreeCgroupMemory(ReadSmallFile("/proc/self/cgroup"), "/sys/fs/cgroup");
+  have.cgroup_memory_free =
+      FreeCgroupMemory(ReadSmallFile("/proc/self/cgroup"), "/sys/fs/cgroup");
   have.address_space_free = FreeAddressSpace();
 
   std::string shortfalls;
@@ -118,13 +114,14 @@ Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need
                   "descriptors", (std::to_string(need.imports) + " for the restore's imports + " +
                                   std::to_string(kDescriptorMargin) + " spare").c_str()));
   }
-  if (have.cgroup_memory_free < growth) {
-    add(Shortfall("host memory (cgroup memory.max)", growth, have.cgroup_memory_free, "bytes",
-                  "the carrier's copy of the allocations this process created"));
+  const char* carrier = "the carrier's copy of the allocations this process created";
+  if (have.cgroup_memory_free < carrier_growth) {
+    add(Shortfall("host memory (cgroup memory.max)", carrier_growth, have.cgroup_memory_free,
+                  "bytes", carrier));
   }
-  if (have.address_space_free < growth) {
-    add(Shortfall("address space (RLIMIT_AS)", growth, have.address_space_free, "bytes",
-                  "the carrier's copy of the allocations this process created"));
+  if (have.address_space_free < carrier_growth) {
+    add(Shortfall("address space (RLIMIT_AS)", carrier_growth, have.address_space_free, "bytes",
+                  carrier));
   }
   if (!shortfalls.empty()) {
     return Error{-1, ThisProcess() + ": not enough resources for the checkpoint and its "
