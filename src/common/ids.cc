@@ -11,11 +11,10 @@
 #include "common/text.h"
 
 namespace cusnap {
-namespace {
 
-// Parses the decimal number at `*p`, advancing past it (hand-written: glibc 2.38 headers
-// bind strtoull to a symbol newer than the shim's 2.34 ceiling, SPEC-REFERENCE I.4).
-bool ParseU64(const char*& p, const char* end, uint64_t* out) {
+// Hand-written: glibc 2.38 headers bind strtoull to a symbol newer than the shim's 2.34
+// ceiling, SPEC-REFERENCE I.4.
+bool ParseDecimal(const char*& p, const char* end, uint64_t* out) {
   uint64_t value = 0;
   const char* start = p;
   while (p < end && *p >= '0' && *p <= '9') {
@@ -26,23 +25,28 @@ bool ParseU64(const char*& p, const char* end, uint64_t* out) {
   return p != start;
 }
 
-}  // namespace
-
-uint64_t ProcessStartTime(int pid) {
-  if (pid <= 0) return 0;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+ssize_t ReadSmallFile(const char* path, char* buf, size_t capacity) {
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[1024];
+  if (fd < 0) return -1;
   size_t len = 0;
-  while (len < sizeof buf) {
-    const ssize_t n = read(fd, buf + len, sizeof buf - len);
+  while (len < capacity) {
+    const ssize_t n = read(fd, buf + len, capacity - len);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     len += static_cast<size_t>(n);
   }
   close(fd);
+  return static_cast<ssize_t>(len);
+}
+
+uint64_t ProcessStartTime(int pid) {
+  if (pid <= 0) return 0;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  char buf[1024];
+  const ssize_t read_bytes = ReadSmallFile(path, buf, sizeof buf);
+  if (read_bytes < 0) return 0;
+  const size_t len = static_cast<size_t>(read_bytes);
   // The command name (field 2) may hold spaces and parentheses: fields restart after the
   // last ')'. Field 3 (state) is the first token after it, so field 22 is the 20th.
   const char* end = buf + len;
@@ -55,7 +59,7 @@ uint64_t ProcessStartTime(int pid) {
   }
   while (p < end && *p == ' ') ++p;
   uint64_t start = 0;
-  return ParseU64(p, end, &start) ? start : 0;
+  return ParseDecimal(p, end, &start) ? start : 0;
 }
 
 ProcessIdentity SelfIdentity() {

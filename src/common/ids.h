@@ -1,8 +1,12 @@
 // Process and object identities that survive checkpoint and restore: a process is its pid
 // plus its start time (field 22 of /proc/<pid>/stat, clock ticks since boot), which tells a
 // live creator apart from a later process that reused its pid; an allocation or multicast
-// object is its creator's identity plus a local id (proto::ObjectId).
+// object is its creator's identity plus a local id (proto::ObjectId). Also the small /proc
+// readers both the shim and the coordinator use (no stdio, no strtoull: the shim's glibc
+// ceiling).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <string>
@@ -10,6 +14,14 @@
 #include "common/protocol.h"
 
 namespace cusnap {
+
+/// Parses the decimal number at `*p` (up to `end`), advancing past it; false when no digit
+/// is there. Usable in the shim (no strtoull).
+bool ParseDecimal(const char*& p, const char* end, uint64_t* out);
+
+/// Reads up to `capacity` bytes of the file at `path` (a /proc or /sys file: open, read,
+/// close; no stdio) into `buf`; the bytes read, or -1 when it cannot be opened.
+ssize_t ReadSmallFile(const char* path, char* buf, size_t capacity);
 
 /// Start time of process `pid` in clock ticks since boot (/proc/<pid>/stat field 22, see
 /// proc(5)), or 0 when the process does not exist or its stat line cannot be parsed.

@@ -161,12 +161,52 @@ Message InspectRequest::Encode() const {
 }
 
 Message InspectReply::Encode() const {
-  return Reply(Op::kInspect, [&](Writer& out) { out.Put(records); });
+  return Reply(Op::kInspect, [&](Writer& out) {
+    out.Put(records);
+    out.Put(importers);
+  });
 }
 
 Result<InspectReply> InspectReply::Decode(const Message& message) {
-  return ReadReply<InspectReply>(message, Op::kInspect,
-                                 [](Reader& in, InspectReply& r) { in.Get(r.records); });
+  return ReadReply<InspectReply>(message, Op::kInspect, [](Reader& in, InspectReply& r) {
+    in.Get(r.records);
+    in.Get(r.importers);
+  });
+}
+
+// ---- kCheckResources --------------------------------------------------------------------
+
+Message ResourcesRequest::Encode() const {
+  Message message;
+  message.op = Op::kCheckResources;
+  Writer out(message.payload);
+  out.Put(carrier_bytes);
+  out.Put(imports);
+  return message;
+}
+
+Result<ResourcesRequest> ResourcesRequest::Decode(const Message& message) {
+  return ReadRequest<ResourcesRequest>(message, [](Reader& in, ResourcesRequest& r) {
+    in.Get(r.carrier_bytes);
+    in.Get(r.imports);
+  });
+}
+
+Message ResourcesReply::Encode() const {
+  return Reply(Op::kCheckResources, [&](Writer& out) {
+    out.Put(descriptors_free);
+    out.Put(cgroup_memory_free);
+    out.Put(address_space_free);
+  });
+}
+
+Result<ResourcesReply> ResourcesReply::Decode(const Message& message) {
+  return ReadReply<ResourcesReply>(message, Op::kCheckResources,
+                                   [](Reader& in, ResourcesReply& r) {
+                                     in.Get(r.descriptors_free);
+                                     in.Get(r.cgroup_memory_free);
+                                     in.Get(r.address_space_free);
+                                   });
 }
 
 // ---- Lifecycle steps --------------------------------------------------------------------

@@ -82,12 +82,38 @@ struct InspectRequest {
   Message Encode() const;
 };
 
-/// The sharing table, then the multicast table, as Records.
+/// The sharing table, then the multicast table, as Records; and the live processes that
+/// fetched a descriptor of an object this process created (kExport), one entry per (object,
+/// process).
 struct InspectReply {
   std::vector<Record> records;
+  std::vector<Importer> importers;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.
   static Result<InspectReply> Decode(const Message& message);
+};
+
+// ---- kCheckResources (control thread, read-only) ---------------------------------------
+
+/// What the rest of the checkpoint and the restore will need of one participant.
+struct ResourcesRequest {
+  uint64_t carrier_bytes = 0;  ///< host bytes the carrier will hold (its created allocations)
+  uint64_t imports = 0;        ///< descriptors the restore's imports will fetch at once
+  Message Encode() const;
+  /// EPROTO when the payload is malformed.
+  static Result<ResourcesRequest> Decode(const Message& message);
+};
+
+/// What the participant has (kUnlimited: no limit applies). A shortfall is an error reply
+/// (status -1) naming the process, the resource, what is needed and what is available.
+struct ResourcesReply {
+  static constexpr uint64_t kUnlimited = UINT64_MAX;
+  uint64_t descriptors_free = kUnlimited;    ///< RLIMIT_NOFILE (soft) minus open descriptors
+  uint64_t cgroup_memory_free = kUnlimited;  ///< least memory.max - memory.current up the cgroup
+  uint64_t address_space_free = kUnlimited;  ///< RLIMIT_AS (soft) minus the address space's size
+  Message Encode() const;
+  /// An error reply comes back as its Error; EPROTO when malformed or for another op.
+  static Result<ResourcesReply> Decode(const Message& message);
 };
 
 // ---- Lifecycle steps (kQuiesce .. kActivate, control thread) ---------------------------

@@ -18,9 +18,10 @@
 namespace cusnap::proto {
 
 inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
-/// Version 2: typed messages (messages.h), errors of any length. A peer speaking another
+/// Version 2: typed messages (messages.h), errors of any length. Version 3: INSPECT replies
+/// carry the importers of this process's exports; kCheckResources. A peer speaking another
 /// version is refused with both versions named (socket.h, ReceiveMessage).
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 3;
 
 /// Requests a client can send: X(enumerator, value, name). Lifecycle operations run on the
 /// shim's control thread, one at a time; kExport is served by the peer thread from the export
@@ -39,6 +40,8 @@ inline constexpr uint16_t kVersion = 2;
 ///  kMulticastBind: bind + map multicast
 ///  kResume: QUIESCED (nothing destroyed yet) -> ACTIVE: a refused checkpoint
 ///  kActivate: after restore's comparison: -> ACTIVE, application calls resume
+///  kCheckResources: read-only; does the process have the descriptors and host memory the
+///    rest of the checkpoint and the restore need (messages.h, ResourcesRequest)
 #define CUSNAP_PROTO_OPS(X)                          \
   X(kExport, 1, "EXPORT")                            \
   X(kIdentify, 2, "IDENTIFY")                        \
@@ -54,7 +57,8 @@ inline constexpr uint16_t kVersion = 2;
   X(kMulticastJoin, 12, "MULTICAST_JOIN")            \
   X(kMulticastBind, 13, "MULTICAST_BIND")            \
   X(kResume, 14, "RESUME")                           \
-  X(kActivate, 15, "ACTIVATE")
+  X(kActivate, 15, "ACTIVATE")                       \
+  X(kCheckResources, 16, "CHECK_RESOURCES")
 
 /// The shim's lifecycle states (DESIGN.md, "Lifecycle"): X(enumerator, value, name).
 /// kRestored: the multicast rebuild is done and the coordinator still compares INSPECT with
@@ -198,6 +202,22 @@ struct Record {
   uint32_t bind_api;        ///< 1 original ABI, 2 device-explicit (CUDA 13.1)
 };
 static_assert(sizeof(Record) % 8 == 0);
+
+/// One process that fetched a descriptor of one of this process's exported objects (kExport,
+/// identified by SO_PEERCRED): INSPECT reports those still alive with the same start time,
+/// so the coordinator can refuse a checkpoint that leaves an importer out.
+struct Importer {
+  ObjectId id;          ///< the exported object (this process created it)
+  uint32_t kind;        ///< TicketKind: 1 unicast allocation, 2 multicast object
+  int32_t pid;          ///< the importer
+  uint64_t start_time;  ///< its start time, clock ticks since boot
+};
+static_assert(sizeof(Importer) == 40);
+
+/// The export cache remembers at most this many importers per exported object (the dead are
+/// dropped first when it is full; past it a new importer is not remembered, and a warning is
+/// logged).
+inline constexpr uint32_t kMaxImportersPerObject = 32;
 
 /// About this many Records fill one packet: a message with more spans several.
 inline constexpr size_t kMaxRecordsPerMessage = (kMaxPacket - sizeof(FrameHeader)) / sizeof(Record);

@@ -1,7 +1,7 @@
 // How the fields of a message (messages.h) are laid out in its payload: integers
 // little-endian at their own width, strings as a u32 length and their bytes (any length, no
-// terminator), record lists as a u32 count and the fixed-size Records. Writer and Reader
-// are the two halves of the same layout; a Reader that runs past the payload, or meets a
+// terminator), record and importer lists as a u32 count and the fixed-size structs. Writer
+// and Reader are the two halves of the same layout; a Reader that runs past the payload, or meets a
 // value outside its enum, remembers it, and the message's decoding refuses the payload.
 #pragma once
 
@@ -37,9 +37,12 @@ class Writer {
     Put(static_cast<uint32_t>(text.size()));
     Bytes(text.data(), text.size());
   }
-  void Put(const std::vector<Record>& records) {
-    Put(static_cast<uint32_t>(records.size()));
-    Bytes(records.data(), records.size() * sizeof(Record));
+  /// A list of fixed-size wire structs: a u32 count and the structs as they lie in memory.
+  template <typename T>
+    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer>
+  void Put(const std::vector<T>& items) {
+    Put(static_cast<uint32_t>(items.size()));
+    Bytes(items.data(), items.size() * sizeof(T));
   }
 
  private:
@@ -76,12 +79,14 @@ class Reader {
     text.assign(in_.data() + at_, size);
     at_ += size;
   }
-  void Get(std::vector<Record>& records) {
+  template <typename T>
+    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer>
+  void Get(std::vector<T>& items) {
     uint32_t count = 0;
     Get(count);
-    if (!Fits(size_t{count} * sizeof(Record))) return;
-    records.resize(count);
-    Bytes(records.data(), size_t{count} * sizeof(Record));
+    if (!Fits(size_t{count} * sizeof(T))) return;
+    items.resize(count);
+    Bytes(items.data(), size_t{count} * sizeof(T));
   }
   /// True when every read found its bytes and every value was valid, and nothing is left.
   bool Complete() const { return ok_ && at_ == in_.size(); }

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "coordinator/records.h"
+#include "coordinator/resources.h"
 #include "common/text.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
@@ -74,8 +75,10 @@ class CheckpointSequence : Sequence {
     return "; it is checkpointed: run 'cusnap restore " + target + " --state-dir " + dir + "'";
   }
 
-  /// validate: the global topology rules, and a state directory we can write that holds no
-  /// other job's checkpoint (both checked now so that they refuse before anything changes).
+  /// validate: the global topology rules, a state directory we can write that holds no
+  /// other job's checkpoint, and the resources the rest of the checkpoint and the restore
+  /// need (every participant's descriptors and host memory, the state file's disk space):
+  /// all checked now so that they refuse before anything changes.
   bool ValidateAll() {
     return CheckPhase("validate", [&]() -> std::vector<std::string> {
       if (auto problems = ValidateTopology(views_); !problems.empty()) return problems;
@@ -85,7 +88,7 @@ class CheckpointSequence : Sequence {
         return {owner.error().message};
       }
       if (auto dir = PrepareStateDir(options_.state_dir); !dir) return {dir.error().message};
-      return {};
+      return CheckResourcesAll(participants_, views_, options_.state_dir);
     });
   }
 
@@ -201,16 +204,7 @@ class CheckpointSequence : Sequence {
     return kNoMulticastNote;
   }
 
-  static uint64_t CreatedBytes(const ParticipantView& v) {
-    uint64_t bytes = 0;
-    for (const auto& r : v.records) {
-      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) &&
-          (r.flags & proto::kCreator)) {
-        bytes += r.object_size;
-      }
-    }
-    return bytes;
-  }
+  static uint64_t CreatedBytes(const ParticipantView& v) { return coord::CreatedBytes(v.records); }
 
   /// The devices a participant's records name (allocation locations and access
   /// descriptors of kind DEVICE), as ordinal -> UUID through the coordinator's driver.

@@ -73,11 +73,27 @@ Result<Identity> Identify(Participant& participant) {
   return id;
 }
 
+Result<proto::InspectReply> InspectWithImporters(Participant& participant) {
+  return Ask<proto::InspectReply>(participant, proto::Op::kInspect,
+                                  proto::InspectRequest{}.Encode(), kQueryTimeoutMs);
+}
+
 Result<std::vector<proto::Record>> Inspect(Participant& participant) {
-  auto reply = Ask<proto::InspectReply>(participant, proto::Op::kInspect,
-                                        proto::InspectRequest{}.Encode(), kQueryTimeoutMs);
+  auto reply = InspectWithImporters(participant);
   if (!reply) return reply.error();
   return std::move(reply->records);
+}
+
+Result<proto::ResourcesReply> CheckResources(Participant& participant,
+                                             const proto::ResourcesRequest& need) {
+  Result<proto::Message> message = participant.Call(need.Encode(), kQueryTimeoutMs);
+  if (!message) return Named(participant, proto::Op::kCheckResources, message.error());
+  Result<proto::ResourcesReply> reply = proto::ResourcesReply::Decode(*message);
+  // A shortfall is a refusal, not a failure: the shim's text names its process already.
+  if (!reply && reply.error().code != -1) {
+    return Named(participant, proto::Op::kCheckResources, reply.error());
+  }
+  return reply;
 }
 
 Result<proto::StepReply> Step(Participant& participant, proto::Op op) {

@@ -52,6 +52,16 @@ Result<Identity> Identify(Participant& participant);
 /// Sends kInspect and returns the sharing table. Errors name the pid.
 Result<std::vector<proto::Record>> Inspect(Participant& participant);
 
+/// Sends kInspect and returns the whole reply: the sharing table and the live processes that
+/// fetched descriptors of what the participant created. Errors name the pid.
+Result<proto::InspectReply> InspectWithImporters(Participant& participant);
+
+/// Sends kCheckResources: does the participant have the descriptors and host memory `need`
+/// says the rest of the checkpoint and the restore take? A shortfall is the shim's error
+/// (code -1), naming the process, the resource, what is needed and what is available.
+Result<proto::ResourcesReply> CheckResources(Participant& participant,
+                                             const proto::ResourcesRequest& need);
+
 /// Sends one lifecycle request (kQuiesce ... kActivate) and returns its reply. The error's
 /// message is "pid P: <op> failed: <shim text>" (the shim's text names the resource; the
 /// process is said once, error.h InContext).

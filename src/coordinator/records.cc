@@ -88,6 +88,17 @@ std::string MulticastName(const proto::ObjectId& id) {
   return "multicast object " + std::to_string(id.local_id) + " of " + ProcessText(id.creator_pid);
 }
 
+uint64_t CreatedBytes(const std::vector<proto::Record>& records) {
+  uint64_t bytes = 0;
+  for (const auto& r : records) {
+    if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) &&
+        (r.flags & proto::kCreator)) {
+      bytes += r.object_size;
+    }
+  }
+  return bytes;
+}
+
 bool HasMulticast(const std::vector<proto::Record>& records) {
   for (const auto& r : records) {
     if (r.kind >= static_cast<uint32_t>(proto::RecordKind::kMulticast) &&

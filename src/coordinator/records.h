@@ -30,6 +30,10 @@ std::string ObjectName(const proto::ObjectId& id);
 /// "multicast object 3 of pid 4120".
 std::string MulticastName(const proto::ObjectId& id);
 
+/// Bytes of the allocations `records` say this process created (its kAllocation records
+/// flagged kCreator): what its carrier saves.
+uint64_t CreatedBytes(const std::vector<proto::Record>& records);
+
 /// True when any of `records` is of a multicast kind (a multicast object, its devices,
 /// bindings or mappings).
 bool HasMulticast(const std::vector<proto::Record>& records);

@@ -103,14 +103,15 @@ bool Sequence::DiscoverPhase() {
 }
 
 Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) {
-  auto records = Inspect(*participants_[index]);
-  if (!records) return records.error();
+  auto inspected = InspectWithImporters(*participants_[index]);
+  if (!inspected) return inspected.error();
   auto& v = views[index];
   v.pid = identities_[index].pid;
   v.start_time = identities_[index].start_time;
   v.untracked_imports = identities_[index].untracked_imports;
   v.untracked = identities_[index].untracked;
-  v.records = std::move(*records);
+  v.records = std::move(inspected->records);
+  v.importers = std::move(inspected->importers);
   return Ok{};
 }
 

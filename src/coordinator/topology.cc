@@ -10,6 +10,7 @@
 
 #include "common/ids.h"
 #include "common/text.h"
+#include "common/ticket.h"
 #include "coordinator/records.h"
 
 namespace cusnap::coord {
@@ -52,6 +53,35 @@ bool CreatedByParticipant(std::span<const ParticipantView> participants,
   return std::any_of(participants.begin(), participants.end(), [&](const ParticipantView& p) {
     return p.pid == id.creator_pid && p.start_time == id.creator_start;
   });
+}
+
+/// The closed participant set, the creator's side: every live importer a participant's
+/// export cache remembers must be a participant. One message per missing process, naming
+/// the first object it imported and how many more.
+void CheckImporters(std::span<const ParticipantView> participants,
+                    std::vector<std::string>& problems) {
+  std::map<std::pair<int, uint64_t>, std::vector<const proto::Importer*>> missing;
+  for (const auto& p : participants) {
+    for (const auto& importer : p.importers) {
+      const bool participates =
+          std::any_of(participants.begin(), participants.end(), [&](const ParticipantView& q) {
+            return q.pid == importer.pid && q.start_time == importer.start_time;
+          });
+      if (!participates) missing[{importer.pid, importer.start_time}].push_back(&importer);
+    }
+  }
+  for (const auto& [process, imports] : missing) {
+    const proto::Importer& first = *imports.front();
+    const std::string what = first.kind == static_cast<uint32_t>(TicketKind::kMulticast)
+                                 ? MulticastName(first.id)
+                                 : ObjectName(first.id);
+    const std::string more =
+        imports.size() > 1 ? " (and " + std::to_string(imports.size() - 1) + " more)" : "";
+    problems.push_back(ProcessText(process.first) + " imported " + what + more +
+                       " and is still running, but is not a participant of this checkpoint; "
+                       "checkpoint every process that shares memory together (the job's root "
+                       "with --pid, or --all)");
+  }
 }
 
 /// Where an untracked import's allocation lives, as the driver reported it at import.
@@ -380,6 +410,7 @@ std::vector<std::string> ValidateTopology(std::span<const ParticipantView> parti
   std::vector<std::string> problems;
   std::map<proto::ObjectId, AllocationFacts, IdLess> allocations;
 
+  CheckImporters(participants, problems);
   for (const auto& p : participants) {
     CheckUntracked(p, problems);
     for (size_t i = 0; i < p.records.size(); ++i) {

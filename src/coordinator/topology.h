@@ -23,6 +23,9 @@ struct ParticipantView {
   /// IDENTIFY's kUntrackedImport records (last, with an initializer: brace-initialized views
   /// may leave it out).
   std::vector<proto::Record> untracked{};
+  /// INSPECT's live importers of what this participant created (kExport callers, by
+  /// SO_PEERCRED; last, with an initializer, like `untracked`).
+  std::vector<proto::Importer> importers{};
 };
 
 /// Checks every rule and returns one message per broken rule (empty: valid), in a stable
@@ -34,6 +37,10 @@ struct ParticipantView {
 ///  - known record kinds; allocations with size > 0 whose creator flag matches the id;
 ///    mappings with address and size != 0, at most kMaxAccess access descriptors, lying
 ///    inside their allocation;
+///  - the participant set is closed: every live process that fetched a descriptor of a
+///    participant's allocation or multicast object (its importers) is a participant, one
+///    message per missing process naming what it imported (the creator's side; the
+///    importer's side is the next rule's "its creator is not a participant");
 ///  - exactly one creator per allocation that any participant holds or maps;
 ///  - creator anchor: a creator still holds a handle or a mapping of every allocation that
 ///    another participant holds or maps (otherwise its memory cannot be saved);

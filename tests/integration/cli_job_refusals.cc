@@ -5,6 +5,7 @@
 // restore exits 5 and changes nothing: the job stays suspended (memory released, shims
 // RELEASED, processes CHECKPOINTED) and the right restore then succeeds.
 #include <gmock/gmock.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -460,6 +461,131 @@ TEST_F(CliJobRefusal, EndpointThatRefusesConnections) {
   ExpectRunningIntact();
   ASSERT_EQ(Stop(*bare_), 0);
   ASSERT_NO_FATAL_FAILURE(Cycle(dir_ + "/state"));
+}
+
+// The participant set must be closed (issue 11): `--pid` of the creator alone leaves out the
+// live importer of its allocation (the creator's endpoint remembered who fetched a
+// descriptor); `--pid` of the importer alone leaves out its live creator. An importer that
+// has exited does not count. Each is refused before anything changes, naming the missing
+// process, and the whole job then checkpoints and restores.
+TEST_F(CliJobRefusal, PartialJobLeavesOutAnImporterOrACreator) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  Worker& gone = Start("gone", 1);  // imports A too, then exits
+  ASSERT_NO_FATAL_FAILURE(Share(*creator_, "A", gone));
+  ASSERT_EQ(Stop(gone), 0);
+  const std::string state = dir_ + "/state";
+  const std::string creator = "pid " + std::to_string(creator_->pid);
+  const std::string importer = "pid " + std::to_string(importer_->pid);
+  target_ = {"--pid", std::to_string(creator_->pid)};
+  const Ran left_out = ExpectRefused(
+      state, {"cusnap checkpoint: " + importer + " imported allocation ",
+              " of " + creator, " and is still running, but is not a participant of this "
+              "checkpoint; checkpoint every process that shares memory together"});
+  EXPECT_THAT(left_out.err, ::testing::Not(HasSubstr("pid " + std::to_string(gone.pid) + " ")));
+  ExpectRunningIntact();
+
+  target_ = {"--pid", std::to_string(importer_->pid)};
+  ExpectRefused(state, {importer + ": allocation ", " of " + creator,
+                        " is imported, but its creator is not a participant"});
+  ExpectRunningIntact();
+
+  target_ = {"--pid", PidArg()};
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+}
+
+/// Counts what /proc/<pid>/<dir> lists (descriptors of "fd").
+size_t CountEntries(pid_t pid, const char* dir) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry :
+       fs::directory_iterator("/proc/" + std::to_string(pid) + "/" + dir)) {
+    ++n;
+  }
+  return n;
+}
+
+/// The number after `prefix` in `text`, or -1.
+long long NumberAfter(const std::string& text, const std::string& prefix) {
+  const size_t at = text.find(prefix);
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + prefix.size()));
+}
+
+// Resources checked before the first destructive step (issue 11): the importer's soft
+// RLIMIT_NOFILE leaves fewer free descriptors than its restore's one import plus the 16
+// spare. Refused, naming the process, the resource, the descriptors needed and available;
+// with the limit back the job checkpoints.
+TEST_F(CliJobRefusal, TooFewDescriptorsForTheRestore) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  rlimit old{};
+  ASSERT_EQ(::prlimit(importer_->pid, RLIMIT_NOFILE, nullptr, &old), 0);
+  const rlimit low{CountEntries(importer_->pid, "fd") + 4, old.rlim_max};
+  ASSERT_EQ(::prlimit(importer_->pid, RLIMIT_NOFILE, &low, nullptr), 0);
+  const std::string state = dir_ + "/state";
+  const std::string importer = "pid " + std::to_string(importer_->pid);
+  const Ran ck = ExpectRefused(
+      state, {importer + ": not enough resources for the checkpoint and its "
+              "restore: descriptors (RLIMIT_NOFILE): 17 descriptors needed, ",
+              " available (1 for the restore's imports + 16 spare)"});
+  const long long available = NumberAfter(ck.err, "17 descriptors needed, ");
+  EXPECT_GE(available, 0) << ck.err;
+  EXPECT_LE(available, 4) << ck.err;
+  EXPECT_THAT(ck.err, ::testing::Not(HasSubstr("pid " + std::to_string(creator_->pid) +
+                                                ": not enough")));
+  ASSERT_EQ(::prlimit(importer_->pid, RLIMIT_NOFILE, &old, nullptr), 0);
+  ExpectRunningIntact();
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+}
+
+// The creator's soft RLIMIT_AS leaves 8 MiB of address space, but its carrier must hold the
+// 66 MiB it created (A, 2 MiB, and B, 64 MiB): refused, naming the bytes needed and
+// available; with the limit back the job checkpoints.
+TEST_F(CliJobRefusal, AddressSpaceTooSmallForTheCarrier) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  ASSERT_NO_FATAL_FAILURE(Create(*creator_, "B", 64, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(*creator_, "b", "B", 0, 64, "0"));
+  ASSERT_NO_FATAL_FAILURE(Fill(*creator_, "b"));
+  std::ifstream statm("/proc/" + std::to_string(creator_->pid) + "/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  ASSERT_GT(pages, 0u);
+  rlimit old{};
+  ASSERT_EQ(::prlimit(creator_->pid, RLIMIT_AS, nullptr, &old), 0);
+  const rlimit low{pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) + (8u << 20),
+                   old.rlim_max};
+  ASSERT_EQ(::prlimit(creator_->pid, RLIMIT_AS, &low, nullptr), 0);
+  const std::string state = dir_ + "/state";
+  const std::string needed = "address space (RLIMIT_AS): " + std::to_string(66ull << 20) +
+                             " bytes needed, ";
+  const Ran ck = ExpectRefused(
+      state, {"pid " + std::to_string(creator_->pid) + ": not enough resources",
+              needed, " available (the carrier's copy of the allocations this process created)"});
+  const long long available = NumberAfter(ck.err, needed);
+  EXPECT_GE(available, 0) << ck.err;
+  EXPECT_LE(available, 8ll << 20) << ck.err;
+  ASSERT_EQ(::prlimit(creator_->pid, RLIMIT_AS, &old, nullptr), 0);
+  ExpectRunningIntact();
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+}
+
+// The state directory's filesystem has 4096 bytes free (CUSNAP_TEST_STATE_DIR_FREE_BYTES, the
+// coordinator's test-only stand-in for statvfs; mounting a full filesystem needs privileges
+// CI does not have): refused before anything changes, naming the directory and the bytes.
+TEST_F(CliJobRefusal, StateDirectoryFull) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  const std::string state = dir_ + "/state";
+  ASSERT_EQ(::setenv("CUSNAP_TEST_STATE_DIR_FREE_BYTES", "4096", 1), 0);
+  const Ran ck = ExpectRefused(
+      state, {"cusnap checkpoint: state directory " + state + ": not enough disk space for the "
+              "state file: ", " spare), 4096 available; free some space or choose "
+              "another --state-dir"});
+  ::unsetenv("CUSNAP_TEST_STATE_DIR_FREE_BYTES");
+  const long long needed = NumberAfter(ck.err, "not enough disk space for the state file: ");
+  EXPECT_GT(needed, (1ll << 20) + 4096) << ck.err;  // the 1 MiB margin and the file
+  ExpectRunningIntact();
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+  // The estimate was not too small: the file written fits in it.
+  EXPECT_LT(static_cast<long long>(fs::file_size(state + "/cusnap-state.json")),
+            needed - (1ll << 20));
 }
 
 }  // namespace

@@ -87,12 +87,14 @@ class FakeParticipant final : public coord::Participant {
   Result<proto::Message> Call(const proto::Message& request, int timeout_ms) override {
     (void)timeout_ms;
     const proto::Op op = request.op;
-    if (op != proto::Op::kIdentify) {
+    if (op != proto::Op::kIdentify && op != proto::Op::kCheckResources) {
       job_.Log(coord::Lowercase(proto::OpName(op)) + " " + std::to_string(p_.pid));
     }
     if (!job_.Arrive(op)) return Error{-1, "rendezvous timed out: phase not concurrent"};
     if (auto it = p_.fail.find(op); it != p_.fail.end()) {
-      p_.phase = op == proto::Op::kQuiesce ? p_.phase : proto::ShimState::kFailed;
+      // A refused quiesce or resource check changes nothing; other failures are FAILED.
+      const bool refusal = op == proto::Op::kQuiesce || op == proto::Op::kCheckResources;
+      p_.phase = refusal ? p_.phase : proto::ShimState::kFailed;
       return proto::EncodeError(op, Error{-1, it->second});
     }
     switch (op) {
@@ -105,6 +107,7 @@ class FakeParticipant final : public coord::Participant {
         reply.untracked_imports = p_.untracked_imports;
         return reply.Encode();
       }
+      case proto::Op::kCheckResources: return proto::ResourcesReply{}.Encode();
       case proto::Op::kInspect: {
         proto::InspectReply reply;
         reply.records = p_.restored && !p_.records_after_restore.empty() ? p_.records_after_restore

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 #include <filesystem>
 #include <fstream>
@@ -151,6 +152,39 @@ TEST_F(SequenceTest, TopologyRefusalChangesNothing) {
   EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
   EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
+}
+
+// Resources are checked at validate, before quiesce: a participant's shortfall refuses with
+// the shim's text whole (it names its process), nothing is quiesced, no state file.
+TEST_F(SequenceTest, ResourceShortfallIsRefusedBeforeQuiesce) {
+  const std::string shortfall =
+      "pid 200: not enough resources for the checkpoint and its restore: descriptors "
+      "(RLIMIT_NOFILE): 17 descriptors needed, 3 available (1 for the restore's imports + 16 "
+      "spare); raise the limit or free some, then retry";
+  processes_[1].fail[proto::Op::kCheckResources] = shortfall;
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors, ElementsAre(shortfall));
+  EXPECT_EQ(Names(report), (std::vector<std::string>{"discover", "inspect", "validate"}));
+  EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
+  EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+}
+
+// The state directory's filesystem (CUSNAP_TEST_STATE_DIR_FREE_BYTES standing in for statvfs)
+// has less than the state file's estimate plus 1 MiB: refused before quiesce.
+TEST_F(SequenceTest, FullStateDirectoryIsRefusedBeforeQuiesce) {
+  ASSERT_EQ(::setenv("CUSNAP_TEST_STATE_DIR_FREE_BYTES", "1048576", 1), 0);
+  const auto report = RunCheckpoint();
+  ::unsetenv("CUSNAP_TEST_STATE_DIR_FREE_BYTES");
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_THAT(report.errors[0], HasSubstr("state directory " + dir_ + ": not enough disk space "
+                                          "for the state file: "));
+  EXPECT_THAT(report.errors[0], HasSubstr(" and 1048576 spare), 1048576 available; free some "
+                                          "space or choose another --state-dir"));
+  EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
+  EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
 }
 
 TEST_F(SequenceTest, QuiesceFailureResumesTheQuiescedParticipants) {

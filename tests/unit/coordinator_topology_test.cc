@@ -30,6 +30,43 @@ TEST(CoordinatorTopology, CreatorAndImporterBothWaysPass) {
   EXPECT_TRUE(ValidateTopology(job).empty());
 }
 
+/// An importer as the creator's INSPECT reports it.
+proto::Importer ImporterOf(const proto::ObjectId& id, int pid, uint64_t start,
+                           uint32_t kind = 1) {
+  proto::Importer importer{};
+  importer.id = id;
+  importer.kind = kind;
+  importer.pid = pid;
+  importer.start_time = start;
+  return importer;
+}
+
+constexpr char kNotAParticipant[] =
+    " and is still running, but is not a participant of this checkpoint; checkpoint every "
+    "process that shares memory together (the job's root with --pid, or --all)";
+
+TEST(CoordinatorTopology, ImportersThatParticipatePass) {
+  auto job = ValidJob();
+  job[0].importers = {ImporterOf(Id(100, kStart100, 1), 200, kStart200)};
+  EXPECT_TRUE(ValidateTopology(job).empty());
+}
+
+// The closed participant set: a live importer outside the participants is named once, with
+// what it imported (an importer whose pid now has another start time is another process).
+TEST(CoordinatorTopology, ImporterOutsideTheParticipantsIsRefused) {
+  auto job = ValidJob();
+  job[0].records.push_back(Allocation(Id(100, kStart100, 2), kMiB2, true));
+  job[0].importers = {ImporterOf(Id(100, kStart100, 1), 200, kStart200),
+                      ImporterOf(Id(100, kStart100, 1), 300, 7),
+                      ImporterOf(Id(100, kStart100, 2), 300, 7),
+                      ImporterOf(Id(100, kStart100, 3), 200, kStart200 + 1, 2)};
+  EXPECT_THAT(ValidateTopology(job),
+              ElementsAre(std::string("pid 200 imported multicast object 3 of pid 100") +
+                              kNotAParticipant,
+                          std::string("pid 300 imported allocation 1 of pid 100 (and 1 more)") +
+                              kNotAParticipant));
+}
+
 TEST(CoordinatorTopology, OneUntrackedImportIsRefused) {
   auto job = ValidJob();
   job[1].untracked_imports = 1;

@@ -22,3 +22,12 @@ cusnap_add_gtest(carrier_test
   LABELS unit)
 add_dependencies(carrier_test simcuda_driver)
 target_include_directories(carrier_test PRIVATE ${CMAKE_SOURCE_DIR}/src/simcuda/include)
+
+# The resource check the shim answers kCheckResources with (descriptors, cgroup v2 memory,
+# RLIMIT_AS), in the test process.
+cusnap_add_gtest(shim_resources_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/shim_resources_test.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/endpoint/resources.cc
+  LIBS cusnap_common
+  LABELS unit)

@@ -129,6 +129,12 @@ TEST(Socket, LongMessagesTravelInSeveralPackets) {
     std::memset(&sent.records[i], 0, sizeof(proto::Record));
     sent.records[i].address = 0x1000 * (i + 1);
   }
+  proto::Importer importer{};
+  importer.id = proto::ObjectId{4120, 0, 777, 3};
+  importer.kind = 2;
+  importer.pid = 4121;
+  importer.start_time = 778;
+  sent.importers = {importer};
   const proto::Message message = sent.Encode();
   std::thread sender([&] { EXPECT_TRUE(SendMessage(p.a, message, Deadline::AfterMs(10000)).ok()); });
   auto m = ReceiveMessage(p.b, Deadline::AfterMs(10000));
@@ -140,6 +146,36 @@ TEST(Socket, LongMessagesTravelInSeveralPackets) {
   ASSERT_TRUE(got.ok()) << got.error().message;
   ASSERT_EQ(got->records.size(), count);
   for (size_t i = 0; i < count; ++i) EXPECT_EQ(got->records[i].address, 0x1000 * (i + 1));
+  ASSERT_EQ(got->importers.size(), 1u);
+  EXPECT_EQ(got->importers[0].id.creator_pid, 4120);
+  EXPECT_EQ(got->importers[0].id.creator_start, 777u);
+  EXPECT_EQ(got->importers[0].id.local_id, 3u);
+  EXPECT_EQ(got->importers[0].kind, 2u);
+  EXPECT_EQ(got->importers[0].pid, 4121);
+  EXPECT_EQ(got->importers[0].start_time, 778u);
+}
+
+TEST(Messages, ResourcesRequestAndReplyRoundTrip) {
+  const proto::ResourcesRequest need{69206016, 3};
+  auto got = proto::ResourcesRequest::Decode(need.Encode());
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_EQ(got->carrier_bytes, 69206016u);
+  EXPECT_EQ(got->imports, 3u);
+  proto::ResourcesReply have;
+  have.descriptors_free = 1000;
+  have.address_space_free = 8u << 20;
+  auto back = proto::ResourcesReply::Decode(have.Encode());
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->descriptors_free, 1000u);
+  EXPECT_EQ(back->cgroup_memory_free, proto::ResourcesReply::kUnlimited);
+  EXPECT_EQ(back->address_space_free, 8u << 20);
+  // A shortfall comes back as the shim's refusal, whole.
+  const proto::Message refused = proto::EncodeError(
+      proto::Op::kCheckResources, Error{-1, "pid 7: not enough resources for the checkpoint"});
+  auto no = proto::ResourcesReply::Decode(refused);
+  ASSERT_FALSE(no.ok());
+  EXPECT_EQ(no.error().code, -1);
+  EXPECT_EQ(no.error().message, "pid 7: not enough resources for the checkpoint");
 }
 
 // A packet's header as a peer of any version writes it.
@@ -173,7 +209,19 @@ TEST(Socket, PeerOfAnotherProtocolVersionIsRefusedNamingBoth) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code, EPROTONOSUPPORT);
   EXPECT_THAT(m.error().message, HasSubstr("the peer speaks cusnap protocol version 1, this "
-                                           "side version 2"));
+                                           "side version 3"));
+}
+
+// Version 2 had the same framing, but its INSPECT replies carried no importers: refused too.
+TEST(Socket, PeerOfProtocolVersion2IsRefusedNamingBoth) {
+  Pair p;
+  const proto::FrameHeader h = Frame(2, proto::Op::kInspect, 0);
+  ASSERT_TRUE(SendPacket(p.a, &h, sizeof h, -1, Deadline::AfterMs(1000)).ok());
+  auto m = ReceiveMessage(p.b, Deadline::AfterMs(1000));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, EPROTONOSUPPORT);
+  EXPECT_THAT(m.error().message, HasSubstr("the peer speaks cusnap protocol version 2, this "
+                                           "side version 3"));
 }
 
 TEST(Socket, MessageLongerThanTheBoundIsRefused) {

@@ -31,6 +31,10 @@ size_t PageSize() {
 
 size_t RoundUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
+// The arena grows in whole 2 MiB steps: the VMM granularity, and what transparent huge
+// pages use.
+constexpr size_t kArenaStep = size_t{2} << 20;
+
 std::string Describe(const CarrierSlot& slot) {
   char text[96];
   snprintf(text, sizeof text, "allocation handle 0x%llx (%zu bytes, device %d)",
@@ -109,8 +113,7 @@ Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns) {
                          "completion is unknown"};
   }
   const uint64_t start = MonotonicNs();
-  // Whole 2 MiB steps: the VMM granularity, and what transparent huge pages use.
-  const size_t wanted = RoundUp(bytes, size_t{2} << 20);
+  const size_t wanted = RoundUp(bytes, kArenaStep);
   void* grown = capacity_ == 0
                     ? mmap(nullptr, wanted, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                            -1, 0)
@@ -356,6 +359,12 @@ void HostCarrier::Discard() {
 size_t HostCarrier::capacity() const {
   std::lock_guard lock(mutex_);
   return capacity_;
+}
+
+size_t HostCarrier::GrowthFor(size_t bytes) const {
+  const size_t wanted = RoundUp(bytes, kArenaStep);
+  std::lock_guard lock(mutex_);
+  return wanted > capacity_ ? wanted - capacity_ : 0;
 }
 
 size_t HostCarrier::saved_bytes() const {

@@ -90,6 +90,9 @@ class HostCarrier {
   CarrierMode mode() const { return mode_; }
   /// Bytes the arena holds (grown, touched).
   size_t capacity() const;
+  /// Bytes the arena would still grow by to hold `bytes` (its 2 MiB steps; 0 when it holds
+  /// them already): the host memory a save of `bytes` provisions.
+  size_t GrowthFor(size_t bytes) const;
   /// Bytes held by the last Save (0 after Discard).
   size_t saved_bytes() const;
   /// The saved bytes of slot `index` of the last Save (empty when out of range).

@@ -3,6 +3,7 @@
 
 #include "common/ids.h"
 #include "common/text.h"
+#include "shim/endpoint/resources.h"
 #include "shim/process.h"
 #include "shim/tables/multicast_table.h"
 
@@ -41,7 +42,21 @@ proto::Message HandleControlRequest(const proto::Message& request) {
       // Multicast objects, devices, bindings and multicast mappings follow (issue 5).
       std::vector<proto::Record> multicast = multicast_table().Inspect();
       reply.records.insert(reply.records.end(), multicast.begin(), multicast.end());
+      // Who fetched descriptors of what this process created: every one of them must be a
+      // participant too (the coordinator's topology validation).
+      reply.importers = export_cache().LiveImporters(SelfIdentity());
       return reply.Encode();
+    }
+    case proto::Op::kCheckResources: {
+      Result<proto::ResourcesRequest> need = proto::ResourcesRequest::Decode(request);
+      if (!need.ok()) return proto::EncodeError(op, need.error());
+      // Only a creator has a carrier to grow (asking builds it, resolving the driver).
+      const uint64_t growth =
+          need->carrier_bytes == 0
+              ? 0
+              : carrier().GrowthFor(static_cast<size_t>(need->carrier_bytes));
+      Result<proto::ResourcesReply> have = CheckResources(*need, growth);
+      return have.ok() ? have->Encode() : proto::EncodeError(op, have.error());
     }
     case proto::Op::kExport:
       return Refuse(op, "kExport is served by the peer thread, not the control thread");

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -197,7 +198,27 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
            " is not exported (released, or never exported)");
     return;
   }
+  // Noted before the reply: once the importer holds the descriptor, a checkpoint must see it.
+  NoteImporter(connection, kind, id);
   Reply(connection, std::move(reply).Encode(), kRequestTimeoutMs);
+}
+
+void Endpoint::NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id) {
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.pid <= 0 ||
+      peer.pid == owner_pid_) {
+    return;  // no credentials (not a Unix socket), or this process fetching its own object
+  }
+  // A start time of 0: the importer is gone already, and a gone importer does not count.
+  const uint64_t start = ProcessStartTime(peer.pid);
+  if (start == 0) return;
+  if (!export_cache().NoteImporter(kind, id.local_id, peer.pid, start)) {
+    CUSNAP_LOG_WARN("endpoint %s: %s has more than %u live importers; pid %d is not "
+                    "remembered, and a checkpoint cannot check that it is a participant",
+                    path_.c_str(), DescribeObject(id).c_str(), proto::kMaxImportersPerObject,
+                    static_cast<int>(peer.pid));
+  }
 }
 
 void Endpoint::Enqueue(UniqueFd connection, proto::Message request) {

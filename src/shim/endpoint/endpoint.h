@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/messages.h"
+#include "common/ticket.h"
 #include "common/unique_fd.h"
 
 namespace cusnap::shim {
@@ -56,6 +57,10 @@ class Endpoint {
   static void* ControlMain(void* self);
   void ServeConnection(UniqueFd connection);
   void ServeExport(int connection, const proto::Message& request);
+  /// Remembers the process at the other end of `connection` (SO_PEERCRED) as an importer of
+  /// `id` in the export cache (INSPECT reports it; the coordinator refuses a checkpoint that
+  /// leaves a live importer out).
+  void NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id);
   void Enqueue(UniqueFd connection, proto::Message request);
   /// Sends `reply` on `connection`; a failure is logged (the client sees its own error).
   void Reply(int connection, const proto::Message& reply, int timeout_ms);

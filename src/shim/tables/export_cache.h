@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
+#include "common/ids.h"
+#include "common/protocol.h"
 #include "common/ticket.h"
 
 namespace cusnap::shim {
@@ -27,6 +30,18 @@ class ExportCache {
   /// A dup (close-on-exec) of the cached descriptor, and the object's size in `*size`;
   /// -1 with errno ENOENT when none is cached, or dup's errno.
   int Dup(TicketKind kind, uint64_t local_id, uint64_t* size) const;
+
+  /// Remembers that process `pid` (started at `start_time`) fetched a descriptor of
+  /// (`kind`, `local_id`) (the peer thread, after a kExport reply). At most
+  /// proto::kMaxImportersPerObject per object: when full, importers that died (or whose pid
+  /// now names another process) are forgotten first; false when it is still full and `pid`
+  /// was not remembered. Reads /proc only when full.
+  bool NoteImporter(TicketKind kind, uint64_t local_id, int pid, uint64_t start_time);
+
+  /// The importers of every cached object that are still alive with the same start time, as
+  /// INSPECT reports them (ids named by `self`, the creator). Reads /proc once per importer,
+  /// outside the lock.
+  std::vector<proto::Importer> LiveImporters(const ProcessIdentity& self) const;
 
   /// Closes and forgets the descriptor of (`kind`, `local_id`), if any (the allocation is
   /// gone: its tickets die with it).
@@ -52,6 +67,10 @@ class ExportCache {
   struct Entry {
     int fd;
     uint64_t size;
+    TicketKind kind;
+    uint64_t local_id;
+    /// (pid, start time) of each process that fetched a descriptor of it.
+    std::vector<std::pair<int, uint64_t>> importers{};
   };
   std::unordered_map<uint64_t, Entry> fds_;
 };

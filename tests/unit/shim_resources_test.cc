@@ -1,0 +1,101 @@
+// The shim's resource check (shim/endpoint/resources.h) in the test process: the cgroup v2
+// walk over a made-up hierarchy, and the refusal's text for descriptors and memory.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "shim/endpoint/resources.h"
+
+namespace cusnap::shim {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using proto::ResourcesReply;
+
+class CgroupTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-cgroup-XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    root_ = templ;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  /// memory.max and memory.current of cgroup `path` ("" for the root).
+  void Level(const std::string& path, const std::string& max, const std::string& current) {
+    fs::create_directories(root_ + path);
+    std::ofstream(root_ + path + "/memory.max") << max << "\n";
+    std::ofstream(root_ + path + "/memory.current") << current << "\n";
+  }
+  std::string root_;
+};
+
+TEST_F(CgroupTree, TheTightestLevelUpTheHierarchyCounts) {
+  Level("", "max", "900000000");
+  Level("/job", "1000000", "400000");           // 600000 left: the tightest
+  Level("/job/rank0", "max", "300000");         // no limit of its own
+  EXPECT_EQ(FreeCgroupMemory("12:pids:/x\n0::/job/rank0\n", root_), 600000u);
+  Level("/job/rank0", "700000", "500000");      // now 200000 left here
+  EXPECT_EQ(FreeCgroupMemory("0::/job/rank0\n", root_), 200000u);
+}
+
+TEST_F(CgroupTree, OverTheLimitLeavesNothing) {
+  Level("/full", "1000", "4096");
+  EXPECT_EQ(FreeCgroupMemory("0::/full\n", root_), 0u);
+}
+
+TEST_F(CgroupTree, NoCgroupV2OrNoLimitIsUnlimited) {
+  Level("", "max", "123");
+  EXPECT_EQ(FreeCgroupMemory("4:memory:/a\n1:cpu:/\n", root_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("0::/\n", root_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("0::/not/there\n", root_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("", root_), ResourcesReply::kUnlimited);
+}
+
+// With the soft RLIMIT_NOFILE at its current use + 10, 0 imports (16 spare) fall short; the
+// refusal names this process, the resource, both figures; the check changes nothing.
+TEST(ShimResources, TooFewDescriptorsAreNamedWithBothFigures) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  size_t open = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++open;
+  const rlimit low{open + 10, old.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  auto have = CheckResources(proto::ResourcesRequest{0, 0}, 0);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_FALSE(have.ok());
+  EXPECT_EQ(have.error().code, -1);
+  EXPECT_THAT(have.error().message,
+              HasSubstr("pid " + std::to_string(::getpid()) + ": not enough resources for the "
+                        "checkpoint and its restore: descriptors (RLIMIT_NOFILE): 16 "
+                        "descriptors needed, "));
+  EXPECT_THAT(have.error().message, HasSubstr(" available (0 for the restore's imports + 16 "
+                                              "spare); raise the limit or free some, then retry"));
+}
+
+TEST(ShimResources, CarrierGrowthPastRlimitAsIsNamed) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
+  auto fits = CheckResources(proto::ResourcesRequest{1u << 20, 0}, 1u << 20);
+  ASSERT_TRUE(fits.ok()) << fits.error().message;
+  if (old.rlim_cur == RLIM_INFINITY) {
+    EXPECT_EQ(fits->address_space_free, ResourcesReply::kUnlimited);
+  }
+  // 1 TiB more than any address-space limit this process could have left.
+  const uint64_t huge = uint64_t{1} << 50;
+  const rlimit low{uint64_t{1} << 40, old.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &low), 0);
+  auto have = CheckResources(proto::ResourcesRequest{huge, 0}, huge);
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &old), 0);
+  ASSERT_FALSE(have.ok());
+  EXPECT_THAT(have.error().message,
+              HasSubstr("address space (RLIMIT_AS): 1125899906842624 bytes needed, "));
+}
+
+}  // namespace
+}  // namespace cusnap::shim
