@@ -56,5 +56,7 @@ Result<std::vector<proto::Record>> Inspect(Participant& participant);
 /// message is "pid P: <op> failed: <shim text>" (the shim's text names the resource; the
 /// process is said once, error.h InContext).
 Result<proto::StepReply> Step(Participant& participant, proto::Op op);
+/// Step with the request's fields given (kSave: the checkpoint id).
+Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request);
 
 }  // namespace cusnap::coord

@@ -182,7 +182,7 @@ TEST_F(SharingProcesses, UntrackedImportIsCountedAndArgumentsAreChecked) {
   EXPECT_EQ(identify->tracked_bytes, allocations * inspect->records[0].object_size);
 
   // A client of another protocol version gets an answer in the shim's version that names
-  // both (version 1's header: magic, version and op where version 2 has them).
+  // both (version 1's header: magic, version and op where version 3 has them).
   auto old_client = ConnectSeqpacket(path, Deadline::AfterMs(10'000));
   ASSERT_TRUE(old_client.ok()) << old_client.error().message;
   char v1[256] = {};
@@ -196,7 +196,7 @@ TEST_F(SharingProcesses, UntrackedImportIsCountedAndArgumentsAreChecked) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, EPROTONOSUPPORT);
   EXPECT_THAT(refused.error().message,
-              HasSubstr("the peer speaks cusnap protocol version 1, this side version 2"));
+              HasSubstr("the peer speaks cusnap protocol version 1, this side version 3"));
 
   ASSERT_TRUE(SendPacket(test_end, "release", 7, -1, Deadline::AfterMs(10'000)).ok());
   got = RecvPacket(test_end, buf, sizeof buf, &fd, Deadline::AfterMs(60'000));

@@ -173,7 +173,7 @@ TEST(Socket, PeerOfAnotherProtocolVersionIsRefusedNamingBoth) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code, EPROTONOSUPPORT);
   EXPECT_THAT(m.error().message, HasSubstr("the peer speaks cusnap protocol version 1, this "
-                                           "side version 2"));
+                                           "side version 3"));
 }
 
 TEST(Socket, MessageLongerThanTheBoundIsRefused) {
