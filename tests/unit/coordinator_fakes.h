@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -218,8 +219,18 @@ inline coord::Discoverer FakeDiscoverer(std::vector<FakeProcess>& processes, Fak
 class RecordingObserver final : public coord::PhaseObserver {
  public:
   void PhaseStarted(const std::string& name, size_t) override { started.push_back(name); }
-  void PhaseFinished(const coord::PhaseReport& report) override { finished.push_back(report.name); }
+  void PhaseFinished(const coord::PhaseReport& report) override {
+    finished.push_back(report.name);
+    // As a SIGINT would, while the command is between this phase and the next.
+    if (interrupt != nullptr && report.name == interrupt_after && !answer) {
+      answer = interrupt->Request();
+    }
+  }
   std::vector<std::string> started, finished;
+  /// When set: Request() on it once the phase named interrupt_after finished; its answer.
+  coord::Interrupt* interrupt = nullptr;
+  std::string interrupt_after;
+  std::optional<coord::Interrupt::Answer> answer;
 };
 
 }  // namespace cusnap::testing

@@ -596,6 +596,92 @@ TEST_F(SequenceTest, RestoreRefusesAStateFileOfAnotherCheckpoint) {
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
 }
 
+// An interrupt at each boundary before detach_multicast (the point of no return) stops the
+// checkpoint there: every participant that quiesced resumes, a state file already written is
+// removed, nothing is released, and the report says where it stopped.
+TEST_F(SequenceTest, InterruptBeforeThePointOfNoReturnStopsAndResumes) {
+  const std::vector<std::string> stoppable = {"discover", "inspect", "validate", "quiesce",
+                                              "save", "write_state"};
+  for (size_t k = 0; k < stoppable.size(); ++k) {
+    SCOPED_TRACE("interrupted after " + stoppable[k]);
+    coord::Interrupt interrupt;
+    observer_ = RecordingObserver{};
+    observer_.interrupt = &interrupt;
+    observer_.interrupt_after = stoppable[k];
+    for (auto& p : processes_) p.phase = proto::ShimState::kActive;
+    const size_t before = job_.log().size();
+    const auto report = coord::Checkpoint({dir_, 0, ""}, FakeDiscoverer(processes_, job_),
+                                          driver_, observer_, &interrupt);
+    EXPECT_EQ(observer_.answer, coord::Interrupt::Answer::kWillStop);
+    EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+    EXPECT_TRUE(report.interrupted);
+    EXPECT_THAT(report.errors, ElementsAre("interrupted: stopped after phase '" + stoppable[k] +
+                                           "', before anything was changed for good"));
+    std::vector<std::string> ran(stoppable.begin(), stoppable.begin() + static_cast<long>(k) + 1);
+    if (k >= 3) ran.push_back("resume");  // quiesced: put back
+    EXPECT_EQ(Names(report), ran);
+    const std::vector<std::string> log = job_.log();
+    for (size_t i = before; i < log.size(); ++i) {
+      const std::string& entry = log[i];
+      EXPECT_THAT(entry, ::testing::Not(::testing::StartsWith("detach_multicast")));
+      EXPECT_THAT(entry, ::testing::Not(::testing::StartsWith("release")));
+      EXPECT_THAT(entry, ::testing::Not(::testing::StartsWith("native")));
+    }
+    for (const auto& p : processes_) EXPECT_EQ(p.phase, proto::ShimState::kActive) << p.pid;
+    EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+  }
+}
+
+// From detach_multicast on, an interrupt no longer stops the checkpoint: it finishes.
+TEST_F(SequenceTest, InterruptAfterThePointOfNoReturnFinishes) {
+  for (const std::string after : {"detach_multicast", "release", "lock"}) {
+    SCOPED_TRACE("interrupted after " + after);
+    coord::Interrupt interrupt;
+    observer_ = RecordingObserver{};
+    observer_.interrupt = &interrupt;
+    observer_.interrupt_after = after;
+    for (auto& p : processes_) p.phase = proto::ShimState::kActive;
+    for (auto& [pid, state] : driver_.states) state = CU_PROCESS_STATE_RUNNING;
+    const auto report = coord::Checkpoint({dir_, 0, ""}, FakeDiscoverer(processes_, job_),
+                                          driver_, observer_, &interrupt);
+    EXPECT_EQ(observer_.answer, coord::Interrupt::Answer::kWillFinish);
+    EXPECT_EQ(interrupt.Request(), coord::Interrupt::Answer::kAgain);  // a second one
+    EXPECT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+    EXPECT_FALSE(report.interrupted);
+    EXPECT_EQ(Names(report), kCheckpointPhases);
+    fs::remove(coord::StateFilePath(dir_));
+  }
+}
+
+// A restore stops at any boundary up to the native restore (the job stays checkpointed and
+// restorable); from the native restore on it finishes.
+TEST_F(SequenceTest, InterruptOfARestoreStopsBeforeTheNativeRestoreOnly) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  for (const std::string after : {"read_state", "discover", "match"}) {
+    SCOPED_TRACE("interrupted after " + after);
+    coord::Interrupt interrupt;
+    observer_ = RecordingObserver{};
+    observer_.interrupt = &interrupt;
+    observer_.interrupt_after = after;
+    const auto report = coord::Restore({dir_, {}}, FakeDiscoverer(processes_, job_), driver_,
+                                       observer_, &interrupt);
+    EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+    EXPECT_TRUE(report.interrupted);
+    EXPECT_EQ(Names(report).back(), after);
+    EXPECT_THAT(job_.Only("native_restore"), IsEmpty());
+    for (const auto& p : processes_) EXPECT_EQ(p.phase, proto::ShimState::kReleased) << p.pid;
+  }
+  coord::Interrupt interrupt;
+  observer_ = RecordingObserver{};
+  observer_.interrupt = &interrupt;
+  observer_.interrupt_after = "restore";
+  const auto report = coord::Restore({dir_, {}}, FakeDiscoverer(processes_, job_), driver_,
+                                     observer_, &interrupt);
+  EXPECT_EQ(observer_.answer, coord::Interrupt::Answer::kWillFinish);
+  EXPECT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_EQ(Names(report), kRestorePhases);
+}
+
 TEST_F(SequenceTest, RestoreRefusesABadDeviceMap) {
   ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
   const auto report = RunRestore(*coord::ParseDeviceMap("0=5"));
