@@ -129,6 +129,23 @@ TEST_P(CliJobInterrupt, StopsAndPutsBackOrFinishes) {
   }
 }
 
+// Two SIGINTs during the native lock: the first says the checkpoint finishes, the second is
+// said to be ignored; the checkpoint finishes (exit 0) and the job restores.
+TEST_F(CliJobInterrupt, SecondSigintWhileFinishingIsIgnored) {
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const std::string state = dir_ + "/state";
+  const Snapshot before = Snap();
+  ::setenv("SIMCUDA_DELAYS", "cuCheckpointProcessLock:1500", 1);
+  const Ran r = CusnapSignalled({"checkpoint", "--pid", PidArg(), "--state-dir", state},
+                                "release ", SIGINT, kSettleMs, 2);
+  ::unsetenv("SIMCUDA_DELAYS");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("a second SIGINT is ignored until it ends"));
+  EXPECT_THAT(r.err, HasSubstr("cusnap checkpoint: SIGINT ignored: the command is finishing"));
+  ExpectSuspended();
+  Resume(state, before);
+}
+
 // Every phase that a delay can make long enough to be hit. inspect, validate, write_state,
 // read_state and match run in the coordinator alone and take no driver call; the boundaries
 // around them are the same code (coordinator_sequence_test covers a stop at each).

@@ -403,7 +403,7 @@ void JobTest::CrossWrite(Worker& a, const std::string& view_a, Worker& b,
 Ran JobTest::Cusnap(const std::vector<std::string>& args) { return CusnapSignalled(args, "", 0); }
 
 Ran JobTest::CusnapSignalled(const std::vector<std::string>& args, const std::string& after,
-                             int signo, int settle_ms) {
+                             int signo, int settle_ms, int times) {
   int out[2], err[2];
   Ran r;
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
@@ -443,8 +443,11 @@ Ran JobTest::CusnapSignalled(const std::vector<std::string>& args, const std::st
       if (n > 0) {
         sinks[i]->append(buf, static_cast<size_t>(n));
         if (!signalled && printed()) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
-          signalled = ::kill(pid, signo) == 0;
+          signalled = true;
+          for (int k = 0; k < times; ++k) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+            signalled = ::kill(pid, signo) == 0 && signalled;
+          }
         }
       } else if (n == 0 || errno != EINTR) {
         fds[i].fd = -1;
