@@ -41,6 +41,13 @@ InterruptWatch::InterruptWatch(const char* command, coord::Interrupt& interrupt)
 InterruptWatch::~InterruptWatch() {
   done_.store(true);
   thread_.join();
+  // The command has ended and said how: a signal that came after the thread's last wait
+  // must not kill the process now with its default action (the exit status would lie), so
+  // it is discarded (ignoring a signal drops it while pending) before the mask is restored.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ignore, nullptr);
+  sigaction(SIGTERM, &ignore, nullptr);
   const sigset_t set = InterruptSignals();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }

@@ -20,8 +20,9 @@ class InterruptWatch {
  public:
   /// `command`: "checkpoint" or "restore", for the messages.
   InterruptWatch(const char* command, coord::Interrupt& interrupt);
-  /// Stops the watching thread (within its 100 ms wait) and restores the signal mask; a
-  /// signal still pending is then delivered with its default action.
+  /// Stops the watching thread (within its 100 ms wait); from then on SIGINT and SIGTERM are
+  /// ignored (one still pending is dropped: the command has ended and said how) and the
+  /// signal mask is restored.
   ~InterruptWatch();
   InterruptWatch(const InterruptWatch&) = delete;
   InterruptWatch& operator=(const InterruptWatch&) = delete;
