@@ -14,6 +14,7 @@ inline constexpr int kExitRestoreRefused = 5;  ///< restore refused before any c
 inline constexpr const char* kExitCodesHelp =
     "Exit status: 0 success; 1 other error (e.g. the CUDA driver cannot be loaded: the job is "
     "not changed); 2 usage; 3 checkpoint refused before any change "
-    "(job untouched); 4 failed after a destructive step; 5 restore refused before any change.";
+    "(job untouched); 4 failed after a destructive step; 5 restore refused before any change; "
+    "130 (SIGINT) or 143 (SIGTERM): interrupted and stopped before any change.";
 
 }  // namespace cusnap::cli

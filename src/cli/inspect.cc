@@ -49,8 +49,8 @@ int InspectCommand(const std::string& state_dir, bool json) {
   char when[64] = "?";
   if (std::tm tm{}; ::gmtime_r(&created, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
   std::printf("state file: %s\n", coord::StateFilePath(state_dir).c_str());
-  std::printf("format version %d, driver %s, written %s\n", state->format_version,
-              state->driver.c_str(), when);
+  std::printf("format version %d, driver %s, written %s, checkpoint %s\n",
+              state->format_version, state->driver.c_str(), when, state->checkpoint_id.c_str());
   std::printf("%zu participant%s\n", state->participants.size(),
               state->participants.size() == 1 ? "" : "s");
   for (const auto& p : state->participants) {
@@ -85,8 +85,9 @@ int InspectCommand(const std::string& state_dir, bool json) {
                 FormatBytes(ph.bytes).c_str());
   }
   // The file is written in write_state, so it cannot hold that phase's time nor those after.
-  std::printf("phases write_state, lock and checkpoint ran while and after this file was "
-              "written: their times are in the output of the checkpoint command\n");
+  std::printf("phases write_state, detach_multicast, release, lock and checkpoint ran while "
+              "and after this file was written: their times are in the output of the "
+              "checkpoint command\n");
   return kExitOk;
 }
 

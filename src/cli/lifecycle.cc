@@ -8,6 +8,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/interrupt_watch.h"
 #include "cli/output.h"
 #include "coordinator/coordinator.h"
 
@@ -25,9 +26,27 @@ int ExitFor(coord::Outcome outcome) {
 
 namespace {
 
+/// A command an interrupt stopped before anything was changed for good (the report says
+/// so and what it undid was undone): exit 128 + the signal, as a shell reports a process the
+/// signal ended. Otherwise ExitFor(outcome): a command interrupted after its first
+/// destructive step finished, and its outcome stands.
+int ExitAfter(const coord::CommandReport& report, int signo) {
+  const bool stopped = report.interrupted && (report.outcome == coord::Outcome::kRefused ||
+                                              report.outcome == coord::Outcome::kRestoreRefused);
+  return stopped && signo != 0 ? 128 + signo : ExitFor(report.outcome);
+}
+
 /// What the user reads at the end, on stderr: every error, then what state the job is in.
-void PrintErrors(const char* command, const coord::CommandReport& report) {
+void PrintErrors(const char* command, const coord::CommandReport& report, int signo) {
   for (const auto& e : report.errors) std::fprintf(stderr, "cusnap %s: %s\n", command, e.c_str());
+  if (ExitAfter(report, signo) != ExitFor(report.outcome)) {
+    std::fprintf(stderr, "cusnap %s: interrupted (%s); nothing was changed, %s\n", command,
+                 SignalName(signo).c_str(),
+                 report.outcome == coord::Outcome::kRefused
+                     ? "every participant was resumed: the job keeps running"
+                     : "the job is still checkpointed: run 'cusnap restore' again to restore it");
+    return;
+  }
   switch (report.outcome) {
     case coord::Outcome::kOk: break;
     case coord::Outcome::kRefused:
@@ -62,6 +81,9 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
           RunSequence run) {
   // The target first: a wrong --pid is named as what it is (a thread, another user's
   // process, a stale endpoint) before the driver is loaded or anything is asked.
+  // Before any thread starts: from here on SIGINT and SIGTERM stop or finish the command.
+  coord::Interrupt interrupt;
+  InterruptWatch watch(command, interrupt);
   const std::string control_dir = ControlDir();
   const std::string problem = target.pid > 0 ? CheckTargetPid(target.pid, control_dir)
                                              : CheckControlDirReadable(control_dir);
@@ -71,13 +93,14 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   if (!driver) return EndUntouched(command, json, driver.error().message, kExitError);
   const std::string described = (*driver)->Describe();
   if (!json) std::printf("driver: %s\n", described.c_str());
+  std::fflush(stdout);  // a reader of the phase lines sees the command has started
   coord::DiscoveryOptions discovery{control_dir, target.pid, target.all};
   PhasePrinter printer(stdout, json, ::isatty(STDOUT_FILENO) == 1, phases);
   const coord::CommandReport report =
-      run(coord::EndpointDiscoverer(discovery), **driver, printer);
-  const int rc = ExitFor(report.outcome);
+      run(coord::EndpointDiscoverer(discovery), **driver, printer, interrupt);
+  const int rc = ExitAfter(report, watch.signal());
   if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
-  PrintErrors(command, report);
+  PrintErrors(command, report, watch.signal());
   if (rc == kExitOk && !json) std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
   return rc;
 }
@@ -89,9 +112,8 @@ int CheckpointCommand(const Target& target, const std::string& state_dir,
   const coord::CheckpointOptions options{
       state_dir, lock_timeout_ms, target.all ? "--all" : "--pid " + std::to_string(target.pid)};
   return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount, kExitRefused,
-               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
-                 return coord::Checkpoint(options, d, drv, o);
-               });
+               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
+                   coord::Interrupt& i) { return coord::Checkpoint(options, d, drv, o, &i); });
 }
 
 int RestoreCommand(const Target& target, const std::string& state_dir,
@@ -106,9 +128,8 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
     options.device_map = std::move(*pairs);
   }
   return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
-               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o) {
-                 return coord::Restore(options, d, drv, o);
-               });
+               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
+                   coord::Interrupt& i) { return coord::Restore(options, d, drv, o, &i); });
 }
 
 }  // namespace cusnap::cli

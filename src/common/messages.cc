@@ -133,6 +133,7 @@ Message IdentifyReply::Encode() const {
     out.Put(created_total);
     out.Put(created_host_numa);
     out.Put(failure);
+    out.Put(checkpoint_id);
     out.Put(untracked);
   });
 }
@@ -148,6 +149,7 @@ Result<IdentifyReply> IdentifyReply::Decode(const Message& message) {
     in.Get(r.created_total);
     in.Get(r.created_host_numa);
     in.Get(r.failure);
+    in.Get(r.checkpoint_id);
     in.Get(r.untracked);
   });
 }
@@ -216,6 +218,7 @@ Message StepRequest::Encode() const {
   message.op = op;
   Writer out(message.payload);
   out.Put(drain_ms);
+  out.Put(checkpoint_id);
   return message;
 }
 
@@ -223,6 +226,7 @@ Result<StepRequest> StepRequest::Decode(const Message& message) {
   return ReadRequest<StepRequest>(message, [&](Reader& in, StepRequest& r) {
     r.op = message.op;
     in.Get(r.drain_ms);
+    in.Get(r.checkpoint_id);
   });
 }
 

@@ -70,6 +70,9 @@ struct IdentifyReply {
   uint32_t created_total = 0;              ///< tracked cuMemCreate calls over the process's life
   uint32_t created_host_numa = 0;          ///< of which HOST_NUMA
   std::string failure;                     ///< why the shim is FAILED ("" otherwise)
+  /// The checkpoint whose bytes the shim holds (StepRequest::checkpoint_id of its last
+  /// kSave), until kResume or kActivate ends it; "" when it holds none.
+  std::string checkpoint_id;
   /// The untracked imports as kUntrackedImport records (at most kMaxUntrackedReported
   /// imports, every mapping of each).
   std::vector<Record> untracked;
@@ -123,6 +126,9 @@ struct StepRequest {
   Op op = Op::kQuiesce;
   /// kQuiesce: how long to wait for tracked calls in flight, in ms (0: the shim's default).
   uint64_t drain_ms = 0;
+  /// kSave: the id of this checkpoint (the state file records it too), kept by the shim so
+  /// that a restore can refuse a state file of another checkpoint; "" for other ops.
+  std::string checkpoint_id;
   Message Encode() const;
   /// EPROTO when the payload is malformed.
   static Result<StepRequest> Decode(const Message& message);

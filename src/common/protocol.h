@@ -19,8 +19,9 @@ namespace cusnap::proto {
 
 inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// Version 2: typed messages (messages.h), errors of any length. Version 3: INSPECT replies
-/// carry the importers of this process's exports; kCheckResources. A peer speaking another
-/// version is refused with both versions named (socket.h, ReceiveMessage).
+/// carry the importers of this process's exports; kCheckResources; kSave carries the
+/// checkpoint's id and kIdentify reports it; kSave runs before kDetachMulticast. A peer
+/// speaking another version is refused with both versions named (socket.h, ReceiveMessage).
 inline constexpr uint16_t kVersion = 3;
 
 /// Requests a client can send: X(enumerator, value, name). Lifecycle operations run on the
@@ -30,15 +31,17 @@ inline constexpr uint16_t kVersion = 3;
 ///  kIdentify: pid, start time, state, counts, failure text, untracked imports
 ///  kInspect: the sharing table as Records (read-only)
 ///  kQuiesce: ACTIVE -> QUIESCED: tracked application calls wait
-///  kDetachMulticast: QUIESCED -> MULTICAST_DETACHED
-///  kSave: -> SAVED: carrier D2H of every tracked creator allocation
+///  kSave: QUIESCED -> SAVED: carrier D2H of every tracked creator allocation; keeps the
+///    request's checkpoint id
+///  kDetachMulticast: SAVED -> MULTICAST_DETACHED (after the state file is written)
 ///  kRelease: -> RELEASED: unmap tracked mappings (VA kept), release handles
 ///  kReallocate: -> REALLOCATED: fresh allocations at the same VAs, carrier H2D
 ///  kImport: -> IMPORTED: importers fetch fresh descriptors and map
 ///  kMulticastCreate, kMulticastImport: the multicast rebuild (multicast_steps.h)
 ///  kMulticastJoin: add devices (barrier: binds wait for the whole team)
 ///  kMulticastBind: bind + map multicast
-///  kResume: QUIESCED (nothing destroyed yet) -> ACTIVE: a refused checkpoint
+///  kResume: QUIESCED, SAVED or MULTICAST_DETACHED (nothing destroyed yet) -> ACTIVE: a
+///    refused checkpoint; forgets the checkpoint id
 ///  kActivate: after restore's comparison: -> ACTIVE, application calls resume
 ///  kCheckResources: read-only; does the process have the descriptors and host memory the
 ///    rest of the checkpoint and the restore need (messages.h, ResourcesRequest)

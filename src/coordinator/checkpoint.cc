@@ -16,18 +16,19 @@ namespace {
 class CheckpointSequence : Sequence {
  public:
   CheckpointSequence(const CheckpointOptions& options, const Discoverer& discover,
-                     CheckpointDriver& driver, PhaseObserver& observer)
-      : Sequence(discover, driver, observer), options_(options) {}
+                     CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt)
+      : Sequence(discover, driver, observer, interrupt), options_(options) {}
 
   /// Runs kStages in order (below).
   CommandReport Run();
 
-  /// The checkpoint, stage by stage: read-only until quiesce (a failure leaves the job
-  /// untouched); quiesce makes application calls wait, nothing destroyed yet (a failure
-  /// resumes everyone); detach and save change no unicast memory (save only copies it out):
-  /// on a failure each shim is asked to resume, and says itself whether it still can (a
-  /// detached multicast team cannot be undone), and only when every one did is the job
-  /// running untouched. Destructive from release on: fail loudly, never pretend.
+  /// The checkpoint, stage by stage, as a transaction: read-only until quiesce (a failure
+  /// leaves the job untouched); quiesce makes application calls wait, save copies every
+  /// creator's bytes to host memory and write_state makes the state file durable, none of
+  /// them destroying anything (a failure resumes every participant: the job runs on as it
+  /// was). Only then is anything taken apart: detach_multicast undoes its own work until it
+  /// released a team, so on its failure each shim is asked to resume and says itself whether
+  /// it still can. Destructive from release on: fail loudly, never pretend.
   static const Stage<CheckpointSequence> kStages[];
 
  private:
@@ -115,25 +116,36 @@ class CheckpointSequence : Sequence {
   }
 
   /// Puts every participant that quiesced back to ACTIVE (a refused checkpoint); false when
-  /// any of them could not resume.
+  /// any of them could not resume. A state file this checkpoint wrote is removed once every
+  /// participant resumed: it describes a checkpoint that did not happen.
   bool ResumeQuiesced() {
-    return Phase("resume", [&](size_t i) -> Result<uint64_t> {
+    const bool resumed = Phase("resume", [&](size_t i) -> Result<uint64_t> {
       if (!quiesced_[i]) return uint64_t{0};
       auto step = Step(*participants_[i], proto::Op::kResume);
       if (!step) return step.error();
       return uint64_t{0};
     });
+    if (resumed && state_written_) {
+      if (auto s = RemoveStateFile(options_.state_dir); !s) {
+        report_.errors.push_back("the checkpoint was rolled back, but its state file stays: " +
+                                 s.error().message);
+      }
+    }
+    return resumed;
   }
 
-  /// save: the carrier copies every tracked creator allocation to host memory. Each
-  /// participant must report exactly the bytes of the allocations it created (SPEC-REFERENCE
-  /// H.2: carrier replies carry the byte total).
+  /// save: the carrier copies every tracked creator allocation to host memory, multicast
+  /// teams still in place (the carrier reads each member allocation through a staging
+  /// mapping of its own, which a binding does not prevent). Each shim keeps this
+  /// checkpoint's id. Each participant must report exactly the bytes of the allocations it
+  /// created (SPEC-REFERENCE H.2: carrier replies carry the byte total).
   bool SaveAll() {
     saved_bytes_.assign(participants_.size(), 0);
+    checkpoint_id_ = NewCheckpointId();
     uint64_t expected_total = 0;
     for (const auto& v : views_) expected_total += CreatedBytes(v);
     return Phase("save", [&](size_t i) -> Result<uint64_t> {
-      auto step = Step(*participants_[i], proto::Op::kSave);
+      auto step = Step(*participants_[i], proto::StepRequest{proto::Op::kSave, 0, checkpoint_id_});
       if (!step) return step.error();
       const uint64_t expected = CreatedBytes(views_[i]);
       if (step->bytes != expected) {
@@ -147,12 +159,15 @@ class CheckpointSequence : Sequence {
     }, expected_total);
   }
 
-  /// write_state: the state file, atomically (state_file.h).
+  /// write_state: the state file, atomically and durably (state_file.h), before anything is
+  /// destroyed: with every participant's records and carrier byte count, and the id each
+  /// shim now holds.
   bool WriteState() {
     return LocalPhase("write_state", [&]() -> Result<uint64_t> {
       StateFile state;
       state.driver = driver_.Describe();
       state.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+      state.checkpoint_id = checkpoint_id_;
       auto uuids = driver_.DeviceUuids();
       for (size_t i = 0; i < participants_.size(); ++i) {
         ParticipantState p;
@@ -167,9 +182,10 @@ class CheckpointSequence : Sequence {
         state.phases.push_back(PhaseTiming{ph.name, ph.elapsed_ms, ph.bytes});
       }
       if (auto s = WriteStateFile(options_.state_dir, state); !s) {
-        return Error{s.error().code, "GPU memory was released, but the state file could not "
-                                     "be written: " + s.error().message};
+        return Error{s.error().code, "the state file could not be written: " +
+                                         s.error().message + "; nothing was released"};
       }
+      state_written_ = true;
       return uint64_t{0};
     });
   }
@@ -234,19 +250,22 @@ class CheckpointSequence : Sequence {
   std::vector<ParticipantView> views_;
   std::vector<char> quiesced_;  // char, not bool: written from several threads
   std::vector<uint64_t> saved_bytes_;
+  std::string checkpoint_id_;   // NewCheckpointId, given to every shim in kSave
+  bool state_written_ = false;  // write_state succeeded: a rollback removes the file
 };
 
 constexpr Stage<CheckpointSequence> CheckpointSequence::kStages[] = {
-    {&CheckpointSequence::DiscoverPhase, &CheckpointSequence::Refused},
-    {&CheckpointSequence::InspectAll, &CheckpointSequence::Refused},
-    {&CheckpointSequence::ValidateAll, &CheckpointSequence::Refused},
-    {&CheckpointSequence::QuiesceAll, &CheckpointSequence::ResumeAndRefuse},
-    {&CheckpointSequence::DetachAll, &CheckpointSequence::ResumeOrFail},
-    {&CheckpointSequence::SaveAll, &CheckpointSequence::ResumeOrFail},
-    {&CheckpointSequence::LifecycleStage<proto::Op::kRelease>, &CheckpointSequence::Failed},
-    {&CheckpointSequence::WriteState, &CheckpointSequence::Failed},
-    {&CheckpointSequence::NativeLockAll, &CheckpointSequence::Failed},
-    {&CheckpointSequence::NativeCheckpointAll, &CheckpointSequence::Failed},
+    {&CheckpointSequence::DiscoverPhase, &CheckpointSequence::Refused, false},
+    {&CheckpointSequence::InspectAll, &CheckpointSequence::Refused, false},
+    {&CheckpointSequence::ValidateAll, &CheckpointSequence::Refused, false},
+    {&CheckpointSequence::QuiesceAll, &CheckpointSequence::ResumeAndRefuse, false},
+    {&CheckpointSequence::SaveAll, &CheckpointSequence::ResumeAndRefuse, false},
+    {&CheckpointSequence::WriteState, &CheckpointSequence::ResumeAndRefuse, false},
+    // The point of no return: every byte is in host memory and the state file is durable.
+    {&CheckpointSequence::DetachAll, &CheckpointSequence::ResumeOrFail, true},
+    {&CheckpointSequence::LifecycleStage<proto::Op::kRelease>, &CheckpointSequence::Failed, true},
+    {&CheckpointSequence::NativeLockAll, &CheckpointSequence::Failed, true},
+    {&CheckpointSequence::NativeCheckpointAll, &CheckpointSequence::Failed, true},
 };
 
 CommandReport CheckpointSequence::Run() {
@@ -259,8 +278,9 @@ CommandReport CheckpointSequence::Run() {
 const size_t kCheckpointPhaseCount = std::size(CheckpointSequence::kStages);
 
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
-                         CheckpointDriver& driver, PhaseObserver& observer) {
-  return CheckpointSequence(options, discover, driver, observer).Run();
+                         CheckpointDriver& driver, PhaseObserver& observer,
+                         Interrupt* interrupt) {
+  return CheckpointSequence(options, discover, driver, observer, interrupt).Run();
 }
 
 }  // namespace cusnap::coord

@@ -1,16 +1,17 @@
 // The coordinator's two commands, each a fixed list of named phases run in a visible order
 // (DESIGN.md, "Lifecycle"; one function per stage, as CRIU's cr-dump.c reads):
 //
-//   checkpoint: discover -> inspect -> validate -> quiesce -> detach_multicast -> save ->
-//               release -> write_state -> lock -> checkpoint
+//   checkpoint: discover -> inspect -> validate -> quiesce -> save -> write_state ->
+//               detach_multicast -> release -> lock -> checkpoint
 //   restore:    read_state -> discover -> match -> restore -> unlock -> reallocate -> import ->
 //               multicast_create -> multicast_import -> multicast_join -> multicast_bind ->
 //               verify -> activate
 //
 // Each arrow is a barrier across participants; the work inside a phase runs concurrently.
-// Nothing destructive happens before detach_multicast: a failure earlier sends kResume to
-// every quiesced participant and leaves the job running untouched. A failed
-// detach_multicast or save also sends kResume (save only copies memory out; a shim refuses
+// A transaction: nothing destructive happens before every participant saved and the state
+// file is durable (detach_multicast is the first destructive step). A failure earlier sends
+// kResume to every quiesced participant and leaves the job running untouched (a state file
+// already written is removed). A failed detach_multicast also sends kResume (a shim refuses
 // to resume what it cannot undo); from release on, failures are final.
 #pragma once
 
@@ -21,6 +22,7 @@
 
 #include "common/error.h"
 #include "coordinator/device_map.h"
+#include "coordinator/interrupt.h"
 #include "coordinator/native_driver.h"
 #include "coordinator/participant.h"
 #include "coordinator/phase_runner.h"
@@ -47,6 +49,9 @@ struct CommandReport {
   std::vector<std::string> errors;
   std::vector<PhaseReport> phases;
   std::string state_file;  ///< path written or read
+  /// An Interrupt stopped the command at a phase boundary before its first destructive step
+  /// (what it had done was undone: outcome kRefused or kRestoreRefused, unless undoing failed).
+  bool interrupted = false;
 };
 
 /// Where participants come from.
@@ -79,17 +84,23 @@ struct RestoreOptions {
 };
 
 /// Suspends the job: every phase of the checkpoint list above. Returns kRefused (job
-/// running untouched) for a failure before detach_multicast, or a failed detach/save after
-/// which every participant resumed; kFailedAfterChange otherwise.
+/// running untouched) for a failure before detach_multicast, or a failed detach after
+/// which every participant resumed; kFailedAfterChange otherwise. `interrupt` (optional)
+/// stops it at a phase boundary before detach_multicast, every participant resumed
+/// (kRefused, report.interrupted); from detach_multicast on it finishes.
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
-                         CheckpointDriver& driver, PhaseObserver& observer);
+                         CheckpointDriver& driver, PhaseObserver& observer,
+                         Interrupt* interrupt = nullptr);
 
 /// Resumes a job checkpointed into options.state_dir. Returns kRestoreRefused (nothing
 /// changed) when the state file is missing or corrupt, the participants differ from the
 /// recorded ones (pid reuse detected by start time) or the device map is bad;
-/// kFailedAfterChange when a step after the native restore began fails.
+/// kFailedAfterChange when a step after the native restore began fails. `interrupt`
+/// (optional) stops it at a phase boundary before the native restore (kRestoreRefused,
+/// report.interrupted: the job stays checkpointed); from the native restore on it finishes.
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
-                      CheckpointDriver& driver, PhaseObserver& observer);
+                      CheckpointDriver& driver, PhaseObserver& observer,
+                      Interrupt* interrupt = nullptr);
 
 /// One participant as `cusnap status` shows it.
 struct ParticipantStatus {

@@ -97,8 +97,12 @@ Result<proto::ResourcesReply> CheckResources(Participant& participant,
 }
 
 Result<proto::StepReply> Step(Participant& participant, proto::Op op) {
-  return Ask<proto::StepReply>(participant, op, proto::StepRequest{op, 0}.Encode(),
-                               kLifecycleTimeoutMs, op);
+  return Step(participant, proto::StepRequest{op, 0, ""});
+}
+
+Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request) {
+  return Ask<proto::StepReply>(participant, request.op, request.Encode(), kLifecycleTimeoutMs,
+                               request.op);
 }
 
 }  // namespace cusnap::coord

@@ -66,5 +66,7 @@ Result<proto::ResourcesReply> CheckResources(Participant& participant,
 /// message is "pid P: <op> failed: <shim text>" (the shim's text names the resource; the
 /// process is said once, error.h InContext).
 Result<proto::StepReply> Step(Participant& participant, proto::Op op);
+/// Step with the request's fields given (kSave: the checkpoint id).
+Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request);
 
 }  // namespace cusnap::coord

@@ -14,14 +14,15 @@ namespace {
 class RestoreSequence : Sequence {
  public:
   RestoreSequence(const RestoreOptions& options, const Discoverer& discover,
-                  CheckpointDriver& driver, PhaseObserver& observer)
-      : Sequence(discover, driver, observer), options_(options) {}
+                  CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt)
+      : Sequence(discover, driver, observer, interrupt), options_(options) {}
 
   /// Runs kStages in order (below).
   CommandReport Run();
 
-  /// The restore, stage by stage: read-only until match (a refusal changes nothing); from
-  /// the native restore on, every failure is loud and final. The device map goes to the
+  /// The restore, stage by stage: read-only until match (a refusal, or an interrupt, changes
+  /// nothing: the job stays checkpointed); from the native restore on, every failure is loud
+  /// and final, and an interrupt no longer stops it. The device map goes to the
   /// native restore only: it keeps each process's ordinals and changes the GPU behind them
   /// (DRIVER-FACTS F7), so the shims rebuild on the ordinals they recorded. After
   /// multicast_bind every shim is RESTORED and its application still waits: verify compares
@@ -64,7 +65,8 @@ class RestoreSequence : Sequence {
   }
 
   /// match: the participants found now must be exactly the recorded ones, the same
-  /// processes (start times match: a reused pid is refused), each with its memory released;
+  /// processes (start times match: a reused pid is refused), each with its memory released
+  /// by the checkpoint the state file records (the checkpoint ids match);
   /// and the device map must resolve. Returns every problem.
   std::vector<std::string> MatchParticipants() {
     std::vector<std::string> problems;
@@ -91,6 +93,12 @@ class RestoreSequence : Sequence {
                            Lowercase(proto::ShimStateName(id.state)) + ", not released" +
                            (id.failure.empty() ? "" : " (" + id.failure + ")") +
                            "; there is nothing to restore");
+      } else if (id.checkpoint_id != state_.checkpoint_id) {
+        problems.push_back(ProcessText(id.pid) + ": its cusnap shim holds checkpoint " +
+                           (id.checkpoint_id.empty() ? "(none)" : id.checkpoint_id) + ", but " +
+                           report_.state_file + " is checkpoint " + state_.checkpoint_id +
+                           " (the state file was replaced, e.g. by an older one); restore "
+                           "needs the state file of checkpoint " + id.checkpoint_id);
       }
       expected_[i] = it->second;
       recorded.erase(it);
@@ -207,19 +215,19 @@ class RestoreSequence : Sequence {
 };
 
 constexpr Stage<RestoreSequence> RestoreSequence::kStages[] = {
-    {&RestoreSequence::ReadState, &RestoreSequence::Refused},
-    {&RestoreSequence::DiscoverPhase, &RestoreSequence::Refused},
-    {&RestoreSequence::Match, &RestoreSequence::Refused},
-    {&RestoreSequence::NativeRestoreAll, &RestoreSequence::Failed},
-    {&RestoreSequence::NativeUnlockAll, &RestoreSequence::Failed},
-    {&RestoreSequence::ReallocateAll, &RestoreSequence::Failed},
-    {&RestoreSequence::LifecycleStage<proto::Op::kImport>, &RestoreSequence::Failed},
-    {&RestoreSequence::MulticastStage<proto::Op::kMulticastCreate>, &RestoreSequence::Failed},
-    {&RestoreSequence::MulticastStage<proto::Op::kMulticastImport>, &RestoreSequence::Failed},
-    {&RestoreSequence::MulticastStage<proto::Op::kMulticastJoin>, &RestoreSequence::Failed},
-    {&RestoreSequence::BindAll, &RestoreSequence::Failed},
-    {&RestoreSequence::VerifyAll, &RestoreSequence::Failed},
-    {&RestoreSequence::ActivateAll, &RestoreSequence::Failed},
+    {&RestoreSequence::ReadState, &RestoreSequence::Refused, false},
+    {&RestoreSequence::DiscoverPhase, &RestoreSequence::Refused, false},
+    {&RestoreSequence::Match, &RestoreSequence::Refused, false},
+    {&RestoreSequence::NativeRestoreAll, &RestoreSequence::Failed, true},
+    {&RestoreSequence::NativeUnlockAll, &RestoreSequence::Failed, true},
+    {&RestoreSequence::ReallocateAll, &RestoreSequence::Failed, true},
+    {&RestoreSequence::LifecycleStage<proto::Op::kImport>, &RestoreSequence::Failed, true},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastCreate>, &RestoreSequence::Failed, true},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastImport>, &RestoreSequence::Failed, true},
+    {&RestoreSequence::MulticastStage<proto::Op::kMulticastJoin>, &RestoreSequence::Failed, true},
+    {&RestoreSequence::BindAll, &RestoreSequence::Failed, true},
+    {&RestoreSequence::VerifyAll, &RestoreSequence::Failed, true},
+    {&RestoreSequence::ActivateAll, &RestoreSequence::Failed, true},
 };
 
 CommandReport RestoreSequence::Run() {
@@ -232,8 +240,8 @@ CommandReport RestoreSequence::Run() {
 const size_t kRestorePhaseCount = std::size(RestoreSequence::kStages);
 
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
-                      CheckpointDriver& driver, PhaseObserver& observer) {
-  return RestoreSequence(options, discover, driver, observer).Run();
+                      CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {
+  return RestoreSequence(options, discover, driver, observer, interrupt).Run();
 }
 
 }  // namespace cusnap::coord

@@ -14,6 +14,15 @@ void Sequence::NoteCopy(uint64_t copy_ns) {
   }
 }
 
+void Sequence::NoteInterrupted() {
+  report_.interrupted = true;
+  report_.errors.push_back(
+      "interrupted: stopped " +
+      (report_.phases.empty() ? std::string("before its first phase")
+                              : "after phase '" + report_.phases.back().name + "'") +
+      ", before anything was changed for good");
+}
+
 bool Sequence::Record(PhaseReport phase) {
   phase.copy_ns = phase_copy_ns_.exchange(0);
   observer_.PhaseFinished(phase);

@@ -11,32 +11,49 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/interrupt.h"
 #include "coordinator/topology.h"
 
 namespace cusnap::coord {
 
-/// One stage of a command `Seq`: the member that runs it (exactly one recorded phase) and
-/// the member that decides, when it failed, how the command ends (after undoing what it
-/// can).
+/// One stage of a command `Seq`: the member that runs it (exactly one recorded phase), the
+/// member that decides, when it failed, how the command ends (after undoing what it can),
+/// and whether the stage changes the job for good (the first such stage is the command's
+/// point of no return: an Interrupt no longer stops it there or after).
 template <typename Seq>
 struct Stage {
   bool (Seq::*run)();
   Outcome (Seq::*on_failure)();
+  bool destructive;
 };
-
-/// Runs `stages` in order on `seq` until one fails; the outcome its on_failure gives, or kOk.
-template <typename Seq, size_t N>
-Outcome RunStages(Seq& seq, const Stage<Seq> (&stages)[N]) {
-  for (const Stage<Seq>& stage : stages) {
-    if (!(seq.*stage.run)()) return (seq.*stage.on_failure)();
-  }
-  return Outcome::kOk;
-}
 
 class Sequence {
  protected:
-  Sequence(const Discoverer& discover, CheckpointDriver& driver, PhaseObserver& observer)
-      : discover_(discover), driver_(driver), observer_(observer) {}
+  /// `interrupt`: asked at every phase boundary (null: the command cannot be interrupted).
+  Sequence(const Discoverer& discover, CheckpointDriver& driver, PhaseObserver& observer,
+           Interrupt* interrupt)
+      : discover_(discover), driver_(driver), observer_(observer), interrupt_(interrupt) {}
+
+  /// Runs `stages` in order on `seq` until one fails; the outcome its on_failure gives, or
+  /// kOk. At each boundary before the first destructive stage an Interrupt that asked to stop
+  /// ends the command: what the stages so far did is undone by the last one's on_failure
+  /// (which undoes a failure of that stage, so also its success), and the report says so.
+  template <typename Seq, size_t N>
+  Outcome RunStages(Seq& seq, const Stage<Seq> (&stages)[N]) {
+    for (size_t k = 0; k < N; ++k) {
+      const Stage<Seq>& stage = stages[k];
+      if (interrupt_ != nullptr &&
+          (stage.destructive ? !interrupt_->Commit() : interrupt_->StopAsked())) {
+        NoteInterrupted();
+        return (seq.*stages[k == 0 ? 0 : k - 1].on_failure)();
+      }
+      if (!(seq.*stage.run)()) return (seq.*stage.on_failure)();
+    }
+    return Outcome::kOk;
+  }
+
+  /// Records in the report that the command stopped at a boundary because it was asked to.
+  void NoteInterrupted();
 
   /// Runs `work` for every participant concurrently; false when any failed (errors are
   /// appended to the report). With `expected_bytes`, the observer hears BytesMoved as each
@@ -81,6 +98,7 @@ class Sequence {
   const Discoverer& discover_;
   CheckpointDriver& driver_;
   PhaseObserver& observer_;
+  Interrupt* interrupt_;
   std::vector<std::unique_ptr<Participant>> participants_;
   std::vector<Identity> identities_;
   /// Per participant: the driver knows the process (cuCheckpointProcessGetState succeeded

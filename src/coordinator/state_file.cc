@@ -6,8 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "common/text.h"
@@ -56,6 +60,15 @@ Result<std::pair<int, std::string>> MakeTemp(const std::string& state_dir) {
 
 }  // namespace
 
+std::string NewCheckpointId() {
+  std::random_device random;
+  const uint64_t bits = (uint64_t{random()} << 32) | random();
+  char text[48];
+  std::snprintf(text, sizeof text, "%" PRIx64 "-%016" PRIx64,
+                static_cast<uint64_t>(std::time(nullptr)), bits);
+  return text;
+}
+
 std::string StateFilePath(const std::string& state_dir) {
   return state_dir + "/" + kStateFileName;
 }
@@ -81,6 +94,7 @@ nlohmann::json StateToJson(const StateFile& state) {
           {"format_version", state.format_version},
           {"driver", state.driver},
           {"created_unix_s", state.created_unix_s},
+          {"checkpoint_id", state.checkpoint_id},
           {"participants", participants},
           {"phases", phases}};
 }
@@ -100,6 +114,10 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
     }
     state.driver = json.at("driver").get<std::string>();
     state.created_unix_s = json.at("created_unix_s").get<int64_t>();
+    where = "checkpoint_id";
+    state.checkpoint_id = json.at("checkpoint_id").get<std::string>();
+    if (state.checkpoint_id.empty()) throw std::invalid_argument("empty");
+    where = "document";
     const auto& participants = json.at("participants");
     if (!participants.is_array() || participants.empty()) {
       return Error{-1, origin + ": state file lists no participants"};
@@ -173,6 +191,12 @@ Status WriteStateFile(const std::string& state_dir, const StateFile& state) {
     ::unlink(temp_path.c_str());
     return error;
   }
+  return FsyncPath(state_dir, O_DIRECTORY);
+}
+
+Status RemoveStateFile(const std::string& state_dir) {
+  const std::string path = StateFilePath(state_dir);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return SysError("cannot remove", path);
   return FsyncPath(state_dir, O_DIRECTORY);
 }
 

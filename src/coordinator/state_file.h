@@ -15,7 +15,8 @@
 
 namespace cusnap::coord {
 
-inline constexpr int kStateFormatVersion = 1;
+/// Version 2: the checkpoint's id (a restore refuses a file of another checkpoint).
+inline constexpr int kStateFormatVersion = 2;
 inline constexpr const char* kStateFileName = "cusnap-state.json";
 
 /// A GPU a participant's records name: the device ordinal as the coordinator's driver
@@ -47,9 +48,16 @@ struct StateFile {
   int format_version = kStateFormatVersion;
   std::string driver;                   ///< "simulated" or "NVIDIA ..."
   int64_t created_unix_s = 0;
+  /// The checkpoint this file belongs to: every shim was given it in kSave and reports it in
+  /// kIdentify until the checkpoint ends (NewCheckpointId).
+  std::string checkpoint_id;
   std::vector<ParticipantState> participants;
   std::vector<PhaseTiming> phases;
 };
+
+/// A fresh checkpoint id: the wall-clock time in seconds and 64 random bits, in hex
+/// ("<seconds>-<random>"), so ids of two checkpoints never match and sort by age.
+std::string NewCheckpointId();
 
 /// Path of the state file inside `state_dir`.
 std::string StateFilePath(const std::string& state_dir);
@@ -70,6 +78,10 @@ Status PrepareStateDir(const std::string& state_dir);
 /// file, rename over cusnap-state.json, fsync of the directory (without the last step the
 /// rename is not durable). errno-coded Error naming the path.
 Status WriteStateFile(const std::string& state_dir, const StateFile& state);
+
+/// Removes the state file of a checkpoint that was rolled back (the job runs on, nothing
+/// to restore), and syncs the directory. A missing file is not an error; errno-coded Error.
+Status RemoveStateFile(const std::string& state_dir);
 
 /// Reads and validates the state file. Errors: missing file (ENOENT, "no checkpoint in
 /// <dir>"), unreadable, not JSON, wrong format version, bad structure.

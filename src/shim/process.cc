@@ -166,6 +166,11 @@ std::string LifecycleFailure() {
   return built != nullptr ? built->lifecycle.failure() : std::string();
 }
 
+std::string LifecycleCheckpointId() {
+  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
+  return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
+}
+
 void AnticipateCarrier() {
   HostCarrier& host = carrier();
   if (host.mode() != CarrierMode::kEager) return;

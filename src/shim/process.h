@@ -65,6 +65,9 @@ proto::ShimState LifecycleState();
 /// Why the shim is FAILED ("" otherwise).
 std::string LifecycleFailure();
 
+/// The checkpoint whose bytes the shim holds (Lifecycle::checkpoint_id; "" when none).
+std::string LifecycleCheckpointId();
+
 /// After a tracked allocation was created: in CUSNAP_CARRIER=eager mode the host carrier
 /// grows in the background toward the bytes the sharing table now tracks, so a checkpoint
 /// finds its host memory already provided (DRIVER-FACTS "Speeds"). Lazy mode: nothing.

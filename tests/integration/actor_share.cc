@@ -90,7 +90,7 @@ cusnap::proto::IdentifyReply Identify(int pid) {
 // the step's error, whole, when it was refused.
 cusnap::Result<cusnap::proto::StepReply> Step(int pid, cusnap::proto::Op op, uint64_t drain_ms = 0) {
   return cusnap::Request<cusnap::proto::StepReply>(cusnap::EndpointPath(cusnap::ControlDir(), pid),
-                                                   cusnap::proto::StepRequest{op, drain_ms}.Encode(),
+                                                   cusnap::proto::StepRequest{op, drain_ms, ""}.Encode(),
                                                    kTimeoutMs, op);
 }
 

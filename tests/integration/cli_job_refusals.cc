@@ -326,9 +326,10 @@ uint64_t SelfStartTime() {
 /// A state file of a one-process job: `pid` started at `start_time`.
 std::string StateOf(int pid, uint64_t start_time) {
   return nlohmann::json{{"format", "cusnap-state"},
-                        {"format_version", 1},
+                        {"format_version", 2},
                         {"driver", "simulated"},
                         {"created_unix_s", 0},
+                        {"checkpoint_id", "0-0000000000000001"},
                         {"participants", {{{"pid", pid},
                                            {"start_time", start_time},
                                            {"gpus", nlohmann::json::array()},

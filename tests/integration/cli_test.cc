@@ -205,6 +205,7 @@ TEST_F(CliTest, InspectShowsAStateFile) {
   coord::StateFile state;
   state.driver = "simulated";
   state.created_unix_s = 1764489600;
+  state.checkpoint_id = "692c9a00-0123456789abcdef";
   for (const auto& v : ValidJob()) {
     coord::ParticipantState p;
     p.pid = v.pid;
@@ -219,7 +220,8 @@ TEST_F(CliTest, InspectShowsAStateFile) {
 
   const auto text = RunCusnap({"inspect", dir_}, env_);
   EXPECT_EQ(text.status, 0) << text.err;
-  EXPECT_THAT(text.out, HasSubstr("format version 1, driver simulated, written 2025-11-30 08:00:00 UTC"));
+  EXPECT_THAT(text.out, HasSubstr("format version 2, driver simulated, written 2025-11-30 08:00:00 UTC, "
+                                  "checkpoint 692c9a00-0123456789abcdef"));
   EXPECT_THAT(text.out, HasSubstr("2 participants"));
   EXPECT_THAT(text.out, HasSubstr("pid 100 (start 5000): 2.00 MiB saved, 1 allocation, 1 mapping\n"));
   EXPECT_THAT(text.out, HasSubstr("allocation 1 of pid 100: 2.00 MiB, created here"));

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -399,7 +400,10 @@ void JobTest::CrossWrite(Worker& a, const std::string& view_a, Worker& b,
       << b.name << " " << view_b << " -> " << a.name << " " << view_a;
 }
 
-Ran JobTest::Cusnap(const std::vector<std::string>& args) {
+Ran JobTest::Cusnap(const std::vector<std::string>& args) { return CusnapSignalled(args, "", 0); }
+
+Ran JobTest::CusnapSignalled(const std::vector<std::string>& args, const std::string& after,
+                             int signo, int settle_ms, int times) {
   int out[2], err[2];
   Ran r;
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
@@ -413,6 +417,17 @@ Ran JobTest::Cusnap(const std::vector<std::string>& args) {
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   int open = 2;
+  bool signalled = signo == 0;
+  // A whole line of stdout that starts with `after`.
+  const auto printed = [&] {
+    for (size_t at = 0; at < r.out.size();) {
+      const size_t end = r.out.find('\n', at);
+      if (end == std::string::npos) return false;
+      if (r.out.compare(at, after.size(), after) == 0) return true;
+      at = end + 1;
+    }
+    return false;
+  };
   while (open > 0 && pid > 0) {
     const int rc = ::poll(fds, 2, LeftMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
@@ -427,6 +442,13 @@ Ran JobTest::Cusnap(const std::vector<std::string>& args) {
       const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
       if (n > 0) {
         sinks[i]->append(buf, static_cast<size_t>(n));
+        if (!signalled && printed()) {
+          signalled = true;
+          for (int k = 0; k < times; ++k) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+            signalled = ::kill(pid, signo) == 0 && signalled;
+          }
+        }
       } else if (n == 0 || errno != EINTR) {
         fds[i].fd = -1;
         --open;
@@ -439,6 +461,8 @@ Ran JobTest::Cusnap(const std::vector<std::string>& args) {
     const int status = Reap(pid, kWaitMs);
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
+  EXPECT_TRUE(signalled) << "cusnap " << args.front() << " never printed a line starting with '"
+                         << after << "': no signal sent\n" << r.out << r.err;
   return r;
 }
 

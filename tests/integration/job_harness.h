@@ -120,6 +120,12 @@ class JobTest : public ::testing::Test {
 
   /// Runs the real `cusnap` with `args` (bounded); stdout and stderr captured.
   Ran Cusnap(const std::vector<std::string>& args);
+  /// The same, and once stdout has a whole line starting with `after` (a phase's line: that
+  /// phase has finished, the next one runs), waits `settle_ms` (the next phase has begun)
+  /// and sends `signo` to it, `times` times, `settle_ms` apart. Fails the test when no such
+  /// line came.
+  Ran CusnapSignalled(const std::vector<std::string>& args, const std::string& after, int signo,
+                      int settle_ms = 0, int times = 1);
   /// `cusnap checkpoint <target_> --state-dir <state>`.
   Ran Checkpoint(const std::string& state);
   /// `cusnap restore <target_> --state-dir <state>` plus `extra`.

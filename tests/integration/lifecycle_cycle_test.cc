@@ -164,7 +164,7 @@ class LifecycleCycleTest : public ::testing::Test {
   // One lifecycle request to `peer`'s endpoint, its error kept.
   Result<proto::StepReply> Step(Peer& peer, Op op) {
     return Request<proto::StepReply>(EndpointPath(control_dir_, peer.pid),
-                                     proto::StepRequest{op, 0}.Encode(), kRequestTimeoutMs, op);
+                                     proto::StepRequest{op, 0, ""}.Encode(), kRequestTimeoutMs, op);
   }
   // The same; fails the test on an error reply.
   proto::StepReply Drive(Peer& peer, Op op) {
@@ -266,11 +266,11 @@ class LifecycleCycleTest : public ::testing::Test {
     DriveBoth(Op::kQuiesce, Phase::kQuiesced);
     // An application call now waits for the whole window.
     creator_.Send("touch");
-    DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
     const proto::StepReply saved_creator = Drive(creator_, Op::kSave);
     const proto::StepReply saved_importer = Drive(importer_, Op::kSave);
     EXPECT_EQ(saved_creator.bytes, 8 * kMiB);  // every byte the creator made, HOST_NUMA too
     EXPECT_EQ(saved_importer.bytes, 0u);        // importers carry nothing
+    DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
     DriveBoth(Op::kRelease, Phase::kReleased);
     // The GPU memory is gone: nothing left for the native checkpoint to carry.
     EXPECT_EQ(ledger(0), 0u);
@@ -379,13 +379,12 @@ class FailedSaveCycleTest : public LifecycleCycleTest {
 TEST_F(FailedSaveCycleTest, JobResumesAndTheNextCheckpointWorks) {
   Record();
   DriveBoth(Op::kQuiesce, Phase::kQuiesced);
-  DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
   Result<proto::StepReply> failed = Step(creator_, Op::kSave);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
   EXPECT_THAT(failed.error().message, HasSubstr("pid " + std::to_string(creator_.pid)));
   const proto::IdentifyReply identity = Identify(creator_);
-  EXPECT_EQ(identity.state, Phase::kMulticastDetached);
+  EXPECT_EQ(identity.state, Phase::kQuiesced);
   EXPECT_EQ(identity.failure, "");  // not FAILED
   DriveBoth(Op::kResume, Phase::kActive);
   EXPECT_EQ(creator_.Ask("touch"), "ok 0");
@@ -406,7 +405,7 @@ class FailedReallocateCycleTest : public LifecycleCycleTest {
 
 TEST_F(FailedReallocateCycleTest, ShimIsFailedForGood) {
   Record();
-  for (Op op : {Op::kQuiesce, Op::kDetachMulticast, Op::kSave, Op::kRelease}) {
+  for (Op op : {Op::kQuiesce, Op::kSave, Op::kDetachMulticast, Op::kRelease}) {
     ASSERT_TRUE(Step(creator_, op).ok());
   }
   Result<proto::StepReply> failed = Step(creator_, Op::kReallocate);

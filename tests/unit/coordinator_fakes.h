@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@ struct FakeProcess {
   std::map<proto::Op, uint64_t> bytes;               ///< carrier bytes reported per op
   std::map<proto::Op, proto::ShimState> phase_after;     ///< state reported after op (overrides)
   bool restored = false;
+  std::string checkpoint_id;  ///< kept from kSave, reported by kIdentify, cleared on resume
 };
 
 /// Shared by all fakes of one test: the log and the rendezvous.
@@ -105,6 +107,7 @@ class FakeParticipant final : public coord::Participant {
         reply.state = p_.phase;
         reply.records = p_.records.size();
         reply.untracked_imports = p_.untracked_imports;
+        reply.checkpoint_id = p_.checkpoint_id;
         return reply.Encode();
       }
       case proto::Op::kCheckResources: return proto::ResourcesReply{}.Encode();
@@ -115,9 +118,17 @@ class FakeParticipant final : public coord::Participant {
         return reply.Encode();
       }
       case proto::Op::kQuiesce: p_.phase = proto::ShimState::kQuiesced; break;
-      case proto::Op::kResume: p_.phase = proto::ShimState::kActive; break;
+      case proto::Op::kResume:
+        p_.phase = proto::ShimState::kActive;
+        p_.checkpoint_id.clear();
+        break;
+      case proto::Op::kSave:
+        p_.phase = proto::ShimState::kSaved;
+        if (auto step = proto::StepRequest::Decode(request); step) {
+          p_.checkpoint_id = step->checkpoint_id;
+        }
+        break;
       case proto::Op::kDetachMulticast: p_.phase = proto::ShimState::kMulticastDetached; break;
-      case proto::Op::kSave: p_.phase = proto::ShimState::kSaved; break;
       case proto::Op::kRelease: p_.phase = proto::ShimState::kReleased; break;
       case proto::Op::kReallocate: p_.phase = proto::ShimState::kReallocated; break;
       case proto::Op::kImport:
@@ -125,7 +136,10 @@ class FakeParticipant final : public coord::Participant {
         p_.restored = true;
         break;
       case proto::Op::kMulticastBind: p_.phase = proto::ShimState::kRestored; break;
-      case proto::Op::kActivate: p_.phase = proto::ShimState::kActive; break;
+      case proto::Op::kActivate:
+        p_.phase = proto::ShimState::kActive;
+        p_.checkpoint_id.clear();
+        break;
       default: break;
     }
     if (auto it = p_.phase_after.find(op); it != p_.phase_after.end()) p_.phase = it->second;
@@ -208,8 +222,18 @@ inline coord::Discoverer FakeDiscoverer(std::vector<FakeProcess>& processes, Fak
 class RecordingObserver final : public coord::PhaseObserver {
  public:
   void PhaseStarted(const std::string& name, size_t) override { started.push_back(name); }
-  void PhaseFinished(const coord::PhaseReport& report) override { finished.push_back(report.name); }
+  void PhaseFinished(const coord::PhaseReport& report) override {
+    finished.push_back(report.name);
+    // As a SIGINT would, while the command is between this phase and the next.
+    if (interrupt != nullptr && report.name == interrupt_after && !answer) {
+      answer = interrupt->Request();
+    }
+  }
   std::vector<std::string> started, finished;
+  /// When set: Request() on it once the phase named interrupt_after finished; its answer.
+  coord::Interrupt* interrupt = nullptr;
+  std::string interrupt_after;
+  std::optional<coord::Interrupt::Answer> answer;
 };
 
 }  // namespace cusnap::testing

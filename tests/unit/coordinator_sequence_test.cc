@@ -84,8 +84,8 @@ class SequenceTest : public ::testing::Test {
 };
 
 const std::vector<std::string> kCheckpointPhases = {
-    "discover", "inspect", "validate", "quiesce", "detach_multicast",
-    "save",     "release", "write_state", "lock", "checkpoint"};
+    "discover", "inspect",          "validate", "quiesce", "save",
+    "write_state", "detach_multicast", "release", "lock", "checkpoint"};
 const std::vector<std::string> kRestorePhases = {
     "read_state", "discover",         "match",            "restore",          "unlock",
     "reallocate", "import",           "multicast_create", "multicast_import",
@@ -101,7 +101,7 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
   // (INSPECT runs twice: before validation, and again inside quiesce once quiesced.)
   EXPECT_THAT(job_.log()[0], ::testing::StartsWith("inspect "));
   EXPECT_THAT(job_.log()[1], ::testing::StartsWith("inspect "));
-  const std::vector<std::string> order = {"quiesce", "detach_multicast", "save",
+  const std::vector<std::string> order = {"quiesce", "save", "detach_multicast",
                                           "release", "native_lock", "native_checkpoint"};
   for (size_t i = 0; i + 1 < order.size(); ++i) {
     EXPECT_TRUE(Before(order[i] + " ", order[i + 1] + " ")) << order[i] << " / " << order[i + 1];
@@ -125,6 +125,10 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
   EXPECT_EQ(state->participants[1].records.size(), 2u);
   ASSERT_EQ(state->participants[1].gpus.size(), 2u);  // allocation on 0, access from 1
   EXPECT_EQ(state->participants[1].gpus[1].uuid, "GPU-11111111-1111-1111-1111-111111111111");
+  // The checkpoint's id: the one every shim was given in SAVE and holds now.
+  EXPECT_FALSE(state->checkpoint_id.empty());
+  EXPECT_EQ(processes_[0].checkpoint_id, state->checkpoint_id);
+  EXPECT_EQ(processes_[1].checkpoint_id, state->checkpoint_id);
 }
 
 TEST_F(SequenceTest, WorkInsideAPhaseRunsConcurrently) {
@@ -288,6 +292,7 @@ void WriteStateOf(const std::string& dir, int pid, uint64_t start_time) {
   coord::ParticipantState p;
   p.pid = pid;
   p.start_time = start_time;
+  state.checkpoint_id = "5f000000-0000000000000001";
   state.participants.push_back(p);
   ASSERT_TRUE(coord::WriteStateFile(dir, state).ok());
 }
@@ -421,8 +426,63 @@ TEST_F(SequenceTest, DetachFailureThatCannotResumeIsLoud) {
               ElementsAre("pid 200: detach_multicast failed: multicast object 3 of pid 100: "
                           "unbind failed",
                           "pid 200: resume failed: resume refused in phase FAILED"));
-  EXPECT_THAT(job_.Only("save"), IsEmpty());
+  EXPECT_THAT(job_.Only("release"), IsEmpty());
   EXPECT_THAT(job_.Only("native"), IsEmpty());
+  // Written before the first destructive step, and kept: pid 200 could not resume.
+  EXPECT_TRUE(fs::exists(coord::StateFilePath(dir_)));
+}
+
+// A detach that undid its own work: every shim resumes, and the state file of the checkpoint
+// that did not happen is removed.
+TEST_F(SequenceTest, DetachFailureThatResumesRemovesTheStateFile) {
+  processes_[1].fail[proto::Op::kDetachMulticast] = "pid 200: multicast object 3 of pid 100: unbind failed";
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(job_.Only("resume"), ::testing::UnorderedElementsAre("resume 100", "resume 200"));
+  EXPECT_TRUE(Before("write_state", "detach_multicast "));
+  EXPECT_THAT(job_.Only("release"), IsEmpty());
+  EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+}
+
+// write_state fails after validation proved the directory writable (here: the directory is
+// replaced by a file while the participants save): nothing was destroyed, so every
+// participant resumes, the checkpoint is refused (exit 3) and no state file is left.
+TEST_F(SequenceTest, WriteStateFailureResumesEveryone) {
+  struct BreakDir : coord::Participant {
+    FakeParticipant inner;
+    std::string dir;
+    BreakDir(FakeProcess& p, FakeJob& j, std::string d) : inner(p, j), dir(std::move(d)) {}
+    int pid() const override { return inner.pid(); }
+    std::optional<uint64_t> start_time() const override { return inner.start_time(); }
+    Result<proto::Message> Call(const proto::Message& h, int t) override {
+      if (h.op == proto::Op::kSave) {
+        fs::remove_all(dir);
+        std::ofstream(dir) << "not a directory";
+      }
+      return inner.Call(h, t);
+    }
+  };
+  auto discover = [&](coord::CheckpointDriver&)
+      -> Result<std::vector<std::unique_ptr<coord::Participant>>> {
+    std::vector<std::unique_ptr<coord::Participant>> out;
+    out.push_back(std::make_unique<BreakDir>(processes_[0], job_, dir_));
+    out.push_back(std::make_unique<FakeParticipant>(processes_[1], job_));
+    return out;
+  };
+  const auto report = coord::Checkpoint({dir_, 0, ""}, discover, driver_, observer_);
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_THAT(report.errors[0], HasSubstr("the state file could not be written: cannot create a "
+                                          "file in state directory " + dir_));
+  EXPECT_THAT(report.errors[0], HasSubstr("; nothing was released"));
+  EXPECT_EQ(Names(report).back(), "resume");
+  EXPECT_THAT(job_.Only("resume"), ::testing::UnorderedElementsAre("resume 100", "resume 200"));
+  EXPECT_THAT(job_.Only("detach_multicast"), IsEmpty());
+  EXPECT_THAT(job_.Only("release"), IsEmpty());
+  EXPECT_THAT(job_.Only("native"), IsEmpty());
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
+  EXPECT_TRUE(processes_[0].checkpoint_id.empty());
 }
 
 TEST_F(SequenceTest, ReleaseFailureIsFinal) {
@@ -433,7 +493,7 @@ TEST_F(SequenceTest, ReleaseFailureIsFinal) {
                                          "cuMemUnmap failed"));
   EXPECT_THAT(job_.Only("resume"), IsEmpty());  // never pretend: released memory is gone
   EXPECT_THAT(job_.Only("native"), IsEmpty());
-  EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+  EXPECT_TRUE(fs::exists(coord::StateFilePath(dir_)));  // durable before anything was released
 }
 
 TEST_F(SequenceTest, SaveByteCountMustMatchTheCreatedAllocations) {
@@ -546,6 +606,114 @@ TEST_F(SequenceTest, RestoreRefusesAJobThatIsNotReleased) {
   EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
   EXPECT_THAT(report.errors, ElementsAre("pid 100: its cusnap shim is active, not released; "
                                          "there is nothing to restore"));
+}
+
+// The state file was replaced by one of an earlier checkpoint of the same job: the shims
+// hold another checkpoint's bytes, so restore refuses, naming both ids, and sends nothing.
+TEST_F(SequenceTest, RestoreRefusesAStateFileOfAnotherCheckpoint) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  auto state = coord::ReadStateFile(dir_);
+  ASSERT_TRUE(state.ok()) << state.error().message;
+  const std::string current = state->checkpoint_id;
+  state->checkpoint_id = "5f000000-00000000000000aa";  // cycle 1's file, put back
+  ASSERT_TRUE(coord::WriteStateFile(dir_, *state).ok());
+  const size_t before = job_.log().size();
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+  const std::string tail = ", but " + dir_ + "/cusnap-state.json is checkpoint "
+                           "5f000000-00000000000000aa (the state file was replaced, e.g. by an "
+                           "older one); restore needs the state file of checkpoint " + current;
+  EXPECT_THAT(report.errors,
+              ElementsAre("pid 100: its cusnap shim holds checkpoint " + current + tail,
+                          "pid 200: its cusnap shim holds checkpoint " + current + tail));
+  EXPECT_EQ(job_.log().size(), before);  // nothing sent, nothing restored
+  EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_CHECKPOINTED);
+}
+
+// An interrupt at each boundary before detach_multicast (the point of no return) stops the
+// checkpoint there: every participant that quiesced resumes, a state file already written is
+// removed, nothing is released, and the report says where it stopped.
+TEST_F(SequenceTest, InterruptBeforeThePointOfNoReturnStopsAndResumes) {
+  const std::vector<std::string> stoppable = {"discover", "inspect", "validate", "quiesce",
+                                              "save", "write_state"};
+  for (size_t k = 0; k < stoppable.size(); ++k) {
+    SCOPED_TRACE("interrupted after " + stoppable[k]);
+    coord::Interrupt interrupt;
+    observer_ = RecordingObserver{};
+    observer_.interrupt = &interrupt;
+    observer_.interrupt_after = stoppable[k];
+    for (auto& p : processes_) p.phase = proto::ShimState::kActive;
+    const size_t before = job_.log().size();
+    const auto report = coord::Checkpoint({dir_, 0, ""}, FakeDiscoverer(processes_, job_),
+                                          driver_, observer_, &interrupt);
+    EXPECT_EQ(observer_.answer, coord::Interrupt::Answer::kWillStop);
+    EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+    EXPECT_TRUE(report.interrupted);
+    EXPECT_THAT(report.errors, ElementsAre("interrupted: stopped after phase '" + stoppable[k] +
+                                           "', before anything was changed for good"));
+    std::vector<std::string> ran(stoppable.begin(), stoppable.begin() + static_cast<long>(k) + 1);
+    if (k >= 3) ran.push_back("resume");  // quiesced: put back
+    EXPECT_EQ(Names(report), ran);
+    const std::vector<std::string> log = job_.log();
+    for (size_t i = before; i < log.size(); ++i) {
+      const std::string& entry = log[i];
+      EXPECT_THAT(entry, ::testing::Not(::testing::StartsWith("detach_multicast")));
+      EXPECT_THAT(entry, ::testing::Not(::testing::StartsWith("release")));
+      EXPECT_THAT(entry, ::testing::Not(::testing::StartsWith("native")));
+    }
+    for (const auto& p : processes_) EXPECT_EQ(p.phase, proto::ShimState::kActive) << p.pid;
+    EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
+  }
+}
+
+// From detach_multicast on, an interrupt no longer stops the checkpoint: it finishes.
+TEST_F(SequenceTest, InterruptAfterThePointOfNoReturnFinishes) {
+  for (const std::string after : {"detach_multicast", "release", "lock"}) {
+    SCOPED_TRACE("interrupted after " + after);
+    coord::Interrupt interrupt;
+    observer_ = RecordingObserver{};
+    observer_.interrupt = &interrupt;
+    observer_.interrupt_after = after;
+    for (auto& p : processes_) p.phase = proto::ShimState::kActive;
+    for (auto& [pid, state] : driver_.states) state = CU_PROCESS_STATE_RUNNING;
+    const auto report = coord::Checkpoint({dir_, 0, ""}, FakeDiscoverer(processes_, job_),
+                                          driver_, observer_, &interrupt);
+    EXPECT_EQ(observer_.answer, coord::Interrupt::Answer::kWillFinish);
+    EXPECT_EQ(interrupt.Request(), coord::Interrupt::Answer::kAgain);  // a second one
+    EXPECT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+    EXPECT_FALSE(report.interrupted);
+    EXPECT_EQ(Names(report), kCheckpointPhases);
+    fs::remove(coord::StateFilePath(dir_));
+  }
+}
+
+// A restore stops at any boundary up to the native restore (the job stays checkpointed and
+// restorable); from the native restore on it finishes.
+TEST_F(SequenceTest, InterruptOfARestoreStopsBeforeTheNativeRestoreOnly) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  for (const std::string after : {"read_state", "discover", "match"}) {
+    SCOPED_TRACE("interrupted after " + after);
+    coord::Interrupt interrupt;
+    observer_ = RecordingObserver{};
+    observer_.interrupt = &interrupt;
+    observer_.interrupt_after = after;
+    const auto report = coord::Restore({dir_, {}}, FakeDiscoverer(processes_, job_), driver_,
+                                       observer_, &interrupt);
+    EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
+    EXPECT_TRUE(report.interrupted);
+    EXPECT_EQ(Names(report).back(), after);
+    EXPECT_THAT(job_.Only("native_restore"), IsEmpty());
+    for (const auto& p : processes_) EXPECT_EQ(p.phase, proto::ShimState::kReleased) << p.pid;
+  }
+  coord::Interrupt interrupt;
+  observer_ = RecordingObserver{};
+  observer_.interrupt = &interrupt;
+  observer_.interrupt_after = "restore";
+  const auto report = coord::Restore({dir_, {}}, FakeDiscoverer(processes_, job_), driver_,
+                                     observer_, &interrupt);
+  EXPECT_EQ(observer_.answer, coord::Interrupt::Answer::kWillFinish);
+  EXPECT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_EQ(Names(report), kRestorePhases);
 }
 
 TEST_F(SequenceTest, RestoreRefusesABadDeviceMap) {

@@ -81,6 +81,7 @@ coord::StateFile SampleState() {
   coord::StateFile s;
   s.driver = "simulated";
   s.created_unix_s = 1764489600;
+  s.checkpoint_id = "692c9a00-0123456789abcdef";
   auto job = ValidJob();
   proto::Record mc{};
   mc.kind = static_cast<uint32_t>(proto::RecordKind::kMulticastBinding);
@@ -126,6 +127,7 @@ TEST_F(StateFileTest, RoundTripKeepsEveryField) {
   ASSERT_TRUE(read.ok()) << read.error().message;
   EXPECT_EQ(read->format_version, coord::kStateFormatVersion);
   EXPECT_EQ(read->driver, "simulated");
+  EXPECT_EQ(read->checkpoint_id, "692c9a00-0123456789abcdef");
   EXPECT_EQ(read->created_unix_s, 1764489600);
   ASSERT_EQ(read->participants.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
@@ -213,7 +215,7 @@ TEST_F(StateFileTest, OtherFormatVersionIsRefused) {
   auto read = coord::ReadStateFile(dir_);
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.error().message, dir_ + "/cusnap-state.json: state file format version 7 is "
-                                         "not supported (this cusnap reads version 1)");
+                                         "not supported (this cusnap reads version 2)");
 }
 
 TEST_F(StateFileTest, BadRecordIsNamed) {

@@ -55,6 +55,7 @@ class ScriptedSteps : public LifecycleSteps {
 
 class LifecycleTest : public ::testing::Test {
  protected:
+  static constexpr const char* kCheckpointId = "692c9a00-0123456789abcdef";
   // One request through the lifecycle: its reply, or its error's code and text.
   struct Answer {
     int status = 0;
@@ -62,7 +63,8 @@ class LifecycleTest : public ::testing::Test {
     proto::StepReply reply;
   };
   Answer Send(Op op, uint64_t drain_ms = 0) {
-    Result<proto::StepReply> reply = lifecycle.Handle(proto::StepRequest{op, drain_ms});
+    Result<proto::StepReply> reply =
+        lifecycle.Handle(proto::StepRequest{op, drain_ms, op == Op::kSave ? kCheckpointId : ""});
     if (!reply.ok()) return Answer{reply.error().code, reply.error().message, {}};
     return Answer{0, "", *reply};
   }
@@ -79,8 +81,8 @@ class LifecycleTest : public ::testing::Test {
     EXPECT_THAT(std::string(reply.text), HasSubstr("refused in phase"));
   }
   void RunCheckpointTo(Phase last) {
-    const Op ops[] = {Op::kQuiesce, Op::kDetachMulticast, Op::kSave, Op::kRelease};
-    const Phase phases[] = {Phase::kQuiesced, Phase::kMulticastDetached, Phase::kSaved,
+    const Op ops[] = {Op::kQuiesce, Op::kSave, Op::kDetachMulticast, Op::kRelease};
+    const Phase phases[] = {Phase::kQuiesced, Phase::kSaved, Phase::kMulticastDetached,
                             Phase::kReleased};
     for (size_t i = 0; i < 4; ++i) {
       ExpectOk(ops[i], phases[i]);
@@ -108,7 +110,7 @@ TEST_F(LifecycleTest, WholeCycleInOrder) {
   ExpectRefused(Op::kResume, Phase::kRestored);
   ExpectOk(Op::kActivate, Phase::kActive);
   EXPECT_FALSE(gate.closed());
-  const std::vector<Op> expected = {Op::kDetachMulticast, Op::kSave,          Op::kRelease,
+  const std::vector<Op> expected = {Op::kSave,           Op::kDetachMulticast, Op::kRelease,
                                     Op::kReallocate,      Op::kImport,        Op::kMulticastCreate,
                                     Op::kMulticastImport, Op::kMulticastJoin, Op::kMulticastBind};
   EXPECT_EQ(steps.ran, expected);
@@ -117,7 +119,7 @@ TEST_F(LifecycleTest, WholeCycleInOrder) {
 }
 
 TEST_F(LifecycleTest, CarrierStepsReportBytesAndTimes) {
-  RunCheckpointTo(Phase::kMulticastDetached);
+  RunCheckpointTo(Phase::kQuiesced);
   const Answer saved = Send(Op::kSave);
   ASSERT_EQ(saved.status, 0) << saved.text;
   EXPECT_EQ(saved.reply.bytes, 4u << 20);
@@ -134,8 +136,11 @@ TEST_F(LifecycleTest, OutOfOrderRequestsAreRefusedAndChangeNothing) {
   ExpectRefused(Op::kQuiesce, Phase::kQuiesced);
   ExpectRefused(Op::kActivate, Phase::kQuiesced);
   ExpectRefused(Op::kImport, Phase::kQuiesced);
-  ExpectOk(Op::kDetachMulticast, Phase::kMulticastDetached);
+  ExpectRefused(Op::kDetachMulticast, Phase::kQuiesced);  // nothing is taken apart unsaved
+  ExpectRefused(Op::kRelease, Phase::kQuiesced);
   ExpectOk(Op::kSave, Phase::kSaved);
+  ExpectRefused(Op::kRelease, Phase::kSaved);
+  ExpectOk(Op::kDetachMulticast, Phase::kMulticastDetached);
   ExpectOk(Op::kRelease, Phase::kReleased);
   ExpectRefused(Op::kRelease, Phase::kReleased);
   ExpectRefused(Op::kResume, Phase::kReleased);  // memory released: only a restore goes on
@@ -152,17 +157,39 @@ TEST_F(LifecycleTest, ResumeUndoesACheckpointThatReleasedNothing) {
   ExpectOk(Op::kResume, Phase::kActive);
   EXPECT_FALSE(gate.closed());
   EXPECT_EQ(steps.discarded, 1);
+  RunCheckpointTo(Phase::kMulticastDetached);  // a detach that took nothing apart
+  ExpectOk(Op::kResume, Phase::kActive);
   RunCheckpointTo(Phase::kQuiesced);
   ExpectOk(Op::kResume, Phase::kActive);
 }
 
+// The shim keeps the id its SAVE was given (IDENTIFY reports it) for as long as it holds
+// that checkpoint's bytes: through release and restore, until activate or resume.
+TEST_F(LifecycleTest, CheckpointIdIsKeptFromSaveUntilTheCheckpointEnds) {
+  EXPECT_EQ(lifecycle.checkpoint_id(), "");
+  RunCheckpointTo(Phase::kSaved);
+  EXPECT_EQ(lifecycle.checkpoint_id(), kCheckpointId);
+  ExpectOk(Op::kResume, Phase::kActive);
+  EXPECT_EQ(lifecycle.checkpoint_id(), "");
+  RunCheckpointTo(Phase::kReleased);
+  EXPECT_EQ(lifecycle.checkpoint_id(), kCheckpointId);
+  for (Op op : {Op::kReallocate, Op::kImport, Op::kMulticastCreate, Op::kMulticastImport,
+                Op::kMulticastJoin, Op::kMulticastBind}) {
+    ASSERT_EQ(Send(op).status, 0) << OpName(op);
+  }
+  EXPECT_EQ(lifecycle.checkpoint_id(), kCheckpointId);
+  ExpectOk(Op::kActivate, Phase::kActive);
+  EXPECT_EQ(lifecycle.checkpoint_id(), "");
+}
+
 TEST_F(LifecycleTest, FailedSaveIsNotStickyAndTheJobCanResume) {
   steps.fail_on = Op::kSave;
-  RunCheckpointTo(Phase::kMulticastDetached);
+  RunCheckpointTo(Phase::kQuiesced);
   const Answer reply = Send(Op::kSave);
   EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_THAT(std::string(reply.text), HasSubstr("scripted failure in SAVE"));
-  EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
+  EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
+  EXPECT_EQ(lifecycle.checkpoint_id(), "");
   EXPECT_TRUE(lifecycle.failure().empty());
   EXPECT_EQ(steps.discarded, 1);
   ExpectOk(Op::kResume, Phase::kActive);
@@ -171,7 +198,7 @@ TEST_F(LifecycleTest, FailedSaveIsNotStickyAndTheJobCanResume) {
 
 TEST_F(LifecycleTest, FailureInDestructiveWorkIsSticky) {
   steps.fail_on = Op::kRelease;
-  RunCheckpointTo(Phase::kSaved);
+  RunCheckpointTo(Phase::kMulticastDetached);
   const Answer reply = Send(Op::kRelease);
   EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(lifecycle.phase(), Phase::kFailed);

@@ -1,7 +1,9 @@
-// The lifecycle's rules for multicast detach (src/shim/lifecycle/lifecycle.h): a DETACH_MULTICAST that
-// failed without destroying anything (it undid its own work) leaves the shim QUIESCED and
-// resumable; one that failed after a multicast object was released leaves it FAILED; and a
-// checkpoint whose detach took a team apart can no longer resume, even after a failed SAVE.
+// The lifecycle's rules for multicast detach (src/shim/lifecycle/lifecycle.h): it runs after
+// SAVE only; a DETACH_MULTICAST that failed without destroying anything (it undid its own
+// work) leaves the shim SAVED and resumable; one that failed after a multicast object was
+// released leaves it FAILED; a checkpoint whose detach took a team apart can no longer
+// resume; and a team taken apart in an earlier, finished cycle does not stop this one's
+// resume before its detach.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -50,7 +52,7 @@ class MulticastLifecycleTest : public ::testing::Test {
  protected:
   // The request's error: code 0 and no message when it succeeded.
   Error Send(Op op) {
-    Result<proto::StepReply> reply = lifecycle.Handle(proto::StepRequest{op, 0});
+    Result<proto::StepReply> reply = lifecycle.Handle(proto::StepRequest{op, 0, ""});
     return reply.ok() ? Error{0, ""} : reply.error();
   }
   DetachSteps steps;
@@ -61,9 +63,10 @@ class MulticastLifecycleTest : public ::testing::Test {
 TEST_F(MulticastLifecycleTest, DetachFailureThatDestroyedNothingCanResume) {
   steps.fail_detach = true;
   ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  ASSERT_EQ(Send(Op::kSave).code, 0);
   const Error reply = Send(Op::kDetachMulticast);
   EXPECT_EQ(reply.code, 999);
-  EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
+  EXPECT_EQ(lifecycle.phase(), Phase::kSaved);
   EXPECT_THAT(reply.message, HasSubstr("cuMulticastUnbind failed with CUDA_ERROR_UNKNOWN (999)"));
   EXPECT_EQ(Send(Op::kResume).code, 0);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
@@ -74,6 +77,7 @@ TEST_F(MulticastLifecycleTest, DetachFailureAfterAReleaseIsFinal) {
   steps.fail_detach = true;
   steps.destroy = true;
   ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  ASSERT_EQ(Send(Op::kSave).code, 0);
   const Error reply = Send(Op::kDetachMulticast);
   EXPECT_EQ(reply.code, 999);
   EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
@@ -85,23 +89,51 @@ TEST_F(MulticastLifecycleTest, DetachFailureAfterAReleaseIsFinal) {
   EXPECT_EQ(gate.Enter(), CUDA_ERROR_NOT_READY);
 }
 
-TEST_F(MulticastLifecycleTest, ADetachedTeamRefusesResumeEvenAfterAFailedSave) {
+TEST_F(MulticastLifecycleTest, ADetachedTeamRefusesResume) {
   steps.destroy = true;
-  steps.fail_save = true;
   ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  ASSERT_EQ(Send(Op::kSave).code, 0);
   ASSERT_EQ(Send(Op::kDetachMulticast).code, 0);
-  EXPECT_EQ(Send(Op::kSave).code, 999);
-  EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
   const Error resume = Send(Op::kResume);
   EXPECT_EQ(resume.code, -1);
   EXPECT_THAT(resume.message, HasSubstr("no multicast team"));
   EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
 }
 
+TEST_F(MulticastLifecycleTest, DetachNeedsASavedCheckpoint) {
+  ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  const Error reply = Send(Op::kDetachMulticast);
+  EXPECT_EQ(reply.code, -1);
+  EXPECT_THAT(reply.message, HasSubstr("it needs phase SAVED"));
+  EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
+}
+
 TEST_F(MulticastLifecycleTest, ADetachThatFoundNoTeamStillResumes) {
   ASSERT_EQ(Send(Op::kQuiesce).code, 0);
-  ASSERT_EQ(Send(Op::kDetachMulticast).code, 0);
   ASSERT_EQ(Send(Op::kSave).code, 0);
+  ASSERT_EQ(Send(Op::kDetachMulticast).code, 0);
+  EXPECT_EQ(Send(Op::kResume).code, 0);
+  EXPECT_EQ(lifecycle.phase(), Phase::kActive);
+}
+
+// The last cycle took its team apart (and a restore rebuilt it): this cycle's SAVE fails, or
+// its state file cannot be written, before any detach: the shim still resumes.
+TEST_F(MulticastLifecycleTest, AnEarlierCyclesDetachDoesNotStopResumeBeforeThisDetach) {
+  steps.destroy = true;
+  for (Op op : {Op::kQuiesce, Op::kSave, Op::kDetachMulticast, Op::kRelease, Op::kReallocate,
+                Op::kImport, Op::kMulticastCreate, Op::kMulticastImport, Op::kMulticastJoin,
+                Op::kMulticastBind, Op::kActivate}) {
+    ASSERT_EQ(Send(op).code, 0) << proto::OpName(op);
+  }
+  ASSERT_TRUE(steps.MulticastDestroyed());
+  ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  ASSERT_EQ(Send(Op::kSave).code, 0);
+  EXPECT_EQ(Send(Op::kResume).code, 0);
+  EXPECT_EQ(lifecycle.phase(), Phase::kActive);
+  steps.fail_save = true;
+  ASSERT_EQ(Send(Op::kQuiesce).code, 0);
+  EXPECT_EQ(Send(Op::kSave).code, 999);
+  EXPECT_EQ(lifecycle.phase(), Phase::kQuiesced);
   EXPECT_EQ(Send(Op::kResume).code, 0);
   EXPECT_EQ(lifecycle.phase(), Phase::kActive);
 }

@@ -34,6 +34,7 @@ proto::Message HandleControlRequest(const proto::Message& request) {
       // What the checkpoint's refusal names: each untracked import's location and VA ranges.
       reply.untracked = table().UntrackedRecords();
       reply.failure = LifecycleFailure();
+      reply.checkpoint_id = LifecycleCheckpointId();
       return reply.Encode();
     }
     case proto::Op::kInspect: {

@@ -51,12 +51,16 @@ constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
     // checkpoint
     {Op::kQuiesce, Phase::kActive, Phase::kQuiesced, OnFailure::kStateKept,
      &Lifecycle::Quiesce, false, nullptr},
-    {Op::kDetachMulticast, Phase::kQuiesced, Phase::kMulticastDetached,
-     OnFailure::kFailedIfDestroyed, &Lifecycle::DetachMulticast, false, nullptr},
-    {Op::kSave, Phase::kMulticastDetached, Phase::kSaved, OnFailure::kStateKept,
-     &Lifecycle::Save, false, nullptr},
-    {Op::kRelease, Phase::kSaved, Phase::kReleased, OnFailure::kFailed, &Lifecycle::Release,
+    // Save before anything is taken apart: the carrier reads each member allocation through
+    // its own staging mapping, which a multicast binding does not prevent, so every byte is
+    // in host memory (and the coordinator's state file on disk) before the first destructive
+    // step.
+    {Op::kSave, Phase::kQuiesced, Phase::kSaved, OnFailure::kStateKept, &Lifecycle::Save,
      false, nullptr},
+    {Op::kDetachMulticast, Phase::kSaved, Phase::kMulticastDetached,
+     OnFailure::kFailedIfDestroyed, &Lifecycle::DetachMulticast, false, nullptr},
+    {Op::kRelease, Phase::kMulticastDetached, Phase::kReleased, OnFailure::kFailed,
+     &Lifecycle::Release, false, nullptr},
     // restore
     {Op::kReallocate, Phase::kReleased, Phase::kReallocated, OnFailure::kFailed,
      &Lifecycle::Reallocate, false, nullptr},
@@ -77,10 +81,10 @@ constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
     // a refused checkpoint, undone before anything was released
     {Op::kResume, Phase::kQuiesced, Phase::kActive, OnFailure::kStateKept, &Lifecycle::Resume,
      true, kResumeRefusal},
-    {Op::kResume, Phase::kMulticastDetached, Phase::kActive, OnFailure::kStateKept,
-     &Lifecycle::Resume, true, kResumeRefusal},
     {Op::kResume, Phase::kSaved, Phase::kActive, OnFailure::kStateKept, &Lifecycle::Resume, true,
      kResumeRefusal},
+    {Op::kResume, Phase::kMulticastDetached, Phase::kActive, OnFailure::kStateKept,
+     &Lifecycle::Resume, true, kResumeRefusal},
 };
 
 Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate) : steps_(steps), gate_(gate) {}
@@ -88,6 +92,16 @@ Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate) : steps_(steps), 
 std::string Lifecycle::failure() const {
   std::lock_guard lock(mutex_);
   return failure_;
+}
+
+std::string Lifecycle::checkpoint_id() const {
+  std::lock_guard lock(mutex_);
+  return checkpoint_id_;
+}
+
+void Lifecycle::SetCheckpointId(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  checkpoint_id_ = id;
 }
 
 void Lifecycle::SetFailed(const std::string& message) {
@@ -172,9 +186,13 @@ Result<StepResult> Lifecycle::DetachMulticast(const proto::StepRequest&) {
   return Moved(steps_.DetachMulticast());
 }
 
-Result<StepResult> Lifecycle::Save(const proto::StepRequest&) {
+Result<StepResult> Lifecycle::Save(const proto::StepRequest& request) {
   Result<StepResult> result = steps_.Save();
-  if (!result) steps_.Discard();
+  if (!result) {
+    steps_.Discard();
+    return result;
+  }
+  SetCheckpointId(request.checkpoint_id);
   return result;
 }
 
@@ -201,16 +219,20 @@ Result<StepResult> Lifecycle::MulticastBind(const proto::StepRequest&) {
 }
 
 Result<StepResult> Lifecycle::Resume(const proto::StepRequest&) {
-  // Detach took a multicast team apart: only a restore can put it back.
-  if (phase() != Phase::kQuiesced && steps_.MulticastDestroyed()) {
+  // Detach took a multicast team apart: only a restore can put it back. Only this cycle's
+  // detach counts (MulticastDestroyed keeps its value from an earlier cycle until the next
+  // detach), so the question is asked in MULTICAST_DETACHED only.
+  if (phase() == Phase::kMulticastDetached && steps_.MulticastDestroyed()) {
     return Refused(Op::kResume, phase(), kResumeRefusal);
   }
   steps_.Discard();
+  SetCheckpointId("");
   return StepResult{};
 }
 
 Result<StepResult> Lifecycle::Activate(const proto::StepRequest&) {
   steps_.Discard();
+  SetCheckpointId("");
   return StepResult{};
 }
 

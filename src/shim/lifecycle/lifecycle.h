@@ -3,14 +3,15 @@
 // moving between them. Requests come from the coordinator, one at a time, on the
 // endpoint's control thread (protocol.h ops kQuiesce .. kActivate).
 //
-//   ACTIVE -> QUIESCED -> MULTICAST_DETACHED -> SAVED -> RELEASED
+//   ACTIVE -> QUIESCED -> SAVED -> MULTICAST_DETACHED -> RELEASED
 //     -> (native checkpoint, native restore: the coordinator)
 //     -> REALLOCATED -> IMPORTED -> MULTICAST_CREATED -> MULTICAST_IMPORTED
 //     -> MULTICAST_JOINED -> RESTORED (kMulticastBind; application calls still wait)
 //     -> ACTIVE (kActivate: application calls proceed).
-//   kResume: QUIESCED, MULTICAST_DETACHED or SAVED -> ACTIVE (a refused checkpoint: no
+//   kResume: QUIESCED, SAVED or MULTICAST_DETACHED -> ACTIVE (a refused checkpoint: no
 //   unicast memory was touched yet), unless DETACH_MULTICAST took a multicast team apart
-//   (LifecycleSteps::MulticastDestroyed).
+//   (LifecycleSteps::MulticastDestroyed). SAVE runs before DETACH_MULTICAST so that the
+//   coordinator can write the state file before anything is destroyed.
 //
 // lifecycle.cc holds these rules as one table, a row per transition with the step it runs.
 // A request out of order is refused and changes nothing; a failure inside destructive work
@@ -90,6 +91,9 @@ class Lifecycle {
   proto::ShimState phase() const { return phase_.load(std::memory_order_acquire); }
   /// Why the shim is FAILED ("" otherwise).
   std::string failure() const;
+  /// The checkpoint whose bytes this process holds: the id its last successful kSave was
+  /// given, until kResume or kActivate ends that checkpoint ("" when none).
+  std::string checkpoint_id() const;
 
  private:
   struct Transition;
@@ -98,6 +102,7 @@ class Lifecycle {
 
   Result<StepResult> Run(const proto::StepRequest& request);
   void SetFailed(const std::string& message);
+  void SetCheckpointId(const std::string& id);
 
   // The steps the rows run; each returns the step's error, or what it moved.
   Result<StepResult> Quiesce(const proto::StepRequest& request);
@@ -116,8 +121,9 @@ class Lifecycle {
   LifecycleSteps& steps_;
   QuiesceGate& gate_;
   std::atomic<proto::ShimState> phase_{proto::ShimState::kActive};
-  mutable std::mutex mutex_;  // failure_
+  mutable std::mutex mutex_;  // failure_, checkpoint_id_
   std::string failure_;
+  std::string checkpoint_id_;
 };
 
 }  // namespace cusnap::shim

@@ -1,0 +1,47 @@
+// SIGINT and SIGTERM while `cusnap checkpoint` or `cusnap restore` runs: instead of dying
+// half way (the default action), the command is asked to stop (coordinator/interrupt.h).
+// Before its first destructive step it stops at the next phase boundary and undoes what it
+// did; after it, it finishes, and the user is told so on stderr.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "coordinator/interrupt.h"
+
+namespace cusnap::cli {
+
+/// While alive: SIGINT and SIGTERM are blocked in this thread and every thread started after
+/// it (the coordinator's phase threads), and a thread of its own takes them with
+/// sigtimedwait. The first one asks `interrupt` to stop and says on stderr what will happen;
+/// later ones are said to be ignored. Construct it before any other thread starts.
+class InterruptWatch {
+ public:
+  /// `command`: "checkpoint" or "restore", for the messages.
+  InterruptWatch(const char* command, coord::Interrupt& interrupt);
+  /// Stops the watching thread (within its 100 ms wait); from then on SIGINT and SIGTERM are
+  /// ignored (one still pending is dropped: the command has ended and said how) and the
+  /// signal mask is restored.
+  ~InterruptWatch();
+  InterruptWatch(const InterruptWatch&) = delete;
+  InterruptWatch& operator=(const InterruptWatch&) = delete;
+
+  /// The first signal taken (SIGINT or SIGTERM), or 0.
+  int signal() const { return first_.load(); }
+
+ private:
+  void Watch();
+  void Tell(int signo);
+
+  std::string command_;
+  coord::Interrupt& interrupt_;
+  std::atomic<int> first_{0};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+/// "SIGINT", "SIGTERM" (the signals InterruptWatch takes), else "signal <n>".
+std::string SignalName(int signo);
+
+}  // namespace cusnap::cli
