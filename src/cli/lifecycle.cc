@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <set>
 
 #include "cli/checks.h"
 #include "cli/cli_common.h"
@@ -10,6 +11,8 @@
 #include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/proc.h"
+#include "coordinator/records.h"
 
 namespace cusnap::cli {
 
@@ -25,17 +28,41 @@ int ExitFor(coord::Outcome outcome) {
 
 namespace {
 
+/// After a refusal: the state the job is in, as its shims say now (a refusal changed
+/// nothing, but the job need not be running: checkpointing a checkpointed job is refused
+/// too). ", the job keeps running", ", the job stays checkpointed", ... or "" when no shim
+/// answers and no --pid process exists.
+std::string JobStateTail(const Target& target, const std::string& control_dir) {
+  const std::vector<int> pids = target.all ? coord::EndpointPids(control_dir)
+                                           : coord::EndpointPidsInTree(control_dir, target.pid);
+  std::set<proto::ShimState> states;
+  for (int pid : pids) {
+    if (auto id = coord::Identify(*coord::ConnectEndpoint(control_dir, pid))) states.insert(id->state);
+  }
+  if (states.empty()) {
+    // No shim to ask (a job started without one): its process runs on, untouched.
+    return target.pid > 0 && coord::ProcessStartTime(target.pid) ? ", the job keeps running" : "";
+  }
+  if (states.size() > 1) return ", each of its processes stays as it was (see 'cusnap status')";
+  switch (*states.begin()) {
+    case proto::ShimState::kActive: return ", the job keeps running";
+    case proto::ShimState::kReleased: return ", the job stays checkpointed";
+    default:
+      return ", the job stays " + coord::Lowercase(proto::ShimStateName(*states.begin())) +
+             " (see 'cusnap status')";
+  }
+}
+
 /// What the user reads at the end, on stderr: every error, then what state the job is in.
-void PrintErrors(const char* command, const coord::CommandReport& report) {
+void PrintErrors(const char* command, const coord::CommandReport& report, const Target& target,
+                 const std::string& control_dir) {
   for (const auto& e : report.errors) std::fprintf(stderr, "cusnap %s: %s\n", command, e.c_str());
   switch (report.outcome) {
     case coord::Outcome::kOk: break;
     case coord::Outcome::kRefused:
-      std::fprintf(stderr, "cusnap %s: refused; nothing was changed, the job keeps running\n",
-                   command);
-      break;
     case coord::Outcome::kRestoreRefused:
-      std::fprintf(stderr, "cusnap %s: refused; nothing was changed\n", command);
+      std::fprintf(stderr, "cusnap %s: refused; nothing was changed%s\n", command,
+                   JobStateTail(target, control_dir).c_str());
       break;
     case coord::Outcome::kFailedAfterChange:
       std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the job was changed; it is "
@@ -77,7 +104,7 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
       run(coord::EndpointDiscoverer(discovery), **driver, printer);
   const int rc = ExitFor(report.outcome);
   if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
-  PrintErrors(command, report);
+  PrintErrors(command, report, target, control_dir);
   if (rc == kExitOk && !json) std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
   return rc;
 }
