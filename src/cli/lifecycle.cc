@@ -65,8 +65,12 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
                    JobStateTail(target, control_dir).c_str());
       break;
     case coord::Outcome::kFailedAfterChange:
+      // A native step's failure is known only here (the shims stay RELEASED, without
+      // failure text): say so, and which command brings the job back.
       std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the job was changed; it is "
-                   "not running normally (see 'cusnap status')\n", command,
+                   "not running normally: keep these lines ('cusnap status' shows only each "
+                   "process's phase); processes it shows as released come back with 'cusnap "
+                   "restore' and the same --state-dir\n", command,
                    report.phases.empty() ? "?" : report.phases.back().name.c_str());
       break;
   }

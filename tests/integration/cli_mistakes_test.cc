@@ -552,5 +552,15 @@ TEST_F(CliMistakes, CompletionOffersShellsAndDirectories) {
   EXPECT_EQ(complete("cusnap inspect \"\"", 2), "states\n");
 }
 
+// `cusnap run` exits with the job's status (127 for a missing program), and says so in --help.
+TEST_F(CliMistakes, RunExitsWithTheJobsStatusAndItsHelpSaysSo) {
+  EXPECT_EQ(Cusnap({"run", "--", dir_ + "/no-such-program"}).status, 127);
+  EXPECT_EQ(Cusnap({"run", "--", "sh", "-c", "exit 7"}).status, 7);
+  const Ran help = Cusnap({"run", "--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_THAT(help.out, HasSubstr("Exit status: the command's own (it replaces cusnap: 127 when "
+                                  "the program is not found"));
+}
+
 }  // namespace
 }  // namespace cusnap::testing
