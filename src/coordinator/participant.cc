@@ -67,8 +67,7 @@ Result<Identity> Identify(Participant& participant) {
       why = "the process has the shim loaded but its endpoint stopped (the shim's log is on "
             "the job's stderr)";
     } else {
-      why = "the process runs without the cusnap shim (the socket is an earlier process's); "
-            "start the job with 'cusnap run'";
+      why = "the process runs without the cusnap shim; start the job with 'cusnap run'";
     }
     return Error{ECONNREFUSED, "pid " + std::to_string(pid) + " (" + ProcessName(pid) +
                                    "): its cusnap endpoint " +
