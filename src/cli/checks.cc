@@ -121,6 +121,10 @@ std::string CheckTargetPid(int pid, const std::string& control_dir) {
     return "pid " + p + " is thread " + p + " of process " + *tgid + ", not a process: give --pid " +
            *tgid;
   }
+  if (coord::IsZombie(pid)) {
+    return "pid " + p + " (" + coord::ProcessName(pid) + ") " + coord::ExitedText(pid) +
+           ": nothing of it runs any more";
+  }
   if (const auto uid = StatusField(pid, "Uid")) {
     const std::string real = uid->substr(0, uid->find_first_of(" \t"));
     // Root may act on another user's job, when its endpoints are where root looks.
@@ -155,7 +159,7 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
     const int pid = SocketPid(entry->d_name);
     if (pid == 0 || !coord::HasEndpoint(control_dir, pid)) continue;
     const std::string path = EndpointPath(control_dir, pid);
-    if (!coord::ProcessStartTime(pid)) {
+    if (coord::ProcessExited(pid)) {
       stale.push_back(StaleEndpoint{pid, path, false});
     } else if (OlderThanProcess(path, pid)) {
       stale.push_back(StaleEndpoint{pid, path, true});
@@ -166,7 +170,7 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
 }
 
 std::string StaleReason(const StaleEndpoint& stale) {
-  if (!stale.reused) return "its process no longer exists";
+  if (!stale.reused) return "its process " + coord::ExitedText(stale.pid);
   return "pid " + std::to_string(stale.pid) + " was reused by a later process (" +
          coord::ProcessName(stale.pid) + ")";
 }

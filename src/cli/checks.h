@@ -31,8 +31,8 @@ std::string CheckControlDirReadable(const std::string& control_dir);
 /// naming the directory, its length and the limit.
 std::string CheckControlDirLength(const std::string& control_dir);
 
-/// An endpoint socket whose process is gone: `pid` no longer exists, or it was reused by a
-/// later process (the socket is older than that process).
+/// An endpoint socket whose process is gone: `pid` no longer exists or is a zombie (exited,
+/// not reaped), or it was reused by a later process (the socket is older than that process).
 struct StaleEndpoint {
   int pid = 0;
   std::string path;
@@ -42,7 +42,8 @@ struct StaleEndpoint {
 /// Every stale endpoint socket "<pid>.sock" in `control_dir` (none when it cannot be read).
 std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir);
 
-/// "its process no longer exists" / "pid P was reused by a later process (<name>)".
+/// "its process no longer exists" / "its process has exited (a zombie its parent, pid Q, has
+/// not reaped)" / "pid P was reused by a later process (<name>)".
 std::string StaleReason(const StaleEndpoint& stale);
 
 }  // namespace cusnap::cli

@@ -28,7 +28,8 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
 /// stale endpoint sockets listed, and removed when `prune`.
 int StatusCommand(const Target& target, bool json, bool prune);
 
-/// `inspect <state dir>`: what a checkpoint recorded.
+/// `inspect <state dir>`: what a checkpoint recorded. `state_dir` may also be the state file
+/// itself (its cusnap-state.json path).
 int InspectCommand(const std::string& state_dir, bool json);
 
 /// What `demo` was asked for.

@@ -5,11 +5,16 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 namespace cusnap::cli {
 
+/// The shells `cusnap completion` prints a script for (its argument's values).
+inline const std::vector<std::string> kCompletionShells = {"bash"};
+
 /// A bash script that completes `cusnap`'s subcommands and each one's options, listed from
-/// `app` (options of option groups included). Source it, or install it as
+/// `app` (options of option groups included); the shells after `completion`, directories
+/// after --state-dir, directories and state files after `inspect`, files after `run`. Source it, or install it as
 /// share/bash-completion/completions/cusnap.
 std::string BashCompletion(CLI::App& app);
 

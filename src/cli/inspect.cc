@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <map>
 
 #include "cli/commands.h"
@@ -29,7 +30,14 @@ std::string LocationText(int type, int id) {
 
 }  // namespace
 
-int InspectCommand(const std::string& state_dir, bool json) {
+int InspectCommand(const std::string& given, bool json) {
+  // The state file itself names its directory (a user often has its path at hand).
+  std::error_code ec;
+  const std::filesystem::path path(given);
+  const bool file = std::filesystem::is_regular_file(path, ec) &&
+                    path.filename() == std::filesystem::path(coord::StateFilePath("")).filename();
+  std::string state_dir = file ? path.parent_path().string() : given;
+  if (state_dir.empty()) state_dir = ".";
   auto state = coord::ReadStateFile(state_dir);
   if (!state) {
     if (json) {

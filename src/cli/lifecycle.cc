@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <set>
 
 #include "cli/checks.h"
 #include "cli/cli_common.h"
@@ -11,6 +12,8 @@
 #include "cli/interrupt_watch.h"
 #include "cli/output.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/proc.h"
+#include "coordinator/records.h"
 
 namespace cusnap::cli {
 
@@ -36,8 +39,34 @@ int ExitAfter(const coord::CommandReport& report, int signo) {
   return stopped && signo != 0 ? 128 + signo : ExitFor(report.outcome);
 }
 
+/// After a refusal: the state the job is in, as its shims say now (a refusal changed
+/// nothing, but the job need not be running: checkpointing a checkpointed job is refused
+/// too). ", the job keeps running", ", the job stays checkpointed", ... or "" when no shim
+/// answers and no --pid process exists.
+std::string JobStateTail(const Target& target, const std::string& control_dir) {
+  const std::vector<int> pids = target.all ? coord::EndpointPids(control_dir)
+                                           : coord::EndpointPidsInTree(control_dir, target.pid);
+  std::set<proto::ShimState> states;
+  for (int pid : pids) {
+    if (auto id = coord::Identify(*coord::ConnectEndpoint(control_dir, pid))) states.insert(id->state);
+  }
+  if (states.empty()) {
+    // No shim to ask (a job started without one): its process runs on, untouched.
+    return target.pid > 0 && coord::ProcessStartTime(target.pid) ? ", the job keeps running" : "";
+  }
+  if (states.size() > 1) return ", each of its processes stays as it was (see 'cusnap status')";
+  switch (*states.begin()) {
+    case proto::ShimState::kActive: return ", the job keeps running";
+    case proto::ShimState::kReleased: return ", the job stays checkpointed";
+    default:
+      return ", the job stays " + coord::Lowercase(proto::ShimStateName(*states.begin())) +
+             " (see 'cusnap status')";
+  }
+}
+
 /// What the user reads at the end, on stderr: every error, then what state the job is in.
-void PrintErrors(const char* command, const coord::CommandReport& report, int signo) {
+void PrintErrors(const char* command, const coord::CommandReport& report, const Target& target,
+                 const std::string& control_dir, int signo) {
   for (const auto& e : report.errors) std::fprintf(stderr, "cusnap %s: %s\n", command, e.c_str());
   if (ExitAfter(report, signo) != ExitFor(report.outcome)) {
     std::fprintf(stderr, "cusnap %s: interrupted (%s); nothing was changed, %s\n", command,
@@ -50,15 +79,17 @@ void PrintErrors(const char* command, const coord::CommandReport& report, int si
   switch (report.outcome) {
     case coord::Outcome::kOk: break;
     case coord::Outcome::kRefused:
-      std::fprintf(stderr, "cusnap %s: refused; nothing was changed, the job keeps running\n",
-                   command);
-      break;
     case coord::Outcome::kRestoreRefused:
-      std::fprintf(stderr, "cusnap %s: refused; nothing was changed\n", command);
+      std::fprintf(stderr, "cusnap %s: refused; nothing was changed%s\n", command,
+                   JobStateTail(target, control_dir).c_str());
       break;
     case coord::Outcome::kFailedAfterChange:
+      // A native step's failure is known only here (the shims stay RELEASED, without
+      // failure text): say so, and which command brings the job back.
       std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the job was changed; it is "
-                   "not running normally (see 'cusnap status')\n", command,
+                   "not running normally: keep these lines ('cusnap status' shows only each "
+                   "process's phase); processes it shows as released come back with 'cusnap "
+                   "restore' and the same --state-dir\n", command,
                    report.phases.empty() ? "?" : report.phases.back().name.c_str());
       break;
   }
@@ -100,7 +131,7 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
       run(coord::EndpointDiscoverer(discovery), **driver, printer, interrupt);
   const int rc = ExitAfter(report, watch.signal());
   if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
-  PrintErrors(command, report, watch.signal());
+  PrintErrors(command, report, target, control_dir, watch.signal());
   if (rc == kExitOk && !json) std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
   return rc;
 }

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/completion.h"
 #include "cli/exit_codes.h"
+#include "cli/usage.h"
 #include "cli/version.h"
 
 namespace {
@@ -21,7 +22,7 @@ void AddTarget(CLI::App* cmd, Target& target, bool required) {
       "target", required ? "which processes (exactly one of)"
                          : "which processes (at most one of; neither: every endpoint)");
   group->add_option("--pid", target.pid, "the job's process: its whole process tree")
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(cusnap::cli::PidValidator());
   group->add_flag("--all", target.all, "every live endpoint in the control directory");
   if (required) {
     group->require_option(1);
@@ -80,7 +81,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> run_args;
   auto* run = app.add_subcommand("run", "start a command with the cusnap shim preloaded");
   run->prefix_command();
-  run->footer("Usage: cusnap run [--] COMMAND [ARGS...]; LD_PRELOAD gets the shim prepended.");
+  run->footer("Usage: cusnap run [--] COMMAND [ARGS...]; LD_PRELOAD gets the shim prepended.\n"
+              "Exit status: the command's own (it replaces cusnap: 127 when the program is "
+              "not found, 128+N when signal N ends it); 2 for a usage error before it starts.");
 
   Target ck_target;
   std::string ck_state_dir;
@@ -117,7 +120,9 @@ int main(int argc, char** argv) {
   std::string inspect_dir;
   bool in_json = false;
   auto* inspect = app.add_subcommand("inspect", "show what a checkpoint recorded");
-  inspect->add_option("state_dir", inspect_dir, "the checkpoint's state directory")->required();
+  inspect->add_option("state_dir", inspect_dir,
+                      "the checkpoint's state directory, or its cusnap-state.json (default "
+                      "$CUSNAP_STATE_DIR, else ./cusnap-state)");
   inspect->add_flag("--json", in_json, "print the state file as one JSON document");
 
   cusnap::cli::DemoOptions demo_options;
@@ -131,13 +136,21 @@ int main(int argc, char** argv) {
   auto* completion = app.add_subcommand("completion", "print a shell completion script");
   completion->add_option("shell", shell, "the shell (bash)")
       ->required()
-      ->check(CLI::IsMember({"bash"}));
+      ->check(CLI::IsMember(cusnap::cli::kCompletionShells));
 
+  const std::string word = cusnap::cli::CommandWord(argc, argv);
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_name().empty(); })) {
+    commands.push_back(sub->get_name());
+  }
+  if (const std::string unknown = cusnap::cli::UnknownCommand(word, commands); !unknown.empty()) {
+    std::fprintf(stderr, "cusnap: %s\n", unknown.c_str());
+    return cusnap::cli::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? cusnap::cli::kExitOk : cusnap::cli::kExitUsage;
+    return cusnap::cli::ReportParseError(app, word, e);
   }
 
   if (*run) {
@@ -165,7 +178,9 @@ int main(int argc, char** argv) {
                                        rs_json);
   }
   if (*status) return cusnap::cli::StatusCommand(st_target, st_json, st_prune);
-  if (*inspect) return cusnap::cli::InspectCommand(inspect_dir, in_json);
+  if (*inspect) {
+    return cusnap::cli::InspectCommand(cusnap::cli::StateDir(inspect_dir), in_json);
+  }
   if (*demo) return cusnap::cli::DemoCommand(demo_options);
   return cusnap::cli::kExitUsage;
 }

@@ -92,7 +92,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
                       {"created_host_numa", e.identity.created_host_numa},
                       {"failure", e.identity.failure},
                       {"inspect_error", e.inspect_error},
-                      {"shim", ShimBuildInfoInFile(MappedShimPath(e.identity.pid))}});
+                      {"shim", ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid))}});
     }
     nlohmann::json stale_list = nlohmann::json::array(), stale_reasons = nlohmann::json::object();
     for (const auto& st : stale) {
@@ -127,7 +127,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       std::printf("\n");
       if (!e.identity.failure.empty()) std::printf("    failure: %s\n", e.identity.failure.c_str());
       if (!e.inspect_error.empty()) std::printf("    inspect: %s\n", e.inspect_error.c_str());
-      const std::string shim = ShimBuildInfoInFile(MappedShimPath(e.identity.pid));
+      const std::string shim = ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid));
       std::printf("    shim: %s\n", shim.empty() ? "unknown (its library file cannot be read)"
                                                     : shim.c_str());
     }

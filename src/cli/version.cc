@@ -38,20 +38,6 @@ std::string ShimBuildInfoInFile(const std::string& path) {
   return "";
 }
 
-std::string MappedShimPath(int pid) {
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  for (std::string line; std::getline(maps, line);) {
-    const size_t slash = line.find('/');
-    if (slash == std::string::npos) continue;
-    const std::string path = line.substr(slash);
-    static constexpr std::string_view kName = "/libcusnap.so";
-    if (path.size() >= kName.size() && path.compare(path.size() - kName.size(), kName.size(), kName) == 0) {
-      return path;
-    }
-  }
-  return "";
-}
-
 std::string ShimPath() { return SelfDir() + "/../lib/libcusnap.so"; }
 
 }  // namespace cusnap::cli

@@ -14,10 +14,6 @@ std::string CliBuildInfo();
 /// cannot be read or holds none.
 std::string ShimBuildInfoInFile(const std::string& path);
 
-/// The path of the libcusnap.so that process `pid` has mapped (/proc/<pid>/maps); "" when
-/// none or unreadable.
-std::string MappedShimPath(int pid);
-
 /// The shim `cusnap run` preloads: <dir of this program>/../lib/libcusnap.so.
 std::string ShimPath();
 

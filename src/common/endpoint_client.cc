@@ -15,14 +15,18 @@ std::string EndpointPath(const std::string& control_dir, int pid) {
   return control_dir + "/" + std::to_string(pid) + ".sock";
 }
 
+std::string ControlDirFor(const char* cusnap_control_dir, const char* xdg_runtime_dir,
+                          unsigned uid) {
+  if (cusnap_control_dir != nullptr && *cusnap_control_dir != '\0') return cusnap_control_dir;
+  if (xdg_runtime_dir != nullptr && *xdg_runtime_dir != '\0') {
+    return std::string(xdg_runtime_dir) + "/cusnap";
+  }
+  return "/tmp/cusnap-" + std::to_string(uid);
+}
+
 std::string ControlDir() {
-  if (const char* dir = std::getenv("CUSNAP_CONTROL_DIR"); dir != nullptr && *dir != '\0') {
-    return dir;
-  }
-  if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime != '\0') {
-    return std::string(runtime) + "/cusnap";
-  }
-  return "/tmp/cusnap-" + std::to_string(geteuid());
+  return ControlDirFor(std::getenv("CUSNAP_CONTROL_DIR"), std::getenv("XDG_RUNTIME_DIR"),
+                       geteuid());
 }
 
 Result<proto::Message> Request(const std::string& socket_path, const proto::Message& request,

@@ -18,6 +18,11 @@ std::string EndpointPath(const std::string& control_dir, int pid);
 /// /tmp/cusnap-<uid> (DESIGN.md, "Environment"). Does not create it.
 std::string ControlDir();
 
+/// ControlDir's rule for given values (null or empty: unset) and uid: also how the
+/// coordinator names the control directory of another process from its environment.
+std::string ControlDirFor(const char* cusnap_control_dir, const char* xdg_runtime_dir,
+                          unsigned uid);
+
 /// Connects to `socket_path`, sends `request` and returns the reply message, whole (its
 /// descriptor, if any, owned by it). Fails with an errno-coded Error naming the path on a
 /// socket or framing problem or when `timeout_ms` (whole exchange) passes. The reply is not

@@ -30,10 +30,6 @@ Result<DeviceRef> ParseRef(const std::string& raw, const std::string& pair) {
                        "' is neither a device ordinal nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"};
 }
 
-std::string RefText(const DeviceRef& r) {
-  return r.uuid.empty() ? "device " + std::to_string(r.ordinal) : r.uuid;
-}
-
 }  // namespace
 
 std::string FormatGpuUuid(const unsigned char b[16]) {
@@ -81,14 +77,8 @@ Result<std::vector<DevicePair>> ParseDeviceMap(const std::string& text) {
     if (!from) return from.error();
     auto to = ParseRef(item.substr(eq + 1), Trim(item));
     if (!to) return to.error();
-    for (const auto& p : pairs) {
-      if (p.from == *from) {
-        return Error{-1, "device map maps " + RefText(*from) + " twice"};
-      }
-      if (p.to == *to) {
-        return Error{-1, "device map restores two devices onto " + RefText(*to)};
-      }
-    }
+    // A device named twice is a wrong map, not wrong syntax: ResolveDeviceMap refuses it
+    // (a refusal of the restore, exit 5), where "0" and its UUID are seen to be one GPU.
     pairs.push_back(DevicePair{*from, *to});
   }
   if (text.back() == ',') return Error{-1, "device map '" + text + "' ends with ','"};
@@ -131,7 +121,9 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
     if (!from) return from.error();
     auto to = resolve(p.to);
     if (!to) return to.error();
-    if (!from_seen.insert(*from).second) return Error{-1, "device map maps " + *from + " twice"};
+    if (!from_seen.insert(*from).second) {
+      return Error{-1, "device map maps " + named(*from) + " twice"};
+    }
     if (!to_seen.insert(*to).second) {
       return Error{-1, "device map restores two devices onto " + named(*to)};
     }
@@ -142,8 +134,9 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
   // the job was changed. Name the device the map leaves out.
   for (const auto& pair : out) {
     if (pair.from == pair.to || from_seen.count(pair.to) != 0) continue;
-    const bool job_uses = job_uuids.empty() || std::find(job_uuids.begin(), job_uuids.end(),
-                                                         pair.to) != job_uuids.end();
+    // Only a device the checkpoint's list names is "also used" (a job without GPUs uses none).
+    const bool job_uses =
+        std::find(job_uuids.begin(), job_uuids.end(), pair.to) != job_uuids.end();
     return Error{-1, "device map is incomplete: it moves " + named(pair.from) + " onto " +
                          named(pair.to) + " but does not say where " + named(pair.to) +
                          (job_uses ? ", which the checkpoint also uses," : "") +

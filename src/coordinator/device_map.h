@@ -28,8 +28,8 @@ struct DevicePair {
 };
 
 /// Parses "0=1,1=0" / "GPU-a=GPU-b". Errors (code -1) name the bad pair: empty text, a pair
-/// without '=', an ordinal that is not a non-negative integer, a malformed UUID, a device
-/// mapped twice as source or as target.
+/// without '=', an ordinal that is not a non-negative integer, a malformed UUID. A device
+/// named twice is left to ResolveDeviceMap (a refusal of the restore, not a syntax error).
 Result<std::vector<DevicePair>> ParseDeviceMap(const std::string& text);
 
 /// A pair resolved to UUIDs ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx").

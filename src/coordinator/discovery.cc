@@ -8,6 +8,27 @@
 namespace cusnap::coord {
 namespace {
 
+/// What to do about a process of the tree that has no endpoint in `control_dir`: when its
+/// shim is loaded, the control directory its environment gives (the job was started with
+/// another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR); else start it with `cusnap run`. ""
+/// when no process of `pids` has the shim loaded.
+std::string ShimElsewhere(const std::vector<int>& pids, const std::string& control_dir) {
+  for (int pid : pids) {
+    const auto dir = ShimControlDir(pid);
+    if (!dir) continue;
+    if (*dir == control_dir) {
+      return ProcessText(pid, ProcessName(pid)) + " has the cusnap shim loaded but no " +
+             "endpoint in " + control_dir + " (the shim could not start it: its log is on the " +
+             "job's stderr)";
+    }
+    return ProcessText(pid, ProcessName(pid)) + " has the cusnap shim loaded, and its " +
+           "environment puts its endpoint in " + *dir + ", not in " + control_dir + " (the " +
+           "job was started with another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR): run the " +
+           "command with CUSNAP_CONTROL_DIR=" + *dir;
+  }
+  return "";
+}
+
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
                                                                CheckpointDriver& driver) {
   const std::vector<int> tree = ProcessTree(options.pid);
@@ -15,6 +36,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : tree) {
     if (pid == ::getpid()) continue;  // the coordinator itself (it loaded the driver too)
+    if (ProcessExited(pid)) continue;  // a zombie: nothing of it runs, nothing to save
     if (HasEndpoint(options.control_dir, pid)) {
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;
@@ -22,16 +44,19 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     // A process the driver knows (any checkpoint state) is a CUDA process; without an
     // endpoint its sharing is unknown, so nothing may change.
     if (driver.GetState(pid).ok()) {
+      const std::string elsewhere = ShimElsewhere({pid}, options.control_dir);
       return Error{-1, ProcessText(pid, ProcessName(pid)) +
                            ": a CUDA process in the tree of " + ProcessText(options.pid) +
-                           " has no cusnap endpoint in " + options.control_dir +
-                           "; start it with 'cusnap run' (nothing was changed)"};
+                           " has no cusnap endpoint in " + options.control_dir + "; " +
+                           (elsewhere.empty() ? "start it with 'cusnap run'" : elsewhere) +
+                           " (nothing was changed)"};
     }
   }
   if (participants.empty()) {
+    const std::string elsewhere = ShimElsewhere(tree, options.control_dir);
     return Error{-1, ProcessText(options.pid) + ": no process in its tree has a " +
-                         "cusnap endpoint in " + options.control_dir +
-                         "; start the job with 'cusnap run'"};
+                         "cusnap endpoint in " + options.control_dir + "; " +
+                         (elsewhere.empty() ? "start the job with 'cusnap run'" : elsewhere)};
   }
   return participants;
 }

@@ -58,11 +58,21 @@ Result<Identity> Identify(Participant& participant) {
   if (!id && id.error().code == ECONNREFUSED) {
     const int pid = participant.pid();
     const std::string path = participant.endpoint();
-    return Error{ECONNREFUSED,
-                 "pid " + std::to_string(pid) + " (" + ProcessName(pid) + "): its cusnap " +
-                     "endpoint " + (path.empty() ? std::string("socket") : path) +
-                     " does not answer (connection refused): the process was started without " +
-                     "the shim or its shim stopped; start it with 'cusnap run'"};
+    // Why nobody listens decides the advice: an exited process needs no restart.
+    std::string why;
+    if (ProcessExited(pid)) {
+      why = "the process " + ExitedText(pid) + "; the socket is stale (remove it with 'cusnap "
+            "status --prune')";
+    } else if (!MappedShimPath(pid).empty()) {
+      why = "the process has the shim loaded but its endpoint stopped (the shim's log is on "
+            "the job's stderr)";
+    } else {
+      why = "the process runs without the cusnap shim; start the job with 'cusnap run'";
+    }
+    return Error{ECONNREFUSED, "pid " + std::to_string(pid) + " (" + ProcessName(pid) +
+                                   "): its cusnap endpoint " +
+                                   (path.empty() ? std::string("socket") : path) +
+                                   " does not answer (connection refused): " + why};
   }
   if (!id) return id.error();
   if (id->pid != participant.pid()) {

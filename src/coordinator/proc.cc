@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -14,41 +15,92 @@
 
 namespace cusnap::coord {
 
-std::optional<uint64_t> ProcessStartTime(int pid) {
+namespace {
+
+/// The fields of /proc/<pid>/stat from field 3 (state) on, or nullopt when the process does
+/// not exist. comm (field 2) may contain spaces and parentheses: fields resume after the
+/// last ')'.
+std::optional<std::vector<std::string>> StatFields(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   if (!std::getline(in, line)) return std::nullopt;
-  // comm (field 2) may contain spaces and parentheses: fields resume after the last ')'.
   const auto close = line.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
+  if (close == std::string::npos || close + 2 > line.size()) return std::nullopt;
   std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  // rest starts at field 3 (state); field 22 is the 20th token from here.
-  for (int i = 3; i <= 22; ++i) {
-    if (!(rest >> field)) return std::nullopt;
-  }
+  std::vector<std::string> fields;
+  for (std::string field; rest >> field;) fields.push_back(field);
+  return fields;
+}
+
+/// Parent pid of `pid` (/proc/<pid>/stat field 4), or -1.
+int ParentPid(int pid) {
+  const auto fields = StatFields(pid);
+  if (!fields || fields->size() < 2) return -1;
   try {
-    return std::stoull(field);
+    return std::stoi((*fields)[1]);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+std::optional<uint64_t> ProcessStartTime(int pid) {
+  const auto fields = StatFields(pid);
+  if (!fields || fields->size() < 20) return std::nullopt;  // field 22 is the 20th from 3
+  try {
+    return std::stoull((*fields)[19]);
   } catch (const std::exception&) {
     return std::nullopt;
   }
 }
 
-namespace {
-
-/// Parent pid of `pid` (/proc/<pid>/stat field 4), or -1.
-int ParentPid(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return -1;
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(line.substr(close + 2));
-  std::string state;
-  int ppid = -1;
-  rest >> state >> ppid;
-  return ppid;
+bool IsZombie(int pid) {
+  const auto fields = StatFields(pid);
+  return fields && !fields->empty() && ((*fields)[0] == "Z" || (*fields)[0] == "X");
 }
+
+bool ProcessExited(int pid) { return !ProcessStartTime(pid) || IsZombie(pid); }
+
+std::string ExitedText(int pid) {
+  if (!IsZombie(pid)) return "no longer exists";
+  return "has exited (a zombie its parent, pid " + std::to_string(ParentPid(pid)) +
+         ", has not reaped)";
+}
+
+std::string MappedShimPath(int pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  static constexpr std::string_view kName = "/libcusnap.so";
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.size() >= kName.size() &&
+        path.compare(path.size() - kName.size(), kName.size(), kName) == 0) {
+      return path;
+    }
+  }
+  return "";
+}
+
+std::optional<std::string> ShimControlDir(int pid) {
+  if (MappedShimPath(pid).empty()) return std::nullopt;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::map<std::string, std::string> env;
+  for (std::string entry; std::getline(in, entry, '\0');) {
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  auto get = [&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  struct stat st {};
+  const unsigned uid = ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0 ? st.st_uid : 0;
+  return ControlDirFor(get("CUSNAP_CONTROL_DIR"), get("XDG_RUNTIME_DIR"), uid);
+}
+
+namespace {
 
 /// Children of `pid` from /proc/<pid>/task/*/children, or nullopt when the kernel lacks
 /// those files (CONFIG_PROC_CHILDREN off).
@@ -102,7 +154,8 @@ std::vector<int> ProcessTree(int pid) {
 
 namespace {
 
-/// Pids of every "<pid>.sock" in `control_dir` whose process exists (`alive`) or does not.
+/// Pids of every "<pid>.sock" in `control_dir` whose process runs (`alive`) or has exited
+/// (gone, or a zombie: ProcessExited).
 std::vector<int> SocketPids(const std::string& control_dir, bool alive) {
   std::vector<int> pids;
   std::error_code ec;
@@ -112,7 +165,7 @@ std::vector<int> SocketPids(const std::string& control_dir, bool alive) {
     const std::string digits = name.substr(0, name.size() - 5);
     if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
     const int pid = std::stoi(digits);
-    if (pid > 0 && ProcessStartTime(pid).has_value() == alive) pids.push_back(pid);
+    if (pid > 0 && !ProcessExited(pid) == alive) pids.push_back(pid);
   }
   std::sort(pids.begin(), pids.end());
   return pids;
@@ -136,7 +189,7 @@ bool HasEndpoint(const std::string& control_dir, int pid) {
 std::vector<int> EndpointPidsInTree(const std::string& control_dir, int pid) {
   std::vector<int> out;
   for (int p : ProcessTree(pid)) {
-    if (p != ::getpid() && HasEndpoint(control_dir, p)) out.push_back(p);
+    if (p != ::getpid() && HasEndpoint(control_dir, p) && !ProcessExited(p)) out.push_back(p);
   }
   return out;
 }

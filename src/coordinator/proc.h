@@ -13,24 +13,45 @@ namespace cusnap::coord {
 /// when the process does not exist. The same value the shim reports in kIdentify.
 std::optional<uint64_t> ProcessStartTime(int pid);
 
+/// True when `pid` is a zombie (/proc/<pid>/stat state Z or X): it exited and its parent
+/// has not reaped it; its endpoint socket answers no one.
+bool IsZombie(int pid);
+
+/// True when `pid` no longer runs: it does not exist, or it is a zombie.
+bool ProcessExited(int pid);
+
+/// Why an exited `pid` is gone, for messages after a subject: "no longer exists", or "has
+/// exited (a zombie its parent, pid P, has not reaped)".
+std::string ExitedText(int pid);
+
+/// The path of the cusnap shim (".../libcusnap.so") mapped into `pid` (/proc/<pid>/maps), ""
+/// when none is or the maps cannot be read.
+std::string MappedShimPath(int pid);
+
+/// For a process with the shim loaded (MappedShimPath): the control directory its shim uses,
+/// from its environment (/proc/<pid>/environ; ControlDirFor's rule, with its owner's uid).
+/// nullopt when the shim is not loaded; the environment may be unreadable (another user):
+/// then the rule's last choice is returned.
+std::optional<std::string> ShimControlDir(int pid);
+
 /// `pid` followed by every descendant (children of every thread, recursively, from
 /// /proc/<pid>/task/<tid>/children), parents before children. Processes that exit during
 /// the walk are skipped. Empty when `pid` does not exist.
 std::vector<int> ProcessTree(int pid);
 
-/// Pids that have an endpoint socket "<pid>.sock" in `control_dir` and are alive. Stale
-/// sockets of dead processes are ignored.
+/// Pids that have an endpoint socket "<pid>.sock" in `control_dir` and run. Stale sockets
+/// of exited processes (gone, or zombies) are left out.
 std::vector<int> EndpointPids(const std::string& control_dir);
 
-/// Pids whose endpoint socket "<pid>.sock" is still in `control_dir` though the process no
-/// longer exists (it died without removing it): `cusnap status` lists them as stale.
+/// Pids whose endpoint socket "<pid>.sock" is still in `control_dir` though the process
+/// exited (ProcessExited: it died without removing it, or is an unreaped zombie).
 std::vector<int> StaleEndpointPids(const std::string& control_dir);
 
 /// True when <control_dir>/<pid>.sock exists and is a socket (an endpoint, live or stale).
 bool HasEndpoint(const std::string& control_dir, int pid);
 
-/// The pids of `pid`'s process tree (ProcessTree order) that have an endpoint, leaving out
-/// the calling process.
+/// The pids of `pid`'s process tree (ProcessTree order) that have an endpoint and run,
+/// leaving out the calling process and exited ones (zombies).
 std::vector<int> EndpointPidsInTree(const std::string& control_dir, int pid);
 
 /// The command name of `pid` (/proc/<pid>/comm), "?" when unreadable; for messages.

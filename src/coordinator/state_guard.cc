@@ -59,10 +59,15 @@ Status EnsureStateDir(const std::string& state_dir) {
   if (::stat(state_dir.c_str(), &st) != 0) {
     return Error{errno, "cannot use state directory " + state_dir + ": " + std::strerror(errno)};
   }
-  std::string why;
   if (!S_ISDIR(st.st_mode)) {
-    why = "it is not a directory";
-  } else if (st.st_uid != ::geteuid()) {
+    // Not a mode question: say what it is, and that a directory is wanted.
+    return Error{ENOTDIR, "state directory " + state_dir + " is " +
+                              (S_ISREG(st.st_mode) ? "a file" : "not a directory") +
+                              ": --state-dir takes a directory (a missing one is created "
+                              "with mode 0700); choose another path"};
+  }
+  std::string why;
+  if (st.st_uid != ::geteuid()) {
     why = "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
           std::to_string(::geteuid()) + ")";
   } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {

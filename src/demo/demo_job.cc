@@ -21,6 +21,14 @@ extern char** environ;
 namespace cusnap::cli::demo {
 namespace {
 
+/// The worker program: next to `cusnap` in the build tree (<bin>/cusnap-demo-worker), under
+/// <bin>/../libexec/cusnap/ once installed (it is no user program, so not in bin/).
+std::string WorkerPath(const std::string& bin) {
+  const std::string build_tree = bin + "/" + kWorkerName;
+  if (::access(build_tree.c_str(), X_OK) == 0) return build_tree;
+  return bin + "/../libexec/cusnap/" + kWorkerName;
+}
+
 /// A SOCK_STREAM pair whose descriptors are both above the ones a worker receives (3, 4), so
 /// that the spawn's dup2 onto 3 and 4 never meets a descriptor already there.
 Status HighSocketPair(int out[2]) {
@@ -78,7 +86,7 @@ Status DemoJob::Start(const std::string& bin, const std::array<int, 2>& devices,
       result = s;
       break;
     }
-    std::vector<std::string> args = {bin + "/cusnap", "run", "--", bin + "/" + kWorkerName,
+    std::vector<std::string> args = {bin + "/cusnap", "run", "--", WorkerPath(bin),
                                       RoleName(static_cast<Role>(r)), std::to_string(devices[r])};
     for (uint64_t size : sizes) args.push_back(std::to_string(size));
     std::vector<char*> argv;

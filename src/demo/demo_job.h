@@ -28,8 +28,9 @@ class DemoJob {
   DemoJob(const DemoJob&) = delete;
   DemoJob& operator=(const DemoJob&) = delete;
 
-  /// Starts both workers: `<bin>/cusnap run -- <bin>/cusnap-demo-worker <role> <device>
-  /// <sizes...>`, sizes in bytes. Errors: the spawn failed (errno named).
+  /// Starts both workers: `<bin>/cusnap run -- <worker> <role> <device> <sizes...>`, sizes
+  /// in bytes; <worker> is <bin>/cusnap-demo-worker in the build tree, else the installed
+  /// <bin>/../libexec/cusnap/cusnap-demo-worker. Errors: the spawn failed (errno named).
   Status Start(const std::string& bin, const std::array<int, 2>& devices,
                const std::array<uint64_t, kAllocations>& sizes);
 

@@ -438,8 +438,8 @@ TEST_F(CliJobRefusal, EndpointThatRefusesConnections) {
   ASSERT_NO_FATAL_FAILURE(dead_socket(socket));
   const std::string meaning = "pid " + std::to_string(bare_->pid) + " (job_worker): its cusnap "
                               "endpoint " + socket + " does not answer (connection refused): "
-                              "the process was started without the shim or its shim stopped; "
-                              "start it with 'cusnap run'\n";
+                              "the process runs without the cusnap shim; start the job with "
+                              "'cusnap run'\n";
   ExpectRefused(dir_ + "/state", {"cusnap checkpoint: " + meaning});
   const Ran st = Cusnap({"status", "--all"});
   EXPECT_EQ(st.status, 1) << st.out << st.err;

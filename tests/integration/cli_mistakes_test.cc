@@ -37,6 +37,7 @@ using ::testing::Not;
 
 constexpr int kExitUsage = 2;
 constexpr int kExitRefused = 3;
+constexpr int kExitRestoreRefused = 5;
 
 class CliMistakes : public OwnMachineTest {
  protected:
@@ -368,9 +369,197 @@ TEST_F(CliMistakes, CompletionBashListsEveryCommandsOptionsAndParses) {
   EXPECT_THAT(r.out, HasSubstr("run checkpoint restore status inspect demo completion"));
   EXPECT_THAT(r.out, HasSubstr("restore) opts=\"--help --state-dir --device-map --json --pid --all\""));
   EXPECT_THAT(r.out, HasSubstr("status) opts=\"--help --json --prune --pid --all\""));
-  EXPECT_THAT(r.out, HasSubstr("complete -F _cusnap cusnap"));
+  EXPECT_THAT(r.out, HasSubstr("complete -o filenames -F _cusnap cusnap"));
   std::ofstream(dir_ + "/completion.bash") << r.out;
   EXPECT_EQ(RunCommand("bash -n " + dir_ + "/completion.bash", dir_).status, 0);
+}
+
+
+// ---- A fresh user's second round (after issue 17): each kind of mistake named ----
+
+// A --device-map naming a device twice (two onto one target, or one source twice) is a wrong
+// map, refused with the restore (exit 5, nothing changed), not a syntax error (exit 2); and a
+// job whose checkpoint used no GPU is not told that the map's target is "also used".
+TEST_F(CliMistakes, ADeviceMapNamingADeviceTwiceIsARestoreRefusalAndANoGpuJobUsesNone) {
+  const pid_t job = StartSleepJob();
+  const std::string state = dir_ + "/state";
+  const std::string pid = std::to_string(job);
+  ASSERT_EQ(Cusnap({"checkpoint", "--pid", pid, "--state-dir", state}).status, 0);
+  struct Case {
+    std::string map, says;
+  };
+  for (const Case& c : {Case{"0=1,1=1", "device map restores two devices onto device 1 (GPU-"},
+                        Case{"0=1,0=0", "device map maps device 0 (GPU-"},
+                        Case{"0=1", "device map is incomplete: it moves device 0 (GPU-"}}) {
+    const Ran r = Cusnap({"restore", "--pid", pid, "--state-dir", state, "--device-map", c.map});
+    EXPECT_EQ(r.status, kExitRestoreRefused) << c.map << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.says)) << c.map;
+    EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed, the job stays checkpointed"))
+        << c.map;
+    EXPECT_THAT(r.err, Not(HasSubstr("which the checkpoint also uses"))) << c.map;
+  }
+  const Ran syntax = Cusnap({"restore", "--pid", pid, "--state-dir", state, "--device-map", "0=x"});
+  EXPECT_EQ(syntax.status, kExitUsage);
+  EXPECT_THAT(syntax.err, HasSubstr("'x' is neither a device ordinal nor a GPU UUID"));
+  const Ran st = Cusnap({"status", "--pid", pid, "--json"});
+  EXPECT_EQ(nlohmann::json::parse(st.out)["participants"][0]["phase"], "released") << st.out;
+  EXPECT_EQ(Cusnap({"restore", "--pid", pid, "--state-dir", state}).status, 0);
+}
+
+// A job process killed but not reaped (a zombie) has exited: its socket is stale for status
+// and --prune, status does not fail because of it, and --pid names it as exited.
+TEST_F(CliMistakes, AZombieJobIsNamedAsExitedAndItsSocketIsStale) {
+  const pid_t live = StartSleepJob();
+  const pid_t zombie = StartSleepJob();
+  const std::string socket = Control() + "/" + std::to_string(zombie) + ".sock";
+  ASSERT_EQ(::kill(zombie, SIGKILL), 0);  // not reaped: this test is its parent
+  std::string state;
+  for (int i = 0; i < 200 && state != "Z"; ++i) {
+    std::ifstream in("/proc/" + std::to_string(zombie) + "/stat");
+    std::string line;
+    std::getline(in, line);
+    state = line.substr(line.rfind(')') + 2, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(state, "Z");
+  const std::string exited = "has exited (a zombie its parent, pid " +
+                             std::to_string(::getpid()) + ", has not reaped)";
+  const Ran st = Cusnap({"status"});
+  EXPECT_EQ(st.status, 0) << st.err;
+  EXPECT_THAT(st.out, HasSubstr("stale endpoint " + socket + ": its process " + exited +
+                                " (safe to remove)"));
+  EXPECT_THAT(st.out, HasSubstr("pid " + std::to_string(live)));
+  EXPECT_THAT(st.err, Not(HasSubstr("connection refused")));
+  const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(zombie), "--state-dir", dir_ + "/s"});
+  EXPECT_EQ(ck.status, kExitRefused);
+  EXPECT_THAT(ck.err, HasSubstr("pid " + std::to_string(zombie) + " (sleep) " + exited));
+  EXPECT_THAT(ck.err, Not(HasSubstr("cusnap run'")));
+  const Ran pruned = Cusnap({"status", "--prune"});
+  EXPECT_EQ(pruned.status, 0) << pruned.err;
+  EXPECT_THAT(pruned.out, HasSubstr("stale endpoint " + socket + ": its process " + exited +
+                                    " (removed)"));
+  EXPECT_FALSE(fs::exists(socket));
+}
+
+// A job started with another control directory: its shim is loaded, so the message names the
+// directory its environment gives and how to reach it, not "start it with 'cusnap run'".
+TEST_F(CliMistakes, AJobOfAnotherControlDirectoryIsNamedWithThatDirectory) {
+  const std::string other = dir_ + "/other";
+  ::setenv("CUSNAP_CONTROL_DIR", other.c_str(), 1);
+  const pid_t job = Spawn({Bin(), "run", "--", "sleep", "300"}, {});
+  jobs_.push_back(job);
+  ::setenv("CUSNAP_CONTROL_DIR", Control().c_str(), 1);
+  const std::string socket = other + "/" + std::to_string(job) + ".sock";
+  for (int i = 0; i < 600 && !fs::exists(socket); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fs::exists(socket));
+  const Ran r = Cusnap({"checkpoint", "--pid", std::to_string(job), "--state-dir", dir_ + "/s"});
+  EXPECT_EQ(r.status, kExitRefused);
+  EXPECT_THAT(r.err, HasSubstr("has the cusnap shim loaded, and its environment puts its "
+                               "endpoint in " + other + ", not in " + Control()));
+  EXPECT_THAT(r.err, HasSubstr("run the command with CUSNAP_CONTROL_DIR=" + other));
+  EXPECT_THAT(r.err, Not(HasSubstr("cusnap run'")));
+  ::setenv("CUSNAP_CONTROL_DIR", other.c_str(), 1);
+  const Ran ok = Cusnap({"checkpoint", "--pid", std::to_string(job), "--state-dir", dir_ + "/s"});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(Cusnap({"restore", "--pid", std::to_string(job), "--state-dir", dir_ + "/s"}).status, 0);
+  ::setenv("CUSNAP_CONTROL_DIR", Control().c_str(), 1);
+}
+
+// The CLI's own usage errors: an unknown command named with the commands and the nearest one,
+// a --pid that is not a number, and every usage error prefixed with its command.
+TEST_F(CliMistakes, UsageErrorsNameTheCommandTheWordAndWhatAPidIs) {
+  Ran r = Cusnap({"chekpoint", "--all"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("cusnap: unknown command 'chekpoint'; the commands are: run, "
+                               "checkpoint, restore, status, inspect, demo, completion; did you "
+                               "mean 'checkpoint'?"));
+  EXPECT_THAT(r.err, Not(HasSubstr("A subcommand is required")));
+  r = Cusnap({"frobnicate"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'; the commands are: run,"));
+  EXPECT_THAT(r.err, Not(HasSubstr("did you mean")));
+  r = Cusnap({"status", "--pid", "abc"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("cusnap status: --pid: 'abc' is not a number (a pid is a "
+                               "positive integer)"));
+  r = Cusnap({"checkpoint", "--pid", "0"});
+  EXPECT_THAT(r.err, HasSubstr("cusnap checkpoint: --pid: '0' is not a pid"));
+  r = Cusnap({"checkpoint"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("cusnap checkpoint: Exactly 1 option from [--pid,--all] is required"));
+  r = Cusnap({"completion"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("cusnap completion: shell is required"));
+}
+
+// Refusals end with the job's real state; a --state-dir that is a file is called a file.
+TEST_F(CliMistakes, ARefusalsTailSaysTheJobsStateAndAFileIsNotCalledADirectory) {
+  const pid_t job = StartSleepJob();
+  const std::string pid = std::to_string(job), state = dir_ + "/state";
+  const std::string file = dir_ + "/a-file";
+  std::ofstream(file) << "x";
+  Ran r = Cusnap({"checkpoint", "--pid", pid, "--state-dir", file});
+  EXPECT_EQ(r.status, kExitRefused);
+  EXPECT_THAT(r.err, HasSubstr("state directory " + file + " is a file: --state-dir takes a "
+                               "directory"));
+  EXPECT_THAT(r.err, Not(HasSubstr("changes no existing directory's mode")));
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed, the job keeps running"));
+  ASSERT_EQ(Cusnap({"checkpoint", "--pid", pid, "--state-dir", state}).status, 0);
+  r = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  EXPECT_EQ(r.status, kExitRefused);
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed, the job stays checkpointed"));
+  EXPECT_THAT(r.err, Not(HasSubstr("keeps running")));
+  EXPECT_EQ(Cusnap({"restore", "--pid", pid, "--state-dir", state}).status, 0);
+}
+
+// inspect takes the state directory or the state file itself, and $CUSNAP_STATE_DIR when
+// neither is given, as checkpoint and restore do.
+TEST_F(CliMistakes, InspectTakesTheStateFileOrFallsBackToCusnapStateDir) {
+  const pid_t job = StartSleepJob();
+  const std::string state = dir_ + "/state";
+  ASSERT_EQ(Cusnap({"checkpoint", "--pid", std::to_string(job), "--state-dir", state}).status, 0);
+  Ran r = Cusnap({"inspect", state + "/cusnap-state.json"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("state file: " + state + "/cusnap-state.json\n"));
+  EXPECT_THAT(r.err, Not(HasSubstr("Not a directory")));
+  ::setenv("CUSNAP_STATE_DIR", state.c_str(), 1);
+  r = Cusnap({"inspect"});
+  ::unsetenv("CUSNAP_STATE_DIR");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("state file: " + state + "/cusnap-state.json\n"));
+  EXPECT_THAT(r.out, HasSubstr("1 participant\n"));
+  EXPECT_EQ(Cusnap({"restore", "--pid", std::to_string(job), "--state-dir", state}).status, 0);
+}
+
+// Completion offers the shells after `completion`, directories after --state-dir and after
+// `inspect`.
+TEST_F(CliMistakes, CompletionOffersShellsAndDirectories) {
+  const Ran script = Cusnap({"completion", "bash"});
+  ASSERT_EQ(script.status, 0);
+  std::ofstream(dir_ + "/completion.bash") << script.out;
+  fs::create_directories(dir_ + "/tree/states");
+  std::ofstream(dir_ + "/tree/stray.txt") << "x";
+  auto complete = [&](const std::string& words, int cword) {
+    return RunCommand("cd " + dir_ + "/tree && bash -c 'source " + dir_ +
+                          "/completion.bash; COMP_WORDS=(" + words + "); COMP_CWORD=" +
+                          std::to_string(cword) + "; _cusnap; echo \"${COMPREPLY[*]}\"'",
+                      dir_).out;
+  };
+  EXPECT_EQ(complete("cusnap completion \"\"", 2), "bash --help\n");
+  EXPECT_EQ(complete("cusnap checkpoint --state-dir \"\"", 3), "states\n");
+  EXPECT_EQ(complete("cusnap inspect \"\"", 2), "states\n");
+}
+
+// `cusnap run` exits with the job's status (127 for a missing program), and says so in --help.
+TEST_F(CliMistakes, RunExitsWithTheJobsStatusAndItsHelpSaysSo) {
+  EXPECT_EQ(Cusnap({"run", "--", dir_ + "/no-such-program"}).status, 127);
+  EXPECT_EQ(Cusnap({"run", "--", "sh", "-c", "exit 7"}).status, 7);
+  const Ran help = Cusnap({"run", "--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_THAT(help.out, HasSubstr("Exit status: the command's own (it replaces cusnap: 127 when "
+                                  "the program is not found"));
 }
 
 }  // namespace

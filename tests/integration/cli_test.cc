@@ -124,7 +124,6 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
       {"checkpoint", "--all", "--lock-timeout-ms", "-5"},
       {"restore"},
       {"restore", "--pid", "1", "--device-map", "0=x"},
-      {"inspect"},
       {"status", "--pid", "1", "--all"},
       {"run"},
       {"run", "--"},
@@ -134,8 +133,9 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
     EXPECT_EQ(o.status, 2) << ::testing::PrintToString(args) << "\n" << o.out << o.err;
     EXPECT_FALSE(o.err.empty()) << ::testing::PrintToString(args);
   }
-  const auto o = RunCusnap({"restore", "--pid", "2", "--device-map", "0=1,0=2"}, env_);
-  EXPECT_EQ(o.err, "cusnap restore: --device-map: device map maps device 0 twice\n");
+  const auto o = RunCusnap({"restore", "--pid", "2", "--device-map", "0=1,0x"}, env_);
+  EXPECT_EQ(o.err, "cusnap restore: --device-map: device map pair '0x' is not of the form "
+                   "OLD=NEW\n");
 }
 
 // The shim goes first on LD_PRELOAD and the simulated driver first on LD_LIBRARY_PATH, what

@@ -6,10 +6,12 @@ set -euo pipefail
 build=$1 prefix=$2
 rm -rf "$prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in bin/cusnap bin/cusnap-demo-worker lib/libcusnap.so libexec/cusnap/simcuda/libcuda.so.1 \
+for f in bin/cusnap libexec/cusnap/cusnap-demo-worker lib/libcusnap.so libexec/cusnap/simcuda/libcuda.so.1 \
          share/doc/cusnap/README.md share/bash-completion/completions/cusnap; do
   [[ -e $prefix/$f ]] || { echo "FAIL: $prefix/$f was not installed"; exit 1; }
 done
+[[ ! -e $prefix/bin/cusnap-demo-worker ]] ||
+  { echo "FAIL: the demo's worker was installed in bin/, as if it were a user program"; exit 1; }
 version=$("$prefix/bin/cusnap" --version)
 echo "$version"
 grep -q "^shim $prefix/bin/../lib/libcusnap.so: cusnap " <<<"$version" ||

@@ -50,8 +50,6 @@ TEST(CoordinatorDeviceMap, RejectsBadInput) {
                "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"},
       {"0=GPU-1234", "device map pair '0=GPU-1234': 'GPU-1234' is neither a device ordinal nor "
                      "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"},
-      {"0=1,0=2", "device map maps device 0 twice"},
-      {"0=1,2=1", "device map restores two devices onto device 1"},
   };
   for (const auto& c : cases) {
     auto map = coord::ParseDeviceMap(c.text);
@@ -83,7 +81,17 @@ TEST(CoordinatorDeviceMap, ResolutionErrorsNameTheDevice) {
   // The same GPU named once by ordinal and once by UUID is still a duplicate.
   auto dup = coord::ResolveDeviceMap(*coord::ParseDeviceMap("0=1," + kUuid0 + "=0"), {kUuid0, kUuid1});
   ASSERT_FALSE(dup.ok());
-  EXPECT_EQ(dup.error().message, "device map maps " + kUuid0 + " twice");
+  EXPECT_EQ(dup.error().message, "device map maps device 0 (" + kUuid0 + ") twice");
+  // Duplicates parse (they are a wrong map, refused with the restore, not wrong syntax).
+  auto twice = coord::ParseDeviceMap("0=1,0=0");
+  ASSERT_TRUE(twice.ok());
+  auto from_twice = coord::ResolveDeviceMap(*twice, {kUuid0, kUuid1});
+  ASSERT_FALSE(from_twice.ok());
+  EXPECT_EQ(from_twice.error().message, "device map maps device 0 (" + kUuid0 + ") twice");
+  auto onto_one = coord::ResolveDeviceMap(*coord::ParseDeviceMap("0=1,1=1"), {kUuid0, kUuid1});
+  ASSERT_FALSE(onto_one.ok());
+  EXPECT_EQ(onto_one.error().message,
+            "device map restores two devices onto device 1 (" + kUuid1 + ")");
 }
 
 // DRIVER-FACTS F14: the driver takes only a permutation of every GPU. A swap of two GPUs

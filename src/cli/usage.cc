@@ -1,0 +1,84 @@
+// `cusnap`'s own usage errors (usage.h).
+#include "cli/usage.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "cli/exit_codes.h"
+
+namespace cusnap::cli {
+namespace {
+
+/// Levenshtein distance of `a` and `b` (single-byte characters).
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+constexpr long kMaxPid = 1L << 30;
+
+}  // namespace
+
+std::string CommandWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] != '-') return argv[i];
+  }
+  return "";
+}
+
+std::string UnknownCommand(const std::string& word, const std::vector<std::string>& commands) {
+  if (word.empty() || std::find(commands.begin(), commands.end(), word) != commands.end()) {
+    return "";
+  }
+  std::string list, nearest;
+  size_t best = 3;  // at most two edits away counts as "close"
+  for (const auto& c : commands) {
+    list += (list.empty() ? "" : ", ") + c;
+    if (const size_t d = EditDistance(word, c); d < best) {
+      best = d;
+      nearest = c;
+    }
+  }
+  std::string text = "unknown command '" + word + "'; the commands are: " + list;
+  if (!nearest.empty()) text += "; did you mean '" + nearest + "'?";
+  return text;
+}
+
+CLI::Validator PidValidator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const bool digits = !value.empty() && value.size() <= 10 &&
+                            value.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits) return "'" + value + "' is not a number (a pid is a positive integer)";
+        const long pid = std::stol(value);
+        if (pid < 1 || pid > kMaxPid) {
+          return "'" + value + "' is not a pid (a pid is a positive integer, at most " +
+                 std::to_string(kMaxPid) + ")";
+        }
+        return "";
+      },
+      "PID");
+}
+
+int ReportParseError(CLI::App& app, const std::string& command, const CLI::ParseError& e) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+    app.exit(e);  // --help, --version: their text on stdout
+    return kExitOk;
+  }
+  const std::string prefix = command.empty() ? "cusnap" : "cusnap " + command;
+  std::fprintf(stderr, "%s: %s\nRun '%s --help' for more information.\n", prefix.c_str(),
+               e.what(), prefix.c_str());
+  return kExitUsage;
+}
+
+}  // namespace cusnap::cli
