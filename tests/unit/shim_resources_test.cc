@@ -79,6 +79,12 @@ TEST(ShimResources, TooFewDescriptorsAreNamedWithBothFigures) {
 }
 
 TEST(ShimResources, CarrierGrowthPastRlimitAsIsNamed) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer reserves terabytes of shadow address space: lowering RLIMIT_AS under
+  // it makes its own next mmap fail. scripts/test.sh runs this test on the release preset
+  // instead.
+  GTEST_SKIP() << "RLIMIT_AS cannot be lowered under AddressSanitizer (run on the release preset)";
+#endif
   rlimit old{};
   ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
   auto fits = CheckResources(proto::ResourcesRequest{1u << 20, 0}, 1u << 20);
