@@ -541,12 +541,6 @@ TEST_F(CliJobRefusal, TooFewDescriptorsForTheRestore) {
 // 66 MiB it created (A, 2 MiB, and B, 64 MiB): refused, naming the bytes needed and
 // available; with the limit back the job checkpoints.
 TEST_F(CliJobRefusal, AddressSpaceTooSmallForTheCarrier) {
-#if defined(__SANITIZE_ADDRESS__)
-  // The job's processes carry AddressSanitizer (the sanitized shim): it reserves terabytes
-  // of shadow address space and its next mmap fails under a lowered RLIMIT_AS. scripts/
-  // test.sh runs this test on the release preset instead.
-  GTEST_SKIP() << "RLIMIT_AS cannot be lowered under AddressSanitizer (run on the release preset)";
-#endif
   ASSERT_NO_FATAL_FAILURE(StartPair());
   ASSERT_NO_FATAL_FAILURE(Create(*creator_, "B", 64, "dev", 0));
   ASSERT_NO_FATAL_FAILURE(Map(*creator_, "b", "B", 0, 64, "0"));
