@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_check.h"
+
 extern char** environ;
 
 namespace {
@@ -166,12 +168,7 @@ void SetAndQuery(CUdeviceptr va, size_t size, const char* order, const AccessSte
 // the host access through HOST and HOST_NUMA in turn; C (two GPUs) gives only device 1
 // access first, to tell whether HOST's answer without host access follows device 0.
 int ProbeAccess() {
-  cuInit(0);
-  CUdevice dev;
-  cuDeviceGet(&dev, 0);
-  CUcontext ctx;
-  cuDevicePrimaryCtxRetain(&ctx, dev);
-  cuCtxSetCurrent(ctx);
+  gpu::UsePrimaryContext(0);
   int count = 0;
   cuDeviceGetCount(&count);
   constexpr auto kDevice = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -285,12 +282,8 @@ constexpr size_t kPairBytes = 64ull << 20;
 // filled with a pattern; reports its GPU, then after each "CHECK" reports its GPU again and
 // whether the bytes verify.
 int PairsChild() {
-  cuInit(0);
-  CUdevice dev;
-  cuDeviceGet(&dev, 0);
-  CUcontext ctx;
-  cuDevicePrimaryCtxRetain(&ctx, dev);
-  cuCtxSetCurrent(ctx);
+  gpu::UsePrimaryContext(0);
+  CUdevice dev = 0;  // this process's device 0
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -405,12 +398,7 @@ int ProbePairs() {
 // Role A creates an interprocess event and sends its handle; role B opens it. After each
 // "USE" both report what the event calls return.
 int IpcEventChild(bool creator) {
-  cuInit(0);
-  CUdevice dev;
-  cuDeviceGet(&dev, 0);
-  CUcontext ctx;
-  cuDevicePrimaryCtxRetain(&ctx, dev);
-  cuCtxSetCurrent(ctx);
+  gpu::UsePrimaryContext(0);
   CUstream stream;
   cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
   CUevent ev = nullptr;
