@@ -19,6 +19,7 @@ cusnap_add_gtest(interception_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/interceptio
 target_compile_definitions(interception_test PRIVATE
   CUSNAP_TEST_PROBE="$<TARGET_FILE:interception_probe>"
   CUSNAP_TEST_INTERPOSER="$<TARGET_FILE:interception_interposer>")
+target_link_libraries(interception_test PRIVATE cusnap_gated_table)
 add_dependencies(interception_test interception_probe interception_interposer cusnap_shim
   simcuda_driver simcuda_runtime)
 
