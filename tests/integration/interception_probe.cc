@@ -72,7 +72,9 @@ const std::vector<Row>& rows() {
 // back exactly as the driver answers, and the runtime's own functions stay the runtime's.
 constexpr const char* kOtherDriverNames[] = {"cuNoSuchEntryPoint"};
 constexpr const char* kOtherRuntimeSymbols[] = {"cudaRuntimeGetVersion", "cudaGetDeviceCount"};
-constexpr int kVersions[] = {11000, 11030, 12000, 13000, 13010};
+// 2000-10010: the oldest ABIs of context and stream-capture entry points (cuCtxCreate,
+// cuStreamBeginCapture), which newer versions no longer return.
+constexpr int kVersions[] = {2000, 3020, 4000, 10000, 10010, 11000, 11030, 12000, 13000, 13010};
 
 void* g_shim = nullptr;
 

@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -345,9 +346,7 @@ TEST(Interception, UntrackedNamesLandInGatedWrappers) {
             "shim:cuMemsetD32Async_ptsz");
   EXPECT_EQ(at(shim, "dlsym-libcuda|cuMemGetAllocationGranularity|-|-").pointer,
             "shim:cuMemGetAllocationGranularity");
-  // The simulated driver has no cuCtxCreate_v3: asked at 11040 it answers cuCtxCreate_v2,
-  // whose wrapper (not the _v3 one, another ABI) is handed out.
-  EXPECT_EQ(at(shim, "cuGetProcAddress_v2|cuCtxCreate|12000|0").pointer, "shim:cuCtxCreate_v2");
+  EXPECT_EQ(at(shim, "cuGetProcAddress_v2|cuCtxCreate|12000|0").pointer, "shim:cuCtxCreate_v3");
   EXPECT_EQ(at(shim, "cuGetProcAddress_v2|cuCtxCreate|13000|0").pointer, "shim:cuCtxCreate_v4");
 }
 
@@ -406,4 +405,49 @@ TEST(Interception, ConcurrentFirstUseResolvesOnce) {
   }
 }
 
+// No driver entry point bypasses the gate (issue 11): in a process with the shim preloaded,
+// every generated wrapper is what the global scope finds, and a call of each made while the
+// process is quiesced through its own endpoint waits until kResume; then the held async
+// memset and launch write their words (gate_probe.cc).
+// gate_probe <mode> with the shim preloaded, in a control directory and a simulated machine
+// of its own (separate folders: the shim's endpoint and the simulated driver's service both
+// name their socket after the pid).
+ProbeRun run_gate_probe(const std::string& mode) {
+  char dir[] = "/tmp/cusnap-gate-XXXXXX";
+  EXPECT_NE(mkdtemp(dir), nullptr);
+  const std::string control = std::string(dir) + "/control", machine = std::string(dir) + "/machine";
+  EXPECT_TRUE(std::filesystem::create_directory(control) && std::filesystem::create_directory(machine));
+  setenv("CUSNAP_CONTROL_DIR", control.c_str(), 1);
+  setenv("SIMCUDA_DIR", machine.c_str(), 1);
+  ProbeRun run = run_program(CUSNAP_TEST_GATE_PROBE, mode, env_or_fail("CUSNAP_TEST_SHIM"),
+                             env_or_fail("CUSNAP_TEST_SIMCUDA_DIR"), "13010");
+  std::filesystem::remove_all(dir);
+  return run;
+}
+
+TEST(Interception, GateHoldsEveryEntryPoint) {
+  ProbeRun run = run_gate_probe("walk");
+  EXPECT_EQ(run.exit_status, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("returned-early 0 ok")) << run.output;
+  size_t generated = 0;
+  for (const TableRow& row : kTable) generated += row.generated ? 1 : 0;
+  EXPECT_GT(generated, 500u);
+  EXPECT_THAT(run.output, HasSubstr("gated " + std::to_string(generated) + " ")) << run.output;
+}
+
+// The drain before save (lifecycle/drain.h): kQuiesce is refused, and the gate reopened, while
+// a stream capture is open (naming the stream and the thread) and while a kernel waits for a
+// word nobody writes (naming the device and the deadline); once the work finished the process
+// quiesces.
+TEST(Interception, QuiesceDrainsDeviceWorkOrRefusesByName) {
+  ProbeRun run = run_gate_probe("drain");
+  EXPECT_EQ(run.exit_status, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("is capturing (begun by thread ")) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("a checkpoint waits until the capture ends")) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("device 0 still has work in flight after 300 ms")) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("drain ok")) << run.output;
+}
+
 }  // namespace
+
+
