@@ -37,7 +37,9 @@ bool Ok(Workload& w, CUresult rc, const char* call) {
   if (rc == CUDA_SUCCESS) return true;
   w.errors.fetch_add(1);
   std::lock_guard lock(w.mutex);
-  if (w.first_error == "-") w.first_error = std::string(call) + "=" + std::to_string(static_cast<int>(rc));
+  // The entry point's name only (one word in the reply): "cuMemsetD32Async=1".
+  const std::string text(call);
+  if (w.first_error == "-") w.first_error = text.substr(0, text.find('(')) + "=" + std::to_string(static_cast<int>(rc));
   return false;
 }
 
