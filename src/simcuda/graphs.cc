@@ -92,42 +92,16 @@ using namespace simcuda::graphs;  // NOLINT: entry points below are the module's
 
 extern "C" {
 
-CUresult cuStreamBeginCapture(CUstream hStream) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamBeginCapture");
-  return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-}
-CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamBeginCapture");
-  return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
-}
-CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamBeginCapture");
-  return begin(hStream, mode);
-}
-CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamBeginCapture");
-  return begin(hStream, mode);
-}
+SIMCUDA_BOTH_FORMS(CUresult, cuStreamBeginCapture, "cuStreamBeginCapture", (CUstream hStream),
+                   { return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL); })
+SIMCUDA_BOTH_FORMS(CUresult, cuStreamBeginCapture_v2, "cuStreamBeginCapture",
+                   (CUstream hStream, CUstreamCaptureMode mode), { return begin(hStream, mode); })
 // Capture into an existing graph: simcuda's graphs are built only by capture.
-CUresult cuStreamBeginCaptureToGraph(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
-                                     CUstreamCaptureMode) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamBeginCaptureToGraph");
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
-                                          CUstreamCaptureMode) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamBeginCaptureToGraph");
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamEndCapture");
-  return end(hStream, phGraph);
-}
-CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
-  SIMCUDA_CALL_INITIALIZED("cuStreamEndCapture");
-  return end(hStream, phGraph);
-}
+SIMCUDA_BOTH_FORMS(CUresult, cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph",
+                   (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode),
+                   { return CUDA_ERROR_NOT_SUPPORTED; })
+SIMCUDA_BOTH_FORMS(CUresult, cuStreamEndCapture, "cuStreamEndCapture", (CUstream hStream, CUgraph *phGraph),
+                   { return end(hStream, phGraph); })
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
   SIMCUDA_CALL_INITIALIZED("cuGraphInstantiate");
@@ -144,14 +118,8 @@ CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraph
   return instantiate(phGraphExec, hGraph);
 }
 
-CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-  SIMCUDA_CALL_INITIALIZED("cuGraphLaunch");
-  return launch(hGraphExec, hStream);
-}
-CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  SIMCUDA_CALL_INITIALIZED("cuGraphLaunch");
-  return launch(hGraphExec, hStream);
-}
+SIMCUDA_BOTH_FORMS(CUresult, cuGraphLaunch, "cuGraphLaunch", (CUgraphExec hGraphExec, CUstream hStream),
+                   { return launch(hGraphExec, hStream); })
 
 CUresult cuGraphDestroy(CUgraph hGraph) {
   SIMCUDA_CALL_INITIALIZED("cuGraphDestroy");

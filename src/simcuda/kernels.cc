@@ -180,26 +180,17 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
   return CUDA_SUCCESS;
 }
 
-#define SIMCUDA_LAUNCH_KERNEL(name)                                                                       \
-  CUresult name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,        \
-                unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
-                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {      \
-    SIMCUDA_CALL_INITIALIZED("cuLaunchKernel");                                                           \
-    (void)sharedMemBytes;                                                                                 \
-    return launch(f, gridDimX * gridDimY * gridDimZ, blockDimX * blockDimY * blockDimZ, hStream,          \
-                  kernelParams, extra);                                                                   \
-  }
-SIMCUDA_LAUNCH_KERNEL(cuLaunchKernel)
-SIMCUDA_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
-
-CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
-  SIMCUDA_CALL_INITIALIZED("cuLaunchKernelEx");
-  return launch_ex(config, f, kernelParams, extra);
-}
-
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
-  SIMCUDA_CALL_INITIALIZED("cuLaunchKernelEx");
-  return launch_ex(config, f, kernelParams, extra);
-}
+SIMCUDA_BOTH_FORMS(CUresult, cuLaunchKernel, "cuLaunchKernel",
+                   (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra),
+                   {
+                     (void)sharedMemBytes;
+                     return launch(f, gridDimX * gridDimY * gridDimZ, blockDimX * blockDimY * blockDimZ,
+                                   hStream, kernelParams, extra);
+                   })
+SIMCUDA_BOTH_FORMS(CUresult, cuLaunchKernelEx, "cuLaunchKernelEx",
+                   (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
+                   { return launch_ex(config, f, kernelParams, extra); })
 
 }  // extern "C"

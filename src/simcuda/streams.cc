@@ -339,18 +339,6 @@ CUresult capture_info(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t
 
 }  // namespace
 
-// The per-thread (_ptsz) forms behave as the default ones here: the special streams run their
-// work at once either way.
-#define SIMCUDA_BOTH_FORMS(ret, name, api_name, params, body) \
-  ret name params {                                           \
-    SIMCUDA_CALL_INITIALIZED(api_name);                       \
-    body                                                      \
-  }                                                           \
-  ret name##_ptsz params {                                    \
-    SIMCUDA_CALL_INITIALIZED(api_name);                       \
-    body                                                      \
-  }
-
 extern "C" {
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {

@@ -1,7 +1,7 @@
-// Hooks that tell the drain before save (lifecycle/drain.h) what the application keeps
-// running on its devices: stream captures it opens and closes, contexts it creates and
-// destroys. Each passes the gate, forwards, and notes the driver's answer; the result is
-// exactly the driver's.
+// Hooks that tell the shim about the application's device work: cuInit (a fork child's
+// endpoint starts there), and for the drain before save (lifecycle/drain.h) the stream
+// captures it opens and closes and the contexts it creates and destroys. Each passes the gate,
+// forwards, and notes the driver's answer; the result is exactly the driver's.
 #include "shim/hooks/hooks.h"
 #include "shim/intercept/driver_api.h"
 #include "shim/process.h"
@@ -55,6 +55,14 @@ CUresult DestroyContext(Real real, CUcontext context) {
 }
 
 }  // namespace
+
+// A child forked before it used CUDA gets its own endpoint at its first driver call, whatever
+// API it goes on to use (DESIGN.md, "Endpoint"); in any other process this is one atomic load.
+CUresult cuInit(unsigned int Flags) {
+  EnsureEndpoint();
+  CUSNAP_QUIESCE_GATE();
+  return Forward(driver().cuInit, Flags);
+}
 
 CUresult cuStreamBeginCapture(CUstream hStream) {
   return BeginCapture(driver().cuStreamBeginCapture, hStream);
