@@ -154,10 +154,16 @@ CUresult cuModuleUnload(CUmodule hmod) {
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   if (r.modules.erase(hmod) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  // Its functions stay valid objects (queued launches may name them) but unknown handles.
+  // Queued launches copied what they run: the functions can go with their module.
   for (auto it = r.functions.begin(); it != r.functions.end();) {
-    it = (*it)->module == hmod ? r.functions.erase(it) : std::next(it);
+    if ((*it)->module != hmod) {
+      ++it;
+      continue;
+    }
+    delete *it;
+    it = r.functions.erase(it);
   }
+  delete hmod;
   return CUDA_SUCCESS;
 }
 

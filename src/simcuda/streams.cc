@@ -64,7 +64,8 @@ struct CUevent_st {
   int device = 0;
   unsigned flags = 0;
   bool recorded = false;
-  int pending = 0;  // records queued on a stream and not yet reached (Registry::mutex)
+  int pending = 0;         // records queued on a stream and not yet reached (Registry::mutex)
+  bool destroyed = false;  // cuEventDestroy came while records were pending: the last frees it
 };
 
 namespace simcuda::streams {
@@ -125,11 +126,13 @@ CUresult check_event(CUevent event) {
   return r.events.count(event) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-// Marks `event` as reached by its stream.
+// Marks `event` as reached by its stream (the event object lives while records are pending,
+// even after cuEventDestroy).
 CUresult reach(CUevent event) {
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
-  if (r.events.count(event) != 0 && event->pending > 0) --event->pending;
+  if (event->pending > 0) --event->pending;
+  if (event->destroyed && event->pending == 0) delete event;
   r.event_reached.notify_all();
   return CUDA_SUCCESS;
 }
@@ -359,7 +362,11 @@ SIMCUDA_BOTH_FORMS(CUresult, cuStreamWaitEvent, "cuStreamWaitEvent",
                    (CUstream hStream, CUevent hEvent, unsigned int Flags), {
                      if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
                      if (CUresult r = check_event(hEvent); r != CUDA_SUCCESS) return r;
-                     return submit(hStream, [hEvent] { return wait_event(hEvent); });
+                     // An event destroyed meanwhile counts as reached, as in CUDA.
+                     return submit(hStream, [hEvent] {
+                       wait_event(hEvent);
+                       return CUDA_SUCCESS;
+                     });
                    })
 
 SIMCUDA_BOTH_FORMS(CUresult, cuStreamIsCapturing, "cuStreamIsCapturing",
@@ -391,7 +398,7 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   if (phEvent == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int device = 0;
   if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
-  auto *event = new CUevent_st{device, Flags, false, 0};
+  auto *event = new CUevent_st{device, Flags, false, 0, false};
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   r.events.insert(event);
@@ -420,8 +427,12 @@ CUresult cuEventDestroy_v2(CUevent hEvent) {
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   if (r.events.erase(hEvent) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  // A record still queued finds the event gone (reach() checks); the object itself is kept
-  // until then would need a count: leak it instead, it is a few bytes.
+  // As in CUDA, records still queued complete; the last one frees the event.
+  if (hEvent->pending == 0) {
+    delete hEvent;
+  } else {
+    hEvent->destroyed = true;
+  }
   r.event_reached.notify_all();
   return CUDA_SUCCESS;
 }
