@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/text.h"
+#include "shim/lifecycle/quiesce.h"
 
 namespace cusnap::shim {
 namespace {
@@ -34,6 +35,9 @@ struct SyncJob {
 };
 
 void SynchronizeAll(const DriverApi& api, std::vector<Target> targets, std::shared_ptr<SyncJob> job) {
+  // A shim thread: should the driver reach an exported entry point from inside (the shim's
+  // wrapper then), it must not wait at the gate this drain runs behind.
+  GateBypass bypass;
   CUresult first = CUDA_SUCCESS;
   for (const Target& target : targets) {
     CUresult r = api.cuCtxPushCurrent_v2(target.context);
