@@ -1,7 +1,7 @@
 // The in-flight-work test (issue 11, "Must show (CI)"): two processes sharing one allocation
 // (one creates and exports it, the other imports the ticket), each writing its half and
-// verifying it, and reading the other half, in a loop of async memsets, copies and launches on
-// its own streams (job_workload.h), through ten `cusnap checkpoint` / `cusnap restore`
+// verifying it, and reading the other half, in a loop of async memsets, copies, launches and
+// graph replays on its own streams (job_workload.h), through ten `cusnap checkpoint` / `cusnap restore`
 // cycles of the real binary on the simulated driver. While a command holds the job every
 // driver call waits at the shim's gate and the devices are drained before save, so: every
 // driver result the application saw is CUDA_SUCCESS and no write that returned success is

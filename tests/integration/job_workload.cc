@@ -1,5 +1,6 @@
 // The in-flight workload (job_workload.h). Iteration i of the part this process owns:
-//   s1: cuMemsetD32Async(part, 2i)  then  add_u32(part, +1) launched   -> every word 2i+1
+//   s1: cuMemsetD32Async(part, 2i)  then  add_u32(part, +1), launched on even iterations and
+//       replayed from a graph captured at the start (cuGraphLaunch) on odd ones -> every word 2i+1
 //   s1: event; s2 waits for it, then copies the part's first page (cuMemcpyDtoDAsync) to a
 //       private cuMemAlloc buffer and, through cuLaunchKernelEx, copy_u32 the next page
 //   s2 synchronised: the private buffer holds 2i+1 (read back with cuMemcpyDtoHAsync)
@@ -60,16 +61,28 @@ void Run(Workload& w, CUcontext context, CUdeviceptr va, size_t size, int part, 
       !WL(cuMemAlloc(&scratch, 2 * kPageWords * sizeof(uint32_t)))) {
     return;
   }
+  // The graph: add_u32(part, +1), captured once (no capture stays open across a checkpoint).
+  unsigned one = 1;
+  size_t count = part_words;
+  CUdeviceptr target = mine;
+  void* add_params[] = {&target, &one, &count};
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  if (!WL(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL)) ||
+      !WL(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s1, add_params, nullptr)) ||
+      !WL(cuStreamEndCapture(s1, &graph)) || !WL(cuGraphInstantiate(&exec, graph, 0))) {
+    return;
+  }
   std::vector<uint32_t> host(part_words), page(2 * kPageWords);
   std::vector<uint32_t> seen(size / sizeof(uint32_t), 0);  // the other parts, at the last look
   for (uint32_t i = 1; !w.stop.load(); ++i) {
     const uint32_t expected = 2 * i + 1;
-    unsigned one = 1;
-    size_t count = part_words;
-    CUdeviceptr target = mine;
-    void* add_params[] = {&target, &one, &count};
     WL(cuMemsetD32Async(mine, 2 * i, part_words, s1));
-    WL(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s1, add_params, nullptr));
+    if (i % 2 == 0) {
+      WL(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s1, add_params, nullptr));
+    } else {
+      WL(cuGraphLaunch(exec, s1));
+    }
     WL(cuEventRecord(written, s1));
     WL(cuStreamWaitEvent(s2, written, 0));
     WL(cuMemcpyDtoDAsync(scratch, mine, kPageWords * sizeof(uint32_t), s2));
@@ -102,6 +115,8 @@ void Run(Workload& w, CUcontext context, CUdeviceptr va, size_t size, int part, 
     w.iterations.fetch_add(1);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  WL(cuGraphExecDestroy(exec));
+  WL(cuGraphDestroy(graph));
   WL(cuStreamDestroy(s1));
   WL(cuStreamDestroy(s2));
   WL(cuEventDestroy(written));
