@@ -1,9 +1,13 @@
 // intercept_bench: the cost the shim adds to an intercepted driver call (DESIGN.md goal:
-// under 100 ns per call), measured on the simulated driver. The same entry point is called
-// through the shim's exported wrapper and through the driver's own pointer, in one run, on
-// an allocation the shim does not track (the pass-through path every untracked call takes):
+// under 100 ns per call; the gate alone, on every other entry point, under 5 ns), measured
+// on the simulated driver. The same entry point is called through the shim's exported
+// wrapper and through the driver's own pointer, in one run, on an allocation the shim does
+// not track (the pass-through path every untracked call takes):
 //   cuMemGetAccess                           on a mapped 2 MiB range
 //   cuMemGetAllocationPropertiesFromHandle   on its allocation handle
+// and two entry points the shim only gates (generated wrappers, hooks/gated.cc), whose
+// overhead is the gate's open path plus the forwarding:
+//   cuCtxGetCurrent, cuStreamQuery           on an idle created stream
 // and the difference (ns added per call) and the ratio are printed at the end, in CPU time
 // per call (thread CPU time: stable on a loaded shared machine, where wall time is not).
 //
@@ -33,13 +37,18 @@ namespace {
 
 using GetAccess = CUresult (*)(unsigned long long*, const CUmemLocation*, CUdeviceptr);
 using GetProperties = CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
+using CtxGetCurrent = CUresult (*)(CUcontext*);
+using StreamQuery = CUresult (*)(CUstream);
 
 struct Subject {
   GetAccess get_access;
   GetProperties get_properties;
+  CtxGetCurrent ctx_get_current;
+  StreamQuery stream_query;
 };
 
 Subject g_driver{}, g_shim{};
+CUstream g_stream = nullptr;
 CUdeviceptr g_va = 0;
 CUmemGenericAllocationHandle g_handle = 0;
 CUmemLocation g_location{};
@@ -75,10 +84,12 @@ void check(CUresult rc, const char* what) {
 void set_up() {
   void* libcuda = open_or_die(std::string(CUSNAP_BENCH_SIMCUDA_DIR) + "/libcuda.so.1");
   void* shim = open_or_die(CUSNAP_BENCH_SHIM);
-  g_driver = {symbol_or_die<GetAccess>(libcuda, "cuMemGetAccess"),
-              symbol_or_die<GetProperties>(libcuda, "cuMemGetAllocationPropertiesFromHandle")};
-  g_shim = {symbol_or_die<GetAccess>(shim, "cuMemGetAccess"),
-            symbol_or_die<GetProperties>(shim, "cuMemGetAllocationPropertiesFromHandle")};
+  for (auto [subject, library] : {std::pair{&g_driver, libcuda}, std::pair{&g_shim, shim}}) {
+    *subject = {symbol_or_die<GetAccess>(library, "cuMemGetAccess"),
+                symbol_or_die<GetProperties>(library, "cuMemGetAllocationPropertiesFromHandle"),
+                symbol_or_die<CtxGetCurrent>(library, "cuCtxGetCurrent"),
+                symbol_or_die<StreamQuery>(library, "cuStreamQuery")};
+  }
 
   check(symbol_or_die<CUresult (*)(unsigned)>(libcuda, "cuInit")(0), "cuInit");
   CUcontext context = nullptr;
@@ -100,6 +111,8 @@ void set_up() {
   check(symbol_or_die<decltype(&cuMemSetAccess)>(libcuda, "cuMemSetAccess")(g_va, kSize, &access, 1),
         "cuMemSetAccess");
   g_location = prop.location;
+  check(symbol_or_die<decltype(&cuStreamCreate)>(libcuda, "cuStreamCreate")(&g_stream, 0), "cuStreamCreate");
+  check(g_shim.stream_query(g_stream), "cuStreamQuery through the shim");
   unsigned long long flags = 0;
   check(g_shim.get_access(&flags, &g_location, g_va), "cuMemGetAccess through the shim");
   CUmemAllocationProp got{};
@@ -116,11 +129,31 @@ inline CUresult call_get_properties(const Subject& s) {
   return s.get_properties(&prop, g_handle);
 }
 
+inline CUresult call_ctx_get_current(const Subject& s) {
+  CUcontext context = nullptr;
+  return s.ctx_get_current(&context);
+}
+
+inline CUresult call_stream_query(const Subject& s) { return s.stream_query(g_stream); }
+
+// Every measured entry point, with its call.
+struct Measured {
+  const char* name;
+  CUresult (*call)(const Subject&);
+};
+constexpr Measured kMeasured[] = {
+    {"cuMemGetAccess", &call_get_access},
+    {"cuMemGetAllocationPropertiesFromHandle", &call_get_properties},
+    {"cuCtxGetCurrent", &call_ctx_get_current},
+    {"cuStreamQuery", &call_stream_query},
+};
+
 // Prints, per entry point, ns per call both ways, the ns the shim adds and the ratio.
 void print_summary(const std::map<std::string, double>& ns_per_call) {
   std::printf("\nCPU ns per call\n%-40s %12s %12s %12s %8s\n", "entry point", "driver ns", "shim ns",
               "added ns", "ratio");
-  for (const char* name : {"cuMemGetAccess", "cuMemGetAllocationPropertiesFromHandle"}) {
+  for (const Measured& measured : kMeasured) {
+    const char* name = measured.name;
     auto direct = ns_per_call.find(std::string(name) + "/driver");
     auto shim = ns_per_call.find(std::string(name) + "/shim");
     if (direct == ns_per_call.end() || shim == ns_per_call.end()) continue;
@@ -131,11 +164,8 @@ void print_summary(const std::map<std::string, double>& ns_per_call) {
 
 #ifdef CUSNAP_HAVE_BENCHMARK
 
-void BM_GetAccess(benchmark::State& state, const Subject* subject) {
-  for (auto _ : state) benchmark::DoNotOptimize(call_get_access(*subject));
-}
-void BM_GetProperties(benchmark::State& state, const Subject* subject) {
-  for (auto _ : state) benchmark::DoNotOptimize(call_get_properties(*subject));
+void BM_Call(benchmark::State& state, CUresult (*call)(const Subject&), const Subject* subject) {
+  for (auto _ : state) benchmark::DoNotOptimize(call(*subject));
 }
 
 // Keeps each benchmark's CPU ns per iteration for the summary.
@@ -186,10 +216,10 @@ double time_calls(Call call) {
 int main(int argc, char** argv) {
   set_up();
 #ifdef CUSNAP_HAVE_BENCHMARK
-  benchmark::RegisterBenchmark("cuMemGetAccess/driver", BM_GetAccess, &g_driver);
-  benchmark::RegisterBenchmark("cuMemGetAccess/shim", BM_GetAccess, &g_shim);
-  benchmark::RegisterBenchmark("cuMemGetAllocationPropertiesFromHandle/driver", BM_GetProperties, &g_driver);
-  benchmark::RegisterBenchmark("cuMemGetAllocationPropertiesFromHandle/shim", BM_GetProperties, &g_shim);
+  for (const Measured& measured : kMeasured) {
+    benchmark::RegisterBenchmark((std::string(measured.name) + "/driver").c_str(), BM_Call, measured.call, &g_driver);
+    benchmark::RegisterBenchmark((std::string(measured.name) + "/shim").c_str(), BM_Call, measured.call, &g_shim);
+  }
   benchmark::Initialize(&argc, argv);
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
@@ -199,10 +229,10 @@ int main(int argc, char** argv) {
   (void)argc;
   (void)argv;
   std::map<std::string, double> ns_per_call;
-  ns_per_call["cuMemGetAccess/driver"] = time_calls([] { return call_get_access(g_driver); });
-  ns_per_call["cuMemGetAccess/shim"] = time_calls([] { return call_get_access(g_shim); });
-  ns_per_call["cuMemGetAllocationPropertiesFromHandle/driver"] = time_calls([] { return call_get_properties(g_driver); });
-  ns_per_call["cuMemGetAllocationPropertiesFromHandle/shim"] = time_calls([] { return call_get_properties(g_shim); });
+  for (const Measured& measured : kMeasured) {
+    ns_per_call[std::string(measured.name) + "/driver"] = time_calls([&] { return measured.call(g_driver); });
+    ns_per_call[std::string(measured.name) + "/shim"] = time_calls([&] { return measured.call(g_shim); });
+  }
   print_summary(ns_per_call);
 #endif
   return 0;

@@ -42,8 +42,8 @@ const shim::DriverApi& SimDriver() {
     shim::DriverApi a{};
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) Load(a.symbol, #symbol);
 #include "shim/intercept/entry_points.def"
-#define CUSNAP_DRIVER_CALL(symbol, api_name, since, params) Load(a.symbol, #symbol);
-#include "shim/intercept/driver_calls.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) Load(a.symbol, #symbol);
+#include "shim/intercept/gated_entry_points.def"
     auto init = reinterpret_cast<CUresult (*)(unsigned)>(SimSymbol("cuInit"));
     if (init == nullptr || init(0) != CUDA_SUCCESS) {
       std::fprintf(stderr, "cuInit of the simulated driver failed\n");

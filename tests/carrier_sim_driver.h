@@ -1,6 +1,6 @@
 // The simulated driver as a DriverApi (src/shim/intercept/driver_api.h) for tests that run shim code
 // in the test process itself: libcuda.so.1 from CUSNAP_TEST_SIMCUDA_DIR, every row of the
-// interception table and of driver_calls.def looked up by its exported name. Test binaries
+// interception table and of the generated gated_entry_points.def looked up by its exported name. Test binaries
 // that link shim sources get cusnap::shim::driver() from here.
 #pragma once
 

@@ -27,11 +27,11 @@ struct Restorer {
   StepsWithMulticast all;    // both, as the one LifecycleSteps the lifecycle drives
   Lifecycle lifecycle;
   Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
-           QuiesceGate& gate)
+           QuiesceGate& gate, DeviceWork& device_work)
       : carrier(driver(), CarrierModeFromEnvironment()),
         steps(driver(), table, cache, carrier, &FetchExportFromCreator),
         multicast(driver(), table, multicast_table, cache, &FetchMulticastFromCreator),
-        all(steps, multicast),
+        all(steps, multicast, &driver(), &device_work),
         lifecycle(all, gate) {}
 };
 
@@ -47,6 +47,7 @@ struct Process {
   MulticastTable multicast;
   ExportCache cache;
   QuiesceGate gate;
+  DeviceWork device_work;
   std::atomic<Restorer*> restorer{nullptr};  // built at first use (Restore())
   std::atomic<int> endpoint_state{kNeeded};
   std::atomic<Endpoint*> endpoint{nullptr};
@@ -54,7 +55,7 @@ struct Process {
   Restorer& Restore() {
     Restorer* built = restorer.load(std::memory_order_acquire);
     if (built != nullptr) return *built;
-    auto* fresh = new Restorer(table, multicast, cache, gate);
+    auto* fresh = new Restorer(table, multicast, cache, gate, device_work);
     if (restorer.compare_exchange_strong(built, fresh, std::memory_order_acq_rel)) return *fresh;
     delete fresh;  // another thread published first
     return *built;
@@ -122,6 +123,8 @@ MulticastTable& multicast_table() { return Root().multicast; }
 ExportCache& export_cache() { return Root().cache; }
 
 QuiesceGate& gate() { return Root().gate; }
+
+DeviceWork& device_work() { return Root().device_work; }
 
 HostCarrier& carrier() { return Root().Restore().carrier; }
 

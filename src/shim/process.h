@@ -21,6 +21,7 @@
 
 #include "common/messages.h"
 #include "shim/carrier/carrier.h"
+#include "shim/lifecycle/drain.h"
 #include "shim/lifecycle/quiesce.h"
 #include "shim/tables/export_cache.h"
 #include "shim/tables/multicast_table.h"
@@ -39,6 +40,10 @@ ExportCache& export_cache();
 
 /// This process's quiesce gate. Application threads may sit in it at exit: never destroyed.
 QuiesceGate& gate();
+
+/// What this process keeps running on its devices: open stream captures and created
+/// contexts, drained at kQuiesce (lifecycle/drain.h).
+DeviceWork& device_work();
 
 /// This process's host carrier over the real driver (built at first use; resolves the
 /// driver table).

@@ -46,3 +46,15 @@ class ApiCall {
 #define SIMCUDA_CALL_INITIALIZED(api_name) \
   SIMCUDA_CALL(api_name);                  \
   if (!::simcuda::initialized()) return CUDA_ERROR_NOT_INITIALIZED
+
+// An entry point and its per-thread (_ptsz) form with one body: they behave alike here (the
+// special streams run their work at once either way).
+#define SIMCUDA_BOTH_FORMS(ret, name, api_name, params, body) \
+  ret name params {                                           \
+    SIMCUDA_CALL_INITIALIZED(api_name);                       \
+    body                                                      \
+  }                                                           \
+  ret name##_ptsz params {                                    \
+    SIMCUDA_CALL_INITIALIZED(api_name);                       \
+    body                                                      \
+  }

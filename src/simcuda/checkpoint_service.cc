@@ -5,6 +5,7 @@
 #include "devices.h"
 #include "gate.h"
 #include "multicast.h"
+#include "streams.h"
 #include "vmm_checkpoint.h"
 
 #include <sys/socket.h>
@@ -92,6 +93,24 @@ CUresult refuse_multicast(const Service &s) {
   return CUDA_ERROR_TIMEOUT;
 }
 
+// cuCheckpointProcessLock: no new calls, the calls in flight returned, and, like the real
+// driver, the work queued on every stream finished, all within `timeout_ms` (0: no limit).
+// CUDA_ERROR_TIMEOUT, the process running on as before, when the streams did not go idle.
+CUresult lock_with_streams_idle(unsigned timeout_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  if (CUresult r = gate::lock(timeout_ms); r != CUDA_SUCCESS) return r;
+  unsigned left = 0;
+  if (timeout_ms != 0) {
+    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    left = spent.count() >= timeout_ms ? 1 : timeout_ms - static_cast<unsigned>(spent.count());
+  }
+  if (streams::wait_idle(left)) return CUDA_SUCCESS;
+  std::fprintf(stderr, "simcuda[%d]: lock: stream work still running after %u ms; not locked\n",
+               static_cast<int>(getpid()), timeout_ms);
+  gate::unlock();
+  return CUDA_ERROR_TIMEOUT;
+}
+
 Reply handle(Service &s, const Request &req) {
   Reply reply;
   switch (req.op) {
@@ -102,7 +121,7 @@ Reply handle(Service &s, const Request &req) {
       break;
     case Op::kLock:
       if (s.state != CU_PROCESS_STATE_RUNNING) reply.result = CUDA_ERROR_ILLEGAL_STATE;
-      else if ((reply.result = gate::lock(req.timeout_ms)) == CUDA_SUCCESS) {
+      else if ((reply.result = lock_with_streams_idle(req.timeout_ms)) == CUDA_SUCCESS) {
         s.state = CU_PROCESS_STATE_LOCKED;
         s.lock_timeout_ms = req.timeout_ms;
       }

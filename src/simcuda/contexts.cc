@@ -5,6 +5,7 @@
 #include "api_call.h"
 #include "config.h"
 #include "devices.h"
+#include "streams.h"
 
 #include <algorithm>
 #include <array>
@@ -139,8 +140,21 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
   return CUDA_SUCCESS;
 }
 
+// The CUDA 2.0 ABI: the same parameters (a 32-bit CUdevice either way).
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  SIMCUDA_CALL_INITIALIZED("cuCtxCreate");
+  return create(pctx, flags, dev);
+}
+
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
   SIMCUDA_CALL_INITIALIZED("cuCtxCreate");
+  return create(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int count, unsigned int flags, CUdevice dev) {
+  SIMCUDA_CALL_INITIALIZED("cuCtxCreate");
+  (void)params;  // execution affinity has no meaning without a GPU
+  (void)count;
   return create(pctx, flags, dev);
 }
 
@@ -150,8 +164,8 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int
   return create(pctx, flags, dev);
 }
 
-CUresult cuCtxDestroy_v2(CUcontext ctx) {
-  SIMCUDA_CALL_INITIALIZED("cuCtxDestroy");
+// cuCtxDestroy of either ABI: a created context only.
+static CUresult destroy_created(CUcontext ctx) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Registry &r = registry();
   {
@@ -162,6 +176,16 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
   std::erase(stack, ctx);
   delete ctx;
   return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy(CUcontext ctx) {
+  SIMCUDA_CALL_INITIALIZED("cuCtxDestroy");
+  return destroy_created(ctx);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  SIMCUDA_CALL_INITIALIZED("cuCtxDestroy");
+  return destroy_created(ctx);
 }
 
 CUresult cuCtxGetCurrent(CUcontext *pctx) {
@@ -217,7 +241,8 @@ CUresult cuCtxGetFlags(unsigned int *flags) {
 CUresult cuCtxSynchronize() {
   SIMCUDA_CALL_INITIALIZED("cuCtxSynchronize");
   int device = 0;
-  return current_device(&device);  // all work completes before its call returns
+  if (CUresult r = current_device(&device); r != CUDA_SUCCESS) return r;
+  return simcuda::streams::synchronize_device(device);
 }
 
 }  // extern "C"

@@ -1,5 +1,7 @@
-// Copies and memsets, synchronous and asynchronous (the async forms finish before returning;
-// their stream is validated). Device pointers are VAs mapped by this process; a device range
+// Copies and memsets, synchronous and asynchronous: the async forms on a created stream run on
+// its worker after the call returned (streams.h), checked when queued and again when they run
+// (a range unmapped in between fails the stream with CUDA_ERROR_ILLEGAL_ADDRESS, where a GPU
+// would fault). Device pointers are VAs mapped by this process; a device range
 // that is not wholly mapped with the access the operation needs gives CUDA_ERROR_INVALID_VALUE
 // (where a real GPU would fault). Every form needs a current context (CUDA_ERROR_INVALID_CONTEXT).
 #include "api_call.h"
@@ -28,8 +30,14 @@ CUresult copy(CUdeviceptr dst, Side dst_side, CUdeviceptr src, Side src_side, si
   if (bytes == 0) return CUDA_SUCCESS;
   if (CUresult r = check_side(dst, bytes, dst_side, true); r != CUDA_SUCCESS) return r;
   if (CUresult r = check_side(src, bytes, src_side, false); r != CUDA_SUCCESS) return r;
-  std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), bytes);
-  return CUDA_SUCCESS;
+  return streams::submit(stream, [=] {
+    if (check_side(dst, bytes, dst_side, true) != CUDA_SUCCESS ||
+        check_side(src, bytes, src_side, false) != CUDA_SUCCESS) {
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), bytes);
+    return CUDA_SUCCESS;
+  });
 }
 
 CUresult htod(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream) {
@@ -46,9 +54,12 @@ CUresult fill(CUdeviceptr dst, T value, size_t count, CUstream stream) {
   if (count == 0) return CUDA_SUCCESS;
   if (dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_side(dst, count * sizeof(T), Side::kDevice, true); r != CUDA_SUCCESS) return r;
-  T *p = reinterpret_cast<T *>(dst);
-  for (size_t i = 0; i < count; ++i) p[i] = value;
-  return CUDA_SUCCESS;
+  return streams::submit(stream, [=] {
+    if (check_side(dst, count * sizeof(T), Side::kDevice, true) != CUDA_SUCCESS) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    T *p = reinterpret_cast<T *>(dst);
+    for (size_t i = 0; i < count; ++i) p[i] = value;
+    return CUDA_SUCCESS;
+  });
 }
 
 }  // namespace

@@ -58,9 +58,16 @@ if(CUSNAP_BUILD_GPU_TESTS)
   cusnap_warnings(gpu_inspect)
   target_link_libraries(gpu_inspect PRIVATE cusnap_common)
 
+  # The interception table against the real driver: every row's `since` and flag resolve to
+  # the row's own exported symbol (issue 11; loads libcuda.so.1 itself, links no stub).
+  add_executable(gpu_abi_table ${_gpu_dir}/gpu_abi_table.cc)
+  cusnap_warnings(gpu_abi_table)
+  target_include_directories(gpu_abi_table PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_link_libraries(gpu_abi_table PRIVATE cusnap_cuda_headers dl)
+
   # Everything tests/gpu/run_all.sh needs, and nothing else (the folder is carried to the GPU
   # machine): `cmake --build <build> --target cusnap_gpu_tests`.
   add_custom_target(cusnap_gpu_tests DEPENDS cusnap cusnap_shim gpu_vmm_basic gpu_ticket_pair
     gpu_share_checkpoint gpu_pinned_baseline gpu_meminfo gpu_multicast_forward gpu_pair_launcher
-    gpu_inspect gpu_share_ring gpu_driver_facts)
+    gpu_inspect gpu_share_ring gpu_driver_facts gpu_abi_table)
 endif()

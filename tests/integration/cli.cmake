@@ -6,10 +6,10 @@
 
 # One process of a job, driven by a command language on stdin (job_worker.cc). Linked against
 # the simulated libcuda.so.1 like any CUDA program; `cusnap run` preloads the shim.
-add_executable(job_worker ${CMAKE_CURRENT_LIST_DIR}/job_worker.cc)
+add_executable(job_worker ${CMAKE_CURRENT_LIST_DIR}/job_worker.cc ${CMAKE_CURRENT_LIST_DIR}/job_workload.cc)
 cusnap_warnings(job_worker)
 target_include_directories(job_worker PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/src/simcuda/include)
-target_link_libraries(job_worker PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver)
+target_link_libraries(job_worker PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver pthread)
 
 cusnap_add_gtest(cli_job_test
   SOURCES
@@ -62,3 +62,14 @@ cusnap_add_gtest(cli_tree_test
   LIBS nlohmann_json::nlohmann_json
   LABELS integration)
 add_dependencies(cli_tree_test cusnap cusnap_shim simcuda_driver cli_tree_launcher lifecycle_cycle_peer)
+
+# The in-flight-work test (issue 11): two processes writing and verifying shared memory through
+# async copies, memsets and launches on their own streams across ten checkpoint/restore cycles.
+cusnap_add_gtest(cli_inflight_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/job_harness.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cli_inflight_test.cc
+  LIBS cusnap_common nlohmann_json::nlohmann_json
+  LABELS integration)
+target_include_directories(cli_inflight_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+add_dependencies(cli_inflight_test cusnap cusnap_shim simcuda_driver job_worker)

@@ -19,6 +19,7 @@ cusnap_add_gtest(interception_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/interceptio
 target_compile_definitions(interception_test PRIVATE
   CUSNAP_TEST_PROBE="$<TARGET_FILE:interception_probe>"
   CUSNAP_TEST_INTERPOSER="$<TARGET_FILE:interception_interposer>")
+target_link_libraries(interception_test PRIVATE cusnap_gated_table)
 add_dependencies(interception_test interception_probe interception_interposer cusnap_shim
   simcuda_driver simcuda_runtime)
 
@@ -39,3 +40,12 @@ target_compile_definitions(interception_test PRIVATE
   CUSNAP_TEST_FAILCLOSED="$<TARGET_FILE:interception_failclosed>"
   CUSNAP_TEST_FAKECUDA_DIR="${CMAKE_BINARY_DIR}/interception_fakecuda")
 add_dependencies(interception_test interception_failclosed interception_fakecuda)
+
+# No entry point bypasses the gate: every generated wrapper, called while the process is
+# quiesced, waits until it resumes (gate_probe.cc, run with the shim preloaded).
+add_executable(gate_probe ${CMAKE_CURRENT_LIST_DIR}/gate_probe.cc)
+cusnap_warnings(gate_probe)
+target_include_directories(gate_probe PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(gate_probe PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver dl pthread)
+target_compile_definitions(interception_test PRIVATE CUSNAP_TEST_GATE_PROBE="$<TARGET_FILE:gate_probe>")
+add_dependencies(interception_test gate_probe)

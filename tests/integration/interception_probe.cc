@@ -10,7 +10,10 @@
 // on a libcuda and a libcudart handle, RTLD_DEFAULT, RTLD_NEXT, cuGetProcAddress legacy /
 // _v2 / _v2_ptsz and the runtime's cudaGetDriverEntryPoint[ByVersion][_ptsz], each name at
 // each version with the default, legacy-stream and per-thread-stream flags. The lists of names come from
-// entry_points.def (X-macro), plus names the shim must leave alone.
+// entry_points.def and the generated gated_entry_points.def (every other driver entry point
+// cuda.h declares; X-macros), plus names the shim must leave alone. The generated rows are
+// not linked directly (the simulated driver implements only some of them): they are walked
+// through every other path.
 //
 // Usage: interception_probe walk     the table walk above
 //        interception_probe scope    RTLD_NEXT caller scope and same-named symbols of a
@@ -48,7 +51,7 @@ struct Row {
   const char* symbol;
   const char* api_name;
   bool runtime;
-  void* direct;  // the address the direct link gives
+  void* direct;  // the address the direct link gives; nullptr for generated rows
 };
 
 const std::vector<Row>& rows() {
@@ -58,31 +61,32 @@ const std::vector<Row>& rows() {
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, true, reinterpret_cast<void*>(&::symbol)},
 #include "shim/intercept/entry_points.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
+  {#symbol, api_name, false, nullptr},
+#include "shim/intercept/gated_entry_points.def"
   };
   return kRows;
 }
 
-// Driver names the shim does not intercept (one with a per-thread form), and one that does
-// not exist: these must come back exactly as the driver answers.
-constexpr const char* kOtherDriverNames[] = {"cuInit", "cuMemAlloc", "cuMemcpyAsync",
-                                             "cuMemGetAllocationGranularity", "cuCtxGetCurrent",
-                                             "cuNoSuchEntryPoint"};
-constexpr const char* kOtherDriverSymbols[] = {"cuInit", "cuMemAlloc_v2", "cuMemcpyAsync",
-                                               "cuMemGetAllocationGranularity", "cuCtxGetCurrent"};
+// Every driver name cuda.h declares is in the tables; a name that does not exist must come
+// back exactly as the driver answers, and the runtime's own functions stay the runtime's.
+constexpr const char* kOtherDriverNames[] = {"cuNoSuchEntryPoint"};
 constexpr const char* kOtherRuntimeSymbols[] = {"cudaRuntimeGetVersion", "cudaGetDeviceCount"};
-constexpr int kVersions[] = {11000, 11030, 12000, 13000, 13010};
+// 2000-10010: the oldest ABIs of context and stream-capture entry points (cuCtxCreate,
+// cuStreamBeginCapture), which newer versions no longer return.
+constexpr int kVersions[] = {2000, 3020, 4000, 10000, 10010, 11000, 11030, 12000, 13000, 13010};
 
 void* g_shim = nullptr;
 
 std::string describe(const void* pointer) {
   if (pointer == nullptr) return "null";
-  if (g_shim != nullptr) {
-    for (const Row& row : rows()) {
-      if (dlsym(g_shim, row.symbol) == pointer) return std::string("shim:") + row.symbol;
-    }
-  }
   Dl_info info{};
   if (dladdr(pointer, &info) == 0 || info.dli_fname == nullptr) return "unknown";
+  // A wrapper is exported under its row's name: the shim's dlsym of that name must give it.
+  if (g_shim != nullptr && info.dli_sname != nullptr && info.dli_saddr == pointer &&
+      dlsym(g_shim, info.dli_sname) == pointer) {
+    return std::string("shim:") + info.dli_sname;
+  }
   const char* slash = std::strrchr(info.dli_fname, '/');
   std::string text = slash != nullptr ? slash + 1 : info.dli_fname;
   text += ':';
@@ -126,16 +130,11 @@ void walk_symbols() {
   void* libcuda = open_or_die("libcuda.so.1");
   void* libcudart = open_or_die("libcudart.so.13");
   for (const Row& row : rows()) {
-    line("direct", row.symbol, "-", "-", "-", "-", row.direct);
+    if (row.direct != nullptr) line("direct", row.symbol, "-", "-", "-", "-", row.direct);
     line(row.runtime ? "dlsym-libcudart" : "dlsym-libcuda", row.symbol, "-", "-", "-", "-",
          dlsym(row.runtime ? libcudart : libcuda, row.symbol));
     line("rtld-default", row.symbol, "-", "-", "-", "-", dlsym(RTLD_DEFAULT, row.symbol));
     line("rtld-next", row.symbol, "-", "-", "-", "-", dlsym(RTLD_NEXT, row.symbol));
-  }
-  for (const char* symbol : kOtherDriverSymbols) {
-    line("dlsym-libcuda", symbol, "-", "-", "-", "-", dlsym(libcuda, symbol));
-    line("rtld-default", symbol, "-", "-", "-", "-", dlsym(RTLD_DEFAULT, symbol));
-    line("rtld-next", symbol, "-", "-", "-", "-", dlsym(RTLD_NEXT, symbol));
   }
   for (const char* symbol : kOtherRuntimeSymbols) {
     line("dlsym-libcudart", symbol, "-", "-", "-", "-", dlsym(libcudart, symbol));
@@ -225,7 +224,7 @@ void race() {
     threads.emplace_back([t, &start, &seen] {
       start.arrive_and_wait();
       for (const Row& row : rows()) {
-        if (row.runtime) continue;
+        if (row.runtime || row.direct == nullptr) continue;
         void* pointer = nullptr;
         CUdriverProcAddressQueryResult status{};
         ::cuGetProcAddress_v2(row.api_name, &pointer, 13010, 0, &status);

@@ -30,6 +30,9 @@
 //   lock|checkpoint|restore|unlock|state <pid>   the native checkpoint API on another
 //                                  process: "ok <CUresult>" ("ok <CUprocessState>" for state)
 //   pid                            "ok <pid>"
+//   workload V <part> <parts>      starts the in-flight workload on V (job_workload.h)
+//   workload-counts                "ok <iterations> <errors> <lost words> <first error>"
+//   workload-stop                  stops it and answers its counts
 //   exit
 //
 // `job_worker launch <device>...` is a launcher instead: it never uses CUDA; it forks one
@@ -55,6 +58,7 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "job_workload.h"
 #include "simcuda/introspection.h"
 
 namespace {
@@ -296,6 +300,8 @@ std::string Execute(const std::string& line) {
   if (op == "meminfo") return MemInfo();
   if (op == "uuids") return Uuids();
   if (op == "pid") return "ok " + std::to_string(::getpid());
+  if (op == "workload-counts") return jobworker::WorkloadCounts();
+  if (op == "workload-stop") return jobworker::StopWorkload();
   if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
     int pid = 0;
     if (!(in >> pid)) return Bad("usage: " + op + " <pid>");
@@ -312,6 +318,13 @@ std::string Execute(const std::string& line) {
     return "ok";
   }
   if (op == "info") return Info(*v);
+  if (op == "workload") {
+    int part = 0, parts = 0;
+    if (!(in >> part >> parts)) return Bad("usage: workload V <part> <parts>");
+    CUcontext context = nullptr;
+    CU_OR_REPLY(cuCtxGetCurrent(&context));
+    return jobworker::StartWorkload(context, v->va, v->size, part, parts);
+  }
   if (op == "retain") {
     CUmemGenericAllocationHandle h = 0;
     CU_OR_REPLY(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(v->va)));

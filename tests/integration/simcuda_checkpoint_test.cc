@@ -451,3 +451,51 @@ TEST(SimcudaCheckpoint, LockWaitsForCallsInFlightAndBlocksNewOnes) {
 }
 
 }  // namespace
+
+namespace {
+
+// Like the real driver, cuCheckpointProcessLock waits for the work queued on the process's
+// streams: a kernel that never finishes (wait_u32 on a word nobody writes) makes the lock
+// time out with the process left running; once the word is written the work ends and the
+// lock succeeds.
+TEST(SimcudaCheckpoint, LockWaitsForStreamWorkAndTimesOutWhileItRuns) {
+  Child c;
+  c.start([](const Pipe &command, const Pipe &reply) {
+    Owner o;
+    if (int e = o.setup(false, 3)) return e;
+    if (cuMemsetD32_v2(o.va, 0, 1) != CUDA_SUCCESS) return 13;
+    CUstream stream = nullptr;
+    CUmodule module = nullptr;
+    CUfunction wait = nullptr;
+    if (cuStreamCreate(&stream, 0) != CUDA_SUCCESS || cuModuleLoadData(&module, "simcuda:builtin") != CUDA_SUCCESS ||
+        cuModuleGetFunction(&wait, module, "wait_u32") != CUDA_SUCCESS) {
+      return 14;
+    }
+    CUdeviceptr word = o.va;
+    unsigned value = 1;
+    void *params[] = {&word, &value};
+    if (cuLaunchKernel(wait, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) != CUDA_SUCCESS) return 15;
+    reply.send('R');
+    if (command.receive() != 'W') return 20;
+    if (cuMemsetD32_v2(o.va, 1, 1) != CUDA_SUCCESS) return 21;  // the peer's write
+    reply.send('W');
+    if (command.receive() != 'V') return 22;
+    return cuStreamSynchronize(stream) == CUDA_SUCCESS ? 0 : 23;
+  });
+  ASSERT_EQ(c.reply.receive(), 'R');
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  CUcheckpointLockArgs lock{};
+  lock.timeoutMs = 300;
+  EXPECT_EQ(cuCheckpointProcessLock(c.pid, &lock), CUDA_ERROR_TIMEOUT);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_RUNNING);
+  c.command.send('W');
+  ASSERT_EQ(c.reply.receive(), 'W');
+  lock.timeoutMs = 10000;
+  ASSERT_EQ(cuCheckpointProcessLock(c.pid, &lock), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_LOCKED);
+  ASSERT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_SUCCESS);
+  c.command.send('V');
+  EXPECT_EQ(wait_child(c.pid), 0);
+}
+
+}  // namespace

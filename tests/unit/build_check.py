@@ -2,7 +2,8 @@
 """Build check of libcusnap.so (DESIGN.md "Shim"; issue 2, item 4).
 
 Asserts, on the built library:
-  1. its exported dynamic symbols are exactly the rows of src/shim/intercept/entry_points.def (parsed
+  1. its exported dynamic symbols are exactly the rows of src/shim/intercept/entry_points.def and
+     of the generated gated_entry_points.def (every other driver entry point of cuda.h; parsed
      here, independently of the version script generated from the same file) plus `dlsym`
      and `cusnap_build_info`;
   2. no NEEDED libcuda, libcudart, libstdc++ or libgcc_s (sanitizer runtimes only when
@@ -12,7 +13,7 @@ Asserts, on the built library:
      symbol is bound to a glibc version (or, in the asan build, defined by a NEEDED sanitizer
      runtime).
 
-Usage: build_check.py --library LIB --table entry_points.def --link-options "OPTS" [--sanitize]
+Usage: build_check.py --library LIB --table entry_points.def --table gated_entry_points.def --link-options "OPTS" [--sanitize]
 Exit status 0 when every check passes; each failure is printed on its own line.
 """
 import argparse
@@ -25,7 +26,7 @@ GLIBC_CEILING = (2, 34)
 FORBIDDEN_NEEDED = ("libcuda.so", "libcudart.so", "libstdc++.so", "libgcc_s.so")
 SANITIZER_RUNTIMES = ("libasan.so", "libubsan.so", "liblsan.so", "libtsan.so")
 EXTRA_EXPORTS = {"dlsym", "cusnap_build_info"}
-ROW = re.compile(r"^CUSNAP_(?:DRIVER|RUNTIME)_ENTRY\(\s*(\w+)\s*,")
+ROW = re.compile(r"^CUSNAP_(?:DRIVER|RUNTIME|GATED)_ENTRY\(\s*(\w+)\s*,")
 
 
 def table_symbols(path):
@@ -68,7 +69,7 @@ def resolved_paths(path):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
-    parser.add_argument("--table", required=True)
+    parser.add_argument("--table", required=True, action="append")
     parser.add_argument("--link-options", required=True)
     parser.add_argument("--sanitize", action="store_true")
     args = parser.parse_args()
@@ -76,7 +77,7 @@ def main():
     library = args.library
 
     # 1. Exports.
-    expected = table_symbols(args.table) | EXTRA_EXPORTS
+    expected = set().union(*map(table_symbols, args.table)) | EXTRA_EXPORTS
     if len(expected) <= len(EXTRA_EXPORTS):
         failures.append(f"no rows parsed from {args.table}")
     symbols = dynamic_symbols(library)

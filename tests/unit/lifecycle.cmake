@@ -5,6 +5,7 @@
 # Gate and phase machine: the shim's own sources, no driver.
 cusnap_add_gtest(lifecycle_state_test
   SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/lifecycle_drain_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_gate_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_state_test.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lifecycle.cc

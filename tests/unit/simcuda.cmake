@@ -9,4 +9,5 @@ simcuda_add_test(simcuda_faults_test SOURCES ${_simcuda_tests}/simcuda_faults_te
 simcuda_add_test(simcuda_multicast_test SOURCES ${_simcuda_tests}/simcuda_multicast_test.cc LABELS unit)
 simcuda_add_test(simcuda_runtime_test SOURCES ${_simcuda_tests}/simcuda_runtime_test.cc LIBS simcuda_runtime LABELS unit)
 simcuda_add_test(simcuda_driver13000_test SOURCES ${_simcuda_tests}/simcuda_driver13000_test.cc OWN_MAIN LABELS unit)
+simcuda_add_test(simcuda_streams_test SOURCES ${_simcuda_tests}/simcuda_streams_test.cc LABELS unit)
 simcuda_add_test(simcuda_numa_attribute_test SOURCES ${_simcuda_tests}/simcuda_numa_attribute_test.cc LABELS unit)

@@ -135,17 +135,17 @@ TEST(SimcudaResolver, ExportsAreExactlyApiNamesAndTestHooks) {
 TEST(SimcudaResolver, EveryExportedEntryPointIsReachable) {
   void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(driver, nullptr);
-  const int versions[] = {2000, 2020, 2030, 3020, 4000, 6000, 6050, 7000, 9020, 10020,
-                          11000, 11030, 11040, 12000, 12010, 12050, 12080, 13000, 13010};
+  const int versions[] = {2000,  2020,  2030,  3020,  4000,  6000,  6050,  7000,  9020,  10000, 10010,
+                          10020, 11000, 11030, 11040, 11060, 12000, 12010, 12030, 12050, 12080, 13000, 13010};
   for (const std::string &name : exported_symbols(driver_path())) {
     if (name.rfind("simcuda_test_", 0) == 0) continue;
     void *exported = dlsym(driver, name.c_str());
     ASSERT_NE(exported, nullptr) << name;
     std::string api = name;
-    for (const char *suffix : {"_ptds", "_ptsz", "_v2", "_v4"})
+    for (const char *suffix : {"_ptds", "_ptsz", "_v2", "_v3", "_v4"})
       if (api.size() > std::strlen(suffix) && api.compare(api.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
         api.erase(api.size() - std::strlen(suffix));
-    for (const char *suffix : {"_v2", "_v4"})  // cuMemcpyHtoD_v2_ptds -> cuMemcpyHtoD
+    for (const char *suffix : {"_v2", "_v3", "_v4"})  // cuMemcpyHtoD_v2_ptds -> cuMemcpyHtoD
       if (api.size() > std::strlen(suffix) && api.compare(api.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
         api.erase(api.size() - std::strlen(suffix));
     bool found = false;

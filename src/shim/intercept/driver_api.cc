@@ -9,6 +9,8 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <new>
 
 #include "shim/intercept/dlsym.h"
@@ -50,6 +52,47 @@ void* resolve_row(GetProcAddressV2 get_proc_address, const char* api_name, int s
   return is_wrapper(pointer) ? nullptr : pointer;
 }
 
+// Where each driver row's pointer lives in a DriverApi, with what identifies its ABI.
+struct RowSlot {
+  const char* api_name;
+  int since;
+  bool per_thread;
+  size_t offset;
+};
+constexpr bool kPerThread_DEFAULT = false;
+constexpr bool kPerThread_PTSZ = true;
+constexpr RowSlot kSlots[] = {
+#define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) \
+  {api_name, since, kPerThread_##variant, offsetof(DriverApi, symbol)},
+#include "shim/intercept/entry_points.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
+  {api_name, since, kPerThread_##variant, offsetof(DriverApi, symbol)},
+#include "shim/intercept/gated_entry_points.def"
+};
+
+void*& slot_of(DriverApi& table, const RowSlot& slot) {
+  return *reinterpret_cast<void**>(reinterpret_cast<char*>(&table) + slot.offset);
+}
+
+// A driver that lacks a newer ABI answers its `since` with an older one (the simulated driver
+// has no cuCtxCreate_v3, so asking at 11040 gives cuCtxCreate_v2): that pointer is not the
+// newer row's function, and calling it through the newer row's parameters would be wrong.
+// The newer row is left empty (its wrapper answers CUDA_ERROR_NOT_FOUND; a resolver hands out
+// the older row's wrapper, whose real pointer it is).
+void drop_older_abis(DriverApi& table) {
+  for (const RowSlot& newer : kSlots) {
+    void*& pointer = slot_of(table, newer);
+    if (pointer == nullptr) continue;
+    for (const RowSlot& older : kSlots) {
+      if (older.since < newer.since && older.per_thread == newer.per_thread &&
+          slot_of(table, older) == pointer && std::strcmp(older.api_name, newer.api_name) == 0) {
+        pointer = nullptr;
+        break;
+      }
+    }
+  }
+}
+
 void fill_driver(DriverApi& table) {
   void* libcuda = open_libcuda();
   if (libcuda == nullptr) return;
@@ -60,10 +103,11 @@ void fill_driver(DriverApi& table) {
   table.symbol = reinterpret_cast<decltype(table.symbol)>(                 \
       resolve_row(get_proc_address, api_name, since, kDriverFlags_##variant));
 #include "shim/intercept/entry_points.def"
-#define CUSNAP_DRIVER_CALL(symbol, api_name, since, params) \
-  table.symbol = reinterpret_cast<decltype(table.symbol)>(  \
-      resolve_row(get_proc_address, api_name, since, kDriverFlags_DEFAULT));
-#include "shim/intercept/driver_calls.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
+  table.symbol = reinterpret_cast<decltype(table.symbol)>(                 \
+      resolve_row(get_proc_address, api_name, since, kDriverFlags_##variant));
+#include "shim/intercept/gated_entry_points.def"
+  drop_older_abis(table);
 }
 
 // The program's libcudart: the handle it gave dlsym, else one loaded under a known soname.

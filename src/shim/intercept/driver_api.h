@@ -1,5 +1,6 @@
 // The real driver and runtime entry points, as tables of function pointers. Driver rows
-// (entry_points.def's CUSNAP_DRIVER_ENTRY rows and driver_calls.def) are filled once through
+// (entry_points.def's CUSNAP_DRIVER_ENTRY rows and the generated gated_entry_points.def: every
+// other entry point cuda.h declares) are filled once through
 // the real libcuda's own resolver (cuGetProcAddress_v2, as NCCL's cudawrap does); runtime rows
 // (CUSNAP_RUNTIME_ENTRY) come from the libcudart the program loaded, found lazily because a
 // program may load the runtime long after the driver.
@@ -18,8 +19,8 @@ namespace cusnap::shim {
 struct DriverApi {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) CUresult(*symbol) params;
 #include "shim/intercept/entry_points.def"
-#define CUSNAP_DRIVER_CALL(symbol, api_name, since, params) CUresult(*symbol) params;
-#include "shim/intercept/driver_calls.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) CUresult(*symbol) params;
+#include "shim/intercept/gated_entry_points.def"
 };
 
 /// Real runtime entry points (libcudart). A member is nullptr when the runtime lacks it (the

@@ -1,4 +1,7 @@
-// The replacement lookup (replacement.h), generated from entry_points.def. Row data is a
+// The replacement lookup (replacement.h), generated from entry_points.def and the generated
+// gated_entry_points.def (every other driver entry point; its rows are driver rows here too,
+// and its CUSNAP_API_ALIAS rows name entry points a resolver returns under another name,
+// e.g. cuGraphInstantiateWithFlags for "cuGraphInstantiate"). Row data is a
 // constexpr array and the pointers come from generated switches, so nothing here needs a
 // dynamic initializer: a resolver may run before the shim's constructors have.
 #include "shim/intercept/replacement.h"
@@ -15,6 +18,8 @@ extern "C" {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) CUresult symbol params;
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) cudaError_t symbol params;
 #include "shim/intercept/entry_points.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) CUresult symbol params;
+#include "shim/intercept/gated_entry_points.def"
 }
 
 namespace cusnap::shim {
@@ -24,6 +29,8 @@ enum Row : int {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) kRow_##symbol,
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) kRow_##symbol,
 #include "shim/intercept/entry_points.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) kRow_##symbol,
+#include "shim/intercept/gated_entry_points.def"
   kRowCount
 };
 
@@ -43,6 +50,19 @@ constexpr RowInfo kRows[kRowCount] = {
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, kPerThread_##variant, true},
 #include "shim/intercept/entry_points.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
+  {#symbol, api_name, kPerThread_##variant, false},
+#include "shim/intercept/gated_entry_points.def"
+};
+
+// A name a resolver answers with the entry point of another row (cuda.h's `#define cuX cuY`).
+struct Alias {
+  const char* api_name;
+  int row;
+};
+constexpr Alias kAliases[] = {
+#define CUSNAP_API_ALIAS(api_name, symbol) {api_name, kRow_##symbol},
+#include "shim/intercept/gated_entry_points.def"
 };
 
 const void* wrapper_of(int row) {
@@ -52,6 +72,10 @@ const void* wrapper_of(int row) {
     return reinterpret_cast<const void*>(&::symbol);
 #define CUSNAP_RUNTIME_ENTRY CUSNAP_DRIVER_ENTRY
 #include "shim/intercept/entry_points.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
+  case kRow_##symbol:                                                     \
+    return reinterpret_cast<const void*>(&::symbol);
+#include "shim/intercept/gated_entry_points.def"
     default:
       return nullptr;
   }
@@ -65,6 +89,10 @@ const void* real_of(int row) {
   case kRow_##symbol:                                                      \
     return reinterpret_cast<const void*>(real.symbol);
 #include "shim/intercept/entry_points.def"
+#define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
+  case kRow_##symbol:                                                     \
+    return reinterpret_cast<const void*>(real.symbol);
+#include "shim/intercept/gated_entry_points.def"
     default:
       return nullptr;
   }
@@ -94,6 +122,11 @@ Replacement replacement_for(const char* api_name, const void* real, bool per_thr
     intercepted = true;
     if (real_of(row) != real) continue;
     if (match < 0 || kRows[row].per_thread == per_thread) match = row;
+  }
+  for (const Alias& alias : kAliases) {
+    if (match >= 0 || std::strcmp(alias.api_name, api_name) != 0) continue;
+    intercepted = true;
+    if (real_of(alias.row) == real) match = alias.row;
   }
   if (match >= 0) return {Replacement::Kind::kWrapper, wrapper_of(match)};
   if (!intercepted || is_wrapper(real)) return {};

@@ -179,7 +179,14 @@ Result<StepResult> Moved(Status status) {
 Result<StepResult> Lifecycle::Quiesce(const proto::StepRequest& request) {
   const int64_t drain_ms =
       request.drain_ms != 0 ? static_cast<int64_t>(request.drain_ms) : kDefaultDrainMs;
-  return Moved(gate_.Close(drain_ms));
+  if (Status closed = gate_.Close(drain_ms); !closed) return closed.error();
+  // No new call passes now; the work already queued on the devices must finish before SAVE
+  // reads memory. When it does not, nothing was changed: the gate reopens.
+  if (Status drained = steps_.DrainDeviceWork(drain_ms); !drained) {
+    gate_.Open();
+    return drained.error();
+  }
+  return StepResult{};
 }
 
 Result<StepResult> Lifecycle::DetachMulticast(const proto::StepRequest&) {

@@ -69,6 +69,13 @@ class LifecycleSteps {
   virtual Status MulticastBind() { return Ok{}; }
   /// Forgets what Save kept (the checkpoint was refused, or the cycle finished).
   virtual void Discard() {}
+  /// With the gate closed: waits, at most `deadline_ms`, for the work the application queued
+  /// on its devices (drain.h); an error when work is still in flight or a stream capture is
+  /// open (nothing changed: the quiesce reopens the gate).
+  virtual Status DrainDeviceWork(int64_t deadline_ms) {
+    (void)deadline_ms;
+    return Ok{};
+  }
 };
 
 /// The state machine of one process. Thread-safe: Handle() runs on the control thread;

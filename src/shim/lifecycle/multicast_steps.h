@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "shim/intercept/driver_api.h"
+#include "shim/lifecycle/drain.h"
 #include "shim/tables/export_cache.h"
 #include "shim/lifecycle/lifecycle.h"
 #include "shim/tables/multicast_table.h"
@@ -83,8 +84,10 @@ class MulticastSteps {
 /// steps above, as one LifecycleSteps.
 class StepsWithMulticast final : public LifecycleSteps {
  public:
-  StepsWithMulticast(LifecycleSteps& unicast, MulticastSteps& multicast)
-      : unicast_(unicast), multicast_(multicast) {}
+  /// `device_work`, when given, is drained at kQuiesce (drain.h).
+  StepsWithMulticast(LifecycleSteps& unicast, MulticastSteps& multicast,
+                     const DriverApi* api = nullptr, DeviceWork* device_work = nullptr)
+      : unicast_(unicast), multicast_(multicast), api_(api), device_work_(device_work) {}
   Status DetachMulticast() override { return multicast_.Detach(); }
   bool MulticastDestroyed() const override { return multicast_.destroyed(); }
   Result<StepResult> Save() override { return unicast_.Save(); }
@@ -99,10 +102,16 @@ class StepsWithMulticast final : public LifecycleSteps {
     unicast_.Discard();
     multicast_.Discard();
   }
+  Status DrainDeviceWork(int64_t deadline_ms) override {
+    if (device_work_ == nullptr || api_ == nullptr) return Ok{};
+    return device_work_->Drain(*api_, deadline_ms);
+  }
 
  private:
   LifecycleSteps& unicast_;
   MulticastSteps& multicast_;
+  const DriverApi* api_;
+  DeviceWork* device_work_;
 };
 
 }  // namespace cusnap::shim
