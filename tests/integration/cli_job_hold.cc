@@ -1,0 +1,140 @@
+// The long-suspend hold (docs/LONG-SUSPEND.md, coordinator/hold.h) end to end on the
+// simulated driver: with CUSNAP_HOLD=stop (the default) `cusnap checkpoint` leaves every
+// participant stopped, `cusnap status` names them held without waiting for their endpoints,
+// `cusnap restore` continues them and the job goes on with every byte; a process the user
+// stopped is never continued by cusnap.
+#include <gmock/gmock.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "job_harness.h"
+
+namespace jobtest {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// The state letter of `pid` (/proc/<pid>/stat field 3), '?' when unreadable.
+char ProcState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
+
+class CliJobHold : public JobTest {
+ protected:
+  void SetUp() override {
+    JobTest::SetUp();
+    ::setenv("CUSNAP_HOLD", "stop", 1);  // the default, said outright (JobTest sets run)
+  }
+  void TearDown() override {
+    // A failed test may leave workers stopped: TearDown's "exit" would wait for nothing.
+    for (auto& w : workers_) {
+      if (w.pid > 0) ::kill(w.pid, SIGCONT);
+    }
+    JobTest::TearDown();
+  }
+  std::string HeldMarker(pid_t pid) const {
+    return std::string(std::getenv("CUSNAP_CONTROL_DIR")) + "/" + std::to_string(pid) + ".held";
+  }
+};
+
+TEST_F(CliJobHold, CheckpointStopsEveryParticipantAndRestoreContinuesThem) {
+  Worker& creator = Start("creator", 0);
+  Worker& importer = Start("importer", 1);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 4, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 4, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(Fill(creator, "a"));
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
+  const Snapshot before = Snap();
+
+  const std::string state = dir_ + "/state";
+  const Ran ck = Checkpoint(state);
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  for (Worker* w : {&creator, &importer}) {
+    EXPECT_EQ(ProcState(w->pid), 'T') << w->name;
+    EXPECT_TRUE(std::filesystem::exists(HeldMarker(w->pid))) << w->name;
+  }
+
+  // status names the held processes at once instead of waiting for their endpoints.
+  const auto asked = std::chrono::steady_clock::now();
+  const Ran st = Cusnap({"status", "--all"});
+  const auto took = std::chrono::steady_clock::now() - asked;
+  EXPECT_LT(took, std::chrono::seconds(8));
+  for (Worker* w : {&creator, &importer}) {
+    EXPECT_THAT(st.out + st.err,
+                HasSubstr("pid " + std::to_string(w->pid) +
+                          ": held: stopped by 'cusnap checkpoint' until 'cusnap restore' "
+                          "continues it (CUSNAP_HOLD=run keeps it running)"));
+  }
+
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  for (Worker* w : {&creator, &importer}) {
+    EXPECT_NE(ProcState(w->pid), 'T') << w->name;
+    EXPECT_FALSE(std::filesystem::exists(HeldMarker(w->pid))) << w->name;
+  }
+  ExpectSameLayout(before, Snap());
+  CheckEveryByte();
+  CrossWrite(creator, "a", importer, "a");
+  EXPECT_EQ(Phases(), std::vector<std::string>(2, "active"));
+}
+
+TEST_F(CliJobHold, RunModeLeavesTheJobRunnable) {
+  ::setenv("CUSNAP_HOLD", "run", 1);
+  Worker& creator = Start("creator", 0);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 2, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 2, "0"));
+  ASSERT_NO_FATAL_FAILURE(Fill(creator, "a"));
+  const std::string state = dir_ + "/state";
+  const Ran ck = Checkpoint(state);
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  EXPECT_NE(ProcState(creator.pid), 'T');
+  EXPECT_FALSE(std::filesystem::exists(HeldMarker(creator.pid)));
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  CheckEveryByte();
+}
+
+TEST_F(CliJobHold, BadHoldSettingChangesNothing) {
+  Worker& creator = Start("creator", 0);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 2, "dev", 0));
+  ::setenv("CUSNAP_HOLD", "freeze", 1);
+  const Ran ck = Checkpoint(dir_ + "/state");
+  EXPECT_EQ(ck.status, 1);
+  EXPECT_THAT(ck.err, HasSubstr("CUSNAP_HOLD='freeze' is not one of stop, run; nothing was changed"));
+  EXPECT_EQ(Phases(), std::vector<std::string>(1, "active"));
+}
+
+TEST_F(CliJobHold, RestoreNeverContinuesAProcessCusnapDidNotStop) {
+  Worker& creator = Start("creator", 0);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 2, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 2, "0"));
+  ASSERT_NO_FATAL_FAILURE(Fill(creator, "a"));
+  const std::string state = dir_ + "/state";
+  ::setenv("CUSNAP_HOLD", "run", 1);
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  // The user stops the checkpointed process; restore must not continue it (no marker): it
+  // cannot answer, so restore fails before changing anything, and the process stays stopped.
+  ASSERT_EQ(::kill(creator.pid, SIGSTOP), 0);
+  while (ProcState(creator.pid) != 'T') ::usleep(1000);
+  ::setenv("CUSNAP_HOLD", "stop", 1);
+  const Ran rs = Restore(state);
+  EXPECT_NE(rs.status, 0);
+  EXPECT_EQ(ProcState(creator.pid), 'T');
+  ::kill(creator.pid, SIGCONT);
+  const Ran again = Restore(state);
+  ASSERT_EQ(again.status, 0) << again.out << again.err;
+  CheckEveryByte();
+}
+
+}  // namespace
+}  // namespace jobtest
