@@ -28,6 +28,7 @@ import workload_common as wc  # noqa: E402
 
 TIMEOUT_S = int(os.environ.get("GPU_LONG_SUSPEND_TIMEOUT_S", "30"))
 HOLD_S = int(os.environ.get("GPU_LONG_SUSPEND_HOLD_S", "75"))
+RUN_HOLD_S = int(os.environ.get("GPU_LONG_SUSPEND_RUN_HOLD_S", str(HOLD_S)))  # cycle 2's hold
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_held_stopped_longer_than_the_timeouts(job):
 
 def test_held_running_longer_than_the_timeouts(job):
     job.cli_env["CUSNAP_HOLD"] = "run"
-    job.run_cycle(2, hold_s=HOLD_S, hold_stops=False)
+    job.run_cycle(2, hold_s=RUN_HOLD_S, hold_stops=False)
 
 
 if __name__ == "__main__":
