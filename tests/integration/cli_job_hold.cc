@@ -91,6 +91,11 @@ TEST_F(CliJobHold, CheckpointStopsEveryParticipantAndRestoreContinuesThem) {
     EXPECT_EQ(p["held"], true) << p.dump();
   }
 
+  // A second checkpoint cannot reach the held endpoints: refused, the job stays held.
+  const Ran again = Checkpoint(dir_ + "/state2");
+  EXPECT_EQ(again.status, kExitRefused) << again.out << again.err;
+  for (Worker* w : {&creator, &importer}) EXPECT_EQ(ProcState(w->pid), 'T') << w->name;
+
   const Ran rs = Restore(state);
   ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
   for (Worker* w : {&creator, &importer}) {
