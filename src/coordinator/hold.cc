@@ -98,9 +98,14 @@ Status StopHeld(const std::string& control_dir, int pid, int wait_ms) {
 Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms) {
   const auto recorded = MarkerStartTime(control_dir, pid);
   if (!recorded) return Ok{};
-  ::unlink(MarkerPath(control_dir, pid).c_str());
-  if (ProcessStartTime(pid) != recorded) return Ok{};  // exited, or the pid was reused
+  const std::string marker = MarkerPath(control_dir, pid);
+  if (ProcessStartTime(pid) != recorded) {  // exited, or the pid was reused: stale
+    ::unlink(marker.c_str());
+    return Ok{};
+  }
+  // The marker stays until SIGCONT was sent: a failed continue can be tried again.
   if (::kill(pid, SIGCONT) != 0) return SignalError(pid, "SIGCONT after the hold failed", errno);
+  ::unlink(marker.c_str());
   if (!WaitFor(pid, wait_ms, [](int p) { return !Stopped(p); })) {
     return Error{ETIMEDOUT, ProcessText(pid) + ": still stopped " + std::to_string(wait_ms) +
                                 " ms after SIGCONT (stopped by something else too?)"};

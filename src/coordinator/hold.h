@@ -38,9 +38,10 @@ Result<HoldMode> ParseHoldMode(const std::string& text);
 Status StopHeld(const std::string& control_dir, int pid, int wait_ms = 5000);
 
 /// Continues `pid` if cusnap stopped it: when its marker names this very process (start
-/// time), sends SIGCONT and waits (at most `wait_ms`) until it runs; the marker is removed
-/// in every case (a marker of an exited process or a reused pid is stale). No marker: Ok,
-/// nothing done. Errors (code errno or ETIMEDOUT) name the pid.
+/// time), sends SIGCONT, removes the marker and waits (at most `wait_ms`) until it runs; a
+/// marker of an exited process or a reused pid is stale and only removed. No marker: Ok,
+/// nothing done. Errors (code errno or ETIMEDOUT) name the pid; when SIGCONT could not be
+/// sent the marker stays.
 Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms = 5000);
 
 /// True when `pid` has a marker naming it and is stopped now: held by cusnap.
