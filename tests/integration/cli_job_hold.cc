@@ -5,11 +5,15 @@
 // stopped is never continued by cusnap.
 #include <gmock/gmock.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
+#include <utility>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +55,33 @@ class CliJobHold : public JobTest {
     Map(w, "a", "A", 0, mib, devices);
     Fill(w, "a");
     return w;
+  }
+  /// Waits until `w`'s heartbeat monitor (job_worker "heartbeat") sampled 100-600 ms ago, so
+  /// that its next sample comes well after the checkpoint stalls the watchdog. A sample taken
+  /// between the stall and the stop is the one thing a stopped job can still trip over at
+  /// SIGCONT (docs/LONG-SUSPEND.md); this test is about the hold, not that window.
+  void JustAfterASample(Worker& w) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::istringstream reply(Ask(w, "beats"));
+      std::string ok;
+      uint64_t beats = 0, samples = 0;
+      int64_t since_ms = -1;
+      reply >> ok >> beats >> samples >> since_ms;
+      ASSERT_EQ(ok, "ok");
+      if (since_ms >= 100 && since_ms <= 600) return;
+      ::usleep(10'000);
+    }
+    FAIL() << "no heartbeat sample seen";
+  }
+  /// "beats" parsed: {beats, samples}.
+  std::pair<uint64_t, uint64_t> Beats(Worker& w) {
+    std::istringstream reply(Ask(w, "beats"));
+    std::string ok;
+    uint64_t beats = 0, samples = 0;
+    reply >> ok >> beats >> samples;
+    EXPECT_EQ(ok, "ok");
+    return {beats, samples};
   }
   std::string HeldMarker(pid_t pid) const {
     return std::string(std::getenv("CUSNAP_CONTROL_DIR")) + "/" + std::to_string(pid) + ".held";
@@ -108,6 +139,47 @@ TEST_F(CliJobHold, CheckpointStopsEveryParticipantAndRestoreContinuesThem) {
   EXPECT_EQ(Phases(), std::vector<std::string>(2, "active"));
   const auto after = nlohmann::json::parse(Cusnap({"status", "--all", "--json"}).out);
   for (const auto& p : after["participants"]) EXPECT_EQ(p["held"], false) << p.dump();
+}
+
+// What fires in a held job whose threads stay runnable (CUSNAP_HOLD=run): the watchdog waits
+// in the locked driver, the monitor, which never calls the driver, finds no beat and ends the
+// process while it is checkpointed (PyTorch's heartbeat monitor, docs/LONG-SUSPEND.md).
+TEST_F(CliJobHold, HeartbeatMonitorEndsAHeldJobThatStaysRunnable) {
+  ::setenv("CUSNAP_HOLD", "run", 1);
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(Ask(w, "heartbeat 1000"), "ok");
+  ASSERT_NO_FATAL_FAILURE(JustAfterASample(w));
+  ASSERT_EQ(Checkpoint(dir_ + "/state").status, 0);
+  // Two samples at most after the stall; never "exit" before (its stdin reader still runs).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ProcState(w.pid) != 'Z' && std::chrono::steady_clock::now() < deadline) ::usleep(20'000);
+  ASSERT_EQ(ProcState(w.pid), 'Z') << "the monitor did not end the held process";
+  const int status = Stop(w);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 97) << "wait status " << status;
+}
+
+// The same job held stopped (the default) for over twice the monitor's timeout: nothing runs
+// while it is held, and after the restore the watchdog beats again, the monitor samples on,
+// and every byte is there.
+TEST_F(CliJobHold, StoppedHeldJobOutlivesItsHeartbeatMonitor) {
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(Ask(w, "heartbeat 2000"), "ok");
+  ASSERT_NO_FATAL_FAILURE(JustAfterASample(w));
+  const std::string state = dir_ + "/state";
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  EXPECT_EQ(ProcState(w.pid), 'T');
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  const auto [beats, samples] = Beats(w);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const auto [beats_later, samples_later] = Beats(w);
+  EXPECT_GT(beats_later, beats);
+  EXPECT_GT(samples_later, samples);
+  EXPECT_NE(ProcState(w.pid), 'Z');
+  CheckEveryByte();
 }
 
 TEST_F(CliJobHold, RunModeLeavesTheJobRunnable) {

@@ -30,6 +30,11 @@
 //   lock|checkpoint|restore|unlock|state <pid>   the native checkpoint API on another
 //                                  process: "ok <CUresult>" ("ok <CUprocessState>" for state)
 //   pid                            "ok <pid>"
+//   heartbeat <ms>                 starts a watchdog (a driver call and a beat every 20 ms)
+//                                  and a heartbeat monitor that exits 97 when a sample, at
+//                                  least <ms> after the last, finds no new beat
+//                                  (job_worker_heartbeat.h: PyTorch's pair in miniature)
+//   beats                          "ok <beats> <samples> <ms since the last sample>"
 //   exit
 //
 // `job_worker launch <device>...` is a launcher instead: it never uses CUDA; it forks one
@@ -55,6 +60,7 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "job_worker_heartbeat.h"
 #include "simcuda/introspection.h"
 
 namespace {
@@ -296,6 +302,11 @@ std::string Execute(const std::string& line) {
   if (op == "meminfo") return MemInfo();
   if (op == "uuids") return Uuids();
   if (op == "pid") return "ok " + std::to_string(::getpid());
+  if (op == "heartbeat") {
+    int ms = 0;
+    return (in >> ms) ? jobworker::StartHeartbeat(ms) : Bad("usage: heartbeat <ms>");
+  }
+  if (op == "beats") return jobworker::Beats();
   if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
     int pid = 0;
     if (!(in >> pid)) return Bad("usage: " + op + " <pid>");
