@@ -7,6 +7,8 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "common/endpoint_client.h"
+#include "coordinator/hold.h"
 
 namespace cusnap::cli {
 
@@ -27,8 +29,12 @@ Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver() {
   const char* env = std::getenv("CUSNAP_DRIVER");
   auto choice = coord::ParseDriverChoice(env ? env : "");
   if (!choice) return choice.error();
+  const char* hold_env = std::getenv("CUSNAP_HOLD");
+  auto hold = coord::ParseHoldMode(hold_env ? hold_env : "");
+  if (!hold) return hold.error();
   auto driver = coord::LoadDriver(*choice, SelfDir());
-  if (!driver && *choice == coord::DriverChoice::kReal) {
+  if (driver) return coord::WithHold(std::move(*driver), ControlDir(), *hold);
+  if (*choice == coord::DriverChoice::kReal) {
     // Auto mode already fell back to the simulated driver; only an explicit choice of the
     // real one leaves this way out untried.
     return Error{driver.error().code,

@@ -11,7 +11,9 @@
 #include "cli/exit_codes.h"
 #include "cli/interrupt_watch.h"
 #include "cli/output.h"
+#include "common/endpoint_client.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/hold.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
 
@@ -157,6 +159,12 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
       return kExitUsage;
     }
     options.device_map = std::move(*pairs);
+  }
+  // A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
+  // once continued, so before discovery. What cannot be continued is said here; discovery
+  // then names those processes as unreachable.
+  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
+    std::fprintf(stderr, "cusnap restore: %s\n", problem.c_str());
   }
   return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,

@@ -92,6 +92,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
                       {"created_host_numa", e.identity.created_host_numa},
                       {"failure", e.identity.failure},
                       {"inspect_error", e.inspect_error},
+                      {"held", !e.held.empty()},
                       {"shim", ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid))}});
     }
     nlohmann::json stale_list = nlohmann::json::array(), stale_reasons = nlohmann::json::object();
@@ -114,6 +115,11 @@ int StatusCommand(const Target& target, bool json, bool prune) {
     }
     for (const auto& e : entries) {
       const std::string state = coord::Lowercase(proto::ShimStateName(e.identity.state));
+      if (!e.held.empty()) {
+        std::printf("pid %-8d %-20s %-12s %s\n", e.identity.pid,
+                    coord::ProcessName(e.identity.pid).c_str(), state.c_str(), e.held.c_str());
+        continue;
+      }
       std::printf("pid %-8d %-20s %-12s %zu allocations (%zu created)  %zu mappings  %s tracked",
                   e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), state.c_str(),
                   e.allocations, e.created,

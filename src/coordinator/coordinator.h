@@ -109,6 +109,10 @@ struct ParticipantStatus {
   size_t created = 0;            ///< of which this process is the creator
   size_t mappings = 0;
   std::string inspect_error;     ///< why INSPECT failed, if it did
+  /// Non-empty when the process is held stopped (hold.h): its endpoint was not asked (it
+  /// cannot answer); the identity holds pid, start time and RELEASED (a process is stopped
+  /// only after its native checkpoint, so after release), the counts are 0. Says so.
+  std::string held;
 };
 
 /// Identifies and inspects every participant (read-only, concurrently). Errors of single

@@ -55,6 +55,12 @@ std::optional<uint64_t> ProcessStartTime(int pid) {
   }
 }
 
+std::optional<char> ProcessState(int pid) {
+  const auto fields = StatFields(pid);
+  if (!fields || fields->empty() || (*fields)[0].empty()) return std::nullopt;
+  return (*fields)[0][0];
+}
+
 bool IsZombie(int pid) {
   const auto fields = StatFields(pid);
   return fields && !fields->empty() && ((*fields)[0] == "Z" || (*fields)[0] == "X");

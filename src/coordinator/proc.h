@@ -13,6 +13,10 @@ namespace cusnap::coord {
 /// when the process does not exist. The same value the shim reports in kIdentify.
 std::optional<uint64_t> ProcessStartTime(int pid);
 
+/// The state letter of `pid` (/proc/<pid>/stat field 3: R, S, D, T stopped, t traced, Z,
+/// ...), or nullopt when the process does not exist.
+std::optional<char> ProcessState(int pid);
+
 /// True when `pid` is a zombie (/proc/<pid>/stat state Z or X): it exited and its parent
 /// has not reaped it; its endpoint socket answers no one.
 bool IsZombie(int pid);

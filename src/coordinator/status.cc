@@ -1,5 +1,7 @@
 // `cusnap status` data: identity and table counts of every participant (coordinator.h).
 #include "coordinator/coordinator.h"
+#include "coordinator/hold.h"
+#include "coordinator/proc.h"
 
 namespace cusnap::coord {
 
@@ -8,6 +10,17 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
   std::vector<ParticipantStatus> out(participants.size());
   std::vector<std::string> identify_errors(participants.size());
   RunPhase("status", participants.size(), [&](size_t i) -> Result<uint64_t> {
+    // A held process is stopped: its endpoint would not answer before the deadline.
+    const std::string endpoint = participants[i]->endpoint();
+    const int pid = participants[i]->pid();
+    if (!endpoint.empty() && IsHeld(endpoint.substr(0, endpoint.rfind('/')), pid)) {
+      out[i].identity.pid = pid;
+      out[i].identity.start_time = ProcessStartTime(pid).value_or(0);
+      out[i].identity.state = proto::ShimState::kReleased;
+      out[i].held = "held: stopped by 'cusnap checkpoint' until 'cusnap restore' continues it "
+                    "(CUSNAP_HOLD=run keeps it running); its tables were not asked";
+      return uint64_t{0};
+    }
     auto id = Identify(*participants[i]);
     if (!id) {
       identify_errors[i] = id.error().message;

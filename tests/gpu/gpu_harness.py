@@ -261,6 +261,16 @@ def descendants(pid):
 MIB = 1 << 20
 
 
+def proc_state(pid):
+    """The state letter of `pid` from /proc/<pid>/stat (R, S, D, T stopped, Z, ...), None when
+    it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def parse_size(text):
     """'64M', '1G', '512K' or a plain byte count -> bytes."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -11,8 +11,8 @@
 # Test names (default: all, in this order): preflight pinned_baseline vmm_basic
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
-#   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
-#   multicast_forward workload_multicast
+#   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
+#   workload_nccl_native multicast_forward workload_multicast
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -66,8 +66,8 @@ START_S=$SECONDS
 ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shim nccl_allreduce
            share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
            cusnap_demo
-           workload_nccl workload_symm_mem workload_private_memory workload_nccl_native
-           multicast_forward workload_multicast)
+           workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
+           workload_nccl_native multicast_forward workload_multicast)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -260,6 +260,13 @@ t_workload_private_memory() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_private_memory.py"
 }
 
+# Issue 11, long suspends (docs/LONG-SUSPEND.md): the NCCL job held checkpointed for longer
+# than its heartbeat, collective and store timeouts (30 s each; held 75 s, stopped, then
+# runnable), restored, exact, exit 0. One GPU is enough (one rank per GPU).
+t_workload_long_suspend() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_long_suspend.py"
+}
+
 # Native checkpoint only (no shim): leaves the ranks stuck (DRIVER-FACTS F8), so it runs last.
 t_workload_nccl_native() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_nccl_native.py"
@@ -278,7 +285,8 @@ export PYTEST
 export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
-  t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_nccl_native \
+  t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_long_suspend \
+  t_workload_nccl_native \
   t_multicast_forward t_workload_multicast
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
@@ -300,7 +308,7 @@ selected share_checkpoint_swapped && run_test share_checkpoint_swapped 240 t_sha
 selected share_checkpoint_tree && run_test share_checkpoint_tree 240 t_share_checkpoint_tree
 selected share_ring && run_test share_ring 240 t_share_ring
 selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
-for name in workload_nccl workload_symm_mem workload_private_memory workload_nccl_native; do
+for name in workload_nccl workload_symm_mem workload_private_memory workload_long_suspend workload_nccl_native; do
   selected "$name" || continue
   if [[ $CUSNAP_GPU_SIM == 1 ]]; then
     record "$name" SKIP "PyTorch workloads need real GPUs (CUSNAP_GPU_SIM=1)"
@@ -309,6 +317,7 @@ for name in workload_nccl workload_symm_mem workload_private_memory workload_ncc
   case $name in
     workload_nccl | workload_symm_mem) limit=240 ;;
     workload_private_memory) limit=180 ;;
+    workload_long_suspend) limit=420 ;;
     *) limit=150 ;;
   esac
   run_test "$name" "$limit" "t_$name"

@@ -94,9 +94,9 @@ class Workload:
     """One torchrun job of workload_rank.py (one rank per GPU: `ranks`), driven cycle by
     cycle."""
 
-    def __init__(self, name, parts, cycles, shim=True, rank_args=()):
+    def __init__(self, name, parts, cycles, shim=True, rank_args=(), min_ranks=2):
         self.name = name
-        self.ranks = workload_ranks(h.job_env(None))
+        self.ranks = workload_ranks(h.job_env(None), min_ranks)
         self.parts = parts
         self.cycles = cycles
         self.shim = shim
@@ -199,20 +199,38 @@ class Workload:
 
     # ---- one checkpoint / restore cycle ------------------------------------------------------
 
-    def run_cycle(self, k, device_map=None):
-        """With the ranks idle at READY k: `cusnap checkpoint`, GPU memory released, `cusnap
-        restore` (with `device_map`, GPUs by ordinal or UUID), memory regained and, when
-        nvidia-smi lists the ranks, each rank on the GPU the map sends its GPU to; then go-k
-        and the ranks' round k (kept results and fresh inputs) must pass."""
+    def run_cycle(self, k, device_map=None, hold_s=0, hold_stops=None):
+        """With the ranks idle at READY k: `cusnap checkpoint`, GPU memory released, the job
+        held `hold_s` seconds (with `hold_stops` True/False: every rank must be stopped / must
+        not be, docs/LONG-SUSPEND.md), `cusnap restore` (with `device_map`, GPUs by ordinal or
+        UUID), memory regained and, when nvidia-smi lists the ranks, each rank on the GPU the
+        map sends its GPU to; then go-k and the ranks' round k (kept results and fresh inputs)
+        must pass."""
         if self.broken:
             raise AssertionError(f"{self.name}: cycle {k} not run: {self.broken}")
         try:
-            self._cycle(k, device_map)
+            self._cycle(k, device_map, hold_s, hold_stops)
         except BaseException as e:
             self.broken = f"cycle {k} failed ({e})"
             raise
 
-    def _cycle(self, k, device_map):
+    def _hold(self, label, hold_s, hold_stops):
+        """Keeps the job checkpointed for hold_s seconds; checks the ranks' /proc state on the
+        way (stopped by cusnap's hold, or not) and that none of them exited."""
+        states = {pid: h.proc_state(pid) for pid in self.pids.values()}
+        h.log(f"{label}: holding the job {hold_s} s; rank states {states}")
+        if hold_stops is not None:
+            stopped = {pid: st in ("T", "t") for pid, st in states.items()}
+            assert all(v == hold_stops for v in stopped.values()), \
+                f"{label}: ranks should {'' if hold_stops else 'not '}be stopped while held: {states}"
+        deadline = time.monotonic() + hold_s
+        while time.monotonic() < deadline:
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+            gone = [pid for pid in self.pids.values() if h.proc_state(pid) in (None, "Z", "X")]
+            assert not gone, f"{label}: rank(s) {gone} exited while the job was held"
+        h.log(f"{label}: held {hold_s} s; rank states {({pid: h.proc_state(pid) for pid in self.pids.values()})}")
+
+    def _cycle(self, k, device_map, hold_s=0, hold_stops=None):
         assert self.shim, "run_cycle needs the job under cusnap run"
         label = f"{self.name} cycle {k}" + (f" (device map {device_map})" if device_map else "")
         h.log(f"---- {label}: checkpoint, restore, then round {k} with fresh inputs ----")
@@ -229,6 +247,8 @@ class Workload:
         inspected = h.run([h.program("cusnap"), "inspect", self.state_dir], CLI_TIMEOUT_S, self.cli_env, check=False)
         if inspected.returncode != 0:
             h.log(f"{label}: cusnap inspect exited with {inspected.returncode} (not a failure of the cycle)")
+        if hold_s:
+            self._hold(label, hold_s, hold_stops)
 
         restore = ["restore", "--pid", self.job.pid, "--state-dir", self.state_dir]
         if device_map:
@@ -278,11 +298,11 @@ class Workload:
         assert where_after == want, f"{label}: ranks are on {where_after} after restore, expected {want}"
 
 
-def workload_ranks(env):
-    """GPU_WORKLOAD_RANKS when set, else one rank per GPU; at least 2."""
+def workload_ranks(env, minimum=2):
+    """GPU_WORKLOAD_RANKS when set, else one rank per GPU; at least `minimum`."""
     wanted = os.environ.get("GPU_WORKLOAD_RANKS")
     ranks = int(wanted) if wanted else len(gpu_uuids(env))
-    assert ranks >= 2, f"a workload needs two GPUs or more; found {ranks}"
+    assert ranks >= minimum, f"this workload needs {minimum} GPU(s) or more; found {ranks}"
     return ranks
 
 

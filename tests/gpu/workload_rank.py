@@ -37,6 +37,7 @@ small integers held in float32, so every expected result is exact.
 
 import argparse
 import ctypes
+import datetime
 import faulthandler
 import gc
 import hashlib
@@ -431,6 +432,8 @@ def main():
     parser.add_argument("--keep-graphs", action="store_true",
                         help="keep the CUDA graphs alive at destroy_process_group (NCCL then waits forever)")
     parser.add_argument("--wait-s", type=float, default=600.0, help="longest idle wait")
+    parser.add_argument("--pg-timeout-s", type=float, default=0.0,
+                        help="init_process_group timeout (collectives and the store; 0: PyTorch's default)")
     args = parser.parse_args()
     parts = [p for p in args.parts.split(",") if p]
     unknown = set(parts) - {"nccl", "symm", "symm_mc", "private"}
@@ -441,10 +444,12 @@ def main():
 
     rank = Rank(args)
     torch.cuda.set_device(rank.device)
+    timeout = {"timeout": datetime.timedelta(seconds=args.pg_timeout_s)} if args.pg_timeout_s > 0 else {}
     if "nccl" in parts:
-        dist.init_process_group("nccl", rank=rank.rank, world_size=rank.world, device_id=rank.device)
+        dist.init_process_group("nccl", rank=rank.rank, world_size=rank.world, device_id=rank.device,
+                                **timeout)
     else:
-        dist.init_process_group("gloo", rank=rank.rank, world_size=rank.world)
+        dist.init_process_group("gloo", rank=rank.rank, world_size=rank.world, **timeout)
     rank.say(f"pid={os.getpid()} start: torch {torch.__version__}, cuda {torch.version.cuda}, "
              f"device {rank.device} ({torch.cuda.get_device_name(rank.device)}), "
              f"backend {dist.get_backend()}, parts {','.join(parts)}, cycles {args.cycles}")

@@ -6,7 +6,8 @@
 
 # One process of a job, driven by a command language on stdin (job_worker.cc). Linked against
 # the simulated libcuda.so.1 like any CUDA program; `cusnap run` preloads the shim.
-add_executable(job_worker ${CMAKE_CURRENT_LIST_DIR}/job_worker.cc ${CMAKE_CURRENT_LIST_DIR}/job_workload.cc)
+add_executable(job_worker ${CMAKE_CURRENT_LIST_DIR}/job_worker.cc ${CMAKE_CURRENT_LIST_DIR}/job_workload.cc
+  ${CMAKE_CURRENT_LIST_DIR}/job_worker_heartbeat.cc)
 cusnap_warnings(job_worker)
 target_include_directories(job_worker PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/src/simcuda/include)
 target_link_libraries(job_worker PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver pthread)
@@ -15,6 +16,7 @@ cusnap_add_gtest(cli_job_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/job_harness.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_cycles.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cli_job_hold.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_device_map_refusals.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_refusals.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_transaction.cc

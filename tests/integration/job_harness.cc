@@ -92,6 +92,10 @@ void JobTest::SetUp() {
   cusnap::testing::UseOwnMachine(dir_);
   ::unsetenv("SIMCUDA_FAULTS");
   ::unsetenv("CUSNAP_STATE_DIR");
+  // Checkpointed workers stay runnable: the harness asks them about their memory while
+  // checkpointed (ExpectSuspended), which a stopped process cannot answer. The default hold
+  // (stopped) has its own tests: cli_job_hold.cc.
+  ::setenv("CUSNAP_HOLD", "run", 1);
   target_ = {"--pid", PidArg()};
 }
 

@@ -33,6 +33,11 @@
 //   workload V <part> <parts>      starts the in-flight workload on V (job_workload.h)
 //   workload-counts                "ok <iterations> <errors> <lost words> <first error>"
 //   workload-stop                  stops it and answers its counts
+//   heartbeat <ms>                 starts a watchdog (a driver call and a beat every 20 ms)
+//                                  and a heartbeat monitor that exits 97 when a sample, at
+//                                  least <ms> after the last, finds no new beat
+//                                  (job_worker_heartbeat.h: PyTorch's pair in miniature)
+//   beats                          "ok <beats> <samples> <ms since the last sample>"
 //   exit
 //
 // `job_worker launch <device>...` is a launcher instead: it never uses CUDA; it forks one
@@ -59,6 +64,7 @@
 
 #include "common/socket.h"
 #include "job_workload.h"
+#include "job_worker_heartbeat.h"
 #include "simcuda/introspection.h"
 
 namespace {
@@ -302,6 +308,11 @@ std::string Execute(const std::string& line) {
   if (op == "pid") return "ok " + std::to_string(::getpid());
   if (op == "workload-counts") return jobworker::WorkloadCounts();
   if (op == "workload-stop") return jobworker::StopWorkload();
+  if (op == "heartbeat") {
+    int ms = 0;
+    return (in >> ms) ? jobworker::StartHeartbeat(ms) : Bad("usage: heartbeat <ms>");
+  }
+  if (op == "beats") return jobworker::Beats();
   if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
     int pid = 0;
     if (!(in >> pid)) return Bad("usage: " + op + " <pid>");

@@ -1,0 +1,183 @@
+// The long-suspend hold (hold.h): stop a checkpointed participant, continue it at restore.
+#include "coordinator/hold.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/text.h"
+#include "coordinator/proc.h"
+
+namespace cusnap::coord {
+namespace {
+
+std::string MarkerPath(const std::string& control_dir, int pid) {
+  return control_dir + "/" + std::to_string(pid) + ".held";
+}
+
+/// The start time a marker records, nullopt when there is no readable marker.
+std::optional<uint64_t> MarkerStartTime(const std::string& control_dir, int pid) {
+  std::ifstream in(MarkerPath(control_dir, pid));
+  uint64_t start = 0;
+  if (!(in >> start)) return std::nullopt;
+  return start;
+}
+
+/// Writes the marker (mode 0600, replaced whole). Error code: errno.
+Status WriteMarker(const std::string& control_dir, int pid, uint64_t start_time) {
+  const std::string path = MarkerPath(control_dir, pid);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Error{errno, "cannot create " + tmp + ": " + std::strerror(errno)};
+  const std::string text = std::to_string(start_time) + "\n";
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int saved = errno;
+  ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int why = written ? errno : saved;
+    ::unlink(tmp.c_str());
+    return Error{why, "cannot write " + path + ": " + std::strerror(why)};
+  }
+  return Ok{};
+}
+
+bool Stopped(int pid) {
+  const auto state = ProcessState(pid);
+  return state && (*state == 'T' || *state == 't');
+}
+
+/// Polls until `want(pid)` holds or `wait_ms` passed; true when it holds.
+template <typename Want>
+bool WaitFor(int pid, int wait_ms, Want want) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (;;) {
+    if (want(pid)) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+Error SignalError(int pid, const char* what, int code) {
+  return Error{code, ProcessText(pid) + ": " + what + ": " + std::strerror(code)};
+}
+
+}  // namespace
+
+Result<HoldMode> ParseHoldMode(const std::string& text) {
+  if (text.empty() || text == "stop") return HoldMode::kStop;
+  if (text == "run") return HoldMode::kRun;
+  return Error{EINVAL, "CUSNAP_HOLD='" + text + "' is not one of stop, run"};
+}
+
+Status StopHeld(const std::string& control_dir, int pid, int wait_ms) {
+  const auto start = ProcessStartTime(pid);
+  if (!start) return SignalError(pid, "cannot stop it for the hold", ESRCH);
+  // The marker first: a process found stopped with no marker is never continued by cusnap.
+  if (auto s = WriteMarker(control_dir, pid, *start); !s) return s.error();
+  if (::kill(pid, SIGSTOP) != 0) {
+    const int why = errno;
+    ::unlink(MarkerPath(control_dir, pid).c_str());
+    return SignalError(pid, "SIGSTOP for the hold failed", why);
+  }
+  if (!WaitFor(pid, wait_ms, Stopped)) {
+    ::kill(pid, SIGCONT);
+    ::unlink(MarkerPath(control_dir, pid).c_str());
+    return Error{ETIMEDOUT, ProcessText(pid) + ": not stopped " + std::to_string(wait_ms) +
+                                " ms after SIGSTOP; left running (its CUDA calls wait)"};
+  }
+  return Ok{};
+}
+
+Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms) {
+  const auto recorded = MarkerStartTime(control_dir, pid);
+  if (!recorded) return Ok{};
+  const std::string marker = MarkerPath(control_dir, pid);
+  if (ProcessStartTime(pid) != recorded) {  // exited, or the pid was reused: stale
+    ::unlink(marker.c_str());
+    return Ok{};
+  }
+  // The marker stays until SIGCONT was sent: a failed continue can be tried again.
+  if (::kill(pid, SIGCONT) != 0) return SignalError(pid, "SIGCONT after the hold failed", errno);
+  ::unlink(marker.c_str());
+  if (!WaitFor(pid, wait_ms, [](int p) { return !Stopped(p); })) {
+    return Error{ETIMEDOUT, ProcessText(pid) + ": still stopped " + std::to_string(wait_ms) +
+                                " ms after SIGCONT (stopped by something else too?)"};
+  }
+  return Ok{};
+}
+
+bool IsHeld(const std::string& control_dir, int pid) {
+  const auto recorded = MarkerStartTime(control_dir, pid);
+  return recorded && ProcessStartTime(pid) == recorded && Stopped(pid);
+}
+
+std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid) {
+  std::vector<int> pids;
+  if (pid > 0) {
+    pids = ProcessTree(pid);
+  } else {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() <= 5 || name.compare(name.size() - 5, 5, ".held") != 0) continue;
+      try {
+        pids.push_back(std::stoi(name.substr(0, name.size() - 5)));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  std::vector<std::string> problems;
+  for (const int p : pids) {
+    if (auto s = ContinueHeld(control_dir, p); !s) problems.push_back(s.error().message);
+  }
+  return problems;
+}
+
+namespace {
+
+class HoldingDriver final : public CheckpointDriver {
+ public:
+  HoldingDriver(std::unique_ptr<CheckpointDriver> inner, std::string control_dir)
+      : inner_(std::move(inner)), control_dir_(std::move(control_dir)) {}
+
+  std::string Describe() const override { return inner_->Describe(); }
+  bool simulated() const override { return inner_->simulated(); }
+  Result<CUprocessState> GetState(int pid) override { return inner_->GetState(pid); }
+  Status Lock(int pid, unsigned timeout_ms) override { return inner_->Lock(pid, timeout_ms); }
+  Status Checkpoint(int pid) override {
+    if (auto s = inner_->Checkpoint(pid); !s) return s;
+    if (auto s = StopHeld(control_dir_, pid); !s) {
+      return Error{s.error().code, "the native checkpoint succeeded, but the hold did not: " +
+                                       s.error().message};
+    }
+    return Ok{};
+  }
+  Status Restore(int pid, std::span<const UuidPair> pairs) override {
+    // The driver restores through the process itself: it must run.
+    if (auto s = ContinueHeld(control_dir_, pid); !s) return s;
+    return inner_->Restore(pid, pairs);
+  }
+  Status Unlock(int pid) override { return inner_->Unlock(pid); }
+  Result<std::vector<std::string>> DeviceUuids() override { return inner_->DeviceUuids(); }
+
+ private:
+  std::unique_ptr<CheckpointDriver> inner_;
+  std::string control_dir_;
+};
+
+}  // namespace
+
+std::unique_ptr<CheckpointDriver> WithHold(std::unique_ptr<CheckpointDriver> inner,
+                                           const std::string& control_dir, HoldMode mode) {
+  if (mode == HoldMode::kRun) return inner;
+  return std::make_unique<HoldingDriver>(std::move(inner), control_dir);
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,61 @@
+// Long suspends (docs/LONG-SUSPEND.md): a checkpointed job is held with every process
+// stopped. While a job is held, its threads that call CUDA wait (at the shim's gate, or in
+// the driver once natively locked), but threads that never call CUDA run on, and some of
+// them measure the others: PyTorch's NCCL heartbeat monitor aborts the process when the
+// watchdog thread, waiting in cudaEventQuery, has not beaten for
+// TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC. A stopped process runs no thread at all, so nothing in
+// it can time out while it is held.
+//
+// The hold: once a participant's native checkpoint succeeded it gets SIGSTOP, and a marker
+// <control dir>/<pid>.held (its start time) says that cusnap stopped it; `cusnap restore`
+// continues every held process of its target before it contacts any endpoint (a stopped
+// process's endpoint cannot answer), and the native restore continues it again if anything
+// was missed (it needs the process running). A process stopped by anyone else is never
+// continued by cusnap: only a marker naming the same process (pid and start time) does.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "coordinator/native_driver.h"
+
+namespace cusnap::coord {
+
+/// Whether a checkpointed job is stopped while held (env CUSNAP_HOLD).
+enum class HoldMode {
+  kStop,  ///< "stop" (default): SIGSTOP after the native checkpoint, SIGCONT at restore
+  kRun,   ///< "run": processes stay runnable while checkpointed (their CUDA calls wait)
+};
+
+/// Parses CUSNAP_HOLD's value: "" or "stop", "run". Error (code EINVAL) names the value.
+Result<HoldMode> ParseHoldMode(const std::string& text);
+
+/// Stops `pid` for the hold: writes the marker, sends SIGSTOP and waits (at most
+/// `wait_ms`) until /proc says the process is stopped. Errors (code errno, or ETIMEDOUT)
+/// name the pid; on any error the marker is removed and a SIGCONT undoes a SIGSTOP sent.
+Status StopHeld(const std::string& control_dir, int pid, int wait_ms = 5000);
+
+/// Continues `pid` if cusnap stopped it: when its marker names this very process (start
+/// time), sends SIGCONT, removes the marker and waits (at most `wait_ms`) until it runs; a
+/// marker of an exited process or a reused pid is stale and only removed. No marker: Ok,
+/// nothing done. Errors (code errno or ETIMEDOUT) name the pid; when SIGCONT could not be
+/// sent the marker stays.
+Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms = 5000);
+
+/// True when `pid` has a marker naming it and is stopped now: held by cusnap.
+bool IsHeld(const std::string& control_dir, int pid);
+
+/// ContinueHeld on every process of `pid`'s tree (ProcessTree), or with `pid` <= 0 on every
+/// process with a marker in `control_dir`. Returns one message per process that could not
+/// be continued (empty: all done).
+std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid);
+
+/// A CheckpointDriver that holds: Checkpoint(pid) stops the process once the inner driver's
+/// checkpoint succeeded (StopHeld), Restore(pid) continues it first (ContinueHeld).
+/// Everything else goes to `inner` as it is. With HoldMode::kRun, `inner` is returned.
+std::unique_ptr<CheckpointDriver> WithHold(std::unique_ptr<CheckpointDriver> inner,
+                                           const std::string& control_dir, HoldMode mode);
+
+}  // namespace cusnap::coord
