@@ -46,13 +46,12 @@ class CliJobSecurity : public JobTest {
 };
 
 TEST_F(CliJobSecurity, IdleConnectionsBlockNeitherStatusNorCheckpointNorRestore) {
-  Worker& creator = Start("creator", 0);
-  Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 2, "dev", 0));
-  ASSERT_NO_FATAL_FAILURE(Map(creator, "a", "A", 0, 2, "0"));
-  ASSERT_NO_FATAL_FAILURE(Fill(creator, "a"));
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 2, "1"));
+  Worker& creator = Start("creator", 1);
+  Worker& importer = Start("importer", 0);
+  ASSERT_NO_FATAL_FAILURE(Create(creator, "H", 2, "host", 0));  // host NUMA memory, shared
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "H", importer));
+  for (Worker* w : {&creator, &importer}) ASSERT_NO_FATAL_FAILURE(Map(*w, "h", "H", 0, 2, "0,1"));
+  ASSERT_NO_FATAL_FAILURE(Fill(importer, "h"));
   for (Worker* w : {&creator, &importer}) ASSERT_NO_FATAL_FAILURE(HoldIdle(w->pid, 6));
 
   // Before issue 12 one thread served every connection with a 5 s read deadline: four idle

@@ -39,3 +39,13 @@ target_compile_definitions(interception_test PRIVATE
   CUSNAP_TEST_FAILCLOSED="$<TARGET_FILE:interception_failclosed>"
   CUSNAP_TEST_FAKECUDA_DIR="${CMAKE_BINARY_DIR}/interception_fakecuda")
 add_dependencies(interception_test interception_failclosed interception_fakecuda)
+
+# Transparency to bad arguments (issue 12): transparency_probe calls every hand-written hook
+# with odd arguments; transparency_test compares its answers with and without the shim.
+add_executable(transparency_probe ${CMAKE_CURRENT_LIST_DIR}/transparency_probe.cc)
+cusnap_warnings(transparency_probe)
+target_link_libraries(transparency_probe PRIVATE simcuda_driver cusnap_cuda_headers)
+cusnap_add_gtest(transparency_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/transparency_test.cc LABELS integration)
+target_compile_definitions(transparency_test PRIVATE
+  CUSNAP_TEST_TRANSPARENCY_PROBE="$<TARGET_FILE:transparency_probe>")
+add_dependencies(transparency_test transparency_probe cusnap_shim simcuda_driver)
