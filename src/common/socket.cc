@@ -241,8 +241,8 @@ namespace {
 // What is wrong with `packet` (`size` bytes) as the next packet of `message`; "" when nothing.
 // A foreign protocol version sets `*foreign`.
 std::string CheckPacket(const std::vector<char>& packet, size_t size, bool first,
-                        const proto::Message& message, proto::FrameHeader* header,
-                        bool* foreign) {
+                        const proto::Message& message, size_t max_bytes,
+                        proto::FrameHeader* header, bool* foreign) {
   if (size < sizeof *header) {
     return "packet of " + std::to_string(size) + " bytes is shorter than a header";
   }
@@ -260,15 +260,15 @@ std::string CheckPacket(const std::vector<char>& packet, size_t size, bool first
   if (!first && header->op != static_cast<uint16_t>(message.op)) {
     return "continuation packet for another operation";
   }
-  if (message.payload.size() + header->size > proto::kMaxMessage) {
-    return "message longer than " + std::to_string(proto::kMaxMessage) + " bytes";
+  if (message.payload.size() + header->size > max_bytes) {
+    return "message longer than " + std::to_string(max_bytes) + " bytes";
   }
   return "";
 }
 
 }  // namespace
 
-Result<proto::Message> ReceiveMessage(int fd, Deadline deadline) {
+Result<proto::Message> ReceiveMessage(int fd, Deadline deadline, size_t max_bytes) {
   proto::Message message;
   std::vector<char> packet(proto::kMaxPacket);
   for (bool first = true;; first = false) {
@@ -278,7 +278,7 @@ Result<proto::Message> ReceiveMessage(int fd, Deadline deadline) {
     UniqueFd descriptor(received);
     proto::FrameHeader header{};
     bool foreign = false;
-    std::string problem = CheckPacket(packet, *size, first, message, &header, &foreign);
+    std::string problem = CheckPacket(packet, *size, first, message, max_bytes, &header, &foreign);
     if (problem.empty() && descriptor.valid() && message.fd.valid()) {
       problem = "more than one descriptor in a message";
     }

@@ -69,9 +69,10 @@ Result<size_t> RecvPacket(int fd, void* buffer, size_t capacity, int* received_f
 Status SendMessage(int fd, const proto::Message& message, Deadline deadline);
 
 /// Receives one message (all its packets) and validates magic, version, packet sizes, that
-/// every packet carries the first one's op, and that the payload stays within
-/// proto::kMaxMessage bytes. A peer of another protocol version is EPROTONOSUPPORT, naming
+/// every packet carries the first one's op, and that the payload stays within `max_bytes`
+/// (an endpoint reading requests passes a small bound: issue 12). A peer of another protocol version is EPROTONOSUPPORT, naming
 /// both versions; anything else wrong is EPROTO, naming what.
-Result<proto::Message> ReceiveMessage(int fd, Deadline deadline);
+Result<proto::Message> ReceiveMessage(int fd, Deadline deadline,
+                                      size_t max_bytes = proto::kMaxMessage);
 
 }  // namespace cusnap

@@ -127,5 +127,25 @@ TEST_F(CliJobSecurity, AFakeEndpointOfAnotherProcessIsRefusedBeforeAnythingIsSen
   ::unlink(path.c_str());
 }
 
+
+TEST_F(CliJobSecurity, AnOversizedRequestIsRefusedAndTheEndpointServesOn) {
+  Worker& w = Start("worker", 0);
+  ASSERT_NO_FATAL_FAILURE(Create(w, "A", 2, "dev", 0));  // the endpoint starts with tracking
+  const std::string path = Env("CUSNAP_CONTROL_DIR") + "/" + std::to_string(w.pid) + ".sock";
+  auto fd = cusnap::ConnectSeqpacket(path, cusnap::Deadline::AfterMs(2000));
+  ASSERT_TRUE(fd.ok()) << fd.error().message;
+  cusnap::proto::Message huge;
+  huge.op = cusnap::proto::Op::kIdentify;
+  huge.payload.assign(16u << 20, 'x');  // 16 MiB; a request is a few fields
+  const cusnap::Status sent = cusnap::SendMessage(fd->get(), huge, cusnap::Deadline::AfterMs(5000));
+  EXPECT_FALSE(sent.ok());  // the endpoint stopped reading at 64 KiB and closed the connection
+  auto reply = cusnap::ReceiveMessage(fd->get(), cusnap::Deadline::AfterMs(5000));
+  EXPECT_FALSE(reply.ok());
+  // And it answers the next client.
+  const Ran status = Cusnap({"status", "--pid", std::to_string(w.pid)});
+  EXPECT_EQ(status.status, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("pid " + std::to_string(w.pid)));
+}
+
 }  // namespace
 }  // namespace jobtest

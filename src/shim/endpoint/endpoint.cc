@@ -176,7 +176,7 @@ void Endpoint::ServeConnection(UniqueFd connection) {
     return;
   }
   Result<proto::Message> request =
-      ReceiveMessage(connection.get(), Deadline::AfterMs(kRequestTimeoutMs));
+      ReceiveMessage(connection.get(), Deadline::AfterMs(kRequestTimeoutMs), kMaxRequestBytes);
   if (!request.ok()) {
     CUSNAP_LOG_WARN("endpoint %s: bad request: %s", path_.c_str(), request.error().message.c_str());
     if (request.error().code == EPROTONOSUPPORT) {

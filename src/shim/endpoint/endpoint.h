@@ -35,6 +35,9 @@ class Endpoint {
   static constexpr size_t kControlQueueLimit = 8;
   /// Connections served at once (a thread each); more are closed unanswered.
   static constexpr int kMaxConnections = 64;
+  /// The longest request payload read (every request is a few fields); a longer one is
+  /// refused unread, so 64 connections hold at most 64 x 64 KiB of the process's memory.
+  static constexpr size_t kMaxRequestBytes = 64 * 1024;
 
   /// Creates `control_dir` (mode 0700) if needed, removes sockets of dead processes there
   /// (including a stale one at this pid's path), listens at EndpointPath(control_dir, pid)
