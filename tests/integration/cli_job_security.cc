@@ -3,6 +3,7 @@
 // `restore` run (one thread per connection: nothing waits behind them); a control directory
 // that is not private, is a symbolic link or belongs to another user, refused by the CLI and
 // by the shim; a fake endpoint of another process, refused by its peer credentials.
+#include <cuda.h>
 #include <gmock/gmock.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -145,6 +146,41 @@ TEST_F(CliJobSecurity, AnOversizedRequestIsRefusedAndTheEndpointServesOn) {
   const Ran status = Cusnap({"status", "--pid", std::to_string(w.pid)});
   EXPECT_EQ(status.status, 0) << status.err;
   EXPECT_THAT(status.out, HasSubstr("pid " + std::to_string(w.pid)));
+}
+
+
+// Issue 12: a cuMemSetAccess the driver rejected changed nothing, in the driver and in the
+// shim's record (it used to poison it: every later checkpoint refused); and HOST / HOST_NUMA
+// descriptors, one host access in the driver (F12), read the same after a restore.
+TEST_F(CliJobSecurity, RejectedAccessLeavesNoTraceAndHostAccessSurvivesARestore) {
+  Worker& w = Start("worker", 0);
+  ASSERT_NO_FATAL_FAILURE(Create(w, "H", 2, "host", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(w, "h", "H", 0, 2, "0"));
+  ASSERT_NO_FATAL_FAILURE(Fill(w, "h"));
+  const std::string rw = std::to_string(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  const std::string host = std::to_string(CU_MEM_LOCATION_TYPE_HOST);
+  const std::string numa = std::to_string(CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const std::string device = std::to_string(CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(Ask(w, "access h " + device + " 0 7"), "ok 1");   // flags 7: INVALID_VALUE
+  EXPECT_EQ(Ask(w, "access h " + device + " 99 1"), "ok 101");  // INVALID_DEVICE
+  // The order of issue 12: HOST READ, HOST_NUMA RW, HOST NONE.
+  EXPECT_EQ(Ask(w, "access h " + host + " 0 1"), "ok 0");
+  EXPECT_EQ(Ask(w, "access h " + numa + " 0 " + rw), "ok 0");
+  EXPECT_EQ(Ask(w, "access h " + host + " 0 0"), "ok 0");
+  const std::vector<std::string> asked = {device + " 0", device + " 1", host + " 0", numa + " 0"};
+  std::vector<std::string> before;
+  for (const std::string& at : asked) before.push_back(Ask(w, "getaccess h " + at));
+  EXPECT_EQ(before[3], "ok 0 0");  // the host access is NONE
+
+  const std::string state = dir_ + "/state";
+  const Ran ck = Checkpoint(state);  // no "access ... is unknown" refusal
+  ASSERT_EQ(ck.status, 0) << ck.err;
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.err;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    EXPECT_EQ(Ask(w, "getaccess h " + asked[i]), before[i]) << asked[i];
+  }
+  CheckEveryByte();
 }
 
 }  // namespace
