@@ -81,11 +81,23 @@ TEST_F(CliJobSecurity, APreCreatedControlDirectoryThatIsNotPrivateIsRefused) {
   EXPECT_THAT(status.err, HasSubstr("control directory " + open_dir +
                                     " is unsafe: its mode is 0755, not 0700"));
 
-  // The shim starts no endpoint there (its log says why), and the directory keeps its mode.
+  // `cusnap run` does not start a job there.
   const std::string saved = Env("CUSNAP_CONTROL_DIR");
   ::setenv("CUSNAP_CONTROL_DIR", open_dir.c_str(), 1);
-  Worker& w = Start("worker", 0);
+  const std::string marker = dir_ + "/ran";
+  const Ran run = Cusnap({"run", "--", "touch", marker});
+  EXPECT_EQ(run.status, 2);
+  EXPECT_THAT(run.err, HasSubstr("cusnap run: control directory " + open_dir +
+                                 " is unsafe: its mode is 0755, not 0700"));
+  EXPECT_THAT(run.err, HasSubstr("; the job was not started"));
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0);
+
+  // A shim that gets there anyway (preloaded by hand) starts no endpoint (its log says why),
+  // and the directory keeps its mode.
+  Worker& w = StartProgram("worker", {"/usr/bin/env", "LD_PRELOAD=" + Env("CUSNAP_TEST_SHIM"),
+                                      Env("CUSNAP_TEST_BIN_DIR") + "/job_worker", "0"});
   ::setenv("CUSNAP_CONTROL_DIR", saved.c_str(), 1);
+  ASSERT_EQ(Ask(w, ""), "ready");
   ASSERT_NO_FATAL_FAILURE(Create(w, "A", 2, "dev", 0));
   struct stat st {};
   EXPECT_NE(::stat((open_dir + "/" + std::to_string(w.pid) + ".sock").c_str(), &st), 0);
