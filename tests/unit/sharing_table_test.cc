@@ -253,10 +253,6 @@ TEST(SharingTable, AccessIsMergedPerDeviceForEveryCoveredMapping) {
   EXPECT_EQ(records[1].access_count, 2u);
   EXPECT_EQ(records[2].offset, k2MiB);
   EXPECT_EQ(records[2].access_count, 1u);
-
-  table.MarkAccessUnknown(a, k2MiB);
-  EXPECT_TRUE(table.Mappings()[0].access_unknown);
-  EXPECT_FALSE(table.Mappings()[1].access_unknown);
 }
 
 TEST(SharingTable, AccessBeyondTheDescriptorLimitDoesNotFit) {

@@ -60,7 +60,7 @@ bool MergeAccessDescriptor(Mapping& mapping, const CUmemAccessDesc& d) {
 }
 
 /// Non-overlapping mappings keyed by start VA. `Mapping` has `address` and `size` (bytes),
-/// `access_count`, `access[proto::kMaxAccess]` and `access_unknown`.
+/// `access_count` and `access[proto::kMaxAccess]`.
 template <typename Mapping>
 class MappingIndex {
  public:
@@ -129,16 +129,6 @@ class MappingIndex {
     for (auto it = by_address_.lower_bound(address);
          it != by_address_.end() && it->first + it->second.size <= end; ++it) {
       for (size_t i = 0; i < count; ++i) MergeAccessDescriptor(it->second, desc[i]);
-    }
-  }
-
-  /// After a failed cuMemSetAccess: every mapping touching the range has unknown access (the
-  /// driver may have applied part of it).
-  void MarkAccessUnknown(CUdeviceptr address, size_t size) {
-    const CUdeviceptr end = address + size;
-    for (auto it = FirstTouching(by_address_, address); it != by_address_.end() && it->first < end;
-         ++it) {
-      it->second.access_unknown = true;
     }
   }
 
