@@ -24,7 +24,11 @@ objects() {
   for source in "$@"; do
     local object="$out/obj/${source//\//_}.o"
     mkdir -p "$out/obj"
-    if [[ ! -f $object || $source -nt $object ]]; then "$cxx" "${flags[@]}" -c "$source" -o "$object"; fi
+    # Rebuilt when missing, or older than its source or any header (no dependency tracking).
+    if [[ ! -f $object || $source -nt $object ||
+          -n $(find src tests/fuzz -name '*.h' -newer "$object" -print -quit) ]]; then
+      "$cxx" "${flags[@]}" -c "$source" -o "$object"
+    fi
     list+=("$object")
   done
   echo "${list[@]}"
@@ -39,6 +43,8 @@ objects() {
 [[ $seconds == 0 ]] && exit 0
 for target in fuzz_protocol fuzz_ticket fuzz_state_file; do
   mkdir -p "$out/$target.corpus" "$out/$target.run"
+  # The seeds (tests/fuzz/corpus/<name>: well-formed inputs to mutate from) join the corpus.
+  cp -n tests/fuzz/corpus/"${target#fuzz_}"/* "$out/$target.corpus"/ 2>/dev/null || true
   echo "fuzz: $target for ${seconds}s"
   if ! (cd "$out/$target.run" && ASAN_OPTIONS=detect_leaks=1 "../$target" -max_total_time="$seconds" \
           -timeout=10 -rss_limit_mb=2048 -max_len=65536 "../$target.corpus" >log 2>&1); then
