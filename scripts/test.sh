@@ -4,6 +4,8 @@
 # the README names: GCC 12 finds warnings at -O3 that -O2 does not), then run every CI test
 # under AddressSanitizer + UndefinedBehaviorSanitizer. Arguments go to ctest (e.g. -R Cli).
 # CUSNAP_SKIP_RELEASE=1 leaves the release build out (a quicker local run; CI never sets it).
+# Last, the libFuzzer targets (scripts/fuzz.sh: protocol decoder, ticket parser, state-file
+# reader) run CUSNAP_FUZZ_SECONDS (default 30) seconds each, when no ctest arguments were given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -19,3 +21,6 @@ if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 && $# -eq 0 ]]; then
   ctest --preset release -R 'CarrierGrowthPastRlimitAsIsNamed'
 fi
 ctest --preset asan "$@"
+if [[ $# -eq 0 ]]; then
+  scripts/fuzz.sh
+fi

@@ -41,7 +41,7 @@ inline std::string MakeScratchDir(const std::string& name) {
 /// job, on the simulated driver; the test process itself preloads nothing (its children get
 /// the shim from `cusnap run`).
 inline void UseOwnMachine(const std::string& dir) {
-  std::filesystem::create_directory(dir + "/control");
+  ::mkdir((dir + "/control").c_str(), 0700);  // a control directory must be private
   std::filesystem::create_directory(dir + "/sim");
   ::setenv("CUSNAP_CONTROL_DIR", (dir + "/control").c_str(), 1);
   ::setenv("SIMCUDA_DIR", (dir + "/sim").c_str(), 1);

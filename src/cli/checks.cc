@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 
+#include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "coordinator/native_driver.h"
 #include "coordinator/proc.h"
@@ -92,6 +93,7 @@ std::string CheckEnvironment() {
 }
 
 std::string CheckControlDirReadable(const std::string& control_dir) {
+  if (const std::string unsafe = UnsafeControlDir(control_dir); !unsafe.empty()) return unsafe;
   DIR* dir = ::opendir(control_dir.c_str());
   if (dir == nullptr) {
     if (errno == ENOENT) return "";

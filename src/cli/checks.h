@@ -22,8 +22,9 @@ std::string CheckEnvironment();
 /// its tree has an endpoint socket left by an earlier process with its pid. "" when fine.
 std::string CheckTargetPid(int pid, const std::string& control_dir);
 
-/// Whether `control_dir` can be listed: "" when it can or does not exist, else "cannot read
-/// control directory D: <strerror>".
+/// Whether `control_dir` can be listed and trusted: "" when it can or does not exist, else
+/// why not (unsafe: not ours, not 0700, a symbolic link (control_dir.h); or "cannot read
+/// control directory D: <strerror>").
 std::string CheckControlDirReadable(const std::string& control_dir);
 
 /// For `cusnap run`: the endpoint socket path <control_dir>/<pid>.sock of any pid must fit a

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/version.h"
 #include "cli/exit_codes.h"
+#include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "coordinator/native_driver.h"
 
@@ -33,6 +34,11 @@ int RunCommand(const std::vector<std::string>& command) {
   // only on the job's stderr.
   if (const std::string problem = CheckControlDirLength(ControlDir()); !problem.empty()) {
     std::fprintf(stderr, "cusnap run: %s\n", problem.c_str());
+    return kExitUsage;
+  }
+  // Nor in a directory it must not trust (issue 12): not ours, not 0700, a symbolic link.
+  if (const std::string unsafe = UnsafeControlDir(ControlDir()); !unsafe.empty()) {
+    std::fprintf(stderr, "cusnap run: %s; the job was not started\n", unsafe.c_str());
     return kExitUsage;
   }
   if (::access(shim.c_str(), R_OK) != 0) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/control_dir.h"
 #include "common/ids.h"
 #include "common/socket.h"
 
@@ -29,11 +30,31 @@ std::string ControlDir() {
                        geteuid());
 }
 
+int EndpointPidOfPath(const std::string& socket_path) {
+  const size_t slash = socket_path.rfind('/');
+  const std::string name = socket_path.substr(slash == std::string::npos ? 0 : slash + 1);
+  int pid = 0;
+  size_t at = 0;
+  for (; at < name.size() && name[at] >= '0' && name[at] <= '9'; ++at) {
+    if (pid > 100'000'000) return 0;
+    pid = pid * 10 + (name[at] - '0');
+  }
+  return at > 0 && name.compare(at, std::string::npos, ".sock") == 0 ? pid : 0;
+}
+
 Result<proto::Message> Request(const std::string& socket_path, const proto::Message& request,
                                int timeout_ms) {
   const Deadline deadline = Deadline::AfterMs(timeout_ms);
+  // Whoever owns the directory decides who answers: refuse one that is not ours and private
+  // (control_dir.h), then check that the process answering is the endpoint's own.
+  const size_t slash = socket_path.rfind('/');
+  Result<UniqueFd> dir = OpenControlDir(slash == std::string::npos ? "."
+                                        : slash == 0 ? "/" : socket_path.substr(0, slash));
+  if (!dir.ok()) return Error{dir.error().code, socket_path + ": " + dir.error().message};
   Result<UniqueFd> fd = ConnectSeqpacket(socket_path, deadline);
   if (!fd.ok()) return fd.error();
+  Status peer = CheckPeerCredentials(fd->get(), EndpointPidOfPath(socket_path));
+  if (!peer.ok()) return Error{peer.error().code, socket_path + ": " + peer.error().message};
   Status sent = SendMessage(fd->get(), request, deadline);
   if (!sent.ok()) return Error{sent.error().code, socket_path + ": " + sent.error().message};
   Result<proto::Message> reply = ReceiveMessage(fd->get(), deadline);

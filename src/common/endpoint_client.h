@@ -23,8 +23,13 @@ std::string ControlDir();
 std::string ControlDirFor(const char* cusnap_control_dir, const char* xdg_runtime_dir,
                           unsigned uid);
 
+/// The pid an endpoint socket path names ("<dir>/<pid>.sock"); 0 for any other name.
+int EndpointPidOfPath(const std::string& socket_path);
+
 /// Connects to `socket_path`, sends `request` and returns the reply message, whole (its
-/// descriptor, if any, owned by it). Fails with an errno-coded Error naming the path on a
+/// descriptor, if any, owned by it). Refuses (EPERM, ELOOP; nothing sent) when the socket's
+/// directory is not ours with mode 0700 or is a symbolic link (control_dir.h), or when the
+/// peer runs as another user (root aside) or, for "<pid>.sock", is not process pid. Fails with an errno-coded Error naming the path on a
 /// socket or framing problem or when `timeout_ms` (whole exchange) passes. The reply is not
 /// read here: its struct's Decode (messages.h) turns an error reply into its Error.
 Result<proto::Message> Request(const std::string& socket_path, const proto::Message& request,

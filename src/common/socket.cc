@@ -97,11 +97,14 @@ Result<UniqueFd> ListenSeqpacket(const std::string& path, int backlog) {
   if (!FillAddress(path, &addr)) return SystemError(ENAMETOOLONG, "socket path " + path);
   UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return SystemError(errno, "socket");
+  // Linux creates the socket file with the socket inode's mode (less the umask): set 0600 on
+  // the descriptor before bind, so the file never exists with another mode and no chmod by
+  // path follows bind (a symlink swapped in between would have been followed; issue 12).
+  if (fchmod(fd.get(), 0600) != 0) return SystemError(errno, "fchmod socket for " + path);
   if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     return SystemError(errno, "bind " + path);
   }
-  // The control directory is 0700 already; 0600 keeps the socket private even if it moves.
-  if (chmod(path.c_str(), 0600) != 0 || listen(fd.get(), backlog) != 0) {
+  if (listen(fd.get(), backlog) != 0) {
     const int code = errno;
     unlink(path.c_str());
     return SystemError(code, "listen " + path);
@@ -120,16 +123,27 @@ Result<UniqueFd> AcceptConnection(int listener, Deadline deadline) {
   }
 }
 
-Status CheckPeerCredentials(int fd) {
+std::string PeerProblem(const ucred& peer, uid_t self, int expected_pid) {
+  if (peer.uid != self && peer.uid != 0) {
+    return "peer pid " + std::to_string(peer.pid) + " runs as uid " + std::to_string(peer.uid) +
+           ", not " + std::to_string(self) + " or root: refused";
+  }
+  if (expected_pid > 0 && peer.pid != expected_pid) {
+    return "the endpoint of pid " + std::to_string(expected_pid) + " is answered by pid " +
+           std::to_string(peer.pid) + " (uid " + std::to_string(peer.uid) + "): refused";
+  }
+  return "";
+}
+
+Status CheckPeerCredentials(int fd, int expected_pid) {
   ucred cred;
   socklen_t len = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return SystemError(errno, "SO_PEERCRED");
   }
-  if (cred.uid == geteuid() || cred.uid == 0) return Ok{};
-  return Error{EPERM, "peer pid " + std::to_string(cred.pid) + " runs as uid " +
-                          std::to_string(cred.uid) + ", not " + std::to_string(geteuid()) +
-                          " or root: refused"};
+  const std::string problem = PeerProblem(cred, geteuid(), expected_pid);
+  if (problem.empty()) return Ok{};
+  return Error{EPERM, problem};
 }
 
 Status SendPacket(int fd, const void* data, size_t size, int pass_fd, Deadline deadline) {
@@ -227,8 +241,8 @@ namespace {
 // What is wrong with `packet` (`size` bytes) as the next packet of `message`; "" when nothing.
 // A foreign protocol version sets `*foreign`.
 std::string CheckPacket(const std::vector<char>& packet, size_t size, bool first,
-                        const proto::Message& message, proto::FrameHeader* header,
-                        bool* foreign) {
+                        const proto::Message& message, size_t max_bytes,
+                        proto::FrameHeader* header, bool* foreign) {
   if (size < sizeof *header) {
     return "packet of " + std::to_string(size) + " bytes is shorter than a header";
   }
@@ -246,15 +260,15 @@ std::string CheckPacket(const std::vector<char>& packet, size_t size, bool first
   if (!first && header->op != static_cast<uint16_t>(message.op)) {
     return "continuation packet for another operation";
   }
-  if (message.payload.size() + header->size > proto::kMaxMessage) {
-    return "message longer than " + std::to_string(proto::kMaxMessage) + " bytes";
+  if (message.payload.size() + header->size > max_bytes) {
+    return "message longer than " + std::to_string(max_bytes) + " bytes";
   }
   return "";
 }
 
 }  // namespace
 
-Result<proto::Message> ReceiveMessage(int fd, Deadline deadline) {
+Result<proto::Message> ReceiveMessage(int fd, Deadline deadline, size_t max_bytes) {
   proto::Message message;
   std::vector<char> packet(proto::kMaxPacket);
   for (bool first = true;; first = false) {
@@ -264,7 +278,7 @@ Result<proto::Message> ReceiveMessage(int fd, Deadline deadline) {
     UniqueFd descriptor(received);
     proto::FrameHeader header{};
     bool foreign = false;
-    std::string problem = CheckPacket(packet, *size, first, message, &header, &foreign);
+    std::string problem = CheckPacket(packet, *size, first, message, max_bytes, &header, &foreign);
     if (problem.empty() && descriptor.valid() && message.fd.valid()) {
       problem = "more than one descriptor in a message";
     }

@@ -4,6 +4,7 @@
 // dispositions), SOCK_CLOEXEC / MSG_CMSG_CLOEXEC on every descriptor. Errors are errno-coded.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -33,17 +34,23 @@ struct Deadline {
 /// (ENOENT / ECONNREFUSED when nobody listens there, ETIMEDOUT, ENAMETOOLONG).
 Result<UniqueFd> ConnectSeqpacket(const std::string& path, Deadline deadline);
 
-/// Binds a non-blocking SOCK_SEQPACKET listener at `path` (which must not exist), makes it
-/// mode 0600 and listens. Returns the descriptor (CLOEXEC) or an Error.
+/// Binds a non-blocking SOCK_SEQPACKET listener at `path` (which must not exist), created
+/// mode 0600 (set on the socket before bind: no window, no chmod by path), and listens. Returns the descriptor (CLOEXEC) or an Error.
 Result<UniqueFd> ListenSeqpacket(const std::string& path, int backlog);
 
 /// Waits (until `deadline`) for a connection on `listener` and accepts it (CLOEXEC).
 /// ETIMEDOUT when none came.
 Result<UniqueFd> AcceptConnection(int listener, Deadline deadline);
 
-/// The peer's credentials (SO_PEERCRED) allow it to talk to us: same effective uid or root.
-/// Error EPERM names the peer's pid and uid otherwise.
-Status CheckPeerCredentials(int fd);
+/// What is wrong with a peer of credentials `peer` for a process of effective uid `self`:
+/// "" when it runs as `self` or root and, when `expected_pid` > 0, is process `expected_pid`;
+/// otherwise the reason, naming the peer's pid and uid.
+std::string PeerProblem(const ucred& peer, uid_t self, int expected_pid);
+
+/// The peer's credentials (SO_PEERCRED) pass PeerProblem: same effective uid or root, and
+/// process `expected_pid` when it is > 0 (a client checks that the endpoint of pid P is
+/// served by P, not by whoever bound the path). Error EPERM naming the peer otherwise.
+Status CheckPeerCredentials(int fd, int expected_pid = 0);
 
 /// Sends one packet of `size` bytes (MSG_NOSIGNAL), with `pass_fd` as SCM_RIGHTS when >= 0.
 /// A closed peer gives EPIPE (never SIGPIPE); a full socket waits until `deadline`.
@@ -62,9 +69,10 @@ Result<size_t> RecvPacket(int fd, void* buffer, size_t capacity, int* received_f
 Status SendMessage(int fd, const proto::Message& message, Deadline deadline);
 
 /// Receives one message (all its packets) and validates magic, version, packet sizes, that
-/// every packet carries the first one's op, and that the payload stays within
-/// proto::kMaxMessage bytes. A peer of another protocol version is EPROTONOSUPPORT, naming
+/// every packet carries the first one's op, and that the payload stays within `max_bytes`
+/// (an endpoint reading requests passes a small bound: issue 12). A peer of another protocol version is EPROTONOSUPPORT, naming
 /// both versions; anything else wrong is EPROTO, naming what.
-Result<proto::Message> ReceiveMessage(int fd, Deadline deadline);
+Result<proto::Message> ReceiveMessage(int fd, Deadline deadline,
+                                      size_t max_bytes = proto::kMaxMessage);
 
 }  // namespace cusnap

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include "coordinator/coordinator.h"
+#include "common/control_dir.h"
 #include "common/text.h"
 #include "coordinator/proc.h"
 
@@ -75,7 +76,11 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverAll(const DiscoveryOpt
 }  // namespace
 
 Discoverer EndpointDiscoverer(DiscoveryOptions options) {
-  return [options](CheckpointDriver& driver) {
+  return [options](CheckpointDriver& driver) -> Result<std::vector<std::unique_ptr<Participant>>> {
+    // Endpoints in a directory someone else controls may be fakes: talk to none of them.
+    if (const std::string unsafe = UnsafeControlDir(options.control_dir); !unsafe.empty()) {
+      return Error{EPERM, unsafe + " (nothing was changed)"};
+    }
     return options.all ? DiscoverAll(options) : DiscoverTree(options, driver);
   };
 }

@@ -1,6 +1,7 @@
 // Names and the JSON form of topology records (records.h).
 #include "coordinator/records.h"
 #include "common/text.h"
+#include "coordinator/json_number.h"
 
 #include <array>
 #include <cctype>
@@ -42,9 +43,9 @@ nlohmann::json IdToJson(const proto::ObjectId& id) {
 
 proto::ObjectId IdFromJson(const nlohmann::json& json) {
   proto::ObjectId id{};
-  id.creator_pid = json.at("creator_pid").get<int32_t>();
-  id.creator_start = json.at("creator_start").get<uint64_t>();
-  id.local_id = json.at("local_id").get<uint64_t>();
+  id.creator_pid = IntegerField<int32_t>(json, "creator_pid", 0, kMaxPid);
+  id.creator_start = IntegerField<uint64_t>(json, "creator_start");
+  id.local_id = IntegerField<uint64_t>(json, "local_id");
   return id;
 }
 
@@ -175,25 +176,25 @@ Record RecordFromJson(const nlohmann::json& j) {
   }
   r.id = IdFromJson(j.at("id"));
   r.address = HexFromJson(j, "address");
-  r.size = j.at("size").get<uint64_t>();
-  r.offset = j.at("offset").get<uint64_t>();
-  r.object_size = j.at("object_size").get<uint64_t>();
-  r.handle_types = j.at("handle_types").get<uint32_t>();
-  r.handle_count = j.at("handle_count").get<uint32_t>();
+  r.size = IntegerField<uint64_t>(j, "size");
+  r.offset = IntegerField<uint64_t>(j, "offset");
+  r.object_size = IntegerField<uint64_t>(j, "object_size");
+  r.handle_types = IntegerField<uint32_t>(j, "handle_types");
+  r.handle_count = IntegerField<uint32_t>(j, "handle_count");
   if (!IsMulticastKind(r.kind)) {
-    r.alloc_type = j.at("alloc_type").get<int32_t>();
-    r.location_type = j.at("location_type").get<int32_t>();
-    r.location_id = j.at("location_id").get<int32_t>();
+    r.alloc_type = IntegerField<int32_t>(j, "alloc_type");
+    r.location_type = IntegerField<int32_t>(j, "location_type");
+    r.location_id = IntegerField<int32_t>(j, "location_id");
   } else {
     r.member = IdFromJson(j.at("member"));
-    r.member_offset = j.at("member_offset").get<uint64_t>();
-    r.op_flags = j.at("op_flags").get<uint64_t>();
-    r.mc_flags = j.at("mc_flags").get<uint64_t>();
-    r.extent = j.at("extent").get<uint64_t>();
-    r.num_devices = j.at("num_devices").get<uint32_t>();
-    r.device = j.at("device").get<int32_t>();
-    r.bind_kind = j.at("bind_kind").get<uint32_t>();
-    r.bind_api = j.at("bind_api").get<uint32_t>();
+    r.member_offset = IntegerField<uint64_t>(j, "member_offset");
+    r.op_flags = IntegerField<uint64_t>(j, "op_flags");
+    r.mc_flags = IntegerField<uint64_t>(j, "mc_flags");
+    r.extent = IntegerField<uint64_t>(j, "extent");
+    r.num_devices = IntegerField<uint32_t>(j, "num_devices");
+    r.device = IntegerField<int32_t>(j, "device");
+    r.bind_kind = IntegerField<uint32_t>(j, "bind_kind");
+    r.bind_api = IntegerField<uint32_t>(j, "bind_api");
   }
   if (j.contains("access")) {
     const auto& access = j.at("access");
@@ -204,9 +205,9 @@ Record RecordFromJson(const nlohmann::json& j) {
     }
     for (const auto& a : access) {
       auto& out = r.access[r.access_count++];
-      out.location_type = a.at("location_type").get<int32_t>();
-      out.location_id = a.at("location_id").get<int32_t>();
-      out.flags = a.at("flags").get<uint32_t>();
+      out.location_type = IntegerField<int32_t>(a, "location_type");
+      out.location_id = IntegerField<int32_t>(a, "location_id");
+      out.flags = IntegerField<uint32_t>(a, "flags");
     }
   }
   return r;

@@ -10,11 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <random>
 #include <sstream>
 
 #include "common/text.h"
+#include "common/unique_fd.h"
+#include "coordinator/json_number.h"
 #include "coordinator/records.h"
 #include "coordinator/state_guard.h"
 
@@ -106,14 +107,14 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
     if (!json.is_object() || json.value("format", "") != "cusnap-state") {
       return Error{-1, origin + ": not a cusnap state file (field 'format' is not \"cusnap-state\")"};
     }
-    state.format_version = json.at("format_version").get<int>();
+    state.format_version = IntegerField<int>(json, "format_version");
     if (state.format_version != kStateFormatVersion) {
       return Error{-1, origin + ": state file format version " +
                            std::to_string(state.format_version) + " is not supported (this " +
                            "cusnap reads version " + std::to_string(kStateFormatVersion) + ")"};
     }
     state.driver = json.at("driver").get<std::string>();
-    state.created_unix_s = json.at("created_unix_s").get<int64_t>();
+    state.created_unix_s = IntegerField<int64_t>(json, "created_unix_s", 0);
     where = "checkpoint_id";
     state.checkpoint_id = json.at("checkpoint_id").get<std::string>();
     if (state.checkpoint_id.empty()) throw std::invalid_argument("empty");
@@ -126,14 +127,14 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
       const auto& pj = participants[i];
       where = "participant " + std::to_string(i);
       ParticipantState p;
-      p.pid = pj.at("pid").get<int>();
-      if (p.pid <= 0) throw std::invalid_argument(ProcessText(p.pid) + " is not valid");
+      p.pid = IntegerField<int>(pj, "pid", 1, kMaxPid);
       where = "participant " + ProcessText(p.pid);
-      p.start_time = pj.at("start_time").get<uint64_t>();
+      p.start_time = IntegerField<uint64_t>(pj, "start_time");
       for (const auto& g : pj.at("gpus")) {
-        p.gpus.push_back(GpuRef{g.at("ordinal").get<int>(), g.at("uuid").get<std::string>()});
+        p.gpus.push_back(GpuRef{IntegerField<int>(g, "ordinal", 0, kMaxDevices),
+                                g.at("uuid").get<std::string>()});
       }
-      p.saved_bytes = pj.at("saved_bytes").get<uint64_t>();
+      p.saved_bytes = IntegerField<uint64_t>(pj, "saved_bytes");
       const auto& records = pj.at("records");
       if (!records.is_array()) throw std::invalid_argument("'records' is not an array");
       for (size_t k = 0; k < records.size(); ++k) {
@@ -147,9 +148,12 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
     }
     where = "phases";
     for (const auto& ph : json.at("phases")) {
-      state.phases.push_back(PhaseTiming{ph.at("name").get<std::string>(),
-                                         ph.at("elapsed_ms").get<double>(),
-                                         ph.at("bytes").get<uint64_t>()});
+      const double elapsed_ms = ph.at("elapsed_ms").get<double>();
+      if (!(elapsed_ms >= 0 && elapsed_ms < 1e15)) {
+        throw std::invalid_argument("elapsed_ms " + ph.at("elapsed_ms").dump() + " is not a time");
+      }
+      state.phases.push_back(PhaseTiming{ph.at("name").get<std::string>(), elapsed_ms,
+                                         IntegerField<uint64_t>(ph, "bytes")});
     }
   } catch (const std::exception& e) {
     return Error{-1, origin + ": corrupt state file (" + where + "): " + e.what()};
@@ -202,21 +206,65 @@ Status RemoveStateFile(const std::string& state_dir) {
 
 Result<StateFile> ReadStateFile(const std::string& state_dir) {
   const std::string path = StateFilePath(state_dir);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    if (err == ENOENT) {
-      return Error{ENOENT, "no checkpoint in " + state_dir + ": " + path + " does not exist"};
-    }
-    return Error{err, "cannot read " + path + ": " + std::strerror(err)};
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  nlohmann::json json = nlohmann::json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  Result<std::string> text = ReadStateText(state_dir);
+  if (!text) return text.error();
+  nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
     return Error{-1, path + ": corrupt state file (not valid JSON)"};
   }
   return StateFromJson(json, path);
+}
+
+Result<std::string> ReadStateText(const std::string& state_dir) {
+  const std::string path = StateFilePath(state_dir);
+  const UniqueFd dir(::open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  // The file is opened relative to the directory, never through a symbolic link (O_NOFOLLOW:
+  // ELOOP), and without blocking (O_NONBLOCK: a FIFO planted there opens at once and is then
+  // refused as not a regular file).
+  const UniqueFd fd(dir.valid() ? ::openat(dir.get(), kStateFileName,
+                                           O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+                                : -1);
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return Error{ENOENT, "no checkpoint in " + state_dir + ": " + path + " does not exist"};
+    }
+    if (err == ELOOP) {
+      return Error{ELOOP, "cannot read " + path + ": it is a symbolic link (never followed " +
+                              "out of the state directory)"};
+    }
+    return Error{err, "cannot read " + path + ": " + std::strerror(err)};
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return SysError("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return Error{EINVAL, "cannot read " + path + ": not a regular file (a FIFO, device, " +
+                             "socket or directory is never read)"};
+  }
+  if (st.st_nlink > 1) {
+    return Error{EINVAL, "cannot read " + path + ": it has " + std::to_string(st.st_nlink) +
+                             " hard links (cusnap writes it with one; a link may point out of " +
+                             "the state directory)"};
+  }
+  if (st.st_size > static_cast<off_t>(kMaxStateFileBytes)) {
+    return Error{EFBIG, "cannot read " + path + ": " + std::to_string(st.st_size) +
+                            " bytes, more than a state file may hold (" +
+                            std::to_string(kMaxStateFileBytes) + ")"};
+  }
+  std::string text;
+  char chunk[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return SysError("cannot read", path);
+    if (n == 0) break;
+    text.append(chunk, static_cast<size_t>(n));
+    if (text.size() > kMaxStateFileBytes) {  // it grew while read
+      return Error{EFBIG, "cannot read " + path + ": more than " +
+                              std::to_string(kMaxStateFileBytes) + " bytes"};
+    }
+  }
+  return text;
 }
 
 }  // namespace cusnap::coord

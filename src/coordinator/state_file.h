@@ -83,8 +83,18 @@ Status WriteStateFile(const std::string& state_dir, const StateFile& state);
 /// to restore), and syncs the directory. A missing file is not an error; errno-coded Error.
 Status RemoveStateFile(const std::string& state_dir);
 
+/// The most bytes a state file may hold (about 400,000 records); a larger one is refused.
+inline constexpr size_t kMaxStateFileBytes = size_t{256} << 20;
+
 /// Reads and validates the state file. Errors: missing file (ENOENT, "no checkpoint in
-/// <dir>"), unreadable, not JSON, wrong format version, bad structure.
+/// <dir>"), unreadable (ReadStateText), not JSON, wrong format version, bad structure, a
+/// number out of its range (a pid beyond 2^22, a negative size).
 Result<StateFile> ReadStateFile(const std::string& state_dir);
+
+/// The state file's bytes, read safely: opened relative to `state_dir` without following a
+/// symbolic link (ELOOP) and without blocking; refused unless a regular file with one link
+/// (EINVAL: FIFO, device, socket, hard link) of at most kMaxStateFileBytes (EFBIG). ENOENT
+/// "no checkpoint in <dir>" when missing.
+Result<std::string> ReadStateText(const std::string& state_dir);
 
 }  // namespace cusnap::coord

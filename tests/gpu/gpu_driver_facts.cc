@@ -1,9 +1,16 @@
 // Measures what the real driver does in the scenarios the open issues ask about, and prints
 // one FACT line per observation for docs/DRIVER-FACTS.md. Not a pass/fail test: it exits 0
-// when every probe ran, whatever the driver answered. Never calls cuMulticastCreate.
+// when every probe ran, whatever the driver answered. Calls cuMulticastCreate (odd-args, with
+// arguments the driver must reject) only when CUSNAP_ALLOW_MULTICAST=1.
 //
 //   gpu_driver_facts access     HOST vs HOST_NUMA access descriptors on one HOST_NUMA
 //                               allocation (issue 12: does the driver merge the two?)
+//   gpu_driver_facts access-device  the same on a DEVICE allocation, and both host kinds in
+//                               one cuMemSetAccess (issue 12, the record's replay)
+//   gpu_driver_facts odd-args   issue 12's bad arguments (second release, export flags 1,
+//                               FABRIC/NONE/WIN32 export of a POSIX-only allocation, rejected
+//                               cuMemSetAccess, failing cuMulticastCreate): results and
+//                               whether outputs are left untouched
 //   gpu_driver_facts visible    cuDeviceGetCount / cuDeviceGetUuid / PCI bus id under
 //                               CUDA_VISIBLE_DEVICES subsets, orders, UUID and invalid
 //                               entries, CUDA_DEVICE_ORDER (issue 13)
@@ -167,7 +174,10 @@ void SetAndQuery(CUdeviceptr va, size_t size, const char* order, const AccessSte
 // Three orders of access descriptors on a fresh 2 MiB HOST_NUMA allocation each: A and B set
 // the host access through HOST and HOST_NUMA in turn; C (two GPUs) gives only device 1
 // access first, to tell whether HOST's answer without host access follows device 0.
-int ProbeAccess() {
+// The orders above on a fresh allocation at `where` (HOST_NUMA 0 for F12; DEVICE 0 for
+// issue 12: is the host access one value on device memory too, and what does one call with
+// both a HOST and a HOST_NUMA descriptor leave, as a replay of two record entries would?).
+int ProbeAccessOn(CUmemLocationType where, const char* label) {
   gpu::UsePrimaryContext(0);
   int count = 0;
   cuDeviceGetCount(&count);
@@ -192,23 +202,106 @@ int ProbeAccess() {
     if (order.name[6] == 'C' && count < 2) continue;
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = kHostNuma;
+    prop.location.type = where;
     prop.location.id = 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     size_t gran = 0;
     cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     CUmemGenericAllocationHandle h;
     const CUresult rc = cuMemCreate(&h, gran, &prop, 0);
-    Fact("access: [%s] cuMemCreate HOST_NUMA 0, %zu bytes = %s", order.name, gran, Name(rc));
+    Fact("access: [%s] cuMemCreate %s, %zu bytes = %s", order.name, label, gran, Name(rc));
     if (rc != CUDA_SUCCESS) return 0;
     CUdeviceptr va;
     cuMemAddressReserve(&va, gran, 0, 0, 0);
     cuMemMap(va, gran, 0, h, 0);
     QueryAccess(va, "after map");
     for (const AccessStep& step : order.steps) SetAndQuery(va, gran, order.name, step);
+    // Both host kinds in one call, in each order (what replaying two entries would send).
+    for (const bool numa_last : {true, false}) {
+      const CUmemAccessDesc host{{kHost, 0}, numa_last ? kRead : kRw};
+      const CUmemAccessDesc numa{{kHostNuma, 0}, numa_last ? kRw : kRead};
+      const CUmemAccessDesc both[2] = {numa_last ? host : numa, numa_last ? numa : host};
+      Fact("access: [%s] set {%s, %s} in one call = %s", order.name,
+           numa_last ? "HOST READ" : "HOST_NUMA 0 READ", numa_last ? "HOST_NUMA 0 RW" : "HOST RW",
+           Name(cuMemSetAccess(va, gran, both, 2)));
+      QueryAccess(va, numa_last ? "after one call, HOST_NUMA last" : "after one call, HOST last");
+    }
     cuMemUnmap(va, gran);
     cuMemAddressFree(va, gran);
     cuMemRelease(h);
   }
+  return 0;
+}
+
+// ---- odd-args ----------------------------------------------------------------------------
+
+// Issue 12's odd calls on the real driver, for the simulated driver to copy: the result of
+// each, and whether the caller's output kept its sentinel ("kept") or was written.
+int ProbeOddArgs() {
+  gpu::UsePrimaryContext(0);
+  constexpr unsigned long long kSentinel = 0xa5a5a5a5a5a5a5a5ull;
+  const auto kept = [&](unsigned long long v) { return v == kSentinel ? "kept" : "written"; };
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  CUmemGenericAllocationHandle h = 0;
+  Fact("odd-args: cuMemCreate POSIX = %s", Name(cuMemCreate(&h, gran, &prop, 0)));
+  unsigned long long out = kSentinel;
+  Fact("odd-args: cuMemCreate size 0 = %s, output %s", Name(cuMemCreate(&out, 0, &prop, 0)), kept(out));
+  Fact("odd-args: cuMemCreate flags 1 = %s, output %s", Name(cuMemCreate(&out, gran, &prop, 1)), kept(out));
+  int fd = -7;
+  Fact("odd-args: export POSIX flags 1 = %s, fd %s",
+       Name(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1)),
+       fd == -7 ? "kept" : "written");
+  unsigned char fabric[64];
+  std::memset(fabric, 0xa5, sizeof fabric);
+  Fact("odd-args: export FABRIC of a POSIX-only allocation = %s, output %s",
+       Name(cuMemExportToShareableHandle(fabric, h, CU_MEM_HANDLE_TYPE_FABRIC, 0)),
+       fabric[0] == 0xa5 ? "kept" : "written");
+  Fact("odd-args: export NONE = %s", Name(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_NONE, 0)));
+  Fact("odd-args: export WIN32 = %s", Name(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_WIN32, 0)));
+  CUdeviceptr va = 0;
+  cuMemAddressReserve(&va, gran, 0, 0, 0);
+  cuMemMap(va, gran, 0, h, 0);
+  CUmemAccessDesc bad{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, static_cast<CUmemAccess_flags>(7)};
+  Fact("odd-args: cuMemSetAccess flags 7 = %s", Name(cuMemSetAccess(va, gran, &bad, 1)));
+  bad = {{CU_MEM_LOCATION_TYPE_DEVICE, 99}, CU_MEM_ACCESS_FLAGS_PROT_READ};
+  Fact("odd-args: cuMemSetAccess device 99 = %s", Name(cuMemSetAccess(va, gran, &bad, 1)));
+  // A rejected call with a valid first descriptor: is anything of it applied?
+  const CUmemAccessDesc partial[2] = {{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+                                      {{CU_MEM_LOCATION_TYPE_DEVICE, 99}, CU_MEM_ACCESS_FLAGS_PROT_READ}};
+  Fact("odd-args: cuMemSetAccess {DEVICE 0 RW, DEVICE 99 READ} = %s", Name(cuMemSetAccess(va, gran, partial, 2)));
+  QueryAccess(va, "after the rejected pair");
+  cuMemUnmap(va, gran);
+  cuMemAddressFree(va, gran);
+  Fact("odd-args: cuMemRelease = %s", Name(cuMemRelease(h)));
+  Fact("odd-args: cuMemRelease again = %s", Name(cuMemRelease(h)));
+  Fact("odd-args: cuMemMap of the released handle = %s", Name(cuMemMap(va, gran, 0, h, 0)));
+  CUmemAllocationProp got{};
+  Fact("odd-args: properties of the released handle = %s",
+       Name(cuMemGetAllocationPropertiesFromHandle(&got, h)));
+  const char* allow = std::getenv("CUSNAP_ALLOW_MULTICAST");
+  if (allow == nullptr || std::strcmp(allow, "1") != 0) {
+    Fact("odd-args: cuMulticastCreate cases skipped (CUSNAP_ALLOW_MULTICAST is not 1)");
+    return 0;
+  }
+  CUmulticastObjectProp mc{};
+  mc.numDevices = 1;
+  mc.size = 0;
+  mc.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  out = kSentinel;
+  Fact("odd-args: cuMulticastCreate size 0 = %s, output %s", Name(cuMulticastCreate(&out, &mc)), kept(out));
+  mc.size = gran;
+  mc.numDevices = 0;
+  Fact("odd-args: cuMulticastCreate 0 devices = %s, output %s", Name(cuMulticastCreate(&out, &mc)), kept(out));
+  mc.numDevices = 99;
+  Fact("odd-args: cuMulticastCreate 99 devices = %s, output %s", Name(cuMulticastCreate(&out, &mc)), kept(out));
+  mc.numDevices = 1;
+  mc.flags = 1;
+  Fact("odd-args: cuMulticastCreate flags 1 = %s, output %s", Name(cuMulticastCreate(&out, &mc)), kept(out));
   return 0;
 }
 
@@ -489,7 +582,9 @@ int ProbeIpcEvent(bool swap) {
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
-  if (what == "access") return ProbeAccess();
+  if (what == "access") return ProbeAccessOn(CU_MEM_LOCATION_TYPE_HOST_NUMA, "HOST_NUMA 0");
+  if (what == "access-device") return ProbeAccessOn(CU_MEM_LOCATION_TYPE_DEVICE, "DEVICE 0");
+  if (what == "odd-args") return ProbeOddArgs();
   if (what == "visible") return ProbeVisible();
   if (what == "visible-child") return VisibleChild();
   if (what == "pairs") return ProbePairs();
@@ -497,6 +592,6 @@ int main(int argc, char** argv) {
   if (what == "ipc-event") return ProbeIpcEvent(false) | ProbeIpcEvent(true);
   if (what == "ipc-event-a") return IpcEventChild(true);
   if (what == "ipc-event-b") return IpcEventChild(false);
-  std::fprintf(stderr, "usage: gpu_driver_facts access|visible|pairs|ipc-event\n");
+  std::fprintf(stderr, "usage: gpu_driver_facts access|access-device|odd-args|visible|pairs|ipc-event\n");
   return 2;
 }

@@ -193,7 +193,7 @@ int Importer(const std::string& transport, const char* fd_arg) {
   CU(cuMemRelease(handle));
   CU(cuMemRelease(again));
   Unmap(va, size);
-  CU_EXPECT(CUDA_ERROR_INVALID_HANDLE, cuMemRelease(handle));  // released handles are gone
+  CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemRelease(handle));  // gone: the driver's answer
   close(ticket);
   return 0;
 }
@@ -293,19 +293,21 @@ int Basics() {
   CU_EXPECT(CUDA_ERROR_INVALID_VALUE,
             cuMemExportToShareableHandle(nullptr, tracked, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   int not_posix = -1;
-  CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED,
+  // A FABRIC export of a POSIX-only allocation: the driver's own answer (issue 12).
+  CU_EXPECT(CUDA_ERROR_INVALID_VALUE,
             cuMemExportToShareableHandle(&not_posix, tracked, CU_MEM_HANDLE_TYPE_FABRIC, 0));
 
-  // Unknown tagged handles never reach the driver.
-  CU_EXPECT(CUDA_ERROR_INVALID_HANDLE, cuMemRelease(unknown));
+  // Unknown tagged handles get the driver's own answer for a handle it does not know
+  // (issue 12: the shim used to answer CUDA_ERROR_INVALID_HANDLE where the driver says 1).
+  CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemRelease(unknown));
   CUdeviceptr va = 0;
   CU(cuMemAddressReserve(&va, size, 0, 0, 0));
-  CU_EXPECT(CUDA_ERROR_INVALID_HANDLE, cuMemMap(va, size, 0, unknown, 0));
+  CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemMap(va, size, 0, unknown, 0));
   int fd = -1;
-  CU_EXPECT(CUDA_ERROR_INVALID_HANDLE,
+  CU_EXPECT(CUDA_ERROR_INVALID_VALUE,
             cuMemExportToShareableHandle(&fd, unknown, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   CUmemAllocationProp got{};
-  CU_EXPECT(CUDA_ERROR_INVALID_HANDLE, cuMemGetAllocationPropertiesFromHandle(&got, unknown));
+  CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemGetAllocationPropertiesFromHandle(&got, unknown));
 
   // Without POSIX handle types: untracked, the driver's own handle comes back.
   CUmemGenericAllocationHandle plain = 0;
@@ -441,10 +443,11 @@ int ForkLate() {
   Check(child >= 0, "fork");
   if (child == 0) {
     g_role = "fork-late child";
-    // The parent's logical handle means nothing here, and is never forwarded to the driver.
-    CU_EXPECT(CUDA_ERROR_INVALID_HANDLE, cuMemRelease(handle));
+    // The parent's logical handle means nothing here: the driver's own answer (a forked
+    // child has not initialised CUDA), never the parent's memory.
+    CU_EXPECT(CUDA_ERROR_NOT_INITIALIZED, cuMemRelease(handle));
     int fd = -1;
-    CU_EXPECT(CUDA_ERROR_INVALID_HANDLE,
+    CU_EXPECT(CUDA_ERROR_NOT_INITIALIZED,
               cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     const cusnap::proto::IdentifyReply me = Identify(getpid());
     Check(me.records == 0, "the child starts with an empty table");

@@ -84,7 +84,7 @@ class CliTest : public ::testing::Test {
     char templ[] = "/tmp/cusnap-cli-test.XXXXXX";
     ASSERT_NE(::mkdtemp(templ), nullptr);
     dir_ = templ;
-    fs::create_directory(dir_ + "/control");
+    ::mkdir((dir_ + "/control").c_str(), 0700);  // a control directory must be private
     env_ = {{"CUSNAP_CONTROL_DIR", dir_ + "/control"}, {"CUSNAP_DRIVER", "sim"},
             {"CUSNAP_STATE_DIR", ""}};
   }

@@ -49,3 +49,12 @@ target_include_directories(gate_probe PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(gate_probe PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver dl pthread)
 target_compile_definitions(interception_test PRIVATE CUSNAP_TEST_GATE_PROBE="$<TARGET_FILE:gate_probe>")
 add_dependencies(interception_test gate_probe)
+# Transparency to bad arguments (issue 12): transparency_probe calls every hand-written hook
+# with odd arguments; transparency_test compares its answers with and without the shim.
+add_executable(transparency_probe ${CMAKE_CURRENT_LIST_DIR}/transparency_probe.cc)
+cusnap_warnings(transparency_probe)
+target_link_libraries(transparency_probe PRIVATE simcuda_driver cusnap_cuda_headers)
+cusnap_add_gtest(transparency_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/transparency_test.cc LABELS integration)
+target_compile_definitions(transparency_test PRIVATE
+  CUSNAP_TEST_TRANSPARENCY_PROBE="$<TARGET_FILE:transparency_probe>")
+add_dependencies(transparency_test transparency_probe cusnap_shim simcuda_driver)

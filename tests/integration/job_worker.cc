@@ -19,6 +19,9 @@
 //   check V <seed>                 every byte of V holds that pattern: "ok" or "bad ..."
 //   read V <word> / write V <word> <value>   one 32-bit word, index counted from V's start
 //   retain V                       cuMemRetainAllocationHandle at V (released again): "ok <h>"
+//   access V <type> <id> <flags>   cuMemSetAccess of one descriptor (CUmemLocationType and
+//                                  flags as numbers) over V: "ok <CUresult>", whatever it is
+//   getaccess V <type> <id>        cuMemGetAccess at V: "ok <CUresult> <flags>"
 //   info V                         what the driver maps there (simcuda introspection):
 //                                  "ok <va> <size> <offset> <allocation id> <location type>
 //                                  <location id> <access dev0> <access dev1>"
@@ -341,6 +344,20 @@ std::string Execute(const std::string& line) {
     CU_OR_REPLY(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(v->va)));
     CU_OR_REPLY(cuMemRelease(h));
     return "ok " + Hex(h);
+  }
+  int type = 0;
+  int id = 0;
+  unsigned flags = 0;
+  if (op == "access" && (in >> type >> id >> flags)) {
+    const CUmemAccessDesc desc{{static_cast<CUmemLocationType>(type), id},
+                            static_cast<CUmemAccess_flags>(flags)};
+    return "ok " + std::to_string(static_cast<int>(cuMemSetAccess(v->va, v->size, &desc, 1)));
+  }
+  if (op == "getaccess" && (in >> type >> id)) {
+    const CUmemLocation at{static_cast<CUmemLocationType>(type), id};
+    unsigned long long got = 0;
+    const CUresult rc = cuMemGetAccess(&got, &at, v->va);
+    return "ok " + std::to_string(static_cast<int>(rc)) + " " + std::to_string(got);
   }
   uint32_t seed = 0;
   size_t word = 0;

@@ -87,7 +87,7 @@ void WorkloadKindsTest::SetUp() {
   char templ[] = "/tmp/cusnap-workload-kinds.XXXXXX";
   ASSERT_NE(mkdtemp(templ), nullptr);
   dir_ = templ;
-  fs::create_directory(dir_ + "/control");
+  ::mkdir((dir_ + "/control").c_str(), 0700);  // a control directory must be private
   fs::create_directory(dir_ + "/sim");
   // Everything this test starts shares one simulated machine and one control directory.
   setenv("CUSNAP_CONTROL_DIR", (dir_ + "/control").c_str(), 1);

@@ -38,7 +38,7 @@
 //   uuid                           cuDeviceGetUuid of this rank's device ordinal, 32 hex
 //                                  digits: "ok <uuid>" (which GPU the ordinal names now)
 //   free N                         unmap, free the VA, release the handle; then releasing the
-//                                  same handle value again must fail CUDA_ERROR_INVALID_HANDLE
+//                                  same handle value again must fail as the driver fails a dead handle (INVALID_VALUE)
 //   many <prefix> <count> <MiB>    creates and maps <count> allocations <prefix>0..
 //   exportmany <prefix> <count>    exports the first <count> of them to the next rank
 //   importmany <prefix> <count>    imports <count> tickets from the previous rank as <prefix>0..
@@ -334,9 +334,9 @@ std::string Free(const std::string& name) {
   CU_OR_REPLY(cuMemAddressFree(a->va, a->size));
   CU_OR_REPLY(cuMemRelease(a->handle));
   const CUresult again = cuMemRelease(a->handle);
-  if (again != CUDA_ERROR_INVALID_HANDLE) {
+  if (again != CUDA_ERROR_INVALID_VALUE) {
     return Bad("releasing " + name + "'s handle a second time returned " + std::to_string(static_cast<int>(again)) +
-               ", expected CUDA_ERROR_INVALID_HANDLE (a retain or mapping reference was left over)");
+               ", expected CUDA_ERROR_INVALID_VALUE (a retain or mapping reference was left over)");
   }
   g_allocations.erase(name);
   return "ok";

@@ -1,6 +1,7 @@
 // The state file (coordinator/state_file.h): round trip, atomic write, errors for a missing,
 // corrupt or foreign file, and the directory preflight.
 #include <gmock/gmock.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -293,6 +294,82 @@ TEST(StateDirPreflight, RefusesADirectoryNobodyCanWrite) {
   const auto status = coord::PrepareStateDir("/proc/self");
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.error().message, StartsWith("cannot create a file in state directory /proc/self: "));
+}
+
+
+// Issue 12: the state file is read without trusting what is at its name.
+TEST_F(StateFileTest, ASymlinkIsNeverFollowedOutOfTheStateDirectory) {
+  const std::string outside = dir_ + "-outside.json";
+  {
+    std::ofstream out(outside);
+    out << coord::StateToJson(SampleState()).dump();
+  }
+  ASSERT_EQ(::symlink(outside.c_str(), (dir_ + "/cusnap-state.json").c_str()), 0);
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code, ELOOP);
+  EXPECT_THAT(read.error().message, HasSubstr("it is a symbolic link (never followed"));
+  ::unlink(outside.c_str());
+}
+
+TEST_F(StateFileTest, AFifoIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo((dir_ + "/cusnap-state.json").c_str(), 0600), 0);
+  auto read = coord::ReadStateFile(dir_);  // a blocking open would never return
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.error().message, HasSubstr("not a regular file"));
+}
+
+TEST_F(StateFileTest, AHardLinkIsRefused) {
+  WriteRaw(coord::StateToJson(SampleState()).dump());
+  ASSERT_EQ(::link((dir_ + "/cusnap-state.json").c_str(), (dir_ + "/second").c_str()), 0);
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.error().message, HasSubstr("it has 2 hard links"));
+}
+
+TEST_F(StateFileTest, AnOversizedFileIsRefusedUnread) {
+  const std::string path = dir_ + "/cusnap-state.json";
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(coord::kMaxStateFileBytes) + 1), 0);  // sparse
+  ::close(fd);
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code, EFBIG);
+  EXPECT_THAT(read.error().message, HasSubstr("268435457 bytes, more than a state file may hold"));
+}
+
+TEST_F(StateFileTest, NumbersOutOfRangeAreRefusedNotWrapped) {
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> change;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"pid 2^40", [](nlohmann::json& j) { j["participants"][0]["pid"] = int64_t{1} << 40; },
+       "field 'pid' is 1099511627776, outside 1..4194304"},
+      {"pid 0", [](nlohmann::json& j) { j["participants"][0]["pid"] = 0; },
+       "field 'pid' is 0, outside 1..4194304"},
+      {"negative saved bytes", [](nlohmann::json& j) { j["participants"][0]["saved_bytes"] = -1; },
+       "field 'saved_bytes' is -1, outside 0..18446744073709551615"},
+      {"negative size", [](nlohmann::json& j) { j["participants"][1]["records"][0]["size"] = -4096; },
+       "field 'size' is -4096, outside 0..18446744073709551615"},
+      {"fractional size", [](nlohmann::json& j) { j["participants"][1]["records"][0]["size"] = 1.5; },
+       "field 'size' is not an integer"},
+      {"handle count 2^32", [](nlohmann::json& j) {
+         j["participants"][1]["records"][0]["handle_count"] = int64_t{1} << 32; },
+       "field 'handle_count' is 4294967296, outside 0..4294967295"},
+      {"negative elapsed", [](nlohmann::json& j) { j["phases"][0]["elapsed_ms"] = -3.0; },
+       "elapsed_ms -3.0 is not a time"},
+  };
+  for (const Case& c : cases) {
+    auto json = coord::StateToJson(SampleState());
+    c.change(json);
+    WriteRaw(json.dump());
+    auto read = coord::ReadStateFile(dir_);
+    ASSERT_FALSE(read.ok()) << c.what;
+    EXPECT_THAT(read.error().message, HasSubstr(c.message)) << c.what;
+  }
 }
 
 }  // namespace

@@ -140,9 +140,6 @@ TEST(MulticastTable, AccessMergesPerLocation) {
   ASSERT_EQ(mappings[0].access_count, 1u);
   EXPECT_EQ(mappings[0].access[0].location_id, 1);
   EXPECT_EQ(mappings[0].access[0].flags, static_cast<uint32_t>(CU_MEM_ACCESS_FLAGS_PROT_READ));
-  EXPECT_FALSE(mappings[0].access_unknown);
-  table.MarkAccessUnknown(kVa, kMiB2);
-  EXPECT_TRUE(table.Mappings()[0].access_unknown);
 }
 
 TEST(MulticastTable, BindingsGrowTheExtentAndUnbindMatchesExactly) {

@@ -327,8 +327,9 @@ TEST(Socket, ConnectToNobodyFails) {
 
 TEST(EndpointClient, RequestRoundTripWithDescriptorAndStatus) {
   const std::string dir = TempDir();
-  const std::string path = EndpointPath(dir, 12345);
-  EXPECT_EQ(path, dir + "/12345.sock");
+  // Served by this process, so named after it: a client checks who answers (issue 12).
+  const std::string path = EndpointPath(dir, getpid());
+  EXPECT_EQ(path, dir + "/" + std::to_string(getpid()) + ".sock");
   auto listener = ListenSeqpacket(path, 8);
   ASSERT_TRUE(listener.ok()) << listener.error().message;
   struct stat st;

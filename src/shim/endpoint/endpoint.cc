@@ -1,6 +1,7 @@
 #include "shim/endpoint/endpoint.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
@@ -23,40 +25,19 @@
 namespace cusnap::shim {
 namespace {
 
-// Creates `dir` and any missing parent with mode 0700.
-Status MakeControlDir(const std::string& dir) {
-  for (size_t slash = 1; slash <= dir.size(); ++slash) {
-    if (slash != dir.size() && dir[slash] != '/') continue;
-    const std::string part = dir.substr(0, slash);
-    if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Error{errno, "cannot create control directory " + part + ": " + std::strerror(errno)};
-    }
-  }
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Error{ENOTDIR, "control directory " + dir + " is not a directory"};
-  }
-  return Ok{};
-}
-
-// Parses "<pid>.sock"; 0 when the name is something else.
-int SocketPid(const char* name) {
-  int pid = 0;
-  const char* p = name;
-  for (; *p >= '0' && *p <= '9'; ++p) {
-    if (pid > 100'000'000) return 0;
-    pid = pid * 10 + (*p - '0');
-  }
-  return p != name && std::strcmp(p, ".sock") == 0 ? pid : 0;
-}
-
 // Short-lived helpers that load the shim leave sockets behind when they are killed: remove
 // those of processes that no longer exist (SPEC-REFERENCE E.5).
-void RemoveDeadSockets(const std::string& dir, int self) {
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return;
+// Works on the directory checked by MakeControlDir (its descriptor), never on its path again.
+void RemoveDeadSockets(int dir_fd, int self) {
+  const int fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return;
+  DIR* d = fdopendir(fd);
+  if (d == nullptr) {
+    close(fd);
+    return;
+  }
   while (dirent* entry = readdir(d)) {
-    const int pid = SocketPid(entry->d_name);
+    const int pid = EndpointPidOfPath(entry->d_name);
     if (pid == 0 || pid == self) continue;
     if (kill(pid, 0) != 0 && errno == ESRCH) {
       unlinkat(dirfd(d), entry->d_name, 0);
@@ -83,20 +64,22 @@ bool StartThread(void* (*main)(void*), void* arg, const char* name) {
 }  // namespace
 
 Result<Endpoint*> Endpoint::Start(const std::string& control_dir) {
-  Status dir = MakeControlDir(control_dir);
+  // Not ours, not 0700, or a symbolic link: no endpoint there (control_dir.h).
+  Result<UniqueFd> dir = MakeControlDir(control_dir);
   if (!dir.ok()) return dir.error();
   const ProcessIdentity self = SelfIdentity();
   const std::string path = EndpointPath(control_dir, self.pid);
-  RemoveDeadSockets(control_dir, self.pid);
+  const std::string name = std::to_string(self.pid) + ".sock";
+  RemoveDeadSockets(dir->get(), self.pid);
 
   // A socket at our own path belongs to a process that had our pid before (it exited, or
   // exec'd and its listener closed): replace it, unless something still answers there.
   struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
+  if (fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (ConnectSeqpacket(path, Deadline::AfterMs(100)).ok()) {
       return Error{EADDRINUSE, "endpoint " + path + " is served by another process"};
     }
-    unlink(path.c_str());
+    unlinkat(dir->get(), name.c_str(), 0);
   }
   Result<UniqueFd> listener = ListenSeqpacket(path, 16);
   if (!listener.ok()) return listener.error();
@@ -130,13 +113,52 @@ void* Endpoint::PeerMain(void* arg) {
     Result<UniqueFd> connection =
         AcceptConnection(self->listener_.get(), Deadline::AfterMs(60'000));
     if (connection.ok()) {
-      self->ServeConnection(std::move(*connection));
+      self->Dispatch(std::move(*connection));
     } else if (connection.error().code != ETIMEDOUT) {
       CUSNAP_LOG_WARN("endpoint %s: %s", self->path_.c_str(), connection.error().message.c_str());
       if (connection.error().code == EBADF) return nullptr;
       poll(nullptr, 0, 100);  // e.g. EMFILE: do not spin
     }
   }
+}
+
+namespace {
+
+struct ConnectionJob {
+  Endpoint* endpoint;
+  int fd;
+};
+
+}  // namespace
+
+void Endpoint::Dispatch(UniqueFd connection) {
+  // One thread per connection (issue 12): a client that connects and sends nothing holds its
+  // own thread until kRequestTimeoutMs, never the next client's request.
+  if (connections_.fetch_add(1, std::memory_order_acq_rel) >= kMaxConnections) {
+    connections_.fetch_sub(1, std::memory_order_acq_rel);
+    CUSNAP_LOG_WARN("endpoint %s: %d connections are being served; one more is closed unanswered",
+                    path_.c_str(), kMaxConnections);
+    return;
+  }
+  auto* job = new ConnectionJob{this, connection.get()};
+  if (!StartThread(&Endpoint::ConnectionMain, job, "cusnap-conn")) {
+    delete job;
+    connections_.fetch_sub(1, std::memory_order_acq_rel);
+    CUSNAP_LOG_WARN("endpoint %s: cannot start a thread for a connection; it is closed",
+                    path_.c_str());
+    return;
+  }
+  (void)connection.release();  // the thread owns it now
+}
+
+void* Endpoint::ConnectionMain(void* arg) {
+  auto* job = static_cast<ConnectionJob*>(arg);
+  Endpoint* self = job->endpoint;
+  UniqueFd connection(job->fd);
+  delete job;
+  self->ServeConnection(std::move(connection));
+  self->connections_.fetch_sub(1, std::memory_order_acq_rel);
+  return nullptr;
 }
 
 void Endpoint::Reply(int connection, const proto::Message& reply, int timeout_ms) {
@@ -154,7 +176,7 @@ void Endpoint::ServeConnection(UniqueFd connection) {
     return;
   }
   Result<proto::Message> request =
-      ReceiveMessage(connection.get(), Deadline::AfterMs(kRequestTimeoutMs));
+      ReceiveMessage(connection.get(), Deadline::AfterMs(kRequestTimeoutMs), kMaxRequestBytes);
   if (!request.ok()) {
     CUSNAP_LOG_WARN("endpoint %s: bad request: %s", path_.c_str(), request.error().message.c_str());
     if (request.error().code == EPROTONOSUPPORT) {

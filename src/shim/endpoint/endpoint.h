@@ -2,13 +2,16 @@
 // <control dir>/<pid>.sock, mode 0600 in a 0700 directory, peers checked by SO_PEERCRED
 // (same uid or root). Two threads, with every signal blocked so the application's handlers
 // never run on them:
-//  - the peer thread accepts every connection and answers kExport itself, from the export
-//    cache (a dup() sent by SCM_RIGHTS; no table lock, no CUDA call), so importers are served
-//    while application threads sit in long driver calls;
+//  - the peer thread accepts every connection and hands it to a thread of its own (at most
+//    kMaxConnections at once), which reads the request and answers kExport itself, from the
+//    export cache (a dup() sent by SCM_RIGHTS; no table lock, no CUDA call), so importers are
+//    served while application threads sit in long driver calls, and idle or slow clients
+//    block no one else (issue 12);
 //  - the control thread runs every other request, one at a time (control.h), handed over by
 //    the peer thread through a bounded queue (full: refused at once, nothing changed).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -30,6 +33,11 @@ class Endpoint {
   static constexpr int kReplyTimeoutMs = 30'000;
   /// Requests waiting for the control thread before new ones are refused.
   static constexpr size_t kControlQueueLimit = 8;
+  /// Connections served at once (a thread each); more are closed unanswered.
+  static constexpr int kMaxConnections = 64;
+  /// The longest request payload read (every request is a few fields); a longer one is
+  /// refused unread, so 64 connections hold at most 64 x 64 KiB of the process's memory.
+  static constexpr size_t kMaxRequestBytes = 64 * 1024;
 
   /// Creates `control_dir` (mode 0700) if needed, removes sockets of dead processes there
   /// (including a stale one at this pid's path), listens at EndpointPath(control_dir, pid)
@@ -55,6 +63,9 @@ class Endpoint {
   Endpoint() = default;
   static void* PeerMain(void* self);
   static void* ControlMain(void* self);
+  /// Serves one connection (ServeConnection) on a thread of its own.
+  static void* ConnectionMain(void* job);
+  void Dispatch(UniqueFd connection);
   void ServeConnection(UniqueFd connection);
   void ServeExport(int connection, const proto::Message& request);
   /// Remembers the process at the other end of `connection` (SO_PEERCRED) as an importer of
@@ -71,6 +82,7 @@ class Endpoint {
   std::mutex queue_mutex_;
   std::condition_variable queue_changed_;
   std::deque<Pending> queue_;
+  std::atomic<int> connections_{0};  ///< connection threads running
 };
 
 }  // namespace cusnap::shim

@@ -91,7 +91,7 @@ CUresult BindMem(CUmemGenericAllocationHandle mcHandle, int api, CUdevice dev, s
   if (!IsTagged(mcHandle)) {
     if (IsTagged(memHandle)) {
       PinScope member(memHandle);
-      if (!member) return CUDA_ERROR_INVALID_HANDLE;
+      if (!member) return call(mcHandle, memHandle);  // unknown: the driver's answer
       if (!member->has_real) return CUDA_ERROR_NOT_READY;
       return call(mcHandle, member->real);  // untracked object, tracked member
     }
@@ -100,7 +100,7 @@ CUresult BindMem(CUmemGenericAllocationHandle mcHandle, int api, CUdevice dev, s
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
-  if (!object) return CUDA_ERROR_INVALID_HANDLE;
+  if (!object) return call(mcHandle, memHandle);  // released or unknown: the driver's answer
   if (!object->has_real) return CUDA_ERROR_NOT_READY;
   MulticastBinding binding;
   binding.mc_offset = mcOffset;
@@ -112,7 +112,7 @@ CUresult BindMem(CUmemGenericAllocationHandle mcHandle, int api, CUdevice dev, s
   binding.device = dev;
   if (IsTagged(memHandle)) {
     PinScope member(memHandle);
-    if (!member) return CUDA_ERROR_INVALID_HANDLE;
+    if (!member) return call(object->real, memHandle);  // unknown member: the driver's answer
     if (!member->has_real) return CUDA_ERROR_NOT_READY;
     const CUresult rc = call(object->real, member->real);
     if (rc != CUDA_SUCCESS) return rc;
@@ -149,7 +149,7 @@ CUresult BindAddr(CUmemGenericAllocationHandle mcHandle, int api, CUdevice dev, 
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
-  if (!object) return CUDA_ERROR_INVALID_HANDLE;
+  if (!object) return call(mcHandle);  // released or unknown: the driver's answer
   if (!object->has_real) return CUDA_ERROR_NOT_READY;
   const CUresult rc = call(object->real);
   if (rc != CUDA_SUCCESS) return rc;
@@ -191,7 +191,7 @@ CUresult MulticastMap(CUdeviceptr ptr, size_t size, size_t offset, uint64_t hand
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(handle);
-  if (!object) return CUDA_ERROR_INVALID_HANDLE;
+  if (!object) return real_map(ptr, size, offset, handle, flags);  // the driver's answer
   if (!object->has_real) return CUDA_ERROR_NOT_READY;
   // May wait for the whole team (no lock held).
   const CUresult rc = real_map(ptr, size, offset, object->real, flags);
@@ -236,12 +236,10 @@ CUresult MulticastSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc*
                      proto::kMaxAccess);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  // Recorded only when the driver accepted it: a rejected call (bad flags, an unknown device)
+  // changed nothing (issue 12; the driver validates every descriptor before applying any).
   const CUresult rc = real_set(ptr, size, desc, count);
-  if (rc == CUDA_SUCCESS) {
-    multicast_table().MergeAccess(ptr, size, desc, count);
-  } else {
-    multicast_table().MarkAccessUnknown(ptr, size);  // the driver may have applied part
-  }
+  if (rc == CUDA_SUCCESS) multicast_table().MergeAccess(ptr, size, desc, count);
   return rc;
 }
 
@@ -249,7 +247,11 @@ CUresult MulticastRelease(uint64_t handle) {
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   std::optional<MulticastDropped> dropped;
-  if (!multicast_table().ReleaseHandle(handle, &dropped)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!multicast_table().ReleaseHandle(handle, &dropped)) {
+    // Released already, or never ours: whatever the driver says of such a value.
+    auto real_release = driver().cuMemRelease;
+    return real_release != nullptr ? real_release(handle) : CUDA_ERROR_NOT_INITIALIZED;
+  }
   if (dropped) ReleaseDropped(*dropped, TicketKind::kMulticast);
   return CUDA_SUCCESS;
 }
@@ -268,7 +270,7 @@ CUresult MulticastAllocationProperties(CUmemAllocationProp* prop, uint64_t handl
   if (real_get == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(handle);
-  if (!object) return CUDA_ERROR_INVALID_HANDLE;
+  if (!object) return real_get(prop, handle);  // released or unknown: the driver's answer
   if (!object->has_real) return CUDA_ERROR_NOT_READY;
   return real_get(prop, object->real);
 }
@@ -278,18 +280,17 @@ namespace hook {
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle* mcHandle, const CUmulticastObjectProp* prop) {
   auto real = driver().cuMulticastCreate;
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (mcHandle == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if ((prop->handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
-    return real(mcHandle, prop);  // not shareable as a descriptor: untracked
+  if (mcHandle == nullptr || prop == nullptr ||
+      (prop->handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+    return real(mcHandle, prop);  // the driver's answer; not shareable as a descriptor: untracked
   }
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
-  CUmemGenericAllocationHandle created = 0;
-  const CUresult rc = real(&created, prop);
-  if (rc != CUDA_SUCCESS) {
-    *mcHandle = created;  // what the driver wrote, as without the shim (SPEC-REFERENCE K.3 #14)
-    return rc;
-  }
+  // The caller's own output: a failed call leaves in it exactly what the driver left (issue
+  // 12: writing 0 there changed what the application saw).
+  const CUresult rc = real(mcHandle, prop);
+  if (rc != CUDA_SUCCESS) return rc;
+  const CUmemGenericAllocationHandle created = *mcHandle;
   if (IsTagged(created)) return RefuseTaggedRealHandle(created, "cuMulticastCreate");
   const uint64_t logical = multicast_table().AddCreated(
       created, MulticastProperties::FromDriver(*prop), CurrentContext(), SelfIdentity());
@@ -309,7 +310,7 @@ CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice de
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
-  if (!object) return CUDA_ERROR_INVALID_HANDLE;
+  if (!object) return real(mcHandle, dev);  // released or unknown: the driver's answer
   if (!object->has_real) return CUDA_ERROR_NOT_READY;
   const CUresult rc = real(object->real, dev);
   if (rc == CUDA_SUCCESS) multicast_table().AddDevice(object->key, dev);
@@ -356,7 +357,7 @@ CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, 
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
-  if (!object) return CUDA_ERROR_INVALID_HANDLE;
+  if (!object) return real(mcHandle, dev, mcOffset, size);  // the driver's answer
   if (!object->has_real) return CUDA_ERROR_NOT_READY;
   const CUresult rc = real(object->real, dev, mcOffset, size);
   if (rc == CUDA_SUCCESS) multicast_table().RemoveBinding(object->key, dev, mcOffset, size);

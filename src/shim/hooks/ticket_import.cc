@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "common/endpoint_client.h"
@@ -91,9 +92,35 @@ CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size)
   return CUDA_SUCCESS;
 }
 
+// What the driver says of exporting `real` as `type` with `flags` when that is not the plain
+// POSIX export a ticket stands for (issue 12: flags=1 got a ticket, FABRIC of a POSIX-only
+// allocation 801, where the driver returns CUDA_ERROR_INVALID_VALUE). The driver's error as
+// it is; CUDA_SUCCESS to go on with a ticket (POSIX with flags the driver accepted); for
+// another type the driver accepts, CUDA_ERROR_NOT_SUPPORTED (that handle would share the
+// allocation behind cusnap's back), what the driver made discarded.
+CUresult CheckExportArguments(CUmemGenericAllocationHandle real, CUmemAllocationHandleType type,
+                              unsigned long long flags) {
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && flags == 0) return CUDA_SUCCESS;
+  auto export_real = driver().cuMemExportToShareableHandle;
+  if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  alignas(8) unsigned char scratch[sizeof(CUmemFabricHandle)] = {};  // the largest kind
+  const CUresult rc = export_real(scratch, real, type, flags);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    int fd = -1;
+    std::memcpy(&fd, scratch, sizeof fd);
+    close(fd);
+    return CUDA_SUCCESS;
+  }
+  CUSNAP_LOG_ERROR("cuMemExportToShareableHandle: handle type %d of a tracked allocation is not "
+                   "supported (only POSIX file descriptors)", static_cast<int>(type));
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 // Multicast half of ExportTicket: the creator exports the object's real descriptor once into
 // the export cache; the ticket carries the requested properties (ticket.h).
-CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
+CUresult ExportMulticastTicket(uint64_t handle, void* shareable, CUmemAllocationHandleType type,
+                               unsigned long long flags) {
   std::optional<MulticastPinned> pin = multicast_table().Pin(handle);
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
   struct Unpin {
@@ -103,6 +130,7 @@ CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
     }
   } unpin{pin->key};
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
+  if (CUresult rc = CheckExportArguments(pin->real, type, flags); rc != CUDA_SUCCESS) return rc;
   if (pin->creator && !export_cache().Contains(TicketKind::kMulticast, pin->id.local_id)) {
     auto export_real = driver().cuMemExportToShareableHandle;
     if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
@@ -123,7 +151,7 @@ CUresult ExportMulticastTicket(uint64_t handle, int* fd_out) {
     return CUDA_ERROR_OPERATING_SYSTEM;
   }
   multicast_table().MarkShared(pin->key);
-  *fd_out = *fd;
+  *static_cast<int*>(shareable) = *fd;
   return CUDA_SUCCESS;
 }
 
@@ -181,11 +209,13 @@ CUresult ImportMulticastTicket(CUmemGenericAllocationHandle* handle, const Ticke
 
 }  // namespace
 
-CUresult ExportTicket(uint64_t handle, int* fd_out) {
-  if (IsMulticastHandle(handle)) return ExportMulticastTicket(handle, fd_out);
+CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleType type,
+                      unsigned long long flags) {
+  if (IsMulticastHandle(handle)) return ExportMulticastTicket(handle, shareable, type, flags);
   PinScope pin(handle);
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
+  if (CUresult rc = CheckExportArguments(pin->real, type, flags); rc != CUDA_SUCCESS) return rc;
   if (pin->creator && !export_cache().Contains(TicketKind::kUnicast, pin->id.local_id)) {
     auto export_real = driver().cuMemExportToShareableHandle;
     if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
@@ -204,7 +234,7 @@ CUresult ExportTicket(uint64_t handle, int* fd_out) {
     return CUDA_ERROR_OPERATING_SYSTEM;
   }
   table().MarkShared(pin->key, CurrentContext());
-  *fd_out = *fd;
+  *static_cast<int*>(shareable) = *fd;
   return CUDA_SUCCESS;
 }
 

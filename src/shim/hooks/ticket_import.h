@@ -13,13 +13,17 @@
 namespace cusnap::shim {
 
 /// Exports tracked logical handle `handle` (an allocation's or, through the multicast table,
-/// a multicast object's) as a ticket written to `*fd_out`. The creator
-/// exports the real POSIX descriptor once, into the export cache, on the first call; an
-/// importer's ticket names the original creator. Returns CUDA_ERROR_INVALID_HANDLE for an
-/// unknown logical handle, CUDA_ERROR_NOT_READY when the allocation has no real handle now
-/// (lifecycle in progress), the driver's error when its export fails, and
-/// CUDA_ERROR_OPERATING_SYSTEM when no ticket memfd could be made.
-CUresult ExportTicket(uint64_t handle, int* fd_out);
+/// a multicast object's) as a ticket written to `shareable` (an int, on success only), for a
+/// call of handle type `type` with `flags`. The creator exports the real POSIX descriptor
+/// once, into the export cache, on the first call; an importer's ticket names the original
+/// creator. Arguments other than (POSIX, 0) are first put to the driver with the real handle:
+/// its error comes back as it is, and another type it accepts is CUDA_ERROR_NOT_SUPPORTED.
+/// Returns CUDA_ERROR_INVALID_HANDLE for an unknown logical handle (the hook asks the driver
+/// first), CUDA_ERROR_NOT_READY when the allocation has no real handle now (lifecycle in
+/// progress), the driver's error when its export fails, and CUDA_ERROR_OPERATING_SYSTEM when
+/// no ticket memfd could be made.
+CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleType type,
+                      unsigned long long flags);
 
 /// Imports POSIX descriptor `fd`. A ticket yields a logical handle (aliasing an allocation
 /// this process already holds); anything else is imported as it is, returned raw and

@@ -47,23 +47,20 @@ CUresult RefusePartial(const char* call, CUdeviceptr ptr, size_t size) {
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                      const CUmemAllocationProp* prop, unsigned long long flags) {
-  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUSNAP_REAL(cuMemCreate);
-  const bool tracked =
-      prop != nullptr && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  const bool tracked = handle != nullptr && prop != nullptr &&
+                       (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  // The caller's own output, so a failed call leaves exactly what the driver left in it.
   if (!tracked) {
-    CUmemGenericAllocationHandle real = 0;
-    const CUresult rc = real_cuMemCreate(&real, size, prop, flags);
-    if (rc != CUDA_SUCCESS) return rc;
-    if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemCreate");
-    *handle = real;
-    return CUDA_SUCCESS;
+    const CUresult rc = real_cuMemCreate(handle, size, prop, flags);
+    if (rc == CUDA_SUCCESS && IsTagged(*handle)) return RefuseTaggedRealHandle(*handle, "cuMemCreate");
+    return rc;
   }
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
-  CUmemGenericAllocationHandle real = 0;
-  const CUresult rc = real_cuMemCreate(&real, size, prop, flags);
+  const CUresult rc = real_cuMemCreate(handle, size, prop, flags);
   if (rc != CUDA_SUCCESS) return rc;
+  const CUmemGenericAllocationHandle real = *handle;
   const uint64_t logical = table().AddCreated(real, size, *prop, CurrentContext(), SelfIdentity());
   if (logical == 0) {
     if (auto release = driver().cuMemRelease) release(real);
@@ -81,7 +78,12 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     EnsureEndpoint();
     CUSNAP_QUIESCE_GATE();
     std::optional<Dropped> dropped;
-    if (!table().ReleaseHandle(handle, &dropped)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!table().ReleaseHandle(handle, &dropped)) {
+      // Released already, or never ours: whatever the driver says of such a value (issue 12:
+      // a second release returned 400 where the driver returns 1).
+      CUSNAP_REAL(cuMemRelease);
+      return real_cuMemRelease(handle);
+    }
     if (dropped) ReleaseDropped(*dropped);
     return CUDA_SUCCESS;
   }
@@ -92,7 +94,10 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 }
 
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
-  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (handle == nullptr) {
+    CUSNAP_REAL(cuMemRetainAllocationHandle);
+    return real_cuMemRetainAllocationHandle(handle, addr);  // the driver's answer
+  }
   const auto address = reinterpret_cast<CUdeviceptr>(addr);
   if (multicast_table().Classify(address, 1) != RangeMatch::kNone) {  // multicast
     return MulticastRetain(handle, address);
@@ -130,7 +135,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   PinScope pin(handle);
-  if (!pin) return CUDA_ERROR_INVALID_HANDLE;
+  if (!pin) return real_cuMemMap(ptr, size, offset, handle, flags);  // the driver's answer
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
   const CUresult rc = real_cuMemMap(ptr, size, offset, pin->real, flags);
   if (rc != CUDA_SUCCESS) return rc;
@@ -198,12 +203,10 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
                      "mapping", static_cast<unsigned long long>(ptr), size, proto::kMaxAccess);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  // Recorded only when the driver accepted it: a rejected call (bad flags, an unknown device)
+  // changed nothing (issue 12; the driver validates every descriptor before applying any).
   const CUresult rc = real_cuMemSetAccess(ptr, size, desc, count);
-  if (rc == CUDA_SUCCESS) {
-    table().MergeAccess(ptr, size, desc, count);
-  } else {
-    table().MarkAccessUnknown(ptr, size);  // the driver may have applied part of it
-  }
+  if (rc == CUDA_SUCCESS) table().MergeAccess(ptr, size, desc, count);
   return rc;
 }
 
@@ -215,36 +218,26 @@ CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location
 CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
                                       CUmemAllocationHandleType handleType,
                                       unsigned long long flags) {
-  if (shareableHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!IsTagged(handle)) {
-    CUSNAP_REAL(cuMemExportToShareableHandle);
+  CUSNAP_REAL(cuMemExportToShareableHandle);
+  if (shareableHandle == nullptr || !IsTagged(handle)) {
     return real_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
   }
   EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   if (!table().Knows(handle) && !multicast_table().Knows(handle)) {  // multicast
-    return CUDA_ERROR_INVALID_HANDLE;
+    return real_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
   }
-  if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-    // Another kind of shareable handle would hand out the allocation behind cusnap's back.
-    CUSNAP_LOG_ERROR("cuMemExportToShareableHandle: handle type %d of a tracked allocation is "
-                     "not supported (only POSIX file descriptors)", static_cast<int>(handleType));
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
-  return ExportTicket(handle, static_cast<int*>(shareableHandle));
+  return ExportTicket(handle, shareableHandle, handleType, flags);
 }
 
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
                                         CUmemAllocationHandleType shHandleType) {
-  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+  if (handle == nullptr || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
     CUSNAP_REAL(cuMemImportFromShareableHandle);
-    CUmemGenericAllocationHandle real = 0;
-    const CUresult rc = real_cuMemImportFromShareableHandle(&real, osHandle, shHandleType);
+    const CUresult rc = real_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
     if (rc != CUDA_SUCCESS) return rc;
-    if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
-    RecordUntrackedImport(real, shHandleType);
-    *handle = real;
+    if (IsTagged(*handle)) return RefuseTaggedRealHandle(*handle, "cuMemImportFromShareableHandle");
+    RecordUntrackedImport(*handle, shHandleType);
     return CUDA_SUCCESS;
   }
   // The POSIX descriptor travels by value in the pointer (CUDA Driver API,
@@ -257,8 +250,9 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
                                                 CUmemGenericAllocationHandle handle) {
   CUSNAP_REAL(cuMemGetAllocationPropertiesFromHandle);
-  if (!IsTagged(handle)) return real_cuMemGetAllocationPropertiesFromHandle(prop, handle);
-  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!IsTagged(handle) || prop == nullptr) {
+    return real_cuMemGetAllocationPropertiesFromHandle(prop, handle);  // the driver's answer
+  }
   if (IsMulticastHandle(handle)) return MulticastAllocationProperties(prop, handle);  // multicast
   CUSNAP_QUIESCE_GATE();
   if (auto imported = table().ImportedProperties(handle)) {
@@ -266,7 +260,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
     return CUDA_SUCCESS;
   }
   PinScope pin(handle);
-  if (!pin) return CUDA_ERROR_INVALID_HANDLE;
+  if (!pin) return real_cuMemGetAllocationPropertiesFromHandle(prop, handle);  // released/unknown
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
   return real_cuMemGetAllocationPropertiesFromHandle(prop, pin->real);
 }

@@ -167,14 +167,6 @@ Status MulticastSteps::Detach() {
   held_ = multicast_.Objects();
   mappings_ = multicast_.Mappings();
   // Checks first: nothing is touched when one fails.
-  for (const MulticastMapping& m : mappings_) {
-    if (m.access_unknown) {
-      return Error{CUDA_ERROR_INVALID_VALUE,
-                   ThisProcess() + ": the access of the multicast mapping " +
-                       VaRangeText(m.address, m.size) + " is unknown (a cuMemSetAccess on it failed); "
-                       "set it again before checkpointing"};
-    }
-  }
   for (const MulticastObjectInfo& o : held_) {
     if (!o.has_real) {
       return Error{CUDA_ERROR_INVALID_HANDLE,

@@ -94,14 +94,6 @@ Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
 Result<StepResult> UnicastSteps::Save() {
   held_.clear();
   mappings_ = table_.Mappings();
-  for (const MappingInfo& m : mappings_) {
-    if (m.access_unknown) {
-      return Error{CUDA_ERROR_INVALID_VALUE,
-                   ThisProcess() + ": the access of the mapping " + VaRangeText(m.address, m.size) +
-                       " is unknown (a cuMemSetAccess on it failed); set it again before "
-                       "checkpointing"};
-    }
-  }
   std::vector<CarrierSlot> slots;
   for (const AllocationInfo& a : table_.Allocations()) {
     if (!a.has_real) {

@@ -162,13 +162,6 @@ class HandleTable {
     mappings_.MergeAccess(address, size, desc, count);
   }
 
-  /// After a failed cuMemSetAccess: the access of every mapping inside the range is no
-  /// longer known (the driver may have applied part of it).
-  void MarkAccessUnknown(CUdeviceptr address, size_t size) {
-    std::lock_guard lock(mutex_);
-    mappings_.MarkAccessUnknown(address, size);
-  }
-
   /// Replaces the real handle of object `key` (lifecycle: release / reallocate / rebuild).
   /// Returns false when the key is unknown.
   bool SetRealHandle(Key key, std::optional<CUmemGenericAllocationHandle> real) {

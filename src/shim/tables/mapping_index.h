@@ -30,13 +30,24 @@ enum class RangeMatch {
 template <typename Mapping>
 bool MergeAccessDescriptor(Mapping& mapping, const CUmemAccessDesc& d) {
   const auto type = static_cast<int32_t>(d.location.type);
+  // The driver keeps one host access per mapping: a HOST and a HOST_NUMA descriptor set the
+  // same value, the last one wins (DRIVER-FACTS F12). So one entry stands for both, and it
+  // names the last descriptor's kind: replaying two entries in another order changed what
+  // cuMemGetAccess(HOST) answered after a restore (issue 12).
+  const auto is_host = [](int32_t t) {
+    return t == CU_MEM_LOCATION_TYPE_HOST || t == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  };
   for (uint32_t i = 0; i < mapping.access_count; ++i) {
     proto::AccessRecord& entry = mapping.access[i];
-    if (entry.location_type != type || entry.location_id != d.location.id) continue;
+    const bool same = is_host(type) ? is_host(entry.location_type)
+                                    : entry.location_type == type && entry.location_id == d.location.id;
+    if (!same) continue;
     if (d.flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
       entry = mapping.access[--mapping.access_count];
       mapping.access[mapping.access_count] = proto::AccessRecord{};
     } else {
+      entry.location_type = type;
+      entry.location_id = d.location.id;
       entry.flags = static_cast<uint32_t>(d.flags);
     }
     return true;
@@ -49,7 +60,7 @@ bool MergeAccessDescriptor(Mapping& mapping, const CUmemAccessDesc& d) {
 }
 
 /// Non-overlapping mappings keyed by start VA. `Mapping` has `address` and `size` (bytes),
-/// `access_count`, `access[proto::kMaxAccess]` and `access_unknown`.
+/// `access_count` and `access[proto::kMaxAccess]`.
 template <typename Mapping>
 class MappingIndex {
  public:
@@ -118,16 +129,6 @@ class MappingIndex {
     for (auto it = by_address_.lower_bound(address);
          it != by_address_.end() && it->first + it->second.size <= end; ++it) {
       for (size_t i = 0; i < count; ++i) MergeAccessDescriptor(it->second, desc[i]);
-    }
-  }
-
-  /// After a failed cuMemSetAccess: every mapping touching the range has unknown access (the
-  /// driver may have applied part of it).
-  void MarkAccessUnknown(CUdeviceptr address, size_t size) {
-    const CUdeviceptr end = address + size;
-    for (auto it = FirstTouching(by_address_, address); it != by_address_.end() && it->first < end;
-         ++it) {
-      it->second.access_unknown = true;
     }
   }
 

@@ -72,7 +72,6 @@ struct MulticastMapping {
   uint64_t logical = 0;        ///< the logical handle it was mapped with
   uint32_t access_count = 0;
   proto::AccessRecord access[proto::kMaxAccess]{};
-  bool access_unknown = false; ///< a cuMemSetAccess on it failed: the lifecycle refuses
 };
 
 /// A copy of one object's entry.

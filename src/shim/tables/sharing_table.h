@@ -65,7 +65,6 @@ struct MappingInfo {
   uint64_t logical = 0;            ///< the logical handle value it was mapped with
   uint32_t access_count = 0;
   proto::AccessRecord access[proto::kMaxAccess]{};
-  bool access_unknown = false;     ///< a cuMemSetAccess failed: the lifecycle must refuse
 };
 
 /// Totals for kIdentify.

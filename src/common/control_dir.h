@@ -1,0 +1,38 @@
+// Trust in the control directory (issue 12): endpoints are found by path, so whoever owns
+// the directory decides who answers. A directory someone else pre-created (the default
+// /tmp/cusnap-<uid> when XDG_RUNTIME_DIR is unset), one others can enter, or a symbolic link
+// is refused by the shim (no endpoint is started there) and by every client (no request is
+// sent there). Clients also check who answers (socket.h, CheckEndpointPeer).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace cusnap {
+
+/// What is wrong with a directory of owner `uid` and mode `mode` (st_mode) as a control
+/// directory of effective user `self`: "" when it is owned by `self` and its permission bits
+/// are exactly 0700; otherwise the reason (owner named, mode in octal).
+std::string ControlDirProblem(uid_t uid, mode_t mode, uid_t self);
+
+/// Opens `dir` (O_DIRECTORY | O_NOFOLLOW: a symbolic link as the last component is refused,
+/// never followed) and checks it with ControlDirProblem. Returns the descriptor (CLOEXEC), so
+/// callers can work relative to what was checked. Errors name the directory: ENOENT when it
+/// does not exist, ELOOP for a symbolic link, ENOTDIR, EPERM for a wrong owner or mode.
+Result<UniqueFd> OpenControlDir(const std::string& dir);
+
+/// For clients listing a control directory: "" when `dir` does not exist or passes
+/// OpenControlDir; otherwise OpenControlDir's error text (nothing in it may be trusted).
+std::string UnsafeControlDir(const std::string& dir);
+
+/// The shim's side: creates `dir` if missing (missing parents with mode 0700; the directory
+/// itself fchmod-ed to 0700 through its descriptor when this call created it, whatever the
+/// umask), then OpenControlDir. An existing directory is never re-moded: one that is not
+/// ours or not 0700 is refused (EPERM) and nothing is created in it.
+Result<UniqueFd> MakeControlDir(const std::string& dir);
+
+}  // namespace cusnap
