@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -416,7 +417,9 @@ ProbeRun run_gate_probe(const std::string& mode) {
   char dir[] = "/tmp/cusnap-gate-XXXXXX";
   EXPECT_NE(mkdtemp(dir), nullptr);
   const std::string control = std::string(dir) + "/control", machine = std::string(dir) + "/machine";
-  EXPECT_TRUE(std::filesystem::create_directory(control) && std::filesystem::create_directory(machine));
+  // A control directory must be private (0700), or the shim refuses to serve from it.
+  EXPECT_EQ(::mkdir(control.c_str(), 0700), 0);
+  EXPECT_TRUE(std::filesystem::create_directory(machine));
   setenv("CUSNAP_CONTROL_DIR", control.c_str(), 1);
   setenv("SIMCUDA_DIR", machine.c_str(), 1);
   ProbeRun run = run_program(CUSNAP_TEST_GATE_PROBE, mode, env_or_fail("CUSNAP_TEST_SHIM"),
