@@ -245,9 +245,9 @@ CUresult unmap(CUdeviceptr va, size_t size) {
 }
 
 CUresult set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count) {
-  // Every descriptor is checked before any is applied: a rejected call changes nothing (not
-  // measured yet, `gpu_driver_facts odd-args` asks; the CUDA documentation describes no
-  // partial effect).
+  // Every descriptor is checked before any is applied: a rejected call changes nothing
+  // (DRIVER-FACTS F12b: a rejected {DEVICE 0 RW, DEVICE 99 READ} applies nothing, and an
+  // unknown device is CUDA_ERROR_INVALID_VALUE here, not INVALID_DEVICE).
   if (va == 0 || size == 0 || desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < count; ++i) {
     const CUmemAccessDesc &d = desc[i];
@@ -255,7 +255,7 @@ CUresult set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, si
         d.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
       return CUDA_ERROR_INVALID_VALUE;
     if (d.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-      if (!devices::valid(d.location.id)) return CUDA_ERROR_INVALID_DEVICE;
+      if (!devices::valid(d.location.id)) return CUDA_ERROR_INVALID_VALUE;
     } else if (d.location.type != CU_MEM_LOCATION_TYPE_HOST && d.location.type != CU_MEM_LOCATION_TYPE_HOST_NUMA) {
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -264,6 +264,16 @@ CUresult set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, si
   std::lock_guard lock(s.mutex);
   std::vector<Mapping *> tiles = tiling(s, va, size);
   if (tiles.empty()) return CUDA_ERROR_INVALID_VALUE;
+  // Host access to memory that lives on a device is not supported: READ or RW for HOST or
+  // HOST_NUMA fails 801 and nothing is applied; NONE is accepted (DRIVER-FACTS F12b).
+  for (Mapping *m : tiles) {
+    auto a = s.allocations.find(m->handle);
+    const bool on_device = a != s.allocations.end() && a->second->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    for (size_t i = 0; on_device && i < count; ++i) {
+      if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
   for (Mapping *m : tiles) {
     for (size_t i = 0; i < count; ++i) {
       const CUmemAccessDesc &d = desc[i];

@@ -131,7 +131,7 @@ TEST_F(SimcudaVmm, MapSetAccessAndReadBack) {
   CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   EXPECT_EQ(cuMemSetAccess(va, kGranularity, &access, 1), CUDA_ERROR_INVALID_VALUE);  // part of a mapping
   CUmemAccessDesc bad{{CU_MEM_LOCATION_TYPE_DEVICE, 5}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  EXPECT_EQ(cuMemSetAccess(va, 2 * kGranularity, &bad, 1), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuMemSetAccess(va, 2 * kGranularity, &bad, 1), CUDA_ERROR_INVALID_VALUE);  // F12b
   ASSERT_EQ(cuMemSetAccess(va, 3 * kGranularity, &access, 1), CUDA_SUCCESS);
   unsigned long long flags = 99;
   CUmemLocation dev1{CU_MEM_LOCATION_TYPE_DEVICE, 1}, dev0{CU_MEM_LOCATION_TYPE_DEVICE, 0};
@@ -203,6 +203,33 @@ TEST_F(SimcudaVmm, ReadOnlyAccessRefusesWrites) {
   EXPECT_TRUE(has_pattern(va, kGranularity, 3));
   EXPECT_EQ(cuMemsetD8_v2(va, 0, 16), CUDA_ERROR_INVALID_VALUE);
   EXPECT_TRUE(has_pattern(va, kGranularity, 3));
+  ASSERT_EQ(cuMemUnmap(va, kGranularity), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemRelease(h), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAddressFree(va, kGranularity), CUDA_SUCCESS);
+}
+
+// DRIVER-FACTS F12b: host access to a DEVICE allocation is not supported (801) and a
+// rejected call applies none of its descriptors; HOST NONE is accepted.
+TEST_F(SimcudaVmm, HostAccessToDeviceMemoryIsNotSupported) {
+  ASSERT_NE(use_device(0), nullptr);
+  CUmemGenericAllocationHandle h = 0;
+  CUmemAllocationProp prop = device_prop(0, false);
+  ASSERT_EQ(cuMemCreate(&h, kGranularity, &prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va = map_rw(h, kGranularity, 0);
+  ASSERT_NE(va, 0u);
+  const CUmemAccessDesc both[2] = {{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READ},
+                                   {{CU_MEM_LOCATION_TYPE_HOST, 0}, CU_MEM_ACCESS_FLAGS_PROT_READ}};
+  EXPECT_EQ(cuMemSetAccess(va, kGranularity, both, 2), CUDA_ERROR_NOT_SUPPORTED);
+  const CUmemAccessDesc numa{{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  EXPECT_EQ(cuMemSetAccess(va, kGranularity, &numa, 1), CUDA_ERROR_NOT_SUPPORTED);
+  unsigned long long flags = 99;
+  const CUmemLocation dev0{CU_MEM_LOCATION_TYPE_DEVICE, 0}, numa0{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0};
+  ASSERT_EQ(cuMemGetAccess(&flags, &dev0, va), CUDA_SUCCESS);
+  EXPECT_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);  // the device READ was not applied
+  ASSERT_EQ(cuMemGetAccess(&flags, &numa0, va), CUDA_SUCCESS);
+  EXPECT_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  const CUmemAccessDesc none{{CU_MEM_LOCATION_TYPE_HOST, 0}, CU_MEM_ACCESS_FLAGS_PROT_NONE};
+  EXPECT_EQ(cuMemSetAccess(va, kGranularity, &none, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemUnmap(va, kGranularity), CUDA_SUCCESS);
   ASSERT_EQ(cuMemRelease(h), CUDA_SUCCESS);
   ASSERT_EQ(cuMemAddressFree(va, kGranularity), CUDA_SUCCESS);
