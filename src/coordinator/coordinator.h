@@ -1,18 +1,22 @@
 // The coordinator's two commands, each a fixed list of named phases run in a visible order
 // (DESIGN.md, "Lifecycle"; one function per stage, as CRIU's cr-dump.c reads):
 //
-//   checkpoint: discover -> inspect -> validate -> quiesce -> save -> write_state ->
+//   checkpoint: discover -> inspect -> validate -> quiesce -> save -> write_state -> commit ->
 //               detach_multicast -> release -> lock -> checkpoint
 //   restore:    read_state -> discover -> match -> restore -> unlock -> reallocate -> import ->
 //               multicast_create -> multicast_import -> multicast_join -> multicast_bind ->
 //               verify -> activate
+//   recover:    discover -> read_state -> decide -> resume (roll back), or detach_multicast ->
+//               release -> restore -> unlock -> reallocate -> ... -> activate (roll forward)
 //
 // Each arrow is a barrier across participants; the work inside a phase runs concurrently.
 // A transaction: nothing destructive happens before every participant saved and the state
 // file is durable (detach_multicast is the first destructive step). A failure earlier sends
 // kResume to every quiesced participant and leaves the job running untouched (a state file
-// already written is removed). A failed detach_multicast also sends kResume (a shim refuses
-// to resume what it cannot undo); from release on, failures are final.
+// already written is removed). The commit phase tells every shim the point of no return is
+// passed (its lease no longer rolls it back). A failure from detach_multicast on rolls the
+// job forward (Recover): it runs again, every byte intact. A restore that fails leaves each
+// shim where it was: 'cusnap restore' or 'cusnap recover' again finishes it.
 #pragma once
 
 #include <functional>
@@ -40,6 +44,9 @@ enum class Outcome {
   kRefused,            ///< checkpoint refused before any change: the job runs untouched
   kFailedAfterChange,  ///< a destructive step failed: the job is not running normally
   kRestoreRefused,     ///< restore refused before any change (state file, participants)
+  /// A checkpoint step after the point of no return failed, and the job was rolled forward
+  /// (restored from what each shim holds): it runs as before, every byte intact.
+  kRolledForward,
 };
 
 /// What a command did: its outcome, the error messages (each naming the process, the step
@@ -47,6 +54,10 @@ enum class Outcome {
 struct CommandReport {
   Outcome outcome = Outcome::kOk;
   std::vector<std::string> errors;
+  /// What the user must know that is not an error: participants that exited, memory whose
+  /// creator died (allocation, creator pid, VA ranges left unmapped), the state file not
+  /// used by a recovery, the recovery's direction.
+  std::vector<std::string> notes;
   std::vector<PhaseReport> phases;
   std::string state_file;  ///< path written or read
   /// An Interrupt stopped the command at a phase boundary before its first destructive step
@@ -76,6 +87,11 @@ struct CheckpointOptions {
   /// How the user named the job ("--pid 4120", "--all"), for the restore command a refusal
   /// suggests; empty: "--pid <the participant's pid>".
   std::string target;
+  /// The lease every lifecycle request carries, renewed while the command runs (lease.h);
+  /// 0: none (a killed command leaves the job held until 'cusnap recover').
+  uint64_t lease_ms = 0;
+  /// How long each shim's quiesce waits for work in flight (ms; 0: the shim's default).
+  uint64_t drain_ms = 0;
 };
 
 struct RestoreOptions {
@@ -101,6 +117,30 @@ CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& dis
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer,
                       Interrupt* interrupt = nullptr);
+
+struct RecoverOptions {
+  /// The checkpoint's state directory: when its state file is this checkpoint's, a roll
+  /// forward is verified against it; when it is missing or another checkpoint's, the roll
+  /// forward uses what the shims hold and says so.
+  std::string state_dir;
+};
+
+/// Finishes whatever a checkpoint or restore left (a command killed, a step failed, a
+/// participant dead): each participant's shim state and native state decide. Before the
+/// point of no return (every shim ACTIVE, QUIESCED or SAVED, nothing locked) every survivor
+/// is rolled back to ACTIVE (the state file of that checkpoint removed); after it, every
+/// survivor is rolled forward (release where it was not, native restore and unlock,
+/// reallocate from its carrier, import, multicast rebuild, verify, activate). kOk when every
+/// survivor is ACTIVE; kFailedAfterChange when a step failed (each shim keeps its state:
+/// running it again goes on from there); kRestoreRefused when nothing can be decided (a
+/// participant quiesced but not saved while another is past the point of no return).
+/// Participants that exited and memory that exited with them are named in report.notes.
+CommandReport Recover(const RecoverOptions& options, const Discoverer& discover,
+                      CheckpointDriver& driver, PhaseObserver& observer,
+                      Interrupt* interrupt = nullptr);
+
+/// Phases a full roll forward prints.
+extern const size_t kRecoverPhaseCount;
 
 /// One participant as `cusnap status` shows it.
 struct ParticipantStatus {
