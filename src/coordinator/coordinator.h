@@ -101,9 +101,11 @@ struct RestoreOptions {
 
 /// Suspends the job: every phase of the checkpoint list above. Returns kRefused (job
 /// running untouched) for a failure before detach_multicast, or a failed detach after
-/// which every participant resumed; kFailedAfterChange otherwise. `interrupt` (optional)
-/// stops it at a phase boundary before detach_multicast, every participant resumed
-/// (kRefused, report.interrupted); from detach_multicast on it finishes.
+/// which every participant resumed. A later failure rolls the job forward (Recover):
+/// kRolledForward when it runs again, kFailedAfterChange when the roll forward failed too
+/// (each shim keeps its state for 'cusnap recover'). `interrupt` (optional) stops it at a
+/// phase boundary before detach_multicast, every participant resumed (kRefused,
+/// report.interrupted); from detach_multicast on it finishes.
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer,
                          Interrupt* interrupt = nullptr);
@@ -111,7 +113,9 @@ CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& dis
 /// Resumes a job checkpointed into options.state_dir. Returns kRestoreRefused (nothing
 /// changed) when the state file is missing or corrupt, the participants differ from the
 /// recorded ones (pid reuse detected by start time) or the device map is bad;
-/// kFailedAfterChange when a step after the native restore began fails. `interrupt`
+/// kFailedAfterChange when a step after the native restore began fails (each shim keeps its
+/// state: restore or recover again goes on). A job left half way by a command, or one whose
+/// checkpointed participant exited, is recovered instead (Recover, notes saying so). `interrupt`
 /// (optional) stops it at a phase boundary before the native restore (kRestoreRefused,
 /// report.interrupted: the job stays checkpointed); from the native restore on it finishes.
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
@@ -129,11 +133,11 @@ struct RecoverOptions {
 /// participant dead): each participant's shim state and native state decide. Before the
 /// point of no return (every shim ACTIVE, QUIESCED or SAVED, nothing locked) every survivor
 /// is rolled back to ACTIVE (the state file of that checkpoint removed); after it, every
-/// survivor is rolled forward (release where it was not, native restore and unlock,
-/// reallocate from its carrier, import, multicast rebuild, verify, activate). kOk when every
-/// survivor is ACTIVE; kFailedAfterChange when a step failed (each shim keeps its state:
-/// running it again goes on from there); kRestoreRefused when nothing can be decided (a
-/// participant quiesced but not saved while another is past the point of no return).
+/// survivor is rolled forward (one still ACTIVE or QUIESCED quiesced and saved first, then
+/// release where it was not, native restore and unlock, reallocate from its carrier,
+/// import, multicast rebuild, verify, activate). kOk when every survivor is ACTIVE;
+/// kFailedAfterChange when a step failed (each shim keeps its state: running it again goes
+/// on from there); kRestoreRefused when discovery or a shim's INSPECT fails.
 /// Participants that exited and memory that exited with them are named in report.notes.
 CommandReport Recover(const RecoverOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer,

@@ -67,6 +67,7 @@ class RecoverSequence : Sequence {
       }
       state_ = std::move(*state);
       have_state_ = true;
+      held_by_shims_ = !held.empty();
       return uint64_t{0};
     });
   }
@@ -88,12 +89,16 @@ class RecoverSequence : Sequence {
         }
         if (auto s = InspectInto(views_, i); !s) problems.push_back(s.error().message);
       }
+      // Rolling forward, a participant that is ACTIVE or QUIESCED (it resumed when another
+      // could not, e.g. after a detach that took a team apart) goes through the whole cycle
+      // too: quiesced and saved now, so that every participant is rebuilt from the records.
+      recycled_.assign(participants_.size(), 0);
       for (size_t i = 0; i < participants_.size() && forward_; ++i) {
-        if (now_[i] == ShimState::kQuiesced) {
-          problems.push_back(ProcessText(participants_[i]->pid()) + " is quiesced but has not "
-                             "saved, while another participant is past the point of no "
-                             "return: it cannot be rolled forward");
-        }
+        recycled_[i] = now_[i] == ShimState::kActive || now_[i] == ShimState::kQuiesced;
+      }
+      recycle_id_ = NewCheckpointId();
+      for (const auto& id : identities_) {
+        if (!id.checkpoint_id.empty()) recycle_id_ = id.checkpoint_id;
       }
       NameExited();
       if (std::all_of(now_.begin(), now_.end(), [](ShimState s) { return s == ShimState::kActive; }) &&
@@ -167,7 +172,8 @@ class RecoverSequence : Sequence {
       now_[i] = step->state;
       return uint64_t{0};
     });
-    if (ok && have_state_) {
+    // Only the state file of the checkpoint the shims held describes what did not happen.
+    if (ok && have_state_ && held_by_shims_) {
       if (auto s = RemoveStateFile(options_.state_dir); !s) {
         Note("the checkpoint was rolled back, but its state file stays: " + s.error().message);
       }
@@ -184,7 +190,7 @@ class RecoverSequence : Sequence {
     if (!due) return true;
     return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
       if (now_[i] != from || dead_[i]) return uint64_t{0};
-      auto step = Ask(i, op);
+      auto step = Ask(i, proto::StepRequest{op, 0, op == proto::Op::kSave ? recycle_id_ : ""});
       if (!step) return step.error();
       now_[i] = step->state;
       NoteCopy(step->copy_ns);
@@ -203,7 +209,8 @@ class RecoverSequence : Sequence {
     for (const auto& p : state_.participants) recorded[p.pid] = &p;
     std::vector<ParticipantView> fresh(participants_.size());
     return Phase("verify", [&](size_t i) -> Result<uint64_t> {
-      if (now_[i] != ShimState::kRestored) return uint64_t{0};
+      // A participant quiesced by this recovery is rebuilt from its own fresh records.
+      if (now_[i] != ShimState::kRestored || recycled_[i]) return uint64_t{0};
       const auto it = recorded.find(participants_[i]->pid());
       if (it == recorded.end()) return uint64_t{0};
       if (auto s = InspectInto(fresh, i); !s) return s.error();
@@ -219,10 +226,13 @@ class RecoverSequence : Sequence {
   const RecoverOptions& options_;
   StateFile state_;
   bool have_state_ = false;
+  bool held_by_shims_ = false;  // some shim holds the state file's checkpoint id
   bool forward_ = false;
   std::vector<ShimState> now_;        // per participant: its shim's state as last reported
   std::vector<ParticipantView> views_;
   std::vector<int> exited_;           // pids of the job that exited
+  std::vector<char> recycled_;        // per participant: quiesced and saved by this recovery
+  std::string recycle_id_;            // the checkpoint id their kSave carries
 };
 
 constexpr Stage<RecoverSequence> RecoverSequence::kStages[] = {
@@ -230,6 +240,10 @@ constexpr Stage<RecoverSequence> RecoverSequence::kStages[] = {
     {&RecoverSequence::ReadState, &RecoverSequence::Refused, false},
     {&RecoverSequence::Decide, &RecoverSequence::Refused, false},
     {&RecoverSequence::RollBack, &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kQuiesce, ShimState::kActive>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kSave, ShimState::kQuiesced>,
+     &RecoverSequence::Failed, true},
     {&RecoverSequence::Forward<proto::Op::kDetachMulticast, ShimState::kSaved>,
      &RecoverSequence::Failed, true},
     {&RecoverSequence::Forward<proto::Op::kRelease, ShimState::kMulticastDetached>,

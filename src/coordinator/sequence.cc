@@ -150,28 +150,27 @@ bool Sequence::DiscoverPhase() {
   });
 }
 
-bool Sequence::NativeRestorePhase(const std::vector<UuidPair>& pairs) {
-  return Phase("restore", [&](size_t i) -> Result<uint64_t> {
+bool Sequence::NativeStepPhase(const std::string& name, CUprocessState when,
+                               const std::function<Status(int pid)>& step) {
+  return Phase(name, [&](size_t i) -> Result<uint64_t> {
     if (!native_[i] || dead_[i]) return uint64_t{0};
     const int pid = participants_[i]->pid();
     auto state = driver_.GetState(pid);
     if (!state) return state.error();
-    if (*state != CU_PROCESS_STATE_CHECKPOINTED) return uint64_t{0};
-    if (auto s = driver_.Restore(pid, pairs); !s) return s.error();
+    if (*state != when) return uint64_t{0};
+    if (auto s = step(pid); !s) return s.error();
     return uint64_t{0};
   });
 }
 
+bool Sequence::NativeRestorePhase(const std::vector<UuidPair>& pairs) {
+  return NativeStepPhase("restore", CU_PROCESS_STATE_CHECKPOINTED,
+                         [&](int pid) { return driver_.Restore(pid, pairs); });
+}
+
 bool Sequence::NativeUnlockPhase() {
-  return Phase("unlock", [&](size_t i) -> Result<uint64_t> {
-    if (!native_[i] || dead_[i]) return uint64_t{0};
-    const int pid = participants_[i]->pid();
-    auto state = driver_.GetState(pid);
-    if (!state) return state.error();
-    if (*state != CU_PROCESS_STATE_LOCKED) return uint64_t{0};
-    if (auto s = driver_.Unlock(pid); !s) return s.error();
-    return uint64_t{0};
-  });
+  return NativeStepPhase("unlock", CU_PROCESS_STATE_LOCKED,
+                         [&](int pid) { return driver_.Unlock(pid); });
 }
 
 Result<uint64_t> Sequence::CompareWithRecord(int pid, const std::vector<proto::Record>& expected,

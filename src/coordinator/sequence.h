@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,6 +112,10 @@ class Sequence {
   bool NativeRestorePhase(const std::vector<UuidPair>& pairs);
   /// unlock: cuCheckpointProcessUnlock on every participant the driver reports LOCKED.
   bool NativeUnlockPhase();
+  /// A native phase named `name`: `step(pid)` for every participant the driver knows, alive,
+  /// that the driver reports in state `when`.
+  bool NativeStepPhase(const std::string& name, CUprocessState when,
+                       const std::function<Status(int pid)>& step);
 
   /// verify's comparison: `actual` (a fresh INSPECT) must hold exactly the `expected`
   /// records, order aside; records of allocations created by a process in `exited` are left

@@ -585,6 +585,26 @@ TEST_F(SequenceTest, RecoverRollsBackBeforeThePointOfNoReturn) {
   EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
 }
 
+// A detach that fails on pid 200 after pid 100's detach took a team apart: pid 200 resumes,
+// pid 100 cannot. The roll forward takes pid 200 through the whole cycle again (quiesce,
+// save, detach, release) so that both are rebuilt together.
+TEST_F(SequenceTest, RollForwardCyclesAParticipantThatResumed) {
+  processes_[1].fail[proto::Op::kDetachMulticast] = "pid 200: cuMemRelease failed";
+  processes_[1].fail_times = 1;
+  processes_[0].fail[proto::Op::kResume] = "pid 100: RESUME refused in phase MULTICAST_DETACHED";
+  processes_[0].fail_times = 1;
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRolledForward)
+      << ::testing::PrintToString(report.errors);
+  EXPECT_THAT(job_.Only("quiesce"), ::testing::UnorderedElementsAre("quiesce 100", "quiesce 200",
+                                                                    "quiesce 200"));
+  EXPECT_THAT(job_.Only("release"), ::testing::UnorderedElementsAre("release 100", "release 200"));
+  EXPECT_THAT(job_.Only("activate"),
+              ::testing::UnorderedElementsAre("activate 100", "activate 200"));
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
+}
+
 // A restore whose import fails in one process only (the collective verdict: the restore
 // stops there, pid 100 already imported, pid 200 still reallocated); restore again finishes,
 // sending import only to pid 200.

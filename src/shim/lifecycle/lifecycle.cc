@@ -171,13 +171,15 @@ Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
   if (!result) {
     // The state stays: the step can be run again (recover, restore), or undone by kResume
     // while nothing was destroyed. The gate stays closed: application calls wait.
-    const Error kept = destroyed_
+    // A refusal (kResume after something was destroyed) is said as it is.
+    const bool again = destroyed_ && row->on_failure != OnFailure::kStateKept;
+    const Error kept = again
         ? InContext(ThisProcess(),
                     std::string(OpName(op)) + " failed; the shim stays " + ShimStateName(now) +
                         " and the step can be run again ('cusnap recover')",
                     result.error())
         : result.error();
-    if (destroyed_) {  // a failure the coordinator rolls back needs no record
+    if (again) {  // a failure the coordinator rolls back needs no record
       SetFailure(kept.message);
       CUSNAP_LOG_ERROR("%s", kept.message.c_str());
     }
