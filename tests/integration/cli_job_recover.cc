@@ -4,8 +4,8 @@
 // state and one `cusnap recover` gives back a running job with every byte intact; a command
 // killed before its point of no return lets go of the job by itself when its lease runs
 // out; a participant killed during save, or after the checkpoint, is named and its
-// survivors come back; an import failing in one process only fails the restore, and running
-// `cusnap restore` again finishes it.
+// survivors come back; an import (or a re-export) failing in one process only fails the
+// restore, and running `cusnap restore` again finishes it.
 #include <gmock/gmock.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -247,6 +247,24 @@ TEST_F(CliJobRecover, ImportFailingInOneProcessIsFinishedByRestoringAgain) {
   const Ran again = Restore(state);
   EXPECT_EQ(again.status, 0) << again.out << again.err;
   EXPECT_THAT(again.err, HasSubstr("recovering it"));
+  ExpectRunningWhole(state);
+}
+
+// The importer's re-export of B fails at restore (its second cuMemExportToShareableHandle:
+// the first made B's ticket at setup): its reallocate fails after B was rebuilt, before the
+// creator could import it. Restore again exports it, the creator imports it, every byte is
+// there.
+TEST_F(CliJobRecover, ReexportFailureLeavesTheImportersAbleToRetry) {
+  ASSERT_NO_FATAL_FAILURE(StartJob("", "cuMemExportToShareableHandle:2:2"));
+  const std::string state = dir_ + "/state";
+  (void)Suspend(state);
+  ASSERT_FALSE(HasFatalFailure());
+  const Ran rs = Restore(state);
+  EXPECT_EQ(rs.status, 4) << rs.out << rs.err;
+  EXPECT_THAT(rs.err, HasSubstr("reallocate failed: "));
+  EXPECT_THAT(rs.err, HasSubstr("exporting allocation"));
+  const Ran again = Restore(state);
+  EXPECT_EQ(again.status, 0) << again.out << again.err;
   ExpectRunningWhole(state);
 }
 
