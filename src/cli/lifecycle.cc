@@ -14,6 +14,7 @@
 #include "common/endpoint_client.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/hold.h"
+#include "coordinator/lease.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
 
@@ -25,6 +26,7 @@ int ExitFor(coord::Outcome outcome) {
     case coord::Outcome::kRefused: return kExitRefused;
     case coord::Outcome::kFailedAfterChange: return kExitFailedAfterChange;
     case coord::Outcome::kRestoreRefused: return kExitRestoreRefused;
+    case coord::Outcome::kRolledForward: return kExitFailedAfterChange;
   }
   return kExitError;
 }
@@ -66,9 +68,18 @@ std::string JobStateTail(const Target& target, const std::string& control_dir) {
   }
 }
 
+/// The name of the first phase that failed ("?" when none did).
+std::string FailedPhase(const coord::CommandReport& report) {
+  for (const auto& p : report.phases) {
+    if (!p.ok()) return p.name;
+  }
+  return report.phases.empty() ? "?" : report.phases.back().name;
+}
+
 /// What the user reads at the end, on stderr: every error, then what state the job is in.
 void PrintErrors(const char* command, const coord::CommandReport& report, const Target& target,
                  const std::string& control_dir, int signo) {
+  for (const auto& n : report.notes) std::fprintf(stderr, "cusnap %s: note: %s\n", command, n.c_str());
   for (const auto& e : report.errors) std::fprintf(stderr, "cusnap %s: %s\n", command, e.c_str());
   if (ExitAfter(report, signo) != ExitFor(report.outcome)) {
     std::fprintf(stderr, "cusnap %s: interrupted (%s); nothing was changed, %s\n", command,
@@ -85,14 +96,19 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
       std::fprintf(stderr, "cusnap %s: refused; nothing was changed%s\n", command,
                    JobStateTail(target, control_dir).c_str());
       break;
+    case coord::Outcome::kRolledForward:
+      std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the point of no return; the "
+                   "job was rolled forward and runs as before, every byte intact: the "
+                   "checkpoint did not happen\n", command, FailedPhase(report).c_str());
+      break;
     case coord::Outcome::kFailedAfterChange:
-      // A native step's failure is known only here (the shims stay RELEASED, without
-      // failure text): say so, and which command brings the job back.
+      // Each shim keeps the state it reached (status shows it, with the failure); recover
+      // goes on from there.
       std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the job was changed; it is "
-                   "not running normally: keep these lines ('cusnap status' shows only each "
-                   "process's phase); processes it shows as released come back with 'cusnap "
-                   "restore' and the same --state-dir\n", command,
-                   report.phases.empty() ? "?" : report.phases.back().name.c_str());
+                   "not running normally yet: each process keeps its state ('cusnap status' "
+                   "shows it and why), and 'cusnap recover %s' (or 'cusnap restore') with the "
+                   "same --state-dir finishes it\n", command, FailedPhase(report).c_str(),
+                   target.all ? "--all" : ("--pid " + std::to_string(target.pid)).c_str());
       break;
   }
 }
@@ -138,12 +154,22 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   return rc;
 }
 
+/// A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
+/// once continued, so restore and recover continue them before discovery. What cannot be
+/// continued is said here; discovery then names those processes as unreachable.
+void ContinueHeld(const char* command, const Target& target) {
+  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
+    std::fprintf(stderr, "cusnap %s: %s\n", command, problem.c_str());
+  }
+}
+
 }  // namespace
 
 int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {
-  const coord::CheckpointOptions options{
+  coord::CheckpointOptions options{
       state_dir, lock_timeout_ms, target.all ? "--all" : "--pid " + std::to_string(target.pid)};
+  options.lease_ms = coord::LeaseMsFromEnvironment();
   return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount, kExitRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
                    coord::Interrupt& i) { return coord::Checkpoint(options, d, drv, o, &i); });
@@ -160,15 +186,18 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
     }
     options.device_map = std::move(*pairs);
   }
-  // A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
-  // once continued, so before discovery. What cannot be continued is said here; discovery
-  // then names those processes as unreachable.
-  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
-    std::fprintf(stderr, "cusnap restore: %s\n", problem.c_str());
-  }
+  ContinueHeld("restore", target);
   return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
                    coord::Interrupt& i) { return coord::Restore(options, d, drv, o, &i); });
+}
+
+int RecoverCommand(const Target& target, const std::string& state_dir, bool json) {
+  const coord::RecoverOptions options{state_dir};
+  ContinueHeld("recover", target);
+  return Drive("recover", target, json, coord::kRecoverPhaseCount, kExitRestoreRefused,
+               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
+                   coord::Interrupt& i) { return coord::Recover(options, d, drv, o, &i); });
 }
 
 }  // namespace cusnap::cli

@@ -108,6 +108,18 @@ int main(int argc, char** argv) {
                       "restore onto other GPUs: OLD=NEW pairs by ordinal or UUID, e.g. 0=1,1=0");
   restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
 
+  Target rc_target;
+  std::string rc_state_dir;
+  bool rc_json = false;
+  auto* recover = app.add_subcommand(
+      "recover", "finish what an interrupted or failed checkpoint or restore left: roll every "
+                 "participant back to active before the point of no return, forward after it");
+  AddTarget(recover, rc_target, true);
+  recover->add_option("--state-dir", rc_state_dir,
+                      "the checkpoint's state directory, to verify a roll forward against "
+                      "(default $CUSNAP_STATE_DIR, else ./cusnap-state; missing: not verified)");
+  recover->add_flag("--json", rc_json, "print one JSON document instead of lines");
+
   Target st_target;
   bool st_json = false, st_prune = false;
   auto* status = app.add_subcommand("status", "participants, phase, allocations, bytes");
@@ -176,6 +188,10 @@ int main(int argc, char** argv) {
     if (int rc = CheckTargetArgs("restore", rs_target, restore, rs_state_dir); rc != 0) return rc;
     return cusnap::cli::RestoreCommand(rs_target, cusnap::cli::StateDir(rs_state_dir), device_map,
                                        rs_json);
+  }
+  if (*recover) {
+    if (int rc = CheckTargetArgs("recover", rc_target, recover, rc_state_dir); rc != 0) return rc;
+    return cusnap::cli::RecoverCommand(rc_target, cusnap::cli::StateDir(rc_state_dir), rc_json);
   }
   if (*status) return cusnap::cli::StatusCommand(st_target, st_json, st_prune);
   if (*inspect) {

@@ -121,14 +121,15 @@ nlohmann::json ReportToJson(const std::string& command, const std::string& drive
     phases.push_back(std::move(phase));
   }
   static constexpr const char* kOutcomes[] = {"ok", "refused", "failed_after_change",
-                                              "restore_refused"};
+                                              "restore_refused", "rolled_forward"};
   return {{"command", command},
           {"driver", driver},
           {"outcome", kOutcomes[static_cast<int>(report.outcome)]},
           {"exit_code", exit_code},
           {"state_file", report.state_file},
           {"phases", phases},
-          {"errors", report.errors}};
+          {"errors", report.errors},
+          {"notes", report.notes}};
 }
 
 }  // namespace cusnap::cli

@@ -219,6 +219,7 @@ Message StepRequest::Encode() const {
   Writer out(message.payload);
   out.Put(drain_ms);
   out.Put(checkpoint_id);
+  out.Put(lease_ms);
   return message;
 }
 
@@ -227,6 +228,7 @@ Result<StepRequest> StepRequest::Decode(const Message& message) {
     r.op = message.op;
     in.Get(r.drain_ms);
     in.Get(r.checkpoint_id);
+    in.Get(r.lease_ms);
   });
 }
 

@@ -69,7 +69,9 @@ struct IdentifyReply {
   uint64_t tracked_bytes = 0;              ///< bytes of tracked allocations this process created
   uint32_t created_total = 0;              ///< tracked cuMemCreate calls over the process's life
   uint32_t created_host_numa = 0;          ///< of which HOST_NUMA
-  std::string failure;                     ///< why the shim is FAILED ("" otherwise)
+  /// Why the last lifecycle step failed, or why the lease rolled the shim back ("" when the
+  /// last step succeeded); the state says where the shim stands (a failed step keeps it).
+  std::string failure;
   /// The checkpoint whose bytes the shim holds (StepRequest::checkpoint_id of its last
   /// kSave), until kResume or kActivate ends it; "" when it holds none.
   std::string checkpoint_id;
@@ -129,6 +131,10 @@ struct StepRequest {
   /// kSave: the id of this checkpoint (the state file records it too), kept by the shim so
   /// that a restore can refuse a state file of another checkpoint; "" for other ops.
   std::string checkpoint_id;
+  /// The command's lease in ms: the shim rolls back by itself (QUIESCED or SAVED, before
+  /// kCommit) when no request came for this long after the last one ended; 0: no lease
+  /// (the state is held until a request moves it).
+  uint64_t lease_ms = 0;
   Message Encode() const;
   /// EPROTO when the payload is malformed.
   static Result<StepRequest> Decode(const Message& message);

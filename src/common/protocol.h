@@ -20,9 +20,11 @@ namespace cusnap::proto {
 inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// Version 2: typed messages (messages.h), errors of any length. Version 3: INSPECT replies
 /// carry the importers of this process's exports; kCheckResources; kSave carries the
-/// checkpoint's id and kIdentify reports it; kSave runs before kDetachMulticast. A peer
+/// checkpoint's id and kIdentify reports it; kSave runs before kDetachMulticast. Version 4:
+/// every lifecycle request carries a lease (StepRequest::lease_ms), kRenew and kCommit; a
+/// failed destructive step keeps its state (it can be run again) instead of FAILED. A peer
 /// speaking another version is refused with both versions named (socket.h, ReceiveMessage).
-inline constexpr uint16_t kVersion = 3;
+inline constexpr uint16_t kVersion = 4;
 
 /// Requests a client can send: X(enumerator, value, name). Lifecycle operations run on the
 /// shim's control thread, one at a time; kExport is served by the peer thread from the export
@@ -45,6 +47,10 @@ inline constexpr uint16_t kVersion = 3;
 ///  kActivate: after restore's comparison: -> ACTIVE, application calls resume
 ///  kCheckResources: read-only; does the process have the descriptors and host memory the
 ///    rest of the checkpoint and the restore need (messages.h, ResourcesRequest)
+///  kRenew: any state; renews the command's lease (nothing else changes)
+///  kCommit: SAVED -> SAVED: the command passed its point of no return; from now on the
+///    shim never rolls back by itself when the lease expires (its gate stays closed until
+///    a restore or recover brings it to ACTIVE)
 #define CUSNAP_PROTO_OPS(X)                          \
   X(kExport, 1, "EXPORT")                            \
   X(kIdentify, 2, "IDENTIFY")                        \
@@ -61,7 +67,9 @@ inline constexpr uint16_t kVersion = 3;
   X(kMulticastBind, 13, "MULTICAST_BIND")            \
   X(kResume, 14, "RESUME")                           \
   X(kActivate, 15, "ACTIVATE")                       \
-  X(kCheckResources, 16, "CHECK_RESOURCES")
+  X(kCheckResources, 16, "CHECK_RESOURCES")         \
+  X(kRenew, 17, "RENEW")                             \
+  X(kCommit, 18, "COMMIT")
 
 /// The shim's lifecycle states (DESIGN.md, "Lifecycle"): X(enumerator, value, name).
 /// kRestored: the multicast rebuild is done and the coordinator still compares INSPECT with

@@ -1,7 +1,10 @@
 // The checkpoint sequence (coordinator.h): one function per phase, run in order by Run().
+#include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <iterator>
 #include <map>
+#include <thread>
 
 #include "coordinator/records.h"
 #include "coordinator/resources.h"
@@ -13,11 +16,18 @@
 namespace cusnap::coord {
 namespace {
 
+// Quiesce attempts before a checkpoint with work in flight is refused, and the pause after
+// the first failed one (ms; the n-th pause is n times longer).
+constexpr int kQuiesceTries = 3;
+constexpr int kQuiesceRetryMs = 200;
+
 class CheckpointSequence : Sequence {
  public:
   CheckpointSequence(const CheckpointOptions& options, const Discoverer& discover,
                      CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt)
-      : Sequence(discover, driver, observer, interrupt), options_(options) {}
+      : Sequence(discover, driver, observer, interrupt), options_(options) {
+    lease_ms_ = options.lease_ms;
+  }
 
   /// Runs kStages in order (below).
   CommandReport Run();
@@ -59,12 +69,18 @@ class CheckpointSequence : Sequence {
     });
   }
 
-  /// For a participant whose shim is RELEASED (the job is checkpointed already): what to run
-  /// instead. The state directory is named when the one given holds this very process's
+  /// For a participant whose shim is not ACTIVE: what to run instead (recover for a state
+  /// between phases; restore for RELEASED, the job being checkpointed already). The state
+  /// directory is named when the one given holds this very process's
   /// checkpoint (pid and start time recorded there); the shim does not know where its
   /// checkpoint went, so otherwise the hint stays generic.
   std::string RestoreHint(const Identity& id) const {
-    if (id.state != proto::ShimState::kReleased) return "";
+    if (id.state != proto::ShimState::kReleased) {
+      // Between phases: a command was killed or failed there.
+      return "; a checkpoint or restore stopped half way: run 'cusnap recover " +
+             (options_.target.empty() ? "--pid " + std::to_string(id.pid) : options_.target) +
+             "' to finish it";
+    }
     std::string dir = "<the state directory of its checkpoint>";
     if (auto state = ReadStateFile(options_.state_dir); state) {
       for (const auto& p : state->participants) {
@@ -95,33 +111,83 @@ class CheckpointSequence : Sequence {
 
   /// quiesce: application calls to tracked entry points wait. The table is inspected again
   /// while quiesced (it cannot change any more) and validated again; those records are the
-  /// ones the state file keeps.
+  /// ones the state file keeps. Draining is bounded (DESIGN.md, "Transactions"): when a shim
+  /// answers CUDA_ERROR_NOT_READY (work still in flight at its deadline, e.g. a collective
+  /// waiting for a peer held at its gate), every gate reopens, the work gets a moment to
+  /// finish and the quiesce is tried again, kQuiesceTries times in all; then the checkpoint
+  /// is refused naming each process with work in flight, the job running as before.
   bool QuiesceAll() {
+    StartLease();
+    for (int attempt = 1;; ++attempt) {
+      const size_t errors_before = report_.errors.size();
+      std::vector<char> busy(participants_.size(), 0);
+      const Quiesced result = QuiesceOnce(busy);
+      if (result == Quiesced::kAll) return true;
+      if (result == Quiesced::kFailed) return false;
+      if (attempt == kQuiesceTries) {
+        report_.errors.resize(errors_before);
+        for (size_t i = 0; i < busy.size(); ++i) {
+          if (!busy[i]) continue;
+          report_.errors.push_back(
+              ProcessText(participants_[i]->pid()) + ": device work still in flight after " +
+              std::to_string(kQuiesceTries) + " quiesce attempts (" + busy_why_[i] +
+              "); every gate was reopened");
+        }
+        return false;
+      }
+      // Reopen every gate (nothing destructive happened), let the work finish, try again.
+      report_.errors.resize(errors_before);
+      if (!ResumeQuiesced()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceRetryMs * attempt));
+    }
+  }
+
+  enum class Quiesced { kAll, kBusy, kFailed };
+  /// One quiesce of every participant (see QuiesceAll); busy[i] set where the shim answered
+  /// CUDA_ERROR_NOT_READY. kBusy: every failure was one of those.
+  Quiesced QuiesceOnce(std::vector<char>& busy) {
     quiesced_.assign(participants_.size(), 0);
+    busy_why_.assign(participants_.size(), "");
     std::vector<ParticipantView> stable(participants_.size());
     const bool ok = Phase("quiesce", [&](size_t i) -> Result<uint64_t> {
-      auto step = Step(*participants_[i], proto::Op::kQuiesce);
-      if (!step) return step.error();
+      auto step = Ask(i, proto::StepRequest{proto::Op::kQuiesce, options_.drain_ms, ""});
+      if (!step) {
+        if (step.error().code == CUDA_ERROR_NOT_READY) {
+          busy[i] = 1;
+          busy_why_[i] = step.error().message;
+        }
+        return step.error();
+      }
       quiesced_[i] = 1;
       if (auto s = InspectInto(stable, i); !s) return s.error();
       return uint64_t{0};
     });
-    if (!ok) return false;
+    if (!ok) {
+      const auto busy_count = static_cast<size_t>(std::count(busy.begin(), busy.end(), 1));
+      return busy_count == report_.phases.back().errors.size() ? Quiesced::kBusy
+                                                               : Quiesced::kFailed;
+    }
     if (auto problems = ValidateTopology(stable); !problems.empty()) {
       report_.errors.insert(report_.errors.end(), problems.begin(), problems.end());
-      return false;
+      return Quiesced::kFailed;
     }
     views_ = std::move(stable);
-    return true;
+    return Quiesced::kAll;
   }
+
+  /// commit: every participant is told the checkpoint passed its point of no return (the
+  /// state file is durable): from now on a lease that runs out no longer rolls a shim back,
+  /// so a command killed during the destructive steps leaves no participant ACTIVE while
+  /// another is released (each waits for 'cusnap recover').
+  bool CommitAll() { return LifecyclePhase(proto::Op::kCommit); }
 
   /// Puts every participant that quiesced back to ACTIVE (a refused checkpoint); false when
   /// any of them could not resume. A state file this checkpoint wrote is removed once every
   /// participant resumed: it describes a checkpoint that did not happen.
   bool ResumeQuiesced() {
     const bool resumed = Phase("resume", [&](size_t i) -> Result<uint64_t> {
-      if (!quiesced_[i]) return uint64_t{0};
-      auto step = Step(*participants_[i], proto::Op::kResume);
+      if (!quiesced_[i] || dead_[i]) return uint64_t{0};
+      auto step = Ask(i, proto::Op::kResume);
       if (!step) return step.error();
       return uint64_t{0};
     });
@@ -145,7 +211,7 @@ class CheckpointSequence : Sequence {
     uint64_t expected_total = 0;
     for (const auto& v : views_) expected_total += CreatedBytes(v);
     return Phase("save", [&](size_t i) -> Result<uint64_t> {
-      auto step = Step(*participants_[i], proto::StepRequest{proto::Op::kSave, 0, checkpoint_id_});
+      auto step = Ask(i, proto::StepRequest{proto::Op::kSave, 0, checkpoint_id_});
       if (!step) return step.error();
       const uint64_t expected = CreatedBytes(views_[i]);
       if (step->bytes != expected) {
@@ -249,6 +315,7 @@ class CheckpointSequence : Sequence {
   const CheckpointOptions& options_;
   std::vector<ParticipantView> views_;
   std::vector<char> quiesced_;  // char, not bool: written from several threads
+  std::vector<std::string> busy_why_;  // per participant: its NOT_READY answer to kQuiesce
   std::vector<uint64_t> saved_bytes_;
   std::string checkpoint_id_;   // NewCheckpointId, given to every shim in kSave
   bool state_written_ = false;  // write_state succeeded: a rollback removes the file
@@ -261,6 +328,7 @@ constexpr Stage<CheckpointSequence> CheckpointSequence::kStages[] = {
     {&CheckpointSequence::QuiesceAll, &CheckpointSequence::ResumeAndRefuse, false},
     {&CheckpointSequence::SaveAll, &CheckpointSequence::ResumeAndRefuse, false},
     {&CheckpointSequence::WriteState, &CheckpointSequence::ResumeAndRefuse, false},
+    {&CheckpointSequence::CommitAll, &CheckpointSequence::ResumeAndRefuse, false},
     // The point of no return: every byte is in host memory and the state file is durable.
     {&CheckpointSequence::DetachAll, &CheckpointSequence::ResumeOrFail, true},
     {&CheckpointSequence::LifecycleStage<proto::Op::kRelease>, &CheckpointSequence::Failed, true},
@@ -280,7 +348,17 @@ const size_t kCheckpointPhaseCount = std::size(CheckpointSequence::kStages);
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer,
                          Interrupt* interrupt) {
-  return CheckpointSequence(options, discover, driver, observer, interrupt).Run();
+  CommandReport report = CheckpointSequence(options, discover, driver, observer, interrupt).Run();
+  if (report.outcome != Outcome::kFailedAfterChange) return report;
+  // Past the point of no return every shim holds what it needs: bring the job back rather
+  // than leave it half taken apart (the failure stays in the report).
+  report.notes.push_back("a step after the point of no return failed: rolling the job forward "
+                         "from what each process holds");
+  CommandReport recovered = Recover(RecoverOptions{options.state_dir}, discover, driver, observer);
+  MergeInto(report, std::move(recovered));
+  report.outcome = report.outcome == Outcome::kOk ? Outcome::kRolledForward
+                                                  : Outcome::kFailedAfterChange;
+  return report;
 }
 
 }  // namespace cusnap::coord

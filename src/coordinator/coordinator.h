@@ -1,18 +1,22 @@
 // The coordinator's two commands, each a fixed list of named phases run in a visible order
 // (DESIGN.md, "Lifecycle"; one function per stage, as CRIU's cr-dump.c reads):
 //
-//   checkpoint: discover -> inspect -> validate -> quiesce -> save -> write_state ->
+//   checkpoint: discover -> inspect -> validate -> quiesce -> save -> write_state -> commit ->
 //               detach_multicast -> release -> lock -> checkpoint
 //   restore:    read_state -> discover -> match -> restore -> unlock -> reallocate -> import ->
 //               multicast_create -> multicast_import -> multicast_join -> multicast_bind ->
 //               verify -> activate
+//   recover:    discover -> read_state -> decide -> resume (roll back), or detach_multicast ->
+//               release -> restore -> unlock -> reallocate -> ... -> activate (roll forward)
 //
 // Each arrow is a barrier across participants; the work inside a phase runs concurrently.
 // A transaction: nothing destructive happens before every participant saved and the state
 // file is durable (detach_multicast is the first destructive step). A failure earlier sends
 // kResume to every quiesced participant and leaves the job running untouched (a state file
-// already written is removed). A failed detach_multicast also sends kResume (a shim refuses
-// to resume what it cannot undo); from release on, failures are final.
+// already written is removed). The commit phase tells every shim the point of no return is
+// passed (its lease no longer rolls it back). A failure from detach_multicast on rolls the
+// job forward (Recover): it runs again, every byte intact. A restore that fails leaves each
+// shim where it was: 'cusnap restore' or 'cusnap recover' again finishes it.
 #pragma once
 
 #include <functional>
@@ -40,6 +44,9 @@ enum class Outcome {
   kRefused,            ///< checkpoint refused before any change: the job runs untouched
   kFailedAfterChange,  ///< a destructive step failed: the job is not running normally
   kRestoreRefused,     ///< restore refused before any change (state file, participants)
+  /// A checkpoint step after the point of no return failed, and the job was rolled forward
+  /// (restored from what each shim holds): it runs as before, every byte intact.
+  kRolledForward,
 };
 
 /// What a command did: its outcome, the error messages (each naming the process, the step
@@ -47,6 +54,10 @@ enum class Outcome {
 struct CommandReport {
   Outcome outcome = Outcome::kOk;
   std::vector<std::string> errors;
+  /// What the user must know that is not an error: participants that exited, memory whose
+  /// creator died (allocation, creator pid, VA ranges left unmapped), the state file not
+  /// used by a recovery, the recovery's direction.
+  std::vector<std::string> notes;
   std::vector<PhaseReport> phases;
   std::string state_file;  ///< path written or read
   /// An Interrupt stopped the command at a phase boundary before its first destructive step
@@ -76,6 +87,11 @@ struct CheckpointOptions {
   /// How the user named the job ("--pid 4120", "--all"), for the restore command a refusal
   /// suggests; empty: "--pid <the participant's pid>".
   std::string target;
+  /// The lease every lifecycle request carries, renewed while the command runs (lease.h);
+  /// 0: none (a killed command leaves the job held until 'cusnap recover').
+  uint64_t lease_ms = 0;
+  /// How long each shim's quiesce waits for work in flight (ms; 0: the shim's default).
+  uint64_t drain_ms = 0;
 };
 
 struct RestoreOptions {
@@ -85,9 +101,11 @@ struct RestoreOptions {
 
 /// Suspends the job: every phase of the checkpoint list above. Returns kRefused (job
 /// running untouched) for a failure before detach_multicast, or a failed detach after
-/// which every participant resumed; kFailedAfterChange otherwise. `interrupt` (optional)
-/// stops it at a phase boundary before detach_multicast, every participant resumed
-/// (kRefused, report.interrupted); from detach_multicast on it finishes.
+/// which every participant resumed. A later failure rolls the job forward (Recover):
+/// kRolledForward when it runs again, kFailedAfterChange when the roll forward failed too
+/// (each shim keeps its state for 'cusnap recover'). `interrupt` (optional) stops it at a
+/// phase boundary before detach_multicast, every participant resumed (kRefused,
+/// report.interrupted); from detach_multicast on it finishes.
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer,
                          Interrupt* interrupt = nullptr);
@@ -95,12 +113,38 @@ CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& dis
 /// Resumes a job checkpointed into options.state_dir. Returns kRestoreRefused (nothing
 /// changed) when the state file is missing or corrupt, the participants differ from the
 /// recorded ones (pid reuse detected by start time) or the device map is bad;
-/// kFailedAfterChange when a step after the native restore began fails. `interrupt`
+/// kFailedAfterChange when a step after the native restore began fails (each shim keeps its
+/// state: restore or recover again goes on). A job left half way by a command, or one whose
+/// checkpointed participant exited, is recovered instead (Recover, notes saying so). `interrupt`
 /// (optional) stops it at a phase boundary before the native restore (kRestoreRefused,
 /// report.interrupted: the job stays checkpointed); from the native restore on it finishes.
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer,
                       Interrupt* interrupt = nullptr);
+
+struct RecoverOptions {
+  /// The checkpoint's state directory: when its state file is this checkpoint's, a roll
+  /// forward is verified against it; when it is missing or another checkpoint's, the roll
+  /// forward uses what the shims hold and says so.
+  std::string state_dir;
+};
+
+/// Finishes whatever a checkpoint or restore left (a command killed, a step failed, a
+/// participant dead): each participant's shim state and native state decide. Before the
+/// point of no return (every shim ACTIVE, QUIESCED or SAVED, nothing locked) every survivor
+/// is rolled back to ACTIVE (the state file of that checkpoint removed); after it, every
+/// survivor is rolled forward (one still ACTIVE or QUIESCED quiesced and saved first, then
+/// release where it was not, native restore and unlock, reallocate from its carrier,
+/// import, multicast rebuild, verify, activate). kOk when every survivor is ACTIVE;
+/// kFailedAfterChange when a step failed (each shim keeps its state: running it again goes
+/// on from there); kRestoreRefused when discovery or a shim's INSPECT fails.
+/// Participants that exited and memory that exited with them are named in report.notes.
+CommandReport Recover(const RecoverOptions& options, const Discoverer& discover,
+                      CheckpointDriver& driver, PhaseObserver& observer,
+                      Interrupt* interrupt = nullptr);
+
+/// Phases a full roll forward prints.
+extern const size_t kRecoverPhaseCount;
 
 /// One participant as `cusnap status` shows it.
 struct ParticipantStatus {

@@ -3,6 +3,7 @@
 #include <iterator>
 #include <map>
 
+#include "common/ids.h"
 #include "coordinator/records.h"
 #include "common/text.h"
 #include "coordinator/sequence.h"
@@ -34,8 +35,39 @@ class RestoreSequence : Sequence {
   Outcome Failed() { return Outcome::kFailedAfterChange; }
 
   bool Match() {
-    return CheckPhase("match", [&] { return MatchParticipants(); });
+    return CheckPhase("match", [&] { return MatchParticipants(); }) && !needs_recovery_;
   }
+
+ public:
+  /// Match found a job that is not checkpointed as a whole (a shim between phases, or a
+  /// participant of the checkpoint that exited): Restore() recovers it instead.
+  bool needs_recovery() const { return needs_recovery_; }
+
+ private:
+  /// True when the participants found now are a job that a checkpoint or restore left half
+  /// way (some shim neither ACTIVE nor RELEASED), or when a participant the state file
+  /// records exited (its survivors are restored without it). Participants the state file
+  /// does not record are refused by match, as is a mix of ACTIVE and RELEASED ones.
+  bool NeedsRecovery() const {
+    std::map<int, const ParticipantState*> recorded;
+    for (const auto& p : state_.participants) recorded[p.pid] = &p;
+    bool between = false;
+    for (const auto& id : identities_) {
+      if (!recorded.count(id.pid)) return false;
+      between = between || (id.state != proto::ShimState::kReleased &&
+                            id.state != proto::ShimState::kActive);
+    }
+    if (between) return true;
+    for (const auto& id : identities_) {
+      if (id.state != proto::ShimState::kReleased) return false;
+      recorded.erase(id.pid);
+    }
+    for (const auto& [pid, p] : recorded) {
+      if (ProcessStartTime(pid) != p->start_time) return true;  // exited
+    }
+    return false;
+  }
+
   /// reallocate: the creators' fresh allocations, their saved bytes copied back.
   bool ReallocateAll() { return LifecyclePhase(proto::Op::kReallocate, SavedBytes()); }
   /// A multicast rebuild step (noted when the checkpoint recorded no multicast object).
@@ -70,6 +102,10 @@ class RestoreSequence : Sequence {
   /// and the device map must resolve. Returns every problem.
   std::vector<std::string> MatchParticipants() {
     std::vector<std::string> problems;
+    if (NeedsRecovery()) {
+      needs_recovery_ = true;
+      return problems;
+    }
     std::map<int, const ParticipantState*> recorded;
     for (const auto& p : state_.participants) recorded[p.pid] = &p;
     expected_.assign(participants_.size(), nullptr);
@@ -130,33 +166,11 @@ class RestoreSequence : Sequence {
     return uuids;
   }
 
-  /// restore: cuCheckpointProcessRestore with the device map, for every participant the
-  /// driver reports CHECKPOINTED (one left LOCKED or RUNNING by an interrupted checkpoint
-  /// needs no native restore). Participants the driver does not know (native_) are skipped.
-  bool NativeRestoreAll() {
-    return Phase("restore", [&](size_t i) -> Result<uint64_t> {
-      if (!native_[i]) return uint64_t{0};
-      const int pid = participants_[i]->pid();
-      auto state = driver_.GetState(pid);
-      if (!state) return state.error();
-      if (*state != CU_PROCESS_STATE_CHECKPOINTED) return uint64_t{0};
-      if (auto s = driver_.Restore(pid, gpu_pairs_); !s) return s.error();
-      return uint64_t{0};
-    });
-  }
+  /// restore: the native restore with the device map (Sequence::NativeRestorePhase).
+  bool NativeRestoreAll() { return NativeRestorePhase(gpu_pairs_); }
 
-  /// unlock: cuCheckpointProcessUnlock on every participant the driver reports LOCKED.
-  bool NativeUnlockAll() {
-    return Phase("unlock", [&](size_t i) -> Result<uint64_t> {
-      if (!native_[i]) return uint64_t{0};
-      const int pid = participants_[i]->pid();
-      auto state = driver_.GetState(pid);
-      if (!state) return state.error();
-      if (*state != CU_PROCESS_STATE_LOCKED) return uint64_t{0};
-      if (auto s = driver_.Unlock(pid); !s) return s.error();
-      return uint64_t{0};
-    });
-  }
+  /// unlock: Sequence::NativeUnlockPhase.
+  bool NativeUnlockAll() { return NativeUnlockPhase(); }
 
   /// kNoMulticastNote when the checkpoint recorded no multicast object (the multicast
   /// phases then rebuild nothing; they still run, every shim steps through them).
@@ -180,38 +194,15 @@ class RestoreSequence : Sequence {
     std::vector<ParticipantView> fresh(participants_.size());
     return Phase("verify", [&](size_t i) -> Result<uint64_t> {
       if (auto s = InspectInto(fresh, i); !s) return s.error();
-      return Compare(participants_[i]->pid(), expected_[i]->records, fresh[i].records);
+      return CompareWithRecord(participants_[i]->pid(), expected_[i]->records, fresh[i].records);
     });
-  }
-
-  static Result<uint64_t> Compare(int pid, const std::vector<proto::Record>& expected,
-                                  const std::vector<proto::Record>& actual) {
-    auto canonical = [](const std::vector<proto::Record>& records) {
-      std::vector<std::string> out;
-      for (const auto& r : records) out.push_back(RecordToJson(r).dump());
-      std::sort(out.begin(), out.end());
-      return out;
-    };
-    const auto want = canonical(expected);
-    const auto got = canonical(actual);
-    if (want == got) return uint64_t{0};
-    std::vector<std::string> missing, extra;
-    std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
-                        std::back_inserter(missing));
-    std::set_difference(got.begin(), got.end(), want.begin(), want.end(),
-                        std::back_inserter(extra));
-    std::string text = ProcessText(pid) + ": after restore the sharing table " +
-                       "differs from the checkpoint (" + std::to_string(got.size()) +
-                       " records, " + std::to_string(want.size()) + " recorded)";
-    for (size_t k = 0; k < missing.size() && k < 3; ++k) text += "; recorded, now missing: " + missing[k];
-    for (size_t k = 0; k < extra.size() && k < 3; ++k) text += "; now present, not recorded: " + extra[k];
-    return Error{-1, text};
   }
 
   const RestoreOptions& options_;
   StateFile state_;
   std::vector<const ParticipantState*> expected_;  ///< per participant index
   std::vector<UuidPair> gpu_pairs_;                 ///< for the native restore
+  bool needs_recovery_ = false;
 };
 
 constexpr Stage<RestoreSequence> RestoreSequence::kStages[] = {
@@ -241,7 +232,17 @@ const size_t kRestorePhaseCount = std::size(RestoreSequence::kStages);
 
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {
-  return RestoreSequence(options, discover, driver, observer, interrupt).Run();
+  RestoreSequence sequence(options, discover, driver, observer, interrupt);
+  CommandReport report = sequence.Run();
+  if (!sequence.needs_recovery()) return report;
+  report.notes.push_back("the job is not checkpointed as a whole (a command stopped half way, "
+                         "or a participant exited): recovering it" +
+                         std::string(options.device_map.empty()
+                                         ? ""
+                                         : "; the device map is not applied by a recovery"));
+  MergeInto(report, Recover(RecoverOptions{options.state_dir}, discover, driver, observer,
+                            interrupt));
+  return report;
 }
 
 }  // namespace cusnap::coord

@@ -2,11 +2,25 @@
 #include "coordinator/sequence.h"
 
 #include <atomic>
+#include <cerrno>
+
+#include <algorithm>
+#include <iterator>
 
 #include "common/text.h"
 #include "coordinator/records.h"
 
 namespace cusnap::coord {
+
+void MergeInto(CommandReport& report, CommandReport later) {
+  auto append = [](auto& to, auto& from) {
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  };
+  append(report.phases, later.phases);
+  append(report.errors, later.errors);
+  append(report.notes, later.notes);
+  report.outcome = later.outcome;
+}
 
 void Sequence::NoteCopy(uint64_t copy_ns) {
   uint64_t seen = phase_copy_ns_.load();
@@ -21,6 +35,30 @@ void Sequence::NoteInterrupted() {
       (report_.phases.empty() ? std::string("before its first phase")
                               : "after phase '" + report_.phases.back().name + "'") +
       ", before anything was changed for good");
+}
+
+bool Sequence::Exited(size_t index) const {
+  const auto now = participants_[index]->start_time();
+  return !now || *now != identities_[index].start_time;
+}
+
+Result<proto::StepReply> Sequence::Ask(size_t index, proto::StepRequest request) {
+  request.lease_ms = lease_ms_;
+  auto step = Step(*participants_[index], request);
+  if (!step && Exited(index)) {
+    dead_[index] = 1;
+    return Error{ESRCH, ProcessText(participants_[index]->pid()) + " exited during the command (" +
+                            Lowercase(proto::OpName(request.op)) + " not done): its own memory " +
+                            "went with it"};
+  }
+  return step;
+}
+
+void Sequence::StartLease() {
+  if (lease_ms_ == 0 || participants_.empty()) return;
+  std::vector<Participant*> all;
+  for (auto& p : participants_) all.push_back(p.get());
+  lease_ = std::make_unique<LeaseKeeper>(all, lease_ms_);
 }
 
 bool Sequence::Record(PhaseReport phase) {
@@ -71,7 +109,7 @@ bool Sequence::CheckPhase(const std::string& name,
 bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::string& note,
                               std::optional<proto::ShimState> leaves) {
   return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
-    auto step = Step(*participants_[i], op);
+    auto step = Ask(i, op);
     if (!step) return step.error();
     if (leaves && step->state != *leaves) {
       return Error{-1, ProcessText(participants_[i]->pid()) + ": after " +
@@ -91,6 +129,7 @@ bool Sequence::DiscoverPhase() {
     participants_ = std::move(*found);
     identities_.assign(participants_.size(), Identity{});
     native_.assign(participants_.size(), 0);
+    dead_.assign(participants_.size(), 0);
     PhaseReport identify = RunPhase("identify", participants_.size(), [&](size_t i) -> Result<uint64_t> {
       auto id = Identify(*participants_[i]);
       if (!id) return id.error();
@@ -109,6 +148,61 @@ bool Sequence::DiscoverPhase() {
     });
     return identify.errors;
   });
+}
+
+bool Sequence::NativeStepPhase(const std::string& name, CUprocessState when,
+                               const std::function<Status(int pid)>& step) {
+  return Phase(name, [&](size_t i) -> Result<uint64_t> {
+    if (!native_[i] || dead_[i]) return uint64_t{0};
+    const int pid = participants_[i]->pid();
+    auto state = driver_.GetState(pid);
+    if (!state) return state.error();
+    if (*state != when) return uint64_t{0};
+    if (auto s = step(pid); !s) return s.error();
+    return uint64_t{0};
+  });
+}
+
+bool Sequence::NativeRestorePhase(const std::vector<UuidPair>& pairs) {
+  return NativeStepPhase("restore", CU_PROCESS_STATE_CHECKPOINTED,
+                         [&](int pid) { return driver_.Restore(pid, pairs); });
+}
+
+bool Sequence::NativeUnlockPhase() {
+  return NativeStepPhase("unlock", CU_PROCESS_STATE_LOCKED,
+                         [&](int pid) { return driver_.Unlock(pid); });
+}
+
+Result<uint64_t> Sequence::CompareWithRecord(int pid, const std::vector<proto::Record>& expected,
+                                             const std::vector<proto::Record>& actual,
+                                             const std::vector<int>& exited) {
+  auto canonical = [&](const std::vector<proto::Record>& records) {
+    std::vector<std::string> out;
+    for (const auto& r : records) {
+      const bool orphan = r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) ||
+                          r.kind == static_cast<uint32_t>(proto::RecordKind::kMapping);
+      if (orphan && std::find(exited.begin(), exited.end(), r.id.creator_pid) != exited.end()) {
+        continue;
+      }
+      out.push_back(RecordToJson(r).dump());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto want = canonical(expected);
+  const auto got = canonical(actual);
+  if (want == got) return uint64_t{0};
+  std::vector<std::string> missing, extra;
+  std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
+                      std::back_inserter(missing));
+  std::set_difference(got.begin(), got.end(), want.begin(), want.end(),
+                      std::back_inserter(extra));
+  std::string text = ProcessText(pid) + ": after restore the sharing table " +
+                     "differs from the checkpoint (" + std::to_string(got.size()) +
+                     " records, " + std::to_string(want.size()) + " recorded)";
+  for (size_t k = 0; k < missing.size() && k < 3; ++k) text += "; recorded, now missing: " + missing[k];
+  for (size_t k = 0; k < extra.size() && k < 3; ++k) text += "; now present, not recorded: " + extra[k];
+  return Error{-1, text};
 }
 
 Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) {

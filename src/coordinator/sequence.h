@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,9 +13,14 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/interrupt.h"
+#include "coordinator/lease.h"
 #include "coordinator/topology.h"
 
 namespace cusnap::coord {
+
+/// Appends `later` (a command run to finish `report`'s: a recovery) to `report`: its phases,
+/// errors and notes; the outcome becomes `later`'s.
+void MergeInto(CommandReport& report, CommandReport later);
 
 /// One stage of a command `Seq`: the member that runs it (exactly one recorded phase), the
 /// member that decides, when it failed, how the command ends (after undoing what it can),
@@ -55,6 +61,21 @@ class Sequence {
   /// Records in the report that the command stopped at a boundary because it was asked to.
   void NoteInterrupted();
 
+  /// Sends lifecycle `request` to participant `index` with the command's lease (lease_ms_).
+  /// A participant that exited since discovery is named as such (code ESRCH) and marked in
+  /// dead_; other errors are Step's.
+  Result<proto::StepReply> Ask(size_t index, proto::StepRequest request);
+  /// Ask with only the op.
+  Result<proto::StepReply> Ask(size_t index, proto::Op op) {
+    return Ask(index, proto::StepRequest{op, 0, ""});
+  }
+  /// True when participant `index` is no longer the process discovery identified.
+  bool Exited(size_t index) const;
+  /// Starts renewing the lease of every participant (after discovery; lease_ms_ 0: none).
+  void StartLease();
+  /// Stops renewing it (the keeper's threads are joined).
+  void StopLease() { lease_.reset(); }
+
   /// Runs `work` for every participant concurrently; false when any failed (errors are
   /// appended to the report). With `expected_bytes`, the observer hears BytesMoved as each
   /// participant finishes. `note` goes to PhaseReport::note.
@@ -84,6 +105,25 @@ class Sequence {
   /// Fresh INSPECT of participant `index` into views[index] (records + identity).
   Status InspectInto(std::vector<ParticipantView>& views, size_t index);
 
+  /// restore: cuCheckpointProcessRestore with `pairs` (the device map), for every
+  /// participant the driver reports CHECKPOINTED (one left LOCKED or RUNNING by an
+  /// interrupted checkpoint needs no native restore). Participants the driver does not know
+  /// (native_) and those that exited are skipped.
+  bool NativeRestorePhase(const std::vector<UuidPair>& pairs);
+  /// unlock: cuCheckpointProcessUnlock on every participant the driver reports LOCKED.
+  bool NativeUnlockPhase();
+  /// A native phase named `name`: `step(pid)` for every participant the driver knows, alive,
+  /// that the driver reports in state `when`.
+  bool NativeStepPhase(const std::string& name, CUprocessState when,
+                       const std::function<Status(int pid)>& step);
+
+  /// verify's comparison: `actual` (a fresh INSPECT) must hold exactly the `expected`
+  /// records, order aside; records of allocations created by a process in `exited` are left
+  /// out of both (they cannot come back). The error names up to three differences each way.
+  static Result<uint64_t> CompareWithRecord(int pid, const std::vector<proto::Record>& expected,
+                                            const std::vector<proto::Record>& actual,
+                                            const std::vector<int>& exited = {});
+
   /// Tells the observer the phase ended and adds it (and its errors) to the report.
   bool Record(PhaseReport phase);
 
@@ -91,6 +131,7 @@ class Sequence {
   void NoteCopy(uint64_t copy_ns);
 
   CommandReport Finish(Outcome outcome) {
+    StopLease();
     report_.outcome = outcome;
     return std::move(report_);
   }
@@ -109,6 +150,11 @@ class Sequence {
   std::vector<char> native_;
   CommandReport report_;
   std::atomic<uint64_t> phase_copy_ns_{0};  // NoteCopy's maximum for the phase being run
+  /// The lease every lifecycle request carries, in ms (0: none; lease.h).
+  uint64_t lease_ms_ = 0;
+  std::unique_ptr<LeaseKeeper> lease_;
+  /// Per participant: it exited during the command (Ask found it gone). char: threads.
+  std::vector<char> dead_;
 };
 
 }  // namespace cusnap::coord

@@ -22,6 +22,7 @@ cusnap_add_gtest(cli_job_test
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_transaction.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_interrupts.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_security.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cli_job_recover.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_native_baseline.cc
   LIBS cusnap_common nlohmann_json::nlohmann_json
   LABELS integration)

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/ids.h"
 #include "job_harness.h"
 
 namespace jobtest {
@@ -301,9 +302,13 @@ TEST_F(CliJobRefusal, RestoreWithDifferentParticipants) {
   ExpectRestoreRefused(state, {"pid " + std::to_string(second) +
                                " is a participant now but is not in the checkpoint"});
 
-  auto gone = doc;  // a recorded process that is not a participant now
+  // A recorded process that is not a participant now, alive outside the tree (pid 1, its
+  // start time as it is): refused. (One that exited is no refusal: its survivors are
+  // recovered without it, cli_job_recover.cc.)
+  auto gone = doc;
   auto ghost = doc["participants"][1];
   ghost["pid"] = 1;
+  ghost["start_time"] = cusnap::ProcessStartTime(1);
   gone["participants"].push_back(ghost);
   Spit(file, gone.dump(2));
   ExpectRestoreRefused(state, {"pid 1 of the checkpoint is not a participant now"});

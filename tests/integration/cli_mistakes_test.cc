@@ -366,7 +366,7 @@ TEST_F(CliMistakes, VersionNamesTheCliAndItsShimAndStatusTheJobsShim) {
 TEST_F(CliMistakes, CompletionBashListsEveryCommandsOptionsAndParses) {
   const Ran r = Cusnap({"completion", "bash"});
   ASSERT_EQ(r.status, 0);
-  EXPECT_THAT(r.out, HasSubstr("run checkpoint restore status inspect demo completion"));
+  EXPECT_THAT(r.out, HasSubstr("run checkpoint restore recover status inspect demo completion"));
   EXPECT_THAT(r.out, HasSubstr("restore) opts=\"--help --state-dir --device-map --json --pid --all\""));
   EXPECT_THAT(r.out, HasSubstr("status) opts=\"--help --json --prune --pid --all\""));
   EXPECT_THAT(r.out, HasSubstr("complete -o filenames -F _cusnap cusnap"));
@@ -473,8 +473,8 @@ TEST_F(CliMistakes, UsageErrorsNameTheCommandTheWordAndWhatAPidIs) {
   Ran r = Cusnap({"chekpoint", "--all"});
   EXPECT_EQ(r.status, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("cusnap: unknown command 'chekpoint'; the commands are: run, "
-                               "checkpoint, restore, status, inspect, demo, completion; did you "
-                               "mean 'checkpoint'?"));
+                               "checkpoint, restore, recover, status, inspect, demo, completion; "
+                               "did you mean 'checkpoint'?"));
   EXPECT_THAT(r.err, Not(HasSubstr("A subcommand is required")));
   r = Cusnap({"frobnicate"});
   EXPECT_EQ(r.status, kExitUsage);

@@ -393,8 +393,9 @@ TEST_F(FailedSaveCycleTest, JobResumesAndTheNextCheckpointWorks) {
   Cycle(1, false, 2 * kMiB, 4 * kMiB);
 }
 
-// A failure inside destructive work is sticky: the shim reports FAILED with the reason,
-// refuses every later step, and application calls fail at once instead of waiting.
+// A failure inside destructive work keeps the shim's state (RELEASED here) with the reason,
+// refuses to resume, keeps application calls waiting, and the step run again goes on: the
+// bytes come back from the carrier.
 class FailedReallocateCycleTest : public LifecycleCycleTest {
  protected:
   void SetUp() override {
@@ -403,7 +404,7 @@ class FailedReallocateCycleTest : public LifecycleCycleTest {
   }
 };
 
-TEST_F(FailedReallocateCycleTest, ShimIsFailedForGood) {
+TEST_F(FailedReallocateCycleTest, ReallocateRunAgainFinishesTheRestore) {
   Record();
   for (Op op : {Op::kQuiesce, Op::kSave, Op::kDetachMulticast, Op::kRelease}) {
     ASSERT_TRUE(Step(creator_, op).ok());
@@ -411,17 +412,23 @@ TEST_F(FailedReallocateCycleTest, ShimIsFailedForGood) {
   Result<proto::StepReply> failed = Step(creator_, Op::kReallocate);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_THAT(failed.error().message, HasSubstr("shim FAILED"));
+  EXPECT_THAT(failed.error().message, HasSubstr("the shim stays RELEASED and the step can be run "
+                                                "again"));
   const proto::IdentifyReply identity = Identify(creator_);
-  EXPECT_EQ(identity.state, Phase::kFailed);
+  EXPECT_EQ(identity.state, Phase::kReleased);
   EXPECT_THAT(identity.failure, HasSubstr("creating allocation"));
-  for (Op op : {Op::kReallocate, Op::kImport, Op::kResume, Op::kActivate}) {
-    Result<proto::StepReply> refused = Step(creator_, op);
-    ASSERT_FALSE(refused.ok());
-    EXPECT_THAT(refused.error().message, HasSubstr("refused in phase FAILED"));
+  Result<proto::StepReply> refused = Step(creator_, Op::kResume);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("refused in phase RELEASED"));
+  for (Op op : {Op::kReallocate, Op::kImport, Op::kMulticastCreate, Op::kMulticastImport,
+                Op::kMulticastJoin, Op::kMulticastBind, Op::kActivate}) {
+    Result<proto::StepReply> step = Step(creator_, op);
+    ASSERT_TRUE(step.ok()) << proto::OpName(op) << ": " << step.error().message;
   }
-  // CUDA_ERROR_NOT_READY (600) at once, not after the 60 s wait bound.
-  EXPECT_EQ(creator_.Ask("touch"), "ok 600");
+  EXPECT_EQ(Identify(creator_).state, Phase::kActive);
+  EXPECT_EQ(Identify(creator_).failure, "");
+  EXPECT_EQ(creator_.Ask("touch"), "ok 0");
+  EXPECT_EQ(creator_.Ask("check"), "ok");
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ struct FakeProcess {
   std::vector<proto::Record> records;
   std::vector<proto::Record> records_after_restore;  ///< INSPECT after kImport (empty: same)
   std::map<proto::Op, std::string> fail;             ///< ops answered with this error text
+  int fail_code = -1;                                ///< the code of those errors
+  int fail_times = 0;                                ///< > 0: the failures stop after that many
   std::map<proto::Op, uint64_t> bytes;               ///< carrier bytes reported per op
   std::map<proto::Op, proto::ShimState> phase_after;     ///< state reported after op (overrides)
   bool restored = false;
@@ -94,10 +96,10 @@ class FakeParticipant final : public coord::Participant {
     }
     if (!job_.Arrive(op)) return Error{-1, "rendezvous timed out: phase not concurrent"};
     if (auto it = p_.fail.find(op); it != p_.fail.end()) {
-      // A refused quiesce or resource check changes nothing; other failures are FAILED.
-      const bool refusal = op == proto::Op::kQuiesce || op == proto::Op::kCheckResources;
-      p_.phase = refusal ? p_.phase : proto::ShimState::kFailed;
-      return proto::EncodeError(op, Error{-1, it->second});
+      // A failed step keeps the state (protocol version 4), with the failure's code.
+      const Error error{p_.fail_code, it->second};
+      if (p_.fail_times > 0 && --p_.fail_times == 0) p_.fail.erase(it);
+      return proto::EncodeError(op, error);
     }
     switch (op) {
       case proto::Op::kIdentify: {
@@ -135,6 +137,9 @@ class FakeParticipant final : public coord::Participant {
         p_.phase = proto::ShimState::kImported;
         p_.restored = true;
         break;
+      case proto::Op::kMulticastCreate: p_.phase = proto::ShimState::kMulticastCreated; break;
+      case proto::Op::kMulticastImport: p_.phase = proto::ShimState::kMulticastImported; break;
+      case proto::Op::kMulticastJoin: p_.phase = proto::ShimState::kMulticastJoined; break;
       case proto::Op::kMulticastBind: p_.phase = proto::ShimState::kRestored; break;
       case proto::Op::kActivate:
         p_.phase = proto::ShimState::kActive;

@@ -85,7 +85,7 @@ class SequenceTest : public ::testing::Test {
 
 const std::vector<std::string> kCheckpointPhases = {
     "discover", "inspect",          "validate", "quiesce", "save",
-    "write_state", "detach_multicast", "release", "lock", "checkpoint"};
+    "write_state", "commit", "detach_multicast", "release", "lock", "checkpoint"};
 const std::vector<std::string> kRestorePhases = {
     "read_state", "discover",         "match",            "restore",          "unlock",
     "reallocate", "import",           "multicast_create", "multicast_import",
@@ -248,11 +248,13 @@ TEST_F(SequenceTest, UnwritableStateDirRefusesBeforeQuiesce) {
 }
 
 TEST_F(SequenceTest, ShimNotActiveIsRefused) {
-  processes_[1].phase = proto::ShimState::kFailed;
+  processes_[1].phase = proto::ShimState::kReallocated;  // a restore stopped half way
   const auto report = RunCheckpoint();
   EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
-  EXPECT_THAT(report.errors, ElementsAre("pid 200: its cusnap shim is failed, not active; only "
-                                         "a running job can be checkpointed"));
+  EXPECT_THAT(report.errors, ElementsAre("pid 200: its cusnap shim is reallocated, not active; "
+                                         "only a running job can be checkpointed; a checkpoint "
+                                         "or restore stopped half way: run 'cusnap recover "
+                                         "--pid 200' to finish it"));
   EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
 }
 
@@ -417,17 +419,22 @@ TEST_F(SequenceTest, SaveFailureResumesEveryoneAndStops) {
   EXPECT_FALSE(fs::exists(coord::StateFilePath(dir_)));
 }
 
+// A detach that cannot be undone (pid 200 refuses to resume) and fails again when the
+// checkpoint rolls the job forward: the checkpoint fails loudly, each shim keeping its state
+// for 'cusnap recover'; nothing was released.
 TEST_F(SequenceTest, DetachFailureThatCannotResumeIsLoud) {
   processes_[1].fail[proto::Op::kDetachMulticast] = "pid 200: multicast object 3 of pid 100: unbind failed";
-  processes_[1].fail[proto::Op::kResume] = "pid 200: resume refused in phase FAILED";
+  processes_[1].fail[proto::Op::kResume] = "pid 200: resume refused in phase SAVED";
   const auto report = RunCheckpoint();
   EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
-  EXPECT_THAT(report.errors,
-              ElementsAre("pid 200: detach_multicast failed: multicast object 3 of pid 100: "
-                          "unbind failed",
-                          "pid 200: resume failed: resume refused in phase FAILED"));
+  ASSERT_GE(report.errors.size(), 3u);
+  EXPECT_EQ(report.errors[0], "pid 200: detach_multicast failed: multicast object 3 of pid 100: "
+                              "unbind failed");
+  EXPECT_EQ(report.errors[1], "pid 200: resume failed: resume refused in phase SAVED");
+  EXPECT_THAT(report.errors, Contains(HasSubstr("run 'cusnap recover' again")));
   EXPECT_THAT(job_.Only("release"), IsEmpty());
   EXPECT_THAT(job_.Only("native"), IsEmpty());
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kSaved);
   // Written before the first destructive step, and kept: pid 200 could not resume.
   EXPECT_TRUE(fs::exists(coord::StateFilePath(dir_)));
 }
@@ -485,15 +492,26 @@ TEST_F(SequenceTest, WriteStateFailureResumesEveryone) {
   EXPECT_TRUE(processes_[0].checkpoint_id.empty());
 }
 
-TEST_F(SequenceTest, ReleaseFailureIsFinal) {
+// A release that fails once (after the point of no return): the checkpoint rolls the job
+// forward from what each shim holds (pid 200's release again, then the restore's steps,
+// verified against the state file): every participant ACTIVE, outcome kRolledForward.
+TEST_F(SequenceTest, ReleaseFailureRollsTheJobForward) {
   processes_[1].fail[proto::Op::kRelease] = "pid 200: allocation 1 of pid 100: cuMemUnmap failed";
+  processes_[1].fail_times = 1;
   const auto report = RunCheckpoint();
-  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_EQ(report.outcome, coord::Outcome::kRolledForward)
+      << ::testing::PrintToString(report.errors);
   EXPECT_THAT(report.errors, ElementsAre("pid 200: release failed: allocation 1 of pid 100: "
                                          "cuMemUnmap failed"));
+  EXPECT_THAT(report.notes, Contains("past the point of no return: rolling every participant "
+                                     "forward"));
   EXPECT_THAT(job_.Only("resume"), IsEmpty());  // never pretend: released memory is gone
+  EXPECT_THAT(job_.Only("release"),
+              ::testing::UnorderedElementsAre("release 100", "release 200", "release 200"));
   EXPECT_THAT(job_.Only("native"), IsEmpty());
-  EXPECT_TRUE(fs::exists(coord::StateFilePath(dir_)));  // durable before anything was released
+  EXPECT_THAT(Names(report), Contains("verify"));
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
 }
 
 TEST_F(SequenceTest, SaveByteCountMustMatchTheCreatedAllocations) {
@@ -505,14 +523,109 @@ TEST_F(SequenceTest, SaveByteCountMustMatchTheCreatedAllocations) {
                                          "allocations it created hold 2097152 bytes"));
 }
 
-TEST_F(SequenceTest, LockFailureAfterReleaseIsLoud) {
+// The native lock fails for pid 200 after every shim released: the job is rolled forward
+// (pid 100, locked, is unlocked; nobody needs a native restore) and runs again.
+TEST_F(SequenceTest, LockFailureAfterReleaseRollsTheJobForward) {
   driver_.fail_lock.insert(200);
   const auto report = RunCheckpoint(10);
-  EXPECT_EQ(report.outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_EQ(report.outcome, coord::Outcome::kRolledForward)
+      << ::testing::PrintToString(report.errors);
   EXPECT_THAT(report.errors, ElementsAre("pid 200: cuCheckpointProcessLock failed: "
                                          "CUDA_ERROR_TIMEOUT (909)"));
   EXPECT_TRUE(fs::exists(coord::StateFilePath(dir_)));  // written before the lock
   EXPECT_THAT(job_.Only("native_checkpoint"), IsEmpty());
+  EXPECT_THAT(job_.Only("native_restore"), IsEmpty());
+  EXPECT_THAT(job_.Only("native_unlock"), ElementsAre("native_unlock 100"));
+  EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
+}
+
+// Draining is bounded: a quiesce answered CUDA_ERROR_NOT_READY (work in flight) reopens every
+// gate and is tried again; the second try succeeds and the checkpoint goes on.
+TEST_F(SequenceTest, QuiesceWithWorkInFlightIsRetried) {
+  processes_[1].fail[proto::Op::kQuiesce] = "pid 200: 1 call(s) still in flight";
+  processes_[1].fail_code = CUDA_ERROR_NOT_READY;
+  processes_[1].fail_times = 1;
+  const auto report = RunCheckpoint();
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_THAT(report.errors, IsEmpty());
+  EXPECT_EQ(job_.Only("quiesce").size(), 4u);
+  EXPECT_THAT(job_.Only("resume"), ElementsAre("resume 100"));  // pid 100 had quiesced
+}
+
+// Work still in flight after every try: refused naming the process, everyone ACTIVE.
+TEST_F(SequenceTest, QuiesceStillBusyAfterEveryTryIsRefusedByName) {
+  processes_[1].fail[proto::Op::kQuiesce] = "pid 200: 1 call(s) still in flight";
+  processes_[1].fail_code = CUDA_ERROR_NOT_READY;
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
+  EXPECT_THAT(report.errors,
+              ElementsAre("pid 200: device work still in flight after 3 quiesce attempts (pid "
+                          "200: quiesce failed: 1 call(s) still in flight); every gate was "
+                          "reopened"));
+  EXPECT_EQ(job_.Only("quiesce").size(), 6u);
+  EXPECT_THAT(job_.Only("save"), IsEmpty());
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
+}
+
+// recover before the point of no return (a command killed in save): every shim back to
+// ACTIVE.
+TEST_F(SequenceTest, RecoverRollsBackBeforeThePointOfNoReturn) {
+  processes_[0].phase = proto::ShimState::kSaved;
+  processes_[1].phase = proto::ShimState::kQuiesced;
+  const auto report = coord::Recover({dir_}, FakeDiscoverer(processes_, job_), driver_, observer_);
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_THAT(report.notes, Contains("before the point of no return: rolling every participant "
+                                     "back"));
+  EXPECT_THAT(job_.Only("resume"), ::testing::UnorderedElementsAre("resume 100", "resume 200"));
+  EXPECT_THAT(job_.Only("release"), IsEmpty());
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
+}
+
+// A detach that fails on pid 200 after pid 100's detach took a team apart: pid 200 resumes,
+// pid 100 cannot. The roll forward takes pid 200 through the whole cycle again (quiesce,
+// save, detach, release) so that both are rebuilt together.
+TEST_F(SequenceTest, RollForwardCyclesAParticipantThatResumed) {
+  processes_[1].fail[proto::Op::kDetachMulticast] = "pid 200: cuMemRelease failed";
+  processes_[1].fail_times = 1;
+  processes_[0].fail[proto::Op::kResume] = "pid 100: RESUME refused in phase MULTICAST_DETACHED";
+  processes_[0].fail_times = 1;
+  const auto report = RunCheckpoint();
+  EXPECT_EQ(report.outcome, coord::Outcome::kRolledForward)
+      << ::testing::PrintToString(report.errors);
+  EXPECT_THAT(job_.Only("quiesce"), ::testing::UnorderedElementsAre("quiesce 100", "quiesce 200",
+                                                                    "quiesce 200"));
+  EXPECT_THAT(job_.Only("release"), ::testing::UnorderedElementsAre("release 100", "release 200"));
+  EXPECT_THAT(job_.Only("activate"),
+              ::testing::UnorderedElementsAre("activate 100", "activate 200"));
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
+}
+
+// A restore whose import fails in one process only (the collective verdict: the restore
+// stops there, pid 100 already imported, pid 200 still reallocated); restore again finishes,
+// sending import only to pid 200.
+TEST_F(SequenceTest, RestoreAgainFinishesAStepThatFailedInOneProcess) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  processes_[1].fail[proto::Op::kImport] = "pid 200: allocation 1 of pid 100: import failed";
+  processes_[1].fail_times = 1;
+  ASSERT_EQ(RunRestore().outcome, coord::Outcome::kFailedAfterChange);
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kImported);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kReallocated);
+  const size_t before = job_.log().size();
+  const auto report = RunRestore();
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_THAT(report.notes, Contains(HasSubstr("recovering it")));
+  const auto log = job_.log();
+  const std::vector<std::string> again(log.begin() + static_cast<long>(before), log.end());
+  EXPECT_THAT(again, Contains("import 200"));
+  EXPECT_THAT(again, ::testing::Not(Contains("import 100")));
+  EXPECT_THAT(again, ::testing::Not(Contains(::testing::StartsWith("reallocate"))));
+  EXPECT_EQ(processes_[0].phase, proto::ShimState::kActive);
+  EXPECT_EQ(processes_[1].phase, proto::ShimState::kActive);
 }
 
 TEST_F(SequenceTest, CheckpointThenRestoreRoundTrip) {
@@ -635,7 +748,7 @@ TEST_F(SequenceTest, RestoreRefusesAStateFileOfAnotherCheckpoint) {
 // removed, nothing is released, and the report says where it stopped.
 TEST_F(SequenceTest, InterruptBeforeThePointOfNoReturnStopsAndResumes) {
   const std::vector<std::string> stoppable = {"discover", "inspect", "validate", "quiesce",
-                                              "save", "write_state"};
+                                              "save", "write_state", "commit"};
   for (size_t k = 0; k < stoppable.size(); ++k) {
     SCOPED_TRACE("interrupted after " + stoppable[k]);
     coord::Interrupt interrupt;
@@ -765,17 +878,6 @@ TEST_F(SequenceTest, RestoreStepFailureIsLoud) {
                                          "import failed"));
   EXPECT_EQ(Names(report).back(), "import");
   EXPECT_THAT(job_.Only("multicast_create"), IsEmpty());
-}
-
-TEST_F(SequenceTest, RestoreSkipsNativeStepsForProcessesNotCheckpointed) {
-  // A checkpoint that stopped after RELEASE (lock failed for pid 200): pid 100 is locked,
-  // pid 200 running. Restore unlocks 100, restores nobody, and rebuilds the sharing.
-  driver_.fail_lock.insert(200);
-  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kFailedAfterChange);
-  const auto report = RunRestore();
-  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
-  EXPECT_THAT(job_.Only("native_restore"), IsEmpty());
-  EXPECT_THAT(job_.Only("native_unlock"), ElementsAre("native_unlock 100"));
 }
 
 // ---- Discovery over /proc and a control directory (real processes, fake driver) ----

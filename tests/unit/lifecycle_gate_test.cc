@@ -111,7 +111,7 @@ TEST(QuiesceGate, FailedGateFailsAtOnceAndWakesWaiters) {
   WaitUntil([&] { return gate.waiting() == 1; });
   gate.Fail();
   EXPECT_EQ(call.get(), CUDA_ERROR_NOT_READY);
-  gate.set_wait_ms(QuiesceGate::kDefaultWaitMs);  // no wait: a FAILED gate answers at once
+  gate.set_wait_ms(QuiesceGate::kWaitForever);  // no wait: a FAILED gate answers at once
   EXPECT_EQ(gate.Enter(), CUDA_ERROR_NOT_READY);
 }
 

@@ -1,6 +1,7 @@
 // The lifecycle's phase machine (src/shim/lifecycle/lifecycle.h) over scripted steps: the whole
-// cycle in order, refusals out of order that change nothing, failures that are sticky only
-// inside destructive work, and the quiesce gate following the phases.
+// cycle in order, refusals out of order that change nothing, failures that keep the state
+// (a destructive one refuses resume and can run again), the lease that rolls back a shim
+// whose command died before its commit, and the quiesce gate following the phases.
 #include "shim/lifecycle/lifecycle.h"
 
 #include <gmock/gmock.h>
@@ -62,9 +63,10 @@ class LifecycleTest : public ::testing::Test {
     std::string text;
     proto::StepReply reply;
   };
-  Answer Send(Op op, uint64_t drain_ms = 0) {
-    Result<proto::StepReply> reply =
-        lifecycle.Handle(proto::StepRequest{op, drain_ms, op == Op::kSave ? kCheckpointId : ""});
+  Answer Send(Op op, uint64_t drain_ms = 0, uint64_t lease_ms = 0) {
+    proto::StepRequest request{op, drain_ms, op == Op::kSave ? kCheckpointId : ""};
+    request.lease_ms = lease_ms;
+    Result<proto::StepReply> reply = lifecycle.Handle(request);
     if (!reply.ok()) return Answer{reply.error().code, reply.error().message, {}};
     return Answer{0, "", *reply};
   }
@@ -196,23 +198,69 @@ TEST_F(LifecycleTest, FailedSaveIsNotStickyAndTheJobCanResume) {
   EXPECT_FALSE(gate.closed());
 }
 
-TEST_F(LifecycleTest, FailureInDestructiveWorkIsSticky) {
+// A destructive step that fails keeps its state (the step undid its partial work or skips
+// what it did), says why (status shows it), keeps application calls waiting, refuses to
+// resume, and succeeds when it is run again; the restore then goes on to ACTIVE.
+TEST_F(LifecycleTest, FailedDestructiveStepKeepsItsStateAndCanRunAgain) {
   steps.fail_on = Op::kRelease;
   RunCheckpointTo(Phase::kMulticastDetached);
   const Answer reply = Send(Op::kRelease);
   EXPECT_EQ(reply.status, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
+  EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
   EXPECT_THAT(lifecycle.failure(), HasSubstr("scripted failure in RELEASE"));
+  EXPECT_THAT(lifecycle.failure(), HasSubstr("the step can be run again ('cusnap recover')"));
   EXPECT_THAT(lifecycle.failure(), HasSubstr("pid "));
-  // Nothing gets it out of FAILED, and each refusal says why.
-  for (Op op : {Op::kResume, Op::kActivate, Op::kReallocate, Op::kQuiesce}) {
-    const Answer refused = Send(op);
-    EXPECT_EQ(refused.status, -1);
-    EXPECT_THAT(std::string(refused.text), HasSubstr("scripted failure in RELEASE"));
-    EXPECT_EQ(lifecycle.phase(), Phase::kFailed);
+  EXPECT_TRUE(gate.closed());
+  const Answer resume = Send(Op::kResume);
+  EXPECT_EQ(resume.status, -1);
+  EXPECT_THAT(resume.text, HasSubstr("run 'cusnap recover' to finish it"));
+  EXPECT_EQ(lifecycle.phase(), Phase::kMulticastDetached);
+  steps.fail_on = Op::kExport;  // the cause went away
+  ExpectOk(Op::kRelease, Phase::kReleased);
+  EXPECT_TRUE(lifecycle.failure().empty());
+  for (Op op : {Op::kReallocate, Op::kImport, Op::kMulticastCreate, Op::kMulticastImport,
+                Op::kMulticastJoin, Op::kMulticastBind}) {
+    ASSERT_EQ(Send(op).status, 0) << OpName(op);
   }
-  // Application calls fail at once instead of waiting.
-  EXPECT_EQ(gate.Enter(), CUDA_ERROR_NOT_READY);
+  ExpectOk(Op::kActivate, Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+}
+
+// The lease: a command that stops sending (killed) while the shim is QUIESCED or SAVED before
+// its commit leaves the shim to roll back by itself: ACTIVE, gate open, bytes discarded, and
+// failure() says why. Requests renew it (kRenew too).
+TEST_F(LifecycleTest, LeaseThatRunsOutRollsBackBeforeTheCommit) {
+  ASSERT_EQ(Send(Op::kQuiesce, 0, 200).status, 0);
+  ASSERT_EQ(Send(Op::kSave, 0, 200).status, 0);
+  for (int i = 0; i < 4; ++i) {  // renewed for longer than one lease
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(Send(Op::kRenew, 0, 200).status, 0);
+    ASSERT_EQ(lifecycle.phase(), Phase::kSaved);
+  }
+  for (int i = 0; i < 200 && lifecycle.phase() != Phase::kActive; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(lifecycle.phase(), Phase::kActive);
+  EXPECT_FALSE(gate.closed());
+  EXPECT_EQ(steps.discarded, 1);
+  EXPECT_EQ(lifecycle.checkpoint_id(), "");
+  EXPECT_THAT(lifecycle.failure(), HasSubstr("its lease expired) in phase SAVED, before anything "
+                                             "was changed: rolled back by itself to ACTIVE"));
+  // The next checkpoint runs as usual.
+  ExpectOk(Op::kQuiesce, Phase::kQuiesced);
+}
+
+// After kCommit (the coordinator's point of no return) the lease no longer rolls back:
+// application calls wait until the command, or 'cusnap recover', moves the shim on.
+TEST_F(LifecycleTest, LeaseDoesNotRollBackAfterTheCommit) {
+  ASSERT_EQ(Send(Op::kQuiesce, 0, 100).status, 0);
+  ASSERT_EQ(Send(Op::kSave, 0, 100).status, 0);
+  ASSERT_EQ(Send(Op::kCommit, 0, 100).status, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(lifecycle.phase(), Phase::kSaved);
+  EXPECT_TRUE(gate.closed());
+  EXPECT_EQ(steps.discarded, 0);
+  ExpectOk(Op::kDetachMulticast, Phase::kMulticastDetached);
 }
 
 TEST_F(LifecycleTest, QuiesceThatCannotDrainLeavesTheJobRunning) {

@@ -72,7 +72,9 @@ proto::Message HandleControlRequest(const proto::Message& request) {
     case proto::Op::kMulticastJoin:
     case proto::Op::kMulticastBind:
     case proto::Op::kResume:
-    case proto::Op::kActivate: {
+    case proto::Op::kActivate:
+    case proto::Op::kRenew:
+    case proto::Op::kCommit: {
       Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
       if (!step.ok()) return proto::EncodeError(op, step.error());
       Result<proto::StepReply> reply = HandleLifecycleRequest(*step);

@@ -3,8 +3,11 @@
 // whether a request may run now, runs it, and moves the state.
 #include "shim/lifecycle/lifecycle.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <ctime>
 
 #include "common/log.h"
@@ -16,15 +19,18 @@ namespace {
 using proto::Op;
 using Phase = proto::ShimState;
 
-// What a failed step leaves behind.
+// What a failed step leaves behind. Either way the state stays where it was (the step undid
+// its partial work or can be run again: SPEC-REFERENCE K.3 #15 made FAILED sticky, which
+// stranded jobs, issue 11) and the failure is kept for `status`.
 enum class OnFailure {
-  kStateKept,          // nothing changed in the application's memory: the state stays
-  kFailed,             // memory was changed: the shim is FAILED for good
-  kFailedIfDestroyed,  // FAILED only when the step took a multicast team apart
+  kStateKept,    // nothing changed in the application's memory
+  kDestructive,  // memory may have been changed: kResume is refused from now on
+  kDestructiveIfDestroyed,  // destructive only when the step took a multicast team apart
 };
 
 constexpr const char* kResumeRefusal =
-    "only a checkpoint that released nothing (no unicast memory, no multicast team) can resume";
+    "only a checkpoint that released nothing (no unicast memory, no multicast team) can "
+    "resume; run 'cusnap recover' to finish it";
 
 Error Refused(Op op, Phase now, const std::string& why) {
   return Error{-1, ThisProcess() + ": " + OpName(op) + " refused in phase " +
@@ -57,24 +63,27 @@ constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
     // step.
     {Op::kSave, Phase::kQuiesced, Phase::kSaved, OnFailure::kStateKept, &Lifecycle::Save,
      false, nullptr},
+    // The command passed its point of no return: the lease no longer rolls back.
+    {Op::kCommit, Phase::kSaved, Phase::kSaved, OnFailure::kStateKept, &Lifecycle::Commit, false,
+     nullptr},
     {Op::kDetachMulticast, Phase::kSaved, Phase::kMulticastDetached,
-     OnFailure::kFailedIfDestroyed, &Lifecycle::DetachMulticast, false, nullptr},
-    {Op::kRelease, Phase::kMulticastDetached, Phase::kReleased, OnFailure::kFailed,
+     OnFailure::kDestructiveIfDestroyed, &Lifecycle::DetachMulticast, false, nullptr},
+    {Op::kRelease, Phase::kMulticastDetached, Phase::kReleased, OnFailure::kDestructive,
      &Lifecycle::Release, false, nullptr},
     // restore
-    {Op::kReallocate, Phase::kReleased, Phase::kReallocated, OnFailure::kFailed,
+    {Op::kReallocate, Phase::kReleased, Phase::kReallocated, OnFailure::kDestructive,
      &Lifecycle::Reallocate, false, nullptr},
-    {Op::kImport, Phase::kReallocated, Phase::kImported, OnFailure::kFailed, &Lifecycle::Import,
+    {Op::kImport, Phase::kReallocated, Phase::kImported, OnFailure::kDestructive, &Lifecycle::Import,
      false, nullptr},
-    {Op::kMulticastCreate, Phase::kImported, Phase::kMulticastCreated, OnFailure::kFailed,
+    {Op::kMulticastCreate, Phase::kImported, Phase::kMulticastCreated, OnFailure::kDestructive,
      &Lifecycle::MulticastCreate, false, nullptr},
     {Op::kMulticastImport, Phase::kMulticastCreated, Phase::kMulticastImported,
-     OnFailure::kFailed, &Lifecycle::MulticastImport, false, nullptr},
-    {Op::kMulticastJoin, Phase::kMulticastImported, Phase::kMulticastJoined, OnFailure::kFailed,
+     OnFailure::kDestructive, &Lifecycle::MulticastImport, false, nullptr},
+    {Op::kMulticastJoin, Phase::kMulticastImported, Phase::kMulticastJoined, OnFailure::kDestructive,
      &Lifecycle::MulticastJoin, false, nullptr},
     // Restored, but the coordinator still compares INSPECT with the state file: the
     // application waits until kActivate.
-    {Op::kMulticastBind, Phase::kMulticastJoined, Phase::kRestored, OnFailure::kFailed,
+    {Op::kMulticastBind, Phase::kMulticastJoined, Phase::kRestored, OnFailure::kDestructive,
      &Lifecycle::MulticastBind, false, nullptr},
     {Op::kActivate, Phase::kRestored, Phase::kActive, OnFailure::kStateKept,
      &Lifecycle::Activate, true, "the restore has not finished"},
@@ -88,6 +97,15 @@ constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
 };
 
 Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate) : steps_(steps), gate_(gate) {}
+
+Lifecycle::~Lifecycle() {
+  {
+    std::lock_guard lock(lease_mutex_);
+    stop_ = true;
+    lease_changed_.notify_all();
+  }
+  if (watcher_.joinable()) watcher_.join();
+}
 
 std::string Lifecycle::failure() const {
   std::lock_guard lock(mutex_);
@@ -104,19 +122,18 @@ void Lifecycle::SetCheckpointId(const std::string& id) {
   checkpoint_id_ = id;
 }
 
-void Lifecycle::SetFailed(const std::string& message) {
-  {
-    std::lock_guard lock(mutex_);
-    failure_ = message;
-  }
-  phase_.store(Phase::kFailed, std::memory_order_release);
-  gate_.Fail();
-  CUSNAP_LOG_ERROR("%s", message.c_str());
+void Lifecycle::SetFailure(const std::string& message) {
+  std::lock_guard lock(mutex_);
+  failure_ = message;
 }
 
 Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
+  std::lock_guard run(run_mutex_);
+  SuspendLease();
   const uint64_t start = MonotonicNs();
-  Result<StepResult> result = Run(request);
+  Result<StepResult> result = request.op == Op::kRenew ? Result<StepResult>(StepResult{})
+                                                       : Run(request);
+  RenewLease(request.lease_ms);
   if (!result) return result.error();
   const proto::StepReply reply{phase(), result->bytes, result->copy_ns};
   CUSNAP_LOG_INFO("%s done: phase %s, %llu bytes in %llu ns", OpName(request.op),
@@ -128,7 +145,6 @@ Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
 Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
   const Op op = request.op;
   const Phase now = phase();
-  if (now == Phase::kFailed) return Refused(op, now, failure());
 
   const Transition* row = nullptr;
   const Transition* any = nullptr;  // a row of this op, for the refusal's text
@@ -147,23 +163,106 @@ Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
                                 : std::string("it needs phase ") + ShimStateName(any->from));
   }
 
+  if (row->on_failure == OnFailure::kDestructive) destroyed_ = true;
   Result<StepResult> result = (this->*row->step)(request);
-  if (!result) {
-    const bool destroyed = row->on_failure == OnFailure::kFailed ||
-                           (row->on_failure == OnFailure::kFailedIfDestroyed &&
-                            steps_.MulticastDestroyed());
-    if (destroyed) {
-      const Error sticky = InContext(
-          ThisProcess(), std::string(OpName(op)) + " failed after memory was changed (shim FAILED)",
-          result.error());
-      SetFailed(sticky.message);
-      return sticky;
-    }
-    return result;
+  if (row->on_failure == OnFailure::kDestructiveIfDestroyed && steps_.MulticastDestroyed()) {
+    destroyed_ = true;
   }
+  if (!result) {
+    // The state stays: the step can be run again (recover, restore), or undone by kResume
+    // while nothing was destroyed. The gate stays closed: application calls wait.
+    // A refusal (kResume after something was destroyed) is said as it is.
+    const bool again = destroyed_ && row->on_failure != OnFailure::kStateKept;
+    const Error kept = again
+        ? InContext(ThisProcess(),
+                    std::string(OpName(op)) + " failed; the shim stays " + ShimStateName(now) +
+                        " and the step can be run again ('cusnap recover')",
+                    result.error())
+        : result.error();
+    if (again) {  // a failure the coordinator rolls back needs no record
+      SetFailure(kept.message);
+      CUSNAP_LOG_ERROR("%s", kept.message.c_str());
+    }
+    return kept;
+  }
+  SetFailure("");
   phase_.store(row->to, std::memory_order_release);
-  if (row->opens_gate) gate_.Open();
+  if (row->opens_gate) {
+    destroyed_ = false;
+    committed_ = false;
+    gate_.Open();
+  }
   return result;
+}
+
+void Lifecycle::SuspendLease() {
+  std::lock_guard lock(lease_mutex_);
+  lease_deadline_ns_ = 0;
+  ++lease_generation_;
+}
+
+void Lifecycle::RenewLease(uint64_t lease_ms) {
+  std::lock_guard lock(lease_mutex_);
+  ++lease_generation_;
+  if (lease_ms == 0) return;  // no lease: held until a request moves the state
+  lease_ms_ = lease_ms;
+  lease_deadline_ns_ = MonotonicNs() + lease_ms * 1'000'000;
+  if (!watcher_.joinable()) {
+    // The application's signal handlers must never run on the shim's threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    watcher_ = std::thread([this] { WatchLease(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  lease_changed_.notify_all();
+}
+
+void Lifecycle::WatchLease() {
+  std::unique_lock lock(lease_mutex_);
+  while (!stop_) {
+    if (lease_deadline_ns_ == 0) {
+      lease_changed_.wait(lock);
+      continue;
+    }
+    const uint64_t now = MonotonicNs();
+    if (now < lease_deadline_ns_) {
+      lease_changed_.wait_for(lock, std::chrono::nanoseconds(lease_deadline_ns_ - now));
+      continue;
+    }
+    const uint64_t generation = lease_generation_;
+    lease_deadline_ns_ = 0;
+    lock.unlock();
+    ExpireLease(generation);
+    lock.lock();
+  }
+}
+
+void Lifecycle::ExpireLease(uint64_t generation) {
+  std::lock_guard run(run_mutex_);
+  {
+    std::lock_guard lock(lease_mutex_);
+    if (generation != lease_generation_) return;  // a request came meanwhile
+  }
+  const Phase now = phase();
+  if (now != Phase::kQuiesced && now != Phase::kSaved) return;
+  if (committed_ || destroyed_) {
+    CUSNAP_LOG_WARN("the command's lease expired in phase %s after its point of no return: "
+                    "application calls wait until 'cusnap recover' or 'cusnap restore'",
+                    ShimStateName(now));
+    return;
+  }
+  GateBypass bypass;  // Discard may pass through the shim's own hooks
+  steps_.Discard();
+  SetCheckpointId("");
+  const std::string why = ThisProcess() + ": the command holding this process sent nothing for " +
+                          std::to_string(lease_ms_) + " ms (its lease expired) in phase " +
+                          ShimStateName(now) + ", before anything was changed: rolled back "
+                          "by itself to ACTIVE, the application goes on";
+  SetFailure(why);
+  phase_.store(Phase::kActive, std::memory_order_release);
+  gate_.Open();
+  CUSNAP_LOG_WARN("%s", why.c_str());
 }
 
 namespace {
@@ -225,13 +324,15 @@ Result<StepResult> Lifecycle::MulticastBind(const proto::StepRequest&) {
   return Moved(steps_.MulticastBind());
 }
 
+Result<StepResult> Lifecycle::Commit(const proto::StepRequest&) {
+  committed_ = true;
+  return StepResult{};
+}
+
 Result<StepResult> Lifecycle::Resume(const proto::StepRequest&) {
-  // Detach took a multicast team apart: only a restore can put it back. Only this cycle's
-  // detach counts (MulticastDestroyed keeps its value from an earlier cycle until the next
-  // detach), so the question is asked in MULTICAST_DETACHED only.
-  if (phase() == Phase::kMulticastDetached && steps_.MulticastDestroyed()) {
-    return Refused(Op::kResume, phase(), kResumeRefusal);
-  }
+  // Detach took a multicast team apart, or a release began: only a roll forward can put
+  // them back (destroyed_ covers this cycle only).
+  if (destroyed_) return Refused(Op::kResume, phase(), kResumeRefusal);
   steps_.Discard();
   SetCheckpointId("");
   return StepResult{};

@@ -13,18 +13,29 @@
 //   (LifecycleSteps::MulticastDestroyed). SAVE runs before DETACH_MULTICAST so that the
 //   coordinator can write the state file before anything is destroyed.
 //
+// kRenew (any state) renews the command's lease; kCommit (SAVED) marks its point of no
+// return.
+//
 // lifecycle.cc holds these rules as one table, a row per transition with the step it runs.
-// A request out of order is refused and changes nothing; a failure inside destructive work
-// (release, reallocate, import, multicast rebuild; detach once it destroyed something)
-// leaves the shim FAILED for good, with its message (SPEC-REFERENCE K.3 #15). A failed
-// kQuiesce or kSave, or a failed kDetachMulticast that destroyed nothing (it undid its own
-// work), leaves the state as it was.
+// A request out of order is refused and changes nothing. A failed step leaves the state as
+// it was, with its message (failure(), reported by status): each step undoes its partial
+// work or skips what is already done, so it can be run again (`cusnap recover`), and the
+// gate stays closed meanwhile. Once a destructive step (release; detach once it destroyed
+// a multicast team) was attempted, kResume is refused: only rolling forward finishes.
+//
+// The lease (issue 11): every request may carry one (StepRequest::lease_ms). While the shim
+// is QUIESCED or SAVED, before kCommit and before anything destructive, a lease that runs
+// out (no request for lease_ms after the last one ended: a command killed with SIGKILL)
+// rolls the shim back by itself: saved bytes discarded, gate open, ACTIVE, and failure()
+// says why. After the point of no return application calls wait for as long as it takes.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 #include "common/messages.h"
@@ -79,24 +90,30 @@ class LifecycleSteps {
 };
 
 /// The state machine of one process. Thread-safe: Handle() runs on the control thread;
-/// phase() and failure() may be read from any thread (kIdentify).
+/// phase() and failure() may be read from any thread (kIdentify). A lease watcher thread
+/// starts with the first request that carries a lease; the destructor stops it.
 class Lifecycle {
  public:
   /// How long kQuiesce waits for tracked calls in flight when the request gives no bound.
   static constexpr int64_t kDefaultDrainMs = 10'000;
 
   Lifecycle(LifecycleSteps& steps, QuiesceGate& gate);
+  ~Lifecycle();
+  Lifecycle(const Lifecycle&) = delete;
+  Lifecycle& operator=(const Lifecycle&) = delete;
 
   /// Runs one lifecycle request and returns its reply: the state after it, and for kSave and
   /// kReallocate the bytes and copy time; or the error, coded as a CUresult, or -1 for a
-  /// refusal out of order, naming the process and the resource. kQuiesce waits
+  /// refusal out of order, naming the process and the resource. Renews the lease with the
+  /// request's (lease_ms 0: no lease from now on). kQuiesce waits
   /// request.drain_ms for tracked calls in flight (0: kDefaultDrainMs). Ops that are not
   /// lifecycle steps are refused (-1).
   Result<proto::StepReply> Handle(const proto::StepRequest& request);
 
   /// The state now (RESTORED: restored, application calls wait for kActivate).
   proto::ShimState phase() const { return phase_.load(std::memory_order_acquire); }
-  /// Why the shim is FAILED ("" otherwise).
+  /// Why the last step failed, or why the lease rolled the shim back ("" after a step that
+  /// succeeded).
   std::string failure() const;
   /// The checkpoint whose bytes this process holds: the id its last successful kSave was
   /// given, until kResume or kActivate ends that checkpoint ("" when none).
@@ -108,11 +125,18 @@ class Lifecycle {
   static const Transition kTransitions[];
 
   Result<StepResult> Run(const proto::StepRequest& request);
-  void SetFailed(const std::string& message);
+  void SetFailure(const std::string& message);
   void SetCheckpointId(const std::string& id);
+  // The lease: suspended while a request runs, renewed when it ends; the watcher thread
+  // rolls back when it runs out (ExpireLease, unless a request came since `generation`).
+  void SuspendLease();
+  void RenewLease(uint64_t lease_ms);
+  void WatchLease();
+  void ExpireLease(uint64_t generation);
 
   // The steps the rows run; each returns the step's error, or what it moved.
   Result<StepResult> Quiesce(const proto::StepRequest& request);
+  Result<StepResult> Commit(const proto::StepRequest& request);
   Result<StepResult> DetachMulticast(const proto::StepRequest& request);
   Result<StepResult> Save(const proto::StepRequest& request);
   Result<StepResult> Release(const proto::StepRequest& request);
@@ -131,6 +155,16 @@ class Lifecycle {
   mutable std::mutex mutex_;  // failure_, checkpoint_id_
   std::string failure_;
   std::string checkpoint_id_;
+  std::mutex run_mutex_;      // one request (or lease expiry) at a time; guards the next two
+  bool committed_ = false;    // kCommit came in this cycle: the lease no longer rolls back
+  bool destroyed_ = false;    // a destructive step was attempted in this cycle
+  std::mutex lease_mutex_;    // the lease fields and stop_
+  std::condition_variable lease_changed_;
+  uint64_t lease_ms_ = 0;
+  uint64_t lease_deadline_ns_ = 0;  // MonotonicNs; 0: no lease running
+  uint64_t lease_generation_ = 0;   // bumped when a request starts and ends
+  bool stop_ = false;
+  std::thread watcher_;
 };
 
 }  // namespace cusnap::shim

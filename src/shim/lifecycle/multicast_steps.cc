@@ -163,9 +163,13 @@ bool MulticastSteps::Undo(
 }
 
 Status MulticastSteps::Detach() {
+  // A retry after a failure that released something: the mappings and bindings are gone
+  // already, only the handles still held are left to release.
+  if (destroyed_ && !held_.empty()) return ReleaseHeld();
   destroyed_ = false;
   held_ = multicast_.Objects();
   mappings_ = multicast_.Mappings();
+  ResetProgress();
   // Checks first: nothing is touched when one fails.
   for (const MulticastObjectInfo& o : held_) {
     if (!o.has_real) {
@@ -197,13 +201,19 @@ Status MulticastSteps::Detach() {
       unbound.emplace_back(&o, &b);
     }
   }
+  if (Status released = ReleaseHeld(); !released) {
+    return destroyed_ ? released : refuse(released.error());
+  }
+  return Ok{};
+}
+
+Status MulticastSteps::ReleaseHeld() {
   for (MulticastObjectInfo& o : held_) {
+    if (!o.has_real) continue;  // released by an earlier attempt
     // The creator's cached descriptor keeps the object alive in the driver.
     if (o.creator) cache_.Invalidate(TicketKind::kMulticast, o.id.local_id);
     if (CUresult r = api_.cuMemRelease(o.real); r != CUDA_SUCCESS) {
-      Error error = StepError(r, "cuMemRelease", o.id);
-      if (!destroyed_) return refuse(error);
-      return error;
+      return StepError(r, "cuMemRelease", o.id);
     }
     destroyed_ = true;
     multicast_.SetRealHandle(o.key, std::nullopt);
@@ -212,9 +222,20 @@ Status MulticastSteps::Detach() {
   return Ok{};
 }
 
+void MulticastSteps::ResetProgress() {
+  joined_.assign(held_.size(), {});
+  bound_.assign(held_.size(), {});
+  for (size_t i = 0; i < held_.size(); ++i) {
+    joined_[i].assign(held_[i].devices.size(), 0);
+    bound_[i].assign(held_[i].bindings.size(), 0);
+  }
+  mapped_.assign(mappings_.size(), 0);
+}
+
 Status MulticastSteps::Create() {
+  // Resumable: objects an earlier attempt created (and exported) are kept.
   for (MulticastObjectInfo& o : held_) {
-    if (!o.creator) continue;
+    if (!o.creator || o.has_real) continue;
     OptionalContext scope(api_, o.context);
     const CUmulticastObjectProp prop = o.prop.ToDriver();
     CUmemGenericAllocationHandle real = 0;
@@ -222,22 +243,26 @@ Status MulticastSteps::Create() {
     if (r != CUDA_SUCCESS) {
       return StepError(r, "cuMulticastCreate", o.id);
     }
+    if (o.shared) {
+      // Members ask for it in the next phase, through the peer thread.
+      int fd = -1;
+      r = api_.cuMemExportToShareableHandle(&fd, real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      if (r != CUDA_SUCCESS) {
+        api_.cuMemRelease(real);  // undone: a retry creates it again
+        return StepError(r, "cuMemExportToShareableHandle", o.id);
+      }
+      cache_.Put(TicketKind::kMulticast, o.id.local_id, fd, o.prop.size);
+    }
     multicast_.SetRealHandle(o.key, real);
     o.real = real;
     o.has_real = true;
-    if (!o.shared) continue;
-    // Members ask for it in the next phase, through the peer thread.
-    int fd = -1;
-    r = api_.cuMemExportToShareableHandle(&fd, real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r != CUDA_SUCCESS) return StepError(r, "cuMemExportToShareableHandle", o.id);
-    cache_.Put(TicketKind::kMulticast, o.id.local_id, fd, o.prop.size);
   }
   return Ok{};
 }
 
 Status MulticastSteps::Import() {
   for (MulticastObjectInfo& o : held_) {
-    if (o.creator) continue;
+    if (o.creator || o.has_real) continue;  // has_real: imported by an earlier attempt
     Result<UniqueFd> fd = fetch_(o.id);
     if (!fd) {
       return fd.error();
@@ -256,11 +281,16 @@ Status MulticastSteps::Import() {
 }
 
 Status MulticastSteps::Join() {
-  for (const MulticastObjectInfo& o : held_) {
-    for (int device : o.devices) {
+  // Resumable: devices an earlier attempt added are not added twice.
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const MulticastObjectInfo& o = held_[i];
+    for (size_t d = 0; d < o.devices.size(); ++d) {
+      if (joined_[i][d]) continue;
+      const int device = o.devices[d];
       if (CUresult r = api_.cuMulticastAddDevice(o.real, device); r != CUDA_SUCCESS) {
         return StepError(r, "cuMulticastAddDevice of device " + std::to_string(device), o.id);
       }
+      joined_[i][d] = 1;
     }
   }
   return Ok{};
@@ -268,16 +298,20 @@ Status MulticastSteps::Join() {
 
 Status MulticastSteps::Bind() {
   // Binds wait until the whole team was added: the coordinator ran kMulticastJoin in every
-  // member first (its barrier).
-  for (const MulticastObjectInfo& o : held_) {
-    for (const MulticastBinding& b : o.bindings) {
-      if (Status s = BindOne(o, b); !s) return s;
+  // member first (its barrier). Resumable: what an earlier attempt bound or mapped is kept.
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const MulticastObjectInfo& o = held_[i];
+    for (size_t b = 0; b < o.bindings.size(); ++b) {
+      if (bound_[i][b]) continue;
+      if (Status s = BindOne(o, o.bindings[b]); !s) return s;
+      bound_[i][b] = 1;
     }
   }
-  for (const MulticastMapping& m : mappings_) {
-    const MulticastObjectInfo* object = Find(m.key);
-    if (object == nullptr) continue;
-    if (Status s = MapOne(*object, m); !s) return s;
+  for (size_t k = 0; k < mappings_.size(); ++k) {
+    const MulticastObjectInfo* object = Find(mappings_[k].key);
+    if (object == nullptr || mapped_[k]) continue;
+    if (Status s = MapOne(*object, mappings_[k]); !s) return s;
+    mapped_[k] = 1;
   }
   return Ok{};
 }
@@ -285,6 +319,7 @@ Status MulticastSteps::Bind() {
 void MulticastSteps::Discard() {
   held_.clear();
   mappings_.clear();
+  ResetProgress();
   // destroyed_ stays until the next Detach: a failed SAVE also discards, and the kResume
   // that follows must still be refused when the team was taken apart.
 }

@@ -63,6 +63,10 @@ class MulticastSteps {
 
  private:
   const MulticastObjectInfo* Find(MulticastKey key) const;
+  // Releases every held object that still has a driver handle (Detach, and its retry).
+  Status ReleaseHeld();
+  // Forgets which devices were added and what was bound and mapped in this cycle.
+  void ResetProgress();
   Status Unbind(const MulticastObjectInfo& object, const MulticastBinding& binding);
   Status BindOne(const MulticastObjectInfo& object, const MulticastBinding& binding);
   Status MapOne(const MulticastObjectInfo& object, const MulticastMapping& mapping);
@@ -78,6 +82,11 @@ class MulticastSteps {
   std::vector<MulticastObjectInfo> held_;   // from Detach until Discard (real = now behind it)
   std::vector<MulticastMapping> mappings_;  // the multicast mappings at Detach
   bool destroyed_ = false;
+  // This cycle's progress, so that each rebuild step can be run again (issue 11): per held_
+  // object, per device added and per binding bound; per mappings_ entry, mapped.
+  std::vector<std::vector<char>> joined_;
+  std::vector<std::vector<char>> bound_;
+  std::vector<char> mapped_;
 };
 
 /// The whole lifecycle of a process: unicast steps (unicast_steps.h) plus the multicast

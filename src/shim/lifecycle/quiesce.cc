@@ -141,9 +141,13 @@ CUresult QuiesceGate::Enter() {
       return CUDA_ERROR_NOT_READY;
     }
     ++waiting_;
-    const bool opened =
-        changed_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                          [this] { return state_.load() != kClosed; });
+    const auto reopened = [this] { return state_.load() != kClosed; };
+    bool opened = true;
+    if (wait_ms < 0) {
+      changed_.wait(lock, reopened);
+    } else {
+      opened = changed_.wait_for(lock, std::chrono::milliseconds(wait_ms), reopened);
+    }
     --waiting_;
     if (!opened) {
       CUSNAP_LOG_ERROR("a driver call waited %lld ms for a checkpoint or restore to finish "

@@ -26,12 +26,14 @@ class QuiesceGate {
  public:
   QuiesceGate();
 
-  /// How long an application call waits at a closed gate before it fails (ms).
-  static constexpr int64_t kDefaultWaitMs = 60'000;
+  /// How long an application call waits at a closed gate: for as long as a command holds
+  /// the job (a call the driver would have accepted never fails because of cusnap; the
+  /// lease, lifecycle.h, opens the gate when the command died before changing anything).
+  static constexpr int64_t kWaitForever = -1;
 
   /// Called on entry to a tracked hook. CUDA_SUCCESS: proceed, and call Leave() once done.
-  /// CUDA_ERROR_NOT_READY (after logging why): the gate stayed closed for the whole wait
-  /// bound, or the shim is FAILED (no wait then); do not call Leave(). Nested tracked calls
+  /// CUDA_ERROR_NOT_READY (after logging why): the gate stayed closed for a wait bound a
+  /// test set (set_wait_ms), or Fail() was called (no wait then); do not call Leave(). Nested tracked calls
   /// on one thread, and threads inside a GateBypass, pass without counting.
   CUresult Enter();
   /// Ends a call that Enter() admitted.
@@ -53,7 +55,8 @@ class QuiesceGate {
   /// Calls now waiting at the closed gate (tests use it to know a call is parked).
   uint32_t waiting() const;
 
-  /// Changes how long application calls wait at a closed gate (ms); tests shorten it.
+  /// Changes how long application calls wait at a closed gate (ms; kWaitForever: no bound,
+  /// the default); tests bound it.
   void set_wait_ms(int64_t ms) { wait_ms_.store(ms, std::memory_order_relaxed); }
 
  private:
@@ -62,7 +65,7 @@ class QuiesceGate {
   std::atomic<uint32_t> state_{kOpen};
   const uint64_t id_;       // what a thread's flag holds while it is inside this gate
   const bool asymmetric_;   // membarrier available: the open path needs no fence
-  std::atomic<int64_t> wait_ms_{kDefaultWaitMs};
+  std::atomic<int64_t> wait_ms_{kWaitForever};
   mutable std::mutex mutex_;
   std::condition_variable changed_;  // gate opened/failed, or the last admitted call left
   uint32_t waiting_ = 0;             // guarded by mutex_

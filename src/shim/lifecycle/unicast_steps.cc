@@ -96,6 +96,7 @@ Result<StepResult> UnicastSteps::Save() {
   mappings_ = table_.Mappings();
   std::vector<CarrierSlot> slots;
   for (const AllocationInfo& a : table_.Allocations()) {
+    if (!a.has_real && !a.creator && !CreatorAlive(a.id)) continue;  // orphaned by a restore
     if (!a.has_real) {
       return Error{CUDA_ERROR_INVALID_HANDLE,
                    ThisProcess() + ": " + DescribeObject(a.id) + " has no driver handle while ACTIVE"};
@@ -104,7 +105,17 @@ Result<StepResult> UnicastSteps::Save() {
     if (!context) return context.error();
     Result<CUdevice> device = DeviceOf(*context);
     if (!device) return device.error();
-    Held held{a.key, a.id, a.size, a.prop, *context, *device, a.creator, a.shared, false, a.real};
+    Held held;
+    held.key = a.key;
+    held.id = a.id;
+    held.size = a.size;
+    held.prop = a.prop;
+    held.context = *context;
+    held.device = *device;
+    held.creator = a.creator;
+    held.shared = a.shared;
+    held.real = a.real;
+    held.mapped.assign(mappings_.size(), 0);
     if (a.creator && (a.handles > 0 || a.mappings > 0)) {
       held.saved = true;
       slots.push_back(CarrierSlot{a.real, a.size, *context, *device});
@@ -117,28 +128,34 @@ Result<StepResult> UnicastSteps::Save() {
 }
 
 Status UnicastSteps::Release() {
+  // Resumable: what an earlier, failed attempt already unmapped or released is skipped.
   // Unmap first: the driver frees an allocation once no handle and no mapping is left.
   const uint64_t start = MonotonicNs();
-  for (const MappingInfo& m : mappings_) {
+  unmapped_.resize(mappings_.size(), 0);
+  for (size_t k = 0; k < mappings_.size(); ++k) {
+    const MappingInfo& m = mappings_[k];
     const Held* owner = nullptr;
     for (const Held& h : held_) {
       if (h.key == m.key) owner = &h;
     }
-    if (owner == nullptr) continue;  // not possible while quiesced; nothing to undo
+    if (owner == nullptr || unmapped_[k]) continue;
     ContextScope scope(api_, owner->context);
     if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
     if (CUresult r = api_.cuMemUnmap(m.address, m.size); r != CUDA_SUCCESS) {
       return DriverError(r, "unmapping " + VaRangeText(m.address, m.size) + " of " +
                                 DescribeObject(owner->id));
     }
+    unmapped_[k] = 1;
   }
   const uint64_t unmapped = MonotonicNs();
-  for (const Held& h : held_) {
+  for (Held& h : held_) {
+    if (h.released) continue;
     ContextScope scope(api_, h.context);
     if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
     if (CUresult r = api_.cuMemRelease(h.real); r != CUDA_SUCCESS) {
       return DriverError(r, "releasing the driver handle of " + DescribeObject(h.id));
     }
+    h.released = true;
     table_.SetRealHandle(h.key, std::nullopt);
   }
   // The cached descriptors keep the allocations alive in the driver.
@@ -149,73 +166,131 @@ Status UnicastSteps::Release() {
   return Ok{};
 }
 
-Status UnicastSteps::MapAll(const Held& held, CUmemGenericAllocationHandle real) {
-  for (const MappingInfo& m : mappings_) {
+Status UnicastSteps::MapAll(Held& held, CUmemGenericAllocationHandle real) {
+  for (size_t k = 0; k < mappings_.size(); ++k) {
+    const MappingInfo& m = mappings_[k];
     if (m.key != held.key) continue;
-    if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, real, 0); r != CUDA_SUCCESS) {
-      return DriverError(r, "mapping " + DescribeObject(held.id) + " again at " +
-                                VaRangeText(m.address, m.size));
+    Status mapped = MapOne(held, m, real);
+    if (!mapped) {
+      UnmapAll(held);  // all or nothing: a retry maps every range again
+      return mapped;
     }
-    if (m.access_count == 0) continue;
-    const auto access = AccessDescs(m);
-    if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
-        r != CUDA_SUCCESS) {
-      return DriverError(r, "re-applying access to " + VaRangeText(m.address, m.size) + " of " +
-                                DescribeObject(held.id));
-    }
+    held.mapped[k] = 1;
   }
   return Ok{};
 }
 
+Status UnicastSteps::MapOne(const Held& held, const MappingInfo& m,
+                            CUmemGenericAllocationHandle real) {
+  if (CUresult r = api_.cuMemMap(m.address, m.size, m.offset, real, 0); r != CUDA_SUCCESS) {
+    return DriverError(r, "mapping " + DescribeObject(held.id) + " again at " +
+                              VaRangeText(m.address, m.size));
+  }
+  if (m.access_count == 0) return Ok{};
+  const auto access = AccessDescs(m);
+  if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
+      r != CUDA_SUCCESS) {
+    api_.cuMemUnmap(m.address, m.size);
+    return DriverError(r, "re-applying access to " + VaRangeText(m.address, m.size) + " of " +
+                              DescribeObject(held.id));
+  }
+  return Ok{};
+}
+
+void UnicastSteps::UnmapAll(Held& held) {
+  for (size_t k = 0; k < mappings_.size(); ++k) {
+    if (!held.mapped[k]) continue;
+    api_.cuMemUnmap(mappings_[k].address, mappings_[k].size);
+    held.mapped[k] = 0;
+  }
+}
+
+Status UnicastSteps::Rebuild(Held& held, CUmemGenericAllocationHandle real) {
+  if (Status mapped = MapAll(held, real); !mapped) {
+    api_.cuMemRelease(real);  // undone: a retry creates or imports it again
+    return mapped;
+  }
+  // Logical handles name the table entry, so repointing it repoints all of them.
+  table_.SetRealHandle(held.key, real);
+  held.real = real;
+  held.restored = true;
+  return Ok{};
+}
+
 Result<StepResult> UnicastSteps::Reallocate() {
+  // Resumable: allocations an earlier, failed attempt rebuilt are kept; the carrier's bytes
+  // are copied into every one again (the copy is idempotent), then exported once each.
   std::vector<CarrierSlot> slots;
-  std::vector<std::pair<const Held*, CUmemGenericAllocationHandle>> created;
   for (Held& h : held_) {
     if (!h.saved) continue;
     ContextScope scope(api_, h.context);
     if (scope.status() != CUDA_SUCCESS) return DriverError(scope.status(), "entering a context");
-    // The recorded ordinal as it is: a restore onto other GPUs keeps the process's ordinals
-    // and changes the physical GPU behind them (DRIVER-FACTS F7), so the fresh allocation
-    // lands where the natively restored memory of this ordinal now lives.
-    const CUmemAllocationProp prop = h.prop;
-    Result<CUdevice> device = DeviceOf(h.context);
-    if (!device) return device.error();
-    h.device = *device;
-    CUmemGenericAllocationHandle real = 0;
-    if (CUresult r = api_.cuMemCreate(&real, h.size, &prop, 0); r != CUDA_SUCCESS) {
-      return DriverError(r, "creating " + DescribeObject(h.id) + " again (" +
-                                std::to_string(h.size) + " bytes)");
+    if (!h.restored) {
+      // The recorded ordinal as it is: a restore onto other GPUs keeps the process's
+      // ordinals and changes the physical GPU behind them (DRIVER-FACTS F7), so the fresh
+      // allocation lands where the natively restored memory of this ordinal now lives.
+      const CUmemAllocationProp prop = h.prop;
+      Result<CUdevice> device = DeviceOf(h.context);
+      if (!device) return device.error();
+      h.device = *device;
+      CUmemGenericAllocationHandle real = 0;
+      if (CUresult r = api_.cuMemCreate(&real, h.size, &prop, 0); r != CUDA_SUCCESS) {
+        return DriverError(r, "creating " + DescribeObject(h.id) + " again (" +
+                                  std::to_string(h.size) + " bytes)");
+      }
+      if (Status rebuilt = Rebuild(h, real); !rebuilt) return rebuilt.error();
     }
-    // Logical handles name the table entry, so repointing it repoints all of them.
-    table_.SetRealHandle(h.key, real);
-    h.real = real;
-    if (Status mapped = MapAll(h, real); !mapped) return mapped.error();
-    slots.push_back(CarrierSlot{real, h.size, h.context, h.device});
-    created.emplace_back(&h, real);
+    slots.push_back(CarrierSlot{h.real, h.size, h.context, h.device});
   }
   Result<CarrierTransfer> transfer = carrier_.Load(slots);
   if (!transfer) return transfer.error();
   // Importers ask for these in the next phase (kImport), through the peer thread.
-  for (const auto& [held, real] : created) {
-    if (!held->shared) continue;
-    ContextScope scope(api_, held->context);
+  for (Held& h : held_) {
+    if (!h.saved || !h.shared || h.exported) continue;
+    ContextScope scope(api_, h.context);
     int fd = -1;
     if (CUresult r = api_.cuMemExportToShareableHandle(
-            &fd, real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            &fd, h.real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         r != CUDA_SUCCESS) {
-      return DriverError(r, "exporting " + DescribeObject(held->id) + " again");
+      return DriverError(r, "exporting " + DescribeObject(h.id) + " again");
     }
-    cache_.Put(TicketKind::kUnicast, held->id.local_id, fd, held->size);
+    cache_.Put(TicketKind::kUnicast, h.id.local_id, fd, h.size);
+    h.exported = true;
   }
   return FromTransfer(*transfer);
 }
 
+bool UnicastSteps::CreatorAlive(const proto::ObjectId& id) {
+  return ProcessStartTime(id.creator_pid) == id.creator_start;
+}
+
+void UnicastSteps::Orphan(Held& held) {
+  held.orphaned = true;
+  std::string ranges;
+  for (const MappingInfo& m : mappings_) {
+    if (m.key != held.key) continue;
+    table_.RemoveMappings(m.address, m.size);
+    ranges += (ranges.empty() ? "" : ", ") + VaRangeText(m.address, m.size);
+  }
+  CUSNAP_LOG_ERROR("%s: %s cannot be imported again: its creator, pid %d, exited; its "
+                   "mappings here stay unmapped: %s",
+                   ThisProcess().c_str(), DescribeObject(held.id).c_str(),
+                   static_cast<int>(held.id.creator_pid), ranges.empty() ? "none" : ranges.c_str());
+}
+
 Status UnicastSteps::Import() {
+  // Resumable: allocations an earlier, failed attempt imported are kept. One whose creator
+  // exited cannot come back: its mappings are dropped, named (the coordinator names them
+  // too), and the rest is restored.
   // Where the phase's time goes (logged at info): descriptor round trips to the creators,
   // the driver's import, and mapping with access.
   uint64_t fetch_ns = 0, import_ns = 0, map_ns = 0, imports = 0;
   for (Held& h : held_) {
-    if (h.creator) continue;
+    if (h.creator || h.restored || h.orphaned) continue;
+    if (!CreatorAlive(h.id)) {
+      Orphan(h);
+      continue;
+    }
     uint64_t at = MonotonicNs();
     Result<UniqueFd> fd = fetch_(h.id);
     if (!fd) return fd.error();
@@ -233,11 +308,9 @@ Status UnicastSteps::Import() {
     if (imported != CUDA_SUCCESS) {
       return DriverError(imported, "importing " + DescribeObject(h.id) + " again");
     }
-    table_.SetRealHandle(h.key, real);
-    h.real = real;
     import_ns += MonotonicNs() - at;
     at = MonotonicNs();
-    if (Status mapped = MapAll(h, real); !mapped) return mapped.error();
+    if (Status rebuilt = Rebuild(h, real); !rebuilt) return rebuilt.error();
     map_ns += MonotonicNs() - at;
     ++imports;
   }
@@ -252,6 +325,7 @@ void UnicastSteps::Discard() {
   carrier_.Discard();
   held_.clear();
   mappings_.clear();
+  unmapped_.clear();
 }
 
 }  // namespace cusnap::shim

@@ -50,7 +50,8 @@ class UnicastSteps final : public LifecycleSteps {
   /// (DRIVER-FACTS F7).
   Result<StepResult> Reallocate() override;
   /// Importers: a fresh descriptor from each creator, imported and closed at once, mapped
-  /// at the recorded VAs, access re-applied, logical handles repointed.
+  /// at the recorded VAs, access re-applied, logical handles repointed. An allocation whose
+  /// creator exited is skipped: its mappings leave the table and are logged as unmapped.
   Status Import() override;
   /// Forgets what Save kept.
   void Discard() override;
@@ -68,12 +69,28 @@ class UnicastSteps final : public LifecycleSteps {
     bool shared = false;
     bool saved = false;  // its bytes are in the carrier (slot order = order in held_)
     CUmemGenericAllocationHandle real = 0;  // the driver handle now behind it
+    // What this cycle did to it so far: each step skips what an earlier, failed attempt
+    // of it already did (issue 11: every step can be run again).
+    bool released = false;   // its handle was released (kRelease)
+    bool restored = false;   // created or imported again and mapped at every VA
+    bool exported = false;   // its fresh descriptor is in the export cache
+    bool orphaned = false;   // imported from a creator that exited: cannot come back
+    std::vector<char> mapped;  // per mappings_ index: mapped again by this cycle
   };
 
   Result<CUcontext> ContextFor(const AllocationInfo& allocation,
                                const std::vector<MappingInfo>& mappings);
   Result<CUdevice> DeviceOf(CUcontext context);
-  Status MapAll(const Held& held, CUmemGenericAllocationHandle real);
+  // Maps `real` at every recorded VA of `held` with its access (all or nothing).
+  Status MapAll(Held& held, CUmemGenericAllocationHandle real);
+  Status MapOne(const Held& held, const MappingInfo& m, CUmemGenericAllocationHandle real);
+  void UnmapAll(Held& held);
+  // MapAll, then repoints the logical handles; on failure `real` is released again.
+  Status Rebuild(Held& held, CUmemGenericAllocationHandle real);
+  // True when the process that created `id` still runs (same start time).
+  static bool CreatorAlive(const proto::ObjectId& id);
+  // An import whose creator exited: its mappings leave the table, named in the log.
+  void Orphan(Held& held);
 
   const DriverApi& api_;
   SharingTable& table_;
@@ -82,6 +99,7 @@ class UnicastSteps final : public LifecycleSteps {
   ExportFetcher fetch_;
   std::vector<Held> held_;                 // from Save until Discard
   std::vector<MappingInfo> mappings_;      // the tracked mappings at Save
+  std::vector<char> unmapped_;             // per mappings_ index: unmapped by kRelease
   CUcontext primary_[32] = {};             // primary contexts retained, by device ordinal
 };
 

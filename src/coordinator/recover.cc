@@ -1,0 +1,283 @@
+// The recover sequence (coordinator.h): finishes what an interrupted or failed checkpoint or
+// restore left, from whatever phase each participant is in (DESIGN.md, "Transactions").
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "common/ids.h"
+#include "common/text.h"
+#include "coordinator/records.h"
+#include "coordinator/sequence.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::coord {
+namespace {
+
+using proto::ShimState;
+
+/// Past the checkpoint's point of no return: the shim took something apart (or is being
+/// put back together) and only rolling forward finishes.
+bool PastPointOfNoReturn(ShimState s) {
+  return s != ShimState::kActive && s != ShimState::kQuiesced && s != ShimState::kSaved;
+}
+
+class RecoverSequence : Sequence {
+ public:
+  RecoverSequence(const RecoverOptions& options, const Discoverer& discover,
+                  CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt)
+      : Sequence(discover, driver, observer, interrupt), options_(options) {}
+
+  /// Runs kStages in order (below).
+  CommandReport Run();
+
+  /// Read-only until decide; then either the roll back (resume) or the roll forward, each
+  /// phase sending its step only to the participants in the phase it starts from (those
+  /// already past it skip it), so running recover again goes on where it stopped.
+  static const Stage<RecoverSequence> kStages[];
+
+ private:
+  Outcome Refused() { return Outcome::kRestoreRefused; }
+  Outcome Failed() {
+    report_.errors.push_back("the recovery stopped; each process keeps its state: run 'cusnap "
+                             "recover' again to go on from there");
+    return Outcome::kFailedAfterChange;
+  }
+
+  /// read_state: the state file, when there is one that is this checkpoint's (the oracle of
+  /// verify); otherwise the roll forward goes on from what the shims hold, and says so.
+  bool ReadState() {
+    return LocalPhase("read_state", [&]() -> Result<uint64_t> {
+      if (options_.state_dir.empty()) return uint64_t{0};
+      auto state = ReadStateFile(options_.state_dir);
+      if (!state) {
+        Note("no usable state file (" + state.error().message + "): recovering from what "
+             "each process's shim holds, without verifying against a state file");
+        return uint64_t{0};
+      }
+      std::set<std::string> held;
+      for (const auto& id : identities_) {
+        if (!id.checkpoint_id.empty()) held.insert(id.checkpoint_id);
+      }
+      if (!held.empty() && (held.size() > 1 || *held.begin() != state->checkpoint_id)) {
+        Note(report_.state_file + " is checkpoint " + state->checkpoint_id + ", but the shims "
+             "hold checkpoint " + *held.begin() + ": recovering from what each shim holds, "
+             "without verifying against the state file");
+        return uint64_t{0};
+      }
+      state_ = std::move(*state);
+      have_state_ = true;
+      held_by_shims_ = !held.empty();
+      return uint64_t{0};
+    });
+  }
+
+  /// decide: which way every participant goes, from its shim's state and the driver's: any
+  /// shim past SAVED, or any process the driver holds locked or checkpointed, means forward.
+  /// Names the participants of the checkpoint that exited, and the memory they took along.
+  bool Decide() {
+    return CheckPhase("decide", [&]() -> std::vector<std::string> {
+      std::vector<std::string> problems;
+      now_.assign(participants_.size(), ShimState::kActive);
+      views_.assign(participants_.size(), ParticipantView{});
+      for (size_t i = 0; i < participants_.size(); ++i) {
+        now_[i] = identities_[i].state;
+        if (PastPointOfNoReturn(now_[i])) forward_ = true;
+        if (native_[i]) {
+          auto native = driver_.GetState(participants_[i]->pid());
+          if (native && *native != CU_PROCESS_STATE_RUNNING) forward_ = true;
+        }
+        if (auto s = InspectInto(views_, i); !s) problems.push_back(s.error().message);
+      }
+      // Rolling forward, a participant that is ACTIVE or QUIESCED (it resumed when another
+      // could not, e.g. after a detach that took a team apart) goes through the whole cycle
+      // too: quiesced and saved now, so that every participant is rebuilt from the records.
+      recycled_.assign(participants_.size(), 0);
+      for (size_t i = 0; i < participants_.size() && forward_; ++i) {
+        recycled_[i] = now_[i] == ShimState::kActive || now_[i] == ShimState::kQuiesced;
+      }
+      recycle_id_ = NewCheckpointId();
+      for (const auto& id : identities_) {
+        if (!id.checkpoint_id.empty()) recycle_id_ = id.checkpoint_id;
+      }
+      NameExited();
+      if (std::all_of(now_.begin(), now_.end(), [](ShimState s) { return s == ShimState::kActive; }) &&
+          !forward_) {
+        Note("every participant is active: nothing to recover");
+      } else {
+        Note(forward_ ? "past the point of no return: rolling every participant forward"
+                      : "before the point of no return: rolling every participant back");
+      }
+      return problems;
+    });
+  }
+
+  /// The participants of the checkpoint (state file) that are gone, and every allocation a
+  /// survivor imported from a process that is gone, with the VA ranges left unmapped.
+  void NameExited() {
+    std::set<int> live;
+    for (const auto& id : identities_) live.insert(id.pid);
+    std::set<int> gone;
+    if (have_state_) {
+      for (const auto& p : state_.participants) {
+        if (!live.count(p.pid) && ProcessStartTime(p.pid) != p.start_time) gone.insert(p.pid);
+      }
+    }
+    std::vector<std::string> orphans;
+    for (size_t i = 0; i < views_.size(); ++i) {
+      std::map<uint64_t, std::string> ranges;  // allocation local id -> VA ranges
+      std::map<uint64_t, proto::ObjectId> ids;
+      for (const auto& r : views_[i].records) {
+        if (r.kind != static_cast<uint32_t>(proto::RecordKind::kAllocation) &&
+            r.kind != static_cast<uint32_t>(proto::RecordKind::kMapping)) {
+          continue;
+        }
+        if (live.count(r.id.creator_pid) ||
+            ProcessStartTime(r.id.creator_pid) == r.id.creator_start) {
+          continue;
+        }
+        gone.insert(r.id.creator_pid);
+        ids[r.id.local_id] = r.id;
+        if (r.kind == static_cast<uint32_t>(proto::RecordKind::kMapping)) {
+          auto& text = ranges[r.id.local_id];
+          text += (text.empty() ? "" : ", ") + VaRangeText(r.address, r.size);
+        }
+      }
+      for (const auto& [local, id] : ids) {
+        orphans.push_back(DescribeObject(id) + ", created by " + ProcessText(id.creator_pid) +
+                          " (exited), cannot come back: " + ProcessText(views_[i].pid) +
+                          "'s mappings of it stay unmapped: " +
+                          (ranges[local].empty() ? std::string("none") : ranges[local]));
+      }
+    }
+    for (int pid : gone) {
+      exited_.push_back(pid);
+      Note(ProcessText(pid) + " of the job exited; its own memory went with it, the "
+           "survivors are recovered without it");
+    }
+    for (const auto& o : orphans) Note(o);
+  }
+
+  /// resume (roll back): every QUIESCED or SAVED participant back to ACTIVE; the state file
+  /// of the checkpoint that did not happen is removed.
+  bool RollBack() {
+    if (forward_) return true;
+    bool any = false;
+    for (ShimState s : now_) any = any || s != ShimState::kActive;
+    if (!any) return true;
+    const bool ok = Phase("resume", [&](size_t i) -> Result<uint64_t> {
+      if (now_[i] == ShimState::kActive) return uint64_t{0};
+      auto step = Ask(i, proto::Op::kResume);
+      if (!step) return step.error();
+      now_[i] = step->state;
+      return uint64_t{0};
+    });
+    // Only the state file of the checkpoint the shims held describes what did not happen.
+    if (ok && have_state_ && held_by_shims_) {
+      if (auto s = RemoveStateFile(options_.state_dir); !s) {
+        Note("the checkpoint was rolled back, but its state file stays: " + s.error().message);
+      }
+    }
+    return ok;
+  }
+
+  /// One roll-forward step: `op` to every participant whose shim is in `from` (the others
+  /// are past it, or not part of the roll forward).
+  template <proto::Op op, ShimState from>
+  bool Forward() {
+    if (!forward_) return true;
+    const bool due = std::any_of(now_.begin(), now_.end(), [](ShimState s) { return s == from; });
+    if (!due) return true;
+    return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
+      if (now_[i] != from || dead_[i]) return uint64_t{0};
+      auto step = Ask(i, proto::StepRequest{op, 0, op == proto::Op::kSave ? recycle_id_ : ""});
+      if (!step) return step.error();
+      now_[i] = step->state;
+      NoteCopy(step->copy_ns);
+      return step->bytes;
+    });
+  }
+
+  bool NativeRestoreAll() { return !forward_ || NativeRestorePhase({}); }
+  bool NativeUnlockAll() { return !forward_ || NativeUnlockPhase(); }
+
+  /// verify: against the state file when it is this checkpoint's (memory of exited creators
+  /// left out); skipped otherwise (said by read_state).
+  bool VerifyAll() {
+    if (!forward_ || !have_state_) return true;
+    std::map<int, const ParticipantState*> recorded;
+    for (const auto& p : state_.participants) recorded[p.pid] = &p;
+    std::vector<ParticipantView> fresh(participants_.size());
+    return Phase("verify", [&](size_t i) -> Result<uint64_t> {
+      // A participant quiesced by this recovery is rebuilt from its own fresh records.
+      if (now_[i] != ShimState::kRestored || recycled_[i]) return uint64_t{0};
+      const auto it = recorded.find(participants_[i]->pid());
+      if (it == recorded.end()) return uint64_t{0};
+      if (auto s = InspectInto(fresh, i); !s) return s.error();
+      return CompareWithRecord(participants_[i]->pid(), it->second->records, fresh[i].records,
+                               exited_);
+    });
+  }
+
+  bool ActivateAll() { return Forward<proto::Op::kActivate, ShimState::kRestored>(); }
+
+  void Note(const std::string& text) { report_.notes.push_back(text); }
+
+  const RecoverOptions& options_;
+  StateFile state_;
+  bool have_state_ = false;
+  bool held_by_shims_ = false;  // some shim holds the state file's checkpoint id
+  bool forward_ = false;
+  std::vector<ShimState> now_;        // per participant: its shim's state as last reported
+  std::vector<ParticipantView> views_;
+  std::vector<int> exited_;           // pids of the job that exited
+  std::vector<char> recycled_;        // per participant: quiesced and saved by this recovery
+  std::string recycle_id_;            // the checkpoint id their kSave carries
+};
+
+constexpr Stage<RecoverSequence> RecoverSequence::kStages[] = {
+    {&RecoverSequence::DiscoverPhase, &RecoverSequence::Refused, false},
+    {&RecoverSequence::ReadState, &RecoverSequence::Refused, false},
+    {&RecoverSequence::Decide, &RecoverSequence::Refused, false},
+    {&RecoverSequence::RollBack, &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kQuiesce, ShimState::kActive>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kSave, ShimState::kQuiesced>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kDetachMulticast, ShimState::kSaved>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kRelease, ShimState::kMulticastDetached>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::NativeRestoreAll, &RecoverSequence::Failed, true},
+    {&RecoverSequence::NativeUnlockAll, &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kReallocate, ShimState::kReleased>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kImport, ShimState::kReallocated>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kMulticastCreate, ShimState::kImported>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kMulticastImport, ShimState::kMulticastCreated>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kMulticastJoin, ShimState::kMulticastImported>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::Forward<proto::Op::kMulticastBind, ShimState::kMulticastJoined>,
+     &RecoverSequence::Failed, true},
+    {&RecoverSequence::VerifyAll, &RecoverSequence::Failed, true},
+    {&RecoverSequence::ActivateAll, &RecoverSequence::Failed, true},
+};
+
+CommandReport RecoverSequence::Run() {
+  report_.state_file = options_.state_dir.empty() ? "" : StateFilePath(options_.state_dir);
+  return Finish(RunStages(*this, kStages));
+}
+
+}  // namespace
+
+const size_t kRecoverPhaseCount = std::size(RecoverSequence::kStages);
+
+CommandReport Recover(const RecoverOptions& options, const Discoverer& discover,
+                      CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {
+  return RecoverSequence(options, discover, driver, observer, interrupt).Run();
+}
+
+}  // namespace cusnap::coord
