@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -83,8 +84,9 @@ class JobTest : public ::testing::Test {
   /// never uses CUDA and forks one worker per device. Returns the launcher then its workers
   /// (named name0, name1, ...; their pids asked with "pid").
   std::vector<Worker*> StartLaunched(const std::string& name, const std::vector<int>& devices);
-  /// Sends one command and returns the reply line ("<eof>" / "<timeout>" when none came).
-  std::string Ask(Worker& w, const std::string& command);
+  /// Sends one command and returns the reply line ("<eof>" / "<timeout>" when none came
+  /// within `wait_ms`; a timeout fails the test).
+  std::string Ask(Worker& w, const std::string& command, int wait_ms = kWaitMs);
   /// Says "exit" and reaps the worker (SIGKILL after kWaitMs); returns its wait status.
   int Stop(Worker& w);
   /// SIGKILL and reap.
@@ -126,6 +128,10 @@ class JobTest : public ::testing::Test {
   /// line came.
   Ran CusnapSignalled(const std::vector<std::string>& args, const std::string& after, int signo,
                       int settle_ms = 0, int times = 1);
+  /// The same, calling `watch(pid, so_far)` after each read of its output (it may signal
+  /// or stop the process: the fault matrix's pauses, tests/faults/).
+  Ran CusnapWatched(const std::vector<std::string>& args,
+                    const std::function<void(pid_t, const Ran&)>& watch);
   /// `cusnap checkpoint <target_> --state-dir <state>`.
   Ran Checkpoint(const std::string& state);
   /// `cusnap restore <target_> --state-dir <state>` plus `extra`.

@@ -30,6 +30,9 @@
 //   lock|checkpoint|restore|unlock|state <pid>   the native checkpoint API on another
 //                                  process: "ok <CUresult>" ("ok <CUprocessState>" for state)
 //   pid                            "ok <pid>"
+//   inject <entry point> <CUresult>  the next call of that entry point in this process
+//                                  fails with that result (simcuda introspection, answered
+//                                  even while a command holds the job: the fault matrix)
 //   exit
 //
 // `job_worker launch <device>...` is a launcher instead: it never uses CUDA; it forks one
@@ -296,6 +299,12 @@ std::string Execute(const std::string& line) {
   if (op == "meminfo") return MemInfo();
   if (op == "uuids") return Uuids();
   if (op == "pid") return "ok " + std::to_string(::getpid());
+  if (op == "inject") {
+    int result = 0;
+    if (!(in >> a >> result)) return Bad("usage: " + line);
+    simcuda_test_inject_fault(a.c_str(), 1, result);
+    return "ok";
+  }
   if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
     int pid = 0;
     if (!(in >> pid)) return Bad("usage: " + op + " <pid>");
