@@ -27,9 +27,9 @@ struct Verdict {
   std::string recovery;               ///< the recovery command run ("" when none was needed)
 };
 
-/// Bound on a survivor's answer to a driver call after the recovery, ms: a call that waits
-/// longer is stuck (the shim's gate would hold it for its 60 s).
-inline constexpr int kAnswerMs = 15'000;
+/// Bound on a survivor's answer to a driver call after the recovery, ms: a healthy one comes
+/// in milliseconds; a call that waits longer is stuck (the shim's gate holds it for 60 s).
+inline constexpr int kAnswerMs = 5'000;
 
 /// The CUresult an injected driver fault returns (CUDA_ERROR_OUT_OF_MEMORY).
 inline constexpr int kInjectedResult = 2;

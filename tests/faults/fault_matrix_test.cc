@@ -7,7 +7,7 @@
 // FaultMatrix.EveryCase enumerates the cases from a clean run (the phases the CLI pauses at,
 // src/cli/test_pause.h; the driver calls each process makes in each, SIMCUDA_CALL_LOG), runs
 // each one in a child process of this program (FaultMatrix.OneCase, a fresh job each) on a
-// pool of CUSNAP_FAULT_JOBS (default: the CPU count, at least 2) within a budget of
+// pool of CUSNAP_FAULT_JOBS (default: twice the CPU count, at least 2) within a budget of
 // CUSNAP_FAULT_BUDGET_S seconds (default 480), and prints
 //   FAULT MATRIX: <cases> cases, <bytes lost> bytes lost, <stuck> processes stuck, <failed> failed
 // then each failing case with what went wrong. CUSNAP_FAULT_FILTER=<text> runs only the cases
@@ -78,6 +78,8 @@ class FaultMatrix : public FaultJob {};
 TEST_F(FaultMatrix, OneCase) {
   const std::string text = cusnap::testing::Env("CUSNAP_FAULT_CASE");
   if (text.empty()) GTEST_SKIP() << "run by FaultMatrix.EveryCase";
+  // A group of our own, with the job's workers in it: the driver ends them all together.
+  ::setpgid(0, 0);
   const auto c = Case::Parse(text);
   ASSERT_TRUE(c.has_value()) << text;
   ASSERT_NO_FATAL_FAILURE(BuildJob());
@@ -111,10 +113,18 @@ TEST_F(FaultMatrix, EveryCase) {
     for (const auto& p : plan.phases) line += " " + p;
     std::printf("%s phases:%s\n", command.c_str(), line.c_str());
   }
+  std::map<std::string, unsigned> by_kind;  // "<kind> <command>" -> cases
+  for (const auto& c : cases) {
+    const std::string text = c.Text();
+    ++by_kind[text.substr(0, text.find(' ', text.find(' ') + 1))];
+  }
+  for (const auto& [kind, n] : by_kind) std::printf("cases %s: %u\n", kind.c_str(), n);
+  std::fflush(stdout);
 
   // Run them, each in a child of this program, a pool at a time.
-  const long jobs = EnvNumber("CUSNAP_FAULT_JOBS",
-                              std::max(2L, static_cast<long>(std::thread::hardware_concurrency())));
+  // Cases mostly wait (for a process to stop, a command to end, a bound): two per CPU.
+  const long jobs = EnvNumber(
+      "CUSNAP_FAULT_JOBS", std::max(2L, 2L * static_cast<long>(std::thread::hardware_concurrency())));
   const auto budget = std::chrono::seconds(EnvNumber("CUSNAP_FAULT_BUDGET_S", 480));
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
   const std::string out_dir = dir_ + "/cases";
@@ -155,7 +165,8 @@ TEST_F(FaultMatrix, EveryCase) {
       const pid_t done = ::waitpid(it->first, &status, WNOHANG);
       if (done == 0 && std::chrono::steady_clock::now() - it->second.since >
                            std::chrono::milliseconds(kCaseMs)) {
-        ::kill(it->first, SIGKILL);  // its job's workers are its children: they go with it
+        ::kill(-it->first, SIGKILL);  // its process group: the case and its job's workers
+        ::kill(it->first, SIGKILL);
         ::waitpid(it->first, &status, 0);
         Verdict& v = verdicts[it->second.index];
         v.stuck += 1;
@@ -167,6 +178,7 @@ TEST_F(FaultMatrix, EveryCase) {
         ++it;
         continue;
       }
+      ::kill(-it->first, SIGKILL);  // anything of its job left behind
       const std::string base = out_dir + "/" + std::to_string(it->second.index);
       Verdict& v = verdicts[it->second.index];
       const Verdict read = ReadVerdict(base + ".verdict", base + ".log", status);

@@ -18,3 +18,8 @@ add_dependencies(fault_matrix_test cusnap cusnap_shim simcuda_driver job_worker)
 add_test(NAME fault_matrix
   COMMAND env ${CUSNAP_TEST_ENV} $<TARGET_FILE:fault_matrix_test> --gtest_filter=FaultMatrix.EveryCase)
 set_tests_properties(fault_matrix PROPERTIES LABELS faults TIMEOUT 900 PROCESSORS 2)
+
+# The case lines and their enumeration, without a job (fast: every preset runs it).
+cusnap_add_gtest(fault_case_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/fault_case.cc ${CMAKE_CURRENT_LIST_DIR}/fault_case_test.cc
+  LABELS unit)

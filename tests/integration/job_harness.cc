@@ -289,6 +289,20 @@ void JobTest::Map(Worker& w, const std::string& view, const std::string& allocat
   views_.push_back(ViewRecord{&w, view, allocation, offset_mib, mib});
 }
 
+void JobTest::CreateFilled(Worker& w, const std::string& allocation, size_t mib,
+                           const char* where, int id, const std::string& view,
+                           const std::string& devices) {
+  ASSERT_NO_FATAL_FAILURE(Create(w, allocation, mib, where, id));
+  ASSERT_NO_FATAL_FAILURE(Map(w, view, allocation, 0, mib, devices));
+  ASSERT_NO_FATAL_FAILURE(Fill(w, view));
+}
+
+void JobTest::ShareMapped(Worker& from, const std::string& allocation, Worker& to,
+                          const std::string& view, size_t mib, const std::string& devices) {
+  ASSERT_NO_FATAL_FAILURE(Share(from, allocation, to));
+  ASSERT_NO_FATAL_FAILURE(Map(to, view, allocation, 0, mib, devices));
+}
+
 void JobTest::Fill(Worker& w, const std::string& view) {
   for (const auto& v : views_) {
     if (v.worker == &w && v.view == view) {

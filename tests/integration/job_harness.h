@@ -99,6 +99,12 @@ class JobTest : public ::testing::Test {
   void Share(Worker& from, const std::string& allocation, Worker& to);
   void Map(Worker& w, const std::string& view, const std::string& allocation, size_t offset_mib,
            size_t mib, const std::string& devices);
+  /// Create, then Map all `mib` of it at `view` (access for `devices`), then Fill.
+  void CreateFilled(Worker& w, const std::string& allocation, size_t mib, const char* where,
+                    int id, const std::string& view, const std::string& devices);
+  /// Share, then `to` Maps all `mib` of it at `view` (access for `devices`).
+  void ShareMapped(Worker& from, const std::string& allocation, Worker& to,
+                   const std::string& view, size_t mib, const std::string& devices);
   /// Writes the allocation's pattern through `view`.
   void Fill(Worker& w, const std::string& view);
   /// Unmaps `view` (and forgets it).

@@ -235,7 +235,7 @@ std::string MemInfo() {
     CU_OR_REPLY(cuCtxSetCurrent(ctx));
     size_t free = 0, total = 0;
     CU_OR_REPLY(cuMemGetInfo(&free, &total));
-    s += " " + std::to_string(total - free);
+    s.append(" ").append(std::to_string(total - free));  // not " " + ...: GCC 12 -O3 -Werror=restrict
     CU_OR_REPLY(cuDevicePrimaryCtxRelease(d));
   }
   CU_OR_REPLY(cuCtxSetCurrent(previous));
