@@ -48,6 +48,18 @@ std::map<int, std::string> PhasesByPid(const std::string& json) {
   return phases;
 }
 
+/// The pids the state file in `state_dir` records (none when it cannot be read).
+std::set<int> RecordedPids(const std::string& state_dir) {
+  std::set<int> pids;
+  std::ifstream in(state_dir + "/cusnap-state.json");
+  const auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("participants") || !doc["participants"].is_array()) {
+    return pids;
+  }
+  for (const auto& p : doc["participants"]) pids.insert(p.value("pid", 0));
+  return pids;
+}
+
 }  // namespace
 
 void FaultJob::TearDown() {
@@ -221,7 +233,10 @@ Verdict FaultJob::RunCase(const Case& c) {
   Ran rec;
   if (seen.size() == 1 && *seen.begin() == "active") {
     v.recovery = "";
-  } else if (seen.size() == 1 && *seen.begin() == "released" && killed.empty()) {
+  } else if (seen.size() == 1 && *seen.begin() == "released" &&
+             !RecordedPids(state_dir_).contains(killed_pid)) {
+    // Checkpointed, every process of the checkpoint alive (one that died before the
+    // checkpoint began is not in its state file).
     v.recovery = "restore";
     rec = Restore(state_dir_);
   } else {
@@ -234,7 +249,10 @@ Verdict FaultJob::RunCase(const Case& c) {
     v.problems.push_back("after the fault the job was " + states + "; 'cusnap " + v.recovery +
                          "' exited " + std::to_string(rec.status) + ": " + LastLine(rec.err));
   }
-  if (!killed.empty()) {
+  const bool survivors_import_from_dead = std::any_of(views_.begin(), views_.end(), [&](const auto& view) {
+    return !killed.empty() && view.worker->pid > 0 && creator_.at(view.allocation) == killed;
+  });
+  if (survivors_import_from_dead) {
     // Memory whose creator died (its importers survive) is named, not silently dropped: by
     // the recovery command, or by `status` when none was needed.
     const Ran after = Cusnap({"status", "--all"});
