@@ -76,6 +76,7 @@ void FaultJob::BuildJob(const std::string& call_log) {
   Worker& c = Start("C", 0);
   ::unsetenv("SIMCUDA_CALL_LOG");
   by_name_ = {{"A", &a}, {"B", &b}, {"C", &c}};
+  using jobtest::OkValue;
   creator_ = {{"a", "A"}, {"b", "B"}, {"c", "C"}};
   ASSERT_NO_FATAL_FAILURE(CreateFilled(a, "a", 2, "dev", 0, "a_in_A", "0,1"));
   ASSERT_NO_FATAL_FAILURE(ShareMapped(a, "a", b, "a_in_B", 2, "1"));
@@ -83,6 +84,14 @@ void FaultJob::BuildJob(const std::string& call_log) {
   ASSERT_NO_FATAL_FAILURE(CreateFilled(b, "b", 2, "dev", 1, "b_in_B", "1"));
   ASSERT_NO_FATAL_FAILURE(ShareMapped(b, "b", a, "b_in_A", 2, "0"));
   ASSERT_NO_FATAL_FAILURE(CreateFilled(c, "c", 2, "host", 0, "c_in_C", "0"));
+  // A multicast team of A (device 0, member a) and B (device 1, member b), mapped in A.
+  ASSERT_EQ(OkValue(Ask(a, "mccreate m 2 2")).rfind("0x", 0), 0u);
+  ASSERT_NO_FATAL_FAILURE(Share(a, "m", b));
+  ASSERT_EQ(Ask(a, "mcadd m 0"), "ok");
+  ASSERT_EQ(Ask(b, "mcadd m 1"), "ok");
+  ASSERT_EQ(Ask(a, "mcbind m 0 a 2"), "ok");
+  ASSERT_EQ(Ask(b, "mcbind m 0 b 2"), "ok");
+  ASSERT_EQ(OkValue(Ask(a, "map m_in_A m 0 2 0")).rfind("0x", 0), 0u);
 }
 
 Ran FaultJob::RunPaused(const std::string& command, const std::string& pause,

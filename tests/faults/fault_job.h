@@ -2,7 +2,8 @@
 // simulated driver, started through `cusnap run` (the integration tests' JobTest harness),
 // that share memory through tickets: A creates `a` (device 0) and shares it with B and C, B
 // creates `b` (device 1) and shares it with A, C keeps a host allocation `c` of its own; every
-// allocation holds a known pattern. A case runs `checkpoint` (or `restore` of a clean
+// allocation (2 MiB) holds a known pattern; A and B form a multicast team (A creates it and
+// binds `a` for device 0, B imports it and binds `b` for device 1; A maps it). A case runs `checkpoint` (or `restore` of a clean
 // checkpoint) with the fault at a phase boundary (the CLI's pause knob, src/cli/test_pause.h),
 // asks `status` what state the job is in, runs one recovery command, then reads every shared
 // byte back in every survivor within a bound.
