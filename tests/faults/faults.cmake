@@ -4,11 +4,11 @@
 # harness). One CTest entry, label `faults`, that runs the cases on a process pool of its own;
 # it is left out of the default and asan test presets (minutes of work, and the sanitised
 # build is not its target): scripts/test.sh runs it on the release preset.
-add_executable(fault_matrix_test
+set(CUSNAP_FAULT_JOB_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/fault_case.cc
   ${CMAKE_CURRENT_LIST_DIR}/fault_job.cc
-  ${CMAKE_CURRENT_LIST_DIR}/fault_matrix_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/../integration/job_harness.cc)
+add_executable(fault_matrix_test ${CUSNAP_FAULT_JOB_SOURCES} ${CMAKE_CURRENT_LIST_DIR}/fault_matrix_test.cc)
 cusnap_warnings(fault_matrix_test)
 target_link_libraries(fault_matrix_test PRIVATE GTest::gtest GTest::gmock GTest::gtest_main
   cusnap_common nlohmann_json::nlohmann_json)
@@ -23,3 +23,11 @@ set_tests_properties(fault_matrix PROPERTIES LABELS faults TIMEOUT 900 PROCESSOR
 cusnap_add_gtest(fault_case_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/fault_case.cc ${CMAKE_CURRENT_LIST_DIR}/fault_case_test.cc
   LABELS unit)
+
+# The pause knob (src/cli/test_pause.h) on its own, on the matrix's job (every preset runs it).
+cusnap_add_gtest(pause_knob_test
+  SOURCES ${CUSNAP_FAULT_JOB_SOURCES} ${CMAKE_CURRENT_LIST_DIR}/pause_knob_test.cc
+  LIBS cusnap_common nlohmann_json::nlohmann_json
+  LABELS integration)
+target_include_directories(pause_knob_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../integration)
+add_dependencies(pause_knob_test cusnap cusnap_shim simcuda_driver job_worker)
