@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -135,6 +136,7 @@ TEST_F(FaultMatrix, EveryCase) {
   };
   std::map<pid_t, Running> running;
   std::vector<Verdict> verdicts(cases.size());
+  std::vector<double> seconds_of(cases.size(), 0);  // each case's wall time
   size_t next = 0;
   while (next < cases.size() || !running.empty()) {
     const auto now = std::chrono::steady_clock::now();
@@ -178,6 +180,8 @@ TEST_F(FaultMatrix, EveryCase) {
         ++it;
         continue;
       }
+      seconds_of[it->second.index] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.since).count();
       ::kill(-it->first, SIGKILL);  // anything of its job left behind
       const std::string base = out_dir + "/" + std::to_string(it->second.index);
       Verdict& v = verdicts[it->second.index];
@@ -207,6 +211,11 @@ TEST_F(FaultMatrix, EveryCase) {
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::steady_clock::now() - started).count();
   for (const auto& [kind, n] : failed_by_kind) std::printf("failed %s: %u\n", kind.c_str(), n);
+  if (!cases.empty()) {  // where the budget goes
+    const size_t slowest = static_cast<size_t>(
+        std::max_element(seconds_of.begin(), seconds_of.end()) - seconds_of.begin());
+    std::printf("slowest case: %s (%.1f s)\n", cases[slowest].Text().c_str(), seconds_of[slowest]);
+  }
   std::printf("FAULT MATRIX: %zu cases, %llu bytes lost, %lu processes stuck, %lu failed "
               "(%lld s, %ld at a time)\n",
               cases.size(), lost, stuck, failed, static_cast<long long>(seconds), jobs);
