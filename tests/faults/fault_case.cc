@@ -47,13 +47,20 @@ std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans,
   std::vector<Case> cases;
   for (const auto& [command, plan] : plans) {
     if (plan.phases.empty()) continue;
-    // Every boundary once: before the first phase, then after each one.
+    // The CLI is signalled before and after each phase: a signal before a phase comes
+    // after that phase's interrupt check (it lands while the phase runs), one after it
+    // comes before the next check. A participant dies at every boundary once: before the
+    // first phase, then after each one.
+    for (const auto& phase : plan.phases) {
+      for (const char* when : {"before", "after"}) {
+        for (Kind kind : {Kind::kCliSigint, Kind::kCliSigkill}) {
+          cases.push_back(Case{kind, command, phase, when, "", "", 0});
+        }
+      }
+    }
     std::vector<std::pair<std::string, std::string>> boundaries = {{plan.phases.front(), "before"}};
     for (const auto& phase : plan.phases) boundaries.emplace_back(phase, "after");
     for (const auto& [phase, when] : boundaries) {
-      for (Kind kind : {Kind::kCliSigint, Kind::kCliSigkill}) {
-        cases.push_back(Case{kind, command, phase, when, "", "", 0});
-      }
       for (const auto& w : workers) {
         cases.push_back(Case{Kind::kKillParticipant, command, phase, when, w, "", 0});
       }

@@ -45,9 +45,9 @@ struct CommandPlan {
 };
 
 /// Every case for `plans` ("checkpoint", "restore" -> what their clean run saw), over the
-/// job's `workers`: at the boundary before the first phase and after each phase, SIGINT and
-/// SIGKILL of the CLI and SIGKILL of each worker; before each phase, an error in each entry
-/// point it calls, in each process that calls it.
+/// job's `workers`: before and after each phase, SIGINT and SIGKILL of the CLI; before the
+/// first phase and after each phase, SIGKILL of each worker; before each phase, an error in
+/// each entry point it calls, in each process that calls it.
 std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans,
                             const std::vector<std::string>& workers);
 

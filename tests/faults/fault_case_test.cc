@@ -35,10 +35,11 @@ TEST(FaultCase, EnumeratesEveryBoundaryAndEveryCall) {
   const auto cases = Enumerate({{"checkpoint", plan}}, {"A", "B"});
   std::vector<std::string> lines;
   for (const auto& c : cases) lines.push_back(c.Text());
-  // Three boundaries (before quiesce, after each), each with 2 CLI signals and 2 kills; then
-  // the three calls of save.
-  EXPECT_EQ(cases.size(), 3u * 4u + 3u);
+  // 2 CLI signals before and after each of the 2 phases; 2 kills at each of the 3 boundaries
+  // (before quiesce, after each); the three calls of save.
+  EXPECT_EQ(cases.size(), 2u * 2u * 2u + 3u * 2u + 3u);
   EXPECT_THAT(lines, Contains("cli-sigkill checkpoint quiesce before - - 0"));
+  EXPECT_THAT(lines, Contains("cli-sigint checkpoint save before - - 0"));
   EXPECT_THAT(lines, Contains("kill-participant checkpoint save after B - 0"));
   EXPECT_THAT(lines, Contains("driver-error checkpoint save before A cuStreamSynchronize 0"));
   // In the CLI the fault is armed by call number: the 5th call is the phase's first.
