@@ -2,7 +2,8 @@
 # The README's test command (and CI's, .ci/run): bootstrap, build the asan preset and the
 # release preset in full (every preset must build everything it configures, on the compiler
 # the README names: GCC 12 finds warnings at -O3 that -O2 does not), then run every CI test
-# under AddressSanitizer + UndefinedBehaviorSanitizer. Arguments go to ctest (e.g. -R Cli).
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and the fault matrix (tests/faults) on
+# the release build. Arguments go to ctest (e.g. -R Cli).
 # CUSNAP_SKIP_RELEASE=1 leaves the release build out (a quicker local run; CI never sets it).
 # Last, the libFuzzer targets (scripts/fuzz.sh: protocol decoder, ticket parser, state-file
 # reader) run CUSNAP_FUZZ_SECONDS (default 30) seconds each, when no ctest arguments were given.
@@ -17,10 +18,15 @@ if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 ]]; then
 fi
 # A unit test that lowers its own RLIMIT_AS cannot run under AddressSanitizer (its shadow
 # reservations fail the next mmap): it skips itself there and runs here on the release build.
+# The fault matrix (tests/faults, label faults; the asan preset leaves it out) runs here too,
+# on the non-sanitised build; a failure of it is reported after the asan suite has run.
+faults_rc=0
 if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 && $# -eq 0 ]]; then
   ctest --preset release -R 'CarrierGrowthPastRlimitAsIsNamed'
+  ctest --preset release -L faults || faults_rc=$?
 fi
 ctest --preset asan "$@"
 if [[ $# -eq 0 ]]; then
   scripts/fuzz.sh
 fi
+exit "$faults_rc"

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <set>
 
 #include "cli/checks.h"
@@ -12,6 +13,7 @@
 #include "cli/interrupt_watch.h"
 #include "cli/output.h"
 #include "common/endpoint_client.h"
+#include "cli/test_pause.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/hold.h"
 #include "coordinator/lease.h"
@@ -145,8 +147,9 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   std::fflush(stdout);  // a reader of the phase lines sees the command has started
   coord::DiscoveryOptions discovery{control_dir, target.pid, target.all};
   PhasePrinter printer(stdout, json, ::isatty(STDOUT_FILENO) == 1, phases);
-  const coord::CommandReport report =
-      run(coord::EndpointDiscoverer(discovery), **driver, printer, interrupt);
+  std::unique_ptr<coord::PhaseObserver> paused;  // the fault matrix's knob (test_pause.h)
+  const coord::CommandReport report = run(coord::EndpointDiscoverer(discovery), **driver,
+                                          WithTestPause(command, printer, paused), interrupt);
   const int rc = ExitAfter(report, watch.signal());
   if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
   PrintErrors(command, report, target, control_dir, watch.signal());

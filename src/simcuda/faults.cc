@@ -1,6 +1,7 @@
 // Fault and delay injection (faults.h).
 #include "faults.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +24,7 @@ struct Fault {
 
 struct Injection {
   std::mutex mutex;
+  int call_log = -1;                                      // SIMCUDA_CALL_LOG's file, or -1
   std::map<std::string, unsigned long long> calls;        // api name -> calls so far
   std::map<std::string, std::vector<Fault>> faults;       // api name -> pending faults
   std::map<std::string, unsigned> delays_ms;              // api name -> delay per call
@@ -53,6 +55,11 @@ Injection *parse() {
       inj->faults[f[0]].push_back({nth, static_cast<CUresult>(result)});
     }
   }
+  if (const char *dir = std::getenv("SIMCUDA_CALL_LOG"); dir != nullptr && *dir != '\0') {
+    const std::string path = std::string(dir) + "/" + std::to_string(getpid()) + ".calls";
+    inj->call_log = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (inj->call_log < 0) complain("SIMCUDA_CALL_LOG", path);
+  }
   if (const char *text = std::getenv("SIMCUDA_DELAYS")) {
     for (const std::string &item : split(text, ',')) {
       std::vector<std::string> f = split(item, ':');
@@ -79,6 +86,10 @@ std::optional<CUresult> on_call(const char *api_name) {
   unsigned delay_ms = 0;
   {
     std::lock_guard lock(inj.mutex);
+    if (inj.call_log >= 0) {  // one write per call: whole lines even across threads
+      const std::string line = std::string(api_name) + "\n";
+      (void)!::write(inj.call_log, line.data(), line.size());
+    }
     if (inj.faults.empty() && inj.delays_ms.empty()) return std::nullopt;
     std::string name(api_name);
     unsigned long long n = ++inj.calls[name];

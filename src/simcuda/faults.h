@@ -6,6 +6,10 @@
 //   SIMCUDA_DELAYS="name:ms[,name:ms...]"  every call of `name` takes `ms` milliseconds longer
 //       (it sleeps inside the call, so it counts as in flight for cuCheckpointProcessLock).
 //
+//   SIMCUDA_CALL_LOG=<dir>  every driver call of the process appends its api name and a
+//       newline to <dir>/<pid>.calls (for the fault matrix, tests/faults/, which learns from
+//       it which entry points each phase calls in each process; slow, tests only).
+//
 // `name` is the api name a program gives cuGetProcAddress (cuMemCreate, cuMemcpyHtoD, ...);
 // every ABI and per-thread form of that name counts together.
 #pragma once

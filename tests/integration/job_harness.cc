@@ -199,7 +199,7 @@ std::vector<Worker*> JobTest::StartLaunched(const std::string& name,
   return started;
 }
 
-std::string JobTest::Ask(Worker& w, const std::string& command) {
+std::string JobTest::Ask(Worker& w, const std::string& command, int wait_ms) {
   if (w.pid <= 0) return "<not running>";
   if (!command.empty()) {  // empty: only read (the "ready" line)
     const std::string line = command + "\n";
@@ -211,7 +211,7 @@ std::string JobTest::Ask(Worker& w, const std::string& command) {
       done += static_cast<size_t>(n);
     }
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
     const size_t newline = w.pending.find('\n');
     if (newline != std::string::npos) {
@@ -291,6 +291,20 @@ void JobTest::Map(Worker& w, const std::string& view, const std::string& allocat
                                        " " + devices);
   ASSERT_THAT(reply, StartsWith("ok 0x")) << w.name << " map " << view;
   views_.push_back(ViewRecord{&w, view, allocation, offset_mib, mib});
+}
+
+void JobTest::CreateFilled(Worker& w, const std::string& allocation, size_t mib,
+                           const char* where, int id, const std::string& view,
+                           const std::string& devices) {
+  ASSERT_NO_FATAL_FAILURE(Create(w, allocation, mib, where, id));
+  ASSERT_NO_FATAL_FAILURE(Map(w, view, allocation, 0, mib, devices));
+  ASSERT_NO_FATAL_FAILURE(Fill(w, view));
+}
+
+void JobTest::ShareMapped(Worker& from, const std::string& allocation, Worker& to,
+                          const std::string& view, size_t mib, const std::string& devices) {
+  ASSERT_NO_FATAL_FAILURE(Share(from, allocation, to));
+  ASSERT_NO_FATAL_FAILURE(Map(to, view, allocation, 0, mib, devices));
 }
 
 void JobTest::Fill(Worker& w, const std::string& view) {
@@ -408,6 +422,32 @@ Ran JobTest::Cusnap(const std::vector<std::string>& args) { return CusnapSignall
 
 Ran JobTest::CusnapSignalled(const std::vector<std::string>& args, const std::string& after,
                              int signo, int settle_ms, int times) {
+  bool signalled = signo == 0;
+  // A whole line of stdout that starts with `after`.
+  const auto printed = [&](const std::string& out) {
+    for (size_t at = 0; at < out.size();) {
+      const size_t end = out.find('\n', at);
+      if (end == std::string::npos) return false;
+      if (out.compare(at, after.size(), after) == 0) return true;
+      at = end + 1;
+    }
+    return false;
+  };
+  const Ran r = CusnapWatched(args, [&](pid_t pid, const Ran& so_far) {
+    if (signalled || !printed(so_far.out)) return;
+    signalled = true;
+    for (int k = 0; k < times; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+      signalled = ::kill(pid, signo) == 0 && signalled;
+    }
+  });
+  EXPECT_TRUE(signalled) << "cusnap " << args.front() << " never printed a line starting with '"
+                         << after << "': no signal sent\n" << r.out << r.err;
+  return r;
+}
+
+Ran JobTest::CusnapWatched(const std::vector<std::string>& args,
+                           const std::function<void(pid_t, const Ran&)>& watch) {
   int out[2], err[2];
   Ran r;
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
@@ -421,17 +461,6 @@ Ran JobTest::CusnapSignalled(const std::vector<std::string>& args, const std::st
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   int open = 2;
-  bool signalled = signo == 0;
-  // A whole line of stdout that starts with `after`.
-  const auto printed = [&] {
-    for (size_t at = 0; at < r.out.size();) {
-      const size_t end = r.out.find('\n', at);
-      if (end == std::string::npos) return false;
-      if (r.out.compare(at, after.size(), after) == 0) return true;
-      at = end + 1;
-    }
-    return false;
-  };
   while (open > 0 && pid > 0) {
     const int rc = ::poll(fds, 2, LeftMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
@@ -446,13 +475,7 @@ Ran JobTest::CusnapSignalled(const std::vector<std::string>& args, const std::st
       const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
       if (n > 0) {
         sinks[i]->append(buf, static_cast<size_t>(n));
-        if (!signalled && printed()) {
-          signalled = true;
-          for (int k = 0; k < times; ++k) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
-            signalled = ::kill(pid, signo) == 0 && signalled;
-          }
-        }
+        watch(pid, r);
       } else if (n == 0 || errno != EINTR) {
         fds[i].fd = -1;
         --open;
@@ -465,8 +488,6 @@ Ran JobTest::CusnapSignalled(const std::vector<std::string>& args, const std::st
     const int status = Reap(pid, kWaitMs);
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
-  EXPECT_TRUE(signalled) << "cusnap " << args.front() << " never printed a line starting with '"
-                         << after << "': no signal sent\n" << r.out << r.err;
   return r;
 }
 

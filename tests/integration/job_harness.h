@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -83,8 +84,9 @@ class JobTest : public ::testing::Test {
   /// never uses CUDA and forks one worker per device. Returns the launcher then its workers
   /// (named name0, name1, ...; their pids asked with "pid").
   std::vector<Worker*> StartLaunched(const std::string& name, const std::vector<int>& devices);
-  /// Sends one command and returns the reply line ("<eof>" / "<timeout>" when none came).
-  std::string Ask(Worker& w, const std::string& command);
+  /// Sends one command and returns the reply line ("<eof>" / "<timeout>" when none came
+  /// within `wait_ms`; a timeout fails the test).
+  std::string Ask(Worker& w, const std::string& command, int wait_ms = kWaitMs);
   /// Says "exit" and reaps the worker (SIGKILL after kWaitMs); returns its wait status.
   int Stop(Worker& w);
   /// SIGKILL and reap.
@@ -97,6 +99,12 @@ class JobTest : public ::testing::Test {
   void Share(Worker& from, const std::string& allocation, Worker& to);
   void Map(Worker& w, const std::string& view, const std::string& allocation, size_t offset_mib,
            size_t mib, const std::string& devices);
+  /// Create, then Map all `mib` of it at `view` (access for `devices`), then Fill.
+  void CreateFilled(Worker& w, const std::string& allocation, size_t mib, const char* where,
+                    int id, const std::string& view, const std::string& devices);
+  /// Share, then `to` Maps all `mib` of it at `view` (access for `devices`).
+  void ShareMapped(Worker& from, const std::string& allocation, Worker& to,
+                   const std::string& view, size_t mib, const std::string& devices);
   /// Writes the allocation's pattern through `view`.
   void Fill(Worker& w, const std::string& view);
   /// Unmaps `view` (and forgets it).
@@ -126,6 +134,10 @@ class JobTest : public ::testing::Test {
   /// line came.
   Ran CusnapSignalled(const std::vector<std::string>& args, const std::string& after, int signo,
                       int settle_ms = 0, int times = 1);
+  /// The same, calling `watch(pid, so_far)` after each read of its output (it may signal
+  /// or stop the process: the fault matrix's pauses, tests/faults/).
+  Ran CusnapWatched(const std::vector<std::string>& args,
+                    const std::function<void(pid_t, const Ran&)>& watch);
   /// `cusnap checkpoint <target_> --state-dir <state>`.
   Ran Checkpoint(const std::string& state);
   /// `cusnap restore <target_> --state-dir <state>` plus `extra`.

@@ -8,6 +8,12 @@
 // Allocations and views (mappings) have names chosen by the test; sizes and offsets are MiB.
 //   create A <MiB> dev|host <id>   cuMemCreate, POSIX-descriptor capable, on a device or a
 //                                  host NUMA node
+//   mccreate M <MiB> <devices>     cuMulticastCreate, POSIX-descriptor capable, for that many
+//                                  devices; M is then exported, imported and mapped as an
+//                                  allocation is
+//   mcadd M <device>               cuMulticastAddDevice
+//   mcbind M <off MiB> A <MiB>     cuMulticastBindMem of A (from its start) at that offset of M,
+//                                  for this worker's device (waits for every device's add)
 //   export A                       cuMemExportToShareableHandle; the descriptor goes out on 3
 //   import A                       cuMemImportFromShareableHandle of the descriptor on 3
 //   release A                      cuMemRelease of A's handle
@@ -41,6 +47,9 @@
 //                                  least <ms> after the last, finds no new beat
 //                                  (job_worker_heartbeat.h: PyTorch's pair in miniature)
 //   beats                          "ok <beats> <samples> <ms since the last sample>"
+//   inject <entry point> <CUresult>  the next call of that entry point in this process
+//                                  fails with that result (simcuda introspection, answered
+//                                  even while a command holds the job: the fault matrix)
 //   exit
 //
 // `job_worker launch <device>...` is a launcher instead: it never uses CUDA; it forks one
@@ -122,6 +131,27 @@ std::string Create(const std::string& name, size_t mib, const std::string& where
   CU_OR_REPLY(cuMemCreate(&a.handle, mib * kMiB, &prop, 0));
   g_allocations[name] = a;
   return "ok " + Hex(a.handle);
+}
+
+std::string MulticastCreate(const std::string& name, size_t mib, unsigned devices) {
+  CUmulticastObjectProp prop{};
+  prop.numDevices = devices;
+  prop.size = mib * kMiB;
+  prop.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  Allocation m;
+  CU_OR_REPLY(cuMulticastCreate(&m.handle, &prop));
+  g_allocations[name] = m;
+  return "ok " + Hex(m.handle);
+}
+
+std::string MulticastBind(const std::string& mc, size_t offset_mib, const std::string& member,
+                          size_t mib) {
+  const auto m = g_allocations.find(mc);
+  const auto a = g_allocations.find(member);
+  if (m == g_allocations.end() || a == g_allocations.end()) return Bad("no " + mc + " or " + member);
+  CU_OR_REPLY(cuMulticastBindMem(m->second.handle, offset_mib * kMiB, a->second.handle, 0,
+                                 mib * kMiB, 0));
+  return "ok";
 }
 
 std::string Export(const std::string& name) {
@@ -245,7 +275,7 @@ std::string MemInfo() {
     CU_OR_REPLY(cuCtxSetCurrent(ctx));
     size_t free = 0, total = 0;
     CU_OR_REPLY(cuMemGetInfo(&free, &total));
-    s += " " + std::to_string(total - free);
+    s.append(" ").append(std::to_string(total - free));  // not " " + ...: GCC 12 -O3 -Werror=restrict
     CU_OR_REPLY(cuDevicePrimaryCtxRelease(d));
   }
   CU_OR_REPLY(cuCtxSetCurrent(previous));
@@ -284,6 +314,25 @@ std::string Execute(const std::string& line) {
     if (!(in >> a >> mib >> b >> id) || (b != "dev" && b != "host")) return Bad("usage: " + line);
     return Create(a, mib, b, id);
   }
+  if (op == "mccreate") {
+    size_t mib = 0;
+    unsigned devices = 0;
+    if (!(in >> a >> mib >> devices)) return Bad("usage: " + line);
+    return MulticastCreate(a, mib, devices);
+  }
+  if (op == "mcadd") {
+    int device = 0;
+    if (!(in >> a >> device)) return Bad("usage: " + line);
+    const auto it = g_allocations.find(a);
+    if (it == g_allocations.end()) return Bad("no multicast object " + a);
+    CU_OR_REPLY(cuMulticastAddDevice(it->second.handle, device));
+    return "ok";
+  }
+  if (op == "mcbind") {
+    size_t offset = 0, mib = 0;
+    if (!(in >> a >> offset >> b >> mib)) return Bad("usage: " + line);
+    return MulticastBind(a, offset, b, mib);
+  }
   if (op == "export" && (in >> a)) return Export(a);
   if (op == "import" && (in >> a)) return Import(a);
   if (op == "release" && (in >> a)) {
@@ -316,6 +365,12 @@ std::string Execute(const std::string& line) {
     return (in >> ms) ? jobworker::StartHeartbeat(ms) : Bad("usage: heartbeat <ms>");
   }
   if (op == "beats") return jobworker::Beats();
+  if (op == "inject") {
+    int result = 0;
+    if (!(in >> a >> result)) return Bad("usage: " + line);
+    simcuda_test_inject_fault(a.c_str(), 1, result);
+    return "ok";
+  }
   if (op == "lock" || op == "checkpoint" || op == "restore" || op == "unlock" || op == "state") {
     int pid = 0;
     if (!(in >> pid)) return Bad("usage: " + op + " <pid>");
