@@ -27,6 +27,8 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cli_runner.h"
 #include "fault_job.h"
@@ -36,6 +38,32 @@ namespace {
 
 /// A case that runs longer than this is killed and counted as failed (stuck), ms.
 constexpr int kCaseMs = 150'000;
+
+/// Kinds of case still open (tests/faults/known_open.txt: one line per kind, "<text the case
+/// line contains> | <why, and the issue>"; '#' starts a comment). A failing case of such a
+/// kind is printed and counted as OPEN instead of FAILED, and its bytes and stuck processes are
+/// reported apart: the matrix's assertions cover every other case. An open case that passes
+/// is reported, so that the list only shrinks.
+std::vector<std::pair<std::string, std::string>> KnownOpen() {
+  std::vector<std::pair<std::string, std::string>> kinds;
+  std::ifstream in(CUSNAP_FAULT_KNOWN_OPEN);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t bar = line.find(" | ");
+    if (bar == std::string::npos) continue;
+    kinds.emplace_back(line.substr(0, bar), line.substr(bar + 3));
+  }
+  return kinds;
+}
+
+/// The reason a known open kind gives for `text`, or "" when it is none of them.
+std::string OpenReason(const std::vector<std::pair<std::string, std::string>>& kinds,
+                       const std::string& text) {
+  for (const auto& [match, why] : kinds) {
+    if (text.find(match) != std::string::npos) return why;
+  }
+  return "";
+}
 
 /// A number from the environment, or `fallback`.
 long EnvNumber(const char* name, long fallback) {
@@ -195,10 +223,26 @@ TEST_F(FaultMatrix, EveryCase) {
   }
 
   // The figures, then what went wrong in each failing case.
-  unsigned long long lost = 0;
-  unsigned long stuck = 0, failed = 0;
+  const auto known_open = KnownOpen();
+  unsigned long long lost = 0, open_lost = 0;
+  unsigned long stuck = 0, failed = 0, open = 0, open_stuck = 0, open_passed = 0;
   std::map<std::string, unsigned> failed_by_kind;
   for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string why = OpenReason(known_open, cases[i].Text());
+    if (!why.empty()) {
+      if (verdicts[i].problems.empty()) {
+        ++open_passed;
+        std::printf("OPEN KIND PASSED %s (remove it from known_open.txt)\n", cases[i].Text().c_str());
+        continue;
+      }
+      ++open;
+      open_lost += verdicts[i].bytes_lost;
+      open_stuck += verdicts[i].stuck;
+      std::printf("OPEN %s (%s):", cases[i].Text().c_str(), why.c_str());
+      for (const auto& p : verdicts[i].problems) std::printf(" [%s]", p.c_str());
+      std::printf("\n");
+      continue;
+    }
     lost += verdicts[i].bytes_lost;
     stuck += verdicts[i].stuck;
     if (verdicts[i].problems.empty()) continue;
@@ -219,6 +263,9 @@ TEST_F(FaultMatrix, EveryCase) {
   std::printf("FAULT MATRIX: %zu cases, %llu bytes lost, %lu processes stuck, %lu failed "
               "(%lld s, %ld at a time)\n",
               cases.size(), lost, stuck, failed, static_cast<long long>(seconds), jobs);
+  std::printf("FAULT MATRIX OPEN KINDS: %lu cases open (%llu bytes lost, %lu processes stuck "
+              "among them), %lu open cases passed\n",
+              open, open_lost, open_stuck, open_passed);
   std::fflush(stdout);
   EXPECT_EQ(lost, 0u);
   EXPECT_EQ(stuck, 0u);

@@ -15,6 +15,8 @@ target_link_libraries(fault_matrix_test PRIVATE GTest::gtest GTest::gmock GTest:
 target_include_directories(fault_matrix_test PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests
   ${CMAKE_CURRENT_LIST_DIR}/../integration)
 add_dependencies(fault_matrix_test cusnap cusnap_shim simcuda_driver job_worker)
+target_compile_definitions(fault_matrix_test PRIVATE
+  CUSNAP_FAULT_KNOWN_OPEN="${CMAKE_CURRENT_LIST_DIR}/known_open.txt")
 add_test(NAME fault_matrix
   COMMAND env ${CUSNAP_TEST_ENV} $<TARGET_FILE:fault_matrix_test> --gtest_filter=FaultMatrix.EveryCase)
 set_tests_properties(fault_matrix PROPERTIES LABELS faults TIMEOUT 900 PROCESSORS 2)
