@@ -293,8 +293,10 @@ TEST_F(HostCarrierTest, FailedCopyIsReportedAndTheCarrierStaysUsable) {
   EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
 }
 
-TEST_F(HostCarrierTest, FailedSynchronizePoisonsTheArena) {
+TEST_F(HostCarrierTest, FailedSaveSynchronizeIsSettledAndTheSaveRunsAgain) {
   AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  const auto pattern = Pattern(a.size, 0x7777);
+  Write(a, pattern);
   auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
       test::SimSymbol("simcuda_test_inject_fault"));
   ASSERT_NE(inject, nullptr);
@@ -304,10 +306,74 @@ TEST_F(HostCarrierTest, FailedSynchronizePoisonsTheArena) {
   Result<CarrierTransfer> failed = carrier.Save(slots);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_LAUNCH_FAILED);
-  // Completion unknown: the arena is never used, moved or freed again (SPEC K.3 #12).
+  EXPECT_THAT(failed.error().message, HasSubstr("synchronizing the copies"));
+  // Completion unknown: the arena is not moved (SPEC K.3 #12) and the bytes are not offered.
   EXPECT_TRUE(carrier.poisoned());
-  EXPECT_FALSE(carrier.Save(slots).ok());
   EXPECT_FALSE(carrier.Provision(64 * kMiB).ok());
+  EXPECT_EQ(carrier.saved_bytes(), 0u);
+  EXPECT_FALSE(carrier.Load(slots).ok());
+  // The next Save synchronizes the kept stream first, then saves afresh.
+  Result<CarrierTransfer> saved = carrier.Save(slots);
+  ASSERT_TRUE(saved.ok()) << saved.error().message;
+  EXPECT_FALSE(carrier.poisoned());
+  EXPECT_EQ(saved->bytes, 2 * kMiB);
+  EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
+}
+
+TEST_F(HostCarrierTest, FailedLoadSynchronizeKeepsTheBytesAndTheLoadRunsAgain) {
+  AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  const auto pattern = Pattern(a.size, 0x8888);
+  Write(a, pattern);
+  auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
+      test::SimSymbol("simcuda_test_inject_fault"));
+  ASSERT_NE(inject, nullptr);
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot slots[] = {Slot(a)};
+  ASSERT_TRUE(carrier.Save(slots).ok());
+  Replace(a);
+  const CarrierSlot fresh[] = {Slot(a)};
+  inject("cuStreamSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+  Result<CarrierTransfer> failed = carrier.Load(fresh);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, CUDA_ERROR_LAUNCH_FAILED);
+  EXPECT_EQ(carrier.saved_bytes(), 2 * kMiB);  // only read: kept for the retry
+  Result<CarrierTransfer> loaded = carrier.Load(fresh);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->bytes, 2 * kMiB);
+  EXPECT_FALSE(carrier.poisoned());
+  EXPECT_EQ(Read(a), pattern);
+}
+
+TEST_F(HostCarrierTest, FailedUnregisterIsRetriedBeforeTheNextRegister) {
+  AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  const auto pattern = Pattern(a.size, 0x9999);
+  Write(a, pattern);
+  auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
+      test::SimSymbol("simcuda_test_inject_fault"));
+  ASSERT_NE(inject, nullptr);
+  HostCarrier carrier(api, CarrierMode::kLazy);
+  const CarrierSlot slots[] = {Slot(a)};
+  ASSERT_TRUE(carrier.Save(slots).ok());
+  Replace(a);
+  const CarrierSlot fresh[] = {Slot(a)};
+  inject("cuMemHostUnregister", 1, CUDA_ERROR_INVALID_VALUE);
+  Result<CarrierTransfer> failed = carrier.Load(fresh);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_THAT(failed.error().message, HasSubstr("unregistering the arena"));
+  // Still registered: the retry unregisters first, so its register does not answer
+  // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
+  Result<CarrierTransfer> loaded = carrier.Load(fresh);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->bytes, 2 * kMiB);
+  EXPECT_EQ(Read(a), pattern);
+  auto get_flags = reinterpret_cast<HostGetFlags>(test::SimSymbol("cuMemHostGetFlags"));
+  ASSERT_NE(get_flags, nullptr);
+  unsigned flags = 0;
+  ASSERT_EQ(api.cuCtxPushCurrent_v2(a.context), CUDA_SUCCESS);
+  EXPECT_NE(get_flags(&flags, const_cast<std::byte*>(carrier.saved(0).data())), CUDA_SUCCESS);
+  CUcontext popped = nullptr;
+  api.cuCtxPopCurrent_v2(&popped);
 }
 
 TEST(CarrierMode, ReadFromTheEnvironment) {
