@@ -133,6 +133,54 @@ class HostCarrierTest : public ::testing::Test {
            std::memcmp(saved.data(), words.data(), saved.size()) == 0;
   }
 
+  // Makes the next call of `entry` answer `result`.
+  void InjectOnce(const char* entry, CUresult result) {
+    auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
+        test::SimSymbol("simcuda_test_inject_fault"));
+    ASSERT_NE(inject, nullptr);
+    inject(entry, 1, result);
+  }
+
+  // Saves a 2 MiB allocation, replaces it, fails a Load on `entry` with `result` (its
+  // message naming `what`), then loads again: the retry brings the saved bytes back and
+  // leaves the arena unregistered.
+  void LoadRunsAgainAfter(const char* entry, CUresult result, const char* what) {
+    AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+    const auto pattern = Pattern(a.size, 0x8888);
+    Write(a, pattern);
+    HostCarrier carrier(api, CarrierMode::kLazy);
+    const CarrierSlot slots[] = {Slot(a)};
+    ASSERT_TRUE(carrier.Save(slots).ok());
+    Replace(a);
+    const CarrierSlot fresh[] = {Slot(a)};
+    InjectOnce(entry, result);
+    Result<CarrierTransfer> failed = carrier.Load(fresh);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_EQ(failed.error().code, result);
+    EXPECT_THAT(failed.error().message, HasSubstr(what));
+    EXPECT_EQ(carrier.saved_bytes(), 2 * kMiB);  // only read: kept for the retry
+    Result<CarrierTransfer> loaded = carrier.Load(fresh);
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    EXPECT_EQ(loaded->bytes, 2 * kMiB);
+    EXPECT_FALSE(carrier.poisoned());
+    EXPECT_EQ(Read(a), pattern);
+    EXPECT_EQ(HostFlagsResult(carrier, a), CUDA_ERROR_INVALID_VALUE);
+  }
+
+  // cuMemHostGetFlags of the carrier's saved bytes, in `a`'s context: CUDA_SUCCESS while the
+  // arena is registered, CUDA_ERROR_INVALID_VALUE when not.
+  CUresult HostFlagsResult(const HostCarrier& carrier, const AppAllocation& a) {
+    auto get_flags = reinterpret_cast<HostGetFlags>(test::SimSymbol("cuMemHostGetFlags"));
+    if (get_flags == nullptr || api.cuCtxPushCurrent_v2(a.context) != CUDA_SUCCESS) {
+      return CUDA_ERROR_NOT_FOUND;
+    }
+    unsigned flags = 0;
+    const CUresult r = get_flags(&flags, const_cast<std::byte*>(carrier.saved(0).data()));
+    CUcontext popped = nullptr;
+    api.cuCtxPopCurrent_v2(&popped);
+    return r;
+  }
+
   std::vector<AppAllocation> allocations_;
 };
 
@@ -177,14 +225,8 @@ TEST_F(HostCarrierTest, ArenaIsRegisteredOnlyWhileBytesMove) {
   HostCarrier carrier(api, CarrierMode::kLazy);
   const CarrierSlot slots[] = {Slot(a)};
   ASSERT_TRUE(carrier.Save(slots).ok());
-  auto get_flags = reinterpret_cast<HostGetFlags>(test::SimSymbol("cuMemHostGetFlags"));
-  ASSERT_NE(get_flags, nullptr);
-  unsigned flags = 0;
-  ASSERT_EQ(api.cuCtxPushCurrent_v2(a.context), CUDA_SUCCESS);
   // Unregistered before the native checkpoint (DRIVER-FACTS "Speeds").
-  EXPECT_NE(get_flags(&flags, const_cast<std::byte*>(carrier.saved(0).data())), CUDA_SUCCESS);
-  CUcontext popped = nullptr;
-  api.cuCtxPopCurrent_v2(&popped);
+  EXPECT_EQ(HostFlagsResult(carrier, a), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(HostCarrierTest, ArenaIsReusedAcrossCyclesAndOnlyGrows) {
@@ -276,12 +318,9 @@ TEST_F(HostCarrierTest, FailedCopyIsReportedAndTheCarrierStaysUsable) {
   AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
   const auto pattern = Pattern(a.size, 0x5555);
   Write(a, pattern);
-  auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
-      test::SimSymbol("simcuda_test_inject_fault"));
-  ASSERT_NE(inject, nullptr);
   HostCarrier carrier(api, CarrierMode::kLazy);
   const CarrierSlot slots[] = {Slot(a)};
-  inject("cuMemcpyDtoHAsync", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+  InjectOnce("cuMemcpyDtoHAsync", CUDA_ERROR_ILLEGAL_ADDRESS);
   Result<CarrierTransfer> failed = carrier.Save(slots);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -293,21 +332,38 @@ TEST_F(HostCarrierTest, FailedCopyIsReportedAndTheCarrierStaysUsable) {
   EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
 }
 
-TEST_F(HostCarrierTest, FailedSynchronizePoisonsTheArena) {
+TEST_F(HostCarrierTest, FailedSaveSynchronizeIsSettledAndTheSaveRunsAgain) {
   AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
-  auto inject = reinterpret_cast<decltype(&simcuda_test_inject_fault)>(
-      test::SimSymbol("simcuda_test_inject_fault"));
-  ASSERT_NE(inject, nullptr);
+  const auto pattern = Pattern(a.size, 0x7777);
+  Write(a, pattern);
   HostCarrier carrier(api, CarrierMode::kLazy);
   const CarrierSlot slots[] = {Slot(a)};
-  inject("cuStreamSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+  InjectOnce("cuStreamSynchronize", CUDA_ERROR_LAUNCH_FAILED);
   Result<CarrierTransfer> failed = carrier.Save(slots);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_LAUNCH_FAILED);
-  // Completion unknown: the arena is never used, moved or freed again (SPEC K.3 #12).
+  EXPECT_THAT(failed.error().message, HasSubstr("synchronizing the copies"));
+  // Completion unknown: the arena is not moved (SPEC K.3 #12) and the bytes are not offered.
   EXPECT_TRUE(carrier.poisoned());
-  EXPECT_FALSE(carrier.Save(slots).ok());
   EXPECT_FALSE(carrier.Provision(64 * kMiB).ok());
+  EXPECT_EQ(carrier.saved_bytes(), 0u);
+  EXPECT_FALSE(carrier.Load(slots).ok());
+  // The next Save synchronizes the kept stream first, then saves afresh.
+  Result<CarrierTransfer> saved = carrier.Save(slots);
+  ASSERT_TRUE(saved.ok()) << saved.error().message;
+  EXPECT_FALSE(carrier.poisoned());
+  EXPECT_EQ(saved->bytes, 2 * kMiB);
+  EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
+}
+
+TEST_F(HostCarrierTest, FailedLoadSynchronizeKeepsTheBytesAndTheLoadRunsAgain) {
+  LoadRunsAgainAfter("cuStreamSynchronize", CUDA_ERROR_LAUNCH_FAILED, "synchronizing the copies");
+}
+
+TEST_F(HostCarrierTest, FailedUnregisterIsRetriedBeforeTheNextRegister) {
+  // Still registered after the failure: the retry unregisters first, so its register does
+  // not answer CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
+  LoadRunsAgainAfter("cuMemHostUnregister", CUDA_ERROR_INVALID_VALUE, "unregistering the arena");
 }
 
 TEST(CarrierMode, ReadFromTheEnvironment) {

@@ -32,3 +32,19 @@ cusnap_add_gtest(shim_resources_test
     ${CMAKE_SOURCE_DIR}/src/shim/endpoint/resources.cc
   LIBS cusnap_common
   LABELS unit)
+
+# The multicast rebuild steps in the test process, over the simulated driver (dlopen).
+cusnap_add_gtest(multicast_steps_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/multicast_steps_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/multicast_steps.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/multicast_table.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/sharing_table.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/untracked_imports.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/export_cache.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/handles.cc
+  LIBS cusnap_common dl pthread
+  LABELS unit)
+add_dependencies(multicast_steps_test simcuda_driver)
+target_include_directories(multicast_steps_test PRIVATE ${CMAKE_SOURCE_DIR}/src/simcuda/include)

@@ -59,14 +59,6 @@ void Touch(std::byte* begin, size_t bytes) {
   }
 }
 
-// The staging mapping of one slot: a VA range of the carrier's own with the slot's handle
-// mapped and RW access for the copying device.
-struct Staging {
-  CUdeviceptr va = 0;
-  bool reserved = false;
-  bool mapped = false;
-};
-
 // One context's share of a transfer: its stream and its slots.
 struct Group {
   CUcontext context = nullptr;
@@ -95,8 +87,8 @@ HostCarrier::~HostCarrier() {
   growth_cv_.notify_all();
   if (growth_thread_.joinable()) growth_thread_.join();
   std::lock_guard lock(mutex_);
-  // A poisoned arena may still be written by the device: leave it mapped.
-  if (arena_ != nullptr && !poisoned_) munmap(arena_, capacity_);
+  // An arena with unsynchronized copies may still be written by the device: leave it mapped.
+  if (arena_ != nullptr && unsynced_.empty()) munmap(arena_, capacity_);
 }
 
 Status HostCarrier::Provision(size_t bytes) {
@@ -108,9 +100,9 @@ Status HostCarrier::Provision(size_t bytes) {
 Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns) {
   *provision_ns = 0;
   if (bytes <= capacity_) return Ok{};
-  if (poisoned_) {
-    return Error{ENOMEM, ThisProcess() + ": host carrier: the arena cannot grow after a copy whose "
-                         "completion is unknown"};
+  if (!unsynced_.empty() || registered_) {
+    return Error{ENOMEM, ThisProcess() + ": host carrier: the arena cannot grow while the driver "
+                         "may still use it (a copy of unknown completion, or still registered)"};
   }
   const uint64_t start = MonotonicNs();
   const size_t wanted = RoundUp(bytes, kArenaStep);
@@ -183,10 +175,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
                                                 Direction direction) {
   const uint64_t start = MonotonicNs();
   CarrierTransfer transfer;
-  if (poisoned_) {
-    return Error{CUDA_ERROR_ILLEGAL_STATE,
-                 ThisProcess() + ": host carrier unusable: an earlier copy did not complete cleanly"};
-  }
+  if (Status settled = SettleLocked(); !settled) return settled.error();
   for (const CarrierSlot& slot : slots) {
     if (slot.context == nullptr || slot.size == 0) {
       return Error{CUDA_ERROR_INVALID_VALUE,
@@ -237,6 +226,8 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
     if (registered != CUDA_SUCCESS) {
       return DriverError(api_, registered, "registering " + std::to_string(used) + " bytes of arena");
     }
+    registered_ = true;
+    registered_context_ = slots.front().context;
   }
   transfer.register_ns = MonotonicNs() - phase;
 
@@ -279,6 +270,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
         break;
       }
       stage.reserved = true;
+      stage.size = slot.size;
       if (CUresult r = api_.cuMemMap(stage.va, slot.size, 0, slot.handle, 0); r != CUDA_SUCCESS) {
         fail(r, "mapping " + Describe(slot) + " for copying");
         break;
@@ -307,14 +299,19 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   }
 
   // One synchronize per context, even after a failure: nothing enqueued may still run when
-  // this returns. A failed synchronize leaves completion unknown: poison the arena.
+  // this returns. A failed synchronize leaves completion unknown: the stream is kept and
+  // synchronized again before the arena is used, moved or unregistered (SettleLocked).
   for (Group& group : groups) {
     if (group.stream == nullptr) continue;
     ContextScope scope(api_, group.context);
     const CUresult synced = scope.status() == CUDA_SUCCESS ? api_.cuStreamSynchronize(group.stream)
                                                            : scope.status();
     if (synced != CUDA_SUCCESS) {
-      poisoned_ = true;
+      Unsynced& kept = unsynced_.emplace_back(Unsynced{group.context, group.stream, {}});
+      for (size_t i : group.slots) {
+        kept.staging.push_back(staging[i]);
+        staging[i] = Staging{};  // removed once the stream is synchronized (SettleLocked)
+      }
       fail(synced, "synchronizing the copies");
       continue;
     }
@@ -325,21 +322,25 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   // Remove the staging mappings, then unpin.
   for (Group& group : groups) {
     ContextScope scope(api_, group.context);
-    for (size_t i : group.slots) {
-      if (staging[i].mapped) api_.cuMemUnmap(staging[i].va, slots[i].size);
-      if (staging[i].reserved) api_.cuMemAddressFree(staging[i].va, slots[i].size);
-    }
+    std::vector<Staging> own;
+    for (size_t i : group.slots) own.push_back(staging[i]);
+    RemoveStaging(own);
   }
   phase = MonotonicNs();
-  if (!poisoned_) {
-    ContextScope scope(api_, slots.front().context);
-    if (CUresult r = api_.cuMemHostUnregister(arena_); r != CUDA_SUCCESS) {
+  if (unsynced_.empty()) {
+    // A failure leaves registered_ set: the next transfer unregisters first (SettleLocked).
+    if (CUresult r = UnregisterLocked(slots.front().context); r != CUDA_SUCCESS) {
       fail(r, "unregistering the arena");
     }
   }
   transfer.register_ns += MonotonicNs() - phase;
   transfer.ns = MonotonicNs() - start;
-  if (failure) return *failure;
+  if (failure) {
+    // Saved bytes may be incomplete: Load refuses until a Save succeeds. A failed Load only
+    // read the arena, so its bytes stay for a retry.
+    if (direction == Direction::kToHost) layout_.clear();
+    return *failure;
+  }
   CUSNAP_LOG_INFO("host carrier: %s %llu bytes in %llu ns (copy %llu ns, register %llu ns, "
                   "provision %llu ns)",
                   direction == Direction::kToHost ? "saved" : "loaded",
@@ -349,6 +350,41 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
                   static_cast<unsigned long long>(transfer.register_ns),
                   static_cast<unsigned long long>(transfer.provision_ns));
   return transfer;
+}
+
+Status HostCarrier::SettleLocked() {
+  while (!unsynced_.empty()) {
+    const Unsynced& pending = unsynced_.back();
+    ContextScope scope(api_, pending.context);
+    const CUresult synced = scope.status() == CUDA_SUCCESS ? api_.cuStreamSynchronize(pending.stream)
+                                                           : scope.status();
+    if (synced != CUDA_SUCCESS) {
+      return DriverError(api_, synced, "synchronizing the copies of an earlier, failed transfer");
+    }
+    api_.cuStreamDestroy_v2(pending.stream);
+    RemoveStaging(pending.staging);
+    unsynced_.pop_back();
+  }
+  if (registered_) {
+    if (CUresult r = UnregisterLocked(registered_context_); r != CUDA_SUCCESS) {
+      return DriverError(api_, r, "unregistering the arena after an earlier, failed transfer");
+    }
+  }
+  return Ok{};
+}
+
+void HostCarrier::RemoveStaging(std::span<const Staging> staging) {
+  for (const Staging& stage : staging) {
+    if (stage.mapped) api_.cuMemUnmap(stage.va, stage.size);
+    if (stage.reserved) api_.cuMemAddressFree(stage.va, stage.size);
+  }
+}
+
+CUresult HostCarrier::UnregisterLocked(CUcontext context) {
+  ContextScope scope(api_, context);
+  const CUresult r = scope.status() == CUDA_SUCCESS ? api_.cuMemHostUnregister(arena_) : scope.status();
+  if (r == CUDA_SUCCESS) registered_ = false;
+  return r;
 }
 
 void HostCarrier::Discard() {
@@ -382,7 +418,7 @@ std::span<const std::byte> HostCarrier::saved(size_t index) const {
 
 bool HostCarrier::poisoned() const {
   std::lock_guard lock(mutex_);
-  return poisoned_;
+  return !unsynced_.empty();
 }
 
 }  // namespace cusnap::shim

@@ -81,7 +81,9 @@ class HostCarrier {
 
   /// Copies the bytes of the last Save back (host to device) into each slot's (fresh)
   /// allocation. The slots must have the sizes, in order, that Save saw; else
-  /// CUDA_ERROR_INVALID_VALUE and nothing moves.
+  /// CUDA_ERROR_INVALID_VALUE and nothing moves. A failed Load keeps the saved bytes (the
+  /// host side is only read), so it can be run again; a failed Save forgets them (they may
+  /// be incomplete) and Load refuses until a Save succeeds.
   Result<CarrierTransfer> Load(std::span<const CarrierSlot> slots);
 
   /// Forgets the saved layout (after a refused or finished cycle); the arena stays.
@@ -97,9 +99,10 @@ class HostCarrier {
   size_t saved_bytes() const;
   /// The saved bytes of slot `index` of the last Save (empty when out of range).
   std::span<const std::byte> saved(size_t index) const;
-  /// True when a copy failed in a way that leaves its completion unknown: the arena may
-  /// still be written by the device, so it is never released or moved again, and every
-  /// later Save/Load fails (SPEC-REFERENCE K.3 #12).
+  /// True while a copy stream's synchronize failed and has not succeeded since: the device
+  /// may still use the arena, so it is not moved or freed (SPEC-REFERENCE K.3 #12). The next
+  /// Save/Load synchronizes those streams again first (and unregisters the arena when an
+  /// earlier unregister failed); it fails, changing nothing, while that still fails.
   bool poisoned() const;
 
  private:
@@ -109,17 +112,44 @@ class HostCarrier {
   };
   enum class Direction { kToHost, kToDevice };
 
+  // The staging mapping of one slot: a VA range of the carrier's own with the slot's handle
+  // mapped and RW access for the copying device.
+  struct Staging {
+    CUdeviceptr va = 0;
+    size_t size = 0;
+    bool reserved = false;
+    bool mapped = false;
+  };
+  // A copy stream whose synchronize failed, kept with the staging mappings its copies use
+  // until a synchronize succeeds (unmapping under a running copy would fault it).
+  struct Unsynced {
+    CUcontext context = nullptr;
+    CUstream stream = nullptr;
+    std::vector<Staging> staging;
+  };
+
   Status GrowLocked(size_t bytes, uint64_t* provision_ns);
+  // What a failed earlier transfer left: synchronizes its streams again, then unregisters
+  // the arena if it is still registered. Errors carry the CUresult; nothing moves then.
+  Status SettleLocked();
+  // Unmaps and frees staging ranges; the caller has entered their context.
+  void RemoveStaging(std::span<const Staging> staging);
+  // cuMemHostUnregister of the arena in `context`; clears registered_ on success.
+  CUresult UnregisterLocked(CUcontext context);
   Result<CarrierTransfer> MoveLocked(std::span<const CarrierSlot> slots, Direction direction);
   void BackgroundGrowth();
 
   const DriverApi& api_;
   const CarrierMode mode_;
-  mutable std::mutex mutex_;  // arena, layout, poisoned
+  mutable std::mutex mutex_;  // arena, layout, unsynced_, registered_
   std::byte* arena_ = nullptr;
   size_t capacity_ = 0;
   std::vector<Placement> layout_;
-  bool poisoned_ = false;
+  std::vector<Unsynced> unsynced_;
+  // The arena is registered with the driver (between register and a successful
+  // unregister), from registered_context_.
+  bool registered_ = false;
+  CUcontext registered_context_ = nullptr;
   // Eager growth: the size asked for, and the thread that provides it. Separate from
   // mutex_ so that Anticipate never waits for a growth in progress.
   std::atomic<size_t> wanted_{0};

@@ -134,6 +134,9 @@ Status MulticastSteps::MapOne(const MulticastObjectInfo& object, const Multicast
   const auto access = AccessDescs(m);
   if (CUresult r = api_.cuMemSetAccess(m.address, m.size, access.data(), m.access_count);
       r != CUDA_SUCCESS) {
+    // All or nothing: a range left mapped without its access would make a retry's cuMemMap
+    // fail on an occupied range.
+    api_.cuMemUnmap(m.address, m.size);
     return StepError(r, "cuMemSetAccess at " + VaRangeText(m.address, m.size), object.id);
   }
   return Ok{};

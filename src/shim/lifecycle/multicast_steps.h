@@ -69,6 +69,8 @@ class MulticastSteps {
   void ResetProgress();
   Status Unbind(const MulticastObjectInfo& object, const MulticastBinding& binding);
   Status BindOne(const MulticastObjectInfo& object, const MulticastBinding& binding);
+  // Maps one multicast VA with its access; all or nothing (unmapped again when the access
+  // fails), so a retry maps it afresh.
   Status MapOne(const MulticastObjectInfo& object, const MulticastMapping& mapping);
   // Puts back what a failed detach undid, in reverse; false when that failed too.
   bool Undo(const std::vector<const MulticastMapping*>& unmapped,
