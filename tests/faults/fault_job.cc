@@ -199,8 +199,10 @@ Verdict FaultJob::RunCase(const Case& c) {
         ::kill(cli, SIGKILL);
         break;
       case Kind::kKillParticipant:
+        // A restore that falls back to recover pauses at read_state twice: the second
+        // pause finds the participant dead already (pid -1) and keeps the first's pid.
         killed = c.process;
-        killed_pid = by_name_.at(c.process)->pid;
+        if (by_name_.at(c.process)->pid > 0) killed_pid = by_name_.at(c.process)->pid;
         Kill(*by_name_.at(c.process));
         ::kill(cli, SIGCONT);
         break;
