@@ -281,12 +281,7 @@ TEST_P(CliJobRecoverMulticast, TeamThatLostAMemberIsNamedAndNotRebuilt) {
   Worker& member = Start("member", 1);
   ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "X", 2, "dev", 0, "x", "0"));
   ASSERT_NO_FATAL_FAILURE(CreateFilled(member, "Y", 2, "dev", 1, "y", "1"));
-  ASSERT_EQ(OkValue(Ask(creator, "mccreate M 2 2")).rfind("0x", 0), 0u);
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "M", member));
-  ASSERT_EQ(Ask(creator, "mcadd M 0"), "ok");
-  ASSERT_EQ(Ask(member, "mcadd M 1"), "ok");
-  ASSERT_EQ(Ask(creator, "mcbind M 0 X 2"), "ok");
-  ASSERT_EQ(Ask(member, "mcbind M 0 Y 2"), "ok");
+  ASSERT_NO_FATAL_FAILURE(MulticastTeam(creator, member, "M", "X", "Y"));
   const std::string mc_va = OkValue(Ask(creator, "map m_in_creator M 0 2 0"));
   ASSERT_EQ(mc_va.rfind("0x", 0), 0u);
   const std::string state = dir_ + "/state";
