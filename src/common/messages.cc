@@ -220,6 +220,7 @@ Message StepRequest::Encode() const {
   out.Put(drain_ms);
   out.Put(checkpoint_id);
   out.Put(lease_ms);
+  out.Put(dropped_multicast);
   return message;
 }
 
@@ -229,6 +230,7 @@ Result<StepRequest> StepRequest::Decode(const Message& message) {
     in.Get(r.drain_ms);
     in.Get(r.checkpoint_id);
     in.Get(r.lease_ms);
+    in.Get(r.dropped_multicast);
   });
 }
 

@@ -135,6 +135,9 @@ struct StepRequest {
   /// kCommit) when no request came for this long after the last one ended; 0: no lease
   /// (the state is held until a request moves it).
   uint64_t lease_ms = 0;
+  /// kMulticastCreate .. kMulticastBind (recover): multicast objects whose team lost a
+  /// member; the shim drops its part of each instead of rebuilding it.
+  std::vector<ObjectId> dropped_multicast{};
   Message Encode() const;
   /// EPROTO when the payload is malformed.
   static Result<StepRequest> Decode(const Message& message);

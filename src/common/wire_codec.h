@@ -39,7 +39,7 @@ class Writer {
   }
   /// A list of fixed-size wire structs: a u32 count and the structs as they lie in memory.
   template <typename T>
-    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer>
+    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer> || std::is_same_v<T, ObjectId>
   void Put(const std::vector<T>& items) {
     Put(static_cast<uint32_t>(items.size()));
     Bytes(items.data(), items.size() * sizeof(T));
@@ -80,7 +80,7 @@ class Reader {
     at_ += size;
   }
   template <typename T>
-    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer>
+    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer> || std::is_same_v<T, ObjectId>
   void Get(std::vector<T>& items) {
     uint32_t count = 0;
     Get(count);

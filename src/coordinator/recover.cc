@@ -156,6 +156,51 @@ class RecoverSequence : Sequence {
            "survivors are recovered without it");
     }
     for (const auto& o : orphans) Note(o);
+    NameDroppedTeams(gone);
+  }
+
+  /// The multicast teams a member of which (creator, importer or binder) is in `gone`: the
+  /// survivors do not rebuild them (dropped_, sent with every multicast rebuild step); each
+  /// is named with its members and every survivor's multicast VA ranges left unmapped.
+  void NameDroppedTeams(const std::set<int>& gone) {
+    const auto is = [](const proto::Record& r, proto::RecordKind kind) {
+      return r.kind == static_cast<uint32_t>(kind);
+    };
+    std::map<std::string, proto::ObjectId> teams;  // by DescribeObject text
+    std::map<std::string, std::set<int>> members;
+    const auto collect = [&](int pid, const std::vector<proto::Record>& records) {
+      for (const auto& r : records) {
+        if (!is(r, proto::RecordKind::kMulticast)) continue;
+        teams[DescribeObject(r.id, "multicast object")] = r.id;
+        members[DescribeObject(r.id, "multicast object")].insert(pid);
+        members[DescribeObject(r.id, "multicast object")].insert(r.id.creator_pid);
+      }
+    };
+    if (have_state_) {
+      for (const auto& p : state_.participants) collect(p.pid, p.records);
+    }
+    for (const auto& v : views_) collect(v.pid, v.records);
+    for (const auto& [name, id] : teams) {
+      std::string dead;
+      for (int pid : members[name]) {
+        if (gone.count(pid)) dead += (dead.empty() ? "" : ", ") + ProcessText(pid);
+      }
+      if (dead.empty()) continue;
+      dropped_.push_back(id);
+      std::string survivors;
+      for (const auto& v : views_) {
+        if (!members[name].count(v.pid)) continue;
+        std::string ranges;
+        for (const auto& r : v.records) {
+          if (!is(r, proto::RecordKind::kMulticastMapping) || !(r.id == id)) continue;
+          ranges += (ranges.empty() ? "" : ", ") + VaRangeText(r.address, r.size);
+        }
+        survivors += "; " + ProcessText(v.pid) + "'s multicast mappings of it stay unmapped: " +
+                     (ranges.empty() ? std::string("none") : ranges);
+      }
+      Note(name + ", created by " + ProcessText(id.creator_pid) + ": its team "
+           "lost " + dead + " (exited), it is not rebuilt" + survivors);
+    }
   }
 
   /// resume (roll back): every QUIESCED or SAVED participant back to ACTIVE; the state file
@@ -190,7 +235,9 @@ class RecoverSequence : Sequence {
     if (!due) return true;
     return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
       if (now_[i] != from || dead_[i]) return uint64_t{0};
-      auto step = Ask(i, proto::StepRequest{op, 0, op == proto::Op::kSave ? recycle_id_ : ""});
+      proto::StepRequest request{op, 0, op == proto::Op::kSave ? recycle_id_ : ""};
+      request.dropped_multicast = dropped_;
+      auto step = Ask(i, request);
       if (!step) return step.error();
       now_[i] = step->state;
       NoteCopy(step->copy_ns);
@@ -215,7 +262,7 @@ class RecoverSequence : Sequence {
       if (it == recorded.end()) return uint64_t{0};
       if (auto s = InspectInto(fresh, i); !s) return s.error();
       return CompareWithRecord(participants_[i]->pid(), it->second->records, fresh[i].records,
-                               exited_);
+                               exited_, dropped_);
     });
   }
 
@@ -231,6 +278,7 @@ class RecoverSequence : Sequence {
   std::vector<ShimState> now_;        // per participant: its shim's state as last reported
   std::vector<ParticipantView> views_;
   std::vector<int> exited_;           // pids of the job that exited
+  std::vector<proto::ObjectId> dropped_;  // multicast objects whose team lost a member
   std::vector<char> recycled_;        // per participant: quiesced and saved by this recovery
   std::string recycle_id_;            // the checkpoint id their kSave carries
 };

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "common/ids.h"
 #include "common/text.h"
 #include "coordinator/records.h"
 
@@ -175,13 +176,20 @@ bool Sequence::NativeUnlockPhase() {
 
 Result<uint64_t> Sequence::CompareWithRecord(int pid, const std::vector<proto::Record>& expected,
                                              const std::vector<proto::Record>& actual,
-                                             const std::vector<int>& exited) {
+                                             const std::vector<int>& exited,
+                                             const std::vector<proto::ObjectId>& dropped) {
   auto canonical = [&](const std::vector<proto::Record>& records) {
     std::vector<std::string> out;
     for (const auto& r : records) {
       const bool orphan = r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) ||
                           r.kind == static_cast<uint32_t>(proto::RecordKind::kMapping);
       if (orphan && std::find(exited.begin(), exited.end(), r.id.creator_pid) != exited.end()) {
+        continue;
+      }
+      const bool team = r.kind >= static_cast<uint32_t>(proto::RecordKind::kMulticast) &&
+                        r.kind <= static_cast<uint32_t>(proto::RecordKind::kMulticastMapping);
+      if (team && std::any_of(dropped.begin(), dropped.end(),
+                              [&](const proto::ObjectId& d) { return d == r.id; })) {
         continue;
       }
       out.push_back(RecordToJson(r).dump());

@@ -119,10 +119,12 @@ class Sequence {
 
   /// verify's comparison: `actual` (a fresh INSPECT) must hold exactly the `expected`
   /// records, order aside; records of allocations created by a process in `exited` are left
-  /// out of both (they cannot come back). The error names up to three differences each way.
+  /// out of both (they cannot come back), and so are the records of the multicast objects
+  /// in `dropped` (their team lost a member). The error names up to three differences each way.
   static Result<uint64_t> CompareWithRecord(int pid, const std::vector<proto::Record>& expected,
                                             const std::vector<proto::Record>& actual,
-                                            const std::vector<int>& exited = {});
+                                            const std::vector<int>& exited = {},
+                                            const std::vector<proto::ObjectId>& dropped = {});
 
   /// Tells the observer the phase ended and adds it (and its errors) to the report.
   bool Record(PhaseReport phase);

@@ -268,5 +268,55 @@ TEST_F(CliJobRecover, ReexportFailureLeavesTheImportersAbleToRetry) {
   ExpectRunningWhole(state);
 }
 
+// A multicast team of a creator (device 0) and an importer (device 1), each binding memory
+// of its own; the creator maps the team. One member is killed after the checkpoint: the
+// survivor is recovered without the team, which is named (object, creator, the dead member,
+// the survivor's multicast VA ranges left unmapped), with its own bytes intact, and a
+// further checkpoint and restore of it is not refused.
+class CliJobRecoverMulticast : public JobTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CliJobRecoverMulticast, TeamThatLostAMemberIsNamedAndNotRebuilt) {
+  const bool creator_dies = GetParam();
+  Worker& creator = Start("creator", 0);
+  Worker& member = Start("member", 1);
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "X", 2, "dev", 0, "x", "0"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(member, "Y", 2, "dev", 1, "y", "1"));
+  ASSERT_NO_FATAL_FAILURE(MulticastTeam(creator, member, "M", "X", "Y"));
+  const std::string mc_va = OkValue(Ask(creator, "map m_in_creator M 0 2 0"));
+  ASSERT_EQ(mc_va.rfind("0x", 0), 0u);
+  const std::string state = dir_ + "/state";
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  Worker& dead = creator_dies ? creator : member;
+  Worker& survivor = creator_dies ? member : creator;
+  const std::string creator_pid = std::to_string(creator.pid);
+  const std::string dead_pid = std::to_string(dead.pid);
+  const std::string survivor_pid = std::to_string(survivor.pid);
+  Kill(dead);
+  const Ran rec = Cusnap({"recover", "--all", "--state-dir", state});
+  EXPECT_EQ(rec.status, 0) << rec.out << rec.err;
+  EXPECT_THAT(rec.err, HasSubstr("multicast object 1 of pid " + creator_pid));
+  EXPECT_THAT(rec.err, HasSubstr(", created by pid " + creator_pid + ": its team lost pid " + dead_pid +
+                                 " (exited), it is not rebuilt; pid " + survivor_pid +
+                                 "'s multicast mappings of it stay unmapped: "));
+  // Only the creator mapped the team.
+  EXPECT_THAT(rec.err, HasSubstr("'s multicast mappings of it stay unmapped: " +
+                                 std::string(creator_dies ? "none" : "[" + mc_va)));
+  EXPECT_EQ(Phases(), std::vector<std::string>{"active"});
+  const std::string own = creator_dies ? "check y " + std::to_string(seeds_.at("Y"))
+                                       : "check x " + std::to_string(seeds_.at("X"));
+  EXPECT_EQ(Ask(survivor, own), "ok");
+  // The dropped team does not stand in the way of the next checkpoint.
+  const std::string again = dir_ + "/again";
+  const Ran ck = Checkpoint(again);
+  EXPECT_EQ(ck.status, 0) << ck.out << ck.err;
+  const Ran rs = Restore(again);
+  EXPECT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_EQ(Phases(), std::vector<std::string>{"active"});
+  EXPECT_EQ(Ask(survivor, own), "ok");
+}
+
+INSTANTIATE_TEST_SUITE_P(Member, CliJobRecoverMulticast, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "CreatorDies" : "ImporterDies"; });
+
 }  // namespace
 }  // namespace jobtest

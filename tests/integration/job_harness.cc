@@ -307,6 +307,16 @@ void JobTest::ShareMapped(Worker& from, const std::string& allocation, Worker& t
   ASSERT_NO_FATAL_FAILURE(Map(to, view, allocation, 0, mib, devices));
 }
 
+void JobTest::MulticastTeam(Worker& creator, Worker& member, const std::string& mc,
+                            const std::string& creator_memory, const std::string& member_memory) {
+  ASSERT_EQ(OkValue(Ask(creator, "mccreate " + mc + " 2 2")).rfind("0x", 0), 0u);
+  ASSERT_NO_FATAL_FAILURE(Share(creator, mc, member));
+  ASSERT_EQ(Ask(creator, "mcadd " + mc + " 0"), "ok");
+  ASSERT_EQ(Ask(member, "mcadd " + mc + " 1"), "ok");
+  ASSERT_EQ(Ask(creator, "mcbind " + mc + " 0 " + creator_memory + " 2"), "ok");
+  ASSERT_EQ(Ask(member, "mcbind " + mc + " 0 " + member_memory + " 2"), "ok");
+}
+
 void JobTest::Fill(Worker& w, const std::string& view) {
   for (const auto& v : views_) {
     if (v.worker == &w && v.view == view) {

@@ -105,6 +105,11 @@ class JobTest : public ::testing::Test {
   /// Share, then `to` Maps all `mib` of it at `view` (access for `devices`).
   void ShareMapped(Worker& from, const std::string& allocation, Worker& to,
                    const std::string& view, size_t mib, const std::string& devices);
+  /// A multicast team `mc` of 2 MiB for 2 devices: `creator` creates it and shares it with
+  /// `member`; `creator` adds device 0 and binds its `creator_memory`, `member` adds device 1
+  /// and binds its `member_memory` (both 2 MiB, at offset 0).
+  void MulticastTeam(Worker& creator, Worker& member, const std::string& mc,
+                     const std::string& creator_memory, const std::string& member_memory);
   /// Writes the allocation's pattern through `view`.
   void Fill(Worker& w, const std::string& view);
   /// Unmaps `view` (and forgets it).

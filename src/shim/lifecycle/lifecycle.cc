@@ -308,19 +308,23 @@ Result<StepResult> Lifecycle::Reallocate(const proto::StepRequest&) { return ste
 
 Result<StepResult> Lifecycle::Import(const proto::StepRequest&) { return Moved(steps_.Import()); }
 
-Result<StepResult> Lifecycle::MulticastCreate(const proto::StepRequest&) {
+Result<StepResult> Lifecycle::MulticastCreate(const proto::StepRequest& request) {
+  steps_.DropMulticast(request.dropped_multicast);
   return Moved(steps_.MulticastCreate());
 }
 
-Result<StepResult> Lifecycle::MulticastImport(const proto::StepRequest&) {
+Result<StepResult> Lifecycle::MulticastImport(const proto::StepRequest& request) {
+  steps_.DropMulticast(request.dropped_multicast);
   return Moved(steps_.MulticastImport());
 }
 
-Result<StepResult> Lifecycle::MulticastJoin(const proto::StepRequest&) {
+Result<StepResult> Lifecycle::MulticastJoin(const proto::StepRequest& request) {
+  steps_.DropMulticast(request.dropped_multicast);
   return Moved(steps_.MulticastJoin());
 }
 
-Result<StepResult> Lifecycle::MulticastBind(const proto::StepRequest&) {
+Result<StepResult> Lifecycle::MulticastBind(const proto::StepRequest& request) {
+  steps_.DropMulticast(request.dropped_multicast);
   return Moved(steps_.MulticastBind());
 }
 

@@ -78,6 +78,9 @@ class LifecycleSteps {
   virtual Status MulticastImport() { return Ok{}; }
   virtual Status MulticastJoin() { return Ok{}; }
   virtual Status MulticastBind() { return Ok{}; }
+  /// Recover: drops this process's part of the multicast teams `teams` (a member exited)
+  /// before a rebuild step; see MulticastSteps::Drop.
+  virtual void DropMulticast(const std::vector<proto::ObjectId>& teams) { (void)teams; }
   /// Forgets what Save kept (the checkpoint was refused, or the cycle finished).
   virtual void Discard() {}
   /// With the gate closed: waits, at most `deadline_ms`, for the work the application queued

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -317,6 +319,35 @@ Status MulticastSteps::Bind() {
     mapped_[k] = 1;
   }
   return Ok{};
+}
+
+void MulticastSteps::Drop(const std::vector<proto::ObjectId>& teams) {
+  for (size_t i = held_.size(); i-- > 0;) {
+    MulticastObjectInfo& o = held_[i];
+    if (std::none_of(teams.begin(), teams.end(),
+                     [&](const proto::ObjectId& t) { return t == o.id; })) {
+      continue;
+    }
+    if (o.has_real) {
+      if (o.creator) cache_.Invalidate(TicketKind::kMulticast, o.id.local_id);
+      api_.cuMemRelease(o.real);  // a team that cannot be completed: nothing waits on it
+      multicast_.SetRealHandle(o.key, std::nullopt);
+    }
+    std::string ranges;
+    for (size_t k = mappings_.size(); k-- > 0;) {
+      if (mappings_[k].key != o.key) continue;
+      ranges = VaRangeText(mappings_[k].address, mappings_[k].size) + (ranges.empty() ? "" : ", ") + ranges;
+      mappings_.erase(mappings_.begin() + static_cast<std::ptrdiff_t>(k));
+      mapped_.erase(mapped_.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    multicast_.Drop(o.key);
+    CUSNAP_LOG_ERROR("%s: %s is not rebuilt: a member of its team exited; its multicast "
+                     "mappings here stay unmapped: %s",
+                     ThisProcess().c_str(), Name(o.id).c_str(), ranges.empty() ? "none" : ranges.c_str());
+    held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
+    joined_.erase(joined_.begin() + static_cast<std::ptrdiff_t>(i));
+    bound_.erase(bound_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 void MulticastSteps::Discard() {

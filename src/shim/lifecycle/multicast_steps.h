@@ -58,6 +58,11 @@ class MulticastSteps {
   Status Import();
   Status Join();
   Status Bind();
+  /// Recover, before each rebuild step: the objects in `teams` lost a member (it exited),
+  /// so this process's part of each is dropped: its handle released, its devices, bindings
+  /// and mappings forgotten (the multicast VAs stay reserved, unmapped), named in the log.
+  /// The rest is rebuilt as usual.
+  void Drop(const std::vector<proto::ObjectId>& teams);
   /// Forgets this cycle. destroyed() keeps its value until the next Detach.
   void Discard();
 
@@ -109,6 +114,9 @@ class StepsWithMulticast final : public LifecycleSteps {
   Status MulticastImport() override { return multicast_.Import(); }
   Status MulticastJoin() override { return multicast_.Join(); }
   Status MulticastBind() override { return multicast_.Bind(); }
+  void DropMulticast(const std::vector<proto::ObjectId>& teams) override {
+    multicast_.Drop(teams);
+  }
   void Discard() override {
     unicast_.Discard();
     multicast_.Discard();

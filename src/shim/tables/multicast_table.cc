@@ -104,6 +104,24 @@ bool MulticastTable::RemoveBinding(MulticastKey key, int device, uint64_t mc_off
   return true;
 }
 
+std::vector<MulticastDropped> MulticastTable::Drop(MulticastKey key) {
+  std::vector<MulticastMapping> gone;
+  for (const MulticastMapping& m : Mappings()) {
+    if (m.key == key) gone.push_back(m);
+  }
+  std::vector<MulticastDropped> dropped;
+  for (const MulticastMapping& m : gone) {
+    for (auto& d : RemoveMappings(m.address, m.size)) dropped.push_back(std::move(d));
+  }
+  std::lock_guard lock(mutex_);
+  if (MulticastObjectInfo* o = InfoLocked(key)) {
+    o->dropped = true;
+    o->devices.clear();
+    o->bindings.clear();
+  }
+  return dropped;
+}
+
 bool MulticastTable::AddMapping(CUdeviceptr address, uint64_t size, uint64_t offset,
                                 uint64_t flags, MulticastKey key, uint64_t logical) {
   std::lock_guard lock(mutex_);
@@ -124,6 +142,7 @@ std::vector<proto::Record> MulticastTable::Inspect() const {
   std::lock_guard lock(mutex_);
   std::vector<proto::Record> records;
   ForEachLocked([&](const MulticastObjectInfo& o) {
+    if (o.dropped) return;
     proto::Record object = ObjectRecord(o, proto::RecordKind::kMulticast);
     object.handle_count = o.handles;
     object.extent = o.extent;
@@ -166,6 +185,7 @@ uint64_t MulticastTable::RecordCount() const {
   std::lock_guard lock(mutex_);
   uint64_t count = mappings_.size();
   ForEachLocked([&](const MulticastObjectInfo& o) {
+    if (o.dropped) return;
     count += 1 + o.devices.size() + o.bindings.size();
   });
   return count;
@@ -175,7 +195,9 @@ std::vector<MulticastObjectInfo> MulticastTable::Objects() const {
   std::lock_guard lock(mutex_);
   std::vector<MulticastObjectInfo> out;
   out.reserve(ObjectCountLocked());
-  ForEachLocked([&](const MulticastObjectInfo& o) { out.push_back(o); });
+  ForEachLocked([&](const MulticastObjectInfo& o) {
+    if (!o.dropped) out.push_back(o);
+  });
   return out;
 }
 

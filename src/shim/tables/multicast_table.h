@@ -89,6 +89,9 @@ struct MulticastObjectInfo {
   uint64_t extent = 0;          ///< largest offset+size the driver accepted (bind or map)
   std::vector<int> devices;     ///< added by this process, in order
   std::vector<MulticastBinding> bindings;
+  /// Its team lost a member (recover): never rebuilt, left out of INSPECT and Objects();
+  /// the application's logical handles still name it until released.
+  bool dropped = false;
 };
 
 /// A pinned object: `real` stays valid until Unpin.
@@ -137,6 +140,10 @@ class MulticastTable : public HandleTable<MulticastObjectInfo, MulticastMapping>
   /// offset and size (false when none).
   bool RemoveBinding(MulticastKey key, int device, uint64_t mc_offset, uint64_t size);
 
+  /// Recover, when a member of `key`'s team exited: forgets its devices, bindings and
+  /// mappings (the VAs stay reserved, unmapped) and marks it dropped (see
+  /// MulticastObjectInfo::dropped). Returns the objects that lost their last reference.
+  std::vector<MulticastDropped> Drop(MulticastKey key);
   /// After cuMemMap of a multicast handle succeeded; false (nothing recorded) on overlap.
   bool AddMapping(CUdeviceptr address, uint64_t size, uint64_t offset, uint64_t flags,
                   MulticastKey key, uint64_t logical);
