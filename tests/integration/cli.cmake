@@ -25,7 +25,10 @@ cusnap_add_gtest(cli_job_test
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_recover.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_native_baseline.cc
   LIBS cusnap_common nlohmann_json::nlohmann_json
-  LABELS integration)
+  LABELS integration
+  # A recover test (workers whose every copy is delayed 700 ms, then a full cycle) takes
+  # ~60 s under AddressSanitizer on CI's 2 cores and ~95 s on a loaded one.
+  TIMEOUT 300)
 target_include_directories(cli_job_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 add_dependencies(cli_job_test cusnap cusnap_shim simcuda_driver job_worker)
 

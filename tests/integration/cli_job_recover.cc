@@ -118,7 +118,12 @@ TEST_P(CliJobKill9, StatusNamesTheStateAndRecoverBringsTheJobBack) {
     ASSERT_FALSE(HasFatalFailure());
   }
   if (*c.cli_delays != '\0') ::setenv("SIMCUDA_DELAYS", c.cli_delays, 1);
+  // The killed command's lease outlives the test: this test asks what `recover` does. With
+  // the default 10 s lease a slow machine (CI under AddressSanitizer) let the shims roll
+  // back by themselves first (LeaseThatRunsOutRollsTheJobBackByItself covers that path).
+  ::setenv("CUSNAP_LEASE_MS", "600000", 1);
   const Ran killed = Killed(c.command, c.after, state);
+  ::unsetenv("CUSNAP_LEASE_MS");
   ::unsetenv("SIMCUDA_DELAYS");
   EXPECT_EQ(killed.status, -1) << killed.out << killed.err;
 
