@@ -48,10 +48,12 @@ Result<Reply> Request(const std::string& socket_path, const proto::Message& requ
 
 /// Asks the endpoint of `id`'s creator (EndpointPath(ControlDir(), id.creator_pid)) for a
 /// fresh raw POSIX descriptor of object `id` of kind `kind` (1 unicast, 2 multicast; see
-/// ticket.h). On success the reply holds the descriptor and the object's size in bytes.
+/// ticket.h), proving it holds a ticket with `capability` (the creator refuses any other).
+/// On success the reply holds the descriptor and the object's size in bytes.
 /// Errors: the creator's refusal (its status, e.g. CUDA_ERROR_INVALID_HANDLE for an object it
-/// no longer exports), a socket errno, or EPROTO when the reply carries no descriptor or
-/// answers for another object; messages name the object.
-Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms);
+/// no longer exports or a wrong capability), a socket errno, or EPROTO when the reply carries
+/// no descriptor or answers for another object; messages name the object.
+Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind,
+                                         const proto::Capability& capability, int timeout_ms);
 
 }  // namespace cusnap

@@ -44,6 +44,13 @@ inline bool operator==(const proto::ObjectId& a, const proto::ObjectId& b) {
          a.local_id == b.local_id;
 }
 
+/// True when both capabilities are the same, in time independent of where they differ (a
+/// peer cannot learn a secret a word at a time from reply latency).
+inline bool SameCapability(const proto::Capability& a, const proto::Capability& b) {
+  const uint64_t diff = (a.word[0] ^ b.word[0]) | (a.word[1] ^ b.word[1]);
+  return diff == 0;
+}
+
 /// "allocation <local id> of pid <pid> (start <ticks>)", for error messages.
 std::string DescribeObject(const proto::ObjectId& id, const char* what = "allocation");
 

@@ -83,6 +83,7 @@ Message ExportRequest::Encode() const {
   Writer out(message.payload);
   out.Put(id);
   out.Put(kind);
+  out.Put(capability);
   return message;
 }
 
@@ -90,6 +91,7 @@ Result<ExportRequest> ExportRequest::Decode(const Message& message) {
   return ReadRequest<ExportRequest>(message, [](Reader& in, ExportRequest& r) {
     in.Get(r.id);
     in.Get(r.kind);
+    in.Get(r.capability);
   });
 }
 

@@ -36,6 +36,7 @@ Message EncodeError(Op op, const Error& error);
 struct ExportRequest {
   ObjectId id{};      ///< the object, named by its creator's identity
   uint32_t kind = 0;  ///< TicketKind: 1 unicast allocation, 2 multicast object
+  Capability capability{};  ///< from the ticket: the creator serves only the right one
   Message Encode() const;
   /// EPROTO when the payload is not an export request.
   static Result<ExportRequest> Decode(const Message& message);

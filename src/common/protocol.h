@@ -176,6 +176,13 @@ struct AccessRecord {
   uint32_t reserved;
 };
 
+/// The secret that makes a ticket a capability (DESIGN.md, "Tickets"): 128 bits its creator
+/// derives from the object and a random per-process key, so only a process that was given a
+/// ticket (or the creator) can name it in kExport; ids alone are guessable, this is not.
+struct Capability {
+  uint64_t word[2];
+};
+
 /// Identity of an allocation or multicast object, stable across checkpoint and restore:
 /// the creator process (pid + start time in clock ticks since boot) and its local id.
 struct ObjectId {

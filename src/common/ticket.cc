@@ -30,6 +30,8 @@ Result<int> CreateTicket(const Ticket& ticket) {
   layout.creator_pid = ticket.id.creator_pid;
   layout.creator_start = ticket.id.creator_start;
   layout.local_id = ticket.id.local_id;
+  layout.capability[0] = ticket.capability.word[0];
+  layout.capability[1] = ticket.capability.word[1];
   if (ticket.kind == TicketKind::kMulticast) {
     layout.mc_size = ticket.multicast.size;
     layout.mc_handle_types = ticket.multicast.handle_types;
@@ -64,19 +66,25 @@ Result<std::optional<Ticket>> ReadTicket(int fd) {
   // fails one of these three checks: that is how tickets are told apart.
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals != TicketSeals()) return std::optional<Ticket>{};
+  // A version-1 ticket (64 bytes, from an older cusnap) is still told apart from a CUDA
+  // descriptor, and then refused by its version.
+  constexpr off_t kVersion1Size = 64;
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(kTicketSize)) {
+  if (fstat(fd, &st) != 0 ||
+      (st.st_size != static_cast<off_t>(kTicketSize) && st.st_size != kVersion1Size)) {
     return std::optional<Ticket>{};
   }
   TicketLayout layout;
+  std::memset(&layout, 0, sizeof layout);
+  const auto size = static_cast<size_t>(st.st_size);
   ssize_t n;
   do {
-    n = pread(fd, &layout, sizeof layout, 0);
+    n = pread(fd, &layout, size, 0);
   } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof layout)) return SystemError("read");
+  if (n != static_cast<ssize_t>(size)) return SystemError("read");
   if (layout.magic != kTicketMagic) return std::optional<Ticket>{};
 
-  if (layout.version != kTicketVersion) {
+  if (layout.version != kTicketVersion || size != kTicketSize) {
     return Error{-1, "ticket: unsupported version " + std::to_string(layout.version) +
                          " (this cusnap reads version " + std::to_string(kTicketVersion) + ")"};
   }
@@ -92,6 +100,9 @@ Result<std::optional<Ticket>> ReadTicket(int fd) {
   if (layout.reserved0 != 0 || layout.reserved1 != 0) {
     return Error{-1, "ticket: reserved fields are not zero"};
   }
+  if (layout.capability[0] == 0 && layout.capability[1] == 0) {
+    return Error{-1, "ticket: carries no capability (its creator never made it)"};
+  }
   const bool multicast = layout.kind == static_cast<uint16_t>(TicketKind::kMulticast);
   const bool has_properties = layout.mc_size != 0 || layout.mc_handle_types != 0 ||
                               layout.mc_flags != 0 || layout.mc_num_devices != 0;
@@ -104,6 +115,7 @@ Result<std::optional<Ticket>> ReadTicket(int fd) {
   ticket.id.creator_start = layout.creator_start;
   ticket.id.local_id = layout.local_id;
   ticket.kind = static_cast<TicketKind>(layout.kind);
+  ticket.capability = proto::Capability{{layout.capability[0], layout.capability[1]}};
   if (multicast) {
     ticket.multicast.size = layout.mc_size;
     ticket.multicast.handle_types = layout.mc_handle_types;

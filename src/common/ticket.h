@@ -29,6 +29,7 @@ struct TicketMulticastProperties {
 struct Ticket {
   proto::ObjectId id{};  ///< creator pid + start time + local id (id.reserved is zero)
   TicketKind kind = TicketKind::kUnicast;
+  proto::Capability capability{};  ///< the creator's secret for this object (capabilities.h)
   TicketMulticastProperties multicast;  ///< kMulticast only
 };
 
@@ -46,10 +47,12 @@ struct TicketLayout {
   uint64_t mc_flags;
   uint32_t mc_num_devices;
   uint32_t reserved1;
+  uint64_t capability[2];    ///< version 2: proto::Capability; never all zero
 };
 inline constexpr uint32_t kTicketMagic = 0x544b5343;  // "CSKT"
-inline constexpr uint16_t kTicketVersion = 1;
-inline constexpr size_t kTicketSize = 64;
+/// Version 2 added the capability: a version-1 ticket (64 bytes) is refused by its version.
+inline constexpr uint16_t kTicketVersion = 2;
+inline constexpr size_t kTicketSize = 80;
 static_assert(sizeof(TicketLayout) == kTicketSize);
 
 /// The seals every ticket carries, exactly (memfd_create(2), fcntl(2) F_ADD_SEALS).
@@ -62,8 +65,8 @@ Result<int> CreateTicket(const Ticket& ticket);
 /// Reads the ticket behind `fd` without moving its file offset (pread). Returns nullopt
 /// when `fd` is not a ticket (not a sealed memfd of kTicketSize bytes with the magic: e.g.
 /// a real CUDA descriptor), the ticket when it is valid, and an Error (code -1) when it has
-/// a ticket's seals, size and magic but a bad version, kind, pid or reserved field, or a
-/// unicast ticket with multicast properties.
+/// a ticket's seals and magic but a bad version (size 64: version 1), kind, pid, reserved
+/// field or an all-zero capability, or a unicast ticket with multicast properties.
 Result<std::optional<Ticket>> ReadTicket(int fd);
 
 }  // namespace cusnap

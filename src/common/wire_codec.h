@@ -33,6 +33,10 @@ class Writer {
     Put(id.creator_start);
     Put(id.local_id);
   }
+  void Put(const Capability& capability) {
+    Put(capability.word[0]);
+    Put(capability.word[1]);
+  }
   void Put(std::string_view text) {
     Put(static_cast<uint32_t>(text.size()));
     Bytes(text.data(), text.size());
@@ -71,6 +75,10 @@ class Reader {
     Get(id.creator_pid);
     Get(id.creator_start);
     Get(id.local_id);
+  }
+  void Get(Capability& capability) {
+    Get(capability.word[0]);
+    Get(capability.word[1]);
   }
   void Get(std::string& text) {
     uint32_t size = 0;

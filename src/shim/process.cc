@@ -15,6 +15,7 @@
 #include "shim/lifecycle/lifecycle.h"
 #include "shim/lifecycle/multicast_steps.h"
 #include "shim/lifecycle/unicast_steps.h"
+#include "shim/tables/capabilities.h"
 
 namespace cusnap::shim {
 namespace {
@@ -29,8 +30,8 @@ struct Restorer {
   Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
            QuiesceGate& gate, DeviceWork& device_work)
       : carrier(driver(), CarrierModeFromEnvironment()),
-        steps(driver(), table, cache, carrier, &FetchExportFromCreator),
-        multicast(driver(), table, multicast_table, cache, &FetchMulticastFromCreator),
+        steps(driver(), table, cache, carrier, &FetchFromCreator),
+        multicast(driver(), table, multicast_table, cache, &FetchFromCreator),
         all(steps, multicast, &driver(), &device_work),
         lifecycle(all, gate) {}
 };
@@ -101,6 +102,7 @@ void ForkChild() {
       endpoint->AbandonAfterFork();  // the parent's socket file stays: it is the parent's
     }
   }
+  RenewCapabilityKeyAfterFork();  // the child's objects get secrets the parent cannot derive
   g_process.store(new Process(), std::memory_order_release);
 }
 

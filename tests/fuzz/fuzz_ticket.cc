@@ -29,6 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A ticket accepted is one the parser's rules allow.
     if (t.id.creator_pid <= 0 || t.id.local_id == 0 || t.id.creator_start == 0) std::abort();
     if (t.kind != cusnap::TicketKind::kUnicast && t.kind != cusnap::TicketKind::kMulticast) std::abort();
+    if (t.capability.word[0] == 0 && t.capability.word[1] == 0) std::abort();
   }
   close(fd);
   return 0;

@@ -159,6 +159,28 @@ int Importer(const std::string& transport, const char* fd_arg) {
   }
   Check(ticket >= 0, "no ticket descriptor");
   Check(CountRawDescriptors() == 0, "the importer holds a raw descriptor before importing");
+  auto given = cusnap::ReadTicket(ticket);
+  Check(given.ok() && given->has_value(), "the creator's ticket reads back");
+  const cusnap::Ticket real_ticket = **given;
+
+  // Tickets are capabilities (issue 12): the creator's id with any other capability (a
+  // guess, or one bit off) gets nothing, through a forged ticket or a bare kExport request.
+  {
+    cusnap::Ticket guessed = real_ticket;
+    guessed.capability.word[0] ^= 1;
+    auto forged = cusnap::CreateTicket(guessed);
+    Check(forged.ok(), "CreateTicket");
+    CUmemGenericAllocationHandle h = 0;
+    CU_EXPECT(CUDA_ERROR_INVALID_HANDLE,
+              cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(*forged)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(*forged);
+    auto asked = cusnap::RequestExport(real_ticket.id, 1, cusnap::proto::Capability{{1, 1}}, kTimeoutMs);
+    Check(!asked.ok() && asked.error().code == CUDA_ERROR_INVALID_HANDLE &&
+              asked.error().message.find("does not carry its ticket's capability") != std::string::npos,
+          "a guessed capability is refused by the creator");
+    Check(CountRawDescriptors() == 0, "a refused request left a raw descriptor");
+  }
 
   CUmemGenericAllocationHandle handle = 0;
   CU(cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(ticket)),
@@ -185,6 +207,8 @@ int Importer(const std::string& transport, const char* fd_arg) {
   auto t = cusnap::ReadTicket(reexport);
   Check(t.ok() && t->has_value(), "re-export gives a ticket");
   Check((*t)->id.creator_pid != getpid(), "a re-exported ticket names the original creator");
+  Check(cusnap::SameCapability((*t)->capability, real_ticket.capability),
+        "a re-exported ticket carries the creator's capability on");
   if (transport == "spawn") Check((*t)->id.creator_pid == getppid(), "creator is our parent");
   close(reexport);
 
@@ -357,6 +381,7 @@ int Basics() {
     stale.id.creator_pid = pid;
     stale.id.creator_start = start;
     stale.id.local_id = 1;
+    stale.capability = cusnap::proto::Capability{{1, 2}};
     auto stale_fd = cusnap::CreateTicket(stale);
     Check(stale_fd.ok(), "CreateTicket");
     CUmemGenericAllocationHandle h = 0;
@@ -373,6 +398,7 @@ int Basics() {
     layout.creator_pid = getpid();
     layout.creator_start = 1;
     layout.local_id = 1;
+    layout.capability[0] = 1;
     const int forged = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     Check(forged >= 0 && pwrite(forged, &layout, sizeof layout, 0) == sizeof layout &&
               fcntl(forged, F_ADD_SEALS, cusnap::TicketSeals()) == 0,

@@ -41,6 +41,7 @@ cusnap_add_gtest(multicast_steps_test
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/multicast_steps.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/multicast_table.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/sharing_table.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/capabilities.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/untracked_imports.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/export_cache.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/handles.cc

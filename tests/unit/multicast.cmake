@@ -5,6 +5,7 @@ cusnap_add_gtest(multicast_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/multicast_table_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/multicast_lifecycle_test.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/multicast_table.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/capabilities.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/handles.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lifecycle.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/quiesce.cc

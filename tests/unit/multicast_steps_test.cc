@@ -16,7 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Result<UniqueFd> NoFetch(const proto::ObjectId&) {
+Result<UniqueFd> NoFetch(const proto::ObjectId&, TicketKind, const proto::Capability&) {
   return Error{CUDA_ERROR_NOT_SUPPORTED, "no members in this test"};
 }
 

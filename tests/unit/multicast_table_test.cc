@@ -82,9 +82,9 @@ TEST(MulticastTable, AnImportOfAnObjectHeldAlreadyAliasesIt) {
   id.creator_start = 6000;
   id.local_id = 3;
   bool duplicate = true;
-  const uint64_t first = table.AddImported(id, 0x55, Prop(4), nullptr, &duplicate);
+  const uint64_t first = table.AddImported(id, proto::Capability{{1, 2}}, 0x55, Prop(4), nullptr, &duplicate);
   EXPECT_FALSE(duplicate);
-  const uint64_t second = table.AddImported(id, 0x66, Prop(4), nullptr, &duplicate);
+  const uint64_t second = table.AddImported(id, proto::Capability{{1, 2}}, 0x66, Prop(4), nullptr, &duplicate);
   EXPECT_TRUE(duplicate);  // the caller releases 0x66
   EXPECT_NE(first, second);
   EXPECT_EQ(table.Pin(second)->real, 0x55u);

@@ -349,6 +349,8 @@ TEST(EndpointClient, RequestRoundTripWithDescriptorAndStatus) {
       auto asked = proto::ExportRequest::Decode(*request);
       ASSERT_TRUE(asked.ok()) << asked.error().message;
       EXPECT_EQ(asked->id.local_id, 9u);
+      EXPECT_EQ(asked->capability.word[0], 0xa1u);  // the capability travels whole
+      EXPECT_EQ(asked->capability.word[1], 0xb2u);
       if (i == 0) {
         proto::ExportReply reply{asked->id, asked->kind, 4096, UniqueFd(dup(pipe_fds[1]))};
         EXPECT_TRUE(SendMessage(conn->get(), std::move(reply).Encode(), Deadline::AfterMs(10000)).ok());
@@ -359,7 +361,7 @@ TEST(EndpointClient, RequestRoundTripWithDescriptorAndStatus) {
       }
     }
   });
-  const proto::Message request = proto::ExportRequest{id, 1}.Encode();
+  const proto::Message request = proto::ExportRequest{id, 1, proto::Capability{{0xa1, 0xb2}}}.Encode();
   auto reply = Request<proto::ExportReply>(path, request, 10000);
   ASSERT_TRUE(reply.ok()) << reply.error().message;
   EXPECT_EQ(reply->size, 4096u);

@@ -84,9 +84,9 @@ TEST(SharingTable, SecondImportOfTheSameAllocationAliasesAndReportsTheDuplicate)
   SharingTable table;
   const proto::ObjectId id{77, 0, 555, 3};
   bool duplicate = true;
-  const uint64_t first = table.AddImported(id, 0x20, k2MiB, PosixProp(), nullptr, &duplicate);
+  const uint64_t first = table.AddImported(id, proto::Capability{{1, 2}}, 0x20, k2MiB, PosixProp(), nullptr, &duplicate);
   EXPECT_FALSE(duplicate);
-  const uint64_t second = table.AddImported(id, 0x21, k2MiB, PosixProp(), nullptr, &duplicate);
+  const uint64_t second = table.AddImported(id, proto::Capability{{1, 2}}, 0x21, k2MiB, PosixProp(), nullptr, &duplicate);
   EXPECT_TRUE(duplicate);
   EXPECT_NE(first, second);
   EXPECT_EQ(table.Pin(second)->real, 0x20u);
@@ -495,7 +495,7 @@ TEST(SharingTable, ImportedPropertiesAreTheImportTimeAnswer) {
   prop.location.id = 1;
   const proto::ObjectId id{4242, 0, 7, 3};
   bool duplicate = false;
-  const uint64_t imported = table.AddImported(id, 0x90, k2MiB, prop, nullptr, &duplicate);
+  const uint64_t imported = table.AddImported(id, proto::Capability{{1, 2}}, 0x90, k2MiB, prop, nullptr, &duplicate);
   ASSERT_FALSE(duplicate);
   auto answer = table.ImportedProperties(imported);
   ASSERT_TRUE(answer);

@@ -23,6 +23,7 @@ Ticket Sample() {
   t.id.creator_start = 98765;
   t.id.local_id = 42;
   t.kind = TicketKind::kUnicast;
+  t.capability = proto::Capability{{0x0123456789abcdefULL, 0xfedcba9876543210ULL}};
   return t;
 }
 
@@ -46,6 +47,7 @@ TicketLayout SampleLayout() {
   layout.creator_pid = 1234;
   layout.creator_start = 98765;
   layout.local_id = 42;
+  layout.capability[0] = 7;
   return layout;
 }
 
@@ -67,6 +69,8 @@ TEST(Ticket, RoundTripsAndIsSealed) {
   EXPECT_EQ((*ticket)->id.creator_start, 98765u);
   EXPECT_EQ((*ticket)->id.local_id, 42u);
   EXPECT_EQ((*ticket)->kind, TicketKind::kUnicast);
+  EXPECT_EQ((*ticket)->capability.word[0], 0x0123456789abcdefULL);
+  EXPECT_EQ((*ticket)->capability.word[1], 0xfedcba9876543210ULL);
   EXPECT_EQ(lseek(*fd, 0, SEEK_CUR), 7);  // the application's offset did not move
   close(*fd);
 }
@@ -121,6 +125,7 @@ TEST(Ticket, MalformedTicketsAreRefused) {
       {"start", [](TicketLayout& l) { l.creator_start = 0; }, "names no creator"},
       {"object", [](TicketLayout& l) { l.local_id = 0; }, "names no creator"},
       {"reserved", [](TicketLayout& l) { l.mc_flags = 1;  /* multicast field in a unicast ticket */ }, "reserved"},
+      {"capability", [](TicketLayout& l) { l.capability[0] = 0; }, "carries no capability"},
   };
   for (const Case& c : cases) {
     TicketLayout layout = SampleLayout();
@@ -131,6 +136,18 @@ TEST(Ticket, MalformedTicketsAreRefused) {
     EXPECT_THAT(read.error().message, HasSubstr(c.expect)) << c.name;
     close(fd);
   }
+}
+
+// A version-1 ticket (64 bytes, no capability) from an older cusnap is a ticket, refused by
+// its version rather than taken for a CUDA descriptor.
+TEST(Ticket, VersionOneTicketIsRefusedByItsVersion) {
+  TicketLayout layout = SampleLayout();
+  layout.version = 1;
+  const int fd = Forge(&layout, 64, TicketSeals());
+  auto read = ReadTicket(fd);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.error().message, HasSubstr("unsupported version 1"));
+  close(fd);
 }
 
 TEST(Ticket, MulticastKindRoundTrips) {

@@ -21,6 +21,7 @@
 #include "shim/endpoint/control.h"
 #include "shim/intercept/cuda_abi.h"
 #include "shim/process.h"
+#include "shim/tables/capabilities.h"
 
 namespace cusnap::shim {
 namespace {
@@ -48,12 +49,22 @@ void RemoveDeadSockets(int dir_fd, int self) {
 
 // Starts `main` on a thread with every signal blocked (the application's handlers must not
 // run on the shim's threads), detached.
-bool StartThread(void* (*main)(void*), void* arg, const char* name) {
+// A connection thread's stack (bytes): it decodes one message and answers it. The default
+// (8 MiB, RLIMIT_STACK) would be reserved per connection from an application's address
+// space, which may be tight (RLIMIT_AS; CliJobRefusal.AddressSpaceTooSmallForTheCarrier).
+constexpr size_t kConnectionStackBytes = 512 * 1024;
+
+// Starts a detached thread with every signal blocked; `stack_bytes` 0 means the default.
+bool StartThread(void* (*main)(void*), void* arg, const char* name, size_t stack_bytes = 0) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  if (stack_bytes != 0) pthread_attr_setstacksize(&attr, stack_bytes);
   pthread_t thread;
-  const int rc = pthread_create(&thread, nullptr, main, arg);
+  const int rc = pthread_create(&thread, &attr, main, arg);
+  pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (rc != 0) return false;
   pthread_setname_np(thread, name);
@@ -141,11 +152,14 @@ void Endpoint::Dispatch(UniqueFd connection) {
     return;
   }
   auto* job = new ConnectionJob{this, connection.get()};
-  if (!StartThread(&Endpoint::ConnectionMain, job, "cusnap-conn")) {
+  if (!StartThread(&Endpoint::ConnectionMain, job, "cusnap-conn", kConnectionStackBytes)) {
     delete job;
     connections_.fetch_sub(1, std::memory_order_acq_rel);
-    CUSNAP_LOG_WARN("endpoint %s: cannot start a thread for a connection; it is closed",
-                    path_.c_str());
+    // No thread (address space or thread limit reached): answer on this thread rather than
+    // drop a checkpoint's request; an idle client can then delay others by its deadline.
+    CUSNAP_LOG_WARN("endpoint %s: cannot start a thread for a connection; serving it on the "
+                    "accepting thread", path_.c_str());
+    ServeConnection(std::move(connection));
     return;
   }
   (void)connection.release();  // the thread owns it now
@@ -212,8 +226,15 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
            ") did not create " + DescribeObject(id));
     return;
   }
-  proto::ExportReply reply{id, asked->kind, 0, {}};
   const auto kind = static_cast<TicketKind>(asked->kind);
+  // The capability, not the guessable id, is what grants the descriptor (issue 12).
+  if (!IsCapabilityOf(asked->capability, kind, id.local_id)) {
+    refuse("pid " + std::to_string(self.pid) + ": the request for " + DescribeObject(id) +
+           " does not carry its ticket's capability (only a process given a ticket of it "
+           "may import it)");
+    return;
+  }
+  proto::ExportReply reply{id, asked->kind, 0, {}};
   reply.fd.reset(export_cache().Dup(kind, id.local_id, &reply.size));
   if (!reply.fd.valid()) {
     refuse("pid " + std::to_string(self.pid) + ": " + DescribeObject(id) +

@@ -17,6 +17,7 @@
 #include "shim/tables/multicast_table.h"
 #include "shim/hooks/multicast_vmm.h"
 #include "shim/process.h"
+#include "shim/tables/capabilities.h"
 
 namespace cusnap::shim {
 namespace {
@@ -65,6 +66,11 @@ CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size)
                        static_cast<unsigned long long>(self.start_time));
       return CUDA_ERROR_INVALID_HANDLE;
     }
+    if (!IsCapabilityOf(ticket.capability, ticket.kind, id.local_id)) {
+      CUSNAP_LOG_ERROR("ticket names %s with a capability this process never gave it",
+                       DescribeObject(id).c_str());
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
     raw_fd->reset(export_cache().Dup(ticket.kind, id.local_id, size));
     if (!raw_fd->valid()) {
       CUSNAP_LOG_ERROR("ticket names %s, which this process released", DescribeObject(id).c_str());
@@ -80,7 +86,8 @@ CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size)
     return CUDA_ERROR_INVALID_HANDLE;
   }
   Result<proto::ExportReply> reply =
-      RequestExport(id, static_cast<uint32_t>(ticket.kind), kExportRequestTimeoutMs);
+      RequestExport(id, static_cast<uint32_t>(ticket.kind), ticket.capability,
+                    kExportRequestTimeoutMs);
   if (!reply.ok()) {
     CUSNAP_LOG_ERROR("import: %s", reply.error().message.c_str());
     // The creator refusing the allocation is a dead handle; anything else is the socket.
@@ -142,6 +149,7 @@ CUresult ExportMulticastTicket(uint64_t handle, void* shareable, CUmemAllocation
   Ticket ticket;
   ticket.id = pin->id;
   ticket.kind = TicketKind::kMulticast;
+  ticket.capability = pin->capability;
   ticket.multicast = TicketMulticastProperties{pin->prop.size, pin->prop.handle_types,
                                                pin->prop.flags, pin->prop.num_devices};
   Result<int> fd = CreateTicket(ticket);
@@ -200,7 +208,7 @@ CUresult ImportMulticastTicket(CUmemGenericAllocationHandle* handle, const Ticke
                                  ticket.multicast.handle_types, ticket.multicast.flags};
   bool duplicate = false;
   const uint64_t logical =
-      multicast_table().AddImported(ticket.id, real, prop, CurrentContext(), &duplicate);
+      multicast_table().AddImported(ticket.id, ticket.capability, real, prop, CurrentContext(), &duplicate);
   if (duplicate || logical == 0) ReleaseReal(real);
   if (logical == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *handle = logical;
@@ -227,6 +235,7 @@ CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleTyp
   Ticket ticket;
   ticket.id = pin->id;  // an importer's ticket names the original creator
   ticket.kind = TicketKind::kUnicast;
+  ticket.capability = pin->capability;  // and carries the creator's capability on
   Result<int> fd = CreateTicket(ticket);
   if (!fd.ok()) {
     CUSNAP_LOG_ERROR("cannot make a ticket for %s: %s", DescribeObject(pin->id).c_str(),
@@ -268,7 +277,7 @@ CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {
   CUmemAllocationProp prop{};
   if (auto get_prop = driver().cuMemGetAllocationPropertiesFromHandle) get_prop(&prop, real);
   bool duplicate = false;
-  const uint64_t logical = table().AddImported(ticket.id, real, size, prop, CurrentContext(),
+  const uint64_t logical = table().AddImported(ticket.id, ticket.capability, real, size, prop, CurrentContext(),
                                                &duplicate);
   if (duplicate || logical == 0) ReleaseReal(real);
   if (logical == 0) return CUDA_ERROR_OUT_OF_MEMORY;

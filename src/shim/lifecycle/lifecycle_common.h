@@ -6,11 +6,25 @@
 #include <cstdint>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "common/protocol.h"
 #include "common/text.h"
+#include "common/ticket.h"
+#include "common/unique_fd.h"
 #include "shim/intercept/cuda_abi.h"
 
 namespace cusnap::shim {
+
+/// Asks object `id`'s creator for a fresh raw POSIX descriptor of it (kExport of `kind`),
+/// proving the capability its ticket carried. Returns the descriptor or an Error naming this
+/// process, the object and the creator's answer.
+using ExportFetcher = Result<UniqueFd> (*)(const proto::ObjectId& id, TicketKind kind,
+                                           const proto::Capability& capability);
+
+/// The ExportFetcher of a running process: kExport to the creator's endpoint in the control
+/// directory (endpoint_client.h, RequestExport), waiting at most 10 s for the reply.
+Result<UniqueFd> FetchFromCreator(const proto::ObjectId& id, TicketKind kind,
+                                  const proto::Capability& capability);
 
 /// The first `m.access_count` access records of a recorded mapping (unicast or multicast) as
 /// cuMemSetAccess takes them. CUmemAccessDesc is not the wire's AccessRecord (SPEC-REFERENCE

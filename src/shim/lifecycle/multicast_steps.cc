@@ -20,9 +20,6 @@
 namespace cusnap::shim {
 namespace {
 
-// How long a member waits for the creator's kExport reply (ms).
-constexpr int kExportTimeoutMs = 10'000;
-
 // Short, as the coordinator names objects: a reply's text holds 184 bytes (protocol.h).
 std::string Name(const proto::ObjectId& id) {
   return "multicast object " + std::to_string(id.local_id) + " of " + ProcessText(id.creator_pid);
@@ -56,19 +53,9 @@ struct OptionalContext {
 
 }  // namespace
 
-Result<UniqueFd> FetchMulticastFromCreator(const proto::ObjectId& id) {
-  Result<proto::ExportReply> reply =
-      RequestExport(id, static_cast<uint32_t>(TicketKind::kMulticast), kExportTimeoutMs);
-  if (!reply) {
-    return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + Name(id) +
-                                         " from its creator: " + reply.error().message};
-  }
-  return std::move(reply->fd);
-}
-
 MulticastSteps::MulticastSteps(const DriverApi& api, SharingTable& table,
                                MulticastTable& multicast, ExportCache& cache,
-                               MulticastFetcher fetch)
+                               ExportFetcher fetch)
     : api_(api), table_(table), multicast_(multicast), cache_(cache), fetch_(fetch) {}
 
 const MulticastObjectInfo* MulticastSteps::Find(MulticastKey key) const {
@@ -268,7 +255,7 @@ Status MulticastSteps::Create() {
 Status MulticastSteps::Import() {
   for (MulticastObjectInfo& o : held_) {
     if (o.creator || o.has_real) continue;  // has_real: imported by an earlier attempt
-    Result<UniqueFd> fd = fetch_(o.id);
+    Result<UniqueFd> fd = fetch_(o.id, TicketKind::kMulticast, o.capability);
     if (!fd) {
       return fd.error();
     }

@@ -29,24 +29,17 @@
 #include "shim/lifecycle/drain.h"
 #include "shim/tables/export_cache.h"
 #include "shim/lifecycle/lifecycle.h"
+#include "shim/lifecycle/lifecycle_common.h"
 #include "shim/tables/multicast_table.h"
 #include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {
 
-/// Asks multicast object `id`'s creator for a fresh raw POSIX descriptor (kExport, kind
-/// multicast). Returns the descriptor or an Error naming the creator.
-using MulticastFetcher = Result<UniqueFd> (*)(const proto::ObjectId& id);
-
-/// kExport of a multicast object to its creator's endpoint (endpoint_client.h,
-/// RequestExport).
-Result<UniqueFd> FetchMulticastFromCreator(const proto::ObjectId& id);
-
 class MulticastSteps {
  public:
   /// Every reference stays in use for the object's lifetime.
   MulticastSteps(const DriverApi& api, SharingTable& table, MulticastTable& multicast,
-                 ExportCache& cache, MulticastFetcher fetch);
+                 ExportCache& cache, ExportFetcher fetch);
 
   /// kDetachMulticast (see the file comment). Errors name the process, the object and the
   /// step; destroyed() says whether the failure left anything taken apart.
@@ -85,7 +78,7 @@ class MulticastSteps {
   SharingTable& table_;
   MulticastTable& multicast_;
   ExportCache& cache_;
-  MulticastFetcher fetch_;
+  ExportFetcher fetch_;
   std::vector<MulticastObjectInfo> held_;   // from Detach until Discard (real = now behind it)
   std::vector<MulticastMapping> mappings_;  // the multicast mappings at Detach
   bool destroyed_ = false;

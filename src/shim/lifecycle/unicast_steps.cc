@@ -16,9 +16,6 @@
 namespace cusnap::shim {
 namespace {
 
-// How long an importer waits for a creator's kExport reply (ms).
-constexpr int kExportTimeoutMs = 10'000;
-
 Error DriverError(CUresult result, const std::string& what) {
   return Error{static_cast<int>(result),
                ThisProcess() + ": " + what + " failed with " + ResultText(driver(), result)};
@@ -29,16 +26,6 @@ StepResult FromTransfer(const CarrierTransfer& transfer) {
 }
 
 }  // namespace
-
-Result<UniqueFd> FetchExportFromCreator(const proto::ObjectId& id) {
-  Result<proto::ExportReply> reply =
-      RequestExport(id, static_cast<uint32_t>(TicketKind::kUnicast), kExportTimeoutMs);
-  if (!reply) {
-    return Error{reply.error().code, ThisProcess() + ": fetching a descriptor of " + DescribeObject(id) +
-                                         " from its creator: " + reply.error().message};
-  }
-  return std::move(reply->fd);
-}
 
 UnicastSteps::UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
                            HostCarrier& carrier, ExportFetcher fetch)
@@ -108,6 +95,7 @@ Result<StepResult> UnicastSteps::Save() {
     Held held;
     held.key = a.key;
     held.id = a.id;
+    held.capability = a.capability;
     held.size = a.size;
     held.prop = a.prop;
     held.context = *context;
@@ -292,7 +280,7 @@ Status UnicastSteps::Import() {
       continue;
     }
     uint64_t at = MonotonicNs();
-    Result<UniqueFd> fd = fetch_(h.id);
+    Result<UniqueFd> fd = fetch_(h.id, TicketKind::kUnicast, h.capability);
     if (!fd) return fd.error();
     fetch_ns += MonotonicNs() - at;
     at = MonotonicNs();

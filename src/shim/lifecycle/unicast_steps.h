@@ -18,17 +18,10 @@
 #include "shim/intercept/driver_api.h"
 #include "shim/tables/export_cache.h"
 #include "shim/lifecycle/lifecycle.h"
+#include "shim/lifecycle/lifecycle_common.h"
 #include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {
-
-/// Asks allocation `id`'s creator for a fresh raw POSIX descriptor (kExport). Returns the
-/// descriptor or an Error naming the creator.
-using ExportFetcher = Result<UniqueFd> (*)(const proto::ObjectId& id);
-
-/// kExport to the creator's endpoint in the control directory (endpoint_client.h,
-/// RequestExport).
-Result<UniqueFd> FetchExportFromCreator(const proto::ObjectId& id);
 
 class UnicastSteps final : public LifecycleSteps {
  public:
@@ -61,6 +54,7 @@ class UnicastSteps final : public LifecycleSteps {
   struct Held {
     AllocationKey key = 0;
     proto::ObjectId id{};
+    proto::Capability capability{};
     size_t size = 0;
     CUmemAllocationProp prop{};
     CUcontext context = nullptr;

@@ -1,6 +1,8 @@
 // The multicast table (multicast_table.h).
 #include "shim/tables/multicast_table.h"
 
+#include "shim/tables/capabilities.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -49,7 +51,9 @@ uint64_t MulticastTable::AddCreated(CUmemGenericAllocationHandle real,
                                     const MulticastProperties& prop, CUcontext context,
                                     const ProcessIdentity& self) {
   std::lock_guard lock(mutex_);
-  return AddLocked(NewObject(NewIdLocked(self), real, prop, context, /*creator=*/true));
+  MulticastObjectInfo o = NewObject(NewIdLocked(self), real, prop, context, /*creator=*/true);
+  o.capability = CapabilityOf(TicketKind::kMulticast, o.id.local_id);
+  return AddLocked(std::move(o));
 }
 
 std::optional<uint64_t> MulticastTable::AliasById(const proto::ObjectId& id) {
@@ -59,18 +63,21 @@ std::optional<uint64_t> MulticastTable::AliasById(const proto::ObjectId& id) {
   return alias->first;
 }
 
-uint64_t MulticastTable::AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+uint64_t MulticastTable::AddImported(const proto::ObjectId& id, const proto::Capability& capability,
+                                     CUmemGenericAllocationHandle real,
                                      const MulticastProperties& prop, CUcontext context,
                                      bool* duplicate_real) {
   std::lock_guard lock(mutex_);
-  return AddImportedLocked(NewObject(id, real, prop, context, /*creator=*/false), duplicate_real);
+  MulticastObjectInfo o = NewObject(id, real, prop, context, /*creator=*/false);
+  o.capability = capability;
+  return AddImportedLocked(std::move(o), duplicate_real);
 }
 
 std::optional<MulticastPinned> MulticastTable::Pin(uint64_t handle) {
   std::lock_guard lock(mutex_);
   const MulticastObjectInfo* o = PinLocked(handle);
   if (o == nullptr) return std::nullopt;
-  return MulticastPinned{o->key, o->id, o->prop, o->creator, o->has_real, o->real};
+  return MulticastPinned{o->key, o->id, o->capability, o->prop, o->creator, o->has_real, o->real};
 }
 
 void MulticastTable::MarkShared(MulticastKey key) {

@@ -78,6 +78,7 @@ struct MulticastMapping {
 struct MulticastObjectInfo {
   MulticastKey key = 0;
   proto::ObjectId id{};
+  proto::Capability capability{};  ///< as AllocationInfo::capability
   MulticastProperties prop;
   CUcontext context = nullptr;  ///< current at create/import
   bool has_real = false;
@@ -98,6 +99,7 @@ struct MulticastObjectInfo {
 struct MulticastPinned {
   MulticastKey key = 0;
   proto::ObjectId id{};
+  proto::Capability capability{};
   MulticastProperties prop;
   bool creator = false;
   bool has_real = false;
@@ -123,8 +125,9 @@ class MulticastTable : public HandleTable<MulticastObjectInfo, MulticastMapping>
   std::optional<uint64_t> AliasById(const proto::ObjectId& id);
   /// Records an import of `id` (properties from its ticket); `*duplicate_real` is set when
   /// another thread recorded it meanwhile (the caller releases `real`).
-  uint64_t AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
-                       const MulticastProperties& prop, CUcontext context, bool* duplicate_real);
+  uint64_t AddImported(const proto::ObjectId& id, const proto::Capability& capability,
+                       CUmemGenericAllocationHandle real, const MulticastProperties& prop,
+                       CUcontext context, bool* duplicate_real);
 
   /// Pins the object behind logical `handle` (its real handle stays valid until Unpin);
   /// nullopt when unknown.

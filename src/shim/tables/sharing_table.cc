@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "shim/tables/capabilities.h"
+
 namespace cusnap::shim {
 namespace {
 
@@ -41,7 +43,9 @@ uint64_t SharingTable::AddCreated(CUmemGenericAllocationHandle real, size_t size
       prop.location.type == CU_MEM_LOCATION_TYPE_HOST) {
     ++created_host_numa_;
   }
-  return AddLocked(NewAllocation(NewIdLocked(self), real, size, prop, context, /*creator=*/true));
+  AllocationInfo a = NewAllocation(NewIdLocked(self), real, size, prop, context, /*creator=*/true);
+  a.capability = CapabilityOf(TicketKind::kUnicast, a.id.local_id);
+  return AddLocked(std::move(a));
 }
 
 std::optional<uint64_t> SharingTable::AliasById(const proto::ObjectId& id) {
@@ -52,12 +56,14 @@ std::optional<uint64_t> SharingTable::AliasById(const proto::ObjectId& id) {
   return alias->first;
 }
 
-uint64_t SharingTable::AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
-                                   size_t size, const CUmemAllocationProp& prop,
-                                   CUcontext context, bool* duplicate_real) {
+uint64_t SharingTable::AddImported(const proto::ObjectId& id, const proto::Capability& capability,
+                                   CUmemGenericAllocationHandle real, size_t size,
+                                   const CUmemAllocationProp& prop, CUcontext context,
+                                   bool* duplicate_real) {
   std::lock_guard lock(mutex_);
-  return AddImportedLocked(NewAllocation(id, real, size, prop, context, /*creator=*/false),
-                           duplicate_real);
+  AllocationInfo a = NewAllocation(id, real, size, prop, context, /*creator=*/false);
+  a.capability = capability;
+  return AddImportedLocked(std::move(a), duplicate_real);
 }
 
 std::optional<std::pair<CUdeviceptr, size_t>> SharingTable::MappingRangeAt(
@@ -79,7 +85,7 @@ std::optional<Pinned> SharingTable::Pin(uint64_t handle) {
   std::lock_guard lock(mutex_);
   const AllocationInfo* a = PinLocked(handle);
   if (a == nullptr) return std::nullopt;
-  return Pinned{a->key, a->id, a->size, a->creator, a->has_real, a->real};
+  return Pinned{a->key, a->id, a->capability, a->size, a->creator, a->has_real, a->real};
 }
 
 void SharingTable::MarkShared(AllocationKey key, CUcontext context) {

@@ -35,6 +35,7 @@ using AllocationKey = uint64_t;
 struct Pinned {
   AllocationKey key = 0;
   proto::ObjectId id{};
+  proto::Capability capability{};  ///< what its tickets carry (capabilities.h)
   size_t size = 0;  ///< bytes
   bool creator = false;
   bool has_real = false;
@@ -45,6 +46,9 @@ struct Pinned {
 struct AllocationInfo {
   AllocationKey key = 0;
   proto::ObjectId id{};
+  /// What its tickets carry and kExport requests prove: the creator's CapabilityOf, or the
+  /// one the imported ticket carried (capabilities.h).
+  proto::Capability capability{};
   size_t size = 0;                 ///< bytes
   CUmemAllocationProp prop{};
   CUcontext context = nullptr;     ///< context it was used in (export/import), may be null
@@ -93,10 +97,12 @@ class SharingTable : public HandleTable<AllocationInfo, MappingInfo> {
   /// earlier import, or its own allocation); nullopt otherwise.
   std::optional<uint64_t> AliasById(const proto::ObjectId& id);
 
-  /// Records an import of `id` backed by `real` and returns a logical handle. When another
-  /// thread recorded the same allocation meanwhile, the handle aliases it and
-  /// `*duplicate_real` is set: the caller releases `real` (one real handle per allocation).
-  uint64_t AddImported(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
+  /// Records an import of `id` (its ticket carried `capability`) backed by `real` and returns
+  /// a logical handle. When another thread recorded the same allocation meanwhile, the handle
+  /// aliases it and `*duplicate_real` is set: the caller releases `real` (one real handle per
+  /// allocation).
+  uint64_t AddImported(const proto::ObjectId& id, const proto::Capability& capability,
+                       CUmemGenericAllocationHandle real,
                        size_t size, const CUmemAllocationProp& prop, CUcontext context,
                        bool* duplicate_real);
 
