@@ -28,7 +28,7 @@ struct Restorer {
   Lifecycle lifecycle;
   Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
            QuiesceGate& gate, DeviceWork& device_work)
-      : carrier(driver(), CarrierModeFromEnvironment()),
+      : carrier(driver(), CarrierOptionsFromEnvironment()),
         steps(driver(), table, cache, carrier, &FetchExportFromCreator),
         multicast(driver(), table, multicast_table, cache, &FetchMulticastFromCreator),
         all(steps, multicast, &driver(), &device_work),
