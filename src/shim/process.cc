@@ -174,6 +174,11 @@ std::string LifecycleCheckpointId() {
   return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
 }
 
+CarryScope carry_scope() {
+  static const CarryScope scope = CarryScopeFromEnvironment();
+  return scope;
+}
+
 void AnticipateCarrier() {
   HostCarrier& host = carrier();
   if (host.mode() != CarrierMode::kEager) return;

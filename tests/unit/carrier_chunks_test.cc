@@ -28,6 +28,13 @@ CarrierOptions Chunked(CarrierPinning pinning = CarrierPinning::kPipelined) {
 
 class CarrierChunksTest : public HostCarrierTest {
  protected:
+  // A device-0 allocation of `size` bytes holding the pattern of `seed`.
+  AppAllocation& Patterned(size_t size, uint32_t seed) {
+    AppAllocation& a = Create(size, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+    Write(a, Pattern(a.size, seed));
+    return a;
+  }
+
   // Saves `a`, replaces it with a fresh allocation holding other bytes, and returns the
   // slots of the fresh one.
   std::vector<CarrierSlot> SaveAndReplace(HostCarrier& carrier, AppAllocation& a) {
@@ -41,9 +48,8 @@ class CarrierChunksTest : public HostCarrierTest {
 };
 
 TEST_F(CarrierChunksTest, SaveFaultAtAChunkBoundaryNamesTheChunkAndTheSaveRunsAgain) {
-  AppAllocation& a = Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  AppAllocation& a = Patterned(6 * kMiB, 0x1515);
   const auto pattern = Pattern(a.size, 0x1515);
-  Write(a, pattern);
   HostCarrier carrier(api, Chunked());
   const CarrierSlot slots[] = {Slot(a)};
   InjectNth("cuMemcpyDtoHAsync", 2, CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -63,9 +69,8 @@ TEST_F(CarrierChunksTest, SaveFaultAtAChunkBoundaryNamesTheChunkAndTheSaveRunsAg
 }
 
 TEST_F(CarrierChunksTest, LoadFaultAtAChunkBoundaryKeepsTheBytesAndTheLoadRunsAgain) {
-  AppAllocation& a = Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  AppAllocation& a = Patterned(6 * kMiB, 0x2525);
   const auto pattern = Pattern(a.size, 0x2525);
-  Write(a, pattern);
   HostCarrier carrier(api, Chunked());
   const std::vector<CarrierSlot> fresh = SaveAndReplace(carrier, a);
   InjectNth("cuMemcpyHtoDAsync", 3, CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -81,9 +86,8 @@ TEST_F(CarrierChunksTest, LoadFaultAtAChunkBoundaryKeepsTheBytesAndTheLoadRunsAg
 }
 
 TEST_F(CarrierChunksTest, PinningFaultAtAChunkBoundaryUnpinsEverythingAndRunsAgain) {
-  AppAllocation& a = Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  AppAllocation& a = Patterned(6 * kMiB, 0x3535);
   const auto pattern = Pattern(a.size, 0x3535);
-  Write(a, pattern);
   HostCarrier carrier(api, Chunked());
   const CarrierSlot slots[] = {Slot(a)};
   InjectNth("cuMemHostRegister", 2, CUDA_ERROR_OUT_OF_MEMORY);
@@ -185,9 +189,8 @@ TEST_F(ZeroChunksTest, HostNumaMemoryIsNotScanned) {
 }
 
 TEST_F(ZeroChunksTest, AFailedScanSynchronizeIsNamedAndTheSaveRunsAgain) {
-  AppAllocation& a = Create(4 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  AppAllocation& a = Patterned(4 * kMiB, 0x4545);
   const auto pattern = Pattern(a.size, 0x4545);
-  Write(a, pattern);
   HostCarrier carrier(api, Chunked());
   const CarrierSlot slots[] = {Slot(a)};
   InjectOnce("cuStreamSynchronize", CUDA_ERROR_LAUNCH_FAILED);

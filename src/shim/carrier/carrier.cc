@@ -56,8 +56,6 @@ CUresult Timed(uint64_t* ns, Call call) {
   return r;
 }
 
-}  // namespace
-
 // One context's share of a transfer: its stream and its slots.
 struct Group {
   CUcontext context = nullptr;
@@ -75,6 +73,8 @@ struct Chunk {
   CUevent done = nullptr;  // recorded after its copy (pipelined pinning)
   bool registered = false;
 };
+
+}  // namespace
 
 struct HostCarrier::Transfer {
   std::span<const CarrierSlot> slots;
