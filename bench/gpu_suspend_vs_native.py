@@ -85,8 +85,8 @@ class Hold:
 class Native:
     """cuCheckpointProcess* through libcuda, each step on every pid at once."""
 
-    def __init__(self):
-        self.cuda = ctypes.CDLL("libcuda.so.1")
+    def __init__(self, library):
+        self.cuda = ctypes.CDLL(library)
         for name in ("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint",
                      "cuCheckpointProcessRestore", "cuCheckpointProcessUnlock"):
             getattr(self.cuda, name).argtypes = [ctypes.c_int, ctypes.c_void_p]
@@ -169,7 +169,10 @@ def run_mode(mode, args, build, env_base):
     log(f"{mode}: starting {args.processes} processes of {args.bytes} each on one GPU")
     holds = [Hold(command, env) for _ in range(args.processes)]
     results = []
-    native = Native() if mode == "native" else None
+    library = "libcuda.so.1"
+    if os.environ.get("CUSNAP_GPU_SIM") == "1":
+        library = str(build / "simcuda" / "libcuda.so.1")
+    native = Native(library) if mode == "native" else None
     state_dir = tempfile.mkdtemp(prefix="cusnap-bench-state-")
     try:
         pids = [h.pid for h in holds]
