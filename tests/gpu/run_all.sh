@@ -284,12 +284,18 @@ t_workload_multicast() {
 }
 # Issue 15: suspend + resume of two processes on one GPU, native checkpoint of private memory
 # vs cusnap on the same bytes POSIX-capable and private (bench/gpu_suspend_vs_native.py: cold
-# and warm cycles, ratios), then the shared job with half of its memory zero (the zero scan).
+# and warm cycles, ratios); then the shared job with half of its memory zero (the zero scan),
+# with each other pinning mode, with the carrier freed after restore, and eager (docs/MEASURED.md
+# M10-M13). Every run says its settings in its BENCH settings line.
 t_carry_bench() {
-  python3 "$CUSNAP_GPU_SRC/bench/gpu_suspend_vs_native.py" --build "$CUSNAP_GPU_BUILD" \
-      --bytes "${GPU_CARRY_BYTES:-4G}" --cycles 3 &&
-    python3 "$CUSNAP_GPU_SRC/bench/gpu_suspend_vs_native.py" --build "$CUSNAP_GPU_BUILD" \
-      --bytes "${GPU_CARRY_BYTES:-4G}" --cycles 2 --zero-fraction 0.5 --modes shared
+  local bench="python3 $CUSNAP_GPU_SRC/bench/gpu_suspend_vs_native.py --build $CUSNAP_GPU_BUILD"
+  local bytes=${GPU_CARRY_BYTES:-4G}
+  $bench --bytes "$bytes" --cycles 3 || return 1
+  $bench --bytes "$bytes" --cycles 2 --zero-fraction 0.5 --modes shared || return 1
+  CUSNAP_CARRIER_PIN=kept $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
+  CUSNAP_CARRIER_PIN=transfer $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
+  CUSNAP_CARRIER_KEEP=none $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
+  CUSNAP_CARRIER=eager $bench --bytes "$bytes" --cycles 1 --modes shared
 }
 export PYTEST
 export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \

@@ -3,7 +3,9 @@
 // travel through the carrier beside POSIX-capable ones; with CUSNAP_CARRY=shared only the
 // POSIX-capable ones do and the private bytes go through the native checkpoint; both come
 // back byte for byte. All-zero chunks are not copied: the phase lines say how many bytes
-// were skipped, and those bytes come back as zeros.
+// were skipped, and those bytes come back as zeros. A driver fault at a chunk boundary of
+// save or reallocate is named with the chunk's byte range and loses nothing: checkpoint rolls
+// back, restore runs again.
 #include <gmock/gmock.h>
 
 #include <cstdlib>
@@ -23,6 +25,20 @@ class CliJobCarry : public JobTest {
     JobTest::TearDown();
     ::unsetenv("CUSNAP_CARRY");
     ::unsetenv("CUSNAP_CARRIER_CHUNK_MIB");
+    ::unsetenv("SIMCUDA_FAULTS");
+  }
+
+  // One worker whose driver fails as `faults` says (SIMCUDA_FAULTS), with a 6 MiB
+  // POSIX-capable allocation in 2 MiB carrier chunks, mapped and filled.
+  Worker& ChunkedJob(const char* faults) {
+    ::setenv("CUSNAP_CARRIER_CHUNK_MIB", "2", 1);
+    ::setenv("SIMCUDA_FAULTS", faults, 1);
+    Worker& w = Start("creator", 0);
+    ::unsetenv("SIMCUDA_FAULTS");
+    Create(w, "A", 6, "dev", 0);
+    Map(w, "a", "A", 0, 6, "0");
+    Fill(w, "a");
+    return w;
   }
 
   // The line of `output` that starts with phase `name` ("" when none).
@@ -96,6 +112,34 @@ TEST_F(CliJobCarry, ZeroChunksAreSkippedAndComeBackZero) {
   EXPECT_EQ(Ask(w, "read z " + std::to_string(kWordInChunk1)), "ok 7");
   EXPECT_EQ(Ask(w, "read z 1048575"), "ok 0");  // the last word of chunk 1
   EXPECT_EQ(Ask(w, "unmap z"), "ok");
+}
+
+TEST_F(CliJobCarry, SaveFaultAtAChunkBoundaryIsNamedAndTheJobRollsBack) {
+  ChunkedJob("cuMemcpyDtoHAsync:2:700");  // the second chunk's copy
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string state = dir_ + "/state";
+  const Ran failed = Checkpoint(state);
+  EXPECT_NE(failed.status, 0);
+  EXPECT_THAT(failed.out + failed.err,
+              HasSubstr("copying bytes [2097152, 4194304) of allocation handle"));
+  EXPECT_THAT(failed.out + failed.err, HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS"));
+  // Rolled back before anything was released: running, every byte where it was.
+  EXPECT_EQ(Phases(), std::vector<std::string>{"active"});
+  CheckEveryByte();
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));
+}
+
+TEST_F(CliJobCarry, ReallocateFaultAtAChunkBoundaryIsNamedAndRestoreRunsAgain) {
+  ChunkedJob("cuMemcpyHtoDAsync:2:700");  // the second chunk's copy back
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string state = dir_ + "/state";
+  const Snapshot before = Suspend(state);
+  const Ran failed = Restore(state);
+  EXPECT_NE(failed.status, 0);
+  EXPECT_THAT(failed.out + failed.err,
+              HasSubstr("restoring bytes [2097152, 4194304) of allocation handle"));
+  // The carrier kept every byte: restore again finishes the job.
+  ASSERT_NO_FATAL_FAILURE(Resume(state, before));
 }
 
 }  // namespace
