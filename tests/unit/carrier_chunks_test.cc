@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "carrier_fixture.h"
@@ -35,6 +37,17 @@ class CarrierChunksTest : public HostCarrierTest {
     return a;
   }
 
+  // Saves `slots` with the `nth` call of `entry` failing with `result`: the error carries
+  // that result and names `what`.
+  void ExpectSaveFails(HostCarrier& carrier, std::span<const CarrierSlot> slots, const char* entry,
+                       unsigned nth, CUresult result, const std::string& what) {
+    InjectNth(entry, nth, result);
+    Result<CarrierTransfer> failed = carrier.Save(slots);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_EQ(failed.error().code, result);
+    EXPECT_THAT(failed.error().message, HasSubstr(what));
+  }
+
   // Saves `a`, replaces it with a fresh allocation holding other bytes, and returns the
   // slots of the fresh one.
   std::vector<CarrierSlot> SaveAndReplace(HostCarrier& carrier, AppAllocation& a) {
@@ -52,11 +65,8 @@ TEST_F(CarrierChunksTest, SaveFaultAtAChunkBoundaryNamesTheChunkAndTheSaveRunsAg
   const auto pattern = Pattern(a.size, 0x1515);
   HostCarrier carrier(api, Chunked());
   const CarrierSlot slots[] = {Slot(a)};
-  InjectNth("cuMemcpyDtoHAsync", 2, CUDA_ERROR_ILLEGAL_ADDRESS);
-  Result<CarrierTransfer> failed = carrier.Save(slots);
-  ASSERT_FALSE(failed.ok());
-  EXPECT_EQ(failed.error().code, CUDA_ERROR_ILLEGAL_ADDRESS);
-  EXPECT_THAT(failed.error().message, HasSubstr("copying bytes [2097152, 4194304) of allocation handle"));
+  ASSERT_NO_FATAL_FAILURE(ExpectSaveFails(carrier, slots, "cuMemcpyDtoHAsync", 2, CUDA_ERROR_ILLEGAL_ADDRESS,
+                                          "copying bytes [2097152, 4194304) of allocation handle"));
   // Nothing half-saved is offered, nothing stays pinned, and the device bytes are intact.
   EXPECT_EQ(carrier.saved_bytes(), 0u);
   EXPECT_FALSE(carrier.registered());
@@ -90,12 +100,9 @@ TEST_F(CarrierChunksTest, PinningFaultAtAChunkBoundaryUnpinsEverythingAndRunsAga
   const auto pattern = Pattern(a.size, 0x3535);
   HostCarrier carrier(api, Chunked());
   const CarrierSlot slots[] = {Slot(a)};
-  InjectNth("cuMemHostRegister", 2, CUDA_ERROR_OUT_OF_MEMORY);
-  Result<CarrierTransfer> failed = carrier.Save(slots);
-  ASSERT_FALSE(failed.ok());
-  EXPECT_EQ(failed.error().code, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_THAT(failed.error().message,
-              HasSubstr("registering the arena's bytes [2097152, 4194304) of allocation handle"));
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectSaveFails(carrier, slots, "cuMemHostRegister", 2, CUDA_ERROR_OUT_OF_MEMORY,
+                      "registering the arena's bytes [2097152, 4194304) of allocation handle"));
   EXPECT_FALSE(carrier.registered());
   ASSERT_TRUE(carrier.Save(slots).ok());
   EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
@@ -193,10 +200,8 @@ TEST_F(ZeroChunksTest, AFailedScanSynchronizeIsNamedAndTheSaveRunsAgain) {
   const auto pattern = Pattern(a.size, 0x4545);
   HostCarrier carrier(api, Chunked());
   const CarrierSlot slots[] = {Slot(a)};
-  InjectOnce("cuStreamSynchronize", CUDA_ERROR_LAUNCH_FAILED);
-  Result<CarrierTransfer> failed = carrier.Save(slots);
-  ASSERT_FALSE(failed.ok());
-  EXPECT_THAT(failed.error().message, HasSubstr("synchronizing the zero-chunk scan"));
+  ASSERT_NO_FATAL_FAILURE(ExpectSaveFails(carrier, slots, "cuStreamSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED,
+                                          "synchronizing the zero-chunk scan"));
   EXPECT_TRUE(carrier.poisoned());
   Result<CarrierTransfer> saved = carrier.Save(slots);
   ASSERT_TRUE(saved.ok()) << saved.error().message;
