@@ -86,7 +86,10 @@ int SocketPid(const char* name) {
 std::string CheckEnvironment() {
   for (const std::string& problem :
        {CheckChoice("CUSNAP_LOG", {"error", "warn", "info", "debug"}),
-        CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"})}) {
+        CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"}),
+        CheckChoice("CUSNAP_CARRIER_PIN", {"pipelined", "kept", "transfer"}),
+        CheckChoice("CUSNAP_CARRY", {"all", "shared"}),
+        CheckChoice("CUSNAP_ZERO_SCAN", {"on", "off"})}) {
     if (!problem.empty()) return problem;
   }
   return "";

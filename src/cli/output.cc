@@ -58,6 +58,9 @@ std::string FormatPhaseLine(const coord::PhaseReport& p) {
       n = std::snprintf(line, sizeof line, " (copies %.1f GB/s)", CopyGbPerS(p));
       text.append(line, static_cast<size_t>(n));
     }
+    if (p.zero_bytes > 0) {
+      text += "  " + FormatBytes(p.zero_bytes) + " zero, skipped";
+    }
   }
   if (!p.ok()) text += "  FAILED";
   return text;
@@ -67,7 +70,7 @@ nlohmann::json PhaseToJson(const coord::PhaseReport& p) {
   return {{"name", p.name},           {"elapsed_ms", p.elapsed_ms}, {"participants", p.participants},
           {"coordinator_only", p.coordinator_only},
           {"bytes", p.bytes},         {"gb_per_s", GbPerS(p)},      {"copy_ns", p.copy_ns},
-          {"copy_gb_per_s", CopyGbPerS(p)},                         {"ok", p.ok()},
+          {"copy_gb_per_s", CopyGbPerS(p)},  {"zero_bytes", p.zero_bytes}, {"ok", p.ok()},
           {"note", p.note},           {"errors", p.errors}};
 }
 

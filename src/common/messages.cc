@@ -241,6 +241,7 @@ Message StepReply::Encode(Op op) const {
     out.Put(state);
     out.Put(bytes);
     out.Put(copy_ns);
+    out.Put(zero_bytes);
   });
 }
 
@@ -249,6 +250,7 @@ Result<StepReply> StepReply::Decode(const Message& message, Op op) {
     in.Get(r.state);
     in.Get(r.bytes);
     in.Get(r.copy_ns);
+    in.Get(r.zero_bytes);
   });
 }
 

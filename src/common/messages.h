@@ -145,11 +145,13 @@ struct StepRequest {
 };
 
 /// What a step did: the shim's state after it, and for the carrier steps (kSave,
-/// kReallocate) the bytes copied and the time of the copies.
+/// kReallocate) the bytes carried, the time of the copies, and the bytes of all-zero chunks
+/// among them (not copied: recreated with a memset).
 struct StepReply {
   ShimState state = ShimState::kActive;
   uint64_t bytes = 0;
   uint64_t copy_ns = 0;
+  uint64_t zero_bytes = 0;
   Message Encode(Op op) const;
   /// An error reply comes back as its Error; EPROTO when malformed or not an answer to `op`.
   static Result<StepReply> Decode(const Message& message, Op op);

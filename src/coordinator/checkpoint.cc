@@ -220,7 +220,7 @@ class CheckpointSequence : Sequence {
                              "created hold " + std::to_string(expected) + " bytes"};
       }
       saved_bytes_[i] = step->bytes;
-      NoteCopy(step->copy_ns);
+      NoteCopy(step->copy_ns, step->zero_bytes);
       return step->bytes;
     }, expected_total);
   }

@@ -24,6 +24,7 @@ struct PhaseReport {
   /// host registration and provisioning, so the copy rate can sit beside a pinned-copy
   /// baseline (DRIVER-FACTS "Speeds"); 0 for other phases.
   uint64_t copy_ns = 0;
+  uint64_t zero_bytes = 0;  ///< of `bytes`, all-zero chunks the carriers skipped
   /// Done by the coordinator alone (read_state, write_state): lines show no participant
   /// count (read_state runs before any participant is known).
   bool coordinator_only = false;

@@ -240,7 +240,7 @@ class RecoverSequence : Sequence {
       auto step = Ask(i, request);
       if (!step) return step.error();
       now_[i] = step->state;
-      NoteCopy(step->copy_ns);
+      NoteCopy(step->copy_ns, step->zero_bytes);
       return step->bytes;
     });
   }

@@ -23,7 +23,8 @@ void MergeInto(CommandReport& report, CommandReport later) {
   report.outcome = later.outcome;
 }
 
-void Sequence::NoteCopy(uint64_t copy_ns) {
+void Sequence::NoteCopy(uint64_t copy_ns, uint64_t zero_bytes) {
+  phase_zero_bytes_ += zero_bytes;
   uint64_t seen = phase_copy_ns_.load();
   while (copy_ns > seen && !phase_copy_ns_.compare_exchange_weak(seen, copy_ns)) {
   }
@@ -64,6 +65,7 @@ void Sequence::StartLease() {
 
 bool Sequence::Record(PhaseReport phase) {
   phase.copy_ns = phase_copy_ns_.exchange(0);
+  phase.zero_bytes = phase_zero_bytes_.exchange(0);
   observer_.PhaseFinished(phase);
   report_.errors.insert(report_.errors.end(), phase.errors.begin(), phase.errors.end());
   const bool ok = phase.ok();
@@ -118,7 +120,7 @@ bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::
                            Lowercase(proto::ShimStateName(step->state)) + ", not " +
                            Lowercase(proto::ShimStateName(*leaves))};
     }
-    NoteCopy(step->copy_ns);
+    NoteCopy(step->copy_ns, step->zero_bytes);
     return step->bytes;
   }, expected_bytes, note);
 }

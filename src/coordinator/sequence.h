@@ -130,7 +130,7 @@ class Sequence {
   bool Record(PhaseReport phase);
 
   /// A carrier reply's copy time: the phase being run reports the slowest one.
-  void NoteCopy(uint64_t copy_ns);
+  void NoteCopy(uint64_t copy_ns, uint64_t zero_bytes = 0);
 
   CommandReport Finish(Outcome outcome) {
     StopLease();
@@ -152,6 +152,7 @@ class Sequence {
   std::vector<char> native_;
   CommandReport report_;
   std::atomic<uint64_t> phase_copy_ns_{0};  // NoteCopy's maximum for the phase being run
+  std::atomic<uint64_t> phase_zero_bytes_{0};  // NoteCopy's sum for the phase being run
   /// The lease every lifecycle request carries, in ms (0: none; lease.h).
   uint64_t lease_ms_ = 0;
   std::unique_ptr<LeaseKeeper> lease_;

@@ -29,7 +29,7 @@ struct Restorer {
   Lifecycle lifecycle;
   Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
            QuiesceGate& gate, DeviceWork& device_work)
-      : carrier(driver(), CarrierModeFromEnvironment()),
+      : carrier(driver(), CarrierOptionsFromEnvironment()),
         steps(driver(), table, cache, carrier, &FetchFromCreator),
         multicast(driver(), table, multicast_table, cache, &FetchFromCreator),
         all(steps, multicast, &driver(), &device_work),
@@ -174,6 +174,11 @@ std::string LifecycleFailure() {
 std::string LifecycleCheckpointId() {
   const Restorer* built = Root().restorer.load(std::memory_order_acquire);
   return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
+}
+
+CarryScope carry_scope() {
+  static const CarryScope scope = CarryScopeFromEnvironment();
+  return scope;
 }
 
 void AnticipateCarrier() {

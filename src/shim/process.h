@@ -73,6 +73,10 @@ std::string LifecycleFailure();
 /// The checkpoint whose bytes the shim holds (Lifecycle::checkpoint_id; "" when none).
 std::string LifecycleCheckpointId();
 
+/// Which cuMemCreate allocations the shim tracks and carries (CUSNAP_CARRY, read once):
+/// every one (kAll, the default) or only POSIX-capable ones (kShared).
+CarryScope carry_scope();
+
 /// After a tracked allocation was created: in CUSNAP_CARRIER=eager mode the host carrier
 /// grows in the background toward the bytes the sharing table now tracks, so a checkpoint
 /// finds its host memory already provided (DRIVER-FACTS "Speeds"). Lazy mode: nothing.

@@ -7,28 +7,40 @@
 //   add_u32(CUdeviceptr dst, unsigned value, size_t count)     dst[i] += value
 //   copy_u32(CUdeviceptr dst, CUdeviceptr src, size_t count)   dst[i] = src[i]
 //   wait_u32(CUdeviceptr word, unsigned value)                 spins until *word == value
+//   chunk_nonzero_u64(CUdeviceptr src, size_t bytes, size_t chunk, CUdeviceptr flags)
+//       flags[c] = 1 (a u32) for every chunk c of `chunk` bytes of src[0, bytes) holding a
+//       non-zero byte; other flags untouched (the zero-chunk scan of cusnap's carrier)
+// A PTX image (text holding ".version" and ".entry") is accepted as well, as the driver's
+// JIT would: its functions are the `.entry` names it declares that are built in here; any
+// other name answers CUDA_ERROR_NOT_FOUND. That lets a program ship one PTX string for real
+// GPUs and run the same calls here.
 // wait_u32 models a collective that waits for its peer: it never finishes while the peer's
 // write is held back. The grid and block shape are validated and otherwise ignored.
 #include "api_call.h"
 #include "streams.h"
 #include "vmm.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <string>
 #include <string_view>
+#include <vector>
 #include <thread>
 
 namespace simcuda::kernels {
 
-enum class Kernel { kFill, kAdd, kCopy, kWait };
+enum class Kernel { kFill, kAdd, kCopy, kWait, kChunkNonzero };
 
 }  // namespace simcuda::kernels
 
 struct CUmod_st {
-  int unused = 0;
+  bool ptx = false;               // loaded from PTX text: only its entries are functions
+  std::vector<std::string> entries;  // the `.entry` names of a PTX image
 };
 struct CUfunc_st {
   CUmodule module = nullptr;
@@ -105,6 +117,31 @@ CUresult launch(CUfunction f, unsigned grid, unsigned block, CUstream stream, vo
       };
       break;
     }
+    case Kernel::kChunkNonzero: {
+      const auto src = arg<CUdeviceptr>(params, 0);
+      const auto bytes = arg<size_t>(params, 1);
+      const auto chunk = arg<size_t>(params, 2);
+      const auto flags = arg<CUdeviceptr>(params, 3);
+      if (chunk == 0 || bytes % sizeof(uint64_t) != 0) return CUDA_ERROR_INVALID_VALUE;
+      const size_t chunks = (bytes + chunk - 1) / chunk;
+      const size_t words_in = bytes / sizeof(uint32_t);
+      if (!device_words(src, words_in, false) || !device_words(flags, chunks, true)) return CUDA_ERROR_INVALID_VALUE;
+      work = [=] {
+        if (!device_words(src, words_in, false) || !device_words(flags, chunks, true)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+        const auto *bytes_at = reinterpret_cast<const unsigned char *>(src);
+        for (size_t c = 0; c < chunks; ++c) {
+          const size_t end = std::min(bytes, (c + 1) * chunk);
+          for (size_t i = c * chunk; i < end; ++i) {
+            if (bytes_at[i] != 0) {
+              words(flags)[c] = 1;
+              break;
+            }
+          }
+        }
+        return CUDA_SUCCESS;
+      };
+      break;
+    }
     case Kernel::kWait: {
       const auto word = arg<CUdeviceptr>(params, 0);
       const auto value = arg<unsigned>(params, 1);
@@ -124,6 +161,19 @@ CUresult launch(CUfunction f, unsigned grid, unsigned block, CUstream stream, vo
   return streams::submit(stream, std::move(work));
 }
 
+// The `.entry` names a PTX text declares (into `entries`); false when it declares none.
+bool ptx_entries(std::string_view text, std::vector<std::string> *entries) {
+  constexpr std::string_view kEntry = ".entry";
+  for (size_t at = text.find(kEntry); at != std::string_view::npos; at = text.find(kEntry, at + 1)) {
+    size_t begin = at + kEntry.size();
+    while (begin < text.size() && (text[begin] == ' ' || text[begin] == '\t')) ++begin;
+    size_t end = begin;
+    while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) ++end;
+    if (end > begin) entries->emplace_back(text.substr(begin, end - begin));
+  }
+  return !entries->empty();
+}
+
 CUresult launch_ex(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return launch(f, config->gridDimX * config->gridDimY * config->gridDimZ,
@@ -140,8 +190,15 @@ extern "C" {
 CUresult cuModuleLoadData(CUmodule *module, const void *image) {
   SIMCUDA_CALL_INITIALIZED("cuModuleLoadData");
   if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (std::string_view(static_cast<const char *>(image)) != kBuiltinImage) return CUDA_ERROR_INVALID_IMAGE;
+  const std::string_view text(static_cast<const char *>(image));
   auto *loaded = new CUmod_st{};
+  if (text != kBuiltinImage) {
+    if (text.find(".version") == std::string_view::npos || !ptx_entries(text, &loaded->entries)) {
+      delete loaded;
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    loaded->ptx = true;
+  }
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   r.modules.insert(loaded);
@@ -176,10 +233,14 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
   else if (n == "add_u32") kernel = Kernel::kAdd;
   else if (n == "copy_u32") kernel = Kernel::kCopy;
   else if (n == "wait_u32") kernel = Kernel::kWait;
+  else if (n == "chunk_nonzero_u64") kernel = Kernel::kChunkNonzero;
   else return CUDA_ERROR_NOT_FOUND;
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   if (r.modules.count(hmod) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (hmod->ptx && std::find(hmod->entries.begin(), hmod->entries.end(), n) == hmod->entries.end()) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
   auto *function = new CUfunc_st{hmod, kernel};
   r.functions.insert(function);
   *hfunc = function;

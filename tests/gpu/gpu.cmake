@@ -47,6 +47,7 @@ if(CUSNAP_BUILD_GPU_TESTS)
   cusnap_gpu_program(gpu_meminfo gpu_meminfo.cc)                # memory used per GPU
   cusnap_gpu_program(gpu_multicast_forward gpu_multicast_forward.cc)  # CUSNAP_ALLOW_MULTICAST=1 only
   cusnap_gpu_program(gpu_driver_facts gpu_driver_facts.cc)      # FACT lines for DRIVER-FACTS.md
+  cusnap_gpu_program(gpu_carry_hold gpu_carry_hold.cc)          # issue 15: the suspend/resume bench
 
   # Starts two roles of a program joined by a socket pair; links no CUDA (it is the parent
   # of the job that `cusnap checkpoint --pid` walks).

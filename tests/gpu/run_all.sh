@@ -12,13 +12,14 @@
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-#   workload_nccl_native multicast_forward workload_multicast
+#   workload_nccl_native multicast_forward workload_multicast carry_bench
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
 #                           full log, $OUT/tests/<name>.log each test's output
 #   GPU_BUDGET_S            seconds for the whole run (default 540); a test gets what is left
 #   CUSNAP_ALLOW_MULTICAST  multicast tests run only when 1 (never on this project's machines)
+#   GPU_CARRY_BYTES         carry_bench's bytes per process (default 4G; two processes on one GPU)
 #   GPU_RING_RANKS          share_ring's process counts, one job after another (default "2 4 8";
 #                           GPU_RING_ALLOCATIONS per process, default 8, of GPU_RING_BYTES, 2M)
 #   CUSNAP_GPU_SIM=1        run on the simulated driver (<build>/simcuda) instead: a check of
@@ -67,7 +68,7 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-           workload_nccl_native multicast_forward workload_multicast)
+           workload_nccl_native multicast_forward workload_multicast carry_bench)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -281,8 +282,23 @@ t_multicast_forward() {
 t_workload_multicast() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_multicast.py"
 }
+# Issue 15: suspend + resume of two processes on one GPU, native checkpoint of private memory
+# vs cusnap on the same bytes POSIX-capable and private (bench/gpu_suspend_vs_native.py: cold
+# and warm cycles, ratios); then the shared job with half of its memory zero (the zero scan),
+# with each other pinning mode, with the carrier freed after restore, and eager (docs/MEASURED.md
+# M10-M13). Every run says its settings in its BENCH settings line.
+t_carry_bench() {
+  local bench="python3 $CUSNAP_GPU_SRC/bench/gpu_suspend_vs_native.py --build $CUSNAP_GPU_BUILD"
+  local bytes=${GPU_CARRY_BYTES:-4G}
+  $bench --bytes "$bytes" --cycles 3 || return 1
+  $bench --bytes "$bytes" --cycles 2 --zero-fraction 0.5 --modes shared || return 1
+  CUSNAP_CARRIER_PIN=kept $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
+  CUSNAP_CARRIER_PIN=transfer $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
+  CUSNAP_CARRIER_KEEP=none $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
+  CUSNAP_CARRIER=eager $bench --bytes "$bytes" --cycles 1 --modes shared
+}
 export PYTEST
-export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
+export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_long_suspend \
@@ -338,6 +354,7 @@ if selected workload_multicast; then
     run_test workload_multicast 240 t_workload_multicast
   fi
 fi
+selected carry_bench && run_test carry_bench 300 t_carry_bench
 
 rm -rf "$CUSNAP_GPU_CTL"
 # The workloads' checkpoint and restore phase lines, gathered for the report.

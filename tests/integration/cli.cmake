@@ -16,6 +16,7 @@ cusnap_add_gtest(cli_job_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/job_harness.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_cycles.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cli_job_carry.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_hold.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_device_map_refusals.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_refusals.cc

@@ -260,9 +260,10 @@ void JobTest::Kill(Worker& w) {
 }
 
 void JobTest::Create(Worker& w, const std::string& allocation, size_t mib, const char* where,
-                     int id) {
+                     int id, bool exportable) {
   const std::string reply = Ask(w, "create " + allocation + " " + std::to_string(mib) + " " +
-                                       where + " " + std::to_string(id));
+                                       where + " " + std::to_string(id) +
+                                       (exportable ? "" : " private"));
   ASSERT_THAT(reply, StartsWith("ok ")) << w.name << " create " << allocation;
   seeds_[allocation] = 0x5eed0000u + static_cast<uint32_t>(seeds_.size()) * 7919u;
   if (std::string(where) == "dev") device_allocations_[allocation] = {mib, id};

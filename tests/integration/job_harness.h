@@ -94,7 +94,8 @@ class JobTest : public ::testing::Test {
 
   // The job's topology. Each asserts the worker answered "ok" and records what later checks
   // need. Allocation names are global: an importer uses the creator's name.
-  void Create(Worker& w, const std::string& allocation, size_t mib, const char* where, int id);
+  void Create(Worker& w, const std::string& allocation, size_t mib, const char* where, int id,
+              bool exportable = true);
   /// `from` exports `allocation`, the descriptor is relayed, `to` imports it.
   void Share(Worker& from, const std::string& allocation, Worker& to);
   void Map(Worker& w, const std::string& view, const std::string& allocation, size_t offset_mib,

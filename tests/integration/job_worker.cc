@@ -6,8 +6,8 @@
 // to the test: exported descriptors leave through it and imported ones arrive through it.
 //
 // Allocations and views (mappings) have names chosen by the test; sizes and offsets are MiB.
-//   create A <MiB> dev|host <id>   cuMemCreate, POSIX-descriptor capable, on a device or a
-//                                  host NUMA node
+//   create A <MiB> dev|host <id> [private]   cuMemCreate, POSIX-descriptor capable (with
+//                                  "private": handle type NONE), on a device or a host NUMA node
 //   mccreate M <MiB> <devices>     cuMulticastCreate, POSIX-descriptor capable, for that many
 //                                  devices; M is then exported, imported and mapped as an
 //                                  allocation is
@@ -121,12 +121,12 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-std::string Create(const std::string& name, size_t mib, const std::string& where, int id) {
+std::string Create(const std::string& name, size_t mib, const std::string& where, int id, bool exportable) {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = where == "host" ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = id;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.requestedHandleTypes = exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   Allocation a;
   CU_OR_REPLY(cuMemCreate(&a.handle, mib * kMiB, &prop, 0));
   g_allocations[name] = a;
@@ -312,7 +312,8 @@ std::string Execute(const std::string& line) {
     size_t mib = 0;
     int id = 0;
     if (!(in >> a >> mib >> b >> id) || (b != "dev" && b != "host")) return Bad("usage: " + line);
-    return Create(a, mib, b, id);
+    in >> c;
+    return Create(a, mib, b, id, c != "private");
   }
   if (op == "mccreate") {
     size_t mib = 0;

@@ -17,8 +17,12 @@ cusnap_add_gtest(lifecycle_state_test
 cusnap_add_gtest(carrier_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/carrier_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/carrier_chunks_test.cc
     ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_options.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/host_arena.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/zero_scan.cc
   LIBS cusnap_common dl pthread
   LABELS unit)
 add_dependencies(carrier_test simcuda_driver)

@@ -1,17 +1,15 @@
-// The host carrier (carrier.h): arena provisioning, registration around each transfer, and
-// per-context asynchronous copies through staging mappings.
+// The host carrier (carrier.h): the arena's growth and keeping, registration, the zero scan
+// and the chunked, per-context asynchronous copies through staging mappings.
 #include "shim/carrier/carrier.h"
 
 #include <pthread.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <ctime>
+#include <deque>
 #include <new>
 #include <optional>
 #include <string>
@@ -31,14 +29,16 @@ size_t PageSize() {
 
 size_t RoundUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
-// The arena grows in whole 2 MiB steps: the VMM granularity, and what transparent huge
-// pages use.
-constexpr size_t kArenaStep = size_t{2} << 20;
-
 std::string Describe(const CarrierSlot& slot) {
   char text[96];
   snprintf(text, sizeof text, "allocation handle 0x%llx (%zu bytes, device %d)",
            static_cast<unsigned long long>(slot.handle), slot.size, slot.device);
+  return text;
+}
+
+std::string ChunkText(size_t offset, size_t bytes) {
+  char text[64];
+  snprintf(text, sizeof text, "bytes [%zu, %zu) of ", offset, offset + bytes);
   return text;
 }
 
@@ -47,16 +47,13 @@ Error DriverError(const DriverApi& api, CUresult result, const std::string& what
                                              " failed with " + ResultText(api, result)};
 }
 
-// First-touches [begin, begin + bytes) so the kernel provides the pages now, not during the
-// copies (DRIVER-FACTS "Speeds": first touch is the slow part of providing memory).
-void Touch(std::byte* begin, size_t bytes) {
-#ifdef MADV_POPULATE_WRITE
-  if (madvise(begin, bytes, MADV_POPULATE_WRITE) == 0) return;
-#endif
-  const size_t page = PageSize();
-  for (size_t at = 0; at < bytes; at += page) {
-    *reinterpret_cast<volatile unsigned char*>(begin + at) = 0;
-  }
+// Times one driver call into *ns.
+template <typename Call>
+CUresult Timed(uint64_t* ns, Call call) {
+  const uint64_t start = MonotonicNs();
+  const CUresult r = call();
+  *ns += MonotonicNs() - start;
+  return r;
 }
 
 // One context's share of a transfer: its stream and its slots.
@@ -64,20 +61,42 @@ struct Group {
   CUcontext context = nullptr;
   CUstream stream = nullptr;
   std::vector<size_t> slots;
+  bool synced = true;  // its stream was synchronized (or never used)
+};
+
+// One chunk of one slot: what the pipeline pins and copies as a unit.
+struct Chunk {
+  size_t slot = 0;
+  size_t group = 0;
+  size_t offset = 0;  // within the slot
+  size_t bytes = 0;
+  CUevent done = nullptr;  // recorded after its copy (pipelined pinning)
+  bool registered = false;
 };
 
 }  // namespace
 
-CarrierMode CarrierModeFromEnvironment() {
-  const char* value = getenv("CUSNAP_CARRIER");
-  if (value == nullptr || *value == '\0' || strcmp(value, "lazy") == 0) return CarrierMode::kLazy;
-  if (strcmp(value, "eager") == 0) return CarrierMode::kEager;
-  // Error level: a mistyped setting must be seen at the default log level (issue 17).
-  CUSNAP_LOG_ERROR("CUSNAP_CARRIER=%s is neither 'lazy' nor 'eager'; using lazy", value);
-  return CarrierMode::kLazy;
-}
+struct HostCarrier::Transfer {
+  std::span<const CarrierSlot> slots;
+  Direction direction = Direction::kToHost;
+  CarrierTransfer result;
+  std::vector<Group> groups;
+  std::vector<Staging> staging;
+  std::optional<Error> failure;
+  void Fail(const DriverApi& api, CUresult r, const std::string& what) {
+    if (!failure) failure = DriverError(api, r, what);
+  }
+};
 
-HostCarrier::HostCarrier(const DriverApi& api, CarrierMode mode) : api_(api), mode_(mode) {}
+HostCarrier::HostCarrier(const DriverApi& api, const CarrierOptions& options)
+    : api_(api), options_(options), scanner_(api) {}
+
+HostCarrier::HostCarrier(const DriverApi& api, CarrierMode mode)
+    : HostCarrier(api, [mode] {
+        CarrierOptions options;
+        options.mode = mode;
+        return options;
+      }()) {}
 
 HostCarrier::~HostCarrier() {
   {
@@ -88,7 +107,12 @@ HostCarrier::~HostCarrier() {
   if (growth_thread_.joinable()) growth_thread_.join();
   std::lock_guard lock(mutex_);
   // An arena with unsynchronized copies may still be written by the device: leave it mapped.
-  if (arena_ != nullptr && unsynced_.empty()) munmap(arena_, capacity_);
+  if (!unsynced_.empty()) {
+    arena_.Abandon();
+    return;
+  }
+  uint64_t ns = 0;
+  if (UnregisterAllLocked(&ns) != CUDA_SUCCESS) arena_.Abandon();
 }
 
 Status HostCarrier::Provision(size_t bytes) {
@@ -99,34 +123,23 @@ Status HostCarrier::Provision(size_t bytes) {
 
 Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns) {
   *provision_ns = 0;
-  if (bytes <= capacity_) return Ok{};
-  if (!unsynced_.empty() || registered_) {
+  if (bytes <= arena_.capacity()) return Ok{};
+  uint64_t register_ns = 0;
+  // A kept registration covers the old size: it is made again for the new one.
+  if (!unsynced_.empty() || UnregisterAllLocked(&register_ns) != CUDA_SUCCESS) {
     return Error{ENOMEM, ThisProcess() + ": host carrier: the arena cannot grow while the driver "
                          "may still use it (a copy of unknown completion, or still registered)"};
   }
   const uint64_t start = MonotonicNs();
-  const size_t wanted = RoundUp(bytes, kArenaStep);
-  void* grown = capacity_ == 0
-                    ? mmap(nullptr, wanted, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                           -1, 0)
-                    : mremap(arena_, capacity_, wanted, MREMAP_MAYMOVE);
-  if (grown == MAP_FAILED) {
-    const int error = errno;
-    return Error{error, ThisProcess() + ": host carrier: cannot grow the host arena from " +
-                            std::to_string(capacity_) + " to " + std::to_string(wanted) +
-                            " bytes: " + strerror(error)};
-  }
-  arena_ = static_cast<std::byte*>(grown);
-  Touch(arena_ + capacity_, wanted - capacity_);
-  capacity_ = wanted;
+  if (Status grown = arena_.Grow(bytes, options_.provision_threads); !grown) return grown;
   *provision_ns = MonotonicNs() - start;
-  CUSNAP_LOG_INFO("host carrier: arena grown to %zu bytes in %llu ns", capacity_,
+  CUSNAP_LOG_INFO("host carrier: arena grown to %zu bytes in %llu ns", arena_.capacity(),
                   static_cast<unsigned long long>(*provision_ns));
   return Ok{};
 }
 
 void HostCarrier::Anticipate(size_t tracked_bytes) {
-  if (mode_ != CarrierMode::kEager) return;
+  if (options_.mode != CarrierMode::kEager) return;
   size_t current = wanted_.load(std::memory_order_relaxed);
   while (tracked_bytes > current &&
          !wanted_.compare_exchange_weak(current, tracked_bytes, std::memory_order_relaxed)) {
@@ -174,7 +187,9 @@ Result<CarrierTransfer> HostCarrier::Load(std::span<const CarrierSlot> slots) {
 Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slots,
                                                 Direction direction) {
   const uint64_t start = MonotonicNs();
-  CarrierTransfer transfer;
+  Transfer t;
+  t.slots = slots;
+  t.direction = direction;
   if (Status settled = SettleLocked(); !settled) return settled.error();
   for (const CarrierSlot& slot : slots) {
     if (slot.context == nullptr || slot.size == 0) {
@@ -184,16 +199,17 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   }
 
   // Where each slot's bytes live in the arena.
+  const size_t chunk = options_.chunk_bytes;
   if (direction == Direction::kToHost) {
     std::vector<Placement> layout;
     layout.reserve(slots.size());
     size_t total = 0;
     for (const CarrierSlot& slot : slots) {
-      layout.push_back({total, slot.size});
+      layout.push_back({total, slot.size, std::vector<char>((slot.size + chunk - 1) / chunk, 0)});
       total = RoundUp(total + slot.size, PageSize());
     }
     layout_.clear();
-    if (Status grown = GrowLocked(total, &transfer.provision_ns); !grown) return grown.error();
+    if (Status grown = GrowLocked(total, &t.result.provision_ns); !grown) return grown.error();
     layout_ = std::move(layout);
   } else {
     if (slots.size() != layout_.size()) {
@@ -210,146 +226,323 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
     }
   }
   if (slots.empty()) {
-    transfer.ns = MonotonicNs() - start;
-    return transfer;
+    t.result.ns = MonotonicNs() - start;
+    return t.result;
   }
-  const size_t used = layout_.back().offset + RoundUp(layout_.back().size, PageSize());
 
-  // Pinned only while the bytes move (DRIVER-FACTS "Speeds"). PORTABLE: every context's
-  // copies see it as pinned.
-  uint64_t phase = MonotonicNs();
-  {
-    ContextScope scope(api_, slots.front().context);
-    if (scope.status() != CUDA_SUCCESS) return DriverError(api_, scope.status(), "entering a context");
-    const CUresult registered =
-        api_.cuMemHostRegister_v2(arena_, used, CU_MEMHOSTREGISTER_PORTABLE);
-    if (registered != CUDA_SUCCESS) {
-      return DriverError(api_, registered, "registering " + std::to_string(used) + " bytes of arena");
-    }
-    registered_ = true;
-    registered_context_ = slots.front().context;
-  }
-  transfer.register_ns = MonotonicNs() - phase;
-
-  // One group per context, in first-seen order.
-  std::vector<Group> groups;
-  std::vector<Staging> staging(slots.size());
+  // One group per context, in first-seen order; a stream and staging mappings for each.
+  t.staging.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     Group* group = nullptr;
-    for (Group& g : groups) {
+    for (Group& g : t.groups) {
       if (g.context == slots[i].context) group = &g;
     }
-    if (group == nullptr) group = &groups.emplace_back(Group{slots[i].context, nullptr, {}});
+    if (group == nullptr) group = &t.groups.emplace_back(Group{slots[i].context, nullptr, {}, true});
     group->slots.push_back(i);
   }
-
-  // Enqueue every copy of every context before synchronizing any, so devices overlap.
-  phase = MonotonicNs();
-  std::optional<Error> failure;
-  const auto fail = [&](CUresult result, const std::string& what) {
-    if (!failure) failure = DriverError(api_, result, what);
-  };
-  const CUmemAccessDesc access_template{};
-  for (Group& group : groups) {
-    if (failure) break;
+  for (Group& group : t.groups) {
+    if (t.failure) break;
     ContextScope scope(api_, group.context);
     if (scope.status() != CUDA_SUCCESS) {
-      fail(scope.status(), "entering a context");
+      t.Fail(api_, scope.status(), "entering a context");
       break;
     }
     if (CUresult r = api_.cuStreamCreate(&group.stream, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
       group.stream = nullptr;
-      fail(r, "creating a copy stream");
+      t.Fail(api_, r, "creating a copy stream");
       break;
     }
     for (size_t i : group.slots) {
       const CarrierSlot& slot = slots[i];
-      Staging& stage = staging[i];
+      Staging& stage = t.staging[i];
       if (CUresult r = api_.cuMemAddressReserve(&stage.va, slot.size, 0, 0, 0); r != CUDA_SUCCESS) {
-        fail(r, "reserving a staging range for " + Describe(slot));
+        t.Fail(api_, r, "reserving a staging range for " + Describe(slot));
         break;
       }
       stage.reserved = true;
       stage.size = slot.size;
       if (CUresult r = api_.cuMemMap(stage.va, slot.size, 0, slot.handle, 0); r != CUDA_SUCCESS) {
-        fail(r, "mapping " + Describe(slot) + " for copying");
+        t.Fail(api_, r, "mapping " + Describe(slot) + " for copying");
         break;
       }
       stage.mapped = true;
-      CUmemAccessDesc access = access_template;
+      CUmemAccessDesc access{};
       access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
       access.location.id = slot.device;
       access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
       if (CUresult r = api_.cuMemSetAccess(stage.va, slot.size, &access, 1); r != CUDA_SUCCESS) {
-        fail(r, "granting device " + std::to_string(slot.device) + " access to " + Describe(slot));
+        t.Fail(api_, r, "granting device " + std::to_string(slot.device) + " access to " + Describe(slot));
         break;
       }
-      std::byte* host = arena_ + layout_[i].offset;
-      const CUresult r =
-          direction == Direction::kToHost
-              ? api_.cuMemcpyDtoHAsync_v2(host, stage.va, slot.size, group.stream)
-              : api_.cuMemcpyHtoDAsync_v2(stage.va, host, slot.size, group.stream);
-      if (r != CUDA_SUCCESS) {
-        fail(r, std::string(direction == Direction::kToHost ? "copying " : "restoring ") +
-                    Describe(slot));
-        break;
-      }
-      transfer.bytes += slot.size;
     }
   }
 
-  // One synchronize per context, even after a failure: nothing enqueued may still run when
-  // this returns. A failed synchronize leaves completion unknown: the stream is kept and
-  // synchronized again before the arena is used, moved or unregistered (SettleLocked).
-  for (Group& group : groups) {
+  if (!t.failure && direction == Direction::kToHost && options_.zero_scan) {
+    if (Status scanned = ScanLocked(t); !scanned && !t.failure) t.failure = scanned.error();
+  }
+  CopyLocked(t);  // after a failure: only synchronizes what was enqueued
+
+  // Remove the staging mappings of every synchronized stream (the others wait in unsynced_).
+  for (Group& group : t.groups) {
+    if (!group.synced) continue;
+    ContextScope scope(api_, group.context);
+    std::vector<Staging> own;
+    for (size_t i : group.slots) own.push_back(t.staging[i]);
+    RemoveStaging(own);
+  }
+  t.result.ns = MonotonicNs() - start;
+  if (t.failure) {
+    // Saved bytes may be incomplete: Load refuses until a Save succeeds. A failed Load only
+    // read the arena, so its bytes stay for a retry.
+    if (direction == Direction::kToHost) layout_.clear();
+    return *t.failure;
+  }
+  CUSNAP_LOG_INFO("host carrier: %s %llu bytes (%llu of them zero chunks, not copied) in %llu ns "
+                  "(copy %llu ns, register %llu ns, provision %llu ns, scan %llu ns)",
+                  direction == Direction::kToHost ? "saved" : "loaded",
+                  static_cast<unsigned long long>(t.result.bytes),
+                  static_cast<unsigned long long>(t.result.zero_bytes),
+                  static_cast<unsigned long long>(t.result.ns),
+                  static_cast<unsigned long long>(t.result.copy_ns),
+                  static_cast<unsigned long long>(t.result.register_ns),
+                  static_cast<unsigned long long>(t.result.provision_ns),
+                  static_cast<unsigned long long>(t.result.scan_ns));
+  return t.result;
+}
+
+Status HostCarrier::ScanLocked(Transfer& t) {
+  // Per group: one flag word per chunk of its scannable slots, on its device; the kernels
+  // of every group are enqueued before any is waited for, so devices scan at once.
+  const uint64_t start = MonotonicNs();
+  const size_t chunk = options_.chunk_bytes;
+  struct Flags {
+    CUdeviceptr device = 0;
+    std::vector<uint32_t> host;
+    std::vector<std::pair<size_t, size_t>> bases;  // (slot, first flag)
+    bool launched = false;
+  };
+  std::vector<Flags> flags(t.groups.size());
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    Group& group = t.groups[g];
+    Flags& f = flags[g];
+    size_t count = 0;
+    for (size_t i : group.slots) {
+      if (!t.slots[i].scan || t.slots[i].size % sizeof(uint64_t) != 0) continue;
+      f.bases.emplace_back(i, count);
+      count += layout_[i].zero.size();
+    }
+    if (count == 0) continue;
+    ContextScope scope(api_, group.context);
+    if (scope.status() != CUDA_SUCCESS ||
+        api_.cuMemAlloc_v2(&f.device, count * sizeof(uint32_t)) != CUDA_SUCCESS) {
+      f.device = 0;
+      continue;  // no scan here: every chunk is copied
+    }
+    f.host.assign(count, 1);
+    if (api_.cuMemsetD32Async(f.device, 0, count, group.stream) != CUDA_SUCCESS) continue;
+    f.launched = true;
+    for (const auto& [slot, base] : f.bases) {
+      const CUresult r = scanner_.Enqueue(group.context, group.stream, t.staging[slot].va,
+                                          t.slots[slot].size, chunk, f.device + base * sizeof(uint32_t));
+      if (r != CUDA_SUCCESS) {
+        f.launched = false;  // nothing found zero in this group
+        if (r != CUDA_ERROR_NOT_SUPPORTED) {
+          CUSNAP_LOG_WARN("host carrier: zero-chunk scan of %s: %s; its chunks are all copied",
+                          Describe(t.slots[slot]).c_str(), ResultText(api_, r).c_str());
+        }
+        break;
+      }
+    }
+  }
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    Flags& f = flags[g];
+    if (f.device == 0) continue;
+    Group& group = t.groups[g];
+    ContextScope scope(api_, group.context);
+    const CUresult synced = api_.cuStreamSynchronize(group.stream);
+    if (synced != CUDA_SUCCESS) {
+      // The kernels may still read the staging mappings and write the flags: both stay.
+      group.synced = false;
+      unsynced_.push_back(Unsynced{group.context, group.stream, {}});
+      for (size_t i : group.slots) {
+        unsynced_.back().staging.push_back(t.staging[i]);
+        t.staging[i] = Staging{};
+      }
+      group.stream = nullptr;
+      t.Fail(api_, synced, "synchronizing the zero-chunk scan");
+      continue;
+    }
+    if (f.launched &&
+        api_.cuMemcpyDtoH_v2(f.host.data(), f.device, f.host.size() * sizeof(uint32_t)) != CUDA_SUCCESS) {
+      f.launched = false;
+    }
+    api_.cuMemFree_v2(f.device);
+    if (!f.launched) continue;
+    for (const auto& [slot, base] : f.bases) {
+      std::vector<char>& zero = layout_[slot].zero;
+      for (size_t c = 0; c < zero.size(); ++c) zero[c] = f.host[base + c] == 0;
+    }
+  }
+  t.result.scan_ns = MonotonicNs() - start;
+  return Ok{};
+}
+
+void HostCarrier::CopyLocked(Transfer& t) {
+  const size_t chunk = options_.chunk_bytes;
+  const bool to_host = t.direction == Direction::kToHost;
+  // Chunks of every group, taken in turn so that every device has copies queued. Zero
+  // chunks: a memset at load, nothing at save.
+  std::vector<std::deque<Chunk>> per_group(t.groups.size());
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    for (size_t i : t.groups[g].slots) {
+      const Placement& place = layout_[i];
+      t.result.bytes += place.size;
+      for (size_t c = 0; c < place.zero.size(); ++c) {
+        const size_t offset = c * chunk;
+        const size_t bytes = place.size - offset < chunk ? place.size - offset : chunk;
+        if (place.zero[c]) {
+          t.result.zero_bytes += bytes;
+          if (!to_host) per_group[g].push_back(Chunk{i, g, offset, bytes, nullptr, false});
+          continue;
+        }
+        per_group[g].push_back(Chunk{i, g, offset, bytes, nullptr, false});
+      }
+    }
+  }
+  std::vector<Chunk> order;
+  for (bool more = true; more;) {
+    more = false;
+    for (std::deque<Chunk>& queue : per_group) {
+      if (queue.empty()) continue;
+      order.push_back(queue.front());
+      queue.pop_front();
+      more = true;
+    }
+  }
+
+  const CarrierPinning pinning = options_.pinning;
+  const size_t used = layout_.back().offset + RoundUp(layout_.back().size, PageSize());
+  const uint64_t phase = MonotonicNs();
+  std::byte* const arena = arena_.data();
+  // Whole-arena pinning: registered once (kept: for good; transfer: until the end).
+  if (t.failure) {
+    // Nothing is copied: the streams are only synchronized below.
+  } else if (pinning == CarrierPinning::kKept && registrations_.empty()) {
+    if (CUresult r = RegisterLocked(t.groups.front().context, arena, arena_.capacity(),
+                                    &t.result.register_ns);
+        r != CUDA_SUCCESS) {
+      t.Fail(api_, r, "registering " + std::to_string(arena_.capacity()) + " bytes of arena");
+    }
+  } else if (pinning == CarrierPinning::kTransfer) {
+    if (CUresult r = RegisterLocked(t.groups.front().context, arena, used, &t.result.register_ns);
+        r != CUDA_SUCCESS) {
+      t.Fail(api_, r, "registering " + std::to_string(used) + " bytes of arena");
+    }
+  }
+
+  // Retires the oldest chunk in flight: waits for its copy, then unpins it.
+  std::deque<Chunk*> in_flight;
+  const auto retire = [&]() {
+    Chunk* c = in_flight.front();
+    in_flight.pop_front();
+    ContextScope scope(api_, t.groups[c->group].context);
+    if (CUresult r = api_.cuEventSynchronize(c->done); r != CUDA_SUCCESS) {
+      t.Fail(api_, r, "waiting for " + ChunkText(c->offset, c->bytes) + Describe(t.slots[c->slot]));
+      return;
+    }
+    api_.cuEventDestroy_v2(c->done);
+    c->done = nullptr;
+    if (CUresult r = UnregisterLocked(arena + layout_[c->slot].offset + c->offset, &t.result.register_ns);
+        r != CUDA_SUCCESS) {
+      t.Fail(api_, r, "unregistering the arena's " + ChunkText(c->offset, c->bytes) +
+                          Describe(t.slots[c->slot]));
+      return;
+    }
+    c->registered = false;
+  };
+
+  for (Chunk& c : order) {
+    if (t.failure) break;
+    const Group& group = t.groups[c.group];
+    const CarrierSlot& slot = t.slots[c.slot];
+    ContextScope scope(api_, group.context);
+    if (scope.status() != CUDA_SUCCESS) {
+      t.Fail(api_, scope.status(), "entering a context");
+      break;
+    }
+    const CUdeviceptr device = t.staging[c.slot].va + c.offset;
+    if (layout_[c.slot].zero[c.offset / chunk]) {  // load only
+      if (CUresult r = api_.cuMemsetD8Async(device, 0, c.bytes, group.stream); r != CUDA_SUCCESS) {
+        t.Fail(api_, r, "zeroing " + ChunkText(c.offset, c.bytes) + Describe(slot));
+      }
+      continue;
+    }
+    std::byte* host = arena + layout_[c.slot].offset + c.offset;
+    if (pinning == CarrierPinning::kPipelined) {
+      if (CUresult r = RegisterLocked(group.context, host, RoundUp(c.bytes, PageSize()),
+                                      &t.result.register_ns);
+          r != CUDA_SUCCESS) {
+        t.Fail(api_, r, "registering the arena's " + ChunkText(c.offset, c.bytes) + Describe(slot));
+        break;
+      }
+      c.registered = true;
+    }
+    const CUresult r = to_host ? api_.cuMemcpyDtoHAsync_v2(host, device, c.bytes, group.stream)
+                               : api_.cuMemcpyHtoDAsync_v2(device, host, c.bytes, group.stream);
+    if (r != CUDA_SUCCESS) {
+      t.Fail(api_, r, std::string(to_host ? "copying " : "restoring ") +
+                          ChunkText(c.offset, c.bytes) + Describe(slot));
+      break;
+    }
+    ++t.result.chunks;
+    if (pinning != CarrierPinning::kPipelined) continue;
+    if (CUresult e = api_.cuEventCreate(&c.done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) {
+      c.done = nullptr;
+      t.Fail(api_, e, "creating an event");
+      break;
+    }
+    if (CUresult e = api_.cuEventRecord(c.done, group.stream); e != CUDA_SUCCESS) {
+      t.Fail(api_, e, "recording an event");
+      break;
+    }
+    in_flight.push_back(&c);
+    while (!t.failure && in_flight.size() > options_.window) retire();
+  }
+
+  // One synchronize per stream, even after a failure: nothing enqueued may still run when
+  // this returns. A failed synchronize leaves completion unknown: the stream is kept, with
+  // its staging mappings and the arena's registrations, and synchronized again before the
+  // arena is used, moved or unregistered (SettleLocked).
+  bool all_synced = true;
+  for (Group& group : t.groups) {
     if (group.stream == nullptr) continue;
     ContextScope scope(api_, group.context);
     const CUresult synced = scope.status() == CUDA_SUCCESS ? api_.cuStreamSynchronize(group.stream)
                                                            : scope.status();
     if (synced != CUDA_SUCCESS) {
+      group.synced = false;
+      all_synced = false;
       Unsynced& kept = unsynced_.emplace_back(Unsynced{group.context, group.stream, {}});
       for (size_t i : group.slots) {
-        kept.staging.push_back(staging[i]);
-        staging[i] = Staging{};  // removed once the stream is synchronized (SettleLocked)
+        kept.staging.push_back(t.staging[i]);
+        t.staging[i] = Staging{};
       }
-      fail(synced, "synchronizing the copies");
+      t.Fail(api_, synced, "synchronizing the copies");
       continue;
     }
     api_.cuStreamDestroy_v2(group.stream);
   }
-  transfer.copy_ns = MonotonicNs() - phase;
-
-  // Remove the staging mappings, then unpin.
-  for (Group& group : groups) {
-    ContextScope scope(api_, group.context);
-    std::vector<Staging> own;
-    for (size_t i : group.slots) own.push_back(staging[i]);
-    RemoveStaging(own);
+  for (Chunk& c : order) {
+    if (c.done != nullptr) api_.cuEventDestroy_v2(c.done);
   }
-  phase = MonotonicNs();
-  if (unsynced_.empty()) {
-    // A failure leaves registered_ set: the next transfer unregisters first (SettleLocked).
-    if (CUresult r = UnregisterLocked(slots.front().context); r != CUDA_SUCCESS) {
-      fail(r, "unregistering the arena");
+  t.result.copy_ns = MonotonicNs() - phase;
+  // Unpin what this transfer pinned (a kept registration stays). A failure leaves the rest
+  // registered: the next transfer unregisters it first (SettleLocked).
+  if (all_synced && pinning != CarrierPinning::kKept) {
+    if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
+      t.Fail(api_, r, "unregistering the arena");
     }
   }
-  transfer.register_ns += MonotonicNs() - phase;
-  transfer.ns = MonotonicNs() - start;
-  if (failure) {
-    // Saved bytes may be incomplete: Load refuses until a Save succeeds. A failed Load only
-    // read the arena, so its bytes stay for a retry.
-    if (direction == Direction::kToHost) layout_.clear();
-    return *failure;
-  }
-  CUSNAP_LOG_INFO("host carrier: %s %llu bytes in %llu ns (copy %llu ns, register %llu ns, "
-                  "provision %llu ns)",
-                  direction == Direction::kToHost ? "saved" : "loaded",
-                  static_cast<unsigned long long>(transfer.bytes),
-                  static_cast<unsigned long long>(transfer.ns),
-                  static_cast<unsigned long long>(transfer.copy_ns),
-                  static_cast<unsigned long long>(transfer.register_ns),
-                  static_cast<unsigned long long>(transfer.provision_ns));
-  return transfer;
 }
 
 Status HostCarrier::SettleLocked() {
@@ -365,8 +558,9 @@ Status HostCarrier::SettleLocked() {
     RemoveStaging(pending.staging);
     unsynced_.pop_back();
   }
-  if (registered_) {
-    if (CUresult r = UnregisterLocked(registered_context_); r != CUDA_SUCCESS) {
+  if (options_.pinning != CarrierPinning::kKept) {
+    uint64_t ns = 0;
+    if (CUresult r = UnregisterAllLocked(&ns); r != CUDA_SUCCESS) {
       return DriverError(api_, r, "unregistering the arena after an earlier, failed transfer");
     }
   }
@@ -380,27 +574,57 @@ void HostCarrier::RemoveStaging(std::span<const Staging> staging) {
   }
 }
 
-CUresult HostCarrier::UnregisterLocked(CUcontext context) {
+CUresult HostCarrier::RegisterLocked(CUcontext context, std::byte* begin, size_t bytes, uint64_t* ns) {
   ContextScope scope(api_, context);
-  const CUresult r = scope.status() == CUDA_SUCCESS ? api_.cuMemHostUnregister(arena_) : scope.status();
-  if (r == CUDA_SUCCESS) registered_ = false;
+  if (scope.status() != CUDA_SUCCESS) return scope.status();
+  // PORTABLE: every context's copies see it as pinned.
+  const CUresult r =
+      Timed(ns, [&] { return api_.cuMemHostRegister_v2(begin, bytes, CU_MEMHOSTREGISTER_PORTABLE); });
+  if (r == CUDA_SUCCESS) registrations_.push_back(Registration{begin, context});
   return r;
+}
+
+CUresult HostCarrier::UnregisterLocked(std::byte* begin, uint64_t* ns) {
+  for (size_t k = 0; k < registrations_.size(); ++k) {
+    if (registrations_[k].begin != begin) continue;
+    ContextScope scope(api_, registrations_[k].context);
+    const CUresult r = scope.status() == CUDA_SUCCESS
+                           ? Timed(ns, [&] { return api_.cuMemHostUnregister(begin); })
+                           : scope.status();
+    if (r == CUDA_SUCCESS) registrations_.erase(registrations_.begin() + static_cast<long>(k));
+    return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult HostCarrier::UnregisterAllLocked(uint64_t* ns) {
+  CUresult first = CUDA_SUCCESS;
+  for (size_t k = registrations_.size(); k-- > 0;) {
+    const CUresult r = UnregisterLocked(registrations_[k].begin, ns);
+    if (first == CUDA_SUCCESS) first = r;
+  }
+  return first;
 }
 
 void HostCarrier::Discard() {
   std::lock_guard lock(mutex_);
   layout_.clear();
+  if (options_.keep_bytes >= arena_.capacity() || !unsynced_.empty()) return;
+  uint64_t ns = 0;
+  if (UnregisterAllLocked(&ns) != CUDA_SUCCESS) return;  // still pinned: kept whole
+  arena_.ShrinkTo(options_.keep_bytes);
+  CUSNAP_LOG_INFO("host carrier: arena kept at %zu bytes (CUSNAP_CARRIER_KEEP)", arena_.capacity());
 }
 
 size_t HostCarrier::capacity() const {
   std::lock_guard lock(mutex_);
-  return capacity_;
+  return arena_.capacity();
 }
 
 size_t HostCarrier::GrowthFor(size_t bytes) const {
   const size_t wanted = RoundUp(bytes, kArenaStep);
   std::lock_guard lock(mutex_);
-  return wanted > capacity_ ? wanted - capacity_ : 0;
+  return wanted > arena_.capacity() ? wanted - arena_.capacity() : 0;
 }
 
 size_t HostCarrier::saved_bytes() const {
@@ -413,7 +637,18 @@ size_t HostCarrier::saved_bytes() const {
 std::span<const std::byte> HostCarrier::saved(size_t index) const {
   std::lock_guard lock(mutex_);
   if (index >= layout_.size()) return {};
-  return {arena_ + layout_[index].offset, layout_[index].size};
+  return {arena_.data() + layout_[index].offset, layout_[index].size};
+}
+
+bool HostCarrier::saved_zero(size_t index, size_t offset) const {
+  std::lock_guard lock(mutex_);
+  if (index >= layout_.size() || offset >= layout_[index].size) return false;
+  return layout_[index].zero[offset / options_.chunk_bytes] != 0;
+}
+
+bool HostCarrier::registered() const {
+  std::lock_guard lock(mutex_);
+  return !registrations_.empty();
 }
 
 bool HostCarrier::poisoned() const {

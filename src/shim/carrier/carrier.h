@@ -3,15 +3,18 @@
 // POSIX-capable allocation that goes through native checkpoint can never be exported again,
 // and an importer's native restore fails, so these bytes must leave the driver first).
 //
-// One anonymous host arena per process, grown only and reused across cycles: providing host
-// memory costs far more than copying into it (DRIVER-FACTS "Speeds": 16 GiB takes 6-11 s to
-// provide, 0.31 s to copy). The arena is registered with the driver (cuMemHostRegister) only
-// while bytes move and unregistered before the native checkpoint, which is much slower on a
-// process that holds pinned memory (same section). The bytes stay in process memory, so a
-// CRIU dump of the process carries them.
+// One host arena per process on transparent huge pages, provided by several threads, grown
+// only and reused across cycles (host_arena.h): providing host memory costs far more than
+// copying into it (DRIVER-FACTS "Host memory for a carrier"). Bytes move in chunks; the
+// arena is pinned per chunk, pipelined with the copies (chunk k+1 registered while chunk k
+// copies, k unregistered behind), or kept registered, or registered around the whole
+// transfer (carrier_options.h: measured, docs/MEASURED.md). Chunks of device memory that
+// hold only zeros are found by a device-side scan (zero_scan.h), not copied, and recreated
+// with a memset. The bytes stay in process memory, so a CRIU dump of the process carries
+// them.
 //
-// Copies run per context on one stream each, asynchronously, all contexts enqueued before
-// any is synchronized, so devices copy at once; one synchronize per context.
+// Copies run per context on one stream each, asynchronously; chunks of every context are
+// enqueued in turn, so devices copy at once.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +27,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "shim/carrier/carrier_options.h"
+#include "shim/carrier/host_arena.h"
+#include "shim/carrier/zero_scan.h"
 #include "shim/intercept/cuda_abi.h"
 #include "shim/intercept/driver_api.h"
 
@@ -36,27 +42,29 @@ struct CarrierSlot {
   CUcontext context = nullptr;              ///< the context its copies run in
   CUdevice device = 0;                      ///< that context's device: gets RW access to
                                             ///< the carrier's own staging mapping
+  bool scan = true;  ///< device memory: scanned for zero chunks (HOST_NUMA is not: reading
+                     ///< it from the device costs as much as copying it)
 };
 
 /// What one save or load moved: bytes and elapsed ns, split into the phases the CLI prints.
 struct CarrierTransfer {
-  uint64_t bytes = 0;         ///< bytes copied
+  uint64_t bytes = 0;         ///< bytes carried (copied + zero_bytes)
+  uint64_t zero_bytes = 0;    ///< bytes of all-zero chunks: not copied (memset at load)
+  uint64_t chunks = 0;        ///< chunks copied
+  uint64_t scan_ns = 0;       ///< the zero-chunk scan (save)
   uint64_t ns = 0;            ///< whole operation (provision + register + copy + unregister)
   uint64_t provision_ns = 0;  ///< growing and first-touching the arena
-  uint64_t register_ns = 0;   ///< cuMemHostRegister + cuMemHostUnregister
-  uint64_t copy_ns = 0;       ///< enqueue + synchronize of every copy
+  uint64_t register_ns = 0;   ///< time inside cuMemHostRegister + cuMemHostUnregister
+                              ///< (pipelined: overlaps copy_ns)
+  uint64_t copy_ns = 0;       ///< first enqueue to last synchronize of the copies
 };
-
-/// When the arena is provided (CUSNAP_CARRIER, DESIGN.md "Environment").
-enum class CarrierMode { kLazy, kEager };
-
-/// CUSNAP_CARRIER: "lazy" (default) or "eager"; anything else is logged and read as lazy.
-CarrierMode CarrierModeFromEnvironment();
 
 /// The host arena and the copies into and out of it. Thread-safe (one operation at a time).
 class HostCarrier {
  public:
   /// `api`: the real driver entry points (stays referenced).
+  HostCarrier(const DriverApi& api, const CarrierOptions& options);
+  /// Default options but `mode`.
   HostCarrier(const DriverApi& api, CarrierMode mode);
   ~HostCarrier();
   HostCarrier(const HostCarrier&) = delete;
@@ -74,9 +82,10 @@ class HostCarrier {
 
   /// Copies every slot's allocation into the arena (device to host), in order, through a
   /// staging mapping of each handle that the carrier makes and removes itself (the
-  /// application's mappings may lack access for the copying device, or not exist). On
-  /// failure every enqueued copy is synchronized before the error returns. Errors carry the
-  /// CUresult and name the slot's handle and size.
+  /// application's mappings may lack access for the copying device, or not exist). Chunks
+  /// the zero scan finds all-zero are not copied. On failure every enqueued copy is
+  /// synchronized before the error returns. Errors carry the CUresult and name the slot's
+  /// handle and size, and the chunk's byte range when one chunk failed.
   Result<CarrierTransfer> Save(std::span<const CarrierSlot> slots);
 
   /// Copies the bytes of the last Save back (host to device) into each slot's (fresh)
@@ -86,10 +95,12 @@ class HostCarrier {
   /// be incomplete) and Load refuses until a Save succeeds.
   Result<CarrierTransfer> Load(std::span<const CarrierSlot> slots);
 
-  /// Forgets the saved layout (after a refused or finished cycle); the arena stays.
+  /// Forgets the saved layout (after a refused or finished cycle); the arena stays, up to
+  /// options.keep_bytes (CUSNAP_CARRIER_KEEP): the rest goes back to the kernel.
   void Discard();
 
-  CarrierMode mode() const { return mode_; }
+  CarrierMode mode() const { return options_.mode; }
+  const CarrierOptions& options() const { return options_; }
   /// Bytes the arena holds (grown, touched).
   size_t capacity() const;
   /// Bytes the arena would still grow by to hold `bytes` (its 2 MiB steps; 0 when it holds
@@ -97,8 +108,15 @@ class HostCarrier {
   size_t GrowthFor(size_t bytes) const;
   /// Bytes held by the last Save (0 after Discard).
   size_t saved_bytes() const;
-  /// The saved bytes of slot `index` of the last Save (empty when out of range).
+  /// The saved bytes of slot `index` of the last Save (empty when out of range). Chunks
+  /// found all-zero are not in it (saved_zero tells which).
   std::span<const std::byte> saved(size_t index) const;
+  /// True when the chunk of slot `index` holding byte `offset` was found all-zero by the
+  /// last Save (its bytes in saved() are then stale).
+  bool saved_zero(size_t index, size_t offset) const;
+  /// True while the arena is registered with the driver (kept pinning, or a failed
+  /// unregister not yet retried).
+  bool registered() const;
   /// True while a copy stream's synchronize failed and has not succeeded since: the device
   /// may still use the arena, so it is not moved or freed (SPEC-REFERENCE K.3 #12). The next
   /// Save/Load synchronizes those streams again first (and unregisters the arena when an
@@ -109,8 +127,10 @@ class HostCarrier {
   struct Placement {
     size_t offset;
     size_t size;
+    std::vector<char> zero;  // per chunk of options_.chunk_bytes: all-zero at Save
   };
   enum class Direction { kToHost, kToDevice };
+  struct Transfer;  // one MoveLocked's working state (carrier.cc)
 
   // The staging mapping of one slot: a VA range of the carrier's own with the slot's handle
   // mapped and RW access for the copying device.
@@ -130,26 +150,37 @@ class HostCarrier {
 
   Status GrowLocked(size_t bytes, uint64_t* provision_ns);
   // What a failed earlier transfer left: synchronizes its streams again, then unregisters
-  // the arena if it is still registered. Errors carry the CUresult; nothing moves then.
+  // what is still registered (but the kept registration). Errors carry the CUresult.
   Status SettleLocked();
   // Unmaps and frees staging ranges; the caller has entered their context.
   void RemoveStaging(std::span<const Staging> staging);
-  // cuMemHostUnregister of the arena in `context`; clears registered_ on success.
-  CUresult UnregisterLocked(CUcontext context);
+  // Registers [begin, begin + bytes) in `context`; remembered until UnregisterLocked.
+  CUresult RegisterLocked(CUcontext context, std::byte* begin, size_t bytes, uint64_t* ns);
+  // Unregisters the registration starting at `begin`; forgets it on success.
+  CUresult UnregisterLocked(std::byte* begin, uint64_t* ns);
+  // Unregisters every registration; the first failure's result.
+  CUresult UnregisterAllLocked(uint64_t* ns);
   Result<CarrierTransfer> MoveLocked(std::span<const CarrierSlot> slots, Direction direction);
+  // Zero scan of every scannable slot of the transfer (save): fills layout_[i].zero.
+  Status ScanLocked(Transfer& t);
+  // Enqueues the chunks (pinning them per options_), then synchronizes every stream.
+  void CopyLocked(Transfer& t);
   void BackgroundGrowth();
 
   const DriverApi& api_;
-  const CarrierMode mode_;
-  mutable std::mutex mutex_;  // arena, layout, unsynced_, registered_
-  std::byte* arena_ = nullptr;
-  size_t capacity_ = 0;
+  const CarrierOptions options_;
+  mutable std::mutex mutex_;  // arena_, layout_, unsynced_, registrations_, scanner_
+  HostArena arena_;
+  ZeroScanner scanner_;
   std::vector<Placement> layout_;
   std::vector<Unsynced> unsynced_;
-  // The arena is registered with the driver (between register and a successful
-  // unregister), from registered_context_.
-  bool registered_ = false;
-  CUcontext registered_context_ = nullptr;
+  // Host ranges registered with the driver (between register and a successful unregister),
+  // each with the context it was registered from.
+  struct Registration {
+    std::byte* begin = nullptr;
+    CUcontext context = nullptr;
+  };
+  std::vector<Registration> registrations_;
   // Eager growth: the size asked for, and the thread that provides it. Separate from
   // mutex_ so that Anticipate never waits for a growth in progress.
   std::atomic<size_t> wanted_{0};

@@ -135,7 +135,7 @@ Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
                                                        : Run(request);
   RenewLease(request.lease_ms);
   if (!result) return result.error();
-  const proto::StepReply reply{phase(), result->bytes, result->copy_ns};
+  const proto::StepReply reply{phase(), result->bytes, result->copy_ns, result->zero_bytes};
   CUSNAP_LOG_INFO("%s done: phase %s, %llu bytes in %llu ns", OpName(request.op),
                   ShimStateName(reply.state), static_cast<unsigned long long>(reply.bytes),
                   static_cast<unsigned long long>(MonotonicNs() - start));

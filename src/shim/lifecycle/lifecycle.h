@@ -47,6 +47,7 @@ namespace cusnap::shim {
 struct StepResult {
   uint64_t bytes = 0;    ///< bytes copied through the host carrier
   uint64_t copy_ns = 0;  ///< copies enqueued and synchronized
+  uint64_t zero_bytes = 0;  ///< of `bytes`, all-zero chunks: not copied (memset at restore)
 };
 
 /// The work behind each step, on this process's tracked allocations. The real one is

@@ -22,7 +22,7 @@ Error DriverError(CUresult result, const std::string& what) {
 }
 
 StepResult FromTransfer(const CarrierTransfer& transfer) {
-  return StepResult{transfer.bytes, transfer.copy_ns};
+  return StepResult{transfer.bytes, transfer.copy_ns, transfer.zero_bytes};
 }
 
 }  // namespace
@@ -106,7 +106,10 @@ Result<StepResult> UnicastSteps::Save() {
     held.mapped.assign(mappings_.size(), 0);
     if (a.creator && (a.handles > 0 || a.mappings > 0)) {
       held.saved = true;
-      slots.push_back(CarrierSlot{a.real, a.size, *context, *device});
+      // HOST_NUMA memory is not scanned for zero chunks: read from the device it costs as
+      // much as the copy it could save.
+      slots.push_back(CarrierSlot{a.real, a.size, *context, *device,
+                                  a.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE});
     }
     held_.push_back(held);
   }
@@ -228,7 +231,8 @@ Result<StepResult> UnicastSteps::Reallocate() {
       }
       if (Status rebuilt = Rebuild(h, real); !rebuilt) return rebuilt.error();
     }
-    slots.push_back(CarrierSlot{h.real, h.size, h.context, h.device});
+    slots.push_back(CarrierSlot{h.real, h.size, h.context, h.device,
+                                h.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE});
   }
   Result<CarrierTransfer> transfer = carrier_.Load(slots);
   if (!transfer) return transfer.error();

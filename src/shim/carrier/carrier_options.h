@@ -1,0 +1,56 @@
+// How the host carrier provides, pins and keeps its memory, and what it copies: read once
+// from the environment (README "Environment" lists the variables and their defaults).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cusnap::shim {
+
+/// When the arena is provided (CUSNAP_CARRIER, DESIGN.md "Environment").
+enum class CarrierMode { kLazy, kEager };
+
+/// How the arena is pinned for the copies (CUSNAP_CARRIER_PIN).
+enum class CarrierPinning {
+  kPipelined,  ///< "pipelined": chunk k+1 registered while chunk k copies, k unregistered behind
+  kKept,       ///< "kept": registered once and kept registered across cycles
+  kTransfer,   ///< "transfer": the used arena registered before the copies, unregistered after
+};
+
+/// Which tracked allocations travel through the carrier (CUSNAP_CARRY).
+enum class CarryScope {
+  kAll,     ///< "all": every VMM allocation the shim creates is tracked and carried
+  kShared,  ///< "shared": only POSIX-capable allocations are tracked (private ones go
+            ///< through the native checkpoint)
+};
+
+/// Everything the carrier's behaviour depends on.
+struct CarrierOptions {
+  CarrierMode mode = CarrierMode::kLazy;
+  CarrierPinning pinning = CarrierPinning::kPipelined;
+  /// Copy, pinning and zero-scan unit, bytes (CUSNAP_CARRIER_CHUNK_MIB, default 64 MiB; a
+  /// multiple of 2 MiB).
+  size_t chunk_bytes = size_t{64} << 20;
+  /// Chunks in flight at once in pipelined mode.
+  unsigned window = 4;
+  /// Device-side scan for all-zero chunks, which are not copied and are recreated with a
+  /// memset (CUSNAP_ZERO_SCAN=on|off, default on).
+  bool zero_scan = true;
+  /// Arena bytes kept once a cycle finished (CUSNAP_CARRIER_KEEP: "all" (default), "none",
+  /// or a number of MiB); the rest goes back to the kernel.
+  size_t keep_bytes = SIZE_MAX;
+  /// Threads that first-touch a growing arena (CUSNAP_CARRIER_THREADS, default 8).
+  unsigned provision_threads = 8;
+};
+
+/// The options as the environment sets them; a value that cannot be read is logged at
+/// error level and its default used.
+CarrierOptions CarrierOptionsFromEnvironment();
+
+/// CUSNAP_CARRIER alone: "lazy" (default) or "eager"; anything else is logged and read as lazy.
+CarrierMode CarrierModeFromEnvironment();
+
+/// CUSNAP_CARRY: "all" (default) or "shared"; anything else is logged and read as all.
+CarryScope CarryScopeFromEnvironment();
+
+}  // namespace cusnap::shim

@@ -1,0 +1,134 @@
+// The carrier's host arena (host_arena.h).
+#include "shim/carrier/host_arena.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "common/log.h"
+#include "common/text.h"
+
+namespace cusnap::shim {
+namespace {
+
+size_t RoundUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
+
+// Below this a second thread costs more than it saves.
+constexpr size_t kTouchShareMin = size_t{64} << 20;
+
+struct TouchShare {
+  std::byte* begin = nullptr;
+  size_t bytes = 0;
+};
+
+void TouchOne(std::byte* begin, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(begin, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (size_t at = 0; at < bytes; at += page) {
+    *reinterpret_cast<volatile unsigned char*>(begin + at) = 0;
+  }
+}
+
+void* TouchThread(void* argument) {
+  const auto* share = static_cast<const TouchShare*>(argument);
+  TouchOne(share->begin, share->bytes);
+  return nullptr;
+}
+
+// A fresh anonymous mapping of `bytes` whose start is 2 MiB aligned (so that every step can
+// be one huge page), or nullptr with errno set.
+std::byte* MapAligned(size_t bytes) {
+  void* raw = mmap(nullptr, bytes + kArenaStep, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = RoundUp(start, kArenaStep);
+  if (aligned > start) munmap(raw, aligned - start);
+  const size_t tail = (start + bytes + kArenaStep) - (aligned + bytes);
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  return reinterpret_cast<std::byte*>(aligned);
+}
+
+}  // namespace
+
+void TouchPages(std::byte* begin, size_t bytes, unsigned threads) {
+  if (threads < 1) threads = 1;
+  if (threads > 64) threads = 64;
+  while (threads > 1 && bytes / threads < kTouchShareMin) --threads;
+  const size_t share = RoundUp((bytes + threads - 1) / threads, kArenaStep);
+  TouchShare shares[64];
+  pthread_t ids[64];
+  bool started[64] = {};
+  // Shim threads inside the application: its signal handlers never run on them.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  for (unsigned i = 1; i < threads; ++i) {
+    const size_t at = share * i;
+    if (at >= bytes) break;
+    shares[i] = TouchShare{begin + at, bytes - at < share ? bytes - at : share};
+    started[i] = pthread_create(&ids[i], nullptr, TouchThread, &shares[i]) == 0;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  TouchOne(begin, bytes < share ? bytes : share);
+  for (unsigned i = 1; i < threads; ++i) {
+    if (share * i >= bytes) break;
+    if (started[i]) {
+      pthread_join(ids[i], nullptr);
+    } else {
+      TouchOne(shares[i].begin, shares[i].bytes);
+    }
+  }
+}
+
+HostArena::~HostArena() {
+  if (data_ != nullptr) munmap(data_, capacity_);
+}
+
+Status HostArena::Grow(size_t bytes, unsigned threads) {
+  if (bytes <= capacity_) return Ok{};
+  const size_t wanted = RoundUp(bytes, kArenaStep);
+  size_t fresh_from = capacity_;
+  void* grown = capacity_ == 0 ? MAP_FAILED : mremap(data_, capacity_, wanted, 0);  // in place
+  if (grown == MAP_FAILED) {
+    std::byte* mapped = MapAligned(wanted);
+    if (mapped == nullptr) {
+      const int error = errno;
+      return Error{error, ThisProcess() + ": host carrier: cannot grow the host arena from " +
+                              std::to_string(capacity_) + " to " + std::to_string(wanted) +
+                              " bytes: " + strerror(error)};
+    }
+    if (data_ != nullptr) munmap(data_, capacity_);
+    data_ = mapped;
+    fresh_from = 0;
+  }
+  // Advice only: where THP is off the arena still works, on 4 KiB pages.
+  if (madvise(data_ + fresh_from, wanted - fresh_from, MADV_HUGEPAGE) != 0) {
+    CUSNAP_LOG_INFO("host carrier: madvise(MADV_HUGEPAGE) failed: %s", strerror(errno));
+  }
+  TouchPages(data_ + fresh_from, wanted - fresh_from, threads);
+  capacity_ = wanted;
+  return Ok{};
+}
+
+void HostArena::ShrinkTo(size_t bytes) {
+  const size_t keep = RoundUp(bytes, kArenaStep);
+  if (keep >= capacity_) return;
+  munmap(data_ + keep, capacity_ - keep);
+  capacity_ = keep;
+  if (keep == 0) data_ = nullptr;
+}
+
+void HostArena::Abandon() {
+  data_ = nullptr;
+  capacity_ = 0;
+}
+
+}  // namespace cusnap::shim
