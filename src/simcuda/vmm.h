@@ -33,6 +33,10 @@ struct Allocation {
   int fd = -1;      // the memfd, kept by the creator only when POSIX export was requested
   unsigned char *backing = nullptr;  // nullptr while released by a native checkpoint
   bool imported = false;             // came from cuMemImportFromShareableHandle
+  // Imported DEVICE memory: the physical GPU its creator put it on (the memfd's name says).
+  // prop.location.id is this process's ordinal for that GPU, or the GPU's own index when
+  // this process does not see it (CUDA_VISIBLE_DEVICES), so only this names it for sure.
+  int home_gpu = -1;
   bool device_malloc = false;        // made by cuMemAlloc (freed by cuMemFree)
   bool multicast = false;            // stands for a multicast object (multicast.h)
   bool native_cycled = false;        // went through a native checkpoint: export refused (F3)
