@@ -191,14 +191,16 @@ class RestoreSequence : Sequence {
       }
       if (*free >= needed) continue;
       problems.push_back("the device map moves " + std::to_string(needed) + " bytes (" +
-                         MibText(needed) + ") of allocations onto GPU " + GpuIndexText(machine, uuid) + ", which has " +
-                         std::to_string(*free) + " bytes (" + MibText(*free) +
+                         MibText(needed) + ") of allocations onto GPU " +
+                         GpuIndexText(machine, uuid) + ", which has " + std::to_string(*free) +
+                         " bytes (" + MibText(*free) +
                          ") free; free memory on it or choose another map");
     }
   }
 
   /// "1 (GPU-...)": the GPU's index in the machine's order, and its UUID.
-  static std::string GpuIndexText(const std::vector<std::string>& machine, const std::string& uuid) {
+  static std::string GpuIndexText(const std::vector<std::string>& machine,
+                                  const std::string& uuid) {
     const auto at = std::find(machine.begin(), machine.end(), uuid);
     return (at == machine.end() ? "?" : std::to_string(at - machine.begin())) + " (" + uuid + ")";
   }

@@ -226,9 +226,10 @@ Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) 
   v.records = std::move(inspected->records);
   v.importers = std::move(inspected->importers);
   v.device_uuids.clear();
-  for (size_t at = 0; at < inspected->device_uuids.size();) {
-    const size_t comma = std::min(inspected->device_uuids.find(',', at), inspected->device_uuids.size());
-    v.device_uuids.push_back(inspected->device_uuids.substr(at, comma - at));
+  const std::string& joined = inspected->device_uuids;  // "GPU-a,GPU-b"
+  for (size_t at = 0; at < joined.size();) {
+    const size_t comma = std::min(joined.find(',', at), joined.size());
+    v.device_uuids.push_back(joined.substr(at, comma - at));
     at = comma + 1;
   }
   return Ok{};

@@ -330,7 +330,8 @@ int VisibleChild() {
   }
   if (init == CUDA_SUCCESS) {
     CUdevice past;
-    line += std::string("; cuDeviceGet(") + std::to_string(count) + ") " + Name(cuDeviceGet(&past, count));
+    line += std::string("; cuDeviceGet(") + std::to_string(count) + ") " +
+            Name(cuDeviceGet(&past, count));
   }
   SendLine(3, line);
   return 0;

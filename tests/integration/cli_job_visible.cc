@@ -91,7 +91,8 @@ TEST_F(CliJobVisible, RanksPinnedToOneGpuEachSwappedThreeTimes) {
   recorded = RecordedGpus(state);
   EXPECT_EQ(recorded[r0.pid], (std::map<int, std::string>{{0, gpu[1]}}));
   EXPECT_EQ(recorded[r1.pid], (std::map<int, std::string>{{0, gpu[0]}}));
-  ASSERT_NO_FATAL_FAILURE(Resume(state, second, {"--device-map", SwapByUuid(gpu[1], gpu[0])}, kSwap));
+  ASSERT_NO_FATAL_FAILURE(
+      Resume(state, second, {"--device-map", SwapByUuid(gpu[1], gpu[0])}, kSwap));
   EXPECT_EQ(Ask(r0, "uuids"), hex0);  // home again
   EXPECT_EQ(Ask(r1, "uuids"), hex1);
 

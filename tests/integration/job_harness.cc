@@ -268,7 +268,8 @@ void JobTest::Create(Worker& w, const std::string& allocation, size_t mib, const
                                        where + " " + std::to_string(id));
   ASSERT_THAT(reply, StartsWith("ok ")) << w.name << " create " << allocation;
   seeds_[allocation] = 0x5eed0000u + static_cast<uint32_t>(seeds_.size()) * 7919u;
-  const int gpu = static_cast<size_t>(id) < w.physical.size() ? w.physical[static_cast<size_t>(id)] : id;
+  const auto ordinal = static_cast<size_t>(id);
+  const int gpu = ordinal < w.physical.size() ? w.physical[ordinal] : id;  // physical GPU
   if (std::string(where) == "dev") device_allocations_[allocation] = {mib, gpu};
 }
 

@@ -94,10 +94,13 @@ INSTANTIATE_TEST_SUITE_P(
                     VisibleCase{"UnknownUuid", "GPU-bogus", CUDA_ERROR_NO_DEVICE, {}},
                     // Identical GPUs: FASTEST_FIRST (the default) and PCI_BUS_ID order them
                     // alike, PCI order (F13); the list's own order still wins.
-                    VisibleCase{"UnsetFastestFirst", "UNSET", CUDA_SUCCESS, {0, 1, 2, 3}, "FASTEST_FIRST"},
-                    VisibleCase{"UnsetPciBusId", "UNSET", CUDA_SUCCESS, {0, 1, 2, 3}, "PCI_BUS_ID"},
+                    VisibleCase{"UnsetFastestFirst", "UNSET", CUDA_SUCCESS, {0, 1, 2, 3},
+                                "FASTEST_FIRST"},
+                    VisibleCase{"UnsetPciBusId", "UNSET", CUDA_SUCCESS, {0, 1, 2, 3},
+                                "PCI_BUS_ID"},
                     VisibleCase{"ReversedPciBusId", "1,0", CUDA_SUCCESS, {1, 0}, "PCI_BUS_ID"},
-                    VisibleCase{"ReversedFastestFirst", "1,0", CUDA_SUCCESS, {1, 0}, "FASTEST_FIRST"},
+                    VisibleCase{"ReversedFastestFirst", "1,0", CUDA_SUCCESS, {1, 0},
+                                "FASTEST_FIRST"},
                     VisibleCase{"Garbage", "garbage", CUDA_ERROR_NO_DEVICE, {}},
                     VisibleCase{"TruncatedAtGarbage", "2,garbage,1", CUDA_SUCCESS, {2}},
                     VisibleCase{"UuidThenMissingIndex", UuidText(1) + ",7", CUDA_SUCCESS, {1}}),
