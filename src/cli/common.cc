@@ -32,6 +32,12 @@ Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver() {
   const char* hold_env = std::getenv("CUSNAP_HOLD");
   auto hold = coord::ParseHoldMode(hold_env ? hold_env : "");
   if (!hold) return hold.error();
+  // The CLI sees every GPU of the machine, numbered as nvidia-smi numbers them (PCI bus
+  // order), whatever its own environment says: a --device-map index names the same GPU from
+  // any shell, and a job's GPUs outside the CLI's CUDA_VISIBLE_DEVICES stay reachable. The
+  // driver reads both variables once, at cuInit, which LoadDriver runs next.
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ::setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
   auto driver = coord::LoadDriver(*choice, SelfDir());
   if (driver) return coord::WithHold(std::move(*driver), ControlDir(), *hold);
   if (*choice == coord::DriverChoice::kReal) {

@@ -109,7 +109,11 @@ int main(int argc, char** argv) {
   restore->add_option("--state-dir", rs_state_dir,
                       "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
   restore->add_option("--device-map", device_map,
-                      "restore onto other GPUs: OLD=NEW pairs by ordinal or UUID, e.g. 0=1,1=0");
+                      "restore onto other GPUs: OLD=NEW pairs of GPU indices or UUIDs, e.g. "
+                      "0=1,1=0 or GPU-<uuid>=GPU-<uuid>; an index is the GPU's place in PCI bus "
+                      "order, the index nvidia-smi prints, never an ordinal of a process's or "
+                      "this shell's CUDA_VISIBLE_DEVICES; the map must be one-to-one over every "
+                      "GPU the job uses");
   restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
 
   Target rc_target;

@@ -168,6 +168,7 @@ Message InspectReply::Encode() const {
   return Reply(Op::kInspect, [&](Writer& out) {
     out.Put(records);
     out.Put(importers);
+    out.Put(device_uuids);
   });
 }
 
@@ -175,6 +176,7 @@ Result<InspectReply> InspectReply::Decode(const Message& message) {
   return ReadReply<InspectReply>(message, Op::kInspect, [](Reader& in, InspectReply& r) {
     in.Get(r.records);
     in.Get(r.importers);
+    in.Get(r.device_uuids);
   });
 }
 
@@ -223,6 +225,7 @@ Message StepRequest::Encode() const {
   out.Put(checkpoint_id);
   out.Put(lease_ms);
   out.Put(dropped_multicast);
+  out.Put(device_map);
   return message;
 }
 
@@ -233,6 +236,7 @@ Result<StepRequest> StepRequest::Decode(const Message& message) {
     in.Get(r.checkpoint_id);
     in.Get(r.lease_ms);
     in.Get(r.dropped_multicast);
+    in.Get(r.device_map);
   });
 }
 

@@ -94,6 +94,10 @@ struct InspectRequest {
 struct InspectReply {
   std::vector<Record> records;
   std::vector<Importer> importers;
+  /// This process's devices in its own ordinal order (CUDA_VISIBLE_DEVICES and
+  /// CUDA_DEVICE_ORDER applied by its driver), each as FormatGpuUuid writes it, joined by ',':
+  /// what the ordinals in `records` name now ("" when the driver reported none).
+  std::string device_uuids;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.
   static Result<InspectReply> Decode(const Message& message);
@@ -139,6 +143,10 @@ struct StepRequest {
   /// kMulticastCreate .. kMulticastBind (recover): multicast objects whose team lost a
   /// member; the shim drops its part of each instead of rebuilding it.
   std::vector<ObjectId> dropped_multicast{};
+  /// kReallocate of a restore onto other GPUs: the device map the native restore applied, as
+  /// "GPU-<old>=GPU-<new>" UUID pairs joined by ','; "" otherwise. The shim checks that each
+  /// of its ordinals now names the GPU its old GPU was moved to before it rebuilds on them.
+  std::string device_map{};
   Message Encode() const;
   /// EPROTO when the payload is malformed.
   static Result<StepRequest> Decode(const Message& message);

@@ -54,4 +54,13 @@ std::string VaRangeText(uint64_t address, uint64_t size) {
   return text;
 }
 
+std::string FormatGpuUuid(const unsigned char b[16]) {
+  char out[64];
+  std::snprintf(out, sizeof out,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return out;
+}
+
 }  // namespace cusnap

@@ -27,4 +27,8 @@ std::string CuResultText(int result, const char* driver_name = nullptr);
 /// "[0x320000000, +536870912)": the VA range of `size` bytes at `address`.
 std::string VaRangeText(uint64_t address, uint64_t size);
 
+/// A GPU's UUID (16 raw bytes, CUuuid) as nvidia-smi and CUDA_VISIBLE_DEVICES write it:
+/// "GPU-" + 8-4-4-4-12 lowercase hex. How every message, state file and wire field names a GPU.
+std::string FormatGpuUuid(const unsigned char bytes[16]);
+
 }  // namespace cusnap

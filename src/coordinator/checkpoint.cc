@@ -241,7 +241,7 @@ class CheckpointSequence : Sequence {
         p.start_time = views_[i].start_time;
         p.saved_bytes = saved_bytes_[i];
         p.records = views_[i].records;
-        if (uuids) p.gpus = GpusOf(views_[i], *uuids);
+        p.gpus = GpusOf(views_[i], uuids ? *uuids : std::vector<std::string>{});
         state.participants.push_back(std::move(p));
       }
       for (const auto& ph : report_.phases) {
@@ -288,10 +288,15 @@ class CheckpointSequence : Sequence {
 
   static uint64_t CreatedBytes(const ParticipantView& v) { return coord::CreatedBytes(v.records); }
 
-  /// The devices a participant's records name (allocation locations and access
-  /// descriptors of kind DEVICE), as ordinal -> UUID through the coordinator's driver.
+  /// The GPUs a participant's records name: the locations of the allocations it created and
+  /// its access descriptors of kind DEVICE, each an ordinal of its own, named by UUID through
+  /// its own device list (INSPECT; the coordinator's ordinals differ whenever the participant
+  /// runs with CUDA_VISIBLE_DEVICES). An imported allocation's location is the creator's GPU,
+  /// which the creator's record names. `fallback` (the coordinator's devices) serves a
+  /// participant that reported no list.
   static std::vector<GpuRef> GpusOf(const ParticipantView& v,
-                                    const std::vector<std::string>& uuids) {
+                                    const std::vector<std::string>& fallback) {
+    const std::vector<std::string>& uuids = v.device_uuids.empty() ? fallback : v.device_uuids;
     std::map<int, std::string> gpus;
     auto add = [&](int type, int id) {
       if (type == CU_MEM_LOCATION_TYPE_DEVICE && id >= 0 &&
@@ -300,7 +305,8 @@ class CheckpointSequence : Sequence {
       }
     };
     for (const auto& r : v.records) {
-      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation)) {
+      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) &&
+          (r.flags & proto::kCreator) != 0) {
         add(r.location_type, r.location_id);
       }
       for (uint32_t a = 0; a < r.access_count && a < proto::kMaxAccess; ++a) {

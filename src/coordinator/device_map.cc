@@ -32,15 +32,6 @@ Result<DeviceRef> ParseRef(const std::string& raw, const std::string& pair) {
 
 }  // namespace
 
-std::string FormatGpuUuid(const unsigned char b[16]) {
-  char out[64];
-  std::snprintf(out, sizeof out,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                b[14], b[15]);
-  return out;
-}
-
 bool ParseGpuUuid(const std::string& text, unsigned char bytes[16]) {
   if (text.rfind("GPU-", 0) != 0) return false;
   std::string hex;
@@ -149,6 +140,30 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
   for (const std::string& uuid : device_uuids) {
     if (from_seen.count(uuid) == 0) out.push_back(UuidPair{uuid, uuid});
   }
+  return out;
+}
+
+std::map<std::string, uint64_t> BytesMovedOnto(
+    const std::vector<UuidPair>& pairs,
+    const std::vector<std::vector<std::pair<int, std::string>>>& gpus,
+    const std::vector<std::vector<std::pair<int, uint64_t>>>& allocations) {
+  std::map<std::string, std::string> onto;
+  for (const auto& p : pairs) onto[p.from] = p.to;
+  std::map<std::string, uint64_t> after;  // every GPU's bytes after the restore
+  std::set<std::string> receiving;        // GPUs another GPU moves onto
+  for (size_t i = 0; i < allocations.size() && i < gpus.size(); ++i) {
+    for (const auto& [ordinal, bytes] : allocations[i]) {
+      for (const auto& [o, uuid] : gpus[i]) {
+        if (o != ordinal) continue;
+        const auto moved = onto.find(uuid);
+        const std::string& target = moved == onto.end() ? uuid : moved->second;
+        after[target] += bytes;
+        if (target != uuid) receiving.insert(target);
+      }
+    }
+  }
+  std::map<std::string, uint64_t> out;
+  for (const auto& uuid : receiving) out[uuid] = after[uuid];
   return out;
 }
 

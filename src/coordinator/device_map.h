@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
+#include "common/text.h"
 
 namespace cusnap::coord {
 
@@ -50,8 +52,18 @@ Result<std::vector<UuidPair>> ResolveDeviceMap(const std::vector<DevicePair>& pa
                                                const std::vector<std::string>& device_uuids,
                                                const std::vector<std::string>& job_uuids = {});
 
-/// Formats 16 raw UUID bytes as nvidia-smi does: "GPU-" + 8-4-4-4-12 lowercase hex.
-std::string FormatGpuUuid(const unsigned char bytes[16]);
+/// The bytes a restore with `pairs` (ResolveDeviceMap's answer) reallocates on each GPU
+/// that receives memory from another GPU: every device allocation a participant created,
+/// located by that participant's own ordinal -> UUID list (`gpus`, one list per entry of
+/// `allocations`) and moved by the pairs. GPUs nothing moves onto are left out (a restore in
+/// place needs no room check). Keys are UUIDs.
+std::map<std::string, uint64_t> BytesMovedOnto(
+    const std::vector<UuidPair>& pairs,
+    const std::vector<std::vector<std::pair<int, std::string>>>& gpus,
+    const std::vector<std::vector<std::pair<int, uint64_t>>>& allocations);
+
+/// Formats 16 raw UUID bytes as nvidia-smi does (common/text.h).
+using cusnap::FormatGpuUuid;
 
 /// Parses FormatGpuUuid's output back into 16 bytes; false when malformed.
 bool ParseGpuUuid(const std::string& text, unsigned char bytes[16]);

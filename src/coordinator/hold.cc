@@ -166,6 +166,9 @@ class HoldingDriver final : public CheckpointDriver {
   }
   Status Unlock(int pid) override { return inner_->Unlock(pid); }
   Result<std::vector<std::string>> DeviceUuids() override { return inner_->DeviceUuids(); }
+  Result<uint64_t> DeviceFreeBytes(const std::string& uuid) override {
+    return inner_->DeviceFreeBytes(uuid);
+  }
 
  private:
   std::unique_ptr<CheckpointDriver> inner_;

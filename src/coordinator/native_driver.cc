@@ -149,6 +149,29 @@ class LoadedDriver final : public CheckpointDriver {
     }
     return uuids;
   }
+  Result<uint64_t> DeviceFreeBytes(const std::string& uuid) override {
+    auto uuids = DeviceUuids();
+    if (!uuids) return uuids.error();
+    const auto at = std::find(uuids->begin(), uuids->end(), uuid);
+    if (at == uuids->end()) return Error{-1, uuid + " is not a GPU of this machine"};
+    CUdevice device = 0;
+    CUresult rc = e_.device_get(&device, static_cast<int>(at - uuids->begin()));
+    CUcontext context = nullptr;
+    if (rc == CUDA_SUCCESS) rc = e_.primary_ctx_retain(&context, device);
+    if (rc != CUDA_SUCCESS) {
+      return Error{rc, uuid + ": retaining its primary context failed: " + CuResultText(rc)};
+    }
+    size_t free = 0, total = 0;
+    rc = e_.ctx_push(context);
+    if (rc == CUDA_SUCCESS) {
+      rc = e_.mem_get_info(&free, &total);
+      CUcontext popped = nullptr;
+      e_.ctx_pop(&popped);
+    }
+    e_.primary_ctx_release(device);
+    if (rc != CUDA_SUCCESS) return Error{rc, uuid + ": cuMemGetInfo failed: " + CuResultText(rc)};
+    return uint64_t{free};
+  }
 
  private:
   Entry e_;

@@ -41,6 +41,12 @@ class CheckpointDriver {
   virtual Status Unlock(int pid) = 0;
   /// UUIDs of the driver's devices ("GPU-..."), index = ordinal (cuDeviceGetUuid).
   virtual Result<std::vector<std::string>> DeviceUuids() = 0;
+  /// Free bytes on the GPU named `uuid` (cuMemGetInfo in its primary context, retained for
+  /// the call and released again). Errors name the GPU and the failing call; code -2 when
+  /// this driver cannot tell (the default: fakes), and the caller then skips the check.
+  virtual Result<uint64_t> DeviceFreeBytes(const std::string& uuid) {
+    return Error{-2, "free memory on " + uuid + " is not known"};
+  }
 };
 
 /// Which driver to load (env CUSNAP_DRIVER).

@@ -112,7 +112,9 @@ bool Sequence::CheckPhase(const std::string& name,
 bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::string& note,
                               std::optional<proto::ShimState> leaves) {
   return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
-    auto step = Ask(i, op);
+    proto::StepRequest request{op, 0, ""};
+    if (op == proto::Op::kReallocate) request.device_map = device_map_;
+    auto step = Ask(i, request);
     if (!step) return step.error();
     if (leaves && step->state != *leaves) {
       return Error{-1, ProcessText(participants_[i]->pid()) + ": after " +
@@ -225,6 +227,13 @@ Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) 
   v.untracked = identities_[index].untracked;
   v.records = std::move(inspected->records);
   v.importers = std::move(inspected->importers);
+  v.device_uuids.clear();
+  const std::string& joined = inspected->device_uuids;  // "GPU-a,GPU-b"
+  for (size_t at = 0; at < joined.size();) {
+    const size_t comma = std::min(joined.find(',', at), joined.size());
+    v.device_uuids.push_back(joined.substr(at, comma - at));
+    at = comma + 1;
+  }
   return Ok{};
 }
 

@@ -158,6 +158,9 @@ class Sequence {
   std::unique_ptr<LeaseKeeper> lease_;
   /// Per participant: it exited during the command (Ask found it gone). char: threads.
   std::vector<char> dead_;
+  /// The device map of a restore onto other GPUs, sent with kReallocate
+  /// (StepRequest::device_map); "" otherwise.
+  std::string device_map_;
 };
 
 }  // namespace cusnap::coord

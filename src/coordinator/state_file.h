@@ -19,8 +19,9 @@ namespace cusnap::coord {
 inline constexpr int kStateFormatVersion = 2;
 inline constexpr const char* kStateFileName = "cusnap-state.json";
 
-/// A GPU a participant's records name: the device ordinal as the coordinator's driver
-/// numbers it, and its UUID (the key of CUcheckpointGpuPair).
+/// A GPU a participant's records name: the device ordinal as the participant itself numbers
+/// it (its CUDA_VISIBLE_DEVICES applied; the ordinals in its records), and its UUID (the key
+/// of CUcheckpointGpuPair), from the participant's own INSPECT device list.
 struct GpuRef {
   int ordinal = 0;
   std::string uuid;

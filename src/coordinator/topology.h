@@ -26,6 +26,10 @@ struct ParticipantView {
   /// INSPECT's live importers of what this participant created (kExport callers, by
   /// SO_PEERCRED; last, with an initializer, like `untracked`).
   std::vector<proto::Importer> importers{};
+  /// INSPECT's device list: the UUID of each of the participant's own ordinals (its
+  /// CUDA_VISIBLE_DEVICES applied), what the ordinals in `records` name; empty when it
+  /// reported none (no records).
+  std::vector<std::string> device_uuids{};
 };
 
 /// Checks every rule and returns one message per broken rule (empty: valid), in a stable

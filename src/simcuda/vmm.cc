@@ -27,6 +27,7 @@ int device_of(const Allocation &a) {
 }
 
 int physical_device_of(const Allocation &a) {
+  if (a.unseen_gpu >= 0) return a.unseen_gpu;
   const int ordinal = device_of(a);
   return ordinal >= 0 ? devices::physical(ordinal) : -1;
 }

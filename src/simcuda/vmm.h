@@ -33,6 +33,10 @@ struct Allocation {
   int fd = -1;      // the memfd, kept by the creator only when POSIX export was requested
   unsigned char *backing = nullptr;  // nullptr while released by a native checkpoint
   bool imported = false;             // came from cuMemImportFromShareableHandle
+  // Imported DEVICE memory on a GPU this process does not see (CUDA_VISIBLE_DEVICES): that
+  // GPU (the memfd's name says), which prop.location.id then names by its index, not by an
+  // ordinal of this process; -1 otherwise (the ordinal names it, and follows a device map).
+  int unseen_gpu = -1;
   bool device_malloc = false;        // made by cuMemAlloc (freed by cuMemFree)
   bool multicast = false;            // stands for a multicast object (multicast.h)
   bool native_cycled = false;        // went through a native checkpoint: export refused (F3)

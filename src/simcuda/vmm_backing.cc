@@ -104,6 +104,7 @@ bool describe(int fd, Allocation &a) {
   a.prop.location.id = loc_id;
   if (a.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {  // this process's ordinal for it
     if (auto ordinal = devices::ordinal_of(loc_id)) a.prop.location.id = *ordinal;
+    else a.unseen_gpu = loc_id;
   }
   a.prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(handle_types);
   return true;

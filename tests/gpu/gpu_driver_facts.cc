@@ -14,6 +14,9 @@
 //   gpu_driver_facts visible    cuDeviceGetCount / cuDeviceGetUuid / PCI bus id under
 //                               CUDA_VISIBLE_DEVICES subsets, orders, UUID and invalid
 //                               entries, CUDA_DEVICE_ORDER (issue 13)
+//   gpu_driver_facts visible-one  the same on a machine with ONE GPU (issue 13): "0", the
+//                               GPU's UUID, "1" (no such GPU), "0,1", "", "garbage" and more;
+//                               prints one ROW line per case, a docs/DRIVER-FACTS.md table row
 //   gpu_driver_facts pairs      native restore of a process pinned to one GPU with
 //                               incomplete, many-to-one and full gpuPairs (issue 13)
 //   gpu_driver_facts ipc-event  an interprocess event opened by a second process through
@@ -319,9 +322,28 @@ int VisibleChild() {
     int bus = -1;
     cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
     line += "; ordinal " + std::to_string(i) + " = " + Uuid(d) + " bus " + std::to_string(bus);
+    CUuuid v1{}, v2{};
+    const CUresult r2 = cuDeviceGetUuid_v2(&v2, d);
+    const bool same = cuDeviceGetUuid(&v1, d) == CUDA_SUCCESS && r2 == CUDA_SUCCESS &&
+                      std::memcmp(v1.bytes, v2.bytes, sizeof v1.bytes) == 0;
+    line += same ? " (_v2 the same)" : std::string(" (_v2 ") + Name(r2) + ", differs)";
+  }
+  if (init == CUDA_SUCCESS) {
+    CUdevice past;
+    line += std::string("; cuDeviceGet(") + std::to_string(count) + ") " +
+            Name(cuDeviceGet(&past, count));
   }
   SendLine(3, line);
   return 0;
+}
+
+// What a fresh process answers (VisibleChild) with `env` added to ours.
+std::string AskVisibleChild(const std::vector<std::string>& env) {
+  Child c = Spawn("visible-child", env);
+  const std::string answer = RecvLine(c.fd);
+  waitpid(c.pid, nullptr, 0);
+  close(c.fd);
+  return answer;
 }
 
 int ProbeVisible() {
@@ -356,14 +378,51 @@ int ProbeVisible() {
       {"CUDA_VISIBLE_DEVICES= 1"},
   };
   for (const auto& env : cases) {
-    Child c = Spawn("visible-child", env);
-    const std::string answer = RecvLine(c.fd);
-    waitpid(c.pid, nullptr, 0);
-    close(c.fd);
+    const std::string answer = AskVisibleChild(env);
     std::string what;
     for (const std::string& e : env) what += (what.empty() ? "" : " ") + e;
     Fact("visible: [%s] -> %s", what.c_str(), answer.c_str());
   }
+  return 0;
+}
+
+// One GPU is enough (issue 13): what a process is given for each CUDA_VISIBLE_DEVICES value
+// a launcher may set on a one-GPU machine, the GPU's UUID named as nvidia-smi writes it.
+// Each case is a fresh process (the driver reads the variables once, at cuInit). The ROW
+// lines are docs/DRIVER-FACTS.md table rows ("| CVD | cuInit | count | ordinal 0 |").
+int ProbeVisibleOne() {
+  const char* own = std::getenv("CUDA_VISIBLE_DEVICES");
+  Fact("visible-one: this process's CUDA_VISIBLE_DEVICES=%s (the cases below set their own)",
+       own == nullptr ? "(unset)" : own);
+  // The machine's GPUs as an unrestricted process sees them, PCI bus order.
+  const std::string machine =
+      AskVisibleChild({"CUDA_VISIBLE_DEVICES=UNSET", "CUDA_DEVICE_ORDER=PCI_BUS_ID"});
+  Fact("visible-one: machine: %s", machine.c_str());
+  const size_t at = machine.find("ordinal 0 = ");
+  const std::string gpu0 = at == std::string::npos ? "GPU-none" : machine.substr(at + 12, 40);
+  const std::vector<std::vector<std::string>> cases = {
+      {"CUDA_VISIBLE_DEVICES=UNSET"},
+      {"CUDA_VISIBLE_DEVICES=0"},
+      {"CUDA_VISIBLE_DEVICES=" + gpu0},
+      {"CUDA_VISIBLE_DEVICES=" + gpu0.substr(0, 12)},
+      {"CUDA_VISIBLE_DEVICES=1"},
+      {"CUDA_VISIBLE_DEVICES=0,1"},
+      {"CUDA_VISIBLE_DEVICES=1,0"},
+      {"CUDA_VISIBLE_DEVICES=" + gpu0 + ",1"},
+      {"CUDA_VISIBLE_DEVICES="},
+      {"CUDA_VISIBLE_DEVICES=garbage"},
+      {"CUDA_VISIBLE_DEVICES=0,garbage"},
+      {"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=PCI_BUS_ID"},
+      {"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=FASTEST_FIRST"},
+  };
+  for (const auto& env : cases) {
+    const std::string answer = AskVisibleChild(env);
+    std::string what;
+    for (const std::string& e : env) what += (what.empty() ? "`" : " `") + e + "`";
+    Fact("visible-one: %s -> %s", what.c_str(), answer.c_str());
+    std::printf("ROW | %s | %s |\n", what.c_str(), answer.c_str());
+  }
+  std::fflush(stdout);
   return 0;
 }
 
@@ -587,11 +646,12 @@ int main(int argc, char** argv) {
   if (what == "odd-args") return ProbeOddArgs();
   if (what == "visible") return ProbeVisible();
   if (what == "visible-child") return VisibleChild();
+  if (what == "visible-one") return ProbeVisibleOne();
   if (what == "pairs") return ProbePairs();
   if (what == "pairs-child") return PairsChild();
   if (what == "ipc-event") return ProbeIpcEvent(false) | ProbeIpcEvent(true);
   if (what == "ipc-event-a") return IpcEventChild(true);
   if (what == "ipc-event-b") return IpcEventChild(false);
-  std::fprintf(stderr, "usage: gpu_driver_facts access|access-device|odd-args|visible|pairs|ipc-event\n");
+  std::fprintf(stderr, "usage: gpu_driver_facts access|access-device|odd-args|visible|visible-one|pairs|ipc-event\n");
   return 2;
 }

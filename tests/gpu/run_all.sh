@@ -12,7 +12,8 @@
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-#   workload_nccl_native multicast_forward workload_multicast carry_bench
+#   workload_nccl_native multicast_forward workload_multicast carry_bench driver_facts_visible
+#   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine)
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -68,7 +69,8 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-           workload_nccl_native multicast_forward workload_multicast carry_bench)
+           workload_nccl_native multicast_forward workload_multicast carry_bench
+           driver_facts_visible)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -164,6 +166,17 @@ t_preflight() {
   preload=$("$BIN/cusnap" run -- /bin/sh -c "echo \$LD_PRELOAD")
   echo "cusnap run sets LD_PRELOAD=$preload"
   [[ $preload == *libcusnap.so* ]] || { echo "cusnap run did not preload libcusnap.so"; exit 1; }
+}
+
+# Issue 13: cuDeviceGetCount / cuDeviceGetUuid under CUDA_VISIBLE_DEVICES values a launcher
+# may set, on one GPU; ROW lines for docs/DRIVER-FACTS.md go to $OUT/driver_facts_visible.rows.
+t_driver_facts_visible() {
+  [[ $CUSNAP_GPU_SIM == 1 ]] && echo "(simulated driver: the rows are simcuda's, not a GPU's)"
+  env -u LD_PRELOAD "$BIN/gpu_driver_facts" visible-one | tee "$CUSNAP_GPU_OUT/driver_facts_visible.out"
+  rc=${PIPESTATUS[0]}
+  grep "^ROW " "$CUSNAP_GPU_OUT/driver_facts_visible.out" | sed 's/^ROW //' >"$CUSNAP_GPU_OUT/driver_facts_visible.rows"
+  echo "--- $(wc -l <"$CUSNAP_GPU_OUT/driver_facts_visible.rows") rows in $CUSNAP_GPU_OUT/driver_facts_visible.rows"
+  ((rc == 0)) && [[ -s $CUSNAP_GPU_OUT/driver_facts_visible.rows ]]
 }
 
 t_pinned_baseline() {
@@ -303,7 +316,7 @@ export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_
   t_share_checkpoint_tree t_share_ring \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_long_suspend \
   t_workload_nccl_native \
-  t_multicast_forward t_workload_multicast
+  t_multicast_forward t_workload_multicast t_driver_facts_visible
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
 selected preflight && run_test preflight 120 t_preflight
@@ -355,6 +368,7 @@ if selected workload_multicast; then
   fi
 fi
 selected carry_bench && run_test carry_bench 300 t_carry_bench
+selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts_visible
 
 rm -rf "$CUSNAP_GPU_CTL"
 # The workloads' checkpoint and restore phase lines, gathered for the report.

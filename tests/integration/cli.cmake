@@ -19,6 +19,7 @@ cusnap_add_gtest(cli_job_test
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_carry.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_hold.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_device_map_refusals.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cli_job_visible.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_refusals.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_transaction.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_interrupts.cc

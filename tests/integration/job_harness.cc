@@ -115,14 +115,17 @@ void JobTest::TearDown() {
   fs::remove_all(dir_, ec);
 }
 
-Worker& JobTest::Start(const std::string& name, int device, bool bare) {
+Worker& JobTest::Start(const std::string& name, int device, bool bare,
+                       const std::string& visible, const std::vector<int>& physical) {
   const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
   std::vector<std::string> args;
-  if (!bare) args = {bin + "/cusnap", "run", "--"};
+  if (!visible.empty()) args = {"/usr/bin/env", "CUDA_VISIBLE_DEVICES=" + visible};
+  if (!bare) args.insert(args.end(), {bin + "/cusnap", "run", "--"});
   args.push_back(bin + "/job_worker");
   args.push_back(std::to_string(device));
   Worker& started = StartProgram(name, args);
   started.shim = !bare;
+  started.physical = physical;
   const std::string ready = Ask(started, "");
   EXPECT_EQ(ready, "ready") << name;
   return started;
@@ -266,7 +269,9 @@ void JobTest::Create(Worker& w, const std::string& allocation, size_t mib, const
                                        (exportable ? "" : " private"));
   ASSERT_THAT(reply, StartsWith("ok ")) << w.name << " create " << allocation;
   seeds_[allocation] = 0x5eed0000u + static_cast<uint32_t>(seeds_.size()) * 7919u;
-  if (std::string(where) == "dev") device_allocations_[allocation] = {mib, id};
+  const auto ordinal = static_cast<size_t>(id);
+  const int gpu = ordinal < w.physical.size() ? w.physical[ordinal] : id;  // physical GPU
+  if (std::string(where) == "dev") device_allocations_[allocation] = {mib, gpu};
 }
 
 void JobTest::Share(Worker& from, const std::string& allocation, Worker& to) {
@@ -389,8 +394,18 @@ void JobTest::ExpectSameLayout(const Snapshot& before, const Snapshot& after) {
     EXPECT_EQ(a.offset, b.offset);
     EXPECT_EQ(a.retained, b.retained) << "the application's handle changed";
     EXPECT_EQ(a.location_type, b.location_type);
-    // A restore onto other GPUs keeps the process's ordinals (DRIVER-FACTS F7).
-    EXPECT_EQ(a.location_id, b.location_id);
+    // A restore onto other GPUs keeps the process's ordinals (DRIVER-FACTS F7). Memory
+    // imported from a GPU the process does not see (CUDA_VISIBLE_DEVICES) is named by that
+    // GPU's index, which follows the memory (Worker::physical and device_allocations_ are
+    // where things are now).
+    const auto home = device_allocations_.find(v.allocation);
+    const std::vector<int>& sees = v.worker->physical;
+    if (!sees.empty() && home != device_allocations_.end() &&
+        std::find(sees.begin(), sees.end(), home->second.second) == sees.end()) {
+      EXPECT_EQ(a.location_id, home->second.second) << "a GPU it does not see";
+    } else {
+      EXPECT_EQ(a.location_id, b.location_id);
+    }
     for (int d = 0; d < 2; ++d) EXPECT_EQ(a.access[d], b.access[d]) << "device " << d;
     EXPECT_FALSE(old_ids.contains(a.allocation_id)) << "not a fresh allocation";
     for (size_t j = 0; j < before.size(); ++j) {
@@ -462,7 +477,12 @@ Ran JobTest::CusnapWatched(const std::vector<std::string>& args,
   int out[2], err[2];
   Ran r;
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
-  std::vector<std::string> argv = {Env("CUSNAP_TEST_BIN_DIR") + "/cusnap"};
+  std::vector<std::string> argv;
+  if (!cusnap_env_.empty()) {
+    argv.push_back("/usr/bin/env");
+    argv.insert(argv.end(), cusnap_env_.begin(), cusnap_env_.end());
+  }
+  argv.push_back(Env("CUSNAP_TEST_BIN_DIR") + "/cusnap");
   argv.insert(argv.end(), args.begin(), args.end());
   const pid_t pid = Spawn(argv, {{out[1], 1}, {err[1], 2}});
   ::close(out[1]);
@@ -552,6 +572,24 @@ std::vector<uint64_t> JobTest::CreatedDeviceBytes() const {
   return bytes;
 }
 
+std::vector<std::string> JobTest::MachineUuids() {
+  Worker& controller = Start("controller", 0, /*bare=*/true);
+  const auto w = Words(Ask(controller, "uuids"));
+  EXPECT_EQ(Stop(controller), 0);
+  EXPECT_TRUE(!w.empty() && w[0] == "ok");
+  std::vector<std::string> uuids;
+  for (size_t i = 1; i < w.size(); ++i) {
+    // 32 hex digits -> "GPU-" 8-4-4-4-12, as nvidia-smi and --device-map write it.
+    std::string text = "GPU-";
+    for (size_t k = 0; k < w[i].size(); ++k) {
+      if (k == 8 || k == 12 || k == 16 || k == 20) text += '-';
+      text += w[i][k];
+    }
+    uuids.push_back(text);
+  }
+  return uuids;
+}
+
 std::vector<std::string> JobTest::Phases() {
   const Ran st = Cusnap({"status", "--all", "--json"});
   EXPECT_EQ(st.status, 0) << st.err;
@@ -616,6 +654,11 @@ void JobTest::Resume(const std::string& state, const Snapshot& before,
   for (auto& [name, where] : device_allocations_) {
     if (const auto it = device_map.find(where.second); it != device_map.end()) {
       where.second = it->second;
+    }
+  }
+  for (Worker& w : workers_) {
+    for (int& gpu : w.physical) {
+      if (const auto it = device_map.find(gpu); it != device_map.end()) gpu = it->second;
     }
   }
   EXPECT_EQ(UsedBytes(), CreatedDeviceBytes());

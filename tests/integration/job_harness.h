@@ -50,6 +50,9 @@ struct Worker {
   bool shim = true;     ///< carries the shim (a participant with an endpoint)
   bool cuda = true;     ///< a job_worker that uses CUDA and answers commands (not a launcher)
   bool child = true;    ///< our child (reaped here), not a launcher's
+  /// The simulated physical GPU behind each of its ordinals now (its CUDA_VISIBLE_DEVICES
+  /// at start, moved by each Resume's device map); empty: not tracked (ordinal N is GPU N).
+  std::vector<int> physical{};
 };
 
 /// A view (mapping) the test made: which worker, which allocation, where in it.
@@ -75,7 +78,10 @@ class JobTest : public ::testing::Test {
   void TearDown() override;
 
   /// Starts `job_worker <device>`, through `cusnap run` unless `bare`, and waits for "ready".
-  Worker& Start(const std::string& name, int device, bool bare = false);
+  /// `visible`: its CUDA_VISIBLE_DEVICES (unset when empty), `physical` the GPU behind each
+  /// of the ordinals that gives it (Worker::physical).
+  Worker& Start(const std::string& name, int device, bool bare = false,
+                const std::string& visible = "", const std::vector<int>& physical = {});
   /// Starts `args` (a full command line; prefix `cusnap run --` to carry the shim) with its
   /// stdin/stdout on pipes and descriptor 3 on a descriptor channel, like a job_worker, but
   /// reads nothing: the caller reads its first line with Ask(w, "").
@@ -144,6 +150,8 @@ class JobTest : public ::testing::Test {
   /// or stop the process: the fault matrix's pauses, tests/faults/).
   Ran CusnapWatched(const std::vector<std::string>& args,
                     const std::function<void(pid_t, const Ran&)>& watch);
+  /// The UUID of each simulated GPU, in physical (PCI) order, asked of a bare controller.
+  std::vector<std::string> MachineUuids();
   /// `cusnap checkpoint <target_> --state-dir <state>`.
   Ran Checkpoint(const std::string& state);
   /// `cusnap restore <target_> --state-dir <state>` plus `extra`.
@@ -182,6 +190,8 @@ class JobTest : public ::testing::Test {
   size_t LiveParticipants();
   /// Which processes `checkpoint` and `restore` act on: "--pid <this process>" by default.
   std::vector<std::string> target_;
+  /// Environment entries ("NAME=value") every `cusnap` command runs with, on top of ours.
+  std::vector<std::string> cusnap_env_;
 
   std::string dir_;
   std::deque<Worker> workers_;  // deque: references stay valid as workers are added

@@ -36,6 +36,7 @@ struct VisibleCase {
   std::string visible;  // "UNSET": not set
   CUresult init;
   std::vector<int> gpus;  // physical GPUs behind ordinals 0, 1, ...
+  std::string order = "UNSET";  // CUDA_DEVICE_ORDER ("UNSET": not set)
   friend void PrintTo(const VisibleCase& c, std::ostream* os) {
     *os << "CUDA_VISIBLE_DEVICES='" << c.visible << "'";
   }
@@ -47,6 +48,8 @@ int RunVisibleCase(const VisibleCase& c) {
   setenv("SIMCUDA_DEVICE_COUNT", "4", 1);
   if (c.visible == "UNSET") unsetenv("CUDA_VISIBLE_DEVICES");
   else setenv("CUDA_VISIBLE_DEVICES", c.visible.c_str(), 1);
+  if (c.order == "UNSET") unsetenv("CUDA_DEVICE_ORDER");
+  else setenv("CUDA_DEVICE_ORDER", c.order.c_str(), 1);
   const CUresult init = cuInit(0);
   if (init != c.init) return 10;
   if (init != CUDA_SUCCESS) return 0;
@@ -88,7 +91,19 @@ INSTANTIATE_TEST_SUITE_P(
                     VisibleCase{"UuidPrefix", UuidText(3).substr(0, 36), CUDA_SUCCESS, {3}},
                     VisibleCase{"UuidThenIndex", UuidText(2) + ",0", CUDA_SUCCESS, {2}},
                     VisibleCase{"AmbiguousUuidPrefix", "GPU-53494d43", CUDA_ERROR_NO_DEVICE, {}},
-                    VisibleCase{"UnknownUuid", "GPU-bogus", CUDA_ERROR_NO_DEVICE, {}}),
+                    VisibleCase{"UnknownUuid", "GPU-bogus", CUDA_ERROR_NO_DEVICE, {}},
+                    // Identical GPUs: FASTEST_FIRST (the default) and PCI_BUS_ID order them
+                    // alike, PCI order (F13); the list's own order still wins.
+                    VisibleCase{"UnsetFastestFirst", "UNSET", CUDA_SUCCESS, {0, 1, 2, 3},
+                                "FASTEST_FIRST"},
+                    VisibleCase{"UnsetPciBusId", "UNSET", CUDA_SUCCESS, {0, 1, 2, 3},
+                                "PCI_BUS_ID"},
+                    VisibleCase{"ReversedPciBusId", "1,0", CUDA_SUCCESS, {1, 0}, "PCI_BUS_ID"},
+                    VisibleCase{"ReversedFastestFirst", "1,0", CUDA_SUCCESS, {1, 0},
+                                "FASTEST_FIRST"},
+                    VisibleCase{"Garbage", "garbage", CUDA_ERROR_NO_DEVICE, {}},
+                    VisibleCase{"TruncatedAtGarbage", "2,garbage,1", CUDA_SUCCESS, {2}},
+                    VisibleCase{"UuidThenMissingIndex", UuidText(1) + ",7", CUDA_SUCCESS, {1}}),
     [](const testing::TestParamInfo<VisibleCase>& param) { return std::string(param.param.name); });
 
 CUprocessState StateOf(pid_t pid) {

@@ -125,5 +125,21 @@ TEST(CoordinatorDeviceMap, UuidFormatRoundTrips) {
   EXPECT_FALSE(coord::ParseGpuUuid("GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeeg", bytes));  // hex
 }
 
+// The room check's input: bytes per GPU receiving memory, each participant's allocations
+// located through its OWN ordinals (a rank pinned to GPU 1 calls it device 0).
+TEST(CoordinatorDeviceMap, BytesMovedOntoUseEachParticipantsOwnOrdinals) {
+  const std::vector<coord::UuidPair> swap = {{kUuid0, kUuid1}, {kUuid1, kUuid0}};
+  // rank0 sees GPU 0 as device 0 (40 bytes there); rank1 sees GPU 1 as device 0 (8 + 2).
+  const std::vector<std::vector<std::pair<int, std::string>>> gpus = {{{0, kUuid0}},
+                                                                      {{0, kUuid1}}};
+  const std::vector<std::vector<std::pair<int, uint64_t>>> allocations = {{{0, 40}},
+                                                                           {{0, 8}, {0, 2}}};
+  EXPECT_EQ(coord::BytesMovedOnto(swap, gpus, allocations),
+            (std::map<std::string, uint64_t>{{kUuid0, 10}, {kUuid1, 40}}));
+  // In place: no GPU receives memory, nothing to check.
+  const std::vector<coord::UuidPair> stay = {{kUuid0, kUuid0}, {kUuid1, kUuid1}};
+  EXPECT_TRUE(coord::BytesMovedOnto(stay, gpus, allocations).empty());
+}
+
 }  // namespace
 }  // namespace cusnap::testing

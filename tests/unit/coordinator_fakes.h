@@ -36,6 +36,7 @@ struct FakeProcess {
   std::map<proto::Op, proto::ShimState> phase_after;     ///< state reported after op (overrides)
   bool restored = false;
   std::string checkpoint_id;  ///< kept from kSave, reported by kIdentify, cleared on resume
+  std::string device_uuids;   ///< INSPECT's device list (its own ordinals; "": none)
 };
 
 /// Shared by all fakes of one test: the log and the rendezvous.
@@ -117,6 +118,7 @@ class FakeParticipant final : public coord::Participant {
         proto::InspectReply reply;
         reply.records = p_.restored && !p_.records_after_restore.empty() ? p_.records_after_restore
                                                                          : p_.records;
+        reply.device_uuids = p_.device_uuids;
         return reply.Encode();
       }
       case proto::Op::kQuiesce: p_.phase = proto::ShimState::kQuiesced; break;

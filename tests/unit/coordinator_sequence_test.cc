@@ -123,12 +123,30 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
   EXPECT_EQ(state->participants[0].start_time, kStart100);
   EXPECT_EQ(state->participants[0].saved_bytes, kMiB2);
   EXPECT_EQ(state->participants[1].records.size(), 2u);
-  ASSERT_EQ(state->participants[1].gpus.size(), 2u);  // allocation on 0, access from 1
-  EXPECT_EQ(state->participants[1].gpus[1].uuid, "GPU-11111111-1111-1111-1111-111111111111");
+  // The importer's GPUs: its access from device 1 only; the imported allocation's location
+  // is the creator's GPU, which the importer may not see (issue 13: the creator names it).
+  ASSERT_EQ(state->participants[1].gpus.size(), 1u);
+  EXPECT_EQ(state->participants[1].gpus[0].ordinal, 1);
+  EXPECT_EQ(state->participants[1].gpus[0].uuid, "GPU-11111111-1111-1111-1111-111111111111");
   // The checkpoint's id: the one every shim was given in SAVE and holds now.
   EXPECT_FALSE(state->checkpoint_id.empty());
   EXPECT_EQ(processes_[0].checkpoint_id, state->checkpoint_id);
   EXPECT_EQ(processes_[1].checkpoint_id, state->checkpoint_id);
+}
+
+// A participant that reports its own device list (CUDA_VISIBLE_DEVICES="2,1": its device 1
+// is the machine's GPU 1 only by chance of the list) has its GPUs named through that list,
+// not through the coordinator's numbering (issue 13).
+TEST_F(SequenceTest, CheckpointNamesGpusThroughEachParticipantsOwnList) {
+  const std::string gpu2 = "GPU-22222222-2222-2222-2222-222222222222";
+  const std::string gpu9 = "GPU-99999999-9999-9999-9999-999999999999";
+  processes_[1].device_uuids = gpu2 + "," + gpu9;
+  const auto report = RunCheckpoint(250);
+  ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  auto state = coord::ReadStateFile(dir_);
+  ASSERT_TRUE(state.ok()) << state.error().message;
+  ASSERT_EQ(state->participants[1].gpus.size(), 1u);
+  EXPECT_EQ(state->participants[1].gpus[0], (coord::GpuRef{1, gpu9}));
 }
 
 TEST_F(SequenceTest, WorkInsideAPhaseRunsConcurrently) {

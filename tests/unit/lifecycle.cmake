@@ -37,6 +37,14 @@ cusnap_add_gtest(shim_resources_test
   LIBS cusnap_common
   LABELS unit)
 
+# The shim's GPU identity (device list by UUID, the check after a move) over a fake driver.
+cusnap_add_gtest(shim_gpu_identity_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/shim_gpu_identity_test.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/tables/gpu_identity.cc
+  LIBS cusnap_common cusnap_cuda_headers
+  LABELS unit)
+
 # The multicast rebuild steps in the test process, over the simulated driver (dlopen).
 cusnap_add_gtest(multicast_steps_test
   SOURCES

@@ -5,6 +5,7 @@
 #include "common/text.h"
 #include "shim/endpoint/resources.h"
 #include "shim/process.h"
+#include "shim/tables/gpu_identity.h"
 #include "shim/tables/multicast_table.h"
 
 namespace cusnap::shim {
@@ -46,6 +47,13 @@ proto::Message HandleControlRequest(const proto::Message& request) {
       // Who fetched descriptors of what this process created: every one of them must be a
       // participant too (the coordinator's topology validation).
       reply.importers = export_cache().LiveImporters(SelfIdentity());
+      // What the records' ordinals name. Only a process with records has used CUDA: asking
+      // never loads the driver into one that did not (a launcher). RELEASED: the process may
+      // be natively locked, where every driver call blocks; the list from before serves.
+      if (!reply.records.empty()) {
+        reply.device_uuids =
+            JoinedGpuUuids(driver(), LifecycleState() != proto::ShimState::kReleased);
+      }
       return reply.Encode();
     }
     case proto::Op::kCheckResources: {

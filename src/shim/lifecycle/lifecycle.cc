@@ -304,7 +304,16 @@ Result<StepResult> Lifecycle::Save(const proto::StepRequest& request) {
 
 Result<StepResult> Lifecycle::Release(const proto::StepRequest&) { return Moved(steps_.Release()); }
 
-Result<StepResult> Lifecycle::Reallocate(const proto::StepRequest&) { return steps_.Reallocate(); }
+Result<StepResult> Lifecycle::Reallocate(const proto::StepRequest& request) {
+  // Onto other GPUs: the steps rebuild on the recorded ordinals, so each must name the GPU
+  // the map moved its old GPU to (the driver keeps ordinals, DRIVER-FACTS F7b).
+  if (!request.device_map.empty()) {
+    if (Status moved = steps_.CheckDevicesAfterMove(request.device_map); !moved) {
+      return moved.error();
+    }
+  }
+  return steps_.Reallocate();
+}
 
 Result<StepResult> Lifecycle::Import(const proto::StepRequest&) { return Moved(steps_.Import()); }
 

@@ -72,6 +72,13 @@ class LifecycleSteps {
   /// a restore onto other GPUs keeps the process's ordinals and changes the physical GPU
   /// behind them (DRIVER-FACTS F7).
   virtual Result<StepResult> Reallocate() = 0;
+  /// Before Reallocate of a restore onto other GPUs (StepRequest::device_map): an error when
+  /// an ordinal of this process does not name the GPU the map moved its old GPU to (nothing
+  /// may be rebuilt on the recorded ordinals then). Nothing to check by default.
+  virtual Status CheckDevicesAfterMove(const std::string& device_map) {
+    (void)device_map;
+    return Ok{};
+  }
   /// Importers: fresh descriptors from the creators, mapped at the old VAs, access re-applied.
   virtual Status Import() = 0;
   /// Multicast rebuild (issue 5; nothing for unicast memory).

@@ -102,6 +102,9 @@ class StepsWithMulticast final : public LifecycleSteps {
   Result<StepResult> Save() override { return unicast_.Save(); }
   Status Release() override { return unicast_.Release(); }
   Result<StepResult> Reallocate() override { return unicast_.Reallocate(); }
+  Status CheckDevicesAfterMove(const std::string& device_map) override {
+    return unicast_.CheckDevicesAfterMove(device_map);
+  }
   Status Import() override { return unicast_.Import(); }
   Status MulticastCreate() override { return multicast_.Create(); }
   Status MulticastImport() override { return multicast_.Import(); }

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "shim/intercept/context_scope.h"
 #include "shim/lifecycle/lifecycle_common.h"
+#include "shim/tables/gpu_identity.h"
 
 namespace cusnap::shim {
 namespace {
@@ -46,6 +47,9 @@ Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
   if (allocation.context != nullptr) return allocation.context;
   // No context was current when it was created or shared: use the primary context of its
   // device (a HOST_NUMA allocation: of the first device given access to it, else device 0).
+  // An imported allocation's location is the creator's GPU, which this process may not see
+  // (CUDA_VISIBLE_DEVICES; the driver then names it by an index that is no ordinal here,
+  // DRIVER-FACTS F13c): only this process's own access descriptors name its devices.
   const auto first_device_with_access = [&]() -> int {
     for (const MappingInfo& m : mappings) {
       if (m.key != allocation.key) continue;
@@ -55,9 +59,10 @@ Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
     }
     return 0;
   };
-  const int ordinal = allocation.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                          ? allocation.prop.location.id
-                          : first_device_with_access();
+  const int ordinal =
+      allocation.creator && allocation.prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+          ? allocation.prop.location.id
+          : first_device_with_access();
   constexpr int kSlots = static_cast<int>(sizeof primary_ / sizeof primary_[0]);
   if (ordinal < 0 || ordinal >= kSlots) {
     return Error{CUDA_ERROR_INVALID_DEVICE, ThisProcess() + ": " + DescribeObject(allocation.id) +
@@ -250,6 +255,10 @@ Result<StepResult> UnicastSteps::Reallocate() {
     h.exported = true;
   }
   return FromTransfer(*transfer);
+}
+
+Status UnicastSteps::CheckDevicesAfterMove(const std::string& device_map) {
+  return shim::CheckDevicesAfterMove(api_, device_map);
 }
 
 bool UnicastSteps::CreatorAlive(const proto::ObjectId& id) {

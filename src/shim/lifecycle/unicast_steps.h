@@ -42,6 +42,8 @@ class UnicastSteps final : public LifecycleSteps {
   /// ordinals: after a restore onto other GPUs they name the GPUs the process now runs on
   /// (DRIVER-FACTS F7).
   Result<StepResult> Reallocate() override;
+  /// gpu_identity.h, CheckDevicesAfterMove, over this process's driver.
+  Status CheckDevicesAfterMove(const std::string& device_map) override;
   /// Importers: a fresh descriptor from each creator, imported and closed at once, mapped
   /// at the recorded VAs, access re-applied, logical handles repointed. An allocation whose
   /// creator exited is skipped: its mappings leave the table and are logged as unmapped.
