@@ -253,7 +253,6 @@ CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {
   }
   if (!read->has_value()) return ImportUntracked(handle, fd);
   const Ticket ticket = **read;
-  EnsureEndpoint();
   if (ticket.kind == TicketKind::kMulticast) return ImportMulticastTicket(handle, ticket);
   // One real handle per allocation per process: a repeated import (or an import of our own
   // ticket) aliases what the table holds, with no round trip.
