@@ -62,10 +62,11 @@ Result<proto::Message> Request(const std::string& socket_path, const proto::Mess
   return reply;
 }
 
-Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms) {
+Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms,
+                                         const proto::IpcSecret& ipc_secret) {
   Result<proto::ExportReply> reply =
       Request<proto::ExportReply>(EndpointPath(ControlDir(), id.creator_pid),
-                                  proto::ExportRequest{id, kind}.Encode(), timeout_ms);
+                                  proto::ExportRequest{id, kind, ipc_secret}.Encode(), timeout_ms);
   if (!reply.ok()) {
     return Error{reply.error().code,
                  "asking for " + DescribeObject(id) + ": " + reply.error().message};

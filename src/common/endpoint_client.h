@@ -52,6 +52,8 @@ Result<Reply> Request(const std::string& socket_path, const proto::Message& requ
 /// Errors: the creator's refusal (its status, e.g. CUDA_ERROR_INVALID_HANDLE for an object it
 /// no longer exports), a socket errno, or EPROTO when the reply carries no descriptor or
 /// answers for another object; messages name the object.
-Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms);
+/// `ipc_secret`: the allocation's legacy IPC secret when the request opens a CUipcMemHandle.
+Result<proto::ExportReply> RequestExport(const proto::ObjectId& id, uint32_t kind, int timeout_ms,
+                                         const proto::IpcSecret& ipc_secret = {});
 
 }  // namespace cusnap

@@ -83,6 +83,8 @@ Message ExportRequest::Encode() const {
   Writer out(message.payload);
   out.Put(id);
   out.Put(kind);
+  out.Put(ipc_secret.words[0]);
+  out.Put(ipc_secret.words[1]);
   return message;
 }
 
@@ -90,6 +92,8 @@ Result<ExportRequest> ExportRequest::Decode(const Message& message) {
   return ReadRequest<ExportRequest>(message, [](Reader& in, ExportRequest& r) {
     in.Get(r.id);
     in.Get(r.kind);
+    in.Get(r.ipc_secret.words[0]);
+    in.Get(r.ipc_secret.words[1]);
   });
 }
 
@@ -135,6 +139,7 @@ Message IdentifyReply::Encode() const {
     out.Put(failure);
     out.Put(checkpoint_id);
     out.Put(untracked);
+    out.Put(unsupported);
   });
 }
 
@@ -151,6 +156,7 @@ Result<IdentifyReply> IdentifyReply::Decode(const Message& message) {
     in.Get(r.failure);
     in.Get(r.checkpoint_id);
     in.Get(r.untracked);
+    in.Get(r.unsupported);
   });
 }
 

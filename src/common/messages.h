@@ -36,6 +36,9 @@ Message EncodeError(Op op, const Error& error);
 struct ExportRequest {
   ObjectId id{};      ///< the object, named by its creator's identity
   uint32_t kind = 0;  ///< TicketKind: 1 unicast allocation, 2 multicast object
+  /// The allocation's legacy IPC secret, from the CUipcMemHandle being opened (zero for a
+  /// ticket import; issue 14, until tickets carry a secret of their own).
+  IpcSecret ipc_secret{};
   Message Encode() const;
   /// EPROTO when the payload is not an export request.
   static Result<ExportRequest> Decode(const Message& message);
@@ -78,6 +81,10 @@ struct IdentifyReply {
   /// The untracked imports as kUntrackedImport records (at most kMaxUntrackedReported
   /// imports, every mapping of each).
   std::vector<Record> untracked;
+  /// The entry points this process used whose memory cusnap cannot carry (managed memory,
+  /// shared memory pools, dma-buf, legacy IPC handles from outside cusnap), one per line in
+  /// the order first used; "" when none (issue 14: the checkpoint refuses it by name).
+  std::string unsupported;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.
   static Result<IdentifyReply> Decode(const Message& message);

@@ -185,6 +185,15 @@ struct ObjectId {
   uint64_t local_id;
 };
 
+/// A 128-bit secret a creator gives with a legacy IPC handle of one allocation (issue 14) and
+/// checks on every export request for it, so that knowing a pid and an allocation id is not
+/// enough to map the memory. All zero: none.
+struct IpcSecret {
+  uint64_t words[2] = {0, 0};
+  bool empty() const { return words[0] == 0 && words[1] == 0; }
+  bool operator==(const IpcSecret&) const = default;
+};
+
 /// One topology record (INSPECT reply, state file, restore oracle). Sizes in bytes.
 struct Record {
   uint32_t kind;            ///< RecordKind

@@ -25,6 +25,7 @@
 #include "shim/lifecycle/drain.h"
 #include "shim/lifecycle/quiesce.h"
 #include "shim/tables/export_cache.h"
+#include "shim/tables/malloc_table.h"
 #include "shim/tables/multicast_table.h"
 #include "shim/tables/sharing_table.h"
 
@@ -35,6 +36,9 @@ SharingTable& table();
 
 /// This process's multicast table.
 MulticastTable& multicast_table();
+
+/// This process's legacy-memory table (cuMemAlloc served by the shim, legacy IPC).
+MallocTable& malloc_table();
 
 /// This process's export cache.
 ExportCache& export_cache();

@@ -1,5 +1,6 @@
 // The legacy IPC memory entry points (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle),
-// cuMemAllocPitch, and cuPointerGetAttribute(s) (CUDA Driver API, "Memory Management" and
+// cuMemAllocPitch, cuMemAllocManaged (pools and dma-buf export: not supported), and
+// cuPointerGetAttribute(s) (CUDA Driver API, "Memory Management" and
 // "Unified Addressing"). IPC events are in streams.cc, with the other events.
 #include "api_call.h"
 #include "contexts.h"
@@ -67,14 +68,14 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
   SIMCUDA_CALL_INITIALIZED("cuIpcOpenMemHandle");
   int device = 0;
   if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
-  return vmm::ipc_open_mem_handle(pdptr, handle, Flags);
+  return vmm::ipc_open_mem_handle(pdptr, handle, Flags, device);
 }
 
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) {
   SIMCUDA_CALL_INITIALIZED("cuIpcOpenMemHandle");
   int device = 0;
   if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
-  return vmm::ipc_open_mem_handle(pdptr, handle, Flags);
+  return vmm::ipc_open_mem_handle(pdptr, handle, Flags, device);
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
@@ -93,6 +94,27 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
   if (CUresult r = vmm::device_malloc(dptr, pitch * Height, device); r != CUDA_SUCCESS) return r;
   *pPitch = pitch;
   return CUDA_SUCCESS;
+}
+
+// Managed memory, modelled as device memory of the current device (the simulated device memory
+// is host memory every process thread can touch anyway); flags as CUDA checks them.
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+  SIMCUDA_CALL_INITIALIZED("cuMemAllocManaged");
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
+  return vmm::device_malloc(dptr, bytesize, device);
+}
+
+// No memory pools and no dma-buf here: both answer CUDA_ERROR_NOT_SUPPORTED.
+CUresult cuMemPoolExportToShareableHandle(void *, CUmemoryPool, CUmemAllocationHandleType, unsigned long long) {
+  SIMCUDA_CALL_INITIALIZED("cuMemPoolExportToShareableHandle");
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult cuMemGetHandleForAddressRange(void *, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long) {
+  SIMCUDA_CALL_INITIALIZED("cuMemGetHandleForAddressRange");
+  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) {

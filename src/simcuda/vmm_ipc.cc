@@ -46,7 +46,7 @@ CUresult ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr ptr) {
   return CUDA_SUCCESS;
 }
 
-CUresult ipc_open_mem_handle(CUdeviceptr *ptr, const CUipcMemHandle &handle, unsigned flags) {
+CUresult ipc_open_mem_handle(CUdeviceptr *ptr, const CUipcMemHandle &handle, unsigned flags, int device) {
   if (ptr == nullptr || (flags & ~unsigned{CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS}) != 0) return CUDA_ERROR_INVALID_VALUE;
   IpcMemWire wire;
   std::memcpy(&wire, handle.reserved, sizeof wire);
@@ -82,8 +82,10 @@ CUresult ipc_open_mem_handle(CUdeviceptr *ptr, const CUipcMemHandle &handle, uns
   const size_t size = wire.size;
   r = reserve(&va, size, 0, 0, 0);
   if (r == CUDA_SUCCESS && (r = map(va, size, 0, mem, 0)) != CUDA_SUCCESS) address_free(va, size);
+  // Read-write for the opener's device; with lazy peer access, for every device.
+  const bool every_device = (flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0;
   if (r == CUDA_SUCCESS) {
-    for (int d = 0; d < devices::count(); ++d) {
+    for (int d = every_device ? 0 : device; d < (every_device ? devices::count() : device + 1); ++d) {
       CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, d}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
       set_access(va, size, &access, 1);
     }

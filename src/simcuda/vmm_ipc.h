@@ -18,13 +18,13 @@ namespace simcuda::vmm {
 /// allocation. CUDA_ERROR_INVALID_VALUE for anything else (VMM memory, an opened handle, host
 /// memory, an allocation that went through a native checkpoint, which keeps no memfd).
 CUresult ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr ptr);
-/// cuIpcOpenMemHandle: the base of the creator's allocation mapped here read-write for every
-/// device; the same handle opened again returns the same pointer and counts one more open.
+/// cuIpcOpenMemHandle: the base of the creator's allocation mapped here read-write for
+/// `device` (the current one), or every device with CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS; the same handle opened again returns the same pointer and counts one more open.
 /// `flags` 0 or CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, else CUDA_ERROR_INVALID_VALUE; a handle
 /// that is not a simcuda one CUDA_ERROR_INVALID_VALUE; one of this process
 /// CUDA_ERROR_INVALID_CONTEXT; one whose creator or allocation is gone
 /// CUDA_ERROR_INVALID_HANDLE.
-CUresult ipc_open_mem_handle(CUdeviceptr *ptr, const CUipcMemHandle &handle, unsigned flags);
+CUresult ipc_open_mem_handle(CUdeviceptr *ptr, const CUipcMemHandle &handle, unsigned flags, int device);
 /// cuIpcCloseMemHandle: one open fewer of the handle opened at `ptr` (exactly the pointer
 /// open returned, else CUDA_ERROR_INVALID_VALUE); the last one unmaps it.
 CUresult ipc_close_mem_handle(CUdeviceptr ptr);

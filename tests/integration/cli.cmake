@@ -24,6 +24,7 @@ cusnap_add_gtest(cli_job_test
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_security.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_recover.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_native_baseline.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cli_legacy_ipc.cc
   LIBS cusnap_common nlohmann_json::nlohmann_json
   LABELS integration)
 target_include_directories(cli_job_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})

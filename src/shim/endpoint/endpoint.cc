@@ -25,6 +25,14 @@
 namespace cusnap::shim {
 namespace {
 
+// The peer's credentials on a Unix socket (pid 0 when the socket gives none).
+ucred PeerCredentials(int connection) {
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) peer = ucred{};
+  return peer;
+}
+
 // Short-lived helpers that load the shim leave sockets behind when they are killed: remove
 // those of processes that no longer exist (SPEC-REFERENCE E.5).
 // Works on the directory checked by MakeControlDir (its descriptor), never on its path again.
@@ -212,8 +220,17 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
            ") did not create " + DescribeObject(id));
     return;
   }
-  proto::ExportReply reply{id, asked->kind, 0, {}};
   const auto kind = static_cast<TicketKind>(asked->kind);
+  // Memory given out in a legacy IPC handle goes only to whoever holds that handle's secret
+  // (or was served it before: a re-import at restore); issue 14.
+  const ucred peer = PeerCredentials(connection);
+  if (!export_cache().AdmitExport(kind, id.local_id, asked->ipc_secret, peer.pid,
+                                  peer.pid > 0 ? ProcessStartTime(peer.pid) : 0)) {
+    refuse("pid " + std::to_string(self.pid) + ": " + DescribeObject(id) + " was shared by a " +
+           "legacy IPC handle and pid " + std::to_string(peer.pid) + " does not hold its secret");
+    return;
+  }
+  proto::ExportReply reply{id, asked->kind, 0, {}};
   reply.fd.reset(export_cache().Dup(kind, id.local_id, &reply.size));
   if (!reply.fd.valid()) {
     refuse("pid " + std::to_string(self.pid) + ": " + DescribeObject(id) +
@@ -226,10 +243,8 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
 }
 
 void Endpoint::NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id) {
-  ucred peer{};
-  socklen_t len = sizeof peer;
-  if (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.pid <= 0 ||
-      peer.pid == owner_pid_) {
+  const ucred peer = PeerCredentials(connection);
+  if (peer.pid <= 0 || peer.pid == owner_pid_) {
     return;  // no credentials (not a Unix socket), or this process fetching its own object
   }
   // A start time of 0: the importer is gone already, and a gone importer does not count.

@@ -53,7 +53,8 @@ CUresult ImportUntracked(CUmemGenericAllocationHandle* handle, int fd) {
 
 // A fresh raw descriptor for `ticket` from its creator's endpoint (`*size` gets the
 // allocation's size in bytes).
-CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size) {
+CUresult FetchDescriptor(const Ticket& ticket, const proto::IpcSecret& ipc_secret, UniqueFd* raw_fd,
+                         uint64_t* size) {
   const ProcessIdentity self = SelfIdentity();
   const proto::ObjectId& id = ticket.id;
   if (id.creator_pid == self.pid) {
@@ -80,7 +81,7 @@ CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size)
     return CUDA_ERROR_INVALID_HANDLE;
   }
   Result<proto::ExportReply> reply =
-      RequestExport(id, static_cast<uint32_t>(ticket.kind), kExportRequestTimeoutMs);
+      RequestExport(id, static_cast<uint32_t>(ticket.kind), kExportRequestTimeoutMs, ipc_secret);
   if (!reply.ok()) {
     CUSNAP_LOG_ERROR("import: %s", reply.error().message.c_str());
     // The creator refusing the allocation is a dead handle; anything else is the socket.
@@ -159,10 +160,10 @@ CUresult ExportMulticastTicket(uint64_t handle, void* shareable, CUmemAllocation
 // (FetchDescriptor), the descriptor closed at once: the raw descriptor never stays in this
 // process's table (DESIGN.md, "Tickets"). `what` names the object in the log ("allocation",
 // "multicast object"); `*size` gets its size in bytes.
-CUresult ImportFromCreator(const Ticket& ticket, const char* what,
+CUresult ImportFromCreator(const Ticket& ticket, const char* what, const proto::IpcSecret& ipc_secret,
                            CUmemGenericAllocationHandle* real, uint64_t* size) {
   UniqueFd raw_fd;
-  CUresult rc = FetchDescriptor(ticket, &raw_fd, size);
+  CUresult rc = FetchDescriptor(ticket, ipc_secret, &raw_fd, size);
   if (rc != CUDA_SUCCESS) return rc;
   auto import = driver().cuMemImportFromShareableHandle;
   rc = import != nullptr
@@ -193,7 +194,7 @@ CUresult ImportMulticastTicket(CUmemGenericAllocationHandle* handle, const Ticke
   }
   CUmemGenericAllocationHandle real = 0;
   uint64_t size = 0;
-  const CUresult rc = ImportFromCreator(ticket, "multicast object", &real, &size);
+  const CUresult rc = ImportFromCreator(ticket, "multicast object", {}, &real, &size);
   if (rc != CUDA_SUCCESS) return rc;
   if (IsTagged(real)) return RefuseTaggedRealHandle(real, "cuMemImportFromShareableHandle");
   const MulticastProperties prop{ticket.multicast.num_devices, ticket.multicast.size,
@@ -216,14 +217,7 @@ CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleTyp
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
   if (CUresult rc = CheckExportArguments(pin->real, type, flags); rc != CUDA_SUCCESS) return rc;
-  if (pin->creator && !export_cache().Contains(TicketKind::kUnicast, pin->id.local_id)) {
-    auto export_real = driver().cuMemExportToShareableHandle;
-    if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-    int raw_fd = -1;
-    const CUresult rc = export_real(&raw_fd, pin->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (rc != CUDA_SUCCESS) return rc;
-    export_cache().Put(TicketKind::kUnicast, pin->id.local_id, raw_fd, pin->size);
-  }
+  if (CUresult rc = CacheCreatorExport(*pin); rc != CUDA_SUCCESS) return rc;
   Ticket ticket;
   ticket.id = pin->id;  // an importer's ticket names the original creator
   ticket.kind = TicketKind::kUnicast;
@@ -233,8 +227,20 @@ CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleTyp
                      fd.error().message.c_str());
     return CUDA_ERROR_OPERATING_SYSTEM;
   }
-  table().MarkShared(pin->key, CurrentContext());
   *static_cast<int*>(shareable) = *fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult CacheCreatorExport(const Pinned& pin) {
+  if (pin.creator && !export_cache().Contains(TicketKind::kUnicast, pin.id.local_id)) {
+    auto export_real = driver().cuMemExportToShareableHandle;
+    if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    int raw_fd = -1;
+    const CUresult rc = export_real(&raw_fd, pin.real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    export_cache().Put(TicketKind::kUnicast, pin.id.local_id, raw_fd, pin.size);
+  }
+  table().MarkShared(pin.key, CurrentContext());
   return CUDA_SUCCESS;
 }
 
@@ -254,15 +260,23 @@ CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {
   if (!read->has_value()) return ImportUntracked(handle, fd);
   const Ticket ticket = **read;
   if (ticket.kind == TicketKind::kMulticast) return ImportMulticastTicket(handle, ticket);
+  return ImportAllocation(ticket.id, {}, handle);
+}
+
+CUresult ImportAllocation(const proto::ObjectId& id, const proto::IpcSecret& ipc_secret,
+                          CUmemGenericAllocationHandle* handle) {
   // One real handle per allocation per process: a repeated import (or an import of our own
   // ticket) aliases what the table holds, with no round trip.
-  if (std::optional<uint64_t> alias = table().AliasById(ticket.id)) {
+  if (std::optional<uint64_t> alias = table().AliasById(id)) {
     *handle = *alias;
     return CUDA_SUCCESS;
   }
+  Ticket ticket;
+  ticket.id = id;
+  ticket.kind = TicketKind::kUnicast;
   CUmemGenericAllocationHandle real = 0;
   uint64_t size = 0;
-  const CUresult rc = ImportFromCreator(ticket, "allocation", &real, &size);
+  const CUresult rc = ImportFromCreator(ticket, "allocation", ipc_secret, &real, &size);
   if (rc != CUDA_SUCCESS) return rc;
   CUmemAllocationProp prop{};
   if (auto get_prop = driver().cuMemGetAllocationPropertiesFromHandle) get_prop(&prop, real);

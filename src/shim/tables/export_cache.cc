@@ -71,8 +71,28 @@ std::vector<proto::Importer> ExportCache::LiveImporters(const ProcessIdentity& s
   return all;
 }
 
+void ExportCache::GuardWithIpcSecret(uint64_t local_id, const proto::IpcSecret& secret) {
+  std::lock_guard lock(mutex_);
+  guards_.try_emplace(local_id, Guard{secret});
+}
+
+bool ExportCache::AdmitExport(TicketKind kind, uint64_t local_id, const proto::IpcSecret& secret,
+                              int pid, uint64_t start_time) {
+  if (kind != TicketKind::kUnicast) return true;
+  std::lock_guard lock(mutex_);
+  auto guard = guards_.find(local_id);
+  if (guard == guards_.end()) return true;
+  const std::pair<int, uint64_t> who{pid, start_time};
+  auto& admitted = guard->second.admitted;
+  if (std::find(admitted.begin(), admitted.end(), who) != admitted.end()) return true;
+  if (secret.empty() || !(secret == guard->second.secret)) return false;
+  admitted.push_back(who);
+  return true;
+}
+
 void ExportCache::Invalidate(TicketKind kind, uint64_t local_id) {
   std::lock_guard lock(mutex_);
+  if (kind == TicketKind::kUnicast) guards_.erase(local_id);
   auto it = fds_.find(Key(kind, local_id));
   if (it == fds_.end()) return;
   close(it->second.fd);

@@ -43,8 +43,19 @@ class ExportCache {
   /// outside the lock.
   std::vector<proto::Importer> LiveImporters(const ProcessIdentity& self) const;
 
+  /// Legacy IPC (issue 14): unicast allocation `local_id` was given out in a CUipcMemHandle
+  /// carrying `secret`; from now on only requests with that secret, or from a process one was
+  /// served to before (its re-import at restore), get its descriptor. Kept across Clear().
+  void GuardWithIpcSecret(uint64_t local_id, const proto::IpcSecret& secret);
+
+  /// Whether process `pid` (started at `start_time`) asking for (`kind`, `local_id`) with
+  /// `secret` may be served: yes when no IPC secret guards it, when `secret` is the one (the
+  /// process is then remembered), or when it was served before.
+  bool AdmitExport(TicketKind kind, uint64_t local_id, const proto::IpcSecret& secret, int pid,
+                   uint64_t start_time);
+
   /// Closes and forgets the descriptor of (`kind`, `local_id`), if any (the allocation is
-  /// gone: its tickets die with it).
+  /// gone: its tickets die with it), and its IPC guard.
   void Invalidate(TicketKind kind, uint64_t local_id);
 
   /// Closes and forgets every descriptor (lifecycle: release before checkpoint).
@@ -73,6 +84,12 @@ class ExportCache {
     std::vector<std::pair<int, uint64_t>> importers{};
   };
   std::unordered_map<uint64_t, Entry> fds_;
+  /// IPC-guarded unicast allocations: the secret and the processes it admitted.
+  struct Guard {
+    proto::IpcSecret secret;
+    std::vector<std::pair<int, uint64_t>> admitted{};
+  };
+  std::unordered_map<uint64_t, Guard> guards_;  // by local id
 };
 
 }  // namespace cusnap::shim
