@@ -544,13 +544,41 @@ int IpcEventChild(bool creator) {
   }
 }
 
-void LockAndCheckpoint(Child& c, const std::string& who, const char* probe = "ipc-event") {
+void LockAndCheckpoint(Child& c, const std::string& who, const char* probe) {
   CUcheckpointLockArgs lock{};
   lock.timeoutMs = 10000;
   const CUresult l = cuCheckpointProcessLock(c.pid, &lock);
   CUcheckpointCheckpointArgs ck{};
   const CUresult k = cuCheckpointProcessCheckpoint(c.pid, &ck);
   Fact("%s %s: lock %s, checkpoint %s", probe, who.c_str(), Name(l), Name(k));
+}
+
+// Both roles "USE" what they share, then a native lock + checkpoint of both, restore + unlock
+// of both (with the state after), and "USE" again by each one that came back; one left stuck
+// (F11) is killed. FACT lines start with `probe`.
+void IpcNativeCycle(Child& a, Child& b, const std::string& probe) {
+  Child* both[] = {&a, &b};
+  const char* names[] = {"A", "B"};
+  for (int i = 0; i < 2; ++i) {
+    SendLine(both[i]->fd, "USE");
+    Fact("%s before, %s: %s", probe.c_str(), names[i], RecvLine(both[i]->fd).c_str());
+  }
+  for (int i = 0; i < 2; ++i) LockAndCheckpoint(*both[i], names[i], probe.c_str());
+  for (int i = 0; i < 2; ++i) {
+    CUcheckpointRestoreArgs ra{};
+    const CUresult r = cuCheckpointProcessRestore(both[i]->pid, &ra);
+    CUcheckpointUnlockArgs un{};
+    const CUresult u = cuCheckpointProcessUnlock(both[i]->pid, &un);
+    CUprocessState state = CU_PROCESS_STATE_FAILED;
+    cuCheckpointProcessGetState(both[i]->pid, &state);
+    Fact("%s %s: restore %s, unlock %s, state %d", probe.c_str(), names[i], Name(r), Name(u), static_cast<int>(state));
+    if (u != CUDA_SUCCESS) {
+      kill(both[i]->pid, SIGKILL);  // stuck CHECKPOINTED (F11): nothing else ends it
+      continue;
+    }
+    SendLine(both[i]->fd, "USE");
+    Fact("%s after, %s: %s", probe.c_str(), names[i], RecvLine(both[i]->fd).c_str());
+  }
 }
 
 // What the application sees of cuMemAlloc memory at ptr: attributes and address range.
@@ -625,34 +653,7 @@ int ProbeIpcMem() {
   Fact("ipc-mem A: %s", handle.substr(handle.find(' ', 7)).c_str());
   SendLine(b.fd, handle.substr(7, 128));
   Fact("ipc-mem B: %s", RecvLine(b.fd).c_str());
-  Child* both[] = {&a, &b};
-  const char* names[] = {"A", "B"};
-  for (int i = 0; i < 2; ++i) {
-    SendLine(both[i]->fd, "USE");
-    Fact("ipc-mem before, %s: %s", names[i], RecvLine(both[i]->fd).c_str());
-  }
-  for (int i = 0; i < 2; ++i) LockAndCheckpoint(*both[i], names[i], "ipc-mem");
-  bool alive[2] = {true, true};
-  for (int i = 0; i < 2; ++i) {
-    CUcheckpointRestoreArgs ra{};
-    const CUresult r = cuCheckpointProcessRestore(both[i]->pid, &ra);
-    CUcheckpointUnlockArgs un{};
-    const CUresult u = cuCheckpointProcessUnlock(both[i]->pid, &un);
-    CUprocessState state = CU_PROCESS_STATE_FAILED;
-    cuCheckpointProcessGetState(both[i]->pid, &state);
-    Fact("ipc-mem %s: restore %s, unlock %s, state %d", names[i], Name(r), Name(u), static_cast<int>(state));
-    alive[i] = u == CUDA_SUCCESS;
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (!alive[i]) {
-      kill(both[i]->pid, SIGKILL);  // stuck CHECKPOINTED (F11): nothing else ends it
-      continue;
-    }
-    SendLine(both[i]->fd, "USE");
-    Fact("ipc-mem after, %s: %s", names[i], RecvLine(both[i]->fd).c_str());
-  }
-  Reap(a);
-  Reap(b);
+  IpcNativeCycle(a, b, "ipc-mem");
   return 0;
 }
 
@@ -667,27 +668,7 @@ int ProbeIpcEvent(bool swap) {
   Fact("ipc-event (%s) A: %s", label.c_str(), handle.substr(handle.find(' ', 7)).c_str());
   SendLine(b.fd, handle.substr(7, 128));
   Fact("ipc-event (%s) B: %s", label.c_str(), RecvLine(b.fd).c_str());
-  SendLine(a.fd, "USE");
-  Fact("ipc-event (%s) before, A: %s", label.c_str(), RecvLine(a.fd).c_str());
-  SendLine(b.fd, "USE");
-  Fact("ipc-event (%s) before, B: %s", label.c_str(), RecvLine(b.fd).c_str());
-  Child* both[] = {&a, &b};
-  const char* names[] = {"A", "B"};
-  for (int i = 0; i < 2; ++i) LockAndCheckpoint(*both[i], label + " " + names[i]);
-  bool alive[2] = {true, true};
-  for (int i = 0; i < 2; ++i) {
-    CUcheckpointRestoreArgs ra{};
-    const CUresult r = cuCheckpointProcessRestore(both[i]->pid, &ra);
-    CUcheckpointUnlockArgs un{};
-    const CUresult u = cuCheckpointProcessUnlock(both[i]->pid, &un);
-    Fact("ipc-event (%s) %s: restore %s, unlock %s", label.c_str(), names[i], Name(r), Name(u));
-    alive[i] = u == CUDA_SUCCESS;
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (!alive[i]) continue;
-    SendLine(both[i]->fd, "USE");
-    Fact("ipc-event (%s) after, %s: %s", label.c_str(), names[i], RecvLine(both[i]->fd).c_str());
-  }
+  IpcNativeCycle(a, b, "ipc-event (" + label + ")");
   Reap(a);
   Reap(b);
   return 0;

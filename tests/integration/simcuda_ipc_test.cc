@@ -35,12 +35,6 @@ bool receive_handle(const Pipe &pipe, Handle *handle) {
   return read(pipe.fds[0], handle, sizeof *handle) == static_cast<ssize_t>(sizeof *handle);
 }
 
-CUprocessState state_of(pid_t pid) {
-  CUprocessState state = CU_PROCESS_STATE_FAILED;
-  EXPECT_EQ(cuCheckpointProcessGetState(pid, &state), CUDA_SUCCESS);
-  return state;
-}
-
 // A child on device 0 that cuMemAllocs kSize bytes with pattern `seed` and sends its IPC handle
 // (taken at an interior pointer: it names the whole allocation) on `handles`.
 int ipc_creator(const Pipe &handles, unsigned seed, CUdeviceptr *ptr) {
@@ -122,17 +116,7 @@ TEST(SimcudaIpc, F11OpenerHoldingIpcMemoryIsStuckCheckpointed) {
   });
   ASSERT_EQ(creator.reply.receive(), 'R');
   ASSERT_EQ(opener.reply.receive(), 'M');
-  ASSERT_EQ(cuCheckpointProcessLock(creator.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessLock(opener.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessCheckpoint(creator.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessCheckpoint(opener.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessRestore(creator.pid, nullptr), CUDA_SUCCESS);
-  EXPECT_EQ(cuCheckpointProcessRestore(opener.pid, nullptr), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(state_of(opener.pid), CU_PROCESS_STATE_CHECKPOINTED);
-  EXPECT_EQ(cuCheckpointProcessUnlock(opener.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
-  EXPECT_EQ(cuCheckpointProcessRestore(opener.pid, nullptr), CUDA_ERROR_INVALID_VALUE);  // for ever
-  EXPECT_EQ(state_of(opener.pid), CU_PROCESS_STATE_CHECKPOINTED);
-  ASSERT_EQ(cuCheckpointProcessUnlock(creator.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(expect_importer_stuck(creator.pid, opener.pid, CUDA_ERROR_INVALID_VALUE));
   creator.command.send('V');
   EXPECT_EQ(wait_child(creator.pid), 0);
   kill(opener.pid, SIGKILL);
