@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -219,6 +220,10 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(c->pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) gpu::Fail("a role ended with status %d", status);
+  }
+  for (unsigned cycle = 1; cycle <= 3; ++cycle) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir + "-" + std::to_string(cycle), ec);
   }
   std::printf("LEGACY IPC PASS\n");
   return 0;
