@@ -152,4 +152,27 @@ inline bool has_pattern(CUdeviceptr va, size_t size, unsigned seed) {
   return true;
 }
 
+// The trap of DRIVER-FACTS F5 and F11: lock and checkpoint succeed on both processes, the
+// owner's restore and unlock succeed, the importer's restore fails `expected` and it stays
+// CHECKPOINTED for good (unlock CUDA_ERROR_ILLEGAL_STATE, restore again `expected`).
+inline void expect_importer_stuck(pid_t owner, pid_t importer, CUresult expected) {
+  auto state_of = [](pid_t pid) {
+    CUprocessState state = CU_PROCESS_STATE_FAILED;
+    EXPECT_EQ(cuCheckpointProcessGetState(pid, &state), CUDA_SUCCESS);
+    return state;
+  };
+  ASSERT_EQ(cuCheckpointProcessLock(owner, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessLock(importer, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(owner, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(importer, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessRestore(owner, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuCheckpointProcessRestore(importer, nullptr), expected);
+  EXPECT_EQ(state_of(importer), CU_PROCESS_STATE_CHECKPOINTED);
+  EXPECT_EQ(cuCheckpointProcessUnlock(importer, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(static_cast<int>(CUDA_ERROR_ILLEGAL_STATE), 401);
+  EXPECT_EQ(cuCheckpointProcessRestore(importer, nullptr), expected);  // for ever
+  EXPECT_EQ(state_of(importer), CU_PROCESS_STATE_CHECKPOINTED);
+  ASSERT_EQ(cuCheckpointProcessUnlock(owner, nullptr), CUDA_SUCCESS);
+}
+
 }  // namespace simcuda_test

@@ -137,6 +137,7 @@ Message IdentifyReply::Encode() const {
     out.Put(failure);
     out.Put(checkpoint_id);
     out.Put(untracked);
+    out.Put(unsupported);
   });
 }
 
@@ -153,6 +154,7 @@ Result<IdentifyReply> IdentifyReply::Decode(const Message& message) {
     in.Get(r.failure);
     in.Get(r.checkpoint_id);
     in.Get(r.untracked);
+    in.Get(r.unsupported);
   });
 }
 

@@ -79,6 +79,10 @@ struct IdentifyReply {
   /// The untracked imports as kUntrackedImport records (at most kMaxUntrackedReported
   /// imports, every mapping of each).
   std::vector<Record> untracked;
+  /// The entry points this process used whose memory cusnap cannot carry (managed memory,
+  /// shared memory pools, dma-buf, legacy IPC handles from outside cusnap), one per line in
+  /// the order first used; "" when none (issue 14: the checkpoint refuses it by name).
+  std::string unsupported;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.
   static Result<IdentifyReply> Decode(const Message& message);

@@ -225,6 +225,7 @@ Status Sequence::InspectInto(std::vector<ParticipantView>& views, size_t index) 
   v.start_time = identities_[index].start_time;
   v.untracked_imports = identities_[index].untracked_imports;
   v.untracked = identities_[index].untracked;
+  v.unsupported = identities_[index].unsupported;
   v.records = std::move(inspected->records);
   v.importers = std::move(inspected->importers);
   v.device_uuids.clear();

@@ -164,6 +164,21 @@ void CheckUntracked(const ParticipantView& p, std::vector<std::string>& problems
   }
 }
 
+/// No entry point whose memory cusnap cannot carry: one line per entry point the shim noted.
+void CheckUnsupported(const ParticipantView& p, std::vector<std::string>& problems) {
+  size_t at = 0;
+  while (at < p.unsupported.size()) {
+    size_t end = p.unsupported.find('\n', at);
+    if (end == std::string::npos) end = p.unsupported.size();
+    if (end > at) {
+      problems.push_back(ProcessText(p.pid) + ": used " + p.unsupported.substr(at, end - at) +
+                         ", whose memory cusnap cannot carry through a checkpoint (README, "
+                         "'Limits'); run this process without it");
+    }
+    at = end + 1;
+  }
+}
+
 /// Rules a single record must satisfy on its own.
 void CheckRecord(const ParticipantView& p, size_t index, const Record& r,
                  std::vector<std::string>& problems) {
@@ -413,6 +428,7 @@ std::vector<std::string> ValidateTopology(std::span<const ParticipantView> parti
   CheckImporters(participants, problems);
   for (const auto& p : participants) {
     CheckUntracked(p, problems);
+    CheckUnsupported(p, problems);
     for (size_t i = 0; i < p.records.size(); ++i) {
       const Record& r = p.records[i];
       CheckRecord(p, i, r, problems);

@@ -30,6 +30,9 @@ struct ParticipantView {
   /// CUDA_VISIBLE_DEVICES applied), what the ordinals in `records` name; empty when it
   /// reported none (no records).
   std::vector<std::string> device_uuids{};
+  /// IDENTIFY's entry points of memory cusnap cannot carry, one per line ("" when none; last,
+  /// with an initializer).
+  std::string unsupported{};
 };
 
 /// Checks every rule and returns one message per broken rule (empty: valid), in a stable
@@ -38,6 +41,8 @@ struct ParticipantView {
 ///  - no live untracked imports: one message per import, naming its location, VA ranges
 ///    and the smallest size they imply (at most proto::kMaxUntrackedReported per process,
 ///    then one message with how many more);
+///  - no use of an entry point whose memory cusnap cannot carry: one message per entry point,
+///    naming the process and the entry point;
 ///  - known record kinds; allocations with size > 0 whose creator flag matches the id;
 ///    mappings with address and size != 0, at most kMaxAccess access descriptors, lying
 ///    inside their allocation;

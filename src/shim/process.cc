@@ -46,6 +46,7 @@ enum EndpointState : int { kNeeded = 0, kStarting = 1, kRunning = 2, kFailedToSt
 struct Process {
   SharingTable table;
   MulticastTable multicast;
+  MallocTable malloc;
   ExportCache cache;
   QuiesceGate gate;
   DeviceWork device_work;
@@ -121,6 +122,8 @@ __attribute__((destructor)) void DetachProcess() {
 SharingTable& table() { return Root().table; }
 
 MulticastTable& multicast_table() { return Root().multicast; }
+
+MallocTable& malloc_table() { return Root().malloc; }
 
 ExportCache& export_cache() { return Root().cache; }
 

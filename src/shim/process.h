@@ -8,7 +8,8 @@
 // constructor, so a process launched under `cusnap run` is reachable before the coordinator
 // could ever look for it, even if it never makes a tracked call. A child of fork gets a
 // clean slate (a new root: no table, no endpoint, its own logical handle counter, an open
-// gate) and starts its own endpoint lazily at its first tracked call (EnsureEndpoint). The
+// gate) and starts its own endpoint lazily at its first driver call, whatever entry point that
+// is (EnsureEndpoint, in every hook's CUSNAP_QUIESCE_GATE). The
 // child drops everything inherited without freeing it through CUDA: the parent still owns
 // those allocations. The carrier and the lifecycle hold the real driver table, whose
 // resolution loads libcuda: they are built at their first use, never in a process that does
@@ -24,6 +25,7 @@
 #include "shim/lifecycle/drain.h"
 #include "shim/lifecycle/quiesce.h"
 #include "shim/tables/export_cache.h"
+#include "shim/tables/malloc_table.h"
 #include "shim/tables/multicast_table.h"
 #include "shim/tables/sharing_table.h"
 
@@ -34,6 +36,9 @@ SharingTable& table();
 
 /// This process's multicast table.
 MulticastTable& multicast_table();
+
+/// This process's legacy-memory table (cuMemAlloc served by the shim, legacy IPC).
+MallocTable& malloc_table();
 
 /// This process's export cache.
 ExportCache& export_cache();
@@ -50,7 +55,7 @@ DeviceWork& device_work();
 HostCarrier& carrier();
 
 /// Makes sure this process's endpoint runs: one atomic load when it does. Called by every
-/// tracked hook; the first call in a fork child starts the child's endpoint. A failure to
+/// hook (CUSNAP_QUIESCE_GATE); the first call in a fork child starts the child's endpoint. A failure to
 /// start is logged once per process (tracked calls still work; the coordinator will find no
 /// endpoint and refuse to checkpoint this process).
 void EnsureEndpoint();
@@ -111,8 +116,11 @@ class PinScope {
 
 }  // namespace cusnap::shim
 
-/// First statement of a tracked hook: waits while the shim is quiesced, returns the gate's
-/// error from the hook when the wait bound passes.
+/// First statement of every hook (tracked or only gated): makes sure this process has its
+/// endpoint (one atomic load once it has: a process forked before CUDA use gets one at its
+/// first driver call, whatever entry point that is, issue 14), then waits while the shim is
+/// quiesced and returns the gate's error from the hook when the wait bound passes.
 #define CUSNAP_QUIESCE_GATE()                                        \
+  ::cusnap::shim::EnsureEndpoint();                                  \
   ::cusnap::shim::GateScope cusnap_gate_scope_(::cusnap::shim::gate()); \
   if (cusnap_gate_scope_.status() != CUDA_SUCCESS) return cusnap_gate_scope_.status()

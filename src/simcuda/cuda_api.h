@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 extern "C" {
+
 // Device-explicit multicast bind ABI, CUDA 13.1 (CUDA Driver API, "Multicast Object
 // Management"): the device whose memory is bound is named instead of implied.
 CUresult cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,

@@ -4,6 +4,7 @@
 
 #include "api_call.h"
 #include "contexts.h"
+#include "ipc_events.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -66,6 +67,8 @@ struct CUevent_st {
   bool recorded = false;
   int pending = 0;         // records queued on a stream and not yet reached (Registry::mutex)
   bool destroyed = false;  // cuEventDestroy came while records were pending: the last frees it
+  simcuda::ipc_events::Hold ipc;  // an interprocess event's shared counters (ipc_events.h)
+  ~CUevent_st() { simcuda::ipc_events::drop(ipc); }
 };
 
 namespace simcuda::streams {
@@ -132,6 +135,7 @@ CUresult reach(CUevent event) {
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   if (event->pending > 0) --event->pending;
+  if (event->ipc.shared != nullptr) ++event->ipc.shared->reached;
   if (event->destroyed && event->pending == 0) delete event;
   r.event_reached.notify_all();
   return CUDA_SUCCESS;
@@ -145,15 +149,23 @@ CUresult record(CUevent event, CUstream stream) {
     std::lock_guard lock(r.mutex);
     event->recorded = true;
     ++event->pending;
+    if (event->ipc.shared != nullptr) ++event->ipc.shared->recorded;
   }
   return submit(stream, [event] { return reach(event); });
 }
 
-// Waits until every record of `event` queued so far was reached.
+// Waits until every record of `event` queued so far was reached (by any process, for an
+// interprocess event).
 CUresult wait_event(CUevent event) {
   Registry &r = registry();
   std::unique_lock lock(r.mutex);
   if (r.events.count(event) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (event->ipc.shared != nullptr) {
+    const simcuda::ipc_events::Shared &shared = *event->ipc.shared;
+    lock.unlock();
+    simcuda::ipc_events::wait_reached(shared);
+    return CUDA_SUCCESS;
+  }
   r.event_reached.wait(lock, [&] { return r.events.count(event) == 0 || event->pending == 0; });
   return CUDA_SUCCESS;
 }
@@ -398,7 +410,16 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   if (phEvent == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int device = 0;
   if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
-  auto *event = new CUevent_st{device, Flags, false, 0, false};
+  // An interprocess event must not time (CUDA Driver API, cuEventCreate).
+  const bool interprocess = (Flags & CU_EVENT_INTERPROCESS) != 0;
+  if (interprocess && (Flags & CU_EVENT_DISABLE_TIMING) == 0) return CUDA_ERROR_INVALID_VALUE;
+  auto *event = new CUevent_st{device, Flags, false, 0, false, {}};
+  if (interprocess) {
+    if (CUresult made = simcuda::ipc_events::create(&event->ipc); made != CUDA_SUCCESS) {
+      delete event;
+      return made;
+    }
+  }
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   r.events.insert(event);
@@ -419,7 +440,35 @@ CUresult cuEventQuery(CUevent hEvent) {
   Registry &r = registry();
   std::lock_guard lock(r.mutex);
   if (r.events.count(hEvent) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (const auto *shared = hEvent->ipc.shared)
+    return shared->reached.load() >= shared->recorded.load() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   return hEvent->pending == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) {
+  SIMCUDA_CALL_INITIALIZED("cuIpcGetEventHandle");
+  if (pHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Registry &r = registry();
+  std::lock_guard lock(r.mutex);
+  if (r.events.count(event) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (event->ipc.shared == nullptr) return CUDA_ERROR_INVALID_VALUE;  // not made INTERPROCESS
+  simcuda::ipc_events::describe(event->ipc, pHandle);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle) {
+  SIMCUDA_CALL_INITIALIZED("cuIpcOpenEventHandle");
+  if (phEvent == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult r = simcuda::contexts::current_device(&device); r != CUDA_SUCCESS) return r;
+  simcuda::ipc_events::Hold hold;
+  if (CUresult r = simcuda::ipc_events::open(handle, &hold); r != CUDA_SUCCESS) return r;
+  auto *event = new CUevent_st{device, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING, false, 0, false, hold};
+  Registry &r = registry();
+  std::lock_guard lock(r.mutex);
+  r.events.insert(event);
+  *phEvent = event;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuEventDestroy_v2(CUevent hEvent) {

@@ -46,20 +46,6 @@ Allocation *find_allocation(State &s, CUmemGenericAllocationHandle handle) {
   return it->second.get();
 }
 
-Allocation *find_by_id(State &s, uint64_t id) {
-  for (auto &[handle, a] : s.allocations)
-    if (a->id == id) return a.get();
-  return nullptr;
-}
-
-// The mapping that contains `va`, if any.
-Mapping *mapping_at(State &s, CUdeviceptr va) {
-  auto it = s.mappings.upper_bound(va);
-  if (it == s.mappings.begin()) return nullptr;
-  --it;
-  return va < it->second.va + it->second.size ? &it->second : nullptr;
-}
-
 const Reservation *reservation_at(State &s, CUdeviceptr va) {
   auto it = s.reservations.upper_bound(va);
   if (it == s.reservations.begin()) return nullptr;
@@ -107,7 +93,24 @@ CUresult check_prop(const CUmemAllocationProp *prop) {
   return check_location(prop->location);
 }
 
+// cuMemCreate's work, with the memfd kept when `keep_fd`.
+CUresult create_allocation(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                           unsigned long long flags, bool keep_fd);
+
 }  // namespace
+
+Allocation *find_by_id(State &s, uint64_t id) {
+  for (auto &[handle, a] : s.allocations)
+    if (a->id == id) return a.get();
+  return nullptr;
+}
+
+Mapping *mapping_at(State &s, CUdeviceptr va) {
+  auto it = s.mappings.upper_bound(va);
+  if (it == s.mappings.begin()) return nullptr;
+  --it;
+  return va < it->second.va + it->second.size ? &it->second : nullptr;
+}
 
 CUresult granularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option) {
   if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -120,6 +123,14 @@ CUresult granularity(size_t *granularity, const CUmemAllocationProp *prop, CUmem
 
 CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                 unsigned long long flags) {
+  const bool keep_fd = prop != nullptr && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  return create_allocation(handle, size, prop, flags, keep_fd);
+}
+
+namespace {
+
+CUresult create_allocation(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                           unsigned long long flags, bool keep_fd) {
   if (handle == nullptr || flags != 0 || size == 0 || !aligned(size)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_prop(prop); r != CUDA_SUCCESS) return r;
   if ((prop->requestedHandleTypes & ~kSupportedHandleTypes) != 0) return CUDA_ERROR_NOT_SUPPORTED;
@@ -130,7 +141,6 @@ CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAl
   int device = physical_device_of(*a);
   if (device >= 0 && ledger::bytes_in_use(device) + size > config().device_memory_bytes)
     return CUDA_ERROR_OUT_OF_MEMORY;
-  bool keep_fd = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
   if (CUresult r = backing::create(*a, keep_fd); r != CUDA_SUCCESS) return r;
   a->handle_refs = 1;
   State &s = state();
@@ -141,6 +151,8 @@ CUresult create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAl
   s.allocations.emplace(a->handle, std::move(a));
   return CUDA_SUCCESS;
 }
+
+}  // namespace
 
 CUresult adopt_multicast(CUmemGenericAllocationHandle *handle, uint64_t id, size_t capacity,
                          unsigned long long handle_types,
@@ -337,6 +349,10 @@ CUresult import_handle(CUmemGenericAllocationHandle *handle, void *os_handle, CU
   if (!backing::describe(fd, described)) return CUDA_ERROR_INVALID_VALUE;  // not a simcuda allocation
   State &s = state();
   std::lock_guard lock(s.mutex);
+  return adopt_imported(s, std::move(described), fd, handle);
+}
+
+CUresult adopt_imported(State &s, Allocation described, int fd, CUmemGenericAllocationHandle *handle) {
   if (Allocation *known = find_by_id(s, described.id)) {  // imported (or created) here before
     ++known->handle_refs;
     *handle = known->handle;
@@ -392,7 +408,7 @@ CUresult device_malloc(CUdeviceptr *ptr, size_t size, int device) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
   CUmemGenericAllocationHandle handle = 0;
-  if (CUresult r = create(&handle, rounded, &prop, 0); r != CUDA_SUCCESS) return r;
+  if (CUresult r = create_allocation(&handle, rounded, &prop, 0, true); r != CUDA_SUCCESS) return r;
   CUdeviceptr va = 0;
   if (CUresult r = reserve(&va, rounded, 0, 0, 0); r != CUDA_SUCCESS) {
     release(handle);

@@ -39,6 +39,7 @@ struct Allocation {
   int unseen_gpu = -1;
   bool device_malloc = false;        // made by cuMemAlloc (freed by cuMemFree)
   bool multicast = false;            // stands for a multicast object (multicast.h)
+  bool ipc_opened = false;           // mapped here by cuIpcOpenMemHandle (DRIVER-FACTS F11)
   bool native_cycled = false;        // went through a native checkpoint: export refused (F3)
   unsigned handle_refs = 0;          // create/import/retain references not yet released
   unsigned mapping_count = 0;        // mappings of it in this process
@@ -53,6 +54,14 @@ struct Mapping {
   AccessFlags access{};
 };
 
+/// One handle opened here with cuIpcOpenMemHandle: where it is mapped and how many opens
+/// are not closed yet (CUDA: the same handle opened again returns the same pointer).
+struct IpcOpen {
+  CUdeviceptr va = 0;
+  size_t size = 0;
+  unsigned refs = 0;
+};
+
 struct Reservation {
   CUdeviceptr va = 0;
   size_t size = 0;
@@ -64,6 +73,7 @@ struct State {
   std::map<CUmemGenericAllocationHandle, std::unique_ptr<Allocation>> allocations;
   std::map<CUdeviceptr, Mapping> mappings;          // by start VA
   std::map<CUdeviceptr, Reservation> reservations;  // by start VA
+  std::map<uint64_t, IpcOpen> ipc_opens;             // by allocation id
   uint64_t next_handle = 1;
 };
 
@@ -101,10 +111,21 @@ CUresult properties(CUmemAllocationProp *prop, CUmemGenericAllocationHandle hand
 CUresult retain(CUmemGenericAllocationHandle *handle, void *addr);
 CUresult address_range(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
 CUresult granularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
-/// cuMemAlloc: a private allocation on `device`, reserved, mapped and read-write there.
+/// cuMemAlloc: a private allocation on `device`, reserved, mapped and read-write there. It
+/// keeps its memfd so that cuIpcGetMemHandle can name it (vmm_ipc.h).
 CUresult device_malloc(CUdeviceptr *ptr, size_t size, int device);
 /// cuMemFree: `ptr` must be what device_malloc returned.
 CUresult device_free(CUdeviceptr ptr);
+
+// ---- Lookups for the other parts of the VMM state (the state mutex held) ----
+/// The mapping that contains `va`, or nullptr.
+Mapping *mapping_at(State &s, CUdeviceptr va);
+/// The allocation this process holds with id `id` (by handle or mapping), or nullptr.
+Allocation *find_by_id(State &s, uint64_t id);
+/// Takes `described` (from backing::describe of `fd`) into this process as an imported
+/// allocation with one handle reference: the one it holds already when it has that id, else a
+/// new one over `fd` (not kept). CUDA_ERROR_OUT_OF_MEMORY when it cannot be mapped.
+CUresult adopt_imported(State &s, Allocation described, int fd, CUmemGenericAllocationHandle *handle);
 
 /// For copies: the host-usable address of [ptr, ptr+size) if it is device memory of this
 /// process (mapped and readable, or writable when `write`); `*device_memory` false and

@@ -4,14 +4,17 @@
 #include "ledger.h"
 #include "vmm.h"
 #include "vmm_backing.h"
+#include "vmm_ipc.h"
 
 #include <algorithm>
 
 namespace simcuda::vmm {
 namespace {
 
-// Whether the process held an imported allocation when it was checkpointed (F5).
+// Whether the process held an imported allocation when it was checkpointed (F5), and whether
+// one of them was opened from a legacy IPC handle (F11).
 bool held_imported_allocation = false;
+bool held_ipc_opened = false;
 
 }  // namespace
 
@@ -19,6 +22,7 @@ CUresult checkpoint_all() {
   State &s = state();
   std::lock_guard lock(s.mutex);
   held_imported_allocation = false;
+  held_ipc_opened = holds_ipc_opened(s);
   for (auto &[handle, a] : s.allocations) {
     if (a->backing == nullptr) continue;
     held_imported_allocation = held_imported_allocation || a->imported;
@@ -31,6 +35,7 @@ CUresult checkpoint_all() {
 }
 
 CUresult restore_all() {
+  if (held_ipc_opened) return CUDA_ERROR_INVALID_VALUE;  // F11, before F5: IPC memory is imported too
   if (held_imported_allocation) return CUDA_ERROR_NOT_SUPPORTED;
   State &s = state();
   std::lock_guard lock(s.mutex);

@@ -17,7 +17,8 @@ CUresult checkpoint_all();
 /// puts the memory (and its ledger entry) on the GPU now behind that ordinal (F7). Each is
 /// then marked as having been through a native cycle, so it can never be exported again
 /// (DRIVER-FACTS F3, F4). CUDA_ERROR_NOT_SUPPORTED, and nothing restored, when the process
-/// held an imported allocation at checkpoint (F5).
+/// held an imported allocation at checkpoint (F5);
+/// CUDA_ERROR_INVALID_VALUE when one of them was opened from a legacy IPC handle (F11).
 CUresult restore_all();
 
 }  // namespace simcuda::vmm

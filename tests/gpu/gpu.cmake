@@ -48,6 +48,7 @@ if(CUSNAP_BUILD_GPU_TESTS)
   cusnap_gpu_program(gpu_multicast_forward gpu_multicast_forward.cc)  # CUSNAP_ALLOW_MULTICAST=1 only
   cusnap_gpu_program(gpu_driver_facts gpu_driver_facts.cc)      # FACT lines for DRIVER-FACTS.md
   cusnap_gpu_program(gpu_carry_hold gpu_carry_hold.cc)          # issue 15: the suspend/resume bench
+  cusnap_gpu_program(gpu_legacy_ipc gpu_legacy_ipc.cc)          # issue 14: cuIpc* under cusnap
 
   # Starts two roles of a program joined by a socket pair; links no CUDA (it is the parent
   # of the job that `cusnap checkpoint --pid` walks).
@@ -70,5 +71,5 @@ if(CUSNAP_BUILD_GPU_TESTS)
   # machine): `cmake --build <build> --target cusnap_gpu_tests`.
   add_custom_target(cusnap_gpu_tests DEPENDS cusnap cusnap_shim gpu_vmm_basic gpu_ticket_pair
     gpu_share_checkpoint gpu_pinned_baseline gpu_meminfo gpu_multicast_forward gpu_pair_launcher
-    gpu_inspect gpu_share_ring gpu_driver_facts gpu_abi_table)
+    gpu_inspect gpu_share_ring gpu_driver_facts gpu_abi_table gpu_legacy_ipc)
 endif()

@@ -21,6 +21,10 @@
 //                               incomplete, many-to-one and full gpuPairs (issue 13)
 //   gpu_driver_facts ipc-event  an interprocess event opened by a second process through
 //                               cuIpcOpenEventHandle, across a native cycle of both (issue 14)
+//   gpu_driver_facts ipc-mem    cuMemAlloc memory opened by a second process through
+//                               cuIpcOpenMemHandle, across a native cycle of both (F11, issue
+//                               14), and what cuPointerGetAttribute(s) / cuMemGetAddressRange
+//                               answer for cuMemAlloc memory (the shim must answer the same)
 //
 // Children are this program again (exec of /proc/self/exe with a role), joined to the
 // parent by a socket pair on descriptor 3 that carries short text lines.
@@ -545,7 +549,23 @@ int ProbePairs() {
   return 0;
 }
 
-// ---- ipc-event ---------------------------------------------------------------------------
+// ---- ipc-event, ipc-mem -----------------------------------------------------------------
+
+// The 64 bytes of a legacy IPC handle as 128 hex digits, and back.
+std::string HandleHex(const char (&bytes)[64]) {
+  std::string hex;
+  for (unsigned char b : bytes) {
+    char x[3];
+    std::snprintf(x, sizeof x, "%02x", b);
+    hex += x;
+  }
+  return hex;
+}
+void HandleFromHex(const std::string& hex, char (&bytes)[64]) {
+  for (size_t i = 0; i < sizeof bytes; ++i) {
+    bytes[i] = static_cast<char>(std::strtoul(hex.substr(2 * i, 2).c_str(), nullptr, 16));
+  }
+}
 
 // Role A creates an interprocess event and sends its handle; role B opens it. After each
 // "USE" both report what the event calls return.
@@ -558,19 +578,11 @@ int IpcEventChild(bool creator) {
     const CUresult c = cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
     CUipcEventHandle handle{};
     const CUresult g = cuIpcGetEventHandle(&handle, ev);
-    std::string hex;
-    for (unsigned char b : handle.reserved) {
-      char x[3];
-      std::snprintf(x, sizeof x, "%02x", b);
-      hex += x;
-    }
-    SendLine(3, std::string("HANDLE ") + hex + " create " + Name(c) + " get " + Name(g));
+    SendLine(3, std::string("HANDLE ") + HandleHex(handle.reserved) + " create " + Name(c) + " get " + Name(g));
   } else {
     const std::string hex = RecvLine(3);
     CUipcEventHandle handle{};
-    for (size_t i = 0; i < sizeof handle.reserved; ++i) {
-      handle.reserved[i] = static_cast<char>(std::strtoul(hex.substr(2 * i, 2).c_str(), nullptr, 16));
-    }
+    HandleFromHex(hex, handle.reserved);
     const CUresult o = cuIpcOpenEventHandle(&ev, handle);
     SendLine(3, std::string("OPENED ") + Name(o));
   }
@@ -591,13 +603,117 @@ int IpcEventChild(bool creator) {
   }
 }
 
-void LockAndCheckpoint(Child& c, const std::string& who) {
+void LockAndCheckpoint(Child& c, const std::string& who, const char* probe) {
   CUcheckpointLockArgs lock{};
   lock.timeoutMs = 10000;
   const CUresult l = cuCheckpointProcessLock(c.pid, &lock);
   CUcheckpointCheckpointArgs ck{};
   const CUresult k = cuCheckpointProcessCheckpoint(c.pid, &ck);
-  Fact("ipc-event %s: lock %s, checkpoint %s", who.c_str(), Name(l), Name(k));
+  Fact("%s %s: lock %s, checkpoint %s", probe, who.c_str(), Name(l), Name(k));
+}
+
+// Both roles "USE" what they share, then a native lock + checkpoint of both, restore + unlock
+// of both (with the state after), and "USE" again by each one that came back; one left stuck
+// (F11) is killed. FACT lines start with `probe`.
+void IpcNativeCycle(Child& a, Child& b, const std::string& probe) {
+  Child* both[] = {&a, &b};
+  const char* names[] = {"A", "B"};
+  for (int i = 0; i < 2; ++i) {
+    SendLine(both[i]->fd, "USE");
+    Fact("%s before, %s: %s", probe.c_str(), names[i], RecvLine(both[i]->fd).c_str());
+  }
+  for (int i = 0; i < 2; ++i) LockAndCheckpoint(*both[i], names[i], probe.c_str());
+  for (int i = 0; i < 2; ++i) {
+    CUcheckpointRestoreArgs ra{};
+    const CUresult r = cuCheckpointProcessRestore(both[i]->pid, &ra);
+    CUcheckpointUnlockArgs un{};
+    const CUresult u = cuCheckpointProcessUnlock(both[i]->pid, &un);
+    CUprocessState state = CU_PROCESS_STATE_FAILED;
+    cuCheckpointProcessGetState(both[i]->pid, &state);
+    Fact("%s %s: restore %s, unlock %s, state %d", probe.c_str(), names[i], Name(r), Name(u), static_cast<int>(state));
+    if (u != CUDA_SUCCESS) {
+      kill(both[i]->pid, SIGKILL);  // stuck CHECKPOINTED (F11): nothing else ends it
+      continue;
+    }
+    SendLine(both[i]->fd, "USE");
+    Fact("%s after, %s: %s", probe.c_str(), names[i], RecvLine(both[i]->fd).c_str());
+  }
+}
+
+// What the application sees of cuMemAlloc memory at ptr: attributes and address range.
+std::string PointerFacts(CUdeviceptr ptr, CUdeviceptr base) {
+  unsigned legacy = 9, mapped = 9, type = 9;
+  unsigned long long handle_types = 9;
+  int ordinal = -1;
+  CUdeviceptr start = 0, range_base = 0;
+  size_t size = 0, range_size = 0;
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_MAPPED,
+                                 CU_POINTER_ATTRIBUTE_MEMORY_TYPE};
+  void* data[] = {&legacy, &handle_types, &ordinal, &start, &size, &mapped, &type};
+  const CUresult a = cuPointerGetAttributes(7, which, data, ptr);
+  const CUresult r = cuMemGetAddressRange(&range_base, &range_size, ptr);
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "attributes %s: legacy IPC capable %u, allowed handle types %llu, ordinal %d, range start "
+                "base%+lld, range size %zu, mapped %u, memory type %u; cuMemGetAddressRange %s: base%+lld, size %zu",
+                Name(a), legacy, handle_types, ordinal, static_cast<long long>(start - base), size, mapped, type, Name(r),
+                static_cast<long long>(range_base - base), range_size);
+  return text;
+}
+
+// Role A: cuMemAlloc 256 MiB filled with 0x5a5a5a5a, its IPC handle sent to B; role B opens
+// it (lazy peer access). After each "USE" both read word 1000 and report it.
+int IpcMemChild(bool creator) {
+  gpu::UsePrimaryContext(0);
+  CUdeviceptr ptr = 0;
+  if (creator) {
+    const CUresult m = cuMemAlloc(&ptr, size_t{256} << 20);
+    cuMemsetD32(ptr, 0x5a5a5a5a, (size_t{256} << 20) / 4);
+    CUipcMemHandle handle{};
+    const CUresult g = cuIpcGetMemHandle(&handle, ptr);
+    SendLine(3, std::string("HANDLE ") + HandleHex(handle.reserved) + " alloc " + Name(m) + " get " + Name(g));
+    for (size_t bytes : {size_t{1000}, size_t{3} << 20}) {  // the shape of small and odd allocations
+      CUdeviceptr small = 0;
+      cuMemAlloc(&small, bytes);
+      Fact("ipc-mem cuMemAlloc(%zu) at +0: %s", bytes, PointerFacts(small, small).c_str());
+      Fact("ipc-mem cuMemAlloc(%zu) at +999: %s", bytes, PointerFacts(small + 999, small).c_str());
+      Fact("ipc-mem cuMemFree(inner pointer) of cuMemAlloc(%zu): %s", bytes, Name(cuMemFree(small + 512)));
+      cuMemFree(small);
+    }
+    CUdeviceptr zero = 0;
+    Fact("ipc-mem cuMemAlloc(0): %s", Name(cuMemAlloc(&zero, 0)));
+  } else {
+    CUipcMemHandle handle{};
+    HandleFromHex(RecvLine(3), handle.reserved);
+    const CUresult o = cuIpcOpenMemHandle(&ptr, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    CUdeviceptr again = 0;
+    const CUresult o2 = cuIpcOpenMemHandle(&again, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    SendLine(3, std::string("OPENED ") + Name(o) + ", again " + Name(o2) + (again == ptr ? " (same pointer)" : " (another pointer)") +
+                    "; " + PointerFacts(ptr + 100, ptr));
+  }
+  while (true) {
+    const std::string cmd = RecvLine(3);
+    if (cmd != "USE") return 0;
+    uint32_t word = 0;
+    const CUresult r = cuMemcpyDtoH(&word, ptr + 4000, sizeof word);
+    char text[96];
+    std::snprintf(text, sizeof text, "read %s: 0x%08x", Name(r), word);
+    SendLine(3, text);
+  }
+}
+
+int ProbeIpcMem() {
+  cuInit(0);
+  Child a = Spawn("ipc-mem-a", {"CUDA_VISIBLE_DEVICES=0"});
+  Child b = Spawn("ipc-mem-b", {"CUDA_VISIBLE_DEVICES=0"});
+  std::string handle = RecvLine(a.fd);
+  Fact("ipc-mem A: %s", handle.substr(handle.find(' ', 7)).c_str());
+  SendLine(b.fd, handle.substr(7, 128));
+  Fact("ipc-mem B: %s", RecvLine(b.fd).c_str());
+  IpcNativeCycle(a, b, "ipc-mem");
+  return 0;
 }
 
 int ProbeIpcEvent(bool swap) {
@@ -611,27 +727,7 @@ int ProbeIpcEvent(bool swap) {
   Fact("ipc-event (%s) A: %s", label.c_str(), handle.substr(handle.find(' ', 7)).c_str());
   SendLine(b.fd, handle.substr(7, 128));
   Fact("ipc-event (%s) B: %s", label.c_str(), RecvLine(b.fd).c_str());
-  SendLine(a.fd, "USE");
-  Fact("ipc-event (%s) before, A: %s", label.c_str(), RecvLine(a.fd).c_str());
-  SendLine(b.fd, "USE");
-  Fact("ipc-event (%s) before, B: %s", label.c_str(), RecvLine(b.fd).c_str());
-  Child* both[] = {&a, &b};
-  const char* names[] = {"A", "B"};
-  for (int i = 0; i < 2; ++i) LockAndCheckpoint(*both[i], label + " " + names[i]);
-  bool alive[2] = {true, true};
-  for (int i = 0; i < 2; ++i) {
-    CUcheckpointRestoreArgs ra{};
-    const CUresult r = cuCheckpointProcessRestore(both[i]->pid, &ra);
-    CUcheckpointUnlockArgs un{};
-    const CUresult u = cuCheckpointProcessUnlock(both[i]->pid, &un);
-    Fact("ipc-event (%s) %s: restore %s, unlock %s", label.c_str(), names[i], Name(r), Name(u));
-    alive[i] = u == CUDA_SUCCESS;
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (!alive[i]) continue;
-    SendLine(both[i]->fd, "USE");
-    Fact("ipc-event (%s) after, %s: %s", label.c_str(), names[i], RecvLine(both[i]->fd).c_str());
-  }
+  IpcNativeCycle(a, b, "ipc-event (" + label + ")");
   Reap(a);
   Reap(b);
   return 0;
@@ -652,6 +748,9 @@ int main(int argc, char** argv) {
   if (what == "ipc-event") return ProbeIpcEvent(false) | ProbeIpcEvent(true);
   if (what == "ipc-event-a") return IpcEventChild(true);
   if (what == "ipc-event-b") return IpcEventChild(false);
-  std::fprintf(stderr, "usage: gpu_driver_facts access|access-device|odd-args|visible|visible-one|pairs|ipc-event\n");
+  if (what == "ipc-mem") return ProbeIpcMem();
+  if (what == "ipc-mem-a") return IpcMemChild(true);
+  if (what == "ipc-mem-b") return IpcMemChild(false);
+  std::fprintf(stderr, "usage: gpu_driver_facts access|access-device|odd-args|visible|visible-one|pairs|ipc-event|ipc-mem\n");
   return 2;
 }

@@ -13,6 +13,7 @@
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
 #   workload_nccl_native multicast_forward workload_multicast carry_bench driver_facts_visible
+#   driver_facts_ipc legacy_ipc_shim
 #   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine)
 #
 # Environment:
@@ -70,7 +71,7 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
            workload_nccl_native multicast_forward workload_multicast carry_bench
-           driver_facts_visible)
+           driver_facts_visible driver_facts_ipc legacy_ipc_shim)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -291,6 +292,23 @@ t_multicast_forward() {
 }
 
 # Symmetric memory with multicast (multimem_all_reduce_): only ever run under
+# Issue 14: what a native cycle does to legacy IPC memory (F11) and events (F15) on the bare
+# driver, two processes on GPU 0, and what the driver answers about cuMemAlloc memory: FACT
+# lines for docs/DRIVER-FACTS.md (not pass/fail beyond the probes running).
+t_driver_facts_ipc() {
+  env -u LD_PRELOAD "$BIN/gpu_driver_facts" ipc-mem && env -u LD_PRELOAD "$BIN/gpu_driver_facts" ipc-event
+}
+
+# Issue 14: cuMemAlloc memory shared by cuIpcGetMemHandle / cuIpcOpenMemHandle between two
+# processes survives three cusnap checkpoint + restore cycles, every byte and pointer checked
+# (GPU_LEGACY_IPC_GPUS=2 on a two-GPU machine: the opener on GPU 1, the third restore swapped).
+t_legacy_ipc_shim() {
+  export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/legacy_ipc
+  mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
+  "$BIN/cusnap" run -- "$BIN/gpu_legacy_ipc" --cusnap "$BIN/cusnap" --bytes "${GPU_LEGACY_IPC_BYTES:-256M}" \
+    --gpus "${GPU_LEGACY_IPC_GPUS:-1}"
+}
+
 # CUSNAP_ALLOW_MULTICAST=1 (the caller checks); the test file lifts the no-multicast setting.
 t_workload_multicast() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_multicast.py"
@@ -316,7 +334,7 @@ export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_
   t_share_checkpoint_tree t_share_ring \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_long_suspend \
   t_workload_nccl_native \
-  t_multicast_forward t_workload_multicast t_driver_facts_visible
+  t_multicast_forward t_workload_multicast t_driver_facts_visible t_driver_facts_ipc t_legacy_ipc_shim
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
 selected preflight && run_test preflight 120 t_preflight
@@ -369,6 +387,9 @@ if selected workload_multicast; then
 fi
 selected carry_bench && run_test carry_bench 300 t_carry_bench
 selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts_visible
+
+selected driver_facts_ipc && run_test driver_facts_ipc 180 t_driver_facts_ipc
+selected legacy_ipc_shim && run_test legacy_ipc_shim 300 t_legacy_ipc_shim
 
 rm -rf "$CUSNAP_GPU_CTL"
 # The workloads' checkpoint and restore phase lines, gathered for the report.

@@ -26,6 +26,7 @@ cusnap_add_gtest(cli_job_test
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_security.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_recover.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_native_baseline.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cli_legacy_ipc.cc
   LIBS cusnap_common nlohmann_json::nlohmann_json
   LABELS integration
   # A recover test (workers whose every copy is delayed 700 ms, then a full cycle) takes
@@ -82,3 +83,13 @@ cusnap_add_gtest(cli_inflight_test
   LABELS integration)
 target_include_directories(cli_inflight_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 add_dependencies(cli_inflight_test cusnap cusnap_shim simcuda_driver job_worker)
+
+# Every process under the shim has an endpoint whatever entry point it calls first (issue 14).
+add_executable(endpoint_fork_child ${CMAKE_CURRENT_LIST_DIR}/endpoint_fork_child.cc)
+cusnap_warnings(endpoint_fork_child)
+target_link_libraries(endpoint_fork_child PRIVATE simcuda_driver cusnap_cuda_headers)
+cusnap_add_gtest(cli_endpoint_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_endpoint_test.cc
+  LIBS cusnap_cuda_headers
+  LABELS integration)
+add_dependencies(cli_endpoint_test cusnap cusnap_shim simcuda_driver endpoint_fork_child)

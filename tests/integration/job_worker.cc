@@ -50,6 +50,18 @@
 //   inject <entry point> <CUresult>  the next call of that entry point in this process
 //                                  fails with that result (simcuda introspection, answered
 //                                  even while a command holds the job: the fault matrix)
+//   malloc V <bytes>               cuMemAlloc (a view V of all of it): "ok <va>"
+//   pitch V <width> <height>       cuMemAllocPitch (4-byte elements): "ok <va> <pitch>"
+//   managed <bytes>                cuMemAllocManaged (global): "ok <CUresult>"
+//   free V                         cuMemFree of the view's base (forgets the view)
+//   ipcget V <offset>              cuIpcGetMemHandle at va+offset; the 64 bytes go out on 3
+//   ipcopen V <bytes> <flags>      cuIpcOpenMemHandle_v2 of the handle that came on 3 (a view
+//                                  V of <bytes>): "ok <va>"
+//   ipcclose V                     cuIpcCloseMemHandle (forgets the view at the last close)
+//   range V <offset>               cuMemGetAddressRange at va+offset: "ok <base-va> <size>"
+//   attrs V <offset>               cuPointerGetAttributes at va+offset: "ok <legacy IPC capable>
+//                                  <allowed handle types> <ordinal> <start-va> <size> <mapped>
+//                                  <memory type> <CUresult of cuPointerGetAttribute(RANGE_SIZE)>"
 //   exit
 //
 // `job_worker launch <device>...` is a launcher instead: it never uses CUDA; it forks one
@@ -206,6 +218,62 @@ std::string Map(const std::string& view, const std::string& name, size_t offset_
   CU_OR_REPLY(cuMemSetAccess(v.va, v.size, access.data(), access.size()));
   g_views[view] = v;
   return "ok " + Hex(v.va);
+}
+
+// ---- Legacy device memory and legacy IPC (issue 14) ----
+
+std::string Malloc(const std::string& view, size_t bytes) {
+  View v;
+  v.size = bytes;
+  CU_OR_REPLY(cuMemAlloc(&v.va, bytes));
+  g_views[view] = v;
+  return "ok " + Hex(v.va);
+}
+
+std::string IpcGet(const View& v, size_t offset) {
+  CUipcMemHandle handle{};
+  CU_OR_REPLY(cuIpcGetMemHandle(&handle, v.va + offset));
+  const cusnap::Status sent = cusnap::SendPacket(kChannel, handle.reserved, sizeof handle.reserved, -1,
+                                                 cusnap::Deadline::AfterMs(kChannelTimeoutMs));
+  if (!sent.ok()) return Bad("send IPC handle: " + sent.error().message);
+  return "ok";
+}
+
+std::string IpcOpen(const std::string& view, size_t bytes, unsigned flags) {
+  CUipcMemHandle handle{};
+  int fd = -1;
+  cusnap::Result<size_t> n = cusnap::RecvPacket(kChannel, handle.reserved, sizeof handle.reserved, &fd,
+                                                cusnap::Deadline::AfterMs(kChannelTimeoutMs));
+  if (fd >= 0) ::close(fd);
+  if (!n.ok() || *n != sizeof handle.reserved) return Bad("no IPC handle came on the channel");
+  View v;
+  v.size = bytes;
+  CU_OR_REPLY(cuIpcOpenMemHandle(&v.va, handle, flags));
+  g_views[view] = v;
+  return "ok " + Hex(v.va);
+}
+
+// What the application sees of the memory at va: the address range and pointer attributes.
+std::string Attributes(CUdeviceptr va) {
+  unsigned legacy = 9, mapped = 9, type = 9;
+  unsigned long long handle_types = 9;
+  int ordinal = -1;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                 CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_MAPPED,
+                                 CU_POINTER_ATTRIBUTE_MEMORY_TYPE};
+  void* data[] = {&legacy, &handle_types, &ordinal, &start, &size, &mapped, &type};
+  CU_OR_REPLY(cuPointerGetAttributes(7, which, data, va));
+  size_t one = 0;
+  const CUresult single = cuPointerGetAttribute(&one, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va);
+  return "ok " + std::to_string(legacy) + " " + std::to_string(handle_types) + " " + std::to_string(ordinal) +
+         " " + Hex(start) + " " + std::to_string(size) + " " + std::to_string(mapped) + " " +
+         std::to_string(type) + " " + std::to_string(static_cast<int>(single));
 }
 
 const View* FindView(const std::string& name) {
@@ -377,6 +445,32 @@ std::string Execute(const std::string& line) {
     if (!(in >> pid)) return Bad("usage: " + op + " <pid>");
     return Native(op, pid);
   }
+  if (op == "malloc") {
+    size_t bytes = 0;
+    if (!(in >> a >> bytes)) return Bad("usage: " + line);
+    return Malloc(a, bytes);
+  }
+  if (op == "pitch") {
+    size_t width = 0, height = 0, pitch = 0;
+    if (!(in >> a >> width >> height)) return Bad("usage: " + line);
+    View v;
+    CU_OR_REPLY(cuMemAllocPitch(&v.va, &pitch, width, height, 4));
+    v.size = pitch * height;
+    g_views[a] = v;
+    return "ok " + Hex(v.va) + " " + std::to_string(pitch);
+  }
+  if (op == "managed") {
+    size_t bytes = 0;
+    CUdeviceptr ptr = 0;
+    if (!(in >> bytes)) return Bad("usage: " + line);
+    return "ok " + std::to_string(static_cast<int>(cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL)));
+  }
+  if (op == "ipcopen") {
+    size_t bytes = 0;
+    unsigned flags = 0;
+    if (!(in >> a >> bytes >> flags)) return Bad("usage: " + line);
+    return IpcOpen(a, bytes, flags);
+  }
   // The rest act on a view.
   if (!(in >> a)) return Bad("usage: " + line);
   const View* v = FindView(a);
@@ -388,6 +482,24 @@ std::string Execute(const std::string& line) {
     return "ok";
   }
   if (op == "info") return Info(*v);
+  if (op == "free") {
+    CU_OR_REPLY(cuMemFree(v->va));
+    g_views.erase(a);
+    return "ok";
+  }
+  if (op == "ipcclose") {
+    CU_OR_REPLY(cuIpcCloseMemHandle(v->va));
+    return "ok";
+  }
+  size_t offset = 0;
+  if (op == "ipcget" && (in >> offset)) return IpcGet(*v, offset);
+  if (op == "attrs" && (in >> offset)) return Attributes(v->va + offset);
+  if (op == "range" && (in >> offset)) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_OR_REPLY(cuMemGetAddressRange(&base, &size, v->va + offset));
+    return "ok " + Hex(base) + " " + std::to_string(size);
+  }
   if (op == "workload") {
     int part = 0, parts = 0;
     if (!(in >> part >> parts)) return Bad("usage: workload V <part> <parts>");

@@ -7,3 +7,4 @@ simcuda_add_test(simcuda_checkpoint_test SOURCES ${_simcuda_tests}/simcuda_check
 simcuda_add_test(simcuda_sharing_test SOURCES ${_simcuda_tests}/simcuda_sharing_test.cc LABELS integration)
 simcuda_add_test(simcuda_multicast_team_test SOURCES ${_simcuda_tests}/simcuda_multicast_team_test.cc LABELS integration)
 simcuda_add_test(simcuda_visible_devices_test SOURCES ${_simcuda_tests}/simcuda_visible_devices_test.cc LABELS integration)
+simcuda_add_test(simcuda_ipc_test SOURCES ${_simcuda_tests}/simcuda_ipc_test.cc LABELS integration)

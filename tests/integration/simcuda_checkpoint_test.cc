@@ -240,19 +240,8 @@ TEST(SimcudaCheckpoint, F5ImporterWithMappedImportIsStuckCheckpointed) {
   });
   ASSERT_EQ(owner.reply.receive(), 'R');
   ASSERT_EQ(importer.reply.receive(), 'M');
-  ASSERT_EQ(cuCheckpointProcessLock(owner.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessLock(importer.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessCheckpoint(owner.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessCheckpoint(importer.pid, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(cuCheckpointProcessRestore(owner.pid, nullptr), CUDA_SUCCESS);
-  EXPECT_EQ(cuCheckpointProcessRestore(importer.pid, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_NO_FATAL_FAILURE(expect_importer_stuck(owner.pid, importer.pid, CUDA_ERROR_NOT_SUPPORTED));
   EXPECT_EQ(static_cast<int>(CUDA_ERROR_NOT_SUPPORTED), 801);
-  EXPECT_EQ(state_of(importer.pid), CU_PROCESS_STATE_CHECKPOINTED);
-  EXPECT_EQ(cuCheckpointProcessUnlock(importer.pid, nullptr), CUDA_ERROR_ILLEGAL_STATE);
-  EXPECT_EQ(static_cast<int>(CUDA_ERROR_ILLEGAL_STATE), 401);
-  EXPECT_EQ(cuCheckpointProcessRestore(importer.pid, nullptr), CUDA_ERROR_NOT_SUPPORTED);  // for ever
-  EXPECT_EQ(state_of(importer.pid), CU_PROCESS_STATE_CHECKPOINTED);
-  ASSERT_EQ(cuCheckpointProcessUnlock(owner.pid, nullptr), CUDA_SUCCESS);
   owner.command.send('V');
   EXPECT_EQ(wait_child(owner.pid), 0);
   kill(importer.pid, SIGKILL);

@@ -34,6 +34,7 @@ proto::Message HandleControlRequest(const proto::Message& request) {
       reply.created_host_numa = counts.created_host_numa;
       // What the checkpoint's refusal names: each untracked import's location and VA ranges.
       reply.untracked = table().UntrackedRecords();
+      for (const std::string& api : malloc_table().Unsupported()) reply.unsupported += api + "\n";
       reply.failure = LifecycleFailure();
       reply.checkpoint_id = LifecycleCheckpointId();
       return reply.Encode();

@@ -26,6 +26,14 @@
 namespace cusnap::shim {
 namespace {
 
+// The peer's credentials on a Unix socket (pid 0 when the socket gives none).
+ucred PeerCredentials(int connection) {
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) peer = ucred{};
+  return peer;
+}
+
 // Short-lived helpers that load the shim leave sockets behind when they are killed: remove
 // those of processes that no longer exist (SPEC-REFERENCE E.5).
 // Works on the directory checked by MakeControlDir (its descriptor), never on its path again.
@@ -247,10 +255,8 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
 }
 
 void Endpoint::NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id) {
-  ucred peer{};
-  socklen_t len = sizeof peer;
-  if (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.pid <= 0 ||
-      peer.pid == owner_pid_) {
+  const ucred peer = PeerCredentials(connection);
+  if (peer.pid <= 0 || peer.pid == owner_pid_) {
     return;  // no credentials (not a Unix socket), or this process fetching its own object
   }
   // A start time of 0: the importer is gone already, and a gone importer does not count.

@@ -56,10 +56,9 @@ CUresult DestroyContext(Real real, CUcontext context) {
 
 }  // namespace
 
-// A child forked before it used CUDA gets its own endpoint at its first driver call, whatever
-// API it goes on to use (DESIGN.md, "Endpoint"); in any other process this is one atomic load.
+// The first driver call of most programs: the gate starts a fork child's endpoint here
+// (DESIGN.md, "Endpoint").
 CUresult cuInit(unsigned int Flags) {
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   return Forward(driver().cuInit, Flags);
 }

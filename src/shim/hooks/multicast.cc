@@ -97,7 +97,6 @@ CUresult BindMem(CUmemGenericAllocationHandle mcHandle, int api, CUdevice dev, s
     }
     return call(mcHandle, memHandle);
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
   if (!object) return call(mcHandle, memHandle);  // released or unknown: the driver's answer
@@ -146,7 +145,6 @@ template <typename Call>
 CUresult BindAddr(CUmemGenericAllocationHandle mcHandle, int api, CUdevice dev, size_t mcOffset,
                   CUdeviceptr memptr, size_t size, unsigned long long flags, Call call) {
   if (!IsTagged(mcHandle)) return call(mcHandle);
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
   if (!object) return call(mcHandle);  // released or unknown: the driver's answer
@@ -188,7 +186,6 @@ CUresult MulticastMap(CUdeviceptr ptr, size_t size, size_t offset, uint64_t hand
                       unsigned long long flags) {
   auto real_map = driver().cuMemMap;
   if (real_map == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(handle);
   if (!object) return real_map(ptr, size, offset, handle, flags);  // the driver's answer
@@ -211,7 +208,6 @@ CUresult MulticastUnmap(CUdeviceptr ptr, size_t size) {
   if (table().Classify(ptr, size) != RangeMatch::kNone) {
     return RefusePartialMulticast("cuMemUnmap", ptr, size);
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   const CUresult rc = real_unmap(ptr, size);
   if (rc != CUDA_SUCCESS) return rc;
@@ -228,7 +224,6 @@ CUresult MulticastSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc*
   if (table().Classify(ptr, size) != RangeMatch::kNone) {
     return RefusePartialMulticast("cuMemSetAccess", ptr, size);
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   if (!multicast_table().AccessFits(ptr, size, desc, count)) {
     CUSNAP_LOG_ERROR("cuMemSetAccess(0x%llx, %zu bytes): more than %u locations on one "
@@ -244,7 +239,6 @@ CUresult MulticastSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc*
 }
 
 CUresult MulticastRelease(uint64_t handle) {
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   std::optional<MulticastDropped> dropped;
   if (!multicast_table().ReleaseHandle(handle, &dropped)) {
@@ -257,7 +251,6 @@ CUresult MulticastRelease(uint64_t handle) {
 }
 
 CUresult MulticastRetain(CUmemGenericAllocationHandle* handle, CUdeviceptr address) {
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   std::optional<uint64_t> logical = multicast_table().RetainAt(address);
   if (!logical) return CUDA_ERROR_INVALID_VALUE;
@@ -284,7 +277,6 @@ CUresult cuMulticastCreate(CUmemGenericAllocationHandle* mcHandle, const CUmulti
       (prop->handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
     return real(mcHandle, prop);  // the driver's answer; not shareable as a descriptor: untracked
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   // The caller's own output: a failed call leaves in it exactly what the driver left (issue
   // 12: writing 0 there changed what the application saw).
@@ -307,7 +299,6 @@ CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice de
   auto real = driver().cuMulticastAddDevice;
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!IsTagged(mcHandle)) return real(mcHandle, dev);
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
   if (!object) return real(mcHandle, dev);  // released or unknown: the driver's answer
@@ -354,7 +345,6 @@ CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, 
   auto real = driver().cuMulticastUnbind;
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!IsTagged(mcHandle)) return real(mcHandle, dev, mcOffset, size);
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   MulticastPinScope object(mcHandle);
   if (!object) return real(mcHandle, dev, mcOffset, size);  // the driver's answer

@@ -224,14 +224,7 @@ CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleTyp
   if (!pin) return CUDA_ERROR_INVALID_HANDLE;
   if (!pin->has_real) return CUDA_ERROR_NOT_READY;
   if (CUresult rc = CheckExportArguments(pin->real, type, flags); rc != CUDA_SUCCESS) return rc;
-  if (pin->creator && !export_cache().Contains(TicketKind::kUnicast, pin->id.local_id)) {
-    auto export_real = driver().cuMemExportToShareableHandle;
-    if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-    int raw_fd = -1;
-    const CUresult rc = export_real(&raw_fd, pin->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (rc != CUDA_SUCCESS) return rc;
-    export_cache().Put(TicketKind::kUnicast, pin->id.local_id, raw_fd, pin->size);
-  }
+  if (CUresult rc = CacheCreatorExport(*pin); rc != CUDA_SUCCESS) return rc;
   Ticket ticket;
   ticket.id = pin->id;  // an importer's ticket names the original creator
   ticket.kind = TicketKind::kUnicast;
@@ -242,8 +235,20 @@ CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleTyp
                      fd.error().message.c_str());
     return CUDA_ERROR_OPERATING_SYSTEM;
   }
-  table().MarkShared(pin->key, CurrentContext());
   *static_cast<int*>(shareable) = *fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult CacheCreatorExport(const Pinned& pin) {
+  if (pin.creator && !export_cache().Contains(TicketKind::kUnicast, pin.id.local_id)) {
+    auto export_real = driver().cuMemExportToShareableHandle;
+    if (export_real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    int raw_fd = -1;
+    const CUresult rc = export_real(&raw_fd, pin.real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    export_cache().Put(TicketKind::kUnicast, pin.id.local_id, raw_fd, pin.size);
+  }
+  table().MarkShared(pin.key, CurrentContext());
   return CUDA_SUCCESS;
 }
 
@@ -262,14 +267,22 @@ CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd) {
   }
   if (!read->has_value()) return ImportUntracked(handle, fd);
   const Ticket ticket = **read;
-  EnsureEndpoint();
   if (ticket.kind == TicketKind::kMulticast) return ImportMulticastTicket(handle, ticket);
+  return ImportAllocation(ticket.id, ticket.capability, handle);
+}
+
+CUresult ImportAllocation(const proto::ObjectId& id, const proto::Capability& capability,
+                          CUmemGenericAllocationHandle* handle) {
   // One real handle per allocation per process: a repeated import (or an import of our own
   // ticket) aliases what the table holds, with no round trip.
-  if (std::optional<uint64_t> alias = table().AliasById(ticket.id)) {
+  if (std::optional<uint64_t> alias = table().AliasById(id)) {
     *handle = *alias;
     return CUDA_SUCCESS;
   }
+  Ticket ticket;
+  ticket.id = id;
+  ticket.kind = TicketKind::kUnicast;
+  ticket.capability = capability;
   CUmemGenericAllocationHandle real = 0;
   uint64_t size = 0;
   const CUresult rc = ImportFromCreator(ticket, "allocation", &real, &size);

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 
+#include "common/protocol.h"
 #include "shim/intercept/cuda_abi.h"
+#include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {
 
@@ -33,6 +35,18 @@ CUresult ExportTicket(uint64_t handle, void* shareable, CUmemAllocationHandleTyp
 /// when the creator's endpoint cannot be reached; the driver's error when its import fails.
 /// A multicast ticket yields a multicast logical handle (multicast_table.h).
 CUresult ImportShareable(CUmemGenericAllocationHandle* handle, int fd);
+
+/// Imports tracked allocation `id` from its creator, proving `capability` (from a ticket or a
+/// legacy IPC handle; capabilities.h), or aliases the one this process holds: a logical
+/// handle with one reference in `*handle`. Errors as ImportShareable's for a ticket.
+CUresult ImportAllocation(const proto::ObjectId& id, const proto::Capability& capability,
+                          CUmemGenericAllocationHandle* handle);
+
+/// The creator's half of sharing pinned allocation `pin` (a ticket or a legacy IPC handle):
+/// its real POSIX descriptor exported once into the export cache (a creator only), the
+/// allocation marked shared so restore exports it again. The driver's error when its
+/// export fails.
+CUresult CacheCreatorExport(const Pinned& pin);
 
 /// Records `real`, just returned by the driver's import of a shareable handle of type `type`
 /// that is not a ticket, as an untracked import (untracked_imports.h), with the properties

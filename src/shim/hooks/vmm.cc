@@ -61,7 +61,6 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     if (rc == CUDA_SUCCESS && IsTagged(*handle)) return RefuseTaggedRealHandle(*handle, "cuMemCreate");
     return rc;
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   const CUresult rc = real_cuMemCreate(handle, size, prop, flags);
   if (rc != CUDA_SUCCESS) return rc;
@@ -80,7 +79,6 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (IsMulticastHandle(handle)) return MulticastRelease(handle);  // multicast
   if (IsTagged(handle)) {
-    EnsureEndpoint();
     CUSNAP_QUIESCE_GATE();
     std::optional<Dropped> dropped;
     if (!table().ReleaseHandle(handle, &dropped)) {
@@ -109,7 +107,6 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   }
   if (table().Classify(address, 1) != RangeMatch::kNone) {
     // Hot path (PyTorch retains every mapped block): a range lookup, no driver call.
-    EnsureEndpoint();
     CUSNAP_QUIESCE_GATE();
     if (std::optional<uint64_t> logical = table().RetainAt(address)) {
       *handle = *logical;
@@ -137,7 +134,6 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     return rc;
   }
   if (IsMulticastHandle(handle)) return MulticastMap(ptr, size, offset, handle, flags);  // multicast
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   PinScope pin(handle);
   if (!pin) return real_cuMemMap(ptr, size, offset, handle, flags);  // the driver's answer
@@ -173,7 +169,6 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     case RangeMatch::kCovers:
       break;
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   const CUresult rc = real_cuMemUnmap(ptr, size);
   if (rc != CUDA_SUCCESS) return rc;
@@ -201,7 +196,6 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
     case RangeMatch::kCovers:
       break;
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   if (!table().AccessFits(ptr, size, desc, count)) {
     CUSNAP_LOG_ERROR("cuMemSetAccess(0x%llx, %zu bytes): more than %u locations on one tracked "
@@ -227,7 +221,6 @@ CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocat
   if (shareableHandle == nullptr || !IsTagged(handle)) {
     return real_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
   }
-  EnsureEndpoint();
   CUSNAP_QUIESCE_GATE();
   if (!table().Knows(handle) && !multicast_table().Knows(handle)) {  // multicast
     return real_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
