@@ -127,9 +127,19 @@ int EndUntouched(const char* command, bool json, const std::string& problem, int
   return rc;
 }
 
-template <typename RunSequence>
+/// A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
+/// once continued, so restore and recover continue them before discovery. What cannot be
+/// continued is said here; discovery then names those processes as unreachable.
+}  // namespace
+
+void ContinueHeld(const char* command, const Target& target) {
+  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
+    std::fprintf(stderr, "cusnap %s: %s\n", command, problem.c_str());
+  }
+}
+
 int Drive(const char* command, const Target& target, bool json, size_t phases, int refused,
-          RunSequence run) {
+          const SequenceRun& run) {
   // The target first: a wrong --pid is named as what it is (a thread, another user's
   // process, a stale endpoint) before the driver is loaded or anything is asked.
   // Before any thread starts: from here on SIGINT and SIGTERM stop or finish the command.
@@ -156,17 +166,6 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   if (rc == kExitOk && !json) std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
   return rc;
 }
-
-/// A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
-/// once continued, so restore and recover continue them before discovery. What cannot be
-/// continued is said here; discovery then names those processes as unreachable.
-void ContinueHeld(const char* command, const Target& target) {
-  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
-    std::fprintf(stderr, "cusnap %s: %s\n", command, problem.c_str());
-  }
-}
-
-}  // namespace
 
 int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {

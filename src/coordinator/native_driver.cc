@@ -150,6 +150,25 @@ class LoadedDriver final : public CheckpointDriver {
     return uuids;
   }
 
+  Result<std::vector<std::string>> DeviceNames() override {
+    int count = 0;
+    CUresult rc = e_.device_get_count(&count);
+    if (rc != CUDA_SUCCESS) return Error{rc, "cuDeviceGetCount failed: " + CuResultText(rc)};
+    std::vector<std::string> names;
+    for (int i = 0; i < count; ++i) {
+      CUdevice device = 0;
+      char name[256] = {};
+      rc = e_.device_get(&device, i);
+      if (rc == CUDA_SUCCESS) rc = e_.device_get_name(name, sizeof name - 1, device);
+      if (rc != CUDA_SUCCESS) {
+        return Error{rc, "device " + std::to_string(i) + ": cuDeviceGetName failed: " +
+                             CuResultText(rc)};
+      }
+      names.emplace_back(name);
+    }
+    return names;
+  }
+
  private:
   Entry e_;
   bool simulated_;

@@ -41,6 +41,9 @@ class CheckpointDriver {
   virtual Status Unlock(int pid) = 0;
   /// UUIDs of the driver's devices ("GPU-..."), index = ordinal (cuDeviceGetUuid).
   virtual Result<std::vector<std::string>> DeviceUuids() = 0;
+  /// Model names of the driver's devices ("NVIDIA H200"), index = ordinal (cuDeviceGetName),
+  /// for the images manifest (images.h). Fakes that do not model names answer none.
+  virtual Result<std::vector<std::string>> DeviceNames() { return std::vector<std::string>{}; }
 };
 
 /// Which driver to load (env CUSNAP_DRIVER).
