@@ -42,17 +42,17 @@ ssize_t ReadSmallFile(const char* path, char* buf, size_t capacity) {
 
 uint64_t RestoredStartTime(int pid, uint64_t now) {
   const std::string path = RestoredAliasPath(ControlDir(), pid);
-  char buf[64];
+  char buf[96];
   const ssize_t n = ReadSmallFile(path.c_str(), buf, sizeof buf);
   if (n <= 0) return now;
   const char* p = buf;
   const char* end = buf + n;
-  uint64_t restored = 0, original = 0;
-  if (!ParseDecimal(p, end, &restored) || p == end || *p++ != ' ' ||
-      !ParseDecimal(p, end, &original)) {
-    return now;
+  uint64_t seen[2] = {0, 0}, original = 0;
+  for (uint64_t& v : seen) {
+    if (!ParseDecimal(p, end, &v) || p == end || *p++ != ' ') return now;
   }
-  return restored == now ? original : now;
+  if (!ParseDecimal(p, end, &original)) return now;
+  return now == seen[0] || now == seen[1] ? original : now;
 }
 
 std::string RestoredAliasPath(const std::string& control_dir, int pid) {

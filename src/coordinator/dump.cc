@@ -1,7 +1,11 @@
 // The dump and images-restore sequences (dump.h): one function per phase, run in order.
 #include "coordinator/dump.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -32,6 +36,38 @@ Result<MachineView> ViewMachine(CheckpointDriver& driver) {
   view.uuids = std::move(*uuids);
   if (auto models = driver.DeviceNames(); models) view.models = std::move(*models);
   return view;
+}
+
+/// The start times of `pids` as a process in the time namespace of `ns_pid` reads them in
+/// /proc (CRIU restores a tree into a time namespace of its own, and /proc shifts start
+/// times by the reader's boot-time offset: common/ids.h). Read by a forked child that joins
+/// that namespace (setns needs a single-threaded caller); 0 for each one it could not read.
+std::vector<uint64_t> StartTimesSeenFrom(int ns_pid, const std::vector<int>& pids) {
+  std::vector<uint64_t> out(pids.size(), 0);
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return out;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const std::string ns = "/proc/" + std::to_string(ns_pid) + "/ns/time";
+    const int fd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && ::setns(fd, CLONE_NEWTIME) == 0) {
+      for (int pid : pids) {
+        const uint64_t seen = KernelStartTime(pid);
+        if (::write(pipe_fds[1], &seen, sizeof seen) != sizeof seen) break;
+      }
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  if (child > 0) {
+    for (auto& v : out) {
+      if (::read(pipe_fds[0], &v, sizeof v) != sizeof v) break;
+    }
+    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  ::close(pipe_fds[0]);
+  return out;
 }
 
 class DumpSequence : Sequence {
@@ -215,16 +251,21 @@ class ImagesRestoreSequence : Sequence {
       auto root = RestoredRootPid(options_.images_dir);
       if (!root) return root.error();
       root_pid_ = *root;
-      for (const auto& p : manifest_.participants) {
-        if (auto s = NoteRestored(p.pid, p.start_time); !s) return s.error();
+      std::vector<int> pids;
+      for (const auto& p : manifest_.participants) pids.push_back(p.pid);
+      const std::vector<uint64_t> inside = StartTimesSeenFrom(root_pid_, pids);
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (auto s = NoteRestored(pids[i], inside[i], manifest_.participants[i].start_time); !s) {
+          return s.error();
+        }
       }
       return manifest_.TotalBytes();
     });
   }
 
   /// Writes the alias that gives restored process `pid` its checkpointed identity back
-  /// (common/ids.h, ProcessStartTime): "<its new start time> <original>".
-  Status NoteRestored(int pid, uint64_t original) {
+  /// (common/ids.h, ProcessStartTime): "<its new start time> <as the tree sees it> <original>".
+  Status NoteRestored(int pid, uint64_t inside, uint64_t original) {
     const uint64_t now = KernelStartTime(pid);
     if (now == 0) {
       return Error{ESRCH, "pid " + std::to_string(pid) + " of the dump did not come back " +
@@ -235,7 +276,8 @@ class ImagesRestoreSequence : Sequence {
       return Error{errno, "cannot create " + dir + ": " + std::strerror(errno)};
     }
     return WriteFileDurably(dir, std::to_string(pid),
-                            std::to_string(now) + " " + std::to_string(original) + "\n");
+                            std::to_string(now) + " " + std::to_string(inside) + " " +
+                                std::to_string(original) + "\n");
   }
 
   /// Every restore phase (coordinator.h) on the restored tree, its report merged.
