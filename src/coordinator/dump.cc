@@ -9,7 +9,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <ctime>
+#include <thread>
 #include <iterator>
 
 #include "common/ids.h"
@@ -126,15 +130,30 @@ class DumpSequence : Sequence {
     return nested_ == Outcome::kOk;
   }
 
-  /// criu_dump: the tree to disk; bytes are the image files CRIU wrote.
+  /// criu_dump: the tree to disk; bytes are the image files CRIU wrote. While CRIU runs,
+  /// the observer hears how many bytes are on disk so far (the progress bar), against the
+  /// carriers' bytes (the bulk of the images; the process memory beyond them is not known
+  /// in advance, so the bar may fill before CRIU is done).
   bool CriuDump() {
     return LocalPhase("criu_dump", [&]() -> Result<uint64_t> {
-      if (auto s = RunCriu(criu_, CriuDumpArgs(options_.root_pid, Dir(), options_.leave_running),
-                           Dir(), "criu-dump.log");
-          !s) {
-        return s.error();
+      uint64_t expected = 0;
+      for (const auto& ph : report_.phases) {
+        if (ph.name == "save") expected = ph.bytes;
       }
-      return uint64_t{0};
+      std::atomic<bool> done{false};
+      std::thread progress([&] {
+        while (!done.load()) {
+          const uint64_t now = ImageBytes(Dir());
+          observer_.BytesMoved("criu_dump", std::min(now, expected), std::max(now, expected));
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      });
+      Status dumped = RunCriu(criu_, CriuDumpArgs(options_.root_pid, Dir(), options_.leave_running),
+                              Dir(), "criu-dump.log");
+      done = true;
+      progress.join();
+      if (!dumped) return dumped.error();
+      return ImageBytes(Dir());
     });
   }
 

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/ids.h"
 #include "common/unique_fd.h"
 #include "coordinator/json_number.h"
 #include "coordinator/state_file.h"
@@ -172,7 +173,7 @@ Result<std::string> Sha256OfFile(const std::string& path) {
   return Hex(digest, length);
 }
 
-Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned threads) {
+Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir) {
   std::vector<ImageFile> files;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -183,6 +184,22 @@ Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned t
   if (ec) return Error{ec.value(), "cannot list " + dir + ": " + ec.message()};
   std::sort(files.begin(), files.end(),
             [](const ImageFile& a, const ImageFile& b) { return a.name < b.name; });
+  return files;
+}
+
+uint64_t ImageBytes(const std::string& dir) {
+  auto files = ListImageFiles(dir);
+  uint64_t total = 0;
+  if (files) {
+    for (const auto& f : *files) total += f.bytes;
+  }
+  return total;
+}
+
+Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned threads) {
+  auto listed = ListImageFiles(dir);
+  if (!listed) return listed.error();
+  std::vector<ImageFile> files = std::move(*listed);
   // Largest first, so one big page image does not start last.
   std::vector<size_t> order(files.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -223,6 +240,14 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                                                                 ? ", dumped with --leave-running"
                                                                 : "") +
                        "): restoring it would make a second copy; stop that job first");
+  }
+  for (const auto& p : manifest.participants) {
+    const uint64_t start = KernelStartTime(p.pid);
+    if (start != 0 && !alive(p.pid, p.start_time)) {
+      problems.push_back("pid " + std::to_string(p.pid) + " of the dump is held by another " +
+                         "process now; CRIU gives every process its pid back, so it must be "
+                         "free (end that process, or run the job in its own PID namespace)");
+    }
   }
   // The GPUs the job used, in the order the manifest lists them.
   std::set<std::string> used_set;

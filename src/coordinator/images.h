@@ -81,6 +81,13 @@ bool HasManifest(const std::string& dir);
 /// (up to `threads` at once). errno-coded Error naming the file that could not be read.
 Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned threads = 4);
 
+/// Every file of `dir` HashImageFiles would hash, with its size (sha256 left empty), sorted
+/// by name. errno-coded Error when `dir` cannot be listed.
+Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir);
+
+/// Sum of ListImageFiles' sizes (0 when the directory cannot be listed): what CRIU wrote.
+uint64_t ImageBytes(const std::string& dir);
+
 /// SHA-256 of the file at `path` (lowercase hex).
 Result<std::string> Sha256OfFile(const std::string& path);
 
@@ -101,7 +108,9 @@ using AliveCheck = std::function<bool(int pid, uint64_t start_time)>;
 /// a device map that is incomplete, names unknown GPUs or puts two on one
 /// (ResolveDeviceMap); a target GPU of another model than the one it replaces; the dumped
 /// job still running (its root pid with the recorded start time exists: restoring would
-/// make a second copy of it). `pairs` receives the resolved device map. Empty: fine.
+/// make a second copy of it); a pid of the dump that another process holds now (CRIU gives
+/// every process its pid back and fails with "File exists" otherwise). `pairs` receives the
+/// resolved device map. Empty: fine.
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -187,7 +188,10 @@ int main(int argc, char** argv) {
     Check(cuMemcpyHtoD(shared_va + poke_word * 4, &poke, 4), "cuMemcpyHtoD (poke)");
     if (::write(sock, "p", 1) != 1) Fail("cannot tell the root");
   } else {
-    if (::read(sock, &sync, 1) != 1) Fail("the child did not write");
+    ssize_t got = -1;
+    while ((got = ::read(sock, &sync, 1)) < 0 && errno == EINTR) {
+    }
+    if (got != 1) Fail("the child did not write (" + std::string(got < 0 ? std::strerror(errno) : "end of stream") + ")");
     uint32_t seen = 0;
     Check(cuMemcpyDtoH(&seen, shared_va + poke_word * 4, 4), "cuMemcpyDtoH (poke)");
     if (seen != poke) Fail("the child's write is not seen: " + std::to_string(seen));
