@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+# CRIU for the images tests (cli_images_test: dump and restore in new processes); when it
+# cannot be built, that test skips with the reason and the refusal tests run anyway.
+scripts/fetch_criu.sh || echo "test: scripts/fetch_criu.sh failed: the CRIU round trip will skip"
 cmake --preset asan >/dev/null
 cmake --build --preset asan
 if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 ]]; then

@@ -3,6 +3,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "cli/commands.h"
@@ -29,6 +31,10 @@ using SequenceRun = std::function<coord::CommandReport(
 /// JSON document), prints the errors and the job's state, and returns the exit status.
 int Drive(const char* command, const Target& target, bool json, size_t phases,
           int refused, const SequenceRun& run);
+
+/// Parses `--device-map` text into `out` (empty text: none); false after saying on stderr
+/// why it cannot be read (a usage error).
+bool ParseDeviceMapArg(const std::string& text, std::vector<coord::DevicePair>& out);
 
 /// Continues a held (stopped) job's processes before a restore (coordinator/hold.h); what
 /// cannot be continued is said on stderr.

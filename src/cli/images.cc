@@ -36,14 +36,7 @@ int DumpCommand(const DumpArgs& args) {
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json) {
   coord::ImagesRestoreOptions options;
   options.images_dir = images_dir;
-  if (!device_map.empty()) {
-    auto pairs = coord::ParseDeviceMap(device_map);
-    if (!pairs) {
-      std::fprintf(stderr, "cusnap restore: --device-map: %s\n", pairs.error().message.c_str());
-      return kExitUsage;
-    }
-    options.device_map = std::move(*pairs);
-  }
+  if (!ParseDeviceMapArg(device_map, options.device_map)) return kExitUsage;
   const std::string control_dir = ControlDir();
   options.control_dir = control_dir;
   options.discoverer_for = [control_dir](int root) {

@@ -177,17 +177,21 @@ int CheckpointCommand(const Target& target, const std::string& state_dir,
                    coord::Interrupt& i) { return coord::Checkpoint(options, d, drv, o, &i); });
 }
 
+bool ParseDeviceMapArg(const std::string& text, std::vector<coord::DevicePair>& out) {
+  if (text.empty()) return true;
+  auto pairs = coord::ParseDeviceMap(text);
+  if (!pairs) {
+    std::fprintf(stderr, "cusnap restore: --device-map: %s\n", pairs.error().message.c_str());
+    return false;
+  }
+  out = std::move(*pairs);
+  return true;
+}
+
 int RestoreCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
   coord::RestoreOptions options{state_dir, {}};
-  if (!device_map.empty()) {
-    auto pairs = coord::ParseDeviceMap(device_map);
-    if (!pairs) {
-      std::fprintf(stderr, "cusnap restore: --device-map: %s\n", pairs.error().message.c_str());
-      return kExitUsage;
-    }
-    options.device_map = std::move(*pairs);
-  }
+  if (!ParseDeviceMapArg(device_map, options.device_map)) return kExitUsage;
   ContinueHeld("restore", target);
   return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,

@@ -81,10 +81,32 @@ std::vector<std::string> ExtraOptions() {
   return out;
 }
 
+/// True when `name` is an executable in a directory of PATH or in /usr/sbin, /sbin.
+bool OnPath(const std::string& name) {
+  std::string dirs = Env("PATH") ? Env("PATH") : "";
+  dirs += ":/usr/sbin:/sbin";
+  std::istringstream in(dirs);
+  for (std::string dir; std::getline(in, dir, ':');) {
+    if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
 /// Options dump and restore share: each must see the same ones (CRIU refuses a restore
-/// whose images need an option the restore was not given).
+/// whose images need an option the restore was not given). CRIU locks the network while it
+/// dumps and restores established TCP connections with iptables by default; a machine
+/// without iptables (our GPU machines) gets the nftables lock (libnftables is linked into
+/// CRIU), unless CUSNAP_CRIU_OPTS names a lock itself.
 std::vector<std::string> CommonOptions() {
-  return {"--tcp-established", "--ext-unix-sk", "--file-locks", "--link-remap", "--shell-job"};
+  std::vector<std::string> out = {"--tcp-established", "--ext-unix-sk", "--file-locks",
+                                  "--link-remap", "--shell-job"};
+  const char* extra = Env("CUSNAP_CRIU_OPTS");
+  const bool lock_given = extra != nullptr && std::strstr(extra, "--network-lock") != nullptr;
+  if (!lock_given && !OnPath("iptables")) {
+    out.push_back("--network-lock");
+    out.push_back("nftables");
+  }
+  return out;
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-#   workload_nccl_native multicast_forward workload_multicast
+#   workload_images workload_nccl_native multicast_forward workload_multicast
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -67,7 +67,7 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-           workload_nccl_native multicast_forward workload_multicast)
+           workload_images workload_nccl_native multicast_forward workload_multicast)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -267,6 +267,14 @@ t_workload_long_suspend() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_long_suspend.py"
 }
 
+# Issue 16: the NCCL job dumped to disk with `cusnap dump` (CRIU), the processes gone, then
+# `cusnap restore --images-dir` in new processes; again from /dev/shm (C -> R -> C -> R); the
+# O_DIRECT rate of the same bytes on the same filesystem beside (IMAGES RATE lines). One GPU
+# is enough. CRIU: CUSNAP_CRIU, else <source>/.criu (scripts/fetch_criu.sh, carried along).
+t_workload_images() {
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_images.py"
+}
+
 # Native checkpoint only (no shim): leaves the ranks stuck (DRIVER-FACTS F8), so it runs last.
 t_workload_nccl_native() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_nccl_native.py"
@@ -286,7 +294,7 @@ export -f t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_long_suspend \
-  t_workload_nccl_native \
+  t_workload_images t_workload_nccl_native \
   t_multicast_forward t_workload_multicast
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
@@ -308,7 +316,7 @@ selected share_checkpoint_swapped && run_test share_checkpoint_swapped 240 t_sha
 selected share_checkpoint_tree && run_test share_checkpoint_tree 240 t_share_checkpoint_tree
 selected share_ring && run_test share_ring 240 t_share_ring
 selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
-for name in workload_nccl workload_symm_mem workload_private_memory workload_long_suspend workload_nccl_native; do
+for name in workload_nccl workload_symm_mem workload_private_memory workload_long_suspend workload_images workload_nccl_native; do
   selected "$name" || continue
   if [[ $CUSNAP_GPU_SIM == 1 ]]; then
     record "$name" SKIP "PyTorch workloads need real GPUs (CUSNAP_GPU_SIM=1)"
@@ -318,6 +326,7 @@ for name in workload_nccl workload_symm_mem workload_private_memory workload_lon
     workload_nccl | workload_symm_mem) limit=240 ;;
     workload_private_memory) limit=180 ;;
     workload_long_suspend) limit=420 ;;
+    workload_images) limit=420 ;;
     *) limit=150 ;;
   esac
   run_test "$name" "$limit" "t_$name"

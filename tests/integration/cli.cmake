@@ -84,8 +84,8 @@ add_dependencies(cli_inflight_test cusnap cusnap_shim simcuda_driver job_worker)
 # `criu` on PATH; the test skips with CRIU's own words when it cannot run).
 add_executable(criu_job ${CMAKE_CURRENT_LIST_DIR}/criu_job.cc)
 cusnap_warnings(criu_job)
-target_include_directories(criu_job PRIVATE ${CMAKE_SOURCE_DIR}/src/simcuda/include)
-target_link_libraries(criu_job PRIVATE cusnap_cuda_headers simcuda_driver)
+target_include_directories(criu_job PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/src/simcuda/include)
+target_link_libraries(criu_job PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver)
 cusnap_add_gtest(cli_images_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_images_test.cc
   LIBS cusnap_coordinator nlohmann_json::nlohmann_json

@@ -6,7 +6,7 @@
 //
 // The root forks a child before any CUDA call (each gets its own cusnap endpoint); the root
 // creates a POSIX-capable allocation of <MiB> on device 0, writes a pattern into it and sends
-// the ticket to the child over a socketpair (SCM_RIGHTS); the child imports it and maps it on
+// the ticket to the child over a socketpair (SCM_RIGHTS, common/socket.h); the child imports it and maps it on
 // device 1, and creates a private allocation of its own with another pattern. Both print
 // "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks every byte it
 // can see (the shared allocation through its own mapping, the child's own allocation), the
@@ -25,6 +25,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "common/socket.h"
 
 namespace {
 
@@ -100,40 +102,6 @@ CUcontext Start(int device) {
   return ctx;
 }
 
-int SendFd(int sock, int fd) {
-  char byte = 't';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return ::sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
-}
-
-int ReceiveFd(int sock) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(sock, &msg, 0) != 1) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  return fd;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,7 +112,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   const uint64_t bytes = std::strtoull(argv[2], nullptr, 10) * kMiB;
   int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 1;
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) return 1;
   const pid_t child = ::fork();
   if (child < 0) return 1;
   role = child == 0 ? "child" : "root";
@@ -161,11 +129,18 @@ int main(int argc, char** argv) {
     int ticket = -1;
     Check(cuMemExportToShareableHandle(&ticket, shared, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
           "cuMemExportToShareableHandle");
-    if (SendFd(sock, ticket) != 0) Fail("cannot send the ticket");
+    const char tag = 't';
+    if (!cusnap::SendPacket(sock, &tag, 1, ticket, cusnap::Deadline::AfterMs(10000)).ok()) {
+      Fail("cannot send the ticket");
+    }
     ::close(ticket);
   } else {
-    const int ticket = ReceiveFd(sock);
-    if (ticket < 0) Fail("no ticket from the root");
+    char tag = 0;
+    int ticket = -1;
+    if (!cusnap::RecvPacket(sock, &tag, 1, &ticket, cusnap::Deadline::AfterMs(10000)).ok() ||
+        ticket < 0) {
+      Fail("no ticket from the root");
+    }
     Check(cuMemImportFromShareableHandle(&shared, reinterpret_cast<void*>(static_cast<intptr_t>(ticket)),
                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
           "cuMemImportFromShareableHandle");
