@@ -24,6 +24,7 @@ int DumpCommand(const DumpArgs& args) {
                                                 "--pid " + std::to_string(args.pid)};
   options.checkpoint.lease_ms = coord::LeaseMsFromEnvironment();
   options.root_pid = args.pid;
+  options.control_dir = ControlDir();
   options.leave_running = args.leave_running;
   options.cusnap_version = CliBuildInfo();
   return Drive("dump", target, args.json, coord::kDumpPhaseCount, kExitRefused,

@@ -18,6 +18,7 @@
 
 #include "common/ids.h"
 #include "coordinator/criu.h"
+#include "coordinator/hold.h"
 #include "coordinator/images.h"
 #include "coordinator/proc.h"
 #include "coordinator/sequence.h"
@@ -196,6 +197,11 @@ class DumpSequence : Sequence {
   bool ResumeIfLeftRunning() { return !options_.leave_running || ResumeJob(); }
 
   bool ResumeJob() {
+    // The checkpoint left the job held, stopped (hold.h): its endpoints answer only once
+    // continued, as `cusnap restore` does first.
+    for (auto& problem : ContinueHeldJob(options_.control_dir, options_.root_pid)) {
+      report_.notes.push_back(std::move(problem));
+    }
     const RestoreOptions restore{Dir(), {}};
     MergeInto(report_, Restore(restore, discover_, driver_, observer_, nullptr));
     return report_.outcome == Outcome::kOk;

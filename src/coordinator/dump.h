@@ -18,6 +18,7 @@ namespace cusnap::coord {
 struct DumpOptions {
   CheckpointOptions checkpoint;  ///< state_dir is the images directory
   int root_pid = 0;              ///< the tree CRIU dumps
+  std::string control_dir;       ///< endpoints live here (to continue a held job in place)
   bool leave_running = false;    ///< resume the job in place after the dump
   std::string cusnap_version;    ///< for the manifest
 };
