@@ -110,7 +110,7 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
                    "not running normally yet: each process keeps its state ('cusnap status' "
                    "shows it and why), and 'cusnap recover %s' (or 'cusnap restore') with the "
                    "same --state-dir finishes it\n", command, FailedPhase(report).c_str(),
-                   target.all ? "--all" : ("--pid " + std::to_string(target.pid)).c_str());
+                   target.all || target.pid == 0 ? "--all" : ("--pid " + std::to_string(target.pid)).c_str());
       break;
   }
 }
