@@ -1,9 +1,13 @@
 // Internal to the CLI: loading the driver CUSNAP_DRIVER chooses.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "cli/commands.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/native_driver.h"
 
@@ -17,5 +21,23 @@ Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver();
 
 /// The exit status (exit_codes.h) of a coordinator command's outcome.
 int ExitFor(coord::Outcome outcome);
+
+/// Runs one coordinator command for the CLI.
+using SequenceRun = std::function<coord::CommandReport(
+    const coord::Discoverer&, coord::CheckpointDriver&, coord::PhaseObserver&, coord::Interrupt&)>;
+
+/// What checkpoint, restore, recover, dump and restore --images-dir share: checks `target`
+/// (a bad one ends with `refused`), loads the driver, runs `run` with phase lines (or one
+/// JSON document), prints the errors and the job's state, and returns the exit status.
+int Drive(const char* command, const Target& target, bool json, size_t phases,
+          int refused, const SequenceRun& run);
+
+/// Parses `--device-map` text into `out` (empty text: none); false after saying on stderr
+/// why it cannot be read (a usage error).
+bool ParseDeviceMapArg(const std::string& text, std::vector<coord::DevicePair>& out);
+
+/// Continues a held (stopped) job's processes before a restore (coordinator/hold.h); what
+/// cannot be continued is said on stderr.
+void ContinueHeld(const char* command, const Target& target);
 
 }  // namespace cusnap::cli

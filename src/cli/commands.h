@@ -32,6 +32,25 @@ int RecoverCommand(const Target& target, const std::string& state_dir, bool json
 /// stale endpoint sockets listed, and removed when `prune`.
 int StatusCommand(const Target& target, bool json, bool prune);
 
+/// What `dump` was asked for.
+struct DumpArgs {
+  int pid = 0;
+  std::string images_dir;
+  bool leave_running = false;
+  bool json = false;
+};
+
+/// `dump --pid P --images-dir D [--leave-running]`: checkpoint, then CRIU writes the job's
+/// tree into D with a manifest (coordinator/dump.h). Exit 3 refused (nothing changed).
+int DumpCommand(const DumpArgs& args);
+
+/// `restore --images-dir D [--device-map M]`: checks D, CRIU brings the tree back, then every
+/// restore phase (coordinator/dump.h). Exit 5 refused (nothing changed).
+int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json);
+
+/// `inspect D` for an images directory: its manifest (and the state file's summary).
+int InspectImagesCommand(const std::string& images_dir, bool json);
+
 /// `inspect <state dir>`: what a checkpoint recorded. `state_dir` may also be the state file
 /// itself (its cusnap-state.json path).
 int InspectCommand(const std::string& state_dir, bool json);

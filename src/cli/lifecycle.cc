@@ -110,7 +110,7 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
                    "not running normally yet: each process keeps its state ('cusnap status' "
                    "shows it and why), and 'cusnap recover %s' (or 'cusnap restore') with the "
                    "same --state-dir finishes it\n", command, FailedPhase(report).c_str(),
-                   target.all ? "--all" : ("--pid " + std::to_string(target.pid)).c_str());
+                   target.all || target.pid == 0 ? "--all" : ("--pid " + std::to_string(target.pid)).c_str());
       break;
   }
 }
@@ -127,9 +127,19 @@ int EndUntouched(const char* command, bool json, const std::string& problem, int
   return rc;
 }
 
-template <typename RunSequence>
+/// A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
+/// once continued, so restore and recover continue them before discovery. What cannot be
+/// continued is said here; discovery then names those processes as unreachable.
+}  // namespace
+
+void ContinueHeld(const char* command, const Target& target) {
+  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
+    std::fprintf(stderr, "cusnap %s: %s\n", command, problem.c_str());
+  }
+}
+
 int Drive(const char* command, const Target& target, bool json, size_t phases, int refused,
-          RunSequence run) {
+          const SequenceRun& run) {
   // The target first: a wrong --pid is named as what it is (a thread, another user's
   // process, a stale endpoint) before the driver is loaded or anything is asked.
   // Before any thread starts: from here on SIGINT and SIGTERM stop or finish the command.
@@ -157,17 +167,6 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   return rc;
 }
 
-/// A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
-/// once continued, so restore and recover continue them before discovery. What cannot be
-/// continued is said here; discovery then names those processes as unreachable.
-void ContinueHeld(const char* command, const Target& target) {
-  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
-    std::fprintf(stderr, "cusnap %s: %s\n", command, problem.c_str());
-  }
-}
-
-}  // namespace
-
 int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {
   coord::CheckpointOptions options{
@@ -178,17 +177,21 @@ int CheckpointCommand(const Target& target, const std::string& state_dir,
                    coord::Interrupt& i) { return coord::Checkpoint(options, d, drv, o, &i); });
 }
 
+bool ParseDeviceMapArg(const std::string& text, std::vector<coord::DevicePair>& out) {
+  if (text.empty()) return true;
+  auto pairs = coord::ParseDeviceMap(text);
+  if (!pairs) {
+    std::fprintf(stderr, "cusnap restore: --device-map: %s\n", pairs.error().message.c_str());
+    return false;
+  }
+  out = std::move(*pairs);
+  return true;
+}
+
 int RestoreCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
   coord::RestoreOptions options{state_dir, {}};
-  if (!device_map.empty()) {
-    auto pairs = coord::ParseDeviceMap(device_map);
-    if (!pairs) {
-      std::fprintf(stderr, "cusnap restore: --device-map: %s\n", pairs.error().message.c_str());
-      return kExitUsage;
-    }
-    options.device_map = std::move(*pairs);
-  }
+  if (!ParseDeviceMapArg(device_map, options.device_map)) return kExitUsage;
   ContinueHeld("restore", target);
   return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,

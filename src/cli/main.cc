@@ -11,6 +11,7 @@
 #include "cli/exit_codes.h"
 #include "cli/usage.h"
 #include "cli/version.h"
+#include "coordinator/images.h"
 
 namespace {
 
@@ -102,10 +103,14 @@ int main(int argc, char** argv) {
   checkpoint->add_flag("--json", ck_json, "print one JSON document instead of lines");
 
   Target rs_target;
-  std::string rs_state_dir, device_map;
+  std::string rs_state_dir, device_map, rs_images_dir;
   bool rs_json = false;
-  auto* restore = app.add_subcommand("restore", "resume a checkpointed job");
-  AddTarget(restore, rs_target, true);
+  auto* restore = app.add_subcommand("restore", "resume a checkpointed job, or bring a dumped "
+                                                "one back from its images (--images-dir)");
+  AddTarget(restore, rs_target, false);
+  restore->add_option("--images-dir", rs_images_dir,
+                      "restore the job `cusnap dump` wrote there, in new processes (CRIU); "
+                      "no --pid then");
   restore->add_option("--state-dir", rs_state_dir,
                       "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
   restore->add_option("--device-map", device_map,
@@ -115,6 +120,19 @@ int main(int argc, char** argv) {
                       "this shell's CUDA_VISIBLE_DEVICES; the map must be one-to-one over every "
                       "GPU the job uses");
   restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
+
+  cusnap::cli::DumpArgs dump_args;
+  auto* dump = app.add_subcommand(
+      "dump", "checkpoint a job to disk: checkpoint, then CRIU writes its process tree and a "
+              "manifest into --images-dir; the processes are gone (or run on with "
+              "--leave-running); 'restore --images-dir' brings it back");
+  dump->add_option("--pid", dump_args.pid, "the job's root process: its whole process tree")
+      ->required()
+      ->check(cusnap::cli::PidValidator());
+  dump->add_option("--images-dir", dump_args.images_dir, "where the images go")->required();
+  dump->add_flag("--leave-running", dump_args.leave_running,
+                 "resume the job in place after the dump");
+  dump->add_flag("--json", dump_args.json, "print one JSON document instead of lines");
 
   Target rc_target;
   std::string rc_state_dir;
@@ -192,6 +210,23 @@ int main(int argc, char** argv) {
     return cusnap::cli::CheckpointCommand(ck_target, cusnap::cli::StateDir(ck_state_dir),
                                           lock_timeout_ms, ck_json);
   }
+  if (*dump) {
+    if (int rc = CheckTargetArgs("dump", Target{dump_args.pid, false}, restore, ""); rc != 0) return rc;
+    return cusnap::cli::DumpCommand(dump_args);
+  }
+  if (*restore && !rs_images_dir.empty()) {
+    if (rs_target.pid != 0 || rs_target.all || restore->count("--state-dir") > 0) {
+      std::fprintf(stderr, "cusnap restore: --images-dir brings the job back in new processes: "
+                   "give it without --pid, --all or --state-dir\n");
+      return cusnap::cli::kExitUsage;
+    }
+    return cusnap::cli::RestoreImagesCommand(rs_images_dir, device_map, rs_json);
+  }
+  if (*restore && rs_target.pid == 0 && !rs_target.all) {
+    std::fprintf(stderr, "cusnap restore: give --pid or --all (the job to resume in place), or "
+                 "--images-dir (a dump to bring back)\n");
+    return cusnap::cli::kExitUsage;
+  }
   if (*restore) {
     if (int rc = CheckTargetArgs("restore", rs_target, restore, rs_state_dir); rc != 0) return rc;
     return cusnap::cli::RestoreCommand(rs_target, cusnap::cli::StateDir(rs_state_dir), device_map,
@@ -202,6 +237,9 @@ int main(int argc, char** argv) {
     return cusnap::cli::RecoverCommand(rc_target, cusnap::cli::StateDir(rc_state_dir), rc_json);
   }
   if (*status) return cusnap::cli::StatusCommand(st_target, st_json, st_prune);
+  if (*inspect && cusnap::coord::HasManifest(cusnap::cli::StateDir(inspect_dir))) {
+    return cusnap::cli::InspectImagesCommand(cusnap::cli::StateDir(inspect_dir), in_json);
+  }
   if (*inspect) {
     return cusnap::cli::InspectCommand(cusnap::cli::StateDir(inspect_dir), in_json);
   }

@@ -60,6 +60,11 @@ int RunCommand(const std::vector<std::string>& command) {
   // LD_PRELOAD entries may be separated by spaces or colons; colon keeps paths with spaces.
   Prepend("LD_PRELOAD", shim, ':');
   if (*simulated) Prepend("LD_LIBRARY_PATH", coord::SimulatedDriverDir(bin), ':');
+  // What `cusnap dump` (CRIU) needs from the job, unless the user chose otherwise: PyTorch's
+  // TCPStore on its libuv backend holds an io_uring instance, which CRIU cannot dump
+  // ("anon_inode:[io_uring]", DRIVER-FACTS "Machine notes"); USE_LIBUV=0 selects the classic
+  // backend (UV_USE_IO_URING=0 and TORCH_TCPSTORE_USE_LIBUV=0 do not remove it).
+  ::setenv("USE_LIBUV", "0", /*overwrite=*/0);
 
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/endpoint_client.h"
 #include "common/text.h"
 
 namespace cusnap {
@@ -39,7 +40,31 @@ ssize_t ReadSmallFile(const char* path, char* buf, size_t capacity) {
   return static_cast<ssize_t>(len);
 }
 
+uint64_t RestoredStartTime(int pid, uint64_t now) {
+  const std::string path = RestoredAliasPath(ControlDir(), pid);
+  char buf[96];
+  const ssize_t n = ReadSmallFile(path.c_str(), buf, sizeof buf);
+  if (n <= 0) return now;
+  const char* p = buf;
+  const char* end = buf + n;
+  uint64_t seen[2] = {0, 0}, original = 0;
+  for (uint64_t& v : seen) {
+    if (!ParseDecimal(p, end, &v) || p == end || *p++ != ' ') return now;
+  }
+  if (!ParseDecimal(p, end, &original)) return now;
+  return now == seen[0] || now == seen[1] ? original : now;
+}
+
+std::string RestoredAliasPath(const std::string& control_dir, int pid) {
+  return control_dir + "/restored/" + std::to_string(pid);
+}
+
 uint64_t ProcessStartTime(int pid) {
+  const uint64_t now = KernelStartTime(pid);
+  return now == 0 ? 0 : RestoredStartTime(pid, now);
+}
+
+uint64_t KernelStartTime(int pid) {
   if (pid <= 0) return 0;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", pid);

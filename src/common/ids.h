@@ -24,8 +24,29 @@ bool ParseDecimal(const char*& p, const char* end, uint64_t* out);
 ssize_t ReadSmallFile(const char* path, char* buf, size_t capacity);
 
 /// Start time of process `pid` in clock ticks since boot (/proc/<pid>/stat field 22, see
-/// proc(5)), or 0 when the process does not exist or its stat line cannot be parsed.
+/// proc(5)) as this process sees it (a reader in a time namespace sees every start time
+/// shifted by its boot-time offset), or 0 when the process does not exist or its stat line
+/// cannot be parsed.
+uint64_t KernelStartTime(int pid);
+
+
+/// A process's identity start time: KernelStartTime, except for a process that CRIU brought
+/// back (`cusnap restore --images-dir`). To the kernel that is a new process (a new start
+/// time), to every record it is the checkpointed one (its memory, tickets and the state file
+/// name the start time it had). CRIU also puts the restored tree in a time namespace of its
+/// own (so its clocks run on from the dump), and /proc shows start times shifted by the
+/// reader's boot-time offset: the restore writes <control dir>/restored/<pid> holding
+/// "<new start seen from outside> <new start seen from inside the tree> <original start>";
+/// a kernel start time equal to either new one is reported as the original. A later process reusing the pid has another start time: the alias never
+/// applies to it. 0 when the process does not exist.
 uint64_t ProcessStartTime(int pid);
+
+/// The alias file for `pid` (RestoredAliasPath) applied to kernel start time `now`: the
+/// original start time when the file names `now` as a restored one, else `now`.
+uint64_t RestoredStartTime(int pid, uint64_t now);
+
+/// <control_dir>/restored/<pid>.
+std::string RestoredAliasPath(const std::string& control_dir, int pid);
 
 /// This process's pid and start time, re-read after fork (cheap: cached per pid).
 struct ProcessIdentity {

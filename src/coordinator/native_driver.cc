@@ -132,22 +132,21 @@ class LoadedDriver final : public CheckpointDriver {
     return Ok{};
   }
   Result<std::vector<std::string>> DeviceUuids() override {
-    int count = 0;
-    CUresult rc = e_.device_get_count(&count);
-    if (rc != CUDA_SUCCESS) return Error{rc, "cuDeviceGetCount failed: " + CuResultText(rc)};
-    std::vector<std::string> uuids;
-    for (int i = 0; i < count; ++i) {
-      CUdevice device = 0;
+    return EachDevice("cuDeviceGetUuid", [&](CUdevice device, std::string& out) {
       CUuuid uuid{};
-      rc = e_.device_get(&device, i);
-      if (rc == CUDA_SUCCESS) rc = e_.device_get_uuid(&uuid, device);
-      if (rc != CUDA_SUCCESS) {
-        return Error{rc, "device " + std::to_string(i) + ": cuDeviceGetUuid failed: " +
-                             CuResultText(rc)};
-      }
-      uuids.push_back(FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes)));
-    }
-    return uuids;
+      const CUresult rc = e_.device_get_uuid(&uuid, device);
+      if (rc == CUDA_SUCCESS) out = FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
+      return rc;
+    });
+  }
+
+  Result<std::vector<std::string>> DeviceNames() override {
+    return EachDevice("cuDeviceGetName", [&](CUdevice device, std::string& out) {
+      char name[256] = {};
+      const CUresult rc = e_.device_get_name(name, sizeof name - 1, device);
+      out = name;
+      return rc;
+    });
   }
   Result<uint64_t> DeviceFreeBytes(const std::string& uuid) override {
     auto uuids = DeviceUuids();
@@ -174,6 +173,27 @@ class LoadedDriver final : public CheckpointDriver {
   }
 
  private:
+  /// `query(device, text)` for every device of the driver, by ordinal; the error names the
+  /// device and `what` (the entry point that failed).
+  template <typename Query>
+  Result<std::vector<std::string>> EachDevice(const char* what, const Query& query) {
+    int count = 0;
+    CUresult rc = e_.device_get_count(&count);
+    if (rc != CUDA_SUCCESS) return Error{rc, "cuDeviceGetCount failed: " + CuResultText(rc)};
+    std::vector<std::string> out;
+    for (int i = 0; i < count; ++i) {
+      CUdevice device = 0;
+      std::string text;
+      rc = e_.device_get(&device, i);
+      if (rc == CUDA_SUCCESS) rc = query(device, text);
+      if (rc != CUDA_SUCCESS) {
+        return Error{rc, "device " + std::to_string(i) + ": " + what + " failed: " + CuResultText(rc)};
+      }
+      out.push_back(std::move(text));
+    }
+    return out;
+  }
+
   Entry e_;
   bool simulated_;
 };

@@ -47,6 +47,9 @@ class CheckpointDriver {
   virtual Result<uint64_t> DeviceFreeBytes(const std::string& uuid) {
     return Error{-2, "free memory on " + uuid + " is not known"};
   }
+  /// Model names of the driver's devices ("NVIDIA H200"), index = ordinal (cuDeviceGetName),
+  /// for the images manifest (images.h). Fakes that do not model names answer none.
+  virtual Result<std::vector<std::string>> DeviceNames() { return std::vector<std::string>{}; }
 };
 
 /// Which driver to load (env CUSNAP_DRIVER).

@@ -1,6 +1,8 @@
 // /proc readers (proc.h).
 #include "coordinator/proc.h"
 
+#include "common/ids.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,7 +51,8 @@ std::optional<uint64_t> ProcessStartTime(int pid) {
   const auto fields = StatFields(pid);
   if (!fields || fields->size() < 20) return std::nullopt;  // field 22 is the 20th from 3
   try {
-    return std::stoull((*fields)[19]);
+    // A process CRIU brought back keeps its checkpointed identity (common/ids.h).
+    return RestoredStartTime(pid, std::stoull((*fields)[19]));
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -52,8 +52,9 @@ Status FsyncPath(const std::string& path, int flags) {
 }
 
 /// Creates a unique temporary file next to the state file; returns its descriptor and path.
-Result<std::pair<int, std::string>> MakeTemp(const std::string& state_dir) {
-  std::string templ = state_dir + "/." + kStateFileName + ".tmp.XXXXXX";
+Result<std::pair<int, std::string>> MakeTemp(const std::string& state_dir,
+                                             const std::string& name = kStateFileName) {
+  std::string templ = state_dir + "/." + name + ".tmp.XXXXXX";
   const int fd = ::mkostemp(templ.data(), O_CLOEXEC);
   if (fd < 0) return SysError("cannot create a file in state directory", state_dir);
   return std::make_pair(fd, templ);
@@ -170,9 +171,9 @@ Status PrepareStateDir(const std::string& state_dir) {
   return Ok{};
 }
 
-Status WriteStateFile(const std::string& state_dir, const StateFile& state) {
-  const std::string text = StateToJson(state).dump(2) + "\n";
-  auto temp = MakeTemp(state_dir);
+Status WriteFileDurably(const std::string& dir, const std::string& name,
+                        const std::string& text) {
+  auto temp = MakeTemp(dir, name);
   if (!temp) return temp.error();
   const auto [fd, temp_path] = *temp;
   auto fail = [&, fd = fd, temp_path = temp_path](const char* what) -> Status {
@@ -189,13 +190,17 @@ Status WriteStateFile(const std::string& state_dir, const StateFile& state) {
     ::unlink(temp_path.c_str());
     return error;
   }
-  const std::string path = StateFilePath(state_dir);
+  const std::string path = dir + "/" + name;
   if (::rename(temp_path.c_str(), path.c_str()) != 0) {
     Error error = SysError("cannot rename " + temp_path + " to", path);
     ::unlink(temp_path.c_str());
     return error;
   }
-  return FsyncPath(state_dir, O_DIRECTORY);
+  return FsyncPath(dir, O_DIRECTORY);
+}
+
+Status WriteStateFile(const std::string& state_dir, const StateFile& state) {
+  return WriteFileDurably(state_dir, kStateFileName, StateToJson(state).dump(2) + "\n");
 }
 
 Status RemoveStateFile(const std::string& state_dir) {

@@ -75,6 +75,10 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
 /// unwritable directory refuses the checkpoint with the job untouched. errno-coded Error.
 Status PrepareStateDir(const std::string& state_dir);
 
+/// Writes `text` to `<dir>/<name>` atomically and durably, as WriteStateFile does (also the
+/// images manifest, images.h). errno-coded Error naming the path.
+Status WriteFileDurably(const std::string& dir, const std::string& name, const std::string& text);
+
 /// Writes the state file atomically: a temporary file in the same directory, fsync of the
 /// file, rename over cusnap-state.json, fsync of the directory (without the last step the
 /// rename is not durable). errno-coded Error naming the path.

@@ -93,3 +93,17 @@ cusnap_add_gtest(cli_endpoint_test
   LIBS cusnap_cuda_headers
   LABELS integration)
 add_dependencies(cli_endpoint_test cusnap cusnap_shim simcuda_driver endpoint_fork_child)
+# `cusnap dump` / `restore --images-dir` / `inspect` of an images directory (issue 16):
+# refusals with nothing changed (no CRIU needed), and a round trip of criu_job through CRIU
+# in new processes when CRIU runs here (scripts/fetch_criu.sh builds it into .criu/; else
+# `criu` on PATH; the test skips with CRIU's own words when it cannot run).
+add_executable(criu_job ${CMAKE_CURRENT_LIST_DIR}/criu_job.cc)
+cusnap_warnings(criu_job)
+target_include_directories(criu_job PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/src/simcuda/include)
+target_link_libraries(criu_job PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver)
+cusnap_add_gtest(cli_images_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_images_test.cc
+  LIBS cusnap_coordinator nlohmann_json::nlohmann_json
+  LABELS integration)
+target_include_directories(cli_images_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
+add_dependencies(cli_images_test cusnap cusnap_shim simcuda_driver criu_job)

@@ -366,8 +366,9 @@ TEST_F(CliMistakes, VersionNamesTheCliAndItsShimAndStatusTheJobsShim) {
 TEST_F(CliMistakes, CompletionBashListsEveryCommandsOptionsAndParses) {
   const Ran r = Cusnap({"completion", "bash"});
   ASSERT_EQ(r.status, 0);
-  EXPECT_THAT(r.out, HasSubstr("run checkpoint restore recover status inspect demo completion"));
-  EXPECT_THAT(r.out, HasSubstr("restore) opts=\"--help --state-dir --device-map --json --pid --all\""));
+  EXPECT_THAT(r.out, HasSubstr("run checkpoint restore dump recover status inspect demo completion"));
+  EXPECT_THAT(r.out, HasSubstr("restore) opts=\"--help --images-dir --state-dir --device-map --json --pid --all\""));
+  EXPECT_THAT(r.out, HasSubstr("dump) opts=\"--help --pid --images-dir --leave-running --json\""));
   EXPECT_THAT(r.out, HasSubstr("status) opts=\"--help --json --prune --pid --all\""));
   EXPECT_THAT(r.out, HasSubstr("complete -o filenames -F _cusnap cusnap"));
   std::ofstream(dir_ + "/completion.bash") << r.out;
@@ -473,7 +474,7 @@ TEST_F(CliMistakes, UsageErrorsNameTheCommandTheWordAndWhatAPidIs) {
   Ran r = Cusnap({"chekpoint", "--all"});
   EXPECT_EQ(r.status, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("cusnap: unknown command 'chekpoint'; the commands are: run, "
-                               "checkpoint, restore, recover, status, inspect, demo, completion; "
+                               "checkpoint, restore, dump, recover, status, inspect, demo, completion; "
                                "did you mean 'checkpoint'?"));
   EXPECT_THAT(r.err, Not(HasSubstr("A subcommand is required")));
   r = Cusnap({"frobnicate"});

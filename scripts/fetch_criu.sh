@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Fetches CRIU with apt and builds it into .criu/ (ignored by git), for `cusnap dump` and
+# `cusnap restore --images-dir` (cusnap finds it through CUSNAP_CRIU, else PATH; this script
+# prints the CUSNAP_CRIU to export). Safe to run again: it does nothing when .criu/bin/criu
+# already runs.
+#
+# Which CRIU, and why (README, "Checkpoint to disk"): every machine of this project runs kernel
+# 6.18. Debian 12's criu 3.17 fails there ("vdso: Unexpected rt vDSO area bounds"); trixie's
+# 4.1.1 fails dumping TCP sockets (getsockopt SO_PASSCRED/SO_PASSSEC answers EOPNOTSUPP on 6.18
+# for non-unix sockets; 4.2 asks only unix and netlink sockets); sid's 4.2.1 and experimental's
+# 4.3 work, but their binary packages need glibc 2.38 and the CPU machines have Debian 12's
+# 2.36. So this script takes sid's *source* package (the upstream tarball) with apt-get source
+# through a private source list and state directory (the machine's own apt setup is left
+# alone), installs the build dependencies from the machine's own suite, and builds only the
+# `criu` binary (no documentation, no plugins). The libraries it links (libprotobuf-c, libnl,
+# libnet, libnftables, gnutls, ...) are copied next to it in .criu/lib, so the folder can be
+# carried to a machine that lacks them (tests/gpu/README.md): the binary needs glibc >= 2.36.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+dest="${CUSNAP_CRIU_DIR:-$root/.criu}"
+version="${CUSNAP_CRIU_VERSION:-4.2.1}"
+mirror="${CUSNAP_CRIU_MIRROR:-http://deb.debian.org/debian}"
+suite="${CUSNAP_CRIU_SUITE:-sid}"
+
+if [[ -x "$dest/bin/criu" ]] && "$dest/bin/criu" --version >/dev/null 2>&1; then
+  echo "fetch_criu: $("$dest/bin/criu" --version | head -1) already in $dest/bin"
+  echo "export CUSNAP_CRIU=$dest/bin/criu"
+  exit 0
+fi
+
+sudo_cmd=""
+[[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+deps=(make gcc pkgconf dpkg-dev xz-utils libbsd-dev libcap-dev libgnutls28-dev libnet1-dev
+      libnftables-dev libnl-3-dev libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler
+      protobuf-compiler uuid-dev python3-protobuf)
+missing=()
+for p in "${deps[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "fetch_criu: installing build dependencies ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+work=$(mktemp -d /tmp/cusnap-criu.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/src"
+echo "deb-src $mirror $suite main" > "$work/sources.list"
+apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+          -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
+          -o APT::Sandbox::User=root)
+echo "fetch_criu: criu $version source from $suite"
+apt-get "${apt_opts[@]}" update -qq
+# Only the upstream tarball is needed (Debian's packaging builds documentation we skip); the
+# .debian.tar.xz is not always on the mirror, so its failure is not fatal.
+(cd "$work/src" && apt-get "${apt_opts[@]}" source --download-only "criu=$version-1" >/dev/null 2>&1) || true
+tarball=$(ls "$work"/src/criu_"$version".orig.tar.* 2>/dev/null | head -1)
+if [[ -z $tarball ]]; then
+  echo "fetch_criu: the source of criu $version is not in $suite on $mirror" \
+       "(set CUSNAP_CRIU_VERSION / CUSNAP_CRIU_SUITE)" >&2
+  exit 1
+fi
+tar -xf "$tarball" -C "$work/src"
+echo "fetch_criu: building (a few minutes on 2 cores)"
+make -C "$work/src/criu-$version" -j"$(nproc)" criu > "$work/build.log" 2>&1 ||
+  { tail -30 "$work/build.log" >&2; echo "fetch_criu: build failed" >&2; exit 1; }
+mkdir -p "$dest/bin" "$dest/lib"
+install -m 0755 "$work/src/criu-$version/criu/criu" "$dest/bin/criu.real"
+# The libraries it links, except glibc's own, so that the folder runs where they are missing.
+ldd "$dest/bin/criu.real" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+  case "$(basename "$lib")" in libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|ld-linux*) continue;; esac
+  cp -L "$lib" "$dest/lib/"
+done
+cat > "$dest/bin/criu" <<'WRAP'
+#!/bin/sh
+# criu with the libraries it was built against (scripts/fetch_criu.sh).
+here=$(dirname "$(readlink -f "$0")")
+LD_LIBRARY_PATH="$here/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/criu.real" "$@"
+WRAP
+chmod 0755 "$dest/bin/criu"
+echo "fetch_criu: $("$dest/bin/criu" --version | head -1) in $dest/bin; criu check says:"
+"$dest/bin/criu" check 2>&1 | grep -v RLIMIT_NOFILE | tail -3 || true
+echo "export CUSNAP_CRIU=$dest/bin/criu"

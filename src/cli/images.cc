@@ -1,0 +1,93 @@
+// `cusnap dump`, `cusnap restore --images-dir` and `cusnap inspect` of an images directory:
+// the coordinator's dump sequences (coordinator/dump.h) driven like checkpoint and restore.
+#include <cstdio>
+#include <ctime>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/output.h"
+#include "cli/version.h"
+#include "common/endpoint_client.h"
+#include "coordinator/dump.h"
+#include "coordinator/hold.h"
+#include "coordinator/images.h"
+#include "coordinator/lease.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::cli {
+
+int DumpCommand(const DumpArgs& args) {
+  const Target target{args.pid, false};
+  coord::DumpOptions options;
+  options.checkpoint = coord::CheckpointOptions{args.images_dir, 0,
+                                                "--pid " + std::to_string(args.pid)};
+  options.checkpoint.lease_ms = coord::LeaseMsFromEnvironment();
+  options.root_pid = args.pid;
+  options.control_dir = ControlDir();
+  options.leave_running = args.leave_running;
+  options.cusnap_version = CliBuildInfo();
+  return Drive("dump", target, args.json, coord::kDumpPhaseCount, kExitRefused,
+               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv,
+                   coord::PhaseObserver& o, coord::Interrupt& i) {
+                 return coord::Dump(options, d, drv, o, &i);
+               });
+}
+
+int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json) {
+  coord::ImagesRestoreOptions options;
+  options.images_dir = images_dir;
+  if (!ParseDeviceMapArg(device_map, options.device_map)) return kExitUsage;
+  const std::string control_dir = ControlDir();
+  options.control_dir = control_dir;
+  options.discoverer_for = [control_dir](int root) {
+    // CRIU brings a held job back as it was dumped: stopped (coordinator/hold.h).
+    ContinueHeld("restore", Target{root, false});
+    return coord::EndpointDiscoverer(coord::DiscoveryOptions{control_dir, root, false});
+  };
+  return Drive("restore", Target{}, json, coord::kImagesRestorePhaseCount, kExitRestoreRefused,
+               [&](const coord::Discoverer&, coord::CheckpointDriver& drv,
+                   coord::PhaseObserver& o, coord::Interrupt& i) {
+                 return coord::RestoreImages(options, drv, o, &i);
+               });
+}
+
+int InspectImagesCommand(const std::string& images_dir, bool json) {
+  auto manifest = coord::ReadManifest(images_dir);
+  if (!manifest) {
+    std::fprintf(stderr, "cusnap inspect: %s\n", manifest.error().message.c_str());
+    return kExitError;
+  }
+  if (json) {
+    nlohmann::json doc = coord::ManifestToJson(*manifest);
+    if (auto state = coord::ReadStateFile(images_dir); state) doc["state"] = coord::StateToJson(*state);
+    std::printf("%s\n", doc.dump(2).c_str());
+    return kExitOk;
+  }
+  const auto& m = *manifest;
+  const std::time_t created = static_cast<std::time_t>(m.created_unix_s);
+  char when[64] = "?";
+  if (std::tm tm{}; ::gmtime_r(&created, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  std::printf("images: %s (manifest format %d)\n", images_dir.c_str(), m.format_version);
+  std::printf("written %s by %s with CRIU %s\n", when, m.cusnap_version.c_str(),
+              m.criu_version.c_str());
+  std::printf("driver %s, checkpoint %s, job root pid %d%s\n", m.driver.c_str(),
+              m.checkpoint_id.c_str(), m.root_pid, m.left_running ? " (left running)" : "");
+  for (const auto& g : m.gpus) {
+    std::printf("gpu %d: %s%s%s\n", g.ordinal, g.uuid.c_str(), g.model.empty() ? "" : " ",
+                g.model.c_str());
+  }
+  for (const auto& p : m.participants) {
+    std::printf("pid %d: %s in its host carrier, on", p.pid, FormatBytes(p.saved_bytes).c_str());
+    for (const auto& g : p.gpus) std::printf(" %s", g.c_str());
+    std::printf("%s\n", p.gpus.empty() ? " no GPU" : "");
+  }
+  std::printf("%zu files, %s:\n", m.files.size(), FormatBytes(m.TotalBytes()).c_str());
+  for (const auto& f : m.files) {
+    std::printf("  %-28s %12llu  sha256 %s\n", f.name.c_str(),
+                static_cast<unsigned long long>(f.bytes), f.sha256.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace cusnap::cli

@@ -1,0 +1,40 @@
+// CRIU, the program that writes a process tree to disk and brings it back (criu.org), as
+// `cusnap dump` and `cusnap restore --images-dir` run it: where it is found, and the options
+// cusnap sets for a job's tree (README, "Checkpoint to disk" says why each).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cusnap::coord {
+
+/// The criu program: $CUSNAP_CRIU when set (it must be executable), else `criu` on PATH.
+/// Error (ENOENT) saying how to get one (scripts/fetch_criu.sh) when there is none.
+Result<std::string> FindCriu();
+
+/// `criu --version`'s first line ("Version: 4.2.1"); Error with CRIU's own output when it
+/// does not run.
+Result<std::string> CriuVersion(const std::string& criu);
+
+/// The arguments of `criu dump` for the tree under `root_pid` into `dir`: established TCP
+/// connections (the job's loopback store), external unix sockets (endpoints of processes
+/// outside the tree), file locks, unlinked-but-open files (unlinked /dev/shm files), a shell
+/// job (a root started by a terminal session); `leave_running` keeps the tree alive.
+/// $CUSNAP_CRIU_OPTS (space-separated) is appended, e.g. "--network-lock nftables".
+std::vector<std::string> CriuDumpArgs(int root_pid, const std::string& dir, bool leave_running);
+
+/// The arguments of `criu restore` from `dir`, detached (-d), the root's pid written to
+/// <dir>/restored.pid.
+std::vector<std::string> CriuRestoreArgs(const std::string& dir);
+
+/// Runs `criu` with `args`, its own output to <dir>/<log_name>. Error (code: its exit status)
+/// carrying the log's error lines when it fails.
+Status RunCriu(const std::string& criu, const std::vector<std::string>& args,
+               const std::string& dir, const std::string& log_name);
+
+/// The pid <dir>/restored.pid names (the restored tree's root, in our PID namespace).
+Result<int> RestoredRootPid(const std::string& dir);
+
+}  // namespace cusnap::coord

@@ -1,0 +1,352 @@
+// The dump and images-restore sequences (dump.h): one function per phase, run in order.
+#include "coordinator/dump.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <thread>
+#include <iterator>
+
+#include "common/ids.h"
+#include "coordinator/criu.h"
+#include "coordinator/hold.h"
+#include "coordinator/images.h"
+#include "coordinator/proc.h"
+#include "coordinator/sequence.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::coord {
+namespace {
+
+/// A process that still exists with the start time it had.
+bool Alive(int pid, uint64_t start_time) {
+  const auto now = ProcessStartTime(pid);
+  return now && *now == start_time;
+}
+
+/// The machine's GPUs as the driver numbers them, with their models when it has them.
+Result<MachineView> ViewMachine(CheckpointDriver& driver) {
+  MachineView view{driver.Describe(), {}, {}};
+  auto uuids = driver.DeviceUuids();
+  if (!uuids) return uuids.error();
+  view.uuids = std::move(*uuids);
+  if (auto models = driver.DeviceNames(); models) view.models = std::move(*models);
+  return view;
+}
+
+/// The start times of `pids` as a process in the time namespace of `ns_pid` reads them in
+/// /proc (CRIU restores a tree into a time namespace of its own, and /proc shifts start
+/// times by the reader's boot-time offset: common/ids.h). Read by a forked child that joins
+/// that namespace (setns needs a single-threaded caller); 0 for each one it could not read.
+std::vector<uint64_t> StartTimesSeenFrom(int ns_pid, const std::vector<int>& pids) {
+  std::vector<uint64_t> out(pids.size(), 0);
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return out;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const std::string ns = "/proc/" + std::to_string(ns_pid) + "/ns/time";
+    const int fd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && ::setns(fd, CLONE_NEWTIME) == 0) {
+      for (int pid : pids) {
+        const uint64_t seen = KernelStartTime(pid);
+        if (::write(pipe_fds[1], &seen, sizeof seen) != sizeof seen) break;
+      }
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  if (child > 0) {
+    for (auto& v : out) {
+      if (::read(pipe_fds[0], &v, sizeof v) != sizeof v) break;
+    }
+    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  ::close(pipe_fds[0]);
+  return out;
+}
+
+class DumpSequence : Sequence {
+ public:
+  DumpSequence(const DumpOptions& options, const Discoverer& discover, CheckpointDriver& driver,
+               PhaseObserver& observer, Interrupt* interrupt)
+      : Sequence(discover, driver, observer, interrupt), options_(options) {}
+
+  /// Runs kStages in order (below).
+  CommandReport Run();
+
+  /// check_images (read-only) -> the checkpoint (its own phases) -> criu_dump (the processes
+  /// are gone, or run on with --leave-running) -> write_manifest -> [the restore's phases].
+  static const Stage<DumpSequence> kStages[];
+
+ private:
+  const std::string& Dir() const { return options_.checkpoint.state_dir; }
+  Outcome Refused() { return Outcome::kRefused; }
+  Outcome Nested() { return nested_; }
+  Outcome Failed() { return Outcome::kFailedAfterChange; }
+  /// CRIU failed: its processes run on (CRIU resumes a tree it could not dump), released;
+  /// they are restored in place.
+  Outcome RestoreInPlace() {
+    report_.notes.push_back("criu dump failed: restoring the job in place from what each "
+                            "process holds");
+    return ResumeJob() ? Outcome::kRolledForward : Outcome::kFailedAfterChange;
+  }
+
+  /// check_images: CRIU is there and runs, and the images directory holds no dump of
+  /// another job that still runs (its restore would make a second copy of that job).
+  bool CheckTarget() {
+    return CheckPhase("check_images", [&]() -> std::vector<std::string> {
+      auto criu = FindCriu();
+      if (!criu) return {criu.error().message};
+      criu_ = *criu;
+      auto version = CriuVersion(criu_);
+      if (!version) return {version.error().message};
+      criu_version_ = *version;
+      if (HasManifest(Dir())) {
+        auto old = ReadManifest(Dir());
+        if (!old) return {old.error().message + "; cusnap does not overwrite it"};
+        if (old->root_pid != options_.root_pid && Alive(old->root_pid, old->root_start_time)) {
+          return {Dir() + " holds a dump of another job that is still running (pid " +
+                  std::to_string(old->root_pid) + "); use another --images-dir"};
+        }
+      }
+      return {};
+    });
+  }
+
+  /// Every checkpoint phase (coordinator.h), its report merged into this one.
+  bool CheckpointJob() {
+    root_start_ = ProcessStartTime(options_.root_pid).value_or(0);
+    MergeInto(report_, Checkpoint(options_.checkpoint, discover_, driver_, observer_, interrupt_));
+    nested_ = report_.outcome;
+    return nested_ == Outcome::kOk;
+  }
+
+  /// criu_dump: the tree to disk; bytes are the image files CRIU wrote. While CRIU runs,
+  /// the observer hears how many bytes are on disk so far (the progress bar), against the
+  /// carriers' bytes (the bulk of the images; the process memory beyond them is not known
+  /// in advance, so the bar may fill before CRIU is done).
+  bool CriuDump() {
+    return LocalPhase("criu_dump", [&]() -> Result<uint64_t> {
+      uint64_t expected = 0;
+      for (const auto& ph : report_.phases) {
+        if (ph.name == "save") expected = ph.bytes;
+      }
+      std::atomic<bool> done{false};
+      std::thread progress([&] {
+        while (!done.load()) {
+          const uint64_t now = ImageBytes(Dir());
+          observer_.BytesMoved("criu_dump", std::min(now, expected), std::max(now, expected));
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      });
+      Status dumped = RunCriu(criu_, CriuDumpArgs(options_.root_pid, Dir(), options_.leave_running),
+                              Dir(), "criu-dump.log");
+      done = true;
+      progress.join();
+      if (!dumped) return dumped.error();
+      return ImageBytes(Dir());
+    });
+  }
+
+  /// write_manifest: SHA-256 of every image file and the state file, the machine's GPUs and
+  /// driver, each participant's bytes; bytes are the ones hashed (read back from the page
+  /// cache or disk).
+  bool WriteManifestPhase() {
+    return LocalPhase("write_manifest", [&]() -> Result<uint64_t> {
+      auto state = ReadStateFile(Dir());
+      if (!state) return state.error();
+      auto machine = ViewMachine(driver_);
+      if (!machine) return machine.error();
+      auto files = HashImageFiles(Dir());
+      if (!files) return files.error();
+      Manifest m;
+      m.cusnap_version = options_.cusnap_version;
+      m.driver = machine->driver;
+      m.criu_version = criu_version_;
+      m.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+      m.checkpoint_id = state->checkpoint_id;
+      m.root_pid = options_.root_pid;
+      m.root_start_time = root_start_;
+      m.left_running = options_.leave_running;
+      for (size_t i = 0; i < machine->uuids.size(); ++i) {
+        m.gpus.push_back(ImagesGpu{static_cast<int>(i), machine->uuids[i],
+                                   i < machine->models.size() ? machine->models[i] : ""});
+      }
+      for (const auto& p : state->participants) {
+        ImagesParticipant ip{p.pid, p.start_time, p.saved_bytes, {}};
+        for (const auto& g : p.gpus) ip.gpus.push_back(g.uuid);
+        m.participants.push_back(std::move(ip));
+      }
+      m.files = std::move(*files);
+      if (auto s = WriteManifest(Dir(), m); !s) return s.error();
+      return m.TotalBytes();
+    });
+  }
+
+  /// With --leave-running: every restore phase, in place (the processes never left).
+  bool ResumeIfLeftRunning() { return !options_.leave_running || ResumeJob(); }
+
+  bool ResumeJob() {
+    // The checkpoint left the job held, stopped (hold.h): its endpoints answer only once
+    // continued, as `cusnap restore` does first.
+    for (auto& problem : ContinueHeldJob(options_.control_dir, options_.root_pid)) {
+      report_.notes.push_back(std::move(problem));
+    }
+    const RestoreOptions restore{Dir(), {}};
+    MergeInto(report_, Restore(restore, discover_, driver_, observer_, nullptr));
+    return report_.outcome == Outcome::kOk;
+  }
+
+  const DumpOptions& options_;
+  std::string criu_, criu_version_;
+  uint64_t root_start_ = 0;
+  Outcome nested_ = Outcome::kOk;
+};
+
+constexpr Stage<DumpSequence> DumpSequence::kStages[] = {
+    {&DumpSequence::CheckTarget, &DumpSequence::Refused, false},
+    {&DumpSequence::CheckpointJob, &DumpSequence::Nested, false},
+    {&DumpSequence::CriuDump, &DumpSequence::RestoreInPlace, true},
+    {&DumpSequence::WriteManifestPhase, &DumpSequence::Failed, true},
+    {&DumpSequence::ResumeIfLeftRunning, &DumpSequence::Failed, true},
+};
+
+CommandReport DumpSequence::Run() {
+  report_.state_file = StateFilePath(Dir());
+  return Finish(RunStages(*this, kStages));
+}
+
+class ImagesRestoreSequence : Sequence {
+ public:
+  ImagesRestoreSequence(const ImagesRestoreOptions& options, CheckpointDriver& driver,
+                        PhaseObserver& observer, Interrupt* interrupt)
+      : Sequence(no_discoverer_, driver, observer, interrupt), options_(options) {}
+
+  /// Runs kStages in order (below).
+  CommandReport Run();
+
+  /// check_images (read-only: a refusal changes nothing) -> criu_restore -> every restore
+  /// phase on the tree CRIU brought back.
+  static const Stage<ImagesRestoreSequence> kStages[];
+
+ private:
+  Outcome Refused() { return Outcome::kRestoreRefused; }
+  Outcome Nested() { return nested_; }
+
+  /// check_images: the manifest, every file's size and SHA-256, driver, GPU count and
+  /// models, the device map, and no running copy of the job (CheckImages).
+  bool CheckAll() {
+    return CheckPhase("check_images", [&]() -> std::vector<std::string> {
+      auto manifest = ReadManifest(options_.images_dir);
+      if (!manifest) return {manifest.error().message};
+      manifest_ = std::move(*manifest);
+      auto machine = ViewMachine(driver_);
+      if (!machine) return {machine.error().message};
+      std::vector<UuidPair> pairs;
+      auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
+                                  Alive, pairs);
+      if (problems.empty()) {
+        auto criu = FindCriu();
+        if (!criu) return {criu.error().message};
+        criu_ = *criu;
+      }
+      return problems;
+    });
+  }
+
+  /// criu_restore: the tree back from disk (new processes, the recorded pids); bytes are the
+  /// image files CRIU read. A failed CRIU restore leaves no process behind.
+  bool CriuRestore() {
+    return LocalPhase("criu_restore", [&]() -> Result<uint64_t> {
+      if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
+                           "criu-restore.log");
+          !s) {
+        return s.error();
+      }
+      auto root = RestoredRootPid(options_.images_dir);
+      if (!root) return root.error();
+      root_pid_ = *root;
+      std::vector<int> pids;
+      for (const auto& p : manifest_.participants) pids.push_back(p.pid);
+      const std::vector<uint64_t> inside = StartTimesSeenFrom(root_pid_, pids);
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (auto s = NoteRestored(pids[i], inside[i], manifest_.participants[i].start_time); !s) {
+          return s.error();
+        }
+      }
+      return manifest_.TotalBytes();
+    });
+  }
+
+  /// Writes the alias that gives restored process `pid` its checkpointed identity back
+  /// (common/ids.h, ProcessStartTime): "<its new start time> <as the tree sees it> <original>".
+  Status NoteRestored(int pid, uint64_t inside, uint64_t original) {
+    const uint64_t now = KernelStartTime(pid);
+    if (now == 0) {
+      return Error{ESRCH, "pid " + std::to_string(pid) + " of the dump did not come back " +
+                              "from criu restore"};
+    }
+    const std::string dir = options_.control_dir + "/restored";
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Error{errno, "cannot create " + dir + ": " + std::strerror(errno)};
+    }
+    return WriteFileDurably(dir, std::to_string(pid),
+                            std::to_string(now) + " " + std::to_string(inside) + " " +
+                                std::to_string(original) + "\n");
+  }
+
+  /// Every restore phase (coordinator.h) on the restored tree, its report merged.
+  bool RestoreJob() {
+    const RestoreOptions restore{options_.images_dir, options_.device_map};
+    MergeInto(report_, Restore(restore, options_.discoverer_for(root_pid_), driver_, observer_,
+                               nullptr));
+    nested_ = report_.outcome;
+    return nested_ == Outcome::kOk;
+  }
+
+  Discoverer no_discoverer_;  // this sequence discovers through Restore's own discoverer
+  const ImagesRestoreOptions& options_;
+  Manifest manifest_;
+  std::string criu_;
+  int root_pid_ = 0;
+  Outcome nested_ = Outcome::kOk;
+};
+
+constexpr Stage<ImagesRestoreSequence> ImagesRestoreSequence::kStages[] = {
+    {&ImagesRestoreSequence::CheckAll, &ImagesRestoreSequence::Refused, false},
+    {&ImagesRestoreSequence::CriuRestore, &ImagesRestoreSequence::Refused, true},
+    {&ImagesRestoreSequence::RestoreJob, &ImagesRestoreSequence::Nested, true},
+};
+
+CommandReport ImagesRestoreSequence::Run() {
+  report_.state_file = StateFilePath(options_.images_dir);
+  return Finish(RunStages(*this, kStages));
+}
+
+}  // namespace
+
+const size_t kDumpPhaseCount = kCheckpointPhaseCount + std::size(DumpSequence::kStages) - 1;
+const size_t kImagesRestorePhaseCount =
+    kRestorePhaseCount + std::size(ImagesRestoreSequence::kStages) - 1;
+
+CommandReport Dump(const DumpOptions& options, const Discoverer& discover,
+                   CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {
+  return DumpSequence(options, discover, driver, observer, interrupt).Run();
+}
+
+CommandReport RestoreImages(const ImagesRestoreOptions& options, CheckpointDriver& driver,
+                            PhaseObserver& observer, Interrupt* interrupt) {
+  return ImagesRestoreSequence(options, driver, observer, interrupt).Run();
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,319 @@
+// The images manifest: JSON, file checksums, and the restore's checks (images.h).
+#include "coordinator/images.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/ids.h"
+#include "common/unique_fd.h"
+#include "coordinator/json_number.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::coord {
+namespace {
+
+/// Files of an images directory that are not part of the dump: the manifest itself, CRIU's
+/// logs (a restore writes its own) and the pid file a restore leaves.
+bool Excluded(const std::string& name) {
+  return name == kManifestFileName || name == "restored.pid" ||
+         (name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) ||
+         name.rfind(".", 0) == 0;  // temporary files of an atomic write
+}
+
+std::string Hex(const unsigned char* bytes, unsigned n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < n; ++i) {
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 15];
+  }
+  return out;
+}
+
+nlohmann::json GpuToJson(const ImagesGpu& g) {
+  return {{"ordinal", g.ordinal}, {"uuid", g.uuid}, {"model", g.model}};
+}
+
+/// "GPU-<uuid> (<model>)", or the UUID alone when the model is not known.
+std::string GpuText(const std::string& uuid, const std::string& model) {
+  return model.empty() ? uuid : uuid + " (" + model + ")";
+}
+
+}  // namespace
+
+uint64_t Manifest::TotalBytes() const {
+  uint64_t total = 0;
+  for (const auto& f : files) total += f.bytes;
+  return total;
+}
+
+nlohmann::json ManifestToJson(const Manifest& m) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& g : m.gpus) gpus.push_back(GpuToJson(g));
+  nlohmann::json participants = nlohmann::json::array();
+  for (const auto& p : m.participants) {
+    participants.push_back({{"pid", p.pid}, {"start_time", p.start_time},
+                            {"saved_bytes", p.saved_bytes}, {"gpus", p.gpus}});
+  }
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : m.files) {
+    files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+  }
+  return {{"format_version", m.format_version}, {"cusnap_version", m.cusnap_version},
+          {"driver", m.driver},                 {"criu_version", m.criu_version},
+          {"created_unix_s", m.created_unix_s}, {"checkpoint_id", m.checkpoint_id},
+          {"root_pid", m.root_pid},             {"root_start_time", m.root_start_time},
+          {"left_running", m.left_running},     {"gpus", gpus},
+          {"participants", participants},       {"files", files},
+          {"image_bytes", m.TotalBytes()}};
+}
+
+Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string& origin) {
+  try {
+    Manifest m;
+    m.format_version = IntegerField<int>(json, "format_version");
+    if (m.format_version != kManifestFormatVersion) {
+      return Error{-1, origin + ": manifest format version " + std::to_string(m.format_version) +
+                           ", this cusnap reads version " +
+                           std::to_string(kManifestFormatVersion)};
+    }
+    m.cusnap_version = json.at("cusnap_version").get<std::string>();
+    m.driver = json.at("driver").get<std::string>();
+    m.criu_version = json.at("criu_version").get<std::string>();
+    m.created_unix_s = IntegerField<int64_t>(json, "created_unix_s");
+    m.checkpoint_id = json.at("checkpoint_id").get<std::string>();
+    m.root_pid = IntegerField<int>(json, "root_pid", 0, kMaxPid);
+    m.root_start_time = IntegerField<uint64_t>(json, "root_start_time");
+    m.left_running = json.at("left_running").get<bool>();
+    for (const auto& g : json.at("gpus")) {
+      m.gpus.push_back(ImagesGpu{IntegerField<int>(g, "ordinal", 0, kMaxDevices),
+                                 g.at("uuid").get<std::string>(), g.at("model").get<std::string>()});
+    }
+    for (const auto& p : json.at("participants")) {
+      m.participants.push_back(ImagesParticipant{
+          IntegerField<int>(p, "pid", 1, kMaxPid), IntegerField<uint64_t>(p, "start_time"),
+          IntegerField<uint64_t>(p, "saved_bytes"), p.at("gpus").get<std::vector<std::string>>()});
+    }
+    for (const auto& f : json.at("files")) {
+      ImageFile file{f.at("name").get<std::string>(), IntegerField<uint64_t>(f, "bytes"),
+                     f.at("sha256").get<std::string>()};
+      if (file.name.empty() || file.name.find('/') != std::string::npos || file.name == "..") {
+        return Error{-1, origin + ": manifest names a file outside the images directory: '" +
+                             file.name + "'"};
+      }
+      m.files.push_back(std::move(file));
+    }
+    return m;
+  } catch (const std::exception& e) {
+    return Error{-1, origin + ": corrupt manifest: " + e.what()};
+  }
+}
+
+Status WriteManifest(const std::string& dir, const Manifest& manifest) {
+  return WriteFileDurably(dir, kManifestFileName, ManifestToJson(manifest).dump(2) + "\n");
+}
+
+bool HasManifest(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir + "/" + kManifestFileName, ec);
+}
+
+Result<Manifest> ReadManifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifestFileName;
+  std::ifstream in(path);
+  if (!in) {
+    const int err = errno;
+    if (err == ENOENT) return Error{ENOENT, "no images in " + dir + " (" + path + " is missing)"};
+    return Error{err, "cannot read " + path + ": " + std::strerror(err)};
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return Error{-1, path + ": corrupt manifest (not valid JSON)"};
+  return ManifestFromJson(json, path);
+}
+
+Result<std::string> Sha256OfFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    const int err = errno;
+    return Error{err, "cannot open " + path + ": " + std::strerror(err)};
+  }
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    return Error{-1, "SHA-256 is not available (OpenSSL)"};
+  }
+  std::vector<unsigned char> buffer(size_t{4} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      return Error{err, "cannot read " + path + ": " + std::strerror(err)};
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n));
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned length = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &length);
+  return Hex(digest, length);
+}
+
+Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir) {
+  std::vector<ImageFile> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(ec) || Excluded(name)) continue;
+    files.push_back(ImageFile{name, static_cast<uint64_t>(entry.file_size(ec)), ""});
+  }
+  if (ec) return Error{ec.value(), "cannot list " + dir + ": " + ec.message()};
+  std::sort(files.begin(), files.end(),
+            [](const ImageFile& a, const ImageFile& b) { return a.name < b.name; });
+  return files;
+}
+
+uint64_t ImageBytes(const std::string& dir) {
+  auto files = ListImageFiles(dir);
+  uint64_t total = 0;
+  if (files) {
+    for (const auto& f : *files) total += f.bytes;
+  }
+  return total;
+}
+
+Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned threads) {
+  auto listed = ListImageFiles(dir);
+  if (!listed) return listed.error();
+  std::vector<ImageFile> files = std::move(*listed);
+  // Largest first, so one big page image does not start last.
+  std::vector<size_t> order(files.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return files[a].bytes > files[b].bytes; });
+  std::atomic<size_t> next{0};
+  std::vector<std::string> errors(files.size());
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, threads); ++t) {
+    pool.emplace_back([&] {
+      for (size_t k; (k = next.fetch_add(1)) < order.size();) {
+        ImageFile& f = files[order[k]];
+        auto sum = Sha256OfFile(dir + "/" + f.name);
+        if (sum) f.sha256 = *sum; else errors[order[k]] = sum.error().message;
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors) {
+    if (!e.empty()) return Error{-1, e};
+  }
+  return files;
+}
+
+std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
+                                     const MachineView& machine,
+                                     const std::vector<DevicePair>& device_map,
+                                     const AliveCheck& alive, std::vector<UuidPair>& pairs) {
+  std::vector<std::string> problems;
+  if (manifest.driver != machine.driver) {
+    problems.push_back(dir + " was dumped under driver '" + manifest.driver +
+                       "', this machine has '" + machine.driver +
+                       "': a native checkpoint restores only on the driver that wrote it");
+  }
+  if (manifest.root_pid > 0 && alive(manifest.root_pid, manifest.root_start_time)) {
+    problems.push_back(dir + " holds a dump of a job that is still running (pid " +
+                       std::to_string(manifest.root_pid) + (manifest.left_running
+                                                                ? ", dumped with --leave-running"
+                                                                : "") +
+                       "): restoring it would make a second copy; stop that job first");
+  }
+  for (const auto& p : manifest.participants) {
+    const uint64_t start = KernelStartTime(p.pid);
+    if (start != 0 && !alive(p.pid, p.start_time)) {
+      problems.push_back("pid " + std::to_string(p.pid) + " of the dump is held by another " +
+                         "process now; CRIU gives every process its pid back, so it must be "
+                         "free (end that process, or run the job in its own PID namespace)");
+    }
+  }
+  // The GPUs the job used, in the order the manifest lists them.
+  std::set<std::string> used_set;
+  std::vector<std::string> used;
+  for (const auto& p : manifest.participants) {
+    for (const auto& g : p.gpus) {
+      if (used_set.insert(g).second) used.push_back(g);
+    }
+  }
+  std::map<std::string, std::string> recorded_model;
+  for (const auto& g : manifest.gpus) recorded_model[g.uuid] = g.model;
+  if (used.size() > machine.uuids.size()) {
+    problems.push_back("the dumped job used " + std::to_string(used.size()) + " GPU" +
+                       (used.size() == 1 ? "" : "s") + ", this machine has " +
+                       std::to_string(machine.uuids.size()));
+  } else if (device_map.empty()) {
+    for (const auto& uuid : used) {
+      if (std::find(machine.uuids.begin(), machine.uuids.end(), uuid) == machine.uuids.end()) {
+        problems.push_back("the dumped job used GPU " + GpuText(uuid, recorded_model[uuid]) +
+                           ", which this machine does not have; say where it goes with "
+                           "--device-map (e.g. " + uuid + "=0)");
+      }
+    }
+  } else if (auto resolved = ResolveDeviceMap(device_map, machine.uuids, used); !resolved) {
+    problems.push_back(resolved.error().message);
+  } else {
+    pairs = *resolved;
+  }
+  // The model of each GPU the job lands on must be the one it left.
+  if (problems.empty() && !machine.models.empty()) {
+    for (const auto& uuid : used) {
+      std::string onto = uuid;
+      for (const auto& p : pairs) {
+        if (p.from == uuid) onto = p.to;
+      }
+      const auto at = std::find(machine.uuids.begin(), machine.uuids.end(), onto);
+      const size_t ordinal = static_cast<size_t>(at - machine.uuids.begin());
+      const std::string& model = ordinal < machine.models.size() ? machine.models[ordinal] : "";
+      if (!recorded_model[uuid].empty() && model != recorded_model[uuid]) {
+        problems.push_back("the dumped job used GPU " + GpuText(uuid, recorded_model[uuid]) +
+                           "; it would be restored onto " + GpuText(onto, model) +
+                           ", another model");
+      }
+    }
+  }
+  auto present = HashImageFiles(dir);
+  if (!present) {
+    problems.push_back(present.error().message);
+    return problems;
+  }
+  std::map<std::string, const ImageFile*> found;
+  for (const auto& f : *present) found[f.name] = &f;
+  for (const auto& f : manifest.files) {
+    const std::string path = dir + "/" + f.name;
+    const auto it = found.find(f.name);
+    if (it == found.end()) {
+      problems.push_back("image file " + path + " is missing");
+    } else if (it->second->bytes != f.bytes) {
+      problems.push_back("image file " + path + " holds " + std::to_string(it->second->bytes) +
+                         " bytes, the manifest says " + std::to_string(f.bytes) + " (corrupt)");
+    } else if (it->second->sha256 != f.sha256) {
+      problems.push_back("image file " + path + " is corrupt: its SHA-256 is " +
+                         it->second->sha256 + ", the manifest says " + f.sha256);
+    }
+  }
+  return problems;
+}
+
+}  // namespace cusnap::coord

@@ -1,0 +1,119 @@
+// The images directory of `cusnap dump` (DESIGN.md, "Main job"): CRIU's images of the job's
+// process tree, the cusnap state file, and a manifest (cusnap-images.json) that makes the
+// directory self-describing: who wrote it, for which driver and GPUs, how many bytes each
+// participant saved, and a SHA-256 of every file. `cusnap restore --images-dir` checks it
+// before anything changes (CheckImages); `cusnap inspect` prints it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "coordinator/device_map.h"
+
+namespace cusnap::coord {
+
+inline constexpr int kManifestFormatVersion = 1;
+inline constexpr const char* kManifestFileName = "cusnap-images.json";
+
+/// One file of the directory the manifest vouches for (CRIU's images and the state file).
+struct ImageFile {
+  std::string name;    ///< relative to the images directory
+  uint64_t bytes = 0;
+  std::string sha256;  ///< lowercase hex
+  bool operator==(const ImageFile&) const = default;
+};
+
+/// A GPU of the machine, as the coordinator's driver numbers it.
+struct ImagesGpu {
+  int ordinal = 0;
+  std::string uuid;
+  std::string model;  ///< cuDeviceGetName; "" when the driver gave none
+};
+
+/// One participant of the dumped job.
+struct ImagesParticipant {
+  int pid = 0;
+  uint64_t start_time = 0;         ///< /proc/<pid>/stat field 22 at dump time
+  uint64_t saved_bytes = 0;        ///< bytes its host carrier holds (in CRIU's page images)
+  std::vector<std::string> gpus;   ///< UUIDs its records name
+};
+
+/// The whole manifest.
+struct Manifest {
+  int format_version = kManifestFormatVersion;
+  std::string cusnap_version;   ///< the build that wrote it (`cusnap --version`'s first line)
+  std::string driver;           ///< CheckpointDriver::Describe(): "simulated", "NVIDIA 580..."
+  std::string criu_version;     ///< `criu --version`'s first line
+  int64_t created_unix_s = 0;
+  std::string checkpoint_id;    ///< the state file's
+  int root_pid = 0;             ///< the dumped tree's root (pid and start time at dump time)
+  uint64_t root_start_time = 0;
+  bool left_running = false;    ///< dumped with --leave-running: the job ran on
+  std::vector<ImagesGpu> gpus;  ///< every GPU of the machine at dump time
+  std::vector<ImagesParticipant> participants;
+  std::vector<ImageFile> files;
+  /// Sum of files[].bytes.
+  uint64_t TotalBytes() const;
+};
+
+/// The manifest as JSON (what `inspect --json` prints for an images directory).
+nlohmann::json ManifestToJson(const Manifest& manifest);
+
+/// Parses and validates a manifest document; the error names `origin` and the bad field.
+Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string& origin);
+
+/// Writes <dir>/cusnap-images.json atomically and durably (WriteFileDurably).
+Status WriteManifest(const std::string& dir, const Manifest& manifest);
+
+/// Reads <dir>/cusnap-images.json. ENOENT "no images in <dir>" when missing.
+Result<Manifest> ReadManifest(const std::string& dir);
+
+/// True when `dir` holds a manifest (it is an images directory, not only a state directory).
+bool HasManifest(const std::string& dir);
+
+/// Every regular file of `dir` except the manifest and CRIU's logs (*.log) and the restore's
+/// pid file, with its size and SHA-256, sorted by name. The files are hashed concurrently
+/// (up to `threads` at once). errno-coded Error naming the file that could not be read.
+Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned threads = 4);
+
+/// Every file of `dir` HashImageFiles would hash, with its size (sha256 left empty), sorted
+/// by name. errno-coded Error when `dir` cannot be listed.
+Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir);
+
+/// Sum of ListImageFiles' sizes (0 when the directory cannot be listed): what CRIU wrote.
+uint64_t ImageBytes(const std::string& dir);
+
+/// SHA-256 of the file at `path` (lowercase hex).
+Result<std::string> Sha256OfFile(const std::string& path);
+
+/// What the machine offers a restore.
+struct MachineView {
+  std::string driver;             ///< CheckpointDriver::Describe()
+  std::vector<std::string> uuids; ///< index = ordinal
+  std::vector<std::string> models;///< index = ordinal; may be empty (not known)
+};
+
+/// Whether the process `pid` that started at `start_time` still exists.
+using AliveCheck = std::function<bool(int pid, uint64_t start_time)>;
+
+/// Everything that makes a restore from `dir` impossible, each as one sentence naming its
+/// cause, checked before anything changes: the manifest missing or unreadable; a file it
+/// lists missing, of another size, or whose SHA-256 differs (corrupt); another driver; fewer
+/// GPUs than the job used, or a job GPU the machine does not have (without a `device_map`);
+/// a device map that is incomplete, names unknown GPUs or puts two on one
+/// (ResolveDeviceMap); a target GPU of another model than the one it replaces; the dumped
+/// job still running (its root pid with the recorded start time exists: restoring would
+/// make a second copy of it); a pid of the dump that another process holds now (CRIU gives
+/// every process its pid back and fails with "File exists" otherwise). `pairs` receives the
+/// resolved device map. Empty: fine.
+std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
+                                     const MachineView& machine,
+                                     const std::vector<DevicePair>& device_map,
+                                     const AliveCheck& alive, std::vector<UuidPair>& pairs);
+
+}  // namespace cusnap::coord

@@ -1,0 +1,223 @@
+"""Issue 16 (GPU): the NCCL workload (workload_rank.py --parts nccl: an eager all_reduce and one
+captured in a CUDA graph) written to disk with `cusnap dump` and brought back in new processes
+with `cusnap restore --images-dir`, twice (C -> R -> C -> R): the first images directory on the
+disk, the second on /dev/shm. One rank per GPU; one GPU is enough (a one-rank job has the
+launcher, its TCPStore and NCCL's cuMem allocations all the same).
+
+Each cycle, with the ranks idle at READY k:
+  - `cusnap dump --pid <launcher> --images-dir D`: exit 0; every process of the job is gone and
+    the job's GPU memory is free (nvidia-smi);
+  - `cusnap inspect D`: the manifest (GPU, driver, files with SHA-256);
+  - `cusnap restore --images-dir D`: exit 0; the ranks run again in new processes (same pids,
+    CRIU), go-k: their kept results and fresh inputs (eager and graph replay) are exact.
+After the last cycle every rank prints DONE PASS.
+
+Rates: the same byte count as the images is written and read back with O_DIRECT on the same
+filesystem (the disk's own rate, measured in the same run); each cycle prints
+  IMAGES RATE <where> dump <GB/s> restore <GB/s> disk write <GB/s> read <GB/s> ratio <d>/<r>
+where dump/restore are the criu_dump and criu_restore phases' GB/s (target: >= 0.8x the disk).
+
+CRIU: CUSNAP_CRIU, else <source>/.criu/bin/criu (scripts/fetch_criu.sh, carried to the GPU
+machine), else `criu` on PATH; the test skips (exit 77 in run_all.sh) naming what is missing.
+"""
+
+import mmap
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_harness as h  # noqa: E402
+import workload_common as wc  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[2]
+CHUNK = 64 << 20
+
+
+def criu_path():
+    given = os.environ.get("CUSNAP_CRIU")
+    if given:
+        return given
+    fetched = SRC / ".criu" / "bin" / "criu"
+    if fetched.exists():
+        return str(fetched)
+    return shutil.which("criu")
+
+
+def direct_rate(directory, nbytes):
+    """(write GB/s, read GB/s) of `nbytes` (rounded up to CHUNK) with O_DIRECT in `directory`
+    (tmpfs has no O_DIRECT: there, buffered writes and reads)."""
+    path = Path(directory) / "disk-rate.bin"
+    nbytes = max(CHUNK, (nbytes + CHUNK - 1) // CHUNK * CHUNK)
+    buf = mmap.mmap(-1, CHUNK)  # page-aligned, as O_DIRECT wants
+    buf.write(os.urandom(1 << 20) * (CHUNK >> 20))
+    flags = os.O_CREAT | os.O_TRUNC | os.O_WRONLY
+    try:
+        fd = os.open(path, flags | os.O_DIRECT, 0o600)
+    except OSError:
+        fd = os.open(path, flags, 0o600)
+    start = time.monotonic()
+    for _ in range(nbytes // CHUNK):
+        os.write(fd, buf)
+    os.fsync(fd)
+    write_s = time.monotonic() - start
+    os.close(fd)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        fd = os.open(path, os.O_RDONLY)
+    start = time.monotonic()
+    while os.readv(fd, [buf]) > 0:
+        pass
+    read_s = time.monotonic() - start
+    os.close(fd)
+    path.unlink()
+    return nbytes / write_s / 1e9, nbytes / read_s / 1e9
+
+
+def phase_rate(output, phase):
+    m = re.search(rf"^{phase}\s+[\d.]+ ms\s+([\d.]+ \S+)\s+([\d.]+) GB/s", output, re.M)
+    return (m.group(1), float(m.group(2))) if m else (None, 0.0)
+
+
+class ImagesJob:
+    """The workload started with its output in a file (CRIU cannot take a pipe to a process
+    outside the tree along) in a session of its own."""
+
+    def __init__(self):
+        self.ranks = wc.workload_ranks(h.job_env(None), 1)
+        self.out = h.out_dir("workload-images")
+        self.go_dir = self.out / "go"
+        self.go_dir.mkdir()
+        self.log = self.out / "job.log"
+        self.control = h.control_dir("wl-images")
+        self.env = h.job_env(self.control, OMP_NUM_THREADS=1, NCCL_DEBUG="WARN")
+        self.cli_env = h.job_env(self.control)
+        criu = criu_path()
+        if criu:
+            self.cli_env["CUSNAP_CRIU"] = criu
+        self.process = None
+        self.root = None
+        self.pids = {}
+
+    def start(self):
+        self.baseline, _ = h.memory_used_mib(self.cli_env)
+        command = [h.program("cusnap"), "run", "--", sys.executable, "-m", "torch.distributed.run",
+                   "--standalone", "--nproc-per-node", str(self.ranks), str(wc.RANK_SCRIPT),
+                   "--parts", "nccl", "--cycles", "2", "--control", str(self.go_dir),
+                   "--allreduce-mib", "256", "--graph-mib", "64"]
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        self.root = self.process.pid
+        self.wait_for(r"WL rank=(?P<rank>\d+) pid=(?P<pid>\d+) READY 1\b", wc.START_TIMEOUT_S)
+
+    def text(self):
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, pattern, timeout):
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.text()
+            failed = wc.RANK_FAILED.search(text)
+            assert not failed, f"a rank failed: {failed.group(0)}"
+            seen = {int(m.group("rank")): m for m in regex.finditer(text)}
+            if len(seen) == self.ranks:
+                if "pid" in regex.groupindex:
+                    self.pids = {r: int(m.group("pid")) for r, m in seen.items()}
+                return
+            time.sleep(1)
+        raise AssertionError(f"not every rank printed /{pattern}/ within {timeout} s:\n{self.text()[-3000:]}")
+
+    def all_pids(self):
+        return [self.root] + list(self.pids.values())
+
+    def gone(self, timeout=60):
+        """Waits until no process of the job exists (the launcher is reaped if it is ours)."""
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            self.process = None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            alive = [p for p in self.all_pids() if h.proc_state(p) not in (None, "Z", "X")]
+            if not alive:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"job processes still exist after the dump: {alive}")
+
+    def cycle(self, k, images):
+        label = f"images cycle {k} ({images})"
+        dump = wc.cusnap(["dump", "--pid", self.root, "--images-dir", images], self.cli_env, f"{label} dump")
+        assert dump.returncode == 0, f"{label}: cusnap dump exited with {dump.returncode}:\n{dump.stdout}"
+        self.gone()
+        during, _ = h.memory_used_mib(self.cli_env)
+        h.log(f"{label}: GPU memory with the job on disk {during} MiB (before the job {self.baseline})")
+        job_mib = [d - b for d, b in zip(during, self.baseline)]
+        assert all(m < 64 for m in job_mib), f"{label}: GPU memory still in use after the dump: {job_mib} MiB"
+        h.run([h.program("cusnap"), "inspect", images], wc.CLI_TIMEOUT_S, self.cli_env)
+        image_bytes = sum(f.stat().st_size for f in Path(images).iterdir() if f.suffix == ".img")
+        write_gbs, read_gbs = direct_rate(images, image_bytes)
+
+        restore = wc.cusnap(["restore", "--images-dir", images], self.cli_env, f"{label} restore")
+        assert restore.returncode == 0, f"{label}: cusnap restore exited with {restore.returncode}:\n{restore.stdout}"
+        dumped, dump_gbs = phase_rate(dump.stdout, "criu_dump")
+        read, restore_gbs = phase_rate(restore.stdout, "criu_restore")
+        print(f"IMAGES RATE {images} images {dumped} dump {dump_gbs:.2f} GB/s restore {restore_gbs:.2f} GB/s "
+              f"disk write {write_gbs:.2f} GB/s read {read_gbs:.2f} GB/s ratio "
+              f"{dump_gbs / write_gbs:.2f}/{restore_gbs / read_gbs:.2f}", flush=True)
+        (self.go_dir / f"go-{k}").touch()
+        if k < 2:
+            self.wait_for(rf"WL rank=(?P<rank>\d+) pid=(?P<pid>\d+) READY {k + 1}\b", wc.ROUND_TIMEOUT_S)
+        else:
+            self.wait_for(r"WL rank=(?P<rank>\d+) DONE PASS", wc.ROUND_TIMEOUT_S)
+        checks = [m for m in wc.CHECK_LINE.finditer(self.text()) if int(m.group("round")) == k]
+        assert checks, f"{label}: no check printed for round {k}"
+        failed = [m.group(0) for m in checks if m.group("verdict") == "FAIL"]
+        assert not failed, f"{label}: " + "; ".join(failed)
+
+    def stop(self):
+        for pid in reversed(self.all_pids()):
+            try:
+                os.kill(pid, 9)
+            except (ProcessLookupError, TypeError):
+                pass
+
+
+@pytest.fixture(scope="module")
+def job():
+    if not criu_path():
+        pytest.skip("SKIP: no CRIU (CUSNAP_CRIU, <source>/.criu from scripts/fetch_criu.sh, or criu on PATH)")
+    workload = ImagesJob()
+    try:
+        workload.start()
+        yield workload
+    finally:
+        workload.stop()
+
+
+def test_dump_to_disk_and_restore_in_new_processes(job):
+    job.cycle(1, str(job.out / "images-disk"))
+
+
+def test_dump_the_restored_job_to_dev_shm_and_restore_again(job):
+    shm = Path("/dev/shm") / f"cusnap-images-{os.getpid()}"
+    shutil.rmtree(shm, ignore_errors=True)
+    try:
+        job.cycle(2, str(shm))
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main(["-s", "-v", "-p", "no:cacheprovider", __file__]))

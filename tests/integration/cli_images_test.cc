@@ -1,0 +1,265 @@
+// `cusnap dump` / `cusnap restore --images-dir` / `cusnap inspect` of an images directory
+// (issue 16), through the real `cusnap` on the simulated driver.
+//
+// Refusals need no CRIU: the test writes a manifest and image files itself, and every
+// refusal must leave the directory exactly as it was (no CRIU run, no file touched), exit 5,
+// naming its cause. The round trip needs CRIU (CUSNAP_CRIU, set by CMake to the one
+// scripts/fetch_criu.sh builds, else `criu` on PATH): a two-process job that shares memory
+// is dumped (its processes gone), restored in new processes, and checks every byte itself.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "cli_runner.h"
+#include "common/ids.h"
+#include "coordinator/criu.h"
+#include "coordinator/images.h"
+#include "coordinator/state_file.h"
+
+namespace cusnap::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kExitRestoreRefused = 5;
+// The simulated driver's GPUs (src/simcuda/devices.cc: "SIMCUDA-GPU-0<n>." as UUID bytes).
+const char* const kSimGpu0 = "GPU-53494d43-5544-412d-4750-552d30302e2e";
+const char* const kSimGpu1 = "GPU-53494d43-5544-412d-4750-552d30312e2e";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+/// Every file of `dir` with its contents: "nothing changed" compares two of these.
+std::map<std::string, std::string> Contents(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    out[e.path().filename().string()] = ReadAll(e.path().string());
+  }
+  return out;
+}
+
+class CliImages : public OwnMachineTest {
+ protected:
+  CliImages() : OwnMachineTest("images") {}
+
+  /// An images directory as `cusnap dump` leaves it, for a job on both simulated GPUs:
+  /// two fake CRIU images, a state file, and a manifest with their real checksums. `edit`
+  /// changes the manifest before it is written.
+  std::string MakeImages(const std::function<void(coord::Manifest&)>& edit = {}) {
+    const std::string images = dir_ + "/images";
+    ::mkdir(images.c_str(), 0700);
+    WriteAll(images + "/pages-1.img", std::string(1 << 20, 'p'));
+    WriteAll(images + "/core-4242.img", "core image of pid 4242");
+    WriteAll(images + "/" + coord::kStateFileName, "{\"format_version\": 2}");
+    coord::Manifest m;
+    m.cusnap_version = "cusnap test";
+    m.driver = "simulated";
+    m.criu_version = "Version: 4.2.1";
+    m.checkpoint_id = "1-2";
+    m.root_pid = 4'194'000;  // no such process
+    m.root_start_time = 1;
+    m.gpus = {{0, kSimGpu0, ""}, {1, kSimGpu1, ""}};
+    m.participants = {{4'194'000, 1, 1 << 20, {kSimGpu0}}, {4'194'001, 1, 0, {kSimGpu1}}};
+    auto files = coord::HashImageFiles(images);
+    EXPECT_TRUE(files.ok()) << files.error().message;
+    if (files.ok()) m.files = *files;
+    if (edit) edit(m);
+    EXPECT_TRUE(coord::WriteManifest(images, m).ok());
+    return images;
+  }
+
+  /// `restore --images-dir images` must refuse (exit 5) naming `cause`, leaving every file
+  /// of the directory as it was and running no CRIU (it would have left its log).
+  void ExpectRefused(const std::string& images, const std::string& cause,
+                     const std::vector<std::string>& extra = {}) {
+    const auto before = Contents(images);
+    std::vector<std::string> args = {"restore", "--images-dir", images};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Ran r = Cusnap(args);
+    EXPECT_EQ(r.status, kExitRestoreRefused) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(cause));
+    EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+    EXPECT_THAT(r.out, HasSubstr("check_images"));
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("criu_restore")));
+    EXPECT_EQ(Contents(images), before) << "a refused restore changed " << images;
+  }
+};
+
+TEST_F(CliImages, InspectPrintsTheManifest) {
+  const std::string images = MakeImages();
+  const Ran r = Cusnap({"inspect", images});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("driver simulated, checkpoint 1-2, job root pid 4194000"));
+  EXPECT_THAT(r.out, HasSubstr(std::string("gpu 1: ") + kSimGpu1));
+  EXPECT_THAT(r.out, HasSubstr("pid 4194000: 1.00 MiB in its host carrier, on " +
+                               std::string(kSimGpu0)));
+  EXPECT_THAT(r.out, HasSubstr("3 files, "));
+  EXPECT_THAT(r.out, HasSubstr("pages-1.img                       1048576  sha256 "));
+  const Ran j = Cusnap({"inspect", images, "--json"});
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["image_bytes"].get<uint64_t>(), (1u << 20) + 22 + 21);
+  EXPECT_EQ(doc["files"].size(), 3u);
+}
+
+TEST_F(CliImages, ImagesOfAnotherDriverVersionAreRefused) {
+  ExpectRefused(MakeImages([](coord::Manifest& m) { m.driver = "NVIDIA 570.86.10 (CUDA 12.8)"; }),
+                "was dumped under driver 'NVIDIA 570.86.10 (CUDA 12.8)', this machine has "
+                "'simulated'");
+}
+
+TEST_F(CliImages, AJobOnMoreGpusThanTheMachineHasIsRefused) {
+  ExpectRefused(MakeImages([](coord::Manifest& m) {
+                  m.participants[1].gpus.push_back("GPU-00000000-0000-0000-0000-000000000003");
+                }),
+                "the dumped job used 3 GPUs, this machine has 2");
+}
+
+TEST_F(CliImages, AGpuTheMachineLacksNeedsACompleteMap) {
+  const std::string other = "GPU-00000000-0000-0000-0000-000000000009";
+  const std::string images = MakeImages([&](coord::Manifest& m) { m.participants[1].gpus = {other}; });
+  ExpectRefused(images, "the dumped job used GPU " + other +
+                            ", which this machine does not have; say where it goes with --device-map");
+  // A map cannot name it either: it is no GPU of this machine.
+  ExpectRefused(images, "the checkpoint used " + other + ", which the driver does not list",
+                {"--device-map", "0=1,1=0"});
+}
+
+TEST_F(CliImages, ACorruptImageFileIsRefused) {
+  const std::string images = MakeImages();
+  std::string bytes = ReadAll(images + "/pages-1.img");
+  bytes[4096] = 'X';  // same size, one byte flipped
+  WriteAll(images + "/pages-1.img", bytes);
+  ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its SHA-256 is ");
+}
+
+TEST_F(CliImages, AMissingImageFileIsRefused) {
+  const std::string images = MakeImages();
+  std::filesystem::remove(images + "/core-4242.img");
+  ExpectRefused(images, "image file " + images + "/core-4242.img is missing");
+}
+
+TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
+  // The dumped job's root is a process that exists with the start time the manifest records
+  // (this test itself): restoring would make a second copy of a live job.
+  const int self = static_cast<int>(::getpid());
+  ExpectRefused(MakeImages([&](coord::Manifest& m) {
+                  m.root_pid = self;
+                  m.root_start_time = KernelStartTime(self);
+                  m.left_running = true;
+                }),
+                "holds a dump of a job that is still running (pid " + std::to_string(self) +
+                    ", dumped with --leave-running)");
+}
+
+/// The criu program, or why none can run here (CRIU's own words).
+std::string CriuProblem() {
+  // scripts/fetch_criu.sh's build, when CUSNAP_CRIU does not name another one.
+  const std::string fetched = Env("CUSNAP_TEST_SOURCE_DIR") + "/.criu/bin/criu";
+  if (Env("CUSNAP_CRIU").empty() && ::access(fetched.c_str(), X_OK) == 0) {
+    ::setenv("CUSNAP_CRIU", fetched.c_str(), 1);
+  }
+  auto criu = coord::FindCriu();
+  if (!criu.ok()) return criu.error().message;
+  auto version = coord::CriuVersion(*criu);
+  if (!version.ok()) return version.error().message;
+  const Ran check = RunCommand(*criu + " check 2>&1 | grep -v RLIMIT_NOFILE", "/tmp");
+  if (check.out.find("Looks good") == std::string::npos) return *criu + " check: " + check.out;
+  return "";
+}
+
+TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
+#if defined(__SANITIZE_ADDRESS__)
+  // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
+  // round trip runs on the release build instead (scripts/test.sh).
+  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
+#endif
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  ::mkdir(job_dir.c_str(), 0700);
+  // Descriptors this test inherited (ctest's log, open for writing) must not reach the job:
+  // CRIU restores an open regular file only at the size it had at the dump.
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(e.path().filename().c_str());
+    if (fd > 2) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(out, 0);
+  const pid_t job = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--",
+                           Env("CUSNAP_TEST_BIN_DIR") + "/criu_job", job_dir, "4"},
+                          {{in, 0}, {out, 1}, {out, 2}});
+  ::close(out);
+  ::close(in);
+  ASSERT_GT(job, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto count = [&](const std::string& word) {
+    const std::string text = ReadAll(log);
+    size_t n = 0;
+    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+    return n;
+  };
+  while (count("READY") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(count("READY"), 2u) << ReadAll(log);
+
+  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+  EXPECT_THAT(dump.out, HasSubstr("save "));
+  EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
+  EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
+  // The processes are gone: CRIU killed the tree (the root is our child: reap it, so its
+  // pid is free for the restore).
+  int status = 0;
+  ASSERT_EQ(::waitpid(job, &status, 0), job);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  auto manifest = coord::ReadManifest(images);
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  ASSERT_EQ(manifest->participants.size(), 2u);
+  EXPECT_EQ(manifest->participants[0].saved_bytes + manifest->participants[1].saved_bytes,
+            4u << 20);  // the root's shared allocation; the child's private one is native
+  // The child, reparented when the root died, is reaped by whoever adopted it: its pid must
+  // be free before CRIU can give it back.
+  for (const auto& p : manifest->participants) {
+    while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists after the dump";
+  }
+  const Ran in_out = Cusnap({"inspect", images});
+  EXPECT_THAT(in_out.out, HasSubstr("pages-"));
+
+  const Ran restore = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(restore.status, 0) << restore.out << restore.err << ReadAll(images + "/criu-restore.log").substr(0, 4000);
+  EXPECT_THAT(restore.out, HasSubstr("criu_restore"));
+  EXPECT_THAT(restore.out, HasSubstr("verify"));
+  // The restored processes are not our children: they check their bytes once told to go,
+  // and say so in the log they kept writing.
+  WriteAll(job_dir + "/go", "");
+  while (count("PASS") + count("FAIL") < 2 && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string text = ReadAll(log);
+  EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
+  EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
+}
+
+}  // namespace
+}  // namespace cusnap::testing

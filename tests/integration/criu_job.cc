@@ -1,0 +1,180 @@
+// The job of the images tests (cli_images_test.cc): two processes that share GPU memory and
+// talk to nothing outside their own tree, so that CRIU can take the tree to disk and bring it
+// back (`cusnap dump` / `cusnap restore --images-dir`). Started as
+//
+//   cusnap run -- criu_job <dir> <MiB>
+//
+// The root forks a child before any CUDA call (each gets its own cusnap endpoint); the root
+// creates a POSIX-capable allocation of <MiB> on device 0, writes a pattern into it and sends
+// the ticket to the child over a socketpair (SCM_RIGHTS, common/socket.h); the child imports it and maps it on
+// device 1, and creates a private allocation of its own with another pattern. Both print
+// "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks every byte it
+// can see (the shared allocation through its own mapping, the child's own allocation), the
+// child writes a word into the shared allocation and the root reads it back through its own
+// mapping (the sharing is live again), and both print "PASS <role> <bytes checked>" or
+// "FAIL <role> <why>". The root exits 0 when both passed.
+#include <cuda.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+/// The 32-bit word `i` of allocation `which`: differs per word and per allocation.
+uint32_t Pattern(int which, uint64_t i) {
+  return static_cast<uint32_t>((i + 1) * 2654435761u) ^ static_cast<uint32_t>(which * 0x9E3779B9u);
+}
+
+std::string role;  // "root" or "child", for every line printed
+
+[[noreturn]] void Fail(const std::string& why) {
+  std::printf("FAIL %s %s\n", role.c_str(), why.c_str());
+  std::fflush(stdout);
+  std::_Exit(1);
+}
+
+void Check(CUresult rc, const char* what) {
+  if (rc != CUDA_SUCCESS) Fail(std::string(what) + " failed: " + std::to_string(rc));
+}
+
+/// A fresh allocation of `bytes` on `device` (POSIX-capable when `shareable`).
+void Create(int device, uint64_t bytes, bool shareable, CUmemGenericAllocationHandle* out) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+  prop.requestedHandleTypes = shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  Check(cuMemCreate(out, bytes, &prop, 0), "cuMemCreate");
+}
+
+/// `handle` mapped read-write for `device` at a fresh VA.
+CUdeviceptr Map(CUmemGenericAllocationHandle handle, uint64_t bytes, int device) {
+  CUdeviceptr va = 0;
+  Check(cuMemAddressReserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve");
+  Check(cuMemMap(va, bytes, 0, handle, 0), "cuMemMap");
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  Check(cuMemSetAccess(va, bytes, &access, 1), "cuMemSetAccess");
+  return va;
+}
+
+void Fill(CUdeviceptr va, uint64_t bytes, int which) {
+  std::vector<uint32_t> host(bytes / 4);
+  for (uint64_t i = 0; i < host.size(); ++i) host[i] = Pattern(which, i);
+  Check(cuMemcpyHtoD(va, host.data(), bytes), "cuMemcpyHtoD");
+}
+
+/// Bytes that hold the pattern (all of them, or Fail names the first wrong word).
+uint64_t Verify(CUdeviceptr va, uint64_t bytes, int which, uint64_t skip_word = ~uint64_t{0}) {
+  std::vector<uint32_t> host(bytes / 4);
+  Check(cuMemcpyDtoH(host.data(), va, bytes), "cuMemcpyDtoH");
+  for (uint64_t i = 0; i < host.size(); ++i) {
+    if (i != skip_word && host[i] != Pattern(which, i)) {
+      Fail("allocation " + std::to_string(which) + " word " + std::to_string(i) + " holds " +
+           std::to_string(host[i]) + ", expected " + std::to_string(Pattern(which, i)));
+    }
+  }
+  return bytes;
+}
+
+void WaitForGo(const std::string& dir) {
+  const std::string go = dir + "/go";
+  while (::access(go.c_str(), F_OK) != 0) ::usleep(20000);
+}
+
+CUcontext Start(int device) {
+  Check(cuInit(0), "cuInit");
+  CUdevice dev = 0;
+  Check(cuDeviceGet(&dev, device), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  return ctx;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: criu_job <dir> <MiB>\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const uint64_t bytes = std::strtoull(argv[2], nullptr, 10) * kMiB;
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) return 1;
+  const pid_t child = ::fork();
+  if (child < 0) return 1;
+  role = child == 0 ? "child" : "root";
+  const int sock = pair[child == 0 ? 1 : 0];
+  ::close(pair[child == 0 ? 0 : 1]);
+  const int device = child == 0 ? 1 : 0;
+  Start(device);
+  CUmemGenericAllocationHandle shared = 0, own = 0;
+  CUdeviceptr shared_va = 0, own_va = 0;
+  if (child != 0) {
+    Create(device, bytes, true, &shared);
+    shared_va = Map(shared, bytes, device);
+    Fill(shared_va, bytes, 1);
+    int ticket = -1;
+    Check(cuMemExportToShareableHandle(&ticket, shared, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+          "cuMemExportToShareableHandle");
+    const char tag = 't';
+    if (!cusnap::SendPacket(sock, &tag, 1, ticket, cusnap::Deadline::AfterMs(10000)).ok()) {
+      Fail("cannot send the ticket");
+    }
+    ::close(ticket);
+  } else {
+    char tag = 0;
+    int ticket = -1;
+    if (!cusnap::RecvPacket(sock, &tag, 1, &ticket, cusnap::Deadline::AfterMs(10000)).ok() ||
+        ticket < 0) {
+      Fail("no ticket from the root");
+    }
+    Check(cuMemImportFromShareableHandle(&shared, reinterpret_cast<void*>(static_cast<intptr_t>(ticket)),
+                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+          "cuMemImportFromShareableHandle");
+    ::close(ticket);
+    shared_va = Map(shared, bytes, device);
+    Create(device, bytes, false, &own);
+    own_va = Map(own, bytes, device);
+    Fill(own_va, bytes, 2);
+  }
+  std::printf("READY %s\n", role.c_str());
+  std::fflush(stdout);
+  WaitForGo(dir);
+  // After the restore: every byte, then a write by the child seen by the root.
+  const uint64_t poke_word = 1024;
+  const uint32_t poke = 0xC0FFEE42u;
+  uint64_t checked = Verify(shared_va, bytes, 1);
+  char sync = 0;
+  if (child == 0) {
+    checked += Verify(own_va, bytes, 2);
+    Check(cuMemcpyHtoD(shared_va + poke_word * 4, &poke, 4), "cuMemcpyHtoD (poke)");
+    if (::write(sock, "p", 1) != 1) Fail("cannot tell the root");
+  } else {
+    ssize_t got = -1;
+    while ((got = ::read(sock, &sync, 1)) < 0 && errno == EINTR) {
+    }
+    if (got != 1) Fail("the child did not write (" + std::string(got < 0 ? std::strerror(errno) : "end of stream") + ")");
+    uint32_t seen = 0;
+    Check(cuMemcpyDtoH(&seen, shared_va + poke_word * 4, 4), "cuMemcpyDtoH (poke)");
+    if (seen != poke) Fail("the child's write is not seen: " + std::to_string(seen));
+  }
+  std::printf("PASS %s %llu\n", role.c_str(), static_cast<unsigned long long>(checked));
+  std::fflush(stdout);
+  if (child == 0) return 0;
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
