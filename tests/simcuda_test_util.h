@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -152,15 +153,27 @@ inline bool has_pattern(CUdeviceptr va, size_t size, unsigned seed) {
   return true;
 }
 
+// A forked child driven by single-byte commands; replies come back the same way.
+struct Child {
+  Pipe command, reply;
+  pid_t pid = -1;
+  template <typename Body>
+  void start(Body body) {
+    pid = fork_child([&] { return body(command, reply); });
+  }
+};
+
+// The checkpoint state the driver reports for `pid` (CU_PROCESS_STATE_FAILED when it fails).
+inline CUprocessState state_of(pid_t pid) {
+  CUprocessState state = CU_PROCESS_STATE_FAILED;
+  EXPECT_EQ(cuCheckpointProcessGetState(pid, &state), CUDA_SUCCESS);
+  return state;
+}
+
 // The trap of DRIVER-FACTS F5 and F11: lock and checkpoint succeed on both processes, the
 // owner's restore and unlock succeed, the importer's restore fails `expected` and it stays
 // CHECKPOINTED for good (unlock CUDA_ERROR_ILLEGAL_STATE, restore again `expected`).
 inline void expect_importer_stuck(pid_t owner, pid_t importer, CUresult expected) {
-  auto state_of = [](pid_t pid) {
-    CUprocessState state = CU_PROCESS_STATE_FAILED;
-    EXPECT_EQ(cuCheckpointProcessGetState(pid, &state), CUDA_SUCCESS);
-    return state;
-  };
   ASSERT_EQ(cuCheckpointProcessLock(owner, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(cuCheckpointProcessLock(importer, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(cuCheckpointProcessCheckpoint(owner, nullptr), CUDA_SUCCESS);
@@ -173,6 +186,17 @@ inline void expect_importer_stuck(pid_t owner, pid_t importer, CUresult expected
   EXPECT_EQ(cuCheckpointProcessRestore(importer, nullptr), expected);  // for ever
   EXPECT_EQ(state_of(importer), CU_PROCESS_STATE_CHECKPOINTED);
   ASSERT_EQ(cuCheckpointProcessUnlock(owner, nullptr), CUDA_SUCCESS);
+}
+
+// After expect_importer_stuck: the owner is told to verify ('V') and exits 0; the stuck
+// importer can only be killed.
+inline void end_stuck_pair(const Child& owner, const Child& importer) {
+  owner.command.send('V');
+  EXPECT_EQ(wait_child(owner.pid), 0);
+  kill(importer.pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(importer.pid, &status, 0), importer.pid);
+  EXPECT_TRUE(WIFSIGNALED(status));
 }
 
 }  // namespace simcuda_test

@@ -15,22 +15,6 @@ using namespace simcuda_test;
 
 constexpr size_t kSize = 4 * kGranularity;  // 8 MiB per allocation
 
-// A child driven by single-byte commands; replies come back the same way.
-struct Child {
-  Pipe command, reply;
-  pid_t pid = -1;
-  template <typename Body>
-  void start(Body body) {
-    pid = fork_child([&] { return body(command, reply); });
-  }
-};
-
-CUprocessState state_of(pid_t pid) {
-  CUprocessState state = CU_PROCESS_STATE_FAILED;
-  EXPECT_EQ(cuCheckpointProcessGetState(pid, &state), CUDA_SUCCESS);
-  return state;
-}
-
 size_t used_on(int device) {
   CUcontext ctx = use_device(device);
   EXPECT_NE(ctx, nullptr);
@@ -242,12 +226,7 @@ TEST(SimcudaCheckpoint, F5ImporterWithMappedImportIsStuckCheckpointed) {
   ASSERT_EQ(importer.reply.receive(), 'M');
   ASSERT_NO_FATAL_FAILURE(expect_importer_stuck(owner.pid, importer.pid, CUDA_ERROR_NOT_SUPPORTED));
   EXPECT_EQ(static_cast<int>(CUDA_ERROR_NOT_SUPPORTED), 801);
-  owner.command.send('V');
-  EXPECT_EQ(wait_child(owner.pid), 0);
-  kill(importer.pid, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(waitpid(importer.pid, &status, 0), importer.pid);
-  EXPECT_TRUE(WIFSIGNALED(status));
+  end_stuck_pair(owner, importer);
 }
 
 // F6: the host-carrier sequence. The owner copies out, unmaps and releases (keeping the VA),

@@ -16,15 +16,6 @@ using namespace simcuda_test;
 
 constexpr size_t kSize = 4 * kGranularity;  // 8 MiB
 
-struct Child {
-  Pipe command, reply;
-  pid_t pid = -1;
-  template <typename Body>
-  void start(Body body) {
-    pid = fork_child([&] { return body(command, reply); });
-  }
-};
-
 // The 64 bytes of a handle over a pipe.
 template <typename Handle>
 bool send_handle(const Pipe &pipe, const Handle &handle) {
@@ -117,12 +108,7 @@ TEST(SimcudaIpc, F11OpenerHoldingIpcMemoryIsStuckCheckpointed) {
   ASSERT_EQ(creator.reply.receive(), 'R');
   ASSERT_EQ(opener.reply.receive(), 'M');
   ASSERT_NO_FATAL_FAILURE(expect_importer_stuck(creator.pid, opener.pid, CUDA_ERROR_INVALID_VALUE));
-  creator.command.send('V');
-  EXPECT_EQ(wait_child(creator.pid), 0);
-  kill(opener.pid, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(waitpid(opener.pid, &status, 0), opener.pid);
-  EXPECT_TRUE(WIFSIGNALED(status));
+  end_stuck_pair(creator, opener);
 }
 
 // F15: an interprocess event opened by a second process works on both sides before and after a
