@@ -66,6 +66,16 @@ int RunCommand(const std::vector<std::string>& command) {
   // backend (UV_USE_IO_URING=0 and TORCH_TCPSTORE_USE_LIBUV=0 do not remove it).
   ::setenv("USE_LIBUV", "0", /*overwrite=*/0);
 
+  // A session whose leader is outside this PID namespace (`docker exec`, a container
+  // runtime, a CI runner) makes the job one CRIU refuses to dump (proc.h OwnSessionId): the
+  // job gets a session of its own. setsid fails for a process-group leader (a shell with job
+  // control made us one); then `cusnap dump` refuses, naming the fix.
+  if (::getsid(0) == 0 && ::setsid() < 0) {
+    std::fprintf(stderr, "cusnap run: note: the job's session leader is outside its PID "
+                         "namespace and setsid failed (%s): `cusnap dump` will refuse this job; "
+                         "start it with `setsid cusnap run -- ...`\n", std::strerror(errno));
+  }
+
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

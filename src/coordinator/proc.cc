@@ -203,6 +203,26 @@ std::vector<int> EndpointPidsInTree(const std::string& control_dir, int pid) {
   return out;
 }
 
+std::optional<int> LastNamespaceSessionId(const std::string& status_text) {
+  std::istringstream in(status_text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("NSsid:", 0) != 0) continue;
+    std::istringstream values(line.substr(6));
+    std::optional<int> last;
+    for (int v; values >> v;) last = v;
+    return last;
+  }
+  return std::nullopt;
+}
+
+std::optional<int> OwnSessionId(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  return LastNamespaceSessionId(text.str());
+}
+
 std::string ProcessName(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
   std::string name;

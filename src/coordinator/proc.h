@@ -58,6 +58,17 @@ bool HasEndpoint(const std::string& control_dir, int pid);
 /// leaving out the calling process and exited ones (zombies).
 std::vector<int> EndpointPidsInTree(const std::string& control_dir, int pid);
 
+/// The session id `pid` sees for itself (getsid(0) inside it): the last "NSsid:" value of
+/// /proc/<pid>/status, one per nested PID namespace, its own namespace's last. 0 when its
+/// session leader is outside its PID namespace (a job started by `docker exec` or a
+/// container runtime): CRIU refuses to dump such a process ("A session leader of P is
+/// outside of its pid namespace", criu/cr-dump.c). nullopt when the status is unreadable.
+std::optional<int> OwnSessionId(int pid);
+
+/// OwnSessionId's parser: the last value of the "NSsid:" line of a /proc/<pid>/status text,
+/// nullopt when there is none.
+std::optional<int> LastNamespaceSessionId(const std::string& status_text);
+
 /// The command name of `pid` (/proc/<pid>/comm), "?" when unreadable; for messages.
 std::string ProcessName(int pid);
 

@@ -21,6 +21,7 @@
 #include "common/ids.h"
 #include "coordinator/criu.h"
 #include "coordinator/images.h"
+#include "coordinator/proc.h"
 #include "coordinator/state_file.h"
 
 namespace cusnap::testing {
@@ -183,6 +184,58 @@ std::string CriuProblem() {
   return "";
 }
 
+/// The start of a command line that runs what follows as PID 1 of a new PID namespace (with
+/// a user namespace when not root), its session leader outside it; "" when this machine
+/// allows no new PID namespace.
+std::string InNewPidNamespace() {
+  const std::string prefix = ::geteuid() == 0 ? "unshare --pid --fork " :
+                                                "unshare --user --map-root-user --pid --fork ";
+  const Ran probe = RunCommand(prefix + "true", "/tmp");
+  return probe.status == 0 ? prefix : "";
+}
+
+TEST_F(CliImages, RunGivesAJobOutsideItsSessionASessionOfItsOwn) {
+  // `docker exec` and CI runners start jobs whose session leader is outside their PID
+  // namespace; CRIU cannot dump those ("A session leader of P is outside of its pid
+  // namespace"), so `cusnap run` makes the job the leader of a new session.
+  const std::string ns = InNewPidNamespace();
+  if (ns.empty()) GTEST_SKIP() << "no new PID namespace can be made here";
+  const Ran outside = RunCommand(ns + "grep NSsid /proc/self/status", "/tmp");
+  EXPECT_THAT(outside.out, ::testing::EndsWith("\t0\n")) << "the case this test is about";
+  const Ran run = RunCommand(ns + Env("CUSNAP_TEST_BIN_DIR") + "/cusnap run -- grep NSsid "
+                                  "/proc/self/status", "/tmp");
+  EXPECT_EQ(run.status, 0) << run.out;
+  EXPECT_THAT(run.out, ::testing::EndsWith("\t1\n")) << "PID 1 of its namespace leads its session";
+}
+
+TEST_F(CliImages, ADumpOfAJobOutsideItsSessionIsRefusedBeforeAnythingChanges) {
+  const std::string ns = InNewPidNamespace();
+  if (ns.empty()) GTEST_SKIP() << "no new PID namespace can be made here";
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
+  // The job's root is `unshare` (in this namespace); its child sleeps as PID 1 of a new one,
+  // whose session leader is outside it.
+  const pid_t job = Spawn({"/bin/sh", "-c", "exec " + ns + "--kill-child sleep 60"}, {});
+  ASSERT_GT(job, 0);
+  std::vector<int> tree;
+  for (int i = 0; i < 500 && tree.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    tree = coord::ProcessTree(job);
+  }
+  ASSERT_EQ(tree.size(), 2u);
+  ASSERT_EQ(coord::OwnSessionId(tree[1]), 0);
+  // The sleeping PID 1 at least; its parent too when this test runs outside its session.
+  const std::string named = coord::OwnSessionId(job) == 0 ? "process unshare (pid " + std::to_string(job)
+                                                   : "process sleep (pid " + std::to_string(tree[1]);
+  const std::string images = dir_ + "/images";
+  const Ran r = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  for (auto p = tree.rbegin(); p != tree.rend(); ++p) ::kill(*p, SIGKILL);
+  ::waitpid(job, nullptr, 0);
+  EXPECT_EQ(r.status, 3) << r.out << r.err;  // refused before any change
+  EXPECT_THAT(r.err, HasSubstr(named + ") has its session leader outside its PID namespace"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("quiesce")));
+  EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
+}
+
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
 #if defined(__SANITIZE_ADDRESS__)
   // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
@@ -233,7 +286,8 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
   ASSERT_EQ(manifest->participants.size(), 2u);
   EXPECT_EQ(manifest->participants[0].saved_bytes + manifest->participants[1].saved_bytes,
-            4u << 20);  // the root's shared allocation; the child's private one is native
+            8u << 20);  // the root's shared allocation and the child's private one
+                        // (CUSNAP_CARRY=all, the default, carries private allocations too)
   // The child, reparented when the root died, is reaped by whoever adopted it: its pid must
   // be free before CRIU can give it back.
   for (const auto& p : manifest->participants) {

@@ -960,6 +960,15 @@ TEST_F(DiscoveryTest, ProcessTreeListsChildren) {
   EXPECT_TRUE(coord::ProcessTree(0x3fffffff).empty());
 }
 
+TEST(ProcessSession, TheLastNamespaceSessionIdIsTheOneTheProcessSees) {
+  // /proc/<pid>/status of PID 1 of a nested namespace whose session leader is outside it.
+  EXPECT_EQ(coord::LastNamespaceSessionId("Name:\tsleep\nNSpid:\t28395\t1\nNSsid:\t28395\t0\n"), 0);
+  EXPECT_EQ(coord::LastNamespaceSessionId("NSsid:\t4242\nVmPeak:\t1 kB\n"), 4242);
+  EXPECT_EQ(coord::LastNamespaceSessionId("Name:\tsleep\n"), std::nullopt);
+  EXPECT_EQ(coord::OwnSessionId(::getpid()), ::getsid(0));
+  EXPECT_EQ(coord::OwnSessionId(0x3fffffff), std::nullopt);
+}
+
 TEST_F(DiscoveryTest, AllListsLiveEndpointsOnly) {
   const int child = SpawnChild();
   // Endpoint files: a live child, a dead pid, and names that are not endpoints.
