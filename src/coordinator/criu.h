@@ -18,6 +18,14 @@ Result<std::string> FindCriu();
 /// does not run.
 Result<std::string> CriuVersion(const std::string& criu);
 
+/// Why CRIU could not dump process `pid`, as the end of a sentence naming it ("has its
+/// session leader outside ..."), or "" when nothing cusnap knows of stops it. Checked for
+/// every process of the tree before a dump changes anything: CRIU finds these only after
+/// the checkpoint took the GPUs away. The kinds: a session leader outside the process's PID
+/// namespace (OwnSessionId 0: "A session leader of P is outside of its pid namespace",
+/// criu/cr-dump.c), an io_uring instance (HoldsIoUring).
+std::string WhyCriuCannotDump(int pid);
+
 /// The arguments of `criu dump` for the tree under `root_pid` into `dir`: established TCP
 /// connections (the job's loopback store), external unix sockets (endpoints of processes
 /// outside the tree), file locks, unlinked-but-open files (unlinked /dev/shm files), a shell

@@ -111,7 +111,7 @@ class DumpSequence : Sequence {
       auto version = CriuVersion(criu_);
       if (!version) return {version.error().message};
       criu_version_ = *version;
-      if (std::string why = OutsideSession(); !why.empty()) return {why};
+      if (std::string why = CriuCannotDump(); !why.empty()) return {why};
       if (HasManifest(Dir())) {
         auto old = ReadManifest(Dir());
         if (!old) return {old.error().message + "; cusnap does not overwrite it"};
@@ -124,16 +124,14 @@ class DumpSequence : Sequence {
     });
   }
 
-  /// Why CRIU could not dump the job's tree, "" when it can as far as sessions go: a process
-  /// whose session leader is outside its PID namespace (OwnSessionId 0) stops CRIU after the
-  /// checkpoint took the GPUs away, so it is refused here, before anything changes.
-  std::string OutsideSession() const {
+  /// Why CRIU could not dump the job's tree (WhyCriuCannotDump of its first process that
+  /// CRIU would stop at), "" when it can as far as cusnap can tell: refused here, before the
+  /// checkpoint takes the GPUs away.
+  std::string CriuCannotDump() const {
     for (int pid : ProcessTree(options_.root_pid)) {
-      if (OwnSessionId(pid) != 0) continue;
-      return "process " + ProcessName(pid) + " (pid " + std::to_string(pid) +
-             ") has its session leader outside its PID namespace, and CRIU cannot dump such a "
-             "process; start the job in a session of its own (`cusnap run` does when its own "
-             "session leader is outside, or `setsid cusnap run -- ...`)";
+      if (std::string why = WhyCriuCannotDump(pid); !why.empty()) {
+        return "process " + ProcessName(pid) + " (pid " + std::to_string(pid) + ") " + why;
+      }
     }
     return "";
   }

@@ -223,6 +223,21 @@ std::optional<int> OwnSessionId(int pid) {
   return LastNamespaceSessionId(text.str());
 }
 
+bool HoldsIoUring(int pid) {
+  static constexpr std::string_view kIoUring = "anon_inode:[io_uring]";
+  const std::string base = "/proc/" + std::to_string(pid);
+  std::ifstream maps(base + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(kIoUring) != std::string::npos) return true;
+  }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base + "/fd", ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(e.path(), link_ec).string() == kIoUring) return true;
+  }
+  return false;
+}
+
 std::string ProcessName(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
   std::string name;

@@ -69,6 +69,12 @@ std::optional<int> OwnSessionId(int pid);
 /// nullopt when there is none.
 std::optional<int> LastNamespaceSessionId(const std::string& status_text);
 
+/// True when `pid` maps or holds an io_uring instance ("anon_inode:[io_uring]" in
+/// /proc/<pid>/maps or among its /proc/<pid>/fd links). CRIU cannot dump one ("Unknown shit
+/// 600 (anon_inode:[io_uring])", criu/proc_parse.c); libuv makes one, and torchrun's agent
+/// holds one in torch 2.11 whatever its rendezvous (docs/MEASURED.md M16).
+bool HoldsIoUring(int pid);
+
 /// The command name of `pid` (/proc/<pid>/comm), "?" when unreadable; for messages.
 std::string ProcessName(int pid);
 

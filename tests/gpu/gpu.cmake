@@ -71,5 +71,5 @@ if(CUSNAP_BUILD_GPU_TESTS)
   # machine): `cmake --build <build> --target cusnap_gpu_tests`.
   add_custom_target(cusnap_gpu_tests DEPENDS cusnap cusnap_shim gpu_vmm_basic gpu_ticket_pair
     gpu_share_checkpoint gpu_pinned_baseline gpu_meminfo gpu_multicast_forward gpu_pair_launcher
-    gpu_inspect gpu_share_ring gpu_driver_facts gpu_abi_table gpu_legacy_ipc)
+    gpu_inspect gpu_share_ring gpu_driver_facts gpu_abi_table gpu_legacy_ipc gpu_carry_hold)
 endif()

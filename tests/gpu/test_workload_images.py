@@ -2,7 +2,9 @@
 captured in a CUDA graph) written to disk with `cusnap dump` and brought back in new processes
 with `cusnap restore --images-dir`, twice (C -> R -> C -> R): the first images directory on the
 disk, the second on /dev/shm. One rank per GPU; one GPU is enough (a one-rank job has the
-launcher, its TCPStore and NCCL's cuMem allocations all the same).
+launcher, its TCPStore and NCCL's cuMem allocations all the same). The ranks are started by
+rank_launcher.py, not torchrun: torchrun's agent holds an io_uring CRIU cannot dump, and
+`cusnap dump` must refuse that job before it changes anything (the last test).
 
 Each cycle, with the ranks idle at READY k:
   - `cusnap dump --pid <launcher> --images-dir D`: exit 0; every process of the job is gone and
@@ -38,6 +40,7 @@ import workload_common as wc  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2]
 CHUNK = 64 << 20
+LAUNCHER = Path(__file__).resolve().parent / "rank_launcher.py"
 
 
 def criu_path():
@@ -90,13 +93,14 @@ class ImagesJob:
     """The workload started with its output in a file (CRIU cannot take a pipe to a process
     outside the tree along) in a session of its own."""
 
-    def __init__(self):
+    def __init__(self, name="images", torchrun=False):
         self.ranks = wc.workload_ranks(h.job_env(None), 1)
-        self.out = h.out_dir("workload-images")
+        self.torchrun = torchrun
+        self.out = h.out_dir(f"workload-{name}")
         self.go_dir = self.out / "go"
         self.go_dir.mkdir()
         self.log = self.out / "job.log"
-        self.control = h.control_dir("wl-images")
+        self.control = h.control_dir(f"wl-{name}")
         self.env = h.job_env(self.control, OMP_NUM_THREADS=1, NCCL_DEBUG="WARN")
         self.cli_env = h.job_env(self.control)
         criu = criu_path()
@@ -108,8 +112,13 @@ class ImagesJob:
 
     def start(self):
         self.baseline, _ = h.memory_used_mib(self.cli_env)
-        command = [h.program("cusnap"), "run", "--", sys.executable, "-m", "torch.distributed.run",
-                   "--standalone", "--nproc-per-node", str(self.ranks), str(wc.RANK_SCRIPT),
+        # torchrun's agent holds an io_uring whatever its rendezvous (rank_launcher.py says
+        # why), which CRIU cannot dump: the dumped job starts its ranks without it; the
+        # torchrun job is the one `cusnap dump` must refuse
+        # (test_a_torchrun_job_is_refused_before_anything_changes).
+        launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+                    if self.torchrun else [sys.executable, str(LAUNCHER), "--ranks"])
+        command = [h.program("cusnap"), "run", "--", *launcher, str(self.ranks), str(wc.RANK_SCRIPT),
                    "--parts", "nccl", "--cycles", "2", "--control", str(self.go_dir),
                    "--allreduce-mib", "256", "--graph-mib", "64"]
         with open(self.log, "ab") as out:
@@ -217,6 +226,26 @@ def test_dump_the_restored_job_to_dev_shm_and_restore_again(job):
         job.cycle(2, str(shm))
     finally:
         shutil.rmtree(shm, ignore_errors=True)
+
+
+def test_a_torchrun_job_is_refused_before_anything_changes(job):
+    """torchrun: its agent holds an io_uring, which CRIU cannot dump; the dump is refused at
+    check_images (exit 3) and the job goes on, exact, as if nothing was asked."""
+    del job  # runs after the two cycles, on its own job
+    other = ImagesJob("images-torchrun", torchrun=True)
+    try:
+        other.start()
+        dump = wc.cusnap(["dump", "--pid", other.root, "--images-dir", str(other.out / "images")],
+                         other.cli_env, "images torchrun dump")
+        assert dump.returncode == 3, f"cusnap dump exited with {dump.returncode}:\n{dump.stdout}"
+        assert "holds an io_uring instance, which CRIU cannot dump" in dump.stdout, dump.stdout
+        assert "quiesce" not in dump.stdout, "the refusal came after the job was changed"
+        (other.go_dir / "go-1").touch()
+        other.wait_for(r"WL rank=(?P<rank>\d+) pid=(?P<pid>\d+) READY 2\b", wc.ROUND_TIMEOUT_S)
+        checks = [m for m in wc.CHECK_LINE.finditer(other.text()) if int(m.group("round")) == 1]
+        assert checks and all(m.group("verdict") == "PASS" for m in checks), other.text()[-3000:]
+    finally:
+        other.stop()
 
 
 if __name__ == "__main__":

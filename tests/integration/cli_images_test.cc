@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -168,6 +169,32 @@ TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
                     ", dumped with --leave-running)");
 }
 
+/// A child that holds an io_uring instance (io_uring_setup's descriptor; the rings are not
+/// mapped) until killed; -1 when this kernel or its seccomp filter allows no io_uring.
+pid_t ChildWithIoUring() {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(ready[0]);
+    unsigned char params[120] = {};  // struct io_uring_params: 120 bytes, zero = defaults
+    const long fd = ::syscall(__NR_io_uring_setup, 4, params);
+    const char ok = fd >= 0 ? 1 : 0;
+    (void)!::write(ready[1], &ok, 1);
+    if (fd < 0) ::_exit(1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  const bool held = ::read(ready[0], &ok, 1) == 1 && ok == 1;
+  ::close(ready[0]);
+  if (!held) {
+    ::waitpid(child, nullptr, 0);
+    return -1;
+  }
+  return child;
+}
+
 /// The criu program, or why none can run here (CRIU's own words).
 std::string CriuProblem() {
   // scripts/fetch_criu.sh's build, when CUSNAP_CRIU does not name another one.
@@ -233,6 +260,25 @@ TEST_F(CliImages, ADumpOfAJobOutsideItsSessionIsRefusedBeforeAnythingChanges) {
   EXPECT_EQ(r.status, 3) << r.out << r.err;  // refused before any change
   EXPECT_THAT(r.err, HasSubstr(named + ") has its session leader outside its PID namespace"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("quiesce")));
+  EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
+}
+
+TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
+  // torchrun's agent hosts its rendezvous store on libuv, which holds an io_uring; CRIU
+  // finds it only after the checkpoint took the GPUs away.
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
+  const pid_t job = ChildWithIoUring();
+  if (job < 0) GTEST_SKIP() << "no io_uring here";
+  EXPECT_TRUE(coord::HoldsIoUring(job));
+  EXPECT_FALSE(coord::HoldsIoUring(::getpid()));
+  const std::string images = dir_ + "/images";
+  const Ran r = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  ::kill(job, SIGKILL);
+  ::waitpid(job, nullptr, 0);
+  EXPECT_EQ(r.status, 3) << r.out << r.err;  // refused before any change
+  EXPECT_THAT(r.err, HasSubstr("(pid " + std::to_string(job) + ") holds an io_uring instance, "
+                               "which CRIU cannot dump"));
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
 }
 
