@@ -331,7 +331,7 @@ t_carry_bench() {
   local bytes=${GPU_CARRY_BYTES:-4G}
   $bench --bytes "$bytes" --cycles 3 || return 1
   $bench --bytes "$bytes" --cycles 2 --zero-fraction 0.5 --modes shared || return 1
-  CUSNAP_CARRIER_PIN=kept $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
+  CUSNAP_CARRIER_PIN=pipelined $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
   CUSNAP_CARRIER_PIN=transfer $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
   CUSNAP_CARRIER_KEEP=none $bench --bytes "$bytes" --cycles 2 --modes shared || return 1
   CUSNAP_CARRIER=eager $bench --bytes "$bytes" --cycles 1 --modes shared

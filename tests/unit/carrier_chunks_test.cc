@@ -266,7 +266,7 @@ TEST(CarrierOptions, ReadFromTheEnvironment) {
     unsetenv(name);
   }
   CarrierOptions defaults = CarrierOptionsFromEnvironment();
-  EXPECT_EQ(defaults.pinning, CarrierPinning::kPipelined);
+  EXPECT_EQ(defaults.pinning, CarrierPinning::kKept);
   EXPECT_EQ(defaults.chunk_bytes, 64 * kMiB);
   EXPECT_TRUE(defaults.zero_scan);
   EXPECT_EQ(defaults.keep_bytes, SIZE_MAX);
@@ -292,7 +292,7 @@ TEST(CarrierOptions, ReadFromTheEnvironment) {
   setenv("CUSNAP_CARRIER_KEEP", "none", 1);
   setenv("CUSNAP_CARRY", "some", 1);
   CarrierOptions fallback = CarrierOptionsFromEnvironment();
-  EXPECT_EQ(fallback.pinning, CarrierPinning::kPipelined);
+  EXPECT_EQ(fallback.pinning, CarrierPinning::kKept);
   EXPECT_EQ(fallback.chunk_bytes, 64 * kMiB);
   EXPECT_EQ(fallback.keep_bytes, 0u);
   EXPECT_EQ(CarryScopeFromEnvironment(), CarryScope::kAll);

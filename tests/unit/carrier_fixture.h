@@ -138,14 +138,22 @@ class HostCarrierTest : public ::testing::Test {
     inject(entry, nth, result);
   }
 
+  // Options whose arena is registered only while bytes move (pipelined pinning; the default,
+  // kept, leaves it registered): the tests of registration and unregistration use these.
+  static CarrierOptions RegisteringPerCycle() {
+    CarrierOptions options;
+    options.pinning = CarrierPinning::kPipelined;
+    return options;
+  }
+
   // Saves a 2 MiB allocation, replaces it, fails a Load on `entry` with `result` (its
   // message naming `what`), then loads again: the retry brings the saved bytes back and
-  // leaves the arena unregistered.
+  // leaves the arena unregistered (RegisteringPerCycle).
   void LoadRunsAgainAfter(const char* entry, CUresult result, const char* what) {
     AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
     const auto pattern = Pattern(a.size, 0x8888);
     Write(a, pattern);
-    HostCarrier carrier(api, CarrierMode::kLazy);
+    HostCarrier carrier(api, RegisteringPerCycle());
     const CarrierSlot slots[] = {Slot(a)};
     ASSERT_TRUE(carrier.Save(slots).ok());
     Replace(a);

@@ -61,11 +61,29 @@ TEST_F(HostCarrierTest, BytesOfTwoDevicesAndHostNumaRoundTrip) {
 
 TEST_F(HostCarrierTest, ArenaIsRegisteredOnlyWhileBytesMove) {
   AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
-  HostCarrier carrier(api, CarrierMode::kLazy);
+  HostCarrier carrier(api, RegisteringPerCycle());
   const CarrierSlot slots[] = {Slot(a)};
   ASSERT_TRUE(carrier.Save(slots).ok());
   // Unregistered before the native checkpoint (DRIVER-FACTS "Speeds").
   EXPECT_EQ(HostFlagsResult(carrier, a), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(HostCarrierTest, TheDefaultKeepsTheArenaRegisteredAcrossCycles) {
+  // Kept pinning (the default, docs/MEASURED.md M11): registered once, still registered
+  // after the save and after the load, so the next cycle registers nothing.
+  AppAllocation& a = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  const auto pattern = Pattern(a.size, 0x4242);
+  Write(a, pattern);
+  HostCarrier carrier(api, CarrierOptions{});
+  const CarrierSlot slots[] = {Slot(a)};
+  ASSERT_TRUE(carrier.Save(slots).ok());
+  EXPECT_EQ(HostFlagsResult(carrier, a), CUDA_SUCCESS);
+  Replace(a);
+  const CarrierSlot fresh[] = {Slot(a)};
+  Result<CarrierTransfer> loaded = carrier.Load(fresh);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(Read(a), pattern);
+  EXPECT_EQ(HostFlagsResult(carrier, a), CUDA_SUCCESS);
 }
 
 TEST_F(HostCarrierTest, ArenaIsReusedAcrossCyclesAndOnlyGrows) {

@@ -57,7 +57,7 @@ CarrierOptions CarrierOptionsFromEnvironment() {
     } else if (strcmp(pin, "transfer") == 0) {
       options.pinning = CarrierPinning::kTransfer;
     } else {
-      Unreadable("CUSNAP_CARRIER_PIN", pin, "pipelined (it is 'pipelined', 'kept' or 'transfer')");
+      Unreadable("CUSNAP_CARRIER_PIN", pin, "kept (it is 'kept', 'pipelined' or 'transfer')");
     }
   }
   if (const char* chunk = Setting("CUSNAP_CARRIER_CHUNK_MIB")) {
