@@ -13,8 +13,9 @@
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
 #   workload_images workload_nccl_native multicast_forward workload_multicast carry_bench
-#   driver_facts_visible driver_facts_ipc legacy_ipc_shim
-#   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine)
+#   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc shim_overhead
+#   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc and
+#   shim_overhead need one GPU and PyTorch, and skip (77) without them)
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -22,6 +23,10 @@
 #   GPU_BUDGET_S            seconds for the whole run (default 540); a test gets what is left
 #   CUSNAP_ALLOW_MULTICAST  multicast tests run only when 1 (never on this project's machines)
 #   GPU_CARRY_BYTES         carry_bench's bytes per process (default 4G; two processes on one GPU)
+#   GPU_TORCH_IPC_CYCLES    torch_ipc's checkpoint + restore cycles (default 2; GPU_TORCH_IPC_MIB,
+#                           default 64, the large shared tensor)
+#   GPU_OVERHEAD_ARGS       more arguments for bench/gpu_shim_overhead.py (shim_overhead), e.g.
+#                           "--repeats 5 --steps 200"
 #   GPU_RING_RANKS          share_ring's process counts, one job after another (default "2 4 8";
 #                           GPU_RING_ALLOCATIONS per process, default 8, of GPU_RING_BYTES, 2M)
 #   CUSNAP_GPU_SIM=1        run on the simulated driver (<build>/simcuda) instead: a check of
@@ -71,7 +76,7 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
            workload_images workload_nccl_native multicast_forward workload_multicast carry_bench
-           driver_facts_visible driver_facts_ipc legacy_ipc_shim)
+           driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc shim_overhead)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -317,6 +322,44 @@ t_legacy_ipc_shim() {
     --gpus "${GPU_LEGACY_IPC_GPUS:-1}"
 }
 
+# Issue 14, PyTorch: a producer under `cusnap run` passes CUDA tensors (default caching
+# allocator: legacy IPC of cudaMalloc segments) to a consumer it spawned through a
+# torch.multiprocessing Queue; two checkpoint + restore cycles of the tree, both sides read the
+# kept values and each other's writes exactly, every process exits 0. One GPU is enough.
+# pytest's own skip would count as a pass here: the body says SKIP (77) first when python3 has
+# no torch or torch no GPU.
+t_torch_ipc() {
+  torch_gpu_or_skip || exit 77
+  export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/torch_ipc
+  mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_torch_ipc.py"
+}
+
+# Issue 15: the shim's running cost on a PyTorch job (docs/MEASURED.md M14): training step time
+# and cudaMalloc / cudaFree latency, plain and under `cusnap run`, in one command; every child
+# under a timeout; one "SHIM OVERHEAD:" line. Exit 77 (SKIP) without torch or a GPU.
+t_shim_overhead() {
+  # shellcheck disable=SC2086 # GPU_OVERHEAD_ARGS is a list of arguments
+  python3 "$CUSNAP_GPU_SRC/bench/gpu_shim_overhead.py" --build "$CUSNAP_GPU_BUILD" ${GPU_OVERHEAD_ARGS:-}
+}
+
+# torch_gpu_or_skip: fails with a "SKIP: ..." line when python3 cannot import torch or torch
+# sees no GPU (bounded: never waits more than two minutes).
+torch_gpu_or_skip() {
+  local why
+  why=$(env -u LD_PRELOAD timeout -k 10 120 python3 -c '
+import sys
+try:
+    import torch
+except ImportError as e:
+    sys.exit(f"torch cannot be imported ({e})")
+if not torch.cuda.is_available():
+    sys.exit(f"torch {torch.__version__} sees no CUDA GPU")
+' 2>&1) && return 0
+  echo "SKIP: ${why:-the torch probe timed out}" | tail -n 1
+  return 1
+}
+
 # CUSNAP_ALLOW_MULTICAST=1 (the caller checks); the test file lifts the no-multicast setting.
 t_workload_multicast() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_multicast.py"
@@ -337,6 +380,7 @@ t_carry_bench() {
   CUSNAP_CARRIER=eager $bench --bytes "$bytes" --cycles 1 --modes shared
 }
 export PYTEST
+export -f torch_gpu_or_skip t_torch_ipc t_shim_overhead
 export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
@@ -399,19 +443,41 @@ selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts
 
 selected driver_facts_ipc && run_test driver_facts_ipc 180 t_driver_facts_ipc
 selected legacy_ipc_shim && run_test legacy_ipc_shim 300 t_legacy_ipc_shim
+for name in torch_ipc shim_overhead; do
+  selected "$name" || continue
+  if [[ $CUSNAP_GPU_SIM == 1 ]]; then
+    record "$name" SKIP "PyTorch needs real GPUs (CUSNAP_GPU_SIM=1)"
+    continue
+  fi
+  case $name in
+    torch_ipc) run_test torch_ipc 300 t_torch_ipc ;;
+    shim_overhead) run_test shim_overhead 420 t_shim_overhead ;;
+  esac
+done
 
 rm -rf "$CUSNAP_GPU_CTL"
 # The workloads' checkpoint and restore phase lines, gathered for the report.
-workload_logs=("$OUT"/tests/workload_*.log)
-if [[ -f ${workload_logs[0]} ]]; then
+shopt -s nullglob
+workload_logs=("$OUT"/tests/workload_*.log "$OUT"/tests/torch_ipc*.log)
+shopt -u nullglob
+phase_lines=""
+((${#workload_logs[@]})) && phase_lines=$(grep -ho "WORKLOAD .*" "${workload_logs[@]}")
+if [[ -n $phase_lines ]]; then
   say ""
   say "==== workload phase lines (cusnap checkpoint / restore per cycle; native-only result)"
-  grep -ho "WORKLOAD .*" "${workload_logs[@]}" | while IFS= read -r line; do say "$line"; done
+  while IFS= read -r line; do say "$line"; done <<<"$phase_lines"
 fi
 if selected share_ring && [[ -f $OUT/tests/share_ring.log ]]; then
   say ""
   say "==== share_ring phase times (ms) by number of processes"
   grep -ho "RING N=.*" "$OUT/tests/share_ring.log" | while IFS= read -r line; do say "$line"; done
+fi
+overhead_lines=""
+[[ -f $OUT/tests/shim_overhead.log ]] && overhead_lines=$(grep -h "^SHIM \(RATIO\|OVERHEAD\)" "$OUT/tests/shim_overhead.log")
+if selected shim_overhead && [[ -n $overhead_lines ]]; then
+  say ""
+  say "==== the shim's running cost on PyTorch (bench/gpu_shim_overhead.py)"
+  while IFS= read -r line; do say "$line"; done <<<"$overhead_lines"
 fi
 say ""
 say "==== results ($((SECONDS - START_S)) s; full log $LOG)"
