@@ -398,13 +398,16 @@ def main():
         parser.error("--build is required")
     if os.environ.get("CUSNAP_GPU_SIM") == "1":
         log("SKIP: PyTorch needs a real GPU (CUSNAP_GPU_SIM=1)")
+        log("SHIM OVERHEAD: not measured (CUSNAP_GPU_SIM=1)")
         return SKIP_STATUS
     runner = Runner(args)
     try:
         status, probe, output = runner.run("probe", "plain", "probe plain")
         if status == SKIP_STATUS:
             skip = [line for line in output.splitlines() if line.startswith("SKIP: ")]
-            log(skip[0] if skip else "SKIP: the probe found no torch or no GPU")
+            why = skip[0] if skip else "SKIP: the probe found no torch or no GPU"
+            log(why)
+            log(f"SHIM OVERHEAD: not measured ({why[len('SKIP: '):]})")
             return SKIP_STATUS
         if probe is None:
             log("SHIM OVERHEAD: FAILED: the probe child (import torch, a GPU) did not report")

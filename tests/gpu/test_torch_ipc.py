@@ -166,7 +166,9 @@ class TorchIpcJob:
         cudaIpcOpenMemHandle calls were served by the shim."""
         done = h.run([h.program("cusnap"), "status", "--pid", self.job.pid, "--json"], 60, self.cli_env, check=False)
         assert done.returncode == 0, f"cusnap status --pid {self.job.pid} --json exited with {done.returncode}"
-        status = json.loads(done.stdout)
+        start = done.stdout.find("{")  # stderr is merged in: the document is what starts at "{"
+        assert start >= 0, f"cusnap status --json printed no JSON document:\n{done.stdout}"
+        status, _ = json.JSONDecoder().raw_decode(done.stdout[start:])
         listed = {p.get("pid"): p for p in status.get("participants", [])}
         tree = [self.job.pid] + h.descendants(self.job.pid)
         for pid in tree:
