@@ -50,6 +50,10 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 SKIP_STATUS = 77
 CHILD_TAG = "SHIM CHILD "
 MODELS = ("mlp", "transformer")
+# The granularity-rounding probe of the malloc child: this many raw allocations of this many
+# bytes held at once.
+SMALL_COUNT = 256
+SMALL_BYTES = 4096
 
 
 def log(text):
@@ -165,6 +169,11 @@ def child_train(args):
                                   "params": sum(p.numel() for p in model.parameters())}
         del model, opt, x
     report["max_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
+    # Device memory in use while the caching allocator still holds its segments (issue 14:
+    # what serving cudaMalloc by granularity-rounded VMM allocations costs on a real job).
+    free_bytes, total_bytes = torch.cuda.mem_get_info(dev)
+    report["device_used_bytes"] = total_bytes - free_bytes
+    report["reserved_bytes"] = torch.cuda.memory_reserved(dev)
     print(CHILD_TAG + json.dumps(report), flush=True)
     return 0
 
@@ -246,6 +255,22 @@ def child_malloc(args):
         report["sizes"][size_name(size)] = {
             "malloc_us": median(alloc), "malloc_us_p90": p90(alloc), "free_us": median(free),
             "free_us_p90": p90(free), "torch_empty_us": median(t_alloc), "torch_del_us": median(t_free)}
+    # The worst case of granularity rounding: many small raw allocations held at once (the
+    # driver packs them; the shim gives each its own VMM allocation). Device memory in use
+    # before and while SMALL_COUNT of SMALL_BYTES are held.
+    torch.cuda.synchronize(dev)
+    before = torch.cuda.mem_get_info(dev)[0]
+    held = []
+    for _ in range(SMALL_COUNT):
+        ptr = ctypes.c_void_p() if raw.runtime else ctypes.c_uint64()
+        alloc = raw.lib.cudaMalloc if raw.runtime else raw.lib.cuMemAlloc_v2
+        if alloc(ctypes.byref(ptr), SMALL_BYTES) != 0:
+            break
+        held.append(ptr)
+    report["small_held"] = len(held)
+    report["small_device_bytes"] = before - torch.cuda.mem_get_info(dev)[0]
+    for ptr in held:
+        (raw.lib.cudaFree if raw.runtime else raw.lib.cuMemFree_v2)(ptr)
     print(CHILD_TAG + json.dumps(report), flush=True)
     return 0
 
@@ -480,6 +505,13 @@ def measure(args, runner, probe):
             losses_same = same if losses_same is None else (losses_same and same)
             log(f"SHIM RATIO {model} final loss plain {sorted(losses['plain'])} shim {sorted(losses['shim'])}: "
                 f"{'the same bits' if same else 'DIFFERENT'}")
+    used = [med("train", v, lambda r: r["device_used_bytes"]) for v in ("plain", "shim")]
+    reserved = [med("train", v, lambda r: r["reserved_bytes"]) for v in ("plain", "shim")]
+    small = [med("malloc", v, lambda r: r["small_device_bytes"]) for v in ("plain", "shim")]
+    log(f"SHIM RATIO device memory in use after training (torch reserved {reserved[0] / 2**20:.0f} / "
+        f"{reserved[1] / 2**20:.0f} MiB) {ratio_text(used[0] / 2**20, used[1] / 2**20, 'MiB', 1)}; "
+        f"{SMALL_COUNT} raw allocations of {SMALL_BYTES} bytes held at once "
+        f"{ratio_text(small[0] / 2**20, small[1] / 2**20, 'MiB', 1)}")
     init = [median([r["init_s"] for k in ("train", "malloc") for r in reports[(k, v)]]) for v in ("plain", "shim")]
     log(f"SHIM RATIO CUDA init (first torch CUDA tensor) {ratio_text(*init, 's')}")
     sizes = [size_name(parse_size(s)) for s in args.malloc_sizes.split(",") if s]
@@ -500,7 +532,10 @@ def measure(args, runner, probe):
         log(f"SHIM FAILED: {failure}")
     log("SHIM OVERHEAD: " + "; ".join(parts) + "; cudaMalloc " + ", ".join(malloc_parts) + "; cudaFree "
         + ", ".join(free_parts) + "; torch.empty+del uncached " + ", ".join(torch_parts)
-        + f"; CUDA init {ratio_text(*init, 's')}; losses "
+        + f"; CUDA init {ratio_text(*init, 's')}; device memory after training "
+        + ratio_text(used[0] / 2**20, used[1] / 2**20, 'MiB', 1)
+        + f"; {SMALL_COUNT} x {SMALL_BYTES} B held " + ratio_text(small[0] / 2**20, small[1] / 2**20, 'MiB', 1)
+        + "; losses "
         + ("same" if losses_same else "-" if losses_same is None else "DIFFER")
         + "; medians of " + ", ".join(f"{n} {kv}" for kv, n in counts.items())
         + f" runs; {len(runner.timeouts)} timed out"

@@ -32,9 +32,10 @@ using SequenceRun = std::function<coord::CommandReport(
 int Drive(const char* command, const Target& target, bool json, size_t phases,
           int refused, const SequenceRun& run);
 
-/// Parses `--device-map` text into `out` (empty text: none); false after saying on stderr
-/// why it cannot be read (a usage error).
-bool ParseDeviceMapArg(const std::string& text, std::vector<coord::DevicePair>& out);
+/// Parses `--device-map` text of `command` ("restore", "recover") into `out` (empty text:
+/// none); false after saying on stderr why it cannot be read (a usage error).
+bool ParseDeviceMapArg(const char* command, const std::string& text,
+                       std::vector<coord::DevicePair>& out);
 
 /// Continues a held (stopped) job's processes before a restore (coordinator/hold.h); what
 /// cannot be continued is said on stderr.

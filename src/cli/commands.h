@@ -26,7 +26,8 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
 
 /// `recover`: finishes what an interrupted or failed checkpoint or restore left (coordinator.h,
 /// Recover): exit 0 when every survivor is active with its bytes.
-int RecoverCommand(const Target& target, const std::string& state_dir, bool json);
+int RecoverCommand(const Target& target, const std::string& state_dir,
+                   const std::string& device_map, bool json);
 
 /// `status`: participants, phase, allocations, bytes, failure text, each one's shim build;
 /// stale endpoint sockets listed, and removed when `prune`.

@@ -37,7 +37,7 @@ int DumpCommand(const DumpArgs& args) {
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json) {
   coord::ImagesRestoreOptions options;
   options.images_dir = images_dir;
-  if (!ParseDeviceMapArg(device_map, options.device_map)) return kExitUsage;
+  if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
   const std::string control_dir = ControlDir();
   options.control_dir = control_dir;
   options.discoverer_for = [control_dir](int root) {

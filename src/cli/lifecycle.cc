@@ -177,11 +177,12 @@ int CheckpointCommand(const Target& target, const std::string& state_dir,
                    coord::Interrupt& i) { return coord::Checkpoint(options, d, drv, o, &i); });
 }
 
-bool ParseDeviceMapArg(const std::string& text, std::vector<coord::DevicePair>& out) {
+bool ParseDeviceMapArg(const char* command, const std::string& text,
+                       std::vector<coord::DevicePair>& out) {
   if (text.empty()) return true;
   auto pairs = coord::ParseDeviceMap(text);
   if (!pairs) {
-    std::fprintf(stderr, "cusnap restore: --device-map: %s\n", pairs.error().message.c_str());
+    std::fprintf(stderr, "cusnap %s: --device-map: %s\n", command, pairs.error().message.c_str());
     return false;
   }
   out = std::move(*pairs);
@@ -191,15 +192,17 @@ bool ParseDeviceMapArg(const std::string& text, std::vector<coord::DevicePair>& 
 int RestoreCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
   coord::RestoreOptions options{state_dir, {}};
-  if (!ParseDeviceMapArg(device_map, options.device_map)) return kExitUsage;
+  if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
   ContinueHeld("restore", target);
   return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
                    coord::Interrupt& i) { return coord::Restore(options, d, drv, o, &i); });
 }
 
-int RecoverCommand(const Target& target, const std::string& state_dir, bool json) {
-  const coord::RecoverOptions options{state_dir};
+int RecoverCommand(const Target& target, const std::string& state_dir,
+                   const std::string& device_map, bool json) {
+  coord::RecoverOptions options{state_dir, {}};
+  if (!ParseDeviceMapArg("recover", device_map, options.device_map)) return kExitUsage;
   ContinueHeld("recover", target);
   return Drive("recover", target, json, coord::kRecoverPhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,

@@ -17,6 +17,13 @@ namespace {
 
 using cusnap::cli::Target;
 
+/// --device-map's help, for restore and recover.
+constexpr const char* kDeviceMapHelp =
+    "restore onto other GPUs: OLD=NEW pairs of GPU indices or UUIDs, e.g. 0=1,1=0 or "
+    "GPU-<uuid>=GPU-<uuid>; an index is the GPU's place in PCI bus order, the index "
+    "nvidia-smi prints, never an ordinal of a process's or this shell's "
+    "CUDA_VISIBLE_DEVICES; the map must be one-to-one over every GPU the job uses";
+
 /// Adds --pid / --all to `cmd`: exactly one of them when `required`, else at most one
 /// (neither: every endpoint in the control directory).
 void AddTarget(CLI::App* cmd, Target& target, bool required) {
@@ -113,12 +120,7 @@ int main(int argc, char** argv) {
                       "no --pid then");
   restore->add_option("--state-dir", rs_state_dir,
                       "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
-  restore->add_option("--device-map", device_map,
-                      "restore onto other GPUs: OLD=NEW pairs of GPU indices or UUIDs, e.g. "
-                      "0=1,1=0 or GPU-<uuid>=GPU-<uuid>; an index is the GPU's place in PCI bus "
-                      "order, the index nvidia-smi prints, never an ordinal of a process's or "
-                      "this shell's CUDA_VISIBLE_DEVICES; the map must be one-to-one over every "
-                      "GPU the job uses");
+  restore->add_option("--device-map", device_map, kDeviceMapHelp);
   restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
 
   cusnap::cli::DumpArgs dump_args;
@@ -135,7 +137,7 @@ int main(int argc, char** argv) {
   dump->add_flag("--json", dump_args.json, "print one JSON document instead of lines");
 
   Target rc_target;
-  std::string rc_state_dir;
+  std::string rc_state_dir, rc_device_map;
   bool rc_json = false;
   auto* recover = app.add_subcommand(
       "recover", "finish what an interrupted or failed checkpoint or restore left: roll every "
@@ -144,6 +146,9 @@ int main(int argc, char** argv) {
   recover->add_option("--state-dir", rc_state_dir,
                       "the checkpoint's state directory, to verify a roll forward against "
                       "(default $CUSNAP_STATE_DIR, else ./cusnap-state; missing: not verified)");
+  recover->add_option("--device-map", rc_device_map,
+                      std::string(kDeviceMapHelp) + "; used when the roll forward still has "
+                      "to restore natively (give the interrupted restore's map)");
   recover->add_flag("--json", rc_json, "print one JSON document instead of lines");
 
   Target st_target;
@@ -234,7 +239,8 @@ int main(int argc, char** argv) {
   }
   if (*recover) {
     if (int rc = CheckTargetArgs("recover", rc_target, recover, rc_state_dir); rc != 0) return rc;
-    return cusnap::cli::RecoverCommand(rc_target, cusnap::cli::StateDir(rc_state_dir), rc_json);
+    return cusnap::cli::RecoverCommand(rc_target, cusnap::cli::StateDir(rc_state_dir), rc_device_map,
+                                       rc_json);
   }
   if (*status) return cusnap::cli::StatusCommand(st_target, st_json, st_prune);
   if (*inspect && cusnap::coord::HasManifest(cusnap::cli::StateDir(inspect_dir))) {

@@ -360,7 +360,7 @@ CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& dis
   // than leave it half taken apart (the failure stays in the report).
   report.notes.push_back("a step after the point of no return failed: rolling the job forward "
                          "from what each process holds");
-  CommandReport recovered = Recover(RecoverOptions{options.state_dir}, discover, driver, observer);
+  CommandReport recovered = Recover(RecoverOptions{options.state_dir, {}}, discover, driver, observer);
   MergeInto(report, std::move(recovered));
   report.outcome = report.outcome == Outcome::kOk ? Outcome::kRolledForward
                                                   : Outcome::kFailedAfterChange;

@@ -127,6 +127,11 @@ struct RecoverOptions {
   /// forward is verified against it; when it is missing or another checkpoint's, the roll
   /// forward uses what the shims hold and says so.
   std::string state_dir;
+  /// Where a roll forward restores natively: the --device-map of the restore it finishes
+  /// (empty: the GPUs the checkpoint recorded). Needs the state file; applied only to the
+  /// participants the driver still holds checkpointed, checked against every participant's
+  /// GPUs at reallocate; not used by a roll back.
+  std::vector<DevicePair> device_map;
 };
 
 /// Finishes whatever a checkpoint or restore left (a command killed, a step failed, a

@@ -101,6 +101,7 @@ class RecoverSequence : Sequence {
         if (!id.checkpoint_id.empty()) recycle_id_ = id.checkpoint_id;
       }
       NameExited();
+      if (!options_.device_map.empty()) DecideDeviceMap(problems);
       if (std::all_of(now_.begin(), now_.end(), [](ShimState s) { return s == ShimState::kActive; }) &&
           !forward_) {
         Note("every participant is active: nothing to recover");
@@ -110,6 +111,23 @@ class RecoverSequence : Sequence {
       }
       return problems;
     });
+  }
+
+  /// decide, with --device-map: a roll forward restores natively onto the mapped GPUs
+  /// (Sequence::UseDeviceMap, against the state file: refused without it); a roll back keeps
+  /// the job where it is and says so.
+  void DecideDeviceMap(std::vector<std::string>& problems) {
+    if (!forward_) {
+      Note("before the point of no return: the job rolls back on the GPUs it runs on; the "
+           "device map is not used");
+      return;
+    }
+    if (!have_state_) {
+      problems.push_back("--device-map needs the checkpoint's state file, to know which GPUs "
+                         "the job used: give its --state-dir");
+      return;
+    }
+    UseDeviceMap(options_.device_map, state_, problems);
   }
 
   /// The participants of the checkpoint (state file) that are gone, and every allocation a
@@ -245,7 +263,7 @@ class RecoverSequence : Sequence {
     });
   }
 
-  bool NativeRestoreAll() { return !forward_ || NativeRestorePhase({}); }
+  bool NativeRestoreAll() { return !forward_ || NativeRestorePhase(gpu_pairs_); }
   bool NativeUnlockAll() { return !forward_ || NativeUnlockPhase(); }
 
   /// verify: against the state file when it is this checkpoint's (memory of exited creators

@@ -145,80 +145,9 @@ class RestoreSequence : Sequence {
                          "participant now (exited, or outside the given process tree)");
     }
     if (problems.empty() && !options_.device_map.empty()) {
-      auto uuids = driver_.DeviceUuids();
-      if (!uuids) {
-        problems.push_back(uuids.error().message);
-      } else if (auto pairs = ResolveDeviceMap(options_.device_map, *uuids, RecordedGpus());
-                 !pairs) {
-        problems.push_back(pairs.error().message);
-      } else {
-        gpu_pairs_ = std::move(*pairs);
-        for (const auto& p : gpu_pairs_) {
-          device_map_ += (device_map_.empty() ? "" : ",") + p.from + "=" + p.to;
-        }
-        AddRoomProblems(*uuids, problems);
-      }
+      UseDeviceMap(options_.device_map, state_, problems);
     }
     return problems;
-  }
-
-  /// Room on the GPUs the map moves memory onto (before the native restore, the first
-  /// destructive step: a native restore onto a full GPU leaves the process stuck for good):
-  /// each such GPU must have free at least the bytes of the device allocations the
-  /// participants created on the GPUs moved onto it (what reallocate creates there). Memory
-  /// the native restore brings back by itself (contexts, modules, memory the shim does not
-  /// own) comes on top and is not counted. A driver that cannot tell free memory skips it.
-  void AddRoomProblems(const std::vector<std::string>& machine,
-                       std::vector<std::string>& problems) {
-    std::vector<std::vector<std::pair<int, std::string>>> gpus;
-    std::vector<std::vector<std::pair<int, uint64_t>>> allocations;
-    for (const auto& p : state_.participants) {
-      auto& g = gpus.emplace_back();
-      for (const auto& ref : p.gpus) g.emplace_back(ref.ordinal, ref.uuid);
-      auto& a = allocations.emplace_back();
-      for (const auto& r : p.records) {
-        if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) &&
-            (r.flags & proto::kCreator) != 0 && r.location_type == CU_MEM_LOCATION_TYPE_DEVICE) {
-          a.emplace_back(r.location_id, r.object_size);
-        }
-      }
-    }
-    for (const auto& [uuid, needed] : BytesMovedOnto(gpu_pairs_, gpus, allocations)) {
-      auto free = driver_.DeviceFreeBytes(uuid);
-      if (!free) {
-        if (free.error().code != -2) problems.push_back(free.error().message);
-        continue;
-      }
-      if (*free >= needed) continue;
-      problems.push_back("the device map moves " + std::to_string(needed) + " bytes (" +
-                         MibText(needed) + ") of allocations onto GPU " +
-                         GpuIndexText(machine, uuid) + ", which has " + std::to_string(*free) +
-                         " bytes (" + MibText(*free) +
-                         ") free; free memory on it or choose another map");
-    }
-  }
-
-  /// "1 (GPU-...)": the GPU's index in the machine's order, and its UUID.
-  static std::string GpuIndexText(const std::vector<std::string>& machine,
-                                  const std::string& uuid) {
-    const auto at = std::find(machine.begin(), machine.end(), uuid);
-    return (at == machine.end() ? "?" : std::to_string(at - machine.begin())) + " (" + uuid + ")";
-  }
-
-  /// "40.00 MiB".
-  static std::string MibText(uint64_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-    return text;
-  }
-
-  /// The UUIDs of the devices the checkpoint's records name, every participant's together.
-  std::vector<std::string> RecordedGpus() const {
-    std::vector<std::string> uuids;
-    for (const auto& p : state_.participants) {
-      for (const auto& g : p.gpus) uuids.push_back(g.uuid);
-    }
-    return uuids;
   }
 
   /// restore: the native restore with the device map (Sequence::NativeRestorePhase).
@@ -256,7 +185,6 @@ class RestoreSequence : Sequence {
   const RestoreOptions& options_;
   StateFile state_;
   std::vector<const ParticipantState*> expected_;  ///< per participant index
-  std::vector<UuidPair> gpu_pairs_;                 ///< for the native restore
   bool needs_recovery_ = false;
 };
 
@@ -294,9 +222,10 @@ CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                          "or a participant exited): recovering it" +
                          std::string(options.device_map.empty()
                                          ? ""
-                                         : "; the device map is not applied by a recovery"));
-  MergeInto(report, Recover(RecoverOptions{options.state_dir}, discover, driver, observer,
-                            interrupt));
+                                         : ", with the device map where a native restore "
+                                           "is still due"));
+  MergeInto(report, Recover(RecoverOptions{options.state_dir, options.device_map}, discover,
+                            driver, observer, interrupt));
   return report;
 }
 

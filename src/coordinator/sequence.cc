@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 
 #include "common/ids.h"
@@ -171,6 +172,75 @@ bool Sequence::NativeStepPhase(const std::string& name, CUprocessState when,
 bool Sequence::NativeRestorePhase(const std::vector<UuidPair>& pairs) {
   return NativeStepPhase("restore", CU_PROCESS_STATE_CHECKPOINTED,
                          [&](int pid) { return driver_.Restore(pid, pairs); });
+}
+
+namespace {
+
+/// "1 (GPU-...)": the GPU's index in the machine's order, and its UUID.
+std::string GpuIndexText(const std::vector<std::string>& machine, const std::string& uuid) {
+  const auto at = std::find(machine.begin(), machine.end(), uuid);
+  return (at == machine.end() ? "?" : std::to_string(at - machine.begin())) + " (" + uuid + ")";
+}
+
+/// "40.00 MiB".
+std::string MibText(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
+}  // namespace
+
+void Sequence::UseDeviceMap(const std::vector<DevicePair>& map, const StateFile& state,
+                            std::vector<std::string>& problems) {
+  auto machine = driver_.DeviceUuids();
+  if (!machine) {
+    problems.push_back(machine.error().message);
+    return;
+  }
+  std::vector<std::string> recorded;  // every participant's GPUs together
+  std::vector<std::vector<std::pair<int, std::string>>> gpus;
+  std::vector<std::vector<std::pair<int, uint64_t>>> allocations;
+  for (const auto& p : state.participants) {
+    auto& g = gpus.emplace_back();
+    for (const auto& ref : p.gpus) {
+      recorded.push_back(ref.uuid);
+      g.emplace_back(ref.ordinal, ref.uuid);
+    }
+    // What reallocate creates: the device allocations each participant created.
+    auto& a = allocations.emplace_back();
+    for (const auto& r : p.records) {
+      if (r.kind == static_cast<uint32_t>(proto::RecordKind::kAllocation) &&
+          (r.flags & proto::kCreator) != 0 && r.location_type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        a.emplace_back(r.location_id, r.object_size);
+      }
+    }
+  }
+  auto pairs = ResolveDeviceMap(map, *machine, recorded);
+  if (!pairs) {
+    problems.push_back(pairs.error().message);
+    return;
+  }
+  gpu_pairs_ = std::move(*pairs);
+  device_map_.clear();
+  for (const auto& p : gpu_pairs_) {
+    device_map_ += (device_map_.empty() ? "" : ",") + p.from + "=" + p.to;
+  }
+  // Memory the native restore brings back by itself (contexts, modules, memory the shim does
+  // not own) comes on top and is not counted.
+  for (const auto& [uuid, needed] : BytesMovedOnto(gpu_pairs_, gpus, allocations)) {
+    auto free = driver_.DeviceFreeBytes(uuid);
+    if (!free) {
+      if (free.error().code != -2) problems.push_back(free.error().message);
+      continue;
+    }
+    if (*free >= needed) continue;
+    problems.push_back("the device map moves " + std::to_string(needed) + " bytes (" +
+                       MibText(needed) + ") of allocations onto GPU " +
+                       GpuIndexText(*machine, uuid) + ", which has " + std::to_string(*free) +
+                       " bytes (" + MibText(*free) + ") free; free memory on it or choose "
+                       "another map");
+  }
 }
 
 bool Sequence::NativeUnlockPhase() {

@@ -14,6 +14,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/interrupt.h"
 #include "coordinator/lease.h"
+#include "coordinator/state_file.h"
 #include "coordinator/topology.h"
 
 namespace cusnap::coord {
@@ -110,6 +111,15 @@ class Sequence {
   /// interrupted checkpoint needs no native restore). Participants the driver does not know
   /// (native_) and those that exited are skipped.
   bool NativeRestorePhase(const std::vector<UuidPair>& pairs);
+  /// A restore onto other GPUs (restore's and recover's --device-map): resolves `map` against
+  /// the machine's GPUs and the GPUs `state` recorded (ResolveDeviceMap) into gpu_pairs_ (for
+  /// NativeRestorePhase) and device_map_ (sent with kReallocate), and checks that each GPU the
+  /// map moves memory onto has free at least the bytes of the device allocations reallocate
+  /// creates there (a native restore onto a full GPU leaves the process stuck for good).
+  /// Each rule broken is appended to `problems` as one refusal naming the GPU (and the bytes
+  /// needed and free); a driver that cannot tell free memory skips the room check.
+  void UseDeviceMap(const std::vector<DevicePair>& map, const StateFile& state,
+                    std::vector<std::string>& problems);
   /// unlock: cuCheckpointProcessUnlock on every participant the driver reports LOCKED.
   bool NativeUnlockPhase();
   /// A native phase named `name`: `step(pid)` for every participant the driver knows, alive,
@@ -158,6 +168,8 @@ class Sequence {
   std::unique_ptr<LeaseKeeper> lease_;
   /// Per participant: it exited during the command (Ask found it gone). char: threads.
   std::vector<char> dead_;
+  /// The device map of a restore onto other GPUs, for the native restore (UseDeviceMap).
+  std::vector<UuidPair> gpu_pairs_;
   /// The device map of a restore onto other GPUs, sent with kReallocate
   /// (StepRequest::device_map); "" otherwise.
   std::string device_map_;

@@ -6,8 +6,12 @@
 // descriptor and the memory per physical GPU checked (JobTest::Cycle). Then the refusals
 // before anything changes (exit 5, the GPU named): incomplete, many-to-one, unknown target
 // index and UUID, and a target GPU without room for what the restore reallocates there.
+// Last, a restore onto swapped GPUs killed before and after its native restore: `cusnap
+// recover --device-map` finishes it on the GPUs the map names.
 #include <gmock/gmock.h>
 #include <nlohmann/json.hpp>
+
+#include <signal.h>
 
 #include <cstdlib>
 #include <map>
@@ -57,6 +61,25 @@ class CliJobVisible : public JobTest {
 
   Worker* rank0_ = nullptr;  ///< PinnedPair's ranks
   Worker* rank1_ = nullptr;
+
+  /// `cusnap <args> --state-dir <state>` with the job's target, SIGKILLed kSettleMs after a
+  /// line of its output starts with `after`.
+  Ran Killed(std::vector<std::string> args, const std::string& state, const std::string& after) {
+    args.insert(args.begin() + 1, target_.begin(), target_.end());
+    args.insert(args.end(), {"--state-dir", state});
+    return CusnapSignalled(args, after, SIGKILL, kSettleMs);
+  }
+
+  /// `cusnap recover` of the job with `extra`.
+  Ran Recover(const std::string& state, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"recover"};
+    args.insert(args.end(), target_.begin(), target_.end());
+    args.insert(args.end(), {"--state-dir", state});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Cusnap(args);
+  }
+
+  static constexpr int kSettleMs = 150;
 
   /// "a=b,b=a" from UUIDs.
   static std::string SwapByUuid(const std::string& a, const std::string& b) {
@@ -190,6 +213,57 @@ TEST_F(CliJobVisible, TargetGpuWithoutRoomRefused) {
   EXPECT_EQ(Stop(hog), 0);
   ASSERT_NO_FATAL_FAILURE(ExpectSuspended());
   ASSERT_NO_FATAL_FAILURE(Resume(state, before, {"--device-map", "0=1,1=0"}, kSwap));
+}
+
+// A restore onto swapped GPUs killed while its native restore is about to run (no process
+// restored natively yet): recover without the job's state file cannot know its GPUs and is
+// refused, nothing changed; `recover --device-map` with the state file restores every
+// process natively onto the GPUs the map names and finishes: the job runs on swapped GPUs.
+TEST_F(CliJobVisible, RestoreKilledBeforeItsNativeRestoreIsRecoveredOntoTheMappedGpus) {
+  PinnedPair(4, 6);
+  ASSERT_FALSE(HasFailure());
+  const std::string state = dir_ + "/state";
+  const Snapshot before = Suspend(state);
+  ASSERT_FALSE(HasFatalFailure());
+  // The killed command's lease outlives the test (cli_job_recover.cc says why).
+  cusnap_env_ = {"SIMCUDA_DELAYS=cuCheckpointProcessRestore:1500", "CUSNAP_LEASE_MS=600000"};
+  const Ran killed = Killed({"restore", "--device-map", "0=1,1=0"}, state, "match ");
+  cusnap_env_.clear();
+  EXPECT_EQ(killed.status, -1) << killed.out << killed.err;
+  ASSERT_NO_FATAL_FAILURE(ExpectSuspended());
+
+  const Ran no_state = Recover(dir_ + "/elsewhere", {"--device-map", "0=1,1=0"});
+  EXPECT_EQ(no_state.status, kExitRestoreRefused) << no_state.out << no_state.err;
+  EXPECT_THAT(no_state.err, HasSubstr("--device-map needs the checkpoint's state file"));
+  ASSERT_NO_FATAL_FAILURE(ExpectSuspended());
+
+  const Ran rc = Recover(state, {"--device-map", "0=1,1=0"});
+  ASSERT_EQ(rc.status, 0) << rc.out << rc.err;
+  EXPECT_THAT(rc.err, HasSubstr("rolling every participant forward"));
+  ASSERT_NO_FATAL_FAILURE(ExpectResumed(before, kSwap));
+  ASSERT_NO_FATAL_FAILURE(Cycle(state));  // and the job goes on where it now is
+}
+
+// The same restore killed after its native restore (the processes are on the swapped GPUs,
+// their shims not yet reallocated): `recover` given the interrupted restore's map again
+// (the README's advice) restores nobody natively a second time, checks that each process's
+// device 0 is the GPU the map moved it to, and finishes there.
+TEST_F(CliJobVisible, RestoreKilledAfterItsNativeRestoreIsRecoveredWhereItIs) {
+  PinnedPair(4, 6);
+  ASSERT_FALSE(HasFailure());
+  const std::string state = dir_ + "/state";
+  const Snapshot before = Suspend(state);
+  ASSERT_FALSE(HasFatalFailure());
+  cusnap_env_ = {"SIMCUDA_DELAYS=cuCheckpointProcessUnlock:1500", "CUSNAP_LEASE_MS=600000"};
+  const Ran killed = Killed({"restore", "--device-map", "0=1,1=0"}, state, "restore ");
+  cusnap_env_.clear();
+  EXPECT_EQ(killed.status, -1) << killed.out << killed.err;
+  for (Worker* w : Live()) EXPECT_EQ(NativeState(w->pid), kStateLocked) << w->name;
+
+  const Ran rc = Recover(state, {"--device-map", "0=1,1=0"});
+  ASSERT_EQ(rc.status, 0) << rc.out << rc.err;
+  EXPECT_THAT(rc.err, HasSubstr("rolling every participant forward"));
+  ASSERT_NO_FATAL_FAILURE(ExpectResumed(before, kSwap));
 }
 
 }  // namespace

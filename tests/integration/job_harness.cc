@@ -649,6 +649,10 @@ void JobTest::Resume(const std::string& state, const Snapshot& before,
   const Ran rs = Restore(state, restore_extra);
   ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
   EXPECT_THAT(rs.out, HasSubstr("restore: done"));
+  ExpectResumed(before, device_map);
+}
+
+void JobTest::ExpectResumed(const Snapshot& before, const std::map<int, int>& device_map) {
   // The memory moved between the physical GPUs (UsedBytes asks a fresh process, whose
   // ordinals are the physical GPUs); the workers' ordinals did not change.
   for (auto& [name, where] : device_allocations_) {

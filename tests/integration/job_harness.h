@@ -27,10 +27,12 @@ inline constexpr int kWaitMs = 90'000;
 
 /// Exit statuses of `cusnap` (src/cli/exit_codes.h).
 inline constexpr int kExitRefused = 3;
+inline constexpr int kExitFailedAfterChange = 4;
 inline constexpr int kExitRestoreRefused = 5;
 
 /// CUprocessState values (cuda.h) as `state <pid>` prints them.
 inline constexpr int kStateRunning = 0;
+inline constexpr int kStateLocked = 1;
 inline constexpr int kStateCheckpointed = 2;
 
 /// A finished `cusnap` command.
@@ -178,6 +180,9 @@ class JobTest : public ::testing::Test {
   void Resume(const std::string& state, const Snapshot& before,
               const std::vector<std::string>& restore_extra = {},
               const std::map<int, int>& device_map = {});
+  /// Resume's checks after a command that resumed the job (restore, recover) exited 0:
+  /// every byte, layout, memory per physical GPU moved by `device_map`, crossing writes.
+  void ExpectResumed(const Snapshot& before, const std::map<int, int>& device_map = {});
   /// Every participant's phase as `cusnap status --all --json` reports it.
   std::vector<std::string> Phases();
   /// What the native checkpoint API says about `pid` (CUprocessState), through a controller.

@@ -593,7 +593,7 @@ TEST_F(SequenceTest, QuiesceStillBusyAfterEveryTryIsRefusedByName) {
 TEST_F(SequenceTest, RecoverRollsBackBeforeThePointOfNoReturn) {
   processes_[0].phase = proto::ShimState::kSaved;
   processes_[1].phase = proto::ShimState::kQuiesced;
-  const auto report = coord::Recover({dir_}, FakeDiscoverer(processes_, job_), driver_, observer_);
+  const auto report = coord::Recover({dir_, {}}, FakeDiscoverer(processes_, job_), driver_, observer_);
   ASSERT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
   EXPECT_THAT(report.notes, Contains("before the point of no return: rolling every participant "
                                      "back"));
