@@ -114,18 +114,23 @@ std::vector<std::string> CommonOptions() {
 }  // namespace
 
 std::string WhyCriuCannotDump(int pid) {
+  // Every reason at once, so that one refusal tells the user all there is to change.
+  std::vector<std::string> why;
   if (OwnSessionId(pid) == 0) {
-    return "has its session leader outside its PID namespace, and CRIU cannot dump such a "
-           "process; start the job in a session of its own (`cusnap run` does when its own "
-           "session leader is outside, or `setsid cusnap run -- ...`)";
+    why.push_back("has its session leader outside its PID namespace, and CRIU cannot dump "
+                  "such a process; start the job in a session of its own (`cusnap run` does "
+                  "when its own session leader is outside, or `setsid cusnap run -- ...`)");
   }
   if (HoldsIoUring(pid)) {
-    return "holds an io_uring instance, which CRIU cannot dump (torchrun's agent, pt_elastic, "
-           "holds one in torch 2.11 whatever its rendezvous; start the ranks without it, one "
-           "process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, under "
-           "`cusnap run`, which sets USE_LIBUV=0: README \"Checkpoint to disk\")";
+    why.push_back("holds an io_uring instance, which CRIU cannot dump (torchrun's agent, "
+                  "pt_elastic, holds one in torch 2.11 whatever its rendezvous; start the ranks "
+                  "without it, one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and "
+                  "MASTER_PORT set, under `cusnap run`, which sets USE_LIBUV=0: README "
+                  "\"Checkpoint to disk\")");
   }
-  return "";
+  std::string text;
+  for (const auto& w : why) text += (text.empty() ? "" : "; and it ") + w;
+  return text;
 }
 
 Result<std::string> FindCriu() {
