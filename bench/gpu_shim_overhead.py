@@ -46,6 +46,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# The GPU tests' harness walks a process tree the same way a timed-out child is killed here.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "gpu"))
+from gpu_harness import descendants  # noqa: E402
+
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 SKIP_STATUS = 77
 CHILD_TAG = "SHIM CHILD "
@@ -276,28 +280,6 @@ def child_malloc(args):
 
 
 # ---- the parent ----------------------------------------------------------------------------------
-
-def descendants(pid):
-    """Pids under `pid`, deepest first (from /proc)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    order = []
-
-    def walk(p):
-        for c in children.get(p, []):
-            walk(c)
-            order.append(c)
-
-    walk(pid)
-    return order
-
 
 class Runner:
     def __init__(self, args):

@@ -55,6 +55,8 @@ except ImportError as e:  # the job says SKIP (77) in main()
 else:
     IMPORT_ERROR = ""
 
+from job_lines import JobLines
+
 MIB = 1 << 20
 SKIP_STATUS = 77
 
@@ -79,26 +81,16 @@ def consumer_salt(k):
     return 2000 + k
 
 
-class Role:
-    """One side of the job: its name, round, check counting and protocol lines."""
+class Role(JobLines):
+    """One side of the job: its name, round, check counting and protocol lines (both
+    processes share one stdout: JobLines)."""
 
     def __init__(self, name):
         self.name = name
-        self.round = 0
-        self.failed = 0
-
-    def say(self, text):
-        """One protocol line in a single write(2): both processes share one stdout, and a
-        write of at most PIPE_BUF bytes to a pipe is never interleaved with another."""
-        sys.stdout.flush()
-        sys.stderr.flush()
-        line = f"TI role={self.name} {text}".encode(errors="replace")[:4000] + b"\n"
-        os.write(1, line)
+        super().__init__(f"TI role={name}")
 
     def check(self, name, ok, detail=""):
-        if not ok:
-            self.failed += 1
-        self.say(f"round={self.round} CHECK {self.name}_{name} {'PASS' if ok else 'FAIL'} {detail}".rstrip())
+        super().check(f"{self.name}_{name}", ok, detail)
 
     def check_all(self, what, tensors, salt):
         """Every tensor holds pattern(salt) exactly (one CHECK per tensor)."""

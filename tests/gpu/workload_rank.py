@@ -51,11 +51,14 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from job_lines import JobLines
+
 MIB = 1 << 20
 
 
-class Rank:
-    """What every part needs: rank, world, device, and the check log."""
+class Rank(JobLines):
+    """What every part needs: rank, world, device, and the check log (the ranks share the
+    launcher's stdout pipe: JobLines)."""
 
     def __init__(self, args):
         self.args = args
@@ -63,21 +66,7 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.device = torch.device("cuda", self.local_rank)
-        self.round = 0
-        self.failed = 0
-
-    def say(self, text):
-        """One protocol line in a single write(2): both ranks share the launcher's stdout pipe,
-        and a write of at most PIPE_BUF (4096) bytes is never interleaved with another."""
-        sys.stdout.flush()
-        sys.stderr.flush()
-        line = f"WL rank={self.rank} {text}".encode(errors="replace")[:4000] + b"\n"
-        os.write(1, line)
-
-    def check(self, name, ok, detail=""):
-        if not ok:
-            self.failed += 1
-        self.say(f"round={self.round} CHECK {name} {'PASS' if ok else 'FAIL'} {detail}".rstrip())
+        super().__init__(f"WL rank={self.rank}")
 
     def sync(self):
         """Every rank's GPU work finished and every rank here (the next writes to a buffer
