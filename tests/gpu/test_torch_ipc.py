@@ -26,10 +26,8 @@ change the job.
 import importlib.util
 import json
 import os
-import queue
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -104,34 +102,17 @@ class TorchIpcJob:
         """Reads the job's output until both roles printed a line matching `pattern` (named
         group 'role'); fails when a role reports an error, the job ends, or on timeout; skips
         the test when the job said SKIP and exited 77."""
-        regex = re.compile(pattern)
-        seen = {}
-        deadline = time.monotonic() + timeout
-        while len(seen) < len(ROLES):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = sorted(set(ROLES) - set(seen))
-                raise AssertionError(f"torch-ipc: {missing} did not print {what} within {timeout} s")
-            try:
-                line = self.job.lines.get(timeout=min(left, 5.0))
-            except queue.Empty:
-                continue
-            if line is None:
-                self.job.lines.put(None)
-                status = self.job.process.wait()
-                if status == 77 and self.skipped:
-                    self.broken = self.skipped
-                    pytest.skip(self.skipped)
-                raise AssertionError(f"torch-ipc: the job ended (status {status}) before both roles printed {what}")
+        def on_line(line):
             if SKIP_LINE.match(line):
                 self.skipped = line.strip()
-            failed = ROLE_FAILED.search(line)
-            if failed:
-                raise AssertionError(f"torch-ipc: the {failed.group('role')} failed: {line.strip()}")
-            match = regex.search(line)
-            if match and match.group("role") in ROLES:
-                seen[match.group("role")] = match
-        return seen
+
+        def on_end(status):
+            if status == 77 and self.skipped:
+                self.broken = self.skipped
+                pytest.skip(self.skipped)
+
+        return wc.await_members(self.job, "torch-ipc", "role", ROLES, str, pattern, ROLE_FAILED, what, timeout,
+                                on_line=on_line, on_end=on_end)
 
     def wait_ready(self, k, timeout=ROUND_TIMEOUT_S):
         seen = self._await_roles(rf"TI role=(?P<role>\w+) pid=(?P<pid>\d+) READY {k}\b", f"READY {k}", timeout)

@@ -90,6 +90,43 @@ def gpu_placement(pids):
     return where
 
 
+def await_members(job, name, label, members, member_of, pattern, failed, what, timeout, on_line=None,
+                  on_end=None):
+    """Reads `job`'s output lines until each of `members` (ranks, roles) printed a line matching
+    `pattern`, whose named group `label` (turned into a member by `member_of`) says who; returns
+    {member: match}. Fails (AssertionError naming the job `name`) when a line matches `failed`
+    (group `label`: who failed), when the job ends first (`on_end(status)` is called before, and
+    may skip the test), or after `timeout` s. `on_line(line)` sees every line."""
+    regex = re.compile(pattern)
+    members = list(members)
+    seen = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < len(members):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = sorted(set(members) - set(seen))
+            raise AssertionError(f"{name}: {label}(s) {missing} did not print {what} within {timeout} s")
+        try:
+            line = job.lines.get(timeout=min(left, 5.0))
+        except queue.Empty:
+            continue
+        if line is None:
+            job.lines.put(None)
+            status = job.process.wait()
+            if on_end is not None:
+                on_end(status)
+            raise AssertionError(f"{name}: the job ended (status {status}) before every {label} printed {what}")
+        if on_line is not None:
+            on_line(line)
+        bad = failed.search(line)
+        if bad:
+            raise AssertionError(f"{name}: {label} {bad.group(label)} failed: {line.strip()}")
+        match = regex.search(line)
+        if match and member_of(match.group(label)) in members:
+            seen[member_of(match.group(label))] = match
+    return seen
+
+
 class Workload:
     """One torchrun job of workload_rank.py (one rank per GPU: `ranks`), driven cycle by
     cycle."""
@@ -151,29 +188,8 @@ class Workload:
     def _await_ranks(self, pattern, what, timeout):
         """Reads the job's output until every rank printed a line matching `pattern` (with a
         named group 'rank'); fails when a rank reports an error, the job ends, or on timeout."""
-        regex = re.compile(pattern)
-        seen = {}
-        deadline = time.monotonic() + timeout
-        while len(seen) < self.ranks:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = sorted(set(range(self.ranks)) - set(seen))
-                raise AssertionError(f"{self.name}: rank(s) {missing} did not print {what} within {timeout} s")
-            try:
-                line = self.job.lines.get(timeout=min(left, 5.0))
-            except queue.Empty:
-                continue
-            if line is None:
-                self.job.lines.put(None)
-                raise AssertionError(f"{self.name}: the job ended (status {self.job.process.wait()}) before "
-                                     f"every rank printed {what}")
-            failed = RANK_FAILED.search(line)
-            if failed:
-                raise AssertionError(f"{self.name}: rank {failed.group('rank')} failed: {line.strip()}")
-            match = regex.search(line)
-            if match:
-                seen[int(match.group("rank"))] = match
-        return seen
+        return await_members(self.job, self.name, "rank", range(self.ranks), int, pattern, RANK_FAILED,
+                             what, timeout)
 
     def wait_ready(self, k, timeout=ROUND_TIMEOUT_S):
         seen = self._await_ranks(rf"WL rank=(?P<rank>\d+) pid=(?P<pid>\d+) READY {k}\b", f"READY {k}", timeout)
