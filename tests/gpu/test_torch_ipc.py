@@ -89,12 +89,7 @@ class TorchIpcJob:
         self.check_round(0)
 
     def stop(self):
-        if self.job is None:
-            return
-        try:
-            self.job.kill()
-        except Exception as e:  # noqa: BLE001 - teardown must go on
-            h.log(f"torch-ipc: killing the job: {e}")
+        wc.stop_job(self.job, "torch-ipc")
 
     # ---- the handshake -----------------------------------------------------------------------
 

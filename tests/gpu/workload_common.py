@@ -90,6 +90,16 @@ def gpu_placement(pids):
     return where
 
 
+def stop_job(job, name):
+    """Kills `job` (an h.Job, or None) if it still runs; never raises: teardown must go on."""
+    if job is None:
+        return
+    try:
+        job.kill()
+    except Exception as e:  # noqa: BLE001 - teardown must go on
+        h.log(f"{name}: killing the job: {e}")
+
+
 def await_members(job, name, label, members, member_of, pattern, failed, what, timeout, on_line=None,
                   on_end=None):
     """Reads `job`'s output lines until each of `members` (ranks, roles) printed a line matching
@@ -176,12 +186,7 @@ class Workload:
 
     def stop(self):
         """Kills the job if it still runs (ranks first); never raises."""
-        if self.job is None:
-            return
-        try:
-            self.job.kill()
-        except Exception as e:  # noqa: BLE001 - teardown must go on
-            h.log(f"{self.name}: killing the job: {e}")
+        stop_job(self.job, self.name)
 
     # ---- the handshake ---------------------------------------------------------------------
 
