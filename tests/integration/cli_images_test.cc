@@ -20,7 +20,7 @@
 
 #include "cli_runner.h"
 #include "common/ids.h"
-#include "coordinator/criu.h"
+#include "criu_problem.h"
 #include "coordinator/images.h"
 #include "coordinator/proc.h"
 #include "coordinator/state_file.h"
@@ -195,22 +195,6 @@ pid_t ChildWithIoUring() {
   return child;
 }
 
-/// The criu program, or why none can run here (CRIU's own words).
-std::string CriuProblem() {
-  // scripts/fetch_criu.sh's build, when CUSNAP_CRIU does not name another one.
-  const std::string fetched = Env("CUSNAP_TEST_SOURCE_DIR") + "/.criu/bin/criu";
-  if (Env("CUSNAP_CRIU").empty() && ::access(fetched.c_str(), X_OK) == 0) {
-    ::setenv("CUSNAP_CRIU", fetched.c_str(), 1);
-  }
-  auto criu = coord::FindCriu();
-  if (!criu.ok()) return criu.error().message;
-  auto version = coord::CriuVersion(*criu);
-  if (!version.ok()) return version.error().message;
-  const Ran check = RunCommand(*criu + " check 2>&1 | grep -v RLIMIT_NOFILE", "/tmp");
-  if (check.out.find("Looks good") == std::string::npos) return *criu + " check: " + check.out;
-  return "";
-}
-
 /// The start of a command line that runs what follows as PID 1 of a new PID namespace (with
 /// a user namespace when not root), its session leader outside it; "" when this machine
 /// allows no new PID namespace.
@@ -291,12 +275,7 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
   ::mkdir(job_dir.c_str(), 0700);
-  // Descriptors this test inherited (ctest's log, open for writing) must not reach the job:
-  // CRIU restores an open regular file only at the size it had at the dump.
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    const int fd = std::atoi(e.path().filename().c_str());
-    if (fd > 2) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  }
+  KeepInheritedDescriptorsFromChildren();
   const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(out, 0);

@@ -1,19 +1,23 @@
-// The job of the images tests (cli_images_test.cc): two processes that share GPU memory and
-// talk to nothing outside their own tree, so that CRIU can take the tree to disk and bring it
-// back (`cusnap dump` / `cusnap restore --images-dir`). Started as
+// The job of the images tests (cli_images_test.cc, and the fault matrix's dump and images-
+// restore cases, tests/faults/): two processes that share GPU memory and talk to nothing
+// outside their own tree, so that CRIU can take the tree to disk and bring it back
+// (`cusnap dump` / `cusnap restore --images-dir`). Started as
 //
 //   cusnap run -- criu_job <dir> <MiB>
 //
-// The root forks a child before any CUDA call (each gets its own cusnap endpoint); the root
-// creates a POSIX-capable allocation of <MiB> on device 0, writes a pattern into it and sends
-// the ticket to the child over a socketpair (SCM_RIGHTS, common/socket.h); the child imports it and maps it on
-// device 1, and creates a private allocation of its own with another pattern. Both print
-// "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks every byte it
-// can see (the shared allocation through its own mapping, the child's own allocation), the
-// child writes a word into the shared allocation and the root reads it back through its own
-// mapping (the sharing is live again), and both print "PASS <role> <bytes checked>" or
-// "FAIL <role> <why>". The root exits 0 when both passed.
+// The root forks a child before any CUDA call (each gets its own cusnap endpoint); each prints
+// "PID <role> <pid>" (a test that kills one needs the child's pid). The root creates a
+// POSIX-capable allocation (1) of <MiB> on device 0, writes a pattern into it and sends the
+// ticket to the child over a socketpair (SCM_RIGHTS, common/socket.h); the child imports it
+// and maps it on device 1, and creates a private allocation (2) of its own with another
+// pattern. Both print "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks
+// every byte it can see (the child its own allocation first, then the shared one; the root the
+// shared one), printing "LOST <role> <allocation> <why>" for each allocation that does not
+// read back; the child writes a word into the shared allocation and the root reads it back
+// through its own mapping (the sharing is live again), and both print
+// "PASS <role> <bytes checked>" or "FAIL <role> <why>". The root exits 0 when both passed.
 #include <cuda.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,17 +78,20 @@ void Fill(CUdeviceptr va, uint64_t bytes, int which) {
   Check(cuMemcpyHtoD(va, host.data(), bytes), "cuMemcpyHtoD");
 }
 
-/// Bytes that hold the pattern (all of them, or Fail names the first wrong word).
-uint64_t Verify(CUdeviceptr va, uint64_t bytes, int which, uint64_t skip_word = ~uint64_t{0}) {
+/// Why the `bytes` at `va` do not all hold allocation `which`'s pattern (the first wrong word,
+/// or the copy's error); "" when they do.
+std::string Unlike(CUdeviceptr va, uint64_t bytes, int which) {
   std::vector<uint32_t> host(bytes / 4);
-  Check(cuMemcpyDtoH(host.data(), va, bytes), "cuMemcpyDtoH");
+  if (const CUresult rc = cuMemcpyDtoH(host.data(), va, bytes); rc != CUDA_SUCCESS) {
+    return "cuMemcpyDtoH failed: " + std::to_string(rc);
+  }
   for (uint64_t i = 0; i < host.size(); ++i) {
-    if (i != skip_word && host[i] != Pattern(which, i)) {
-      Fail("allocation " + std::to_string(which) + " word " + std::to_string(i) + " holds " +
-           std::to_string(host[i]) + ", expected " + std::to_string(Pattern(which, i)));
+    if (host[i] != Pattern(which, i)) {
+      return "word " + std::to_string(i) + " holds " + std::to_string(host[i]) + ", expected " +
+             std::to_string(Pattern(which, i));
     }
   }
-  return bytes;
+  return "";
 }
 
 void WaitForGo(const std::string& dir) {
@@ -116,6 +123,10 @@ int main(int argc, char** argv) {
   const pid_t child = ::fork();
   if (child < 0) return 1;
   role = child == 0 ? "child" : "root";
+  // A peer that died (the fault matrix kills one) must end in a FAIL line, not SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
+  std::printf("PID %s %d\n", role.c_str(), static_cast<int>(::getpid()));
+  std::fflush(stdout);
   const int sock = pair[child == 0 ? 1 : 0];
   ::close(pair[child == 0 ? 0 : 1]);
   const int device = child == 0 ? 1 : 0;
@@ -153,13 +164,26 @@ int main(int argc, char** argv) {
   std::printf("READY %s\n", role.c_str());
   std::fflush(stdout);
   WaitForGo(dir);
-  // After the restore: every byte, then a write by the child seen by the root.
+  // After the restore: every byte (each allocation on its own: a lost one does not hide the
+  // others), then a write by the child seen by the root.
   const uint64_t poke_word = 1024;
   const uint32_t poke = 0xC0FFEE42u;
-  uint64_t checked = Verify(shared_va, bytes, 1);
+  uint64_t checked = 0;
+  int lost = 0;
+  const auto check = [&](CUdeviceptr va, int which) {
+    if (const std::string why = Unlike(va, bytes, which); !why.empty()) {
+      std::printf("LOST %s %d %s\n", role.c_str(), which, why.c_str());
+      ++lost;
+    } else {
+      checked += bytes;
+    }
+  };
+  if (child == 0) check(own_va, 2);
+  check(shared_va, 1);
+  std::fflush(stdout);
+  if (lost > 0) Fail(std::to_string(lost) + " allocation(s) lost");
   char sync = 0;
   if (child == 0) {
-    checked += Verify(own_va, bytes, 2);
     Check(cuMemcpyHtoD(shared_va + poke_word * 4, &poke, 4), "cuMemcpyHtoD (poke)");
     if (::write(sock, "p", 1) != 1) Fail("cannot tell the root");
   } else {
