@@ -86,6 +86,28 @@ class CliImages : public OwnMachineTest {
     return images;
   }
 
+  /// The round trip of criu_job through CRIU (below).
+  void RoundTrip(const std::string& cli_dies_at);
+
+  /// An images directory as a dump whose CLI died once CRIU had run leaves it: MakeImages'
+  /// files with the pending manifest instead of the manifest, and, when `criu_finished`,
+  /// CRIU's last image and the last line of its log. `edit` as for MakeImages.
+  std::string MakeInterruptedDump(bool criu_finished,
+                                  const std::function<void(coord::Manifest&)>& edit = {}) {
+    const std::string images = MakeImages(edit);
+    auto m = coord::ReadManifest(images);
+    EXPECT_TRUE(m.ok());
+    if (!m.ok()) return images;
+    m->files.clear();  // a dump writes the pending manifest before CRIU writes any file
+    EXPECT_TRUE(coord::WritePendingManifest(images, *m).ok());
+    std::filesystem::remove(images + "/" + coord::kManifestFileName);
+    if (criu_finished) {
+      WriteAll(images + "/inventory.img", "inventory");
+      WriteAll(images + "/criu-dump.log", "(00.001) Writing stats\n(00.002) Dumping finished successfully\n");
+    }
+    return images;
+  }
+
   /// `restore --images-dir images` must refuse (exit 5) naming `cause`, leaving every file
   /// of the directory as it was and running no CRIU (it would have left its log).
   void ExpectRefused(const std::string& images, const std::string& cause,
@@ -167,6 +189,42 @@ TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
                 }),
                 "holds a dump of a job that is still running (pid " + std::to_string(self) +
                     ", dumped with --leave-running)");
+}
+
+TEST_F(CliImages, AnInterruptedDumpThatCriuDidNotFinishIsNamedAndRefused) {
+  const std::string images = MakeInterruptedDump(false);
+  const Ran in = Cusnap({"inspect", images});
+  EXPECT_EQ(in.status, 0) << in.err;
+  EXPECT_THAT(in.out, HasSubstr("interrupted dump: " + images + " holds no complete images (CRIU "
+                                "did not finish the dump: " + images + "/inventory.img, which it "
+                                "writes last, is missing); the job was not taken to disk"));
+  EXPECT_THAT(in.out, HasSubstr("job root pid 4194000"));
+  const auto doc = nlohmann::json::parse(Cusnap({"inspect", images, "--json"}).out);
+  EXPECT_TRUE(doc["pending"].get<bool>());
+  EXPECT_FALSE(doc["criu_finished"].get<bool>());
+  ExpectRefused(images, images + " holds a dump that was interrupted before it was complete "
+                        "(CRIU did not finish the dump: ");
+  // CRIU's last image without the log's last line is not complete either.
+  WriteAll(images + "/inventory.img", "inventory");
+  ExpectRefused(images, images + "/criu-dump.log does not say 'Dumping finished successfully'");
+}
+
+TEST_F(CliImages, AnInterruptedDumpThatCriuFinishedIsNamedAsRestorable) {
+  const std::string images = MakeInterruptedDump(true);
+  const Ran in = Cusnap({"inspect", images});
+  EXPECT_EQ(in.status, 0) << in.err;
+  EXPECT_THAT(in.out, HasSubstr("interrupted dump: " + images + " has CRIU's complete images but "
+                                "no manifest (the dump stopped after CRIU finished); 'cusnap "
+                                "restore --images-dir " + images + "' writes the manifest and "
+                                "restores the job"));
+  const auto doc = nlohmann::json::parse(Cusnap({"inspect", images, "--json"}).out);
+  EXPECT_TRUE(doc["pending"].get<bool>());
+  EXPECT_TRUE(doc["criu_finished"].get<bool>());
+  // The restore's checks run on the completed manifest, and a refusal still changes nothing
+  // (the manifest is written only once the restore goes ahead).
+  std::filesystem::remove_all(images);
+  ExpectRefused(MakeInterruptedDump(true, [](coord::Manifest& m) { m.driver = "NVIDIA 570"; }),
+                "was dumped under driver 'NVIDIA 570', this machine has 'simulated'");
 }
 
 /// A child that holds an io_uring instance (io_uring_setup's descriptor; the rings are not
@@ -266,7 +324,11 @@ TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
 }
 
-TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
+/// The round trip of criu_job through `dump` and `restore --images-dir`, every byte checked by
+/// the restored processes. With `cli_dies_at` ("<phase>:<when>", test_pause.h), the dump's CLI
+/// is killed (SIGKILL) at that boundary of the dump instead of finishing it; the restore must
+/// still bring the job back.
+void CliImages::RoundTrip(const std::string& cli_dies_at) {
 #if defined(__SANITIZE_ADDRESS__)
   // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
   // round trip runs on the release build instead (scripts/test.sh).
@@ -297,17 +359,31 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
   }
   ASSERT_EQ(count("READY"), 2u) << ReadAll(log);
 
-  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
-  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
-  EXPECT_THAT(dump.out, HasSubstr("save "));
-  EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
-  EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
+  if (cli_dies_at.empty()) {
+    const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+    ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+    EXPECT_THAT(dump.out, HasSubstr("save "));
+    EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
+    EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
+  } else {
+    // The pause knob stops the CLI at the boundary; the shell kills it once it has stopped.
+    const Ran killed = RunCommand(
+        "CUSNAP_TEST_PAUSE_AT=dump:" + cli_dies_at + " " + Env("CUSNAP_TEST_BIN_DIR") +
+            "/cusnap dump --pid " + std::to_string(job) + " --images-dir " + images +
+            " >/dev/null 2>&1 & cli=$!; until grep -q '^State:.*stopped' /proc/$cli/status; do "
+            "sleep 0.05; done; kill -KILL $cli; wait $cli; echo $?",
+        dir_);
+    ASSERT_EQ(killed.out, "137\n") << killed.err;
+    EXPECT_FALSE(coord::HasManifest(images));
+    EXPECT_TRUE(coord::HasPendingManifest(images));
+  }
   // The processes are gone: CRIU killed the tree (the root is our child: reap it, so its
   // pid is free for the restore).
   int status = 0;
   ASSERT_EQ(::waitpid(job, &status, 0), job);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  auto manifest = coord::ReadManifest(images);
+  auto manifest = cli_dies_at.empty() ? coord::ReadManifest(images)
+                                      : coord::ReadPendingManifest(images);
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
   ASSERT_EQ(manifest->participants.size(), 2u);
   EXPECT_EQ(manifest->participants[0].saved_bytes + manifest->participants[1].saved_bytes,
@@ -322,12 +398,17 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
     EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists after the dump";
   }
   const Ran in_out = Cusnap({"inspect", images});
-  EXPECT_THAT(in_out.out, HasSubstr("pages-"));
+  EXPECT_THAT(in_out.out, HasSubstr(cli_dies_at.empty() ? "pages-" : "CRIU's complete images"));
 
   const Ran restore = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(restore.status, 0) << restore.out << restore.err << ReadAll(images + "/criu-restore.log").substr(0, 4000);
   EXPECT_THAT(restore.out, HasSubstr("criu_restore"));
   EXPECT_THAT(restore.out, HasSubstr("verify"));
+  if (!cli_dies_at.empty()) {
+    EXPECT_THAT(restore.err, HasSubstr("holds a dump interrupted after CRIU finished it"));
+    EXPECT_TRUE(coord::HasManifest(images));
+    EXPECT_FALSE(coord::HasPendingManifest(images));
+  }
   // The restored processes are not our children: they check their bytes once told to go,
   // and say so in the log they kept writing.
   WriteAll(job_dir + "/go", "");
@@ -338,6 +419,14 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
   EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
   EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
+}
+
+TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
+
+TEST_F(CliImages, ADumpWhoseCliDiedOnceCriuFinishedIsCompletedByTheRestore) {
+  // The tree is gone once CRIU ran; the manifest was not written yet (issue 11 applied to
+  // the dump): the pending manifest lets the restore finish the dump.
+  RoundTrip("criu_dump:after");
 }
 
 }  // namespace
