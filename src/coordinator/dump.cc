@@ -276,7 +276,12 @@ class ImagesRestoreSequence : Sequence {
 
  private:
   Outcome Refused() { return Outcome::kRestoreRefused; }
-  Outcome Nested() { return nested_; }
+  /// The nested restore's outcome, except that its refusal comes after CRIU brought the
+  /// tree back: the job was changed (it runs again, released), and `cusnap restore` or
+  /// `recover` with the images directory as state directory finishes it.
+  Outcome Nested() {
+    return nested_ == Outcome::kRestoreRefused ? Outcome::kFailedAfterChange : nested_;
+  }
 
   /// check_images: the manifest, every file's size and SHA-256, driver, GPU count and
   /// models, the device map, and no running copy of the job (CheckImages).
@@ -329,6 +334,13 @@ class ImagesRestoreSequence : Sequence {
       for (const auto& p : manifest_.participants) pids.push_back(p.pid);
       const std::vector<uint64_t> inside = StartTimesSeenFrom(root_pid_, pids);
       for (size_t i = 0; i < pids.size(); ++i) {
+        if (IsZombie(pids[i])) {
+          // It died after the checkpoint and CRIU dumped it as the zombie it was. Without its
+          // identity back it reads as exited, and the restore recovers the others without it.
+          report_.notes.push_back("pid " + std::to_string(pids[i]) + " of the dump had exited "
+                                  "before CRIU dumped it: the job is restored without it");
+          continue;
+        }
         if (auto s = NoteRestored(pids[i], inside[i], manifest_.participants[i].start_time); !s) {
           return s.error();
         }
