@@ -8,6 +8,7 @@
 // is dumped (its processes gone), restored in new processes, and checks every byte itself.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -235,6 +236,9 @@ pid_t ChildWithIoUring() {
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(ready[0]);
+    // A session of its own: where this test's session leader is outside its PID namespace
+    // (CI runners), the dump would be refused for that first.
+    ::setsid();
     unsigned char params[120] = {};  // struct io_uring_params: 120 bytes, zero = defaults
     const long fd = ::syscall(__NR_io_uring_setup, 4, params);
     const char ok = fd >= 0 ? 1 : 0;
@@ -338,6 +342,9 @@ void CliImages::RoundTrip(const std::string& cli_dies_at) {
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
   ::mkdir(job_dir.c_str(), 0700);
   KeepInheritedDescriptorsFromChildren();
+  // The child is orphaned when CRIU kills the root; its pid must be free for the restore, and
+  // whoever adopts it may not reap (ctest as PID 1 of the namespace CI runs in): we do.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(out, 0);
@@ -389,10 +396,11 @@ void CliImages::RoundTrip(const std::string& cli_dies_at) {
   EXPECT_EQ(manifest->participants[0].saved_bytes + manifest->participants[1].saved_bytes,
             8u << 20);  // the root's shared allocation and the child's private one
                         // (CUSNAP_CARRY=all, the default, carries private allocations too)
-  // The child, reparented when the root died, is reaped by whoever adopted it: its pid must
-  // be free before CRIU can give it back.
+  // The child, reparented to us when the root died, is reaped: its pid must be free before
+  // CRIU can give it back.
   for (const auto& p : manifest->participants) {
     while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
+      ::waitpid(p.pid, nullptr, WNOHANG);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists after the dump";
