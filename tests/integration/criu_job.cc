@@ -13,8 +13,8 @@
 // pattern. Both print "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks
 // every byte it can see (the child its own allocation first, then the shared one; the root the
 // shared one), printing "LOST <role> <allocation> <why>" for each allocation that does not
-// read back; the child writes a word into the shared allocation and the root reads it back
-// through its own mapping (the sharing is live again), and both print
+// read back; once the root has checked, the child writes a word into the shared allocation
+// and the root reads it back through its own mapping (the sharing is live again), and both print
 // "PASS <role> <bytes checked>" or "FAIL <role> <why>". The root exits 0 when both passed.
 #include <cuda.h>
 #include <signal.h>
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "simcuda/introspection.h"
 
 namespace {
 
@@ -94,6 +95,41 @@ std::string Unlike(CUdeviceptr va, uint64_t bytes, int which) {
   return "";
 }
 
+/// Reads `expected` from the peer on `sock`, or Fails naming why not (a peer that died).
+void Await(int sock, char expected) {
+  char got = 0;
+  ssize_t n = -1;
+  while ((n = ::read(sock, &got, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1 || got != expected) {
+    Fail(std::string("the peer did not say '") + expected + "' (" +
+         (n < 0 ? std::strerror(errno) : n == 0 ? "end of stream" : "said '" + std::string(1, got) + "'") + ")");
+  }
+}
+
+/// CRIU_JOB_FAULT="<role>:<entry point>:<nth>:<CUresult>" (the fault matrix): in the process
+/// of that role, the nth call of the entry point, counted from its start, fails with that
+/// result. Armed right after the fork, before this process's first driver call; SIMCUDA_FAULTS
+/// cannot say which process, and both share the environment.
+void ArmFault() {
+  const char* spec = std::getenv("CRIU_JOB_FAULT");
+  if (spec == nullptr) return;
+  std::vector<std::string> f;
+  std::string part;
+  for (const char* c = spec;; ++c) {
+    if (*c == ':' || *c == '\0') {
+      f.push_back(part);
+      part.clear();
+      if (*c == '\0') break;
+    } else {
+      part += *c;
+    }
+  }
+  if (f.size() != 4) Fail(std::string("malformed CRIU_JOB_FAULT: ") + spec);
+  if (f[0] != role) return;
+  simcuda_test_inject_fault(f[1].c_str(), static_cast<unsigned>(std::stoul(f[2])), std::stoi(f[3]));
+}
+
 void WaitForGo(const std::string& dir) {
   const std::string go = dir + "/go";
   while (::access(go.c_str(), F_OK) != 0) ::usleep(20000);
@@ -127,6 +163,7 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   std::printf("PID %s %d\n", role.c_str(), static_cast<int>(::getpid()));
   std::fflush(stdout);
+  ArmFault();
   const int sock = pair[child == 0 ? 1 : 0];
   ::close(pair[child == 0 ? 0 : 1]);
   const int device = child == 0 ? 1 : 0;
@@ -182,15 +219,15 @@ int main(int argc, char** argv) {
   check(shared_va, 1);
   std::fflush(stdout);
   if (lost > 0) Fail(std::to_string(lost) + " allocation(s) lost");
-  char sync = 0;
+  // The root has checked the shared bytes before the child writes into them ("c"), and the
+  // child has written before the root reads its word ("p").
   if (child == 0) {
+    Await(sock, 'c');
     Check(cuMemcpyHtoD(shared_va + poke_word * 4, &poke, 4), "cuMemcpyHtoD (poke)");
     if (::write(sock, "p", 1) != 1) Fail("cannot tell the root");
   } else {
-    ssize_t got = -1;
-    while ((got = ::read(sock, &sync, 1)) < 0 && errno == EINTR) {
-    }
-    if (got != 1) Fail("the child did not write (" + std::string(got < 0 ? std::strerror(errno) : "end of stream") + ")");
+    if (::write(sock, "c", 1) != 1) Fail("cannot tell the child");
+    Await(sock, 'p');
     uint32_t seen = 0;
     Check(cuMemcpyDtoH(&seen, shared_va + poke_word * 4, 4), "cuMemcpyDtoH (poke)");
     if (seen != poke) Fail("the child's write is not seen: " + std::to_string(seen));
