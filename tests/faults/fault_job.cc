@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/ids.h"
+#include "coordinator/proc.h"
 #include "criu_problem.h"
 
 namespace faults {
@@ -81,13 +81,7 @@ std::string ReadText(const std::string& path) {
 }
 
 /// True when `pid` exists and is not a zombie.
-bool Running(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return false;
-  const size_t close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
+bool Running(pid_t pid) { return !cusnap::coord::ProcessExited(pid); }
 
 /// The images job's verdict lines in `log` for `role`: "PASS", "FAIL <why>" (the last word
 /// it says), and the allocations it lost with why.
