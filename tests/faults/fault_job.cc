@@ -44,6 +44,18 @@ std::string LastLine(const std::string& text) {
                      end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
+/// What a failed command said: its stderr lines, notes left out, joined (a recovery's last
+/// line alone only says that it failed).
+std::string Said(const std::string& err) {
+  std::istringstream in(err);
+  std::string said;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line.find(": note: ") != std::string::npos) continue;
+    said += (said.empty() ? "" : " | ") + line;
+  }
+  return said.empty() ? "(nothing printed)" : said;
+}
+
 /// pid -> phase, as `cusnap status --all --json` printed them.
 std::map<int, std::string> PhasesByPid(const std::string& json) {
   std::map<int, std::string> phases;
@@ -349,7 +361,7 @@ std::string FaultJob::RecoverInPlace(Verdict& v, const std::map<std::string, pid
     std::string states;
     for (const auto& s : seen) states += (states.empty() ? "" : ",") + s;
     v.problems.push_back("after the fault the job was " + states + "; 'cusnap " + v.recovery +
-                         "' exited " + std::to_string(rec.status) + ": " + LastLine(rec.err));
+                         "' exited " + std::to_string(rec.status) + ": " + Said(rec.err));
   }
   if (v.recovery.empty()) {
     const Ran after = Cusnap({"status", "--all"});
@@ -510,7 +522,7 @@ void FaultJob::JudgeImagesJob(Verdict& v, const std::string& killed, pid_t kille
     const Ran rec = Cusnap(CliArgs("restore-images"));
     if (rec.status != 0) {
       v.problems.push_back("the job's processes are gone; 'cusnap restore --images-dir' exited " +
-                           std::to_string(rec.status) + ": " + LastLine(rec.err));
+                           std::to_string(rec.status) + ": " + Said(rec.err));
     }
     said = rec.out + rec.err;
     live = LiveImagesJob();
