@@ -146,11 +146,12 @@ bool Sequence::DiscoverPhase() {
                              " (a stale endpoint of a reused pid?)"};
       }
       // Decided now, before anything changes: a process the driver does not know (it never
-      // initialized CUDA: CUDA_ERROR_INVALID_VALUE) gets no native calls. Any other error is
-      // the driver failing now; taken for "no CUDA", it would skip the native restore of a
-      // checkpointed process, whose next driver call then waits for ever.
+      // initialized CUDA) gets no native calls. The driver refuses such a process every time
+      // it is asked, so a failure is asked again: taken for "no CUDA", a failure that does
+      // not last would skip the native restore of a checkpointed process, whose next driver
+      // call then waits for ever.
       auto native = driver_.GetState(id->pid);
-      if (!native && native.error().code != CUDA_ERROR_INVALID_VALUE) return native.error();
+      if (!native) native = driver_.GetState(id->pid);
       native_[i] = native.ok() ? 1 : 0;
       identities_[i] = std::move(*id);
       return uint64_t{0};

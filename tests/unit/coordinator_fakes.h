@@ -170,7 +170,7 @@ class FakeDriver final : public coord::CheckpointDriver {
   Result<CUprocessState> GetState(int pid) override {
     std::lock_guard lock(mu_);
     auto it = states.find(pid);
-    if (fail_get_state.contains(pid)) {
+    if (fail_get_state.erase(pid) > 0) {  // once
       return Error{CUDA_ERROR_OUT_OF_MEMORY, "pid " + std::to_string(pid) +
                                                  ": cuCheckpointProcessGetState failed: "
                                                  "CUDA_ERROR_OUT_OF_MEMORY (2)"};
@@ -204,7 +204,7 @@ class FakeDriver final : public coord::CheckpointDriver {
 
   std::map<int, CUprocessState> states;
   std::set<int> fail_lock;
-  std::set<int> fail_get_state;  ///< pids whose GetState fails (the driver failing, not "no CUDA")
+  std::multiset<int> fail_get_state;  ///< pids whose next GetState fails (once per entry)
 
  private:
   Status Move(int pid, CUprocessState from, CUprocessState to) {
