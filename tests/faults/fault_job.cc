@@ -419,8 +419,14 @@ Verdict FaultJob::RunCase(const Case& c) {
       case Kind::kKillParticipant:
         killed = c.process;
         if (images) {
+          // Not necessarily our child (CRIU restores it under the root): it is not reaped
+          // here, so its death is waited for until /proc shows it, as Kill's reaping does.
           killed_pid = images_pids_.at(c.process);
           ::kill(killed_pid, SIGKILL);
+          const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kAnswerMs);
+          while (Running(killed_pid) && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
         } else {
           // A restore that falls back to recover pauses at read_state twice: the second
           // pause finds the participant dead already (pid -1) and keeps the first's pid.
