@@ -49,7 +49,9 @@ int DumpCommand(const DumpArgs& args);
 /// restore phase (coordinator/dump.h). Exit 5 refused (nothing changed).
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json);
 
-/// `inspect D` for an images directory: its manifest (and the state file's summary).
+/// `inspect D` for an images directory: its manifest (and the state file's summary); for a
+/// dump interrupted after CRIU ran (a pending manifest only), what it is and whether
+/// `restore --images-dir` can complete it. kExitError when neither can be read.
 int InspectImagesCommand(const std::string& images_dir, bool json);
 
 /// `inspect <state dir>`: what a checkpoint recorded. `state_dir` may also be the state file

@@ -53,22 +53,38 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
 }
 
 int InspectImagesCommand(const std::string& images_dir, bool json) {
-  auto manifest = coord::ReadManifest(images_dir);
+  // A manifest supersedes a pending one left beside it (the dump removes that one after).
+  const bool pending = !coord::HasManifest(images_dir);
+  auto manifest = pending ? coord::ReadPendingManifest(images_dir) : coord::ReadManifest(images_dir);
   if (!manifest) {
     std::fprintf(stderr, "cusnap inspect: %s\n", manifest.error().message.c_str());
     return kExitError;
   }
+  const std::string incomplete = pending ? coord::WhyCriuDumpIncomplete(images_dir) : "";
   if (json) {
     nlohmann::json doc = coord::ManifestToJson(*manifest);
+    doc["pending"] = pending;
+    if (pending) doc["criu_finished"] = incomplete.empty();
+    if (!incomplete.empty()) doc["why_incomplete"] = incomplete;
     if (auto state = coord::ReadStateFile(images_dir); state) doc["state"] = coord::StateToJson(*state);
     std::printf("%s\n", doc.dump(2).c_str());
     return kExitOk;
+  }
+  if (pending && incomplete.empty()) {
+    std::printf("interrupted dump: %s has CRIU's complete images but no manifest (the dump "
+                "stopped after CRIU finished); 'cusnap restore --images-dir %s' writes the "
+                "manifest and restores the job\n", images_dir.c_str(), images_dir.c_str());
+  } else if (pending) {
+    std::printf("interrupted dump: %s holds no complete images (%s); the job was not taken to "
+                "disk: if its processes still run, 'cusnap status' names their state\n",
+                images_dir.c_str(), incomplete.c_str());
   }
   const auto& m = *manifest;
   const std::time_t created = static_cast<std::time_t>(m.created_unix_s);
   char when[64] = "?";
   if (std::tm tm{}; ::gmtime_r(&created, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  std::printf("images: %s (manifest format %d)\n", images_dir.c_str(), m.format_version);
+  std::printf("images: %s (%smanifest format %d)\n", images_dir.c_str(),
+              pending ? "pending " : "", m.format_version);
   std::printf("written %s by %s with CRIU %s\n", when, m.cusnap_version.c_str(),
               m.criu_version.c_str());
   std::printf("driver %s, checkpoint %s, job root pid %d%s\n", m.driver.c_str(),
@@ -82,6 +98,7 @@ int InspectImagesCommand(const std::string& images_dir, bool json) {
     for (const auto& g : p.gpus) std::printf(" %s", g.c_str());
     std::printf("%s\n", p.gpus.empty() ? " no GPU" : "");
   }
+  if (pending) return kExitOk;  // its files are hashed when the dump is completed
   std::printf("%zu files, %s:\n", m.files.size(), FormatBytes(m.TotalBytes()).c_str());
   for (const auto& f : m.files) {
     std::printf("  %-28s %12llu  sha256 %s\n", f.name.c_str(),

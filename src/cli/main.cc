@@ -243,7 +243,8 @@ int main(int argc, char** argv) {
                                        rc_json);
   }
   if (*status) return cusnap::cli::StatusCommand(st_target, st_json, st_prune);
-  if (*inspect && cusnap::coord::HasManifest(cusnap::cli::StateDir(inspect_dir))) {
+  if (*inspect && (cusnap::coord::HasManifest(cusnap::cli::StateDir(inspect_dir)) ||
+                   cusnap::coord::HasPendingManifest(cusnap::cli::StateDir(inspect_dir)))) {
     return cusnap::cli::InspectImagesCommand(cusnap::cli::StateDir(inspect_dir), in_json);
   }
   if (*inspect) {

@@ -24,9 +24,15 @@ const char* Env(const char* name) {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-/// Runs `argv` with stdout and stderr to `out_path` (stdin from /dev/null); its exit status,
-/// 128+N for signal N, or -errno when it could not start.
+/// Runs `argv` with stdout and stderr to `out_path` (stdin from /dev/null), in a process group
+/// of its own; its exit status, 128+N for signal N, or -errno when it could not start.
 int Spawn(const std::vector<std::string>& argv, const std::string& out_path) {
+  // A Ctrl-C at the terminal signals the foreground group: cusnap decides what it means (past
+  // the point of no return, nothing), while CRIU would abandon a dump half written.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -38,8 +44,9 @@ int Spawn(const std::vector<std::string>& argv, const std::string& out_path) {
   for (auto& a : owned) args.push_back(a.data());
   args.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   if (rc != 0) return -rc;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -112,8 +112,9 @@ class DumpSequence : Sequence {
       if (!version) return {version.error().message};
       criu_version_ = *version;
       if (std::string why = CriuCannotDump(); !why.empty()) return {why};
-      if (HasManifest(Dir())) {
-        auto old = ReadManifest(Dir());
+      // A dump interrupted before its manifest was written is the dump of the job it names.
+      if (HasManifest(Dir()) || HasPendingManifest(Dir())) {
+        auto old = HasManifest(Dir()) ? ReadManifest(Dir()) : ReadPendingManifest(Dir());
         if (!old) return {old.error().message + "; cusnap does not overwrite it"};
         if (old->root_pid != options_.root_pid && Alive(old->root_pid, old->root_start_time)) {
           return {Dir() + " holds a dump of another job that is still running (pid " +
@@ -144,7 +145,9 @@ class DumpSequence : Sequence {
     return nested_ == Outcome::kOk;
   }
 
-  /// criu_dump: the tree to disk; bytes are the image files CRIU wrote. While CRIU runs,
+  /// criu_dump: the tree to disk; bytes are the image files CRIU wrote. The pending
+  /// manifest (images.h) goes first: once CRIU ran, the job's processes may be gone, and a
+  /// dump whose CLI died then must still be restorable. While CRIU runs,
   /// the observer hears how many bytes are on disk so far (the progress bar), against the
   /// carriers' bytes (the bulk of the images; the process memory beyond them is not known
   /// in advance, so the bar may fill before CRIU is done).
@@ -154,6 +157,9 @@ class DumpSequence : Sequence {
       for (const auto& ph : report_.phases) {
         if (ph.name == "save") expected = ph.bytes;
       }
+      auto pending = DescribeDump();
+      if (!pending) return pending.error();
+      if (auto s = WritePendingManifest(Dir(), *pending); !s) return s.error();
       std::atomic<bool> done{false};
       std::thread progress([&] {
         while (!done.load()) {
@@ -166,7 +172,12 @@ class DumpSequence : Sequence {
                               Dir(), "criu-dump.log");
       done = true;
       progress.join();
-      if (!dumped) return dumped.error();
+      if (!dumped) {
+        // CRIU resumes a tree it could not dump (it is restored in place next): what it
+        // left in the directory is no dump.
+        if (auto s = RemovePendingManifest(Dir()); !s) report_.notes.push_back(s.error().message);
+        return dumped.error();
+      }
       return ImageBytes(Dir());
     });
   }
@@ -176,34 +187,45 @@ class DumpSequence : Sequence {
   /// cache or disk).
   bool WriteManifestPhase() {
     return LocalPhase("write_manifest", [&]() -> Result<uint64_t> {
-      auto state = ReadStateFile(Dir());
-      if (!state) return state.error();
-      auto machine = ViewMachine(driver_);
-      if (!machine) return machine.error();
+      auto m = DescribeDump();
+      if (!m) return m.error();
       auto files = HashImageFiles(Dir());
       if (!files) return files.error();
-      Manifest m;
-      m.cusnap_version = options_.cusnap_version;
-      m.driver = machine->driver;
-      m.criu_version = criu_version_;
-      m.created_unix_s = static_cast<int64_t>(std::time(nullptr));
-      m.checkpoint_id = state->checkpoint_id;
-      m.root_pid = options_.root_pid;
-      m.root_start_time = root_start_;
-      m.left_running = options_.leave_running;
-      for (size_t i = 0; i < machine->uuids.size(); ++i) {
-        m.gpus.push_back(ImagesGpu{static_cast<int>(i), machine->uuids[i],
-                                   i < machine->models.size() ? machine->models[i] : ""});
-      }
-      for (const auto& p : state->participants) {
-        ImagesParticipant ip{p.pid, p.start_time, p.saved_bytes, {}};
-        for (const auto& g : p.gpus) ip.gpus.push_back(g.uuid);
-        m.participants.push_back(std::move(ip));
-      }
-      m.files = std::move(*files);
-      if (auto s = WriteManifest(Dir(), m); !s) return s.error();
-      return m.TotalBytes();
+      m->files = std::move(*files);
+      if (auto s = WriteManifest(Dir(), *m); !s) return s.error();
+      // The manifest supersedes it (a pending manifest left beside one is ignored).
+      if (auto s = RemovePendingManifest(Dir()); !s) report_.notes.push_back(s.error().message);
+      return m->TotalBytes();
     });
+  }
+
+  /// The manifest of this dump without its files: the state file the checkpoint wrote, the
+  /// machine's GPUs and driver, CRIU's version, the job's root. Errors: the state file's
+  /// (ReadStateFile), the driver's (ViewMachine).
+  Result<Manifest> DescribeDump() {
+    auto state = ReadStateFile(Dir());
+    if (!state) return state.error();
+    auto machine = ViewMachine(driver_);
+    if (!machine) return machine.error();
+    Manifest m;
+    m.cusnap_version = options_.cusnap_version;
+    m.driver = machine->driver;
+    m.criu_version = criu_version_;
+    m.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+    m.checkpoint_id = state->checkpoint_id;
+    m.root_pid = options_.root_pid;
+    m.root_start_time = root_start_;
+    m.left_running = options_.leave_running;
+    for (size_t i = 0; i < machine->uuids.size(); ++i) {
+      m.gpus.push_back(ImagesGpu{static_cast<int>(i), machine->uuids[i],
+                                 i < machine->models.size() ? machine->models[i] : ""});
+    }
+    for (const auto& p : state->participants) {
+      ImagesParticipant ip{p.pid, p.start_time, p.saved_bytes, {}};
+      for (const auto& g : p.gpus) ip.gpus.push_back(g.uuid);
+      m.participants.push_back(std::move(ip));
+    }
+    return m;
   }
 
   /// With --leave-running: every restore phase, in place (the processes never left).
@@ -254,13 +276,28 @@ class ImagesRestoreSequence : Sequence {
 
  private:
   Outcome Refused() { return Outcome::kRestoreRefused; }
-  Outcome Nested() { return nested_; }
+  /// The nested restore's outcome, except that its refusal comes after CRIU brought the
+  /// tree back: the job was changed (it runs again, released), and `cusnap restore` or
+  /// `recover` with the images directory as state directory finishes it.
+  Outcome Nested() {
+    return nested_ == Outcome::kRestoreRefused ? Outcome::kFailedAfterChange : nested_;
+  }
 
   /// check_images: the manifest, every file's size and SHA-256, driver, GPU count and
   /// models, the device map, and no running copy of the job (CheckImages).
   bool CheckAll() {
     return CheckPhase("check_images", [&]() -> std::vector<std::string> {
       auto manifest = ReadManifest(options_.images_dir);
+      if (!manifest && manifest.error().code == ENOENT && HasPendingManifest(options_.images_dir)) {
+        // A dump whose CLI died once CRIU had run: complete when CRIU finished (its manifest
+        // is written at criu_restore, the first change), refused naming why otherwise.
+        manifest = CompleteInterruptedDump(options_.images_dir);
+        complete_dump_ = manifest.ok();
+        if (complete_dump_) {
+          report_.notes.push_back(options_.images_dir + " holds a dump interrupted after CRIU "
+                                  "finished it: its manifest is written from CRIU's images");
+        }
+      }
       if (!manifest) return {manifest.error().message};
       manifest_ = std::move(*manifest);
       auto machine = ViewMachine(driver_);
@@ -281,6 +318,10 @@ class ImagesRestoreSequence : Sequence {
   /// image files CRIU read. A failed CRIU restore leaves no process behind.
   bool CriuRestore() {
     return LocalPhase("criu_restore", [&]() -> Result<uint64_t> {
+      if (complete_dump_) {
+        if (auto s = WriteManifest(options_.images_dir, manifest_); !s) return s.error();
+        if (auto s = RemovePendingManifest(options_.images_dir); !s) return s.error();
+      }
       if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
                            "criu-restore.log");
           !s) {
@@ -293,6 +334,13 @@ class ImagesRestoreSequence : Sequence {
       for (const auto& p : manifest_.participants) pids.push_back(p.pid);
       const std::vector<uint64_t> inside = StartTimesSeenFrom(root_pid_, pids);
       for (size_t i = 0; i < pids.size(); ++i) {
+        if (IsZombie(pids[i])) {
+          // It died after the checkpoint and CRIU dumped it as the zombie it was. Without its
+          // identity back it reads as exited, and the restore recovers the others without it.
+          report_.notes.push_back("pid " + std::to_string(pids[i]) + " of the dump had exited "
+                                  "before CRIU dumped it: the job is restored without it");
+          continue;
+        }
         if (auto s = NoteRestored(pids[i], inside[i], manifest_.participants[i].start_time); !s) {
           return s.error();
         }
@@ -330,6 +378,7 @@ class ImagesRestoreSequence : Sequence {
   Discoverer no_discoverer_;  // this sequence discovers through Restore's own discoverer
   const ImagesRestoreOptions& options_;
   Manifest manifest_;
+  bool complete_dump_ = false;  // manifest_ completes an interrupted dump (CheckAll)
   std::string criu_;
   int root_pid_ = 0;
   Outcome nested_ = Outcome::kOk;

@@ -28,7 +28,7 @@ namespace {
 /// Files of an images directory that are not part of the dump: the manifest itself, CRIU's
 /// logs (a restore writes its own) and the pid file a restore leaves.
 bool Excluded(const std::string& name) {
-  return name == kManifestFileName || name == "restored.pid" ||
+  return name == kManifestFileName || name == kPendingManifestFileName || name == "restored.pid" ||
          (name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) ||
          name.rfind(".", 0) == 0;  // temporary files of an atomic write
 }
@@ -126,17 +126,34 @@ Status WriteManifest(const std::string& dir, const Manifest& manifest) {
   return WriteFileDurably(dir, kManifestFileName, ManifestToJson(manifest).dump(2) + "\n");
 }
 
+Status WritePendingManifest(const std::string& dir, const Manifest& manifest) {
+  return WriteFileDurably(dir, kPendingManifestFileName, ManifestToJson(manifest).dump(2) + "\n");
+}
+
+Status RemovePendingManifest(const std::string& dir) {
+  return RemoveFileDurably(dir, kPendingManifestFileName);
+}
+
 bool HasManifest(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_regular_file(dir + "/" + kManifestFileName, ec);
 }
 
-Result<Manifest> ReadManifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifestFileName;
+bool HasPendingManifest(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir + "/" + kPendingManifestFileName, ec);
+}
+
+namespace {
+
+/// Reads the manifest document <dir>/<name>; ENOENT with `missing` when it is not there.
+Result<Manifest> ReadManifestFile(const std::string& dir, const char* name,
+                                  const std::string& missing) {
+  const std::string path = dir + "/" + name;
   std::ifstream in(path);
   if (!in) {
     const int err = errno;
-    if (err == ENOENT) return Error{ENOENT, "no images in " + dir + " (" + path + " is missing)"};
+    if (err == ENOENT) return Error{ENOENT, missing + " (" + path + " is missing)"};
     return Error{err, "cannot read " + path + ": " + std::strerror(err)};
   }
   std::stringstream text;
@@ -144,6 +161,45 @@ Result<Manifest> ReadManifest(const std::string& dir) {
   nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return Error{-1, path + ": corrupt manifest (not valid JSON)"};
   return ManifestFromJson(json, path);
+}
+
+}  // namespace
+
+Result<Manifest> ReadManifest(const std::string& dir) {
+  return ReadManifestFile(dir, kManifestFileName, "no images in " + dir);
+}
+
+Result<Manifest> ReadPendingManifest(const std::string& dir) {
+  return ReadManifestFile(dir, kPendingManifestFileName, "no interrupted dump in " + dir);
+}
+
+std::string WhyCriuDumpIncomplete(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(dir + "/inventory.img", ec)) {
+    return "CRIU did not finish the dump: " + dir + "/inventory.img, which it writes last, is "
+           "missing";
+  }
+  std::ifstream log(dir + "/" + kCriuDumpLogName);
+  for (std::string line; std::getline(log, line);) {
+    if (line.find(kCriuDumpFinished) != std::string::npos) return "";
+  }
+  return std::string("CRIU did not finish the dump: ") + dir + "/" + kCriuDumpLogName +
+         " does not say '" + kCriuDumpFinished + "'";
+}
+
+Result<Manifest> CompleteInterruptedDump(const std::string& dir) {
+  auto pending = ReadPendingManifest(dir);
+  if (!pending) return pending.error();
+  if (std::string why = WhyCriuDumpIncomplete(dir); !why.empty()) {
+    return Error{EIO, dir + " holds a dump that was interrupted before it was complete (" + why +
+                          "): the job was not taken to disk; if its processes still run, "
+                          "'cusnap status' names their state and 'cusnap recover' brings them "
+                          "back"};
+  }
+  auto files = HashImageFiles(dir);
+  if (!files) return files.error();
+  pending->files = std::move(*files);
+  return std::move(*pending);
 }
 
 Result<std::string> Sha256OfFile(const std::string& path) {

@@ -3,6 +3,13 @@
 // directory self-describing: who wrote it, for which driver and GPUs, how many bytes each
 // participant saved, and a SHA-256 of every file. `cusnap restore --images-dir` checks it
 // before anything changes (CheckImages); `cusnap inspect` prints it.
+//
+// A dump writes a pending manifest (cusnap-images.pending.json: the same document without
+// the files) before CRIU starts, and removes it once the manifest is written (or CRIU failed
+// and the job was restored in place). A CLI that dies while CRIU dumps, or right after, leaves
+// the job's processes gone and no manifest: the pending one says whose dump it is, so that
+// `restore --images-dir` can finish it when CRIU's images are complete
+// (CompleteInterruptedDump) and `inspect` can name the state.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,11 @@ namespace cusnap::coord {
 
 inline constexpr int kManifestFormatVersion = 1;
 inline constexpr const char* kManifestFileName = "cusnap-images.json";
+inline constexpr const char* kPendingManifestFileName = "cusnap-images.pending.json";
+/// CRIU's log of `cusnap dump` in the images directory, and the line it ends with when the
+/// dump is complete (criu/cr-dump.c).
+inline constexpr const char* kCriuDumpLogName = "criu-dump.log";
+inline constexpr const char* kCriuDumpFinished = "Dumping finished successfully";
 
 /// One file of the directory the manifest vouches for (CRIU's images and the state file).
 struct ImageFile {
@@ -75,6 +87,30 @@ Result<Manifest> ReadManifest(const std::string& dir);
 
 /// True when `dir` holds a manifest (it is an images directory, not only a state directory).
 bool HasManifest(const std::string& dir);
+
+/// Writes <dir>/cusnap-images.pending.json (the manifest of a dump about to run CRIU, its
+/// files empty) atomically and durably. errno-coded Error naming the path.
+Status WritePendingManifest(const std::string& dir, const Manifest& manifest);
+
+/// Removes <dir>/cusnap-images.pending.json durably (none: fine). errno-coded Error.
+Status RemovePendingManifest(const std::string& dir);
+
+/// True when `dir` holds a pending manifest (a dump that ran CRIU and did not finish).
+bool HasPendingManifest(const std::string& dir);
+
+/// Reads <dir>/cusnap-images.pending.json: ENOENT when missing, else as ReadManifest.
+Result<Manifest> ReadPendingManifest(const std::string& dir);
+
+/// Why CRIU's images in `dir` are not a complete dump, as a sentence: no inventory.img, or
+/// criu-dump.log does not say "Dumping finished successfully". "" when they are complete.
+std::string WhyCriuDumpIncomplete(const std::string& dir);
+
+/// The manifest of a dump interrupted after CRIU ran (pending manifest, no manifest): the
+/// pending one with every image file's size and SHA-256 (HashImageFiles). Error naming the
+/// cause: ENOENT when there is no pending manifest, EIO when CRIU's images are not complete
+/// (WhyCriuDumpIncomplete: the job was not taken to disk), else ReadPendingManifest's or
+/// HashImageFiles'.
+Result<Manifest> CompleteInterruptedDump(const std::string& dir);
 
 /// Every regular file of `dir` except the manifest and CRIU's logs (*.log) and the restore's
 /// pid file, with its size and SHA-256, sorted by name. The files are hashed concurrently

@@ -147,8 +147,13 @@ bool Sequence::DiscoverPhase() {
                              " (a stale endpoint of a reused pid?)"};
       }
       // Decided now, before anything changes: a process the driver does not know (it never
-      // initialized CUDA) gets no native calls.
-      native_[i] = driver_.GetState(id->pid).ok() ? 1 : 0;
+      // initialized CUDA) gets no native calls. The driver refuses such a process every time
+      // it is asked, so a failure is asked again: taken for "no CUDA", a failure that does
+      // not last would skip the native restore of a checkpointed process, whose next driver
+      // call then waits for ever.
+      auto native = driver_.GetState(id->pid);
+      if (!native) native = driver_.GetState(id->pid);
+      native_[i] = native.ok() ? 1 : 0;
       identities_[i] = std::move(*id);
       return uint64_t{0};
     });

@@ -158,7 +158,9 @@ class Sequence {
   /// during discovery), so native lock/checkpoint/restore/unlock apply to it. The shim has an
   /// endpoint in every process it is loaded into, CUDA or not (a launcher that forks the
   /// CUDA workers), and the driver answers CUDA_ERROR_INVALID_VALUE for those; lifecycle
-  /// requests still go to every participant. char, not bool: written from several threads.
+  /// requests still go to every participant (a failed GetState is asked once more: the
+  /// driver failing once is not a process without CUDA). char, not bool: written from
+  /// several threads.
   std::vector<char> native_;
   CommandReport report_;
   std::atomic<uint64_t> phase_copy_ns_{0};  // NoteCopy's maximum for the phase being run

@@ -203,10 +203,14 @@ Status WriteStateFile(const std::string& state_dir, const StateFile& state) {
   return WriteFileDurably(state_dir, kStateFileName, StateToJson(state).dump(2) + "\n");
 }
 
-Status RemoveStateFile(const std::string& state_dir) {
-  const std::string path = StateFilePath(state_dir);
+Status RemoveFileDurably(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return SysError("cannot remove", path);
-  return FsyncPath(state_dir, O_DIRECTORY);
+  return FsyncPath(dir, O_DIRECTORY);
+}
+
+Status RemoveStateFile(const std::string& state_dir) {
+  return RemoveFileDurably(state_dir, kStateFileName);
 }
 
 Result<StateFile> ReadStateFile(const std::string& state_dir) {

@@ -79,6 +79,10 @@ Status PrepareStateDir(const std::string& state_dir);
 /// images manifest, images.h). errno-coded Error naming the path.
 Status WriteFileDurably(const std::string& dir, const std::string& name, const std::string& text);
 
+/// Removes `<dir>/<name>` durably (unlink, then fsync of the directory); a missing file is
+/// fine. errno-coded Error naming the path.
+Status RemoveFileDurably(const std::string& dir, const std::string& name);
+
 /// Writes the state file atomically: a temporary file in the same directory, fsync of the
 /// file, rename over cusnap-state.json, fsync of the directory (without the last step the
 /// rename is not durable). errno-coded Error naming the path.

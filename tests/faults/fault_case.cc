@@ -42,15 +42,14 @@ std::optional<Case> Case::Parse(const std::string& text) {
   return c;
 }
 
-std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans,
-                            const std::vector<std::string>& workers) {
+std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans) {
   std::vector<Case> cases;
   for (const auto& [command, plan] : plans) {
     if (plan.phases.empty()) continue;
     // The CLI is signalled before and after each phase: a signal before a phase comes
     // after that phase's interrupt check (it lands while the phase runs), one after it
     // comes before the next check. A participant dies at every boundary once: before the
-    // first phase, then after each one.
+    // first phase, then after each one (where the job's processes exist then).
     for (const auto& phase : plan.phases) {
       for (const char* when : {"before", "after"}) {
         for (Kind kind : {Kind::kCliSigint, Kind::kCliSigkill}) {
@@ -61,7 +60,8 @@ std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans,
     std::vector<std::pair<std::string, std::string>> boundaries = {{plan.phases.front(), "before"}};
     for (const auto& phase : plan.phases) boundaries.emplace_back(phase, "after");
     for (const auto& [phase, when] : boundaries) {
-      for (const auto& w : workers) {
+      if (plan.without_job.contains(phase + ":" + when)) continue;
+      for (const auto& w : plan.workers) {
         cases.push_back(Case{Kind::kKillParticipant, command, phase, when, w, "", 0});
       }
     }
@@ -70,7 +70,7 @@ std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans,
         if (key.first != phase) continue;
         for (const auto& [entry, before] : entries) {
           cases.push_back(Case{Kind::kDriverError, command, phase, "before", key.second, entry,
-                               key.second == "cli" ? before + 1 : 0});
+                               plan.counted.contains(key.second) ? before + 1 : 0});
         }
       }
     }

@@ -23,12 +23,16 @@ enum class Kind {
 /// One case of the matrix.
 struct Case {
   Kind kind = Kind::kCliSigint;
-  std::string command;  ///< "checkpoint" or "restore" (restore cases checkpoint first)
+  /// "checkpoint", "restore" (restore cases checkpoint first), "dump" or "restore-images"
+  /// (`restore --images-dir`; its cases dump first)
+  std::string command;
   std::string phase;    ///< a phase name as the CLI prints it
   std::string when;     ///< "before" or "after" the phase (test_pause.h)
-  std::string process;  ///< a worker's name ("A", "B", "C"), or "cli"; "" for CLI signals
+  std::string process;  ///< a job process's name ("A", "root", ...), or "cli"; "" for CLI signals
   std::string entry;    ///< kDriverError: the driver entry point
-  unsigned nth = 0;     ///< kDriverError in the CLI: which call of `entry` (counted from start)
+  /// kDriverError in a process whose faults are armed by number (CommandPlan::counted): which
+  /// call of `entry`, counted from its start
+  unsigned nth = 0;
 
   /// One line, e.g. "driver-error restore reallocate before A cuMemCreate 0".
   std::string Text() const;
@@ -40,15 +44,23 @@ struct Case {
 struct CommandPlan {
   std::vector<std::string> phases;  ///< in the order they ran
   /// (phase, process) -> the distinct entry points it called during the phase, each with the
-  /// number of calls of it the process had made before the phase (for the CLI's nth).
+  /// number of calls of it the process had made before the phase (for a counted one's nth).
   std::map<std::pair<std::string, std::string>, std::map<std::string, unsigned>> calls;
+  /// The job's processes: each is killed at every boundary where it exists.
+  std::vector<std::string> workers;
+  /// Boundaries ("<phase>:<when>") at which the job's processes did not exist (CRIU had taken
+  /// them to disk, or not brought them back yet): nobody to kill there.
+  std::set<std::string> without_job;
+  /// Processes whose faults are armed by call number from their start (SIMCUDA_FAULTS)
+  /// rather than asked for at the pause: the CLI (it is stopped there), and the processes of
+  /// a job CRIU dumps (they have no command channel: it would have to go to disk too).
+  std::set<std::string> counted = {"cli"};
 };
 
-/// Every case for `plans` ("checkpoint", "restore" -> what their clean run saw), over the
-/// job's `workers`: before and after each phase, SIGINT and SIGKILL of the CLI; before the
-/// first phase and after each phase, SIGKILL of each worker; before each phase, an error in
-/// each entry point it calls, in each process that calls it.
-std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans,
-                            const std::vector<std::string>& workers);
+/// Every case for `plans` (command -> what its clean run saw): before and after each phase,
+/// SIGINT and SIGKILL of the CLI; before the first phase and after each phase, SIGKILL of each
+/// worker, where the job exists; before each phase, an error in each entry point it calls, in
+/// each process that calls it.
+std::vector<Case> Enumerate(const std::map<std::string, CommandPlan>& plans);
 
 }  // namespace faults

@@ -32,7 +32,8 @@ TEST(FaultCase, EnumeratesEveryBoundaryAndEveryCall) {
   plan.phases = {"quiesce", "save"};
   plan.calls[{"save", "A"}] = {{"cuMemcpyDtoHAsync", 0}, {"cuStreamSynchronize", 2}};
   plan.calls[{"save", "cli"}] = {{"cuCheckpointProcessGetState", 4}};
-  const auto cases = Enumerate({{"checkpoint", plan}}, {"A", "B"});
+  plan.workers = {"A", "B"};
+  const auto cases = Enumerate({{"checkpoint", plan}});
   std::vector<std::string> lines;
   for (const auto& c : cases) lines.push_back(c.Text());
   // 2 CLI signals before and after each of the 2 phases; 2 kills at each of the 3 boundaries
@@ -44,6 +45,25 @@ TEST(FaultCase, EnumeratesEveryBoundaryAndEveryCall) {
   EXPECT_THAT(lines, Contains("driver-error checkpoint save before A cuStreamSynchronize 0"));
   // In the CLI the fault is armed by call number: the 5th call is the phase's first.
   EXPECT_THAT(lines, Contains("driver-error checkpoint save before cli cuCheckpointProcessGetState 5"));
+}
+
+TEST(FaultCase, NobodyIsKilledWhereTheJobIsOnDiskAndCountedProcessesGetANumber) {
+  CommandPlan plan;
+  plan.phases = {"check_images", "criu_restore"};
+  plan.workers = {"root", "child"};
+  plan.without_job = {"check_images:before", "check_images:after"};
+  plan.counted = {"cli", "root"};
+  plan.calls[{"criu_restore", "root"}] = {{"cuMemCreate", 6}};
+  const auto cases = Enumerate({{"restore-images", plan}});
+  std::vector<std::string> lines;
+  for (const auto& c : cases) lines.push_back(c.Text());
+  // 2 CLI signals before and after each of the 2 phases; 2 kills at the one boundary where
+  // the job exists (after criu_restore); the one call.
+  EXPECT_EQ(cases.size(), 2u * 2u * 2u + 2u + 1u);
+  EXPECT_THAT(lines, Contains("kill-participant restore-images criu_restore after child - 0"));
+  EXPECT_THAT(lines, ::testing::Not(Contains("kill-participant restore-images check_images "
+                                             "after child - 0")));
+  EXPECT_THAT(lines, Contains("driver-error restore-images criu_restore before root cuMemCreate 7"));
 }
 
 }  // namespace

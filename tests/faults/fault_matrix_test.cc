@@ -1,8 +1,11 @@
-// The fault matrix (issue 11, "Must show (CI)"): for every phase of `cusnap checkpoint` and
-// `cusnap restore`, SIGINT and SIGKILL of the CLI, SIGKILL of each participant, and an
+// The fault matrix (issue 11, "Must show (CI)"): for every phase of `cusnap checkpoint`,
+// `cusnap restore`, `cusnap dump` and `cusnap restore --images-dir` (these two when CRIU runs
+// here, else skipped with the reason), SIGINT and SIGKILL of the CLI, SIGKILL of each participant, and an
 // injected error in each driver call the phase makes (in each participant, and in the CLI);
 // afterwards `status` must name the state and one command bring the job back with every byte
-// intact (for a dead participant: every byte the survivors created, its own memory named).
+// intact (for a dead participant: every byte the survivors created, its own memory named;
+// for a dump: the job runs on in place, or its images are complete and `restore
+// --images-dir` brings it back).
 //
 // FaultMatrix.EveryCase enumerates the cases from a clean run (the phases the CLI pauses at,
 // src/cli/test_pause.h; the driver calls each process makes in each, SIMCUDA_CALL_LOG), runs
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "criu_problem.h"
 #include "fault_job.h"
 
 namespace faults {
@@ -111,7 +115,18 @@ TEST_F(FaultMatrix, OneCase) {
   ::setpgid(0, 0);
   const auto c = Case::Parse(text);
   ASSERT_TRUE(c.has_value()) << text;
-  ASSERT_NO_FATAL_FAILURE(BuildJob());
+  if (c->command == "dump" || c->command == "restore-images") {
+    ASSERT_EQ(cusnap::testing::CriuProblem(), "");
+    // Its processes cannot be asked at a pause (no command channel): a driver fault is
+    // armed by call number from their start.
+    const bool armed = c->kind == Kind::kDriverError && c->process != "cli";
+    ASSERT_NO_FATAL_FAILURE(BuildImagesJob(
+        "", armed ? c->process + ":" + c->entry + ":" + std::to_string(c->nth) + ":" +
+                        std::to_string(kInjectedResult)
+                  : ""));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(BuildJob());
+  }
   const Verdict v = RunCase(*c);
   std::ofstream out(cusnap::testing::Env("CUSNAP_FAULT_RESULT"));
   out << "lost " << v.bytes_lost << "\nstuck " << v.stuck << "\nrecovery " << v.recovery << "\n";
@@ -132,7 +147,26 @@ TEST_F(FaultMatrix, EveryCase) {
   ASSERT_FALSE(HasFailure()) << "the clean cycle failed: no cases";
   ASSERT_NO_FATAL_FAILURE(CheckEveryByte());
   for (jobtest::Worker* w : Live()) Kill(*w);
-  std::vector<Case> cases = Enumerate(plans, {"A", "B", "C"});
+  // Dump and restore --images-dir, on the images job, when CRIU runs here.
+#if defined(__SANITIZE_ADDRESS__)
+  const std::string no_criu = "the images job runs on the release build, not under AddressSanitizer";
+#else
+  const std::string no_criu = cusnap::testing::CriuProblem();
+#endif
+  if (no_criu.empty()) {
+    ASSERT_NO_FATAL_FAILURE(BuildImagesJob(call_log));
+    plans["dump"] = RecordPlan("dump", call_log);
+    plans["restore-images"] = RecordPlan("restore-images", call_log);
+    ASSERT_FALSE(HasFailure()) << "the clean dump and restore failed: no cases";
+    Verdict clean;
+    JudgeImagesJob(clean, "", -1);
+    ASSERT_TRUE(clean.problems.empty()) << "the clean dump and restore lost the job: "
+                                        << clean.problems.front();
+  } else {
+    std::printf("FAULT MATRIX: dump and restore --images-dir cases skipped: CRIU cannot run "
+                "here: %s\n", no_criu.c_str());
+  }
+  std::vector<Case> cases = Enumerate(plans);
   const std::string filter = cusnap::testing::Env("CUSNAP_FAULT_FILTER");
   if (!filter.empty()) {
     std::erase_if(cases, [&](const Case& c) { return c.Text().find(filter) == std::string::npos; });

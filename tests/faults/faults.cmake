@@ -1,7 +1,7 @@
 # The fault matrix (issue 11, "Must show (CI)"; tests/faults/fault_matrix_test.cc): every
-# phase of checkpoint and restore under SIGINT/SIGKILL of the CLI, SIGKILL of each participant
-# and an error in each driver call, on the job_worker jobs of tests/integration (its JobTest
-# harness). One CTest entry, label `faults`, that runs the cases on a process pool of its own;
+# phase of checkpoint, restore, dump and restore --images-dir under SIGINT/SIGKILL of the CLI,
+# SIGKILL of each participant and an error in each driver call, on the job_worker jobs of
+# tests/integration (its JobTest harness) and its criu_job (the dump cases, when CRIU runs). One CTest entry, label `faults`, that runs the cases on a process pool of its own;
 # it is left out of the default and asan test presets (minutes of work, and the sanitised
 # build is not its target): scripts/test.sh runs it on the release preset.
 set(CUSNAP_FAULT_JOB_SOURCES
@@ -11,10 +11,10 @@ set(CUSNAP_FAULT_JOB_SOURCES
 add_executable(fault_matrix_test ${CUSNAP_FAULT_JOB_SOURCES} ${CMAKE_CURRENT_LIST_DIR}/fault_matrix_test.cc)
 cusnap_warnings(fault_matrix_test)
 target_link_libraries(fault_matrix_test PRIVATE GTest::gtest GTest::gmock GTest::gtest_main
-  cusnap_common nlohmann_json::nlohmann_json)
+  cusnap_coordinator nlohmann_json::nlohmann_json)
 target_include_directories(fault_matrix_test PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests
   ${CMAKE_CURRENT_LIST_DIR}/../integration)
-add_dependencies(fault_matrix_test cusnap cusnap_shim simcuda_driver job_worker)
+add_dependencies(fault_matrix_test cusnap cusnap_shim simcuda_driver job_worker criu_job)
 target_compile_definitions(fault_matrix_test PRIVATE
   CUSNAP_FAULT_KNOWN_OPEN="${CMAKE_CURRENT_LIST_DIR}/known_open.txt")
 add_test(NAME fault_matrix
@@ -29,7 +29,7 @@ cusnap_add_gtest(fault_case_test
 # The pause knob (src/cli/test_pause.h) on its own, on the matrix's job (every preset runs it).
 cusnap_add_gtest(pause_knob_test
   SOURCES ${CUSNAP_FAULT_JOB_SOURCES} ${CMAKE_CURRENT_LIST_DIR}/pause_knob_test.cc
-  LIBS cusnap_common nlohmann_json::nlohmann_json
+  LIBS cusnap_coordinator nlohmann_json::nlohmann_json
   LABELS integration)
 target_include_directories(pause_knob_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../integration)
 add_dependencies(pause_knob_test cusnap cusnap_shim simcuda_driver job_worker)

@@ -8,6 +8,7 @@
 // is dumped (its processes gone), restored in new processes, and checks every byte itself.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -20,7 +21,7 @@
 
 #include "cli_runner.h"
 #include "common/ids.h"
-#include "coordinator/criu.h"
+#include "criu_problem.h"
 #include "coordinator/images.h"
 #include "coordinator/proc.h"
 #include "coordinator/state_file.h"
@@ -83,6 +84,28 @@ class CliImages : public OwnMachineTest {
     if (files.ok()) m.files = *files;
     if (edit) edit(m);
     EXPECT_TRUE(coord::WriteManifest(images, m).ok());
+    return images;
+  }
+
+  /// The round trip of criu_job through CRIU (below).
+  void RoundTrip(const std::string& cli_dies_at);
+
+  /// An images directory as a dump whose CLI died once CRIU had run leaves it: MakeImages'
+  /// files with the pending manifest instead of the manifest, and, when `criu_finished`,
+  /// CRIU's last image and the last line of its log. `edit` as for MakeImages.
+  std::string MakeInterruptedDump(bool criu_finished,
+                                  const std::function<void(coord::Manifest&)>& edit = {}) {
+    const std::string images = MakeImages(edit);
+    auto m = coord::ReadManifest(images);
+    EXPECT_TRUE(m.ok());
+    if (!m.ok()) return images;
+    m->files.clear();  // a dump writes the pending manifest before CRIU writes any file
+    EXPECT_TRUE(coord::WritePendingManifest(images, *m).ok());
+    std::filesystem::remove(images + "/" + coord::kManifestFileName);
+    if (criu_finished) {
+      WriteAll(images + "/inventory.img", "inventory");
+      WriteAll(images + "/criu-dump.log", "(00.001) Writing stats\n(00.002) Dumping finished successfully\n");
+    }
     return images;
   }
 
@@ -169,6 +192,42 @@ TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
                     ", dumped with --leave-running)");
 }
 
+TEST_F(CliImages, AnInterruptedDumpThatCriuDidNotFinishIsNamedAndRefused) {
+  const std::string images = MakeInterruptedDump(false);
+  const Ran in = Cusnap({"inspect", images});
+  EXPECT_EQ(in.status, 0) << in.err;
+  EXPECT_THAT(in.out, HasSubstr("interrupted dump: " + images + " holds no complete images (CRIU "
+                                "did not finish the dump: " + images + "/inventory.img, which it "
+                                "writes last, is missing); the job was not taken to disk"));
+  EXPECT_THAT(in.out, HasSubstr("job root pid 4194000"));
+  const auto doc = nlohmann::json::parse(Cusnap({"inspect", images, "--json"}).out);
+  EXPECT_TRUE(doc["pending"].get<bool>());
+  EXPECT_FALSE(doc["criu_finished"].get<bool>());
+  ExpectRefused(images, images + " holds a dump that was interrupted before it was complete "
+                        "(CRIU did not finish the dump: ");
+  // CRIU's last image without the log's last line is not complete either.
+  WriteAll(images + "/inventory.img", "inventory");
+  ExpectRefused(images, images + "/criu-dump.log does not say 'Dumping finished successfully'");
+}
+
+TEST_F(CliImages, AnInterruptedDumpThatCriuFinishedIsNamedAsRestorable) {
+  const std::string images = MakeInterruptedDump(true);
+  const Ran in = Cusnap({"inspect", images});
+  EXPECT_EQ(in.status, 0) << in.err;
+  EXPECT_THAT(in.out, HasSubstr("interrupted dump: " + images + " has CRIU's complete images but "
+                                "no manifest (the dump stopped after CRIU finished); 'cusnap "
+                                "restore --images-dir " + images + "' writes the manifest and "
+                                "restores the job"));
+  const auto doc = nlohmann::json::parse(Cusnap({"inspect", images, "--json"}).out);
+  EXPECT_TRUE(doc["pending"].get<bool>());
+  EXPECT_TRUE(doc["criu_finished"].get<bool>());
+  // The restore's checks run on the completed manifest, and a refusal still changes nothing
+  // (the manifest is written only once the restore goes ahead).
+  std::filesystem::remove_all(images);
+  ExpectRefused(MakeInterruptedDump(true, [](coord::Manifest& m) { m.driver = "NVIDIA 570"; }),
+                "was dumped under driver 'NVIDIA 570', this machine has 'simulated'");
+}
+
 /// A child that holds an io_uring instance (io_uring_setup's descriptor; the rings are not
 /// mapped) until killed; -1 when this kernel or its seccomp filter allows no io_uring.
 pid_t ChildWithIoUring() {
@@ -179,6 +238,9 @@ pid_t ChildWithIoUring() {
     // A session of its own: under CI (session id 0) the job would be refused for that first.
     (void)::setsid();
     ::close(ready[0]);
+    // A session of its own: where this test's session leader is outside its PID namespace
+    // (CI runners), the dump would be refused for that first.
+    ::setsid();
     unsigned char params[120] = {};  // struct io_uring_params: 120 bytes, zero = defaults
     const long fd = ::syscall(__NR_io_uring_setup, 4, params);
     const char ok = fd >= 0 ? 1 : 0;
@@ -195,22 +257,6 @@ pid_t ChildWithIoUring() {
     return -1;
   }
   return child;
-}
-
-/// The criu program, or why none can run here (CRIU's own words).
-std::string CriuProblem() {
-  // scripts/fetch_criu.sh's build, when CUSNAP_CRIU does not name another one.
-  const std::string fetched = Env("CUSNAP_TEST_SOURCE_DIR") + "/.criu/bin/criu";
-  if (Env("CUSNAP_CRIU").empty() && ::access(fetched.c_str(), X_OK) == 0) {
-    ::setenv("CUSNAP_CRIU", fetched.c_str(), 1);
-  }
-  auto criu = coord::FindCriu();
-  if (!criu.ok()) return criu.error().message;
-  auto version = coord::CriuVersion(*criu);
-  if (!version.ok()) return version.error().message;
-  const Ran check = RunCommand(*criu + " check 2>&1 | grep -v RLIMIT_NOFILE", "/tmp");
-  if (check.out.find("Looks good") == std::string::npos) return *criu + " check: " + check.out;
-  return "";
 }
 
 /// The start of a command line that runs what follows as PID 1 of a new PID namespace (with
@@ -284,7 +330,11 @@ TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
 }
 
-TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
+/// The round trip of criu_job through `dump` and `restore --images-dir`, every byte checked by
+/// the restored processes. With `cli_dies_at` ("<phase>:<when>", test_pause.h), the dump's CLI
+/// is killed (SIGKILL) at that boundary of the dump instead of finishing it; the restore must
+/// still bring the job back.
+void CliImages::RoundTrip(const std::string& cli_dies_at) {
 #if defined(__SANITIZE_ADDRESS__)
   // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
   // round trip runs on the release build instead (scripts/test.sh).
@@ -293,12 +343,10 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
   ::mkdir(job_dir.c_str(), 0700);
-  // Descriptors this test inherited (ctest's log, open for writing) must not reach the job:
-  // CRIU restores an open regular file only at the size it had at the dump.
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    const int fd = std::atoi(e.path().filename().c_str());
-    if (fd > 2) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  }
+  KeepInheritedDescriptorsFromChildren();
+  // The child is orphaned when CRIU kills the root; its pid must be free for the restore, and
+  // whoever adopts it may not reap (ctest as PID 1 of the namespace CI runs in): we do.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(out, 0);
@@ -320,37 +368,57 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
   }
   ASSERT_EQ(count("READY"), 2u) << ReadAll(log);
 
-  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
-  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
-  EXPECT_THAT(dump.out, HasSubstr("save "));
-  EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
-  EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
+  if (cli_dies_at.empty()) {
+    const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+    ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+    EXPECT_THAT(dump.out, HasSubstr("save "));
+    EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
+    EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
+  } else {
+    // The pause knob stops the CLI at the boundary; the shell kills it once it has stopped.
+    const Ran killed = RunCommand(
+        "CUSNAP_TEST_PAUSE_AT=dump:" + cli_dies_at + " " + Env("CUSNAP_TEST_BIN_DIR") +
+            "/cusnap dump --pid " + std::to_string(job) + " --images-dir " + images +
+            " >/dev/null 2>&1 & cli=$!; until grep -q '^State:.*stopped' /proc/$cli/status; do "
+            "sleep 0.05; done; kill -KILL $cli; wait $cli; echo $?",
+        dir_);
+    ASSERT_EQ(killed.out, "137\n") << killed.err;
+    EXPECT_FALSE(coord::HasManifest(images));
+    EXPECT_TRUE(coord::HasPendingManifest(images));
+  }
   // The processes are gone: CRIU killed the tree (the root is our child: reap it, so its
   // pid is free for the restore).
   int status = 0;
   ASSERT_EQ(::waitpid(job, &status, 0), job);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  auto manifest = coord::ReadManifest(images);
+  auto manifest = cli_dies_at.empty() ? coord::ReadManifest(images)
+                                      : coord::ReadPendingManifest(images);
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
   ASSERT_EQ(manifest->participants.size(), 2u);
   EXPECT_EQ(manifest->participants[0].saved_bytes + manifest->participants[1].saved_bytes,
             8u << 20);  // the root's shared allocation and the child's private one
                         // (CUSNAP_CARRY=all, the default, carries private allocations too)
-  // The child, reparented when the root died, is reaped by whoever adopted it: its pid must
-  // be free before CRIU can give it back.
+  // The child, reparented to us when the root died, is reaped: its pid must be free before
+  // CRIU can give it back.
   for (const auto& p : manifest->participants) {
     while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
+      ::waitpid(p.pid, nullptr, WNOHANG);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists after the dump";
   }
   const Ran in_out = Cusnap({"inspect", images});
-  EXPECT_THAT(in_out.out, HasSubstr("pages-"));
+  EXPECT_THAT(in_out.out, HasSubstr(cli_dies_at.empty() ? "pages-" : "CRIU's complete images"));
 
   const Ran restore = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(restore.status, 0) << restore.out << restore.err << ReadAll(images + "/criu-restore.log").substr(0, 4000);
   EXPECT_THAT(restore.out, HasSubstr("criu_restore"));
   EXPECT_THAT(restore.out, HasSubstr("verify"));
+  if (!cli_dies_at.empty()) {
+    EXPECT_THAT(restore.err, HasSubstr("holds a dump interrupted after CRIU finished it"));
+    EXPECT_TRUE(coord::HasManifest(images));
+    EXPECT_FALSE(coord::HasPendingManifest(images));
+  }
   // The restored processes are not our children: they check their bytes once told to go,
   // and say so in the log they kept writing.
   WriteAll(job_dir + "/go", "");
@@ -361,6 +429,14 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) {
   EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
   EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
+}
+
+TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
+
+TEST_F(CliImages, ADumpWhoseCliDiedOnceCriuFinishedIsCompletedByTheRestore) {
+  // The tree is gone once CRIU ran; the manifest was not written yet (issue 11 applied to
+  // the dump): the pending manifest lets the restore finish the dump.
+  RoundTrip("criu_dump:after");
 }
 
 }  // namespace

@@ -1,19 +1,23 @@
-// The job of the images tests (cli_images_test.cc): two processes that share GPU memory and
-// talk to nothing outside their own tree, so that CRIU can take the tree to disk and bring it
-// back (`cusnap dump` / `cusnap restore --images-dir`). Started as
+// The job of the images tests (cli_images_test.cc, and the fault matrix's dump and images-
+// restore cases, tests/faults/): two processes that share GPU memory and talk to nothing
+// outside their own tree, so that CRIU can take the tree to disk and bring it back
+// (`cusnap dump` / `cusnap restore --images-dir`). Started as
 //
 //   cusnap run -- criu_job <dir> <MiB>
 //
-// The root forks a child before any CUDA call (each gets its own cusnap endpoint); the root
-// creates a POSIX-capable allocation of <MiB> on device 0, writes a pattern into it and sends
-// the ticket to the child over a socketpair (SCM_RIGHTS, common/socket.h); the child imports it and maps it on
-// device 1, and creates a private allocation of its own with another pattern. Both print
-// "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks every byte it
-// can see (the shared allocation through its own mapping, the child's own allocation), the
-// child writes a word into the shared allocation and the root reads it back through its own
-// mapping (the sharing is live again), and both print "PASS <role> <bytes checked>" or
-// "FAIL <role> <why>". The root exits 0 when both passed.
+// The root forks a child before any CUDA call (each gets its own cusnap endpoint); each prints
+// "PID <role> <pid>" (a test that kills one needs the child's pid). The root creates a
+// POSIX-capable allocation (1) of <MiB> on device 0, writes a pattern into it and sends the
+// ticket to the child over a socketpair (SCM_RIGHTS, common/socket.h); the child imports it
+// and maps it on device 1, and creates a private allocation (2) of its own with another
+// pattern. Both print "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks
+// every byte it can see (the child its own allocation first, then the shared one; the root the
+// shared one), printing "LOST <role> <allocation> <why>" for each allocation that does not
+// read back; once the root has checked, the child writes a word into the shared allocation
+// and the root reads it back through its own mapping (the sharing is live again), and both print
+// "PASS <role> <bytes checked>" or "FAIL <role> <why>". The root exits 0 when both passed.
 #include <cuda.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "simcuda/introspection.h"
 
 namespace {
 
@@ -74,17 +79,55 @@ void Fill(CUdeviceptr va, uint64_t bytes, int which) {
   Check(cuMemcpyHtoD(va, host.data(), bytes), "cuMemcpyHtoD");
 }
 
-/// Bytes that hold the pattern (all of them, or Fail names the first wrong word).
-uint64_t Verify(CUdeviceptr va, uint64_t bytes, int which, uint64_t skip_word = ~uint64_t{0}) {
+/// Why the `bytes` at `va` do not all hold allocation `which`'s pattern (the first wrong word,
+/// or the copy's error); "" when they do.
+std::string Unlike(CUdeviceptr va, uint64_t bytes, int which) {
   std::vector<uint32_t> host(bytes / 4);
-  Check(cuMemcpyDtoH(host.data(), va, bytes), "cuMemcpyDtoH");
+  if (const CUresult rc = cuMemcpyDtoH(host.data(), va, bytes); rc != CUDA_SUCCESS) {
+    return "cuMemcpyDtoH failed: " + std::to_string(rc);
+  }
   for (uint64_t i = 0; i < host.size(); ++i) {
-    if (i != skip_word && host[i] != Pattern(which, i)) {
-      Fail("allocation " + std::to_string(which) + " word " + std::to_string(i) + " holds " +
-           std::to_string(host[i]) + ", expected " + std::to_string(Pattern(which, i)));
+    if (host[i] != Pattern(which, i)) {
+      return "word " + std::to_string(i) + " holds " + std::to_string(host[i]) + ", expected " +
+             std::to_string(Pattern(which, i));
     }
   }
-  return bytes;
+  return "";
+}
+
+/// Reads `expected` from the peer on `sock`, or Fails naming why not (a peer that died).
+void Await(int sock, char expected) {
+  char got = 0;
+  ssize_t n = -1;
+  while ((n = ::read(sock, &got, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1 || got != expected) {
+    Fail(std::string("the peer did not say '") + expected + "' (" +
+         (n < 0 ? std::strerror(errno) : n == 0 ? "end of stream" : "said '" + std::string(1, got) + "'") + ")");
+  }
+}
+
+/// CRIU_JOB_FAULT="<role>:<entry point>:<nth>:<CUresult>" (the fault matrix): in the process
+/// of that role, the nth call of the entry point, counted from its start, fails with that
+/// result. Armed right after the fork, before this process's first driver call; SIMCUDA_FAULTS
+/// cannot say which process, and both share the environment.
+void ArmFault() {
+  const char* spec = std::getenv("CRIU_JOB_FAULT");
+  if (spec == nullptr) return;
+  std::vector<std::string> f;
+  std::string part;
+  for (const char* c = spec;; ++c) {
+    if (*c == ':' || *c == '\0') {
+      f.push_back(part);
+      part.clear();
+      if (*c == '\0') break;
+    } else {
+      part += *c;
+    }
+  }
+  if (f.size() != 4) Fail(std::string("malformed CRIU_JOB_FAULT: ") + spec);
+  if (f[0] != role) return;
+  simcuda_test_inject_fault(f[1].c_str(), static_cast<unsigned>(std::stoul(f[2])), std::stoi(f[3]));
 }
 
 void WaitForGo(const std::string& dir) {
@@ -116,6 +159,11 @@ int main(int argc, char** argv) {
   const pid_t child = ::fork();
   if (child < 0) return 1;
   role = child == 0 ? "child" : "root";
+  // A peer that died (the fault matrix kills one) must end in a FAIL line, not SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
+  std::printf("PID %s %d\n", role.c_str(), static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  ArmFault();
   const int sock = pair[child == 0 ? 1 : 0];
   ::close(pair[child == 0 ? 0 : 1]);
   const int device = child == 0 ? 1 : 0;
@@ -153,20 +201,33 @@ int main(int argc, char** argv) {
   std::printf("READY %s\n", role.c_str());
   std::fflush(stdout);
   WaitForGo(dir);
-  // After the restore: every byte, then a write by the child seen by the root.
+  // After the restore: every byte (each allocation on its own: a lost one does not hide the
+  // others), then a write by the child seen by the root.
   const uint64_t poke_word = 1024;
   const uint32_t poke = 0xC0FFEE42u;
-  uint64_t checked = Verify(shared_va, bytes, 1);
-  char sync = 0;
+  uint64_t checked = 0;
+  int lost = 0;
+  const auto check = [&](CUdeviceptr va, int which) {
+    if (const std::string why = Unlike(va, bytes, which); !why.empty()) {
+      std::printf("LOST %s %d %s\n", role.c_str(), which, why.c_str());
+      ++lost;
+    } else {
+      checked += bytes;
+    }
+  };
+  if (child == 0) check(own_va, 2);
+  check(shared_va, 1);
+  std::fflush(stdout);
+  if (lost > 0) Fail(std::to_string(lost) + " allocation(s) lost");
+  // The root has checked the shared bytes before the child writes into them ("c"), and the
+  // child has written before the root reads its word ("p").
   if (child == 0) {
-    checked += Verify(own_va, bytes, 2);
+    Await(sock, 'c');
     Check(cuMemcpyHtoD(shared_va + poke_word * 4, &poke, 4), "cuMemcpyHtoD (poke)");
     if (::write(sock, "p", 1) != 1) Fail("cannot tell the root");
   } else {
-    ssize_t got = -1;
-    while ((got = ::read(sock, &sync, 1)) < 0 && errno == EINTR) {
-    }
-    if (got != 1) Fail("the child did not write (" + std::string(got < 0 ? std::strerror(errno) : "end of stream") + ")");
+    if (::write(sock, "c", 1) != 1) Fail("cannot tell the child");
+    Await(sock, 'p');
     uint32_t seen = 0;
     Check(cuMemcpyDtoH(&seen, shared_va + poke_word * 4, 4), "cuMemcpyDtoH (poke)");
     if (seen != poke) Fail("the child's write is not seen: " + std::to_string(seen));

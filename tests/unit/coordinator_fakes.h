@@ -170,7 +170,13 @@ class FakeDriver final : public coord::CheckpointDriver {
   Result<CUprocessState> GetState(int pid) override {
     std::lock_guard lock(mu_);
     auto it = states.find(pid);
-    if (it == states.end()) return Error{CUDA_ERROR_NOT_FOUND, "not a CUDA process"};
+    if (fail_get_state.erase(pid) > 0) {  // once
+      return Error{CUDA_ERROR_OUT_OF_MEMORY, "pid " + std::to_string(pid) +
+                                                 ": cuCheckpointProcessGetState failed: "
+                                                 "CUDA_ERROR_OUT_OF_MEMORY (2)"};
+    }
+    // As the driver answers for a process that never initialized CUDA.
+    if (it == states.end()) return Error{CUDA_ERROR_INVALID_VALUE, "not a CUDA process"};
     return it->second;
   }
   Status Lock(int pid, unsigned timeout_ms) override {
@@ -198,6 +204,7 @@ class FakeDriver final : public coord::CheckpointDriver {
 
   std::map<int, CUprocessState> states;
   std::set<int> fail_lock;
+  std::multiset<int> fail_get_state;  ///< pids whose next GetState fails (once per entry)
 
  private:
   Status Move(int pid, CUprocessState from, CUprocessState to) {

@@ -176,6 +176,28 @@ TEST_F(SequenceTest, TopologyRefusalChangesNothing) {
   EXPECT_EQ(driver_.states[100], CU_PROCESS_STATE_RUNNING);
 }
 
+// A process the driver does not know gets no native calls, and the driver refuses it every
+// time; a GetState that fails once at discovery is asked again. Taken for "no CUDA", it
+// skipped the native restore of a checkpointed process, whose next driver call then waited
+// for ever (the fault matrix's images-restore case that found it).
+TEST_F(SequenceTest, AGetStateThatFailsOnceAtDiscoveryIsAskedAgain) {
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  ASSERT_EQ(driver_.states[200], CU_PROCESS_STATE_CHECKPOINTED);
+  driver_.fail_get_state.insert(200);
+  const auto report = RunRestore();
+  EXPECT_EQ(report.outcome, coord::Outcome::kOk) << ::testing::PrintToString(report.errors);
+  EXPECT_EQ(Names(report), kRestorePhases);
+  EXPECT_THAT(job_.Only("native_restore"), ::testing::Contains(::testing::StartsWith("native_restore 200")));
+  EXPECT_EQ(driver_.states[200], CU_PROCESS_STATE_RUNNING);
+}
+
+// A GetState that fails every time is a process the driver does not know: no native calls.
+TEST_F(SequenceTest, AGetStateThatAlwaysFailsMeansNoNativeCalls) {
+  driver_.states.erase(200);  // the fake answers CUDA_ERROR_INVALID_VALUE, as the driver does
+  ASSERT_EQ(RunCheckpoint().outcome, coord::Outcome::kOk);
+  EXPECT_THAT(job_.Only("native_lock"), ::testing::ElementsAre(::testing::StartsWith("native_lock 100")));
+}
+
 // Resources are checked at validate, before quiesce: a participant's shortfall refuses with
 // the shim's text whole (it names its process), nothing is quiesced, no state file.
 TEST_F(SequenceTest, ResourceShortfallIsRefusedBeforeQuiesce) {
