@@ -85,9 +85,10 @@ Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string&
   try {
     Manifest m;
     m.format_version = IntegerField<int>(json, "format_version");
-    if (m.format_version != kManifestFormatVersion) {
+    // Format 1 differs only in how large files are checksummed (HashImageFiles reads both).
+    if (m.format_version != kManifestFormatVersion && m.format_version != 1) {
       return Error{-1, origin + ": manifest format version " + std::to_string(m.format_version) +
-                           ", this cusnap reads version " +
+                           ", this cusnap reads versions 1 to " +
                            std::to_string(kManifestFormatVersion)};
     }
     m.cusnap_version = json.at("cusnap_version").get<std::string>();
@@ -196,13 +197,18 @@ Result<Manifest> CompleteInterruptedDump(const std::string& dir) {
                           "'cusnap status' names their state and 'cusnap recover' brings them "
                           "back"};
   }
-  auto files = HashImageFiles(dir);
+  auto files = HashImageFiles(dir, pending->format_version);
   if (!files) return files.error();
   pending->files = std::move(*files);
   return std::move(*pending);
 }
 
-Result<std::string> Sha256OfFile(const std::string& path) {
+namespace {
+
+/// The SHA-256 digest (raw bytes) of `length` bytes of `path` from `offset`; to the end of
+/// the file when `to_end`. An error when the file is shorter than that (it changed).
+Result<std::string> Sha256OfPiece(const std::string& path, uint64_t offset, uint64_t length,
+                                  bool to_end) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) {
     const int err = errno;
@@ -213,8 +219,11 @@ Result<std::string> Sha256OfFile(const std::string& path) {
     return Error{-1, "SHA-256 is not available (OpenSSL)"};
   }
   std::vector<unsigned char> buffer(size_t{4} << 20);
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+  uint64_t done = 0;
+  while (to_end || done < length) {
+    const size_t want = to_end ? buffer.size()
+                               : static_cast<size_t>(std::min<uint64_t>(buffer.size(), length - done));
+    const ssize_t n = ::pread(fd.get(), buffer.data(), want, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
@@ -222,11 +231,57 @@ Result<std::string> Sha256OfFile(const std::string& path) {
     }
     if (n == 0) break;
     EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
+  }
+  if (!to_end && done < length) {
+    return Error{EIO, path + " is shorter than its " + std::to_string(offset + length) +
+                          " bytes: it changed while it was checksummed"};
   }
   unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned length = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &length);
-  return Hex(digest, length);
+  unsigned size = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &size);
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+/// How many pieces ImageChecksum hashes a `bytes`-byte file in (1: the whole file at once).
+uint64_t PieceCount(uint64_t bytes, int format) {
+  if (format < 2 || bytes <= kChecksumPieceBytes) return 1;
+  return (bytes + kChecksumPieceBytes - 1) / kChecksumPieceBytes;
+}
+
+/// The digest of piece `k` of a file of `bytes` bytes hashed in `pieces` pieces.
+Result<std::string> PieceDigest(const std::string& path, uint64_t bytes, uint64_t pieces,
+                                uint64_t k) {
+  if (pieces == 1) return Sha256OfPiece(path, 0, 0, /*to_end=*/true);
+  const uint64_t offset = k * kChecksumPieceBytes;
+  return Sha256OfPiece(path, offset, std::min(kChecksumPieceBytes, bytes - offset), false);
+}
+
+/// The checksum of a file from its pieces' digests (ImageChecksum).
+std::string CombinedChecksum(const std::vector<std::string>& digests) {
+  if (digests.size() == 1) {
+    return Hex(reinterpret_cast<const unsigned char*>(digests[0].data()),
+               static_cast<unsigned>(digests[0].size()));
+  }
+  std::string joined;
+  for (const auto& d : digests) joined += d;
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned size = 0;
+  EVP_Digest(joined.data(), joined.size(), digest, &size, EVP_sha256(), nullptr);
+  return Hex(digest, size);
+}
+
+}  // namespace
+
+Result<std::string> ImageChecksum(const std::string& path, uint64_t bytes, int format) {
+  const uint64_t pieces = PieceCount(bytes, format);
+  std::vector<std::string> digests;
+  for (uint64_t k = 0; k < pieces; ++k) {
+    auto d = PieceDigest(path, bytes, pieces, k);
+    if (!d) return d.error();
+    digests.push_back(std::move(*d));
+  }
+  return CombinedChecksum(digests);
 }
 
 Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir) {
@@ -252,24 +307,39 @@ uint64_t ImageBytes(const std::string& dir) {
   return total;
 }
 
-Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned threads) {
+Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, int format,
+                                              unsigned threads) {
   auto listed = ListImageFiles(dir);
   if (!listed) return listed.error();
   std::vector<ImageFile> files = std::move(*listed);
-  // Largest first, so one big page image does not start last.
-  std::vector<size_t> order(files.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return files[a].bytes > files[b].bytes; });
+  // Every piece of every file is one task; larger files first, so that the last task to
+  // start is a small one.
+  struct Task {
+    size_t file;
+    uint64_t piece;
+  };
+  std::vector<std::vector<std::string>> digests(files.size());
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const uint64_t pieces = PieceCount(files[i].bytes, format);
+    digests[i].resize(pieces);
+    for (uint64_t k = 0; k < pieces; ++k) tasks.push_back({i, k});
+  }
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& a, const Task& b) {
+    return files[a.file].bytes > files[b.file].bytes;
+  });
+  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(tasks.size(), 1)));
   std::atomic<size_t> next{0};
-  std::vector<std::string> errors(files.size());
+  std::vector<std::string> errors(tasks.size());
   std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(1u, threads); ++t) {
+  for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
-      for (size_t k; (k = next.fetch_add(1)) < order.size();) {
-        ImageFile& f = files[order[k]];
-        auto sum = Sha256OfFile(dir + "/" + f.name);
-        if (sum) f.sha256 = *sum; else errors[order[k]] = sum.error().message;
+      for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
+        const Task& task = tasks[k];
+        const ImageFile& f = files[task.file];
+        auto d = PieceDigest(dir + "/" + f.name, f.bytes, digests[task.file].size(), task.piece);
+        if (d) digests[task.file][task.piece] = std::move(*d); else errors[k] = d.error().message;
       }
     });
   }
@@ -277,6 +347,7 @@ Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned t
   for (const auto& e : errors) {
     if (!e.empty()) return Error{-1, e};
   }
+  for (size_t i = 0; i < files.size(); ++i) files[i].sha256 = CombinedChecksum(digests[i]);
   return files;
 }
 
@@ -349,7 +420,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
       }
     }
   }
-  auto present = HashImageFiles(dir);
+  auto present = HashImageFiles(dir, manifest.format_version);
   if (!present) {
     problems.push_back(present.error().message);
     return problems;

@@ -24,7 +24,11 @@
 
 namespace cusnap::coord {
 
-inline constexpr int kManifestFormatVersion = 1;
+/// 2: a file larger than kChecksumPieceBytes is checksummed piecewise (ImageChecksum);
+/// 1: every file's SHA-256 (still read and checked).
+inline constexpr int kManifestFormatVersion = 2;
+/// The pieces a large image file is checksummed in, concurrently (format 2): bytes.
+inline constexpr uint64_t kChecksumPieceBytes = uint64_t{64} << 20;
 inline constexpr const char* kManifestFileName = "cusnap-images.json";
 inline constexpr const char* kPendingManifestFileName = "cusnap-images.pending.json";
 /// CRIU's log of `cusnap dump` in the images directory, and the line it ends with when the
@@ -36,7 +40,7 @@ inline constexpr const char* kCriuDumpFinished = "Dumping finished successfully"
 struct ImageFile {
   std::string name;    ///< relative to the images directory
   uint64_t bytes = 0;
-  std::string sha256;  ///< lowercase hex
+  std::string sha256;  ///< lowercase hex, ImageChecksum of the manifest's format
   bool operator==(const ImageFile&) const = default;
 };
 
@@ -113,9 +117,14 @@ std::string WhyCriuDumpIncomplete(const std::string& dir);
 Result<Manifest> CompleteInterruptedDump(const std::string& dir);
 
 /// Every regular file of `dir` except the manifest and CRIU's logs (*.log) and the restore's
-/// pid file, with its size and SHA-256, sorted by name. The files are hashed concurrently
-/// (up to `threads` at once). errno-coded Error naming the file that could not be read.
-Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, unsigned threads = 4);
+/// pid file, with its size and ImageChecksum for manifest format `format`, sorted by name.
+/// Every piece of every file is hashed concurrently, on up to `threads` threads (0: one per
+/// CPU, at most 16): one rank's page image holds most of a dump's bytes, and one thread
+/// hashes about 1 GB/s (docs/MEASURED.md M17). errno-coded Error naming the file that could
+/// not be read, or that changed size while it was hashed.
+Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir,
+                                              int format = kManifestFormatVersion,
+                                              unsigned threads = 0);
 
 /// Every file of `dir` HashImageFiles would hash, with its size (sha256 left empty), sorted
 /// by name. errno-coded Error when `dir` cannot be listed.
@@ -124,8 +133,13 @@ Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir);
 /// Sum of ListImageFiles' sizes (0 when the directory cannot be listed): what CRIU wrote.
 uint64_t ImageBytes(const std::string& dir);
 
-/// SHA-256 of the file at `path` (lowercase hex).
-Result<std::string> Sha256OfFile(const std::string& path);
+/// The checksum of the `bytes`-byte file at `path` that a manifest of format `format`
+/// records (lowercase hex): its SHA-256 in format 1, and in format 2 for a file of at most
+/// kChecksumPieceBytes; for a larger one in format 2, the SHA-256 of the SHA-256 digests
+/// (32 bytes each, in order) of its kChecksumPieceBytes pieces, the last one shorter.
+/// Computed on the calling thread (HashImageFiles spreads the pieces over threads).
+Result<std::string> ImageChecksum(const std::string& path, uint64_t bytes,
+                                  int format = kManifestFormatVersion);
 
 /// What the machine offers a restore.
 struct MachineView {

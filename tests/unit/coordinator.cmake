@@ -9,6 +9,7 @@ cusnap_add_gtest(coordinator_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_native_driver_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_sequence_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/coordinator_hold_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/coordinator_images_test.cc
   LIBS cusnap_coordinator
   LABELS unit)
 

@@ -1,0 +1,100 @@
+// The images manifest's file checksums (coordinator/images.h): a small file's is its SHA-256;
+// a file larger than kChecksumPieceBytes is checksummed piece by piece in manifest format 2
+// (SHA-256 over its pieces' digests), whole in format 1; HashImageFiles gives the same
+// answers on one thread as on many.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "coordinator/images.h"
+
+namespace {
+
+namespace coord = cusnap::coord;
+namespace fs = std::filesystem;
+
+// SHA-256("abc"), FIPS 180-2 appendix B.1.
+constexpr const char* kSha256OfAbc =
+    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+class ImageChecksumTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cusnap-images-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  /// Writes `text` to <dir_>/<name>; returns the path.
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  /// The raw 32 bytes a lowercase hex digest stands for.
+  static std::string Raw(const std::string& hex) {
+    std::string raw;
+    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+      raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    }
+    return raw;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ImageChecksumTest, ASmallFilesChecksumIsItsSha256InEitherFormat) {
+  const std::string path = Write("core-1.img", "abc");
+  EXPECT_EQ(coord::ImageChecksum(path, 3, 1).value(), kSha256OfAbc);
+  EXPECT_EQ(coord::ImageChecksum(path, 3, 2).value(), kSha256OfAbc);
+}
+
+TEST_F(ImageChecksumTest, ALargeFileIsChecksummedPieceByPieceInFormatTwo) {
+  const std::string piece(coord::kChecksumPieceBytes, 'p');
+  const std::string whole = Write("pages-1.img", piece + "abc");
+  const uint64_t bytes = coord::kChecksumPieceBytes + 3;
+  // The pieces' digests, each a file's SHA-256 on its own (files of at most one piece).
+  const std::string first = coord::ImageChecksum(Write("piece0", piece), piece.size()).value();
+  const std::string joined = Write("joined", Raw(first) + Raw(kSha256OfAbc));
+  const std::string expected = coord::ImageChecksum(joined, 64).value();
+  EXPECT_EQ(coord::ImageChecksum(whole, bytes, 2).value(), expected);
+  // Format 1: the SHA-256 of the whole file, which is something else.
+  const std::string plain = coord::ImageChecksum(whole, bytes, 1).value();
+  EXPECT_NE(plain, expected);
+  EXPECT_EQ(plain.size(), 64u);
+}
+
+TEST_F(ImageChecksumTest, HashImageFilesAgreesWithImageChecksumOnOneThreadAndMany) {
+  const std::string big = std::string(coord::kChecksumPieceBytes * 2, 'x') + "tail";
+  Write("pages-2.img", big);
+  Write("core-2.img", "abc");
+  Write("criu-dump.log", "not hashed");
+  for (int format : {1, 2}) {
+    auto one = coord::HashImageFiles(dir_, format, 1);
+    auto many = coord::HashImageFiles(dir_, format, 8);
+    ASSERT_TRUE(one.ok()) << one.error().message;
+    ASSERT_TRUE(many.ok()) << many.error().message;
+    EXPECT_EQ(*one, *many);
+    ASSERT_EQ(one->size(), 2u);  // sorted by name, the log left out
+    EXPECT_EQ((*one)[0].name, "core-2.img");
+    EXPECT_EQ((*one)[0].sha256, kSha256OfAbc);
+    EXPECT_EQ((*one)[1].name, "pages-2.img");
+    EXPECT_EQ((*one)[1].bytes, big.size());
+    EXPECT_EQ((*one)[1].sha256,
+              coord::ImageChecksum(dir_ + "/pages-2.img", big.size(), format).value());
+  }
+}
+
+TEST_F(ImageChecksumTest, AMissingFileIsNamed) {
+  auto sum = coord::ImageChecksum(dir_ + "/gone.img", 10);
+  ASSERT_FALSE(sum.ok());
+  EXPECT_THAT(sum.error().message, ::testing::HasSubstr(dir_ + "/gone.img"));
+}
+
+}  // namespace
