@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <set>
 #include <string>
@@ -47,8 +46,21 @@ struct File {
 };
 
 uint64_t start_time_of(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // read(2), not an ifstream: a process that exits between open and read makes the read
+  // fail with ESRCH, which libstdc++'s filebuf throws out of a driver call (a flaky CI
+  // failure, "basic_filebuf::underflow error reading the file: No such process"); a process
+  // gone reads as start time 0, as a missing one does.
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  ssize_t n;
+  do {
+    n = ::read(fd, buf, sizeof buf - 1);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n <= 0) return 0;
+  const std::string text(buf, static_cast<size_t>(n));
   size_t close = text.rfind(')');  // the command name may contain spaces and parentheses
   if (close == std::string::npos) return 0;
   size_t pos = close + 2;
