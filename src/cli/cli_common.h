@@ -38,7 +38,12 @@ bool ParseDeviceMapArg(const char* command, const std::string& text,
                        std::vector<coord::DevicePair>& out);
 
 /// Continues a held (stopped) job's processes before a restore (coordinator/hold.h); what
-/// cannot be continued is said on stderr.
-void ContinueHeld(const char* command, const Target& target);
+/// cannot be continued is said on stderr. Returns the pids it continued.
+std::vector<int> ContinueHeld(const char* command, const Target& target);
+
+/// After `command` ended with exit status `rc`: unless it restored (0) or changed the job
+/// (4), stops the processes ContinueHeld continued again (coordinator/hold.h HoldAgain), so
+/// a refused or interrupted restore leaves the job held as it found it. Returns `rc`.
+int HoldAgainUnlessChanged(const char* command, const std::vector<int>& continued, int rc);
 
 }  // namespace cusnap::cli

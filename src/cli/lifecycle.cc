@@ -2,6 +2,7 @@
 // sequence, print phase lines (or one JSON document) and map the outcome to an exit status.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -132,10 +133,30 @@ int EndUntouched(const char* command, bool json, const std::string& problem, int
 /// continued is said here; discovery then names those processes as unreachable.
 }  // namespace
 
-void ContinueHeld(const char* command, const Target& target) {
-  for (const auto& problem : coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid)) {
+std::vector<int> ContinueHeld(const char* command, const Target& target) {
+  std::vector<int> continued;
+  for (const auto& problem :
+       coord::ContinueHeldJob(ControlDir(), target.all ? 0 : target.pid, &continued)) {
     std::fprintf(stderr, "cusnap %s: %s\n", command, problem.c_str());
   }
+  return continued;
+}
+
+int HoldAgainUnlessChanged(const char* command, const std::vector<int>& continued, int rc) {
+  // Exit 0 restored the job, exit 4 changed it (recover goes on from there): both leave the
+  // processes running. Any other exit changed nothing: the job goes back to being held.
+  if (rc == kExitOk || rc == kExitFailedAfterChange || continued.empty()) return rc;
+  const std::string control_dir = ControlDir();
+  for (const auto& problem : coord::HoldAgain(control_dir, continued)) {
+    std::fprintf(stderr, "cusnap %s: %s\n", command, problem.c_str());
+  }
+  const auto held = std::count_if(continued.begin(), continued.end(),
+                                  [&](int pid) { return coord::IsHeld(control_dir, pid); });
+  if (held > 0) {
+    std::fprintf(stderr, "cusnap %s: %td held process%s stopped again, as before the command\n",
+                 command, held, held == 1 ? "" : "es");
+  }
+  return rc;
 }
 
 int Drive(const char* command, const Target& target, bool json, size_t phases, int refused,
@@ -163,7 +184,13 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   const int rc = ExitAfter(report, watch.signal());
   if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
   PrintErrors(command, report, target, control_dir, watch.signal());
-  if (rc == kExitOk && !json) std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
+  if (rc == kExitOk && !json) {
+    if (report.state_file.empty()) {
+      std::printf("%s: done\n", command);
+    } else {
+      std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
+    }
+  }
   return rc;
 }
 
@@ -193,20 +220,26 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
   coord::RestoreOptions options{state_dir, {}};
   if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
-  ContinueHeld("restore", target);
-  return Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
-               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
-                   coord::Interrupt& i) { return coord::Restore(options, d, drv, o, &i); });
+  const std::vector<int> continued = ContinueHeld("restore", target);
+  const int rc = Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
+                       [&](const coord::Discoverer& d, coord::CheckpointDriver& drv,
+                           coord::PhaseObserver& o, coord::Interrupt& i) {
+                         return coord::Restore(options, d, drv, o, &i);
+                       });
+  return HoldAgainUnlessChanged("restore", continued, rc);
 }
 
 int RecoverCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
   coord::RecoverOptions options{state_dir, {}};
   if (!ParseDeviceMapArg("recover", device_map, options.device_map)) return kExitUsage;
-  ContinueHeld("recover", target);
-  return Drive("recover", target, json, coord::kRecoverPhaseCount, kExitRestoreRefused,
-               [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
-                   coord::Interrupt& i) { return coord::Recover(options, d, drv, o, &i); });
+  const std::vector<int> continued = ContinueHeld("recover", target);
+  const int rc = Drive("recover", target, json, coord::kRecoverPhaseCount, kExitRestoreRefused,
+                       [&](const coord::Discoverer& d, coord::CheckpointDriver& drv,
+                           coord::PhaseObserver& o, coord::Interrupt& i) {
+                         return coord::Recover(options, d, drv, o, &i);
+                       });
+  return HoldAgainUnlessChanged("recover", continued, rc);
 }
 
 }  // namespace cusnap::cli

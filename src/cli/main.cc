@@ -24,6 +24,16 @@ constexpr const char* kDeviceMapHelp =
     "nvidia-smi prints, never an ordinal of a process's or this shell's "
     "CUDA_VISIBLE_DEVICES; the map must be one-to-one over every GPU the job uses";
 
+/// --device-map given with nothing in it (`--device-map ''`, an unset variable): a usage
+/// error, not "no map" (a restore would silently stay on the old GPUs).
+const CLI::Validator kNonEmptyDeviceMap(
+    [](std::string& text) {
+      return text.empty() ? std::string("--device-map is empty: give OLD=NEW pairs, e.g. "
+                                        "0=1,1=0, or leave the option out")
+                          : std::string();
+    },
+    "", "non-empty device map");
+
 /// Adds --pid / --all to `cmd`: exactly one of them when `required`, else at most one
 /// (neither: every endpoint in the control directory).
 void AddTarget(CLI::App* cmd, Target& target, bool required) {
@@ -95,7 +105,8 @@ int main(int argc, char** argv) {
   run->prefix_command();
   run->footer("Usage: cusnap run [--] COMMAND [ARGS...]; LD_PRELOAD gets the shim prepended.\n"
               "Exit status: the command's own (it replaces cusnap: 127 when the program is "
-              "not found, 128+N when signal N ends it); 2 for a usage error before it starts.");
+              "not found, 126 when it is found but cannot be executed, 128+N when signal N "
+              "ends it); 2 for a usage error before it starts, 1 when the shim is missing.");
 
   Target ck_target;
   std::string ck_state_dir;
@@ -120,7 +131,7 @@ int main(int argc, char** argv) {
                       "no --pid then");
   restore->add_option("--state-dir", rs_state_dir,
                       "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
-  restore->add_option("--device-map", device_map, kDeviceMapHelp);
+  restore->add_option("--device-map", device_map, kDeviceMapHelp)->check(kNonEmptyDeviceMap);
   restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
 
   cusnap::cli::DumpArgs dump_args;
@@ -148,7 +159,8 @@ int main(int argc, char** argv) {
                       "(default $CUSNAP_STATE_DIR, else ./cusnap-state; missing: not verified)");
   recover->add_option("--device-map", rc_device_map,
                       std::string(kDeviceMapHelp) + "; used when the roll forward still has "
-                      "to restore natively (give the interrupted restore's map)");
+                      "to restore natively (give the interrupted restore's map)")
+      ->check(kNonEmptyDeviceMap);
   recover->add_flag("--json", rc_json, "print one JSON document instead of lines");
 
   Target st_target;

@@ -17,6 +17,7 @@
 #include "cli/output.h"
 #include "common/text.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/hold.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
 #include "cli/version.h"
@@ -41,6 +42,14 @@ std::vector<std::string> Prune(const std::string& control_dir,
       removed.push_back(s.path);
     } else {
       errors.push_back("cannot remove " + s.path + ": " + std::strerror(errno));
+    }
+  }
+  // Hold markers of processes that ended while held (coordinator/hold.h).
+  for (const std::string& marker : coord::StaleHoldMarkers(control_dir)) {
+    if (::unlink(marker.c_str()) == 0) {
+      removed.push_back(marker);
+    } else if (errno != ENOENT) {
+      errors.push_back("cannot remove " + marker + ": " + std::strerror(errno));
     }
   }
   return removed;
@@ -141,6 +150,11 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       const bool gone = std::find(removed.begin(), removed.end(), st.path) != removed.end();
       std::printf("stale endpoint %s: %s (%s)\n", st.path.c_str(), StaleReason(st).c_str(),
                   gone ? "removed" : "safe to remove");
+    }
+    for (const auto& path : removed) {
+      if (path.find(".held") != std::string::npos) {
+        std::printf("stale hold marker %s: its process ended while held (removed)\n", path.c_str());
+      }
     }
   }
   for (const auto& e : errors) std::fprintf(stderr, "cusnap status: %s\n", e.c_str());

@@ -19,17 +19,36 @@ namespace cusnap {
 /// are exactly 0700; otherwise the reason (owner named, mode in octal).
 std::string ControlDirProblem(uid_t uid, mode_t mode, uid_t self);
 
+/// What is wrong with `name`, an ancestor of a control directory (or a symbolic link on the
+/// way to it), of owner `uid` and mode `mode` (st_mode), for user `self`: "" when root or
+/// `self` owns it and, if a directory, others cannot write to it or it is sticky (/tmp);
+/// otherwise the reason, naming it (ssh's StrictModes rule).
+std::string AncestorProblem(const std::string& name, uid_t uid, mode_t mode, uid_t self);
+
+/// Walks every ancestor of `dir` from "/" (relative paths from the working directory), one
+/// component at a time, following a symbolic link only if AncestorProblem accepts it, and
+/// checks each with AncestorProblem. "" when all pass, otherwise the first problem.
+std::string ControlDirAncestorsProblem(const std::string& dir);
+
 /// Opens `dir` (O_DIRECTORY | O_NOFOLLOW: a symbolic link as the last component is refused,
-/// never followed) and checks it with ControlDirProblem. Returns the descriptor (CLOEXEC), so
+/// never followed) and checks it with ControlDirProblem and its ancestors with
+/// ControlDirAncestorsProblem. Returns the descriptor (CLOEXEC), so
 /// callers can work relative to what was checked. Errors name the directory: ENOENT when it
 /// does not exist, ELOOP for a symbolic link, ENOTDIR, EPERM for a wrong owner or mode.
 Result<UniqueFd> OpenControlDir(const std::string& dir);
 
-/// For clients listing a control directory: "" when `dir` does not exist or passes
-/// OpenControlDir; otherwise OpenControlDir's error text (nothing in it may be trusted).
+/// For clients listing a control directory: "" when `dir` passes OpenControlDir, or does not
+/// exist and its existing parents pass ControlDirAncestorsProblem; otherwise the reason
+/// (nothing in it may be trusted).
 std::string UnsafeControlDir(const std::string& dir);
 
-/// The shim's side: creates `dir` if missing (missing parents with mode 0700; the directory
+/// The hold marker of process `pid` in control directory `dir`: "<dir>/<pid>.held". It
+/// exists while `cusnap checkpoint` holds the process stopped (coordinator/hold.h); the
+/// shim's hangup guard reads it (shim/lifecycle/hangup_guard.h).
+std::string HeldMarkerPath(const std::string& dir, int pid);
+
+/// The shim's side: refuses (EPERM) when a parent fails ControlDirAncestorsProblem, then
+/// creates `dir` if missing (missing parents with mode 0700; the directory
 /// itself fchmod-ed to 0700 through its descriptor when this call created it, whatever the
 /// umask), then OpenControlDir. An existing directory is never re-moded: one that is not
 /// ours or not 0700 is refused (EPERM) and nothing is created in it.

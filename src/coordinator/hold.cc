@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "common/control_dir.h"
 #include "common/text.h"
 #include "coordinator/proc.h"
 
@@ -19,15 +21,31 @@ namespace cusnap::coord {
 namespace {
 
 std::string MarkerPath(const std::string& control_dir, int pid) {
-  return control_dir + "/" + std::to_string(pid) + ".held";
+  return HeldMarkerPath(control_dir, pid);
 }
 
-/// The start time a marker records, nullopt when there is no readable marker.
+/// A marker while ContinueHeld continues its process: renamed to this before SIGCONT, so
+/// that the process's hangup guard (shim/lifecycle/hangup_guard.h), which stops it again
+/// while the marker exists, cannot undo the continue.
+constexpr const char* kContinuingSuffix = ".continuing";
+
+/// The start time a marker records (under either name), nullopt when there is no readable
+/// marker.
 std::optional<uint64_t> MarkerStartTime(const std::string& control_dir, int pid) {
-  std::ifstream in(MarkerPath(control_dir, pid));
-  uint64_t start = 0;
-  if (!(in >> start)) return std::nullopt;
-  return start;
+  for (const std::string& path : {MarkerPath(control_dir, pid),
+                                  MarkerPath(control_dir, pid) + kContinuingSuffix}) {
+    std::ifstream in(path);
+    uint64_t start = 0;
+    if (in >> start) return start;
+  }
+  return std::nullopt;
+}
+
+/// Removes the marker of `pid` under either name.
+void RemoveMarker(const std::string& control_dir, int pid) {
+  const std::string marker = MarkerPath(control_dir, pid);
+  ::unlink(marker.c_str());
+  ::unlink((marker + kContinuingSuffix).c_str());
 }
 
 /// Writes the marker (mode 0600, replaced whole). Error code: errno.
@@ -68,6 +86,27 @@ Error SignalError(int pid, const char* what, int code) {
   return Error{code, ProcessText(pid) + ": " + what + ": " + std::strerror(code)};
 }
 
+/// The pids that have a hold marker (under either name) in `control_dir`.
+std::vector<int> MarkedPids(const std::string& control_dir) {
+  std::vector<int> pids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
+    std::string name = entry.path().filename().string();
+    for (const std::string& suffix : {std::string(kContinuingSuffix), std::string(".held")}) {
+      if (name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        name.resize(name.size() - suffix.size());
+      }
+    }
+    if (name.empty() || name.size() > 9 || name.find_first_not_of("0123456789") != std::string::npos) {
+      continue;  // not a marker
+    }
+    const int marked = std::stoi(name);
+    if (std::find(pids.begin(), pids.end(), marked) == pids.end()) pids.push_back(marked);
+  }
+  return pids;
+}
+
 }  // namespace
 
 Result<HoldMode> ParseHoldMode(const std::string& text) {
@@ -95,20 +134,41 @@ Status StopHeld(const std::string& control_dir, int pid, int wait_ms) {
   return Ok{};
 }
 
-Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms) {
+namespace {
+
+/// ContinueHeld, saying whether it sent SIGCONT (false: no marker, or a stale one).
+Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms) {
   const auto recorded = MarkerStartTime(control_dir, pid);
-  if (!recorded) return Ok{};
-  const std::string marker = MarkerPath(control_dir, pid);
+  if (!recorded) return false;
   if (ProcessStartTime(pid) != recorded) {  // exited, or the pid was reused: stale
-    ::unlink(marker.c_str());
-    return Ok{};
+    RemoveMarker(control_dir, pid);
+    return false;
   }
-  // The marker stays until SIGCONT was sent: a failed continue can be tried again.
-  if (::kill(pid, SIGCONT) != 0) return SignalError(pid, "SIGCONT after the hold failed", errno);
-  ::unlink(marker.c_str());
+  // The marker stays (as "continuing", which a command killed here leaves for the next one)
+  // until SIGCONT was sent: a failed continue can be tried again.
+  const std::string marker = MarkerPath(control_dir, pid);
+  const std::string continuing = marker + kContinuingSuffix;
+  if (::rename(marker.c_str(), continuing.c_str()) != 0 && errno != ENOENT) {
+    return SignalError(pid, "cannot rename its hold marker before SIGCONT", errno);
+  }
+  if (::kill(pid, SIGCONT) != 0) {
+    const int why = errno;
+    ::rename(continuing.c_str(), marker.c_str());
+    return SignalError(pid, "SIGCONT after the hold failed", why);
+  }
+  ::unlink(continuing.c_str());
   if (!WaitFor(pid, wait_ms, [](int p) { return !Stopped(p); })) {
     return Error{ETIMEDOUT, ProcessText(pid) + ": still stopped " + std::to_string(wait_ms) +
                                 " ms after SIGCONT (stopped by something else too?)"};
+  }
+  return true;
+}
+
+}  // namespace
+
+Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms) {
+  if (auto continued = ContinueIfHeld(control_dir, pid, wait_ms); !continued) {
+    return continued.error();
   }
   return Ok{};
 }
@@ -118,24 +178,39 @@ bool IsHeld(const std::string& control_dir, int pid) {
   return recorded && ProcessStartTime(pid) == recorded && Stopped(pid);
 }
 
-std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid) {
-  std::vector<int> pids;
-  if (pid > 0) {
-    pids = ProcessTree(pid);
-  } else {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.size() <= 5 || name.compare(name.size() - 5, 5, ".held") != 0) continue;
-      try {
-        pids.push_back(std::stoi(name.substr(0, name.size() - 5)));
-      } catch (const std::exception&) {
-      }
-    }
-  }
+std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid,
+                                         std::vector<int>* continued) {
+  const std::vector<int> pids = pid > 0 ? ProcessTree(pid) : MarkedPids(control_dir);
   std::vector<std::string> problems;
   for (const int p : pids) {
-    if (auto s = ContinueHeld(control_dir, p); !s) problems.push_back(s.error().message);
+    auto done = ContinueIfHeld(control_dir, p, 5000);
+    if (!done) {
+      problems.push_back(done.error().message);
+    } else if (*done && continued != nullptr) {
+      continued->push_back(p);
+    }
+  }
+  return problems;
+}
+
+std::vector<std::string> StaleHoldMarkers(const std::string& control_dir) {
+  std::vector<std::string> stale;
+  for (const int pid : MarkedPids(control_dir)) {
+    const auto recorded = MarkerStartTime(control_dir, pid);
+    if (recorded && ProcessStartTime(pid) == recorded) continue;  // its process lives
+    for (const std::string& path : {MarkerPath(control_dir, pid),
+                                    MarkerPath(control_dir, pid) + kContinuingSuffix}) {
+      if (::access(path.c_str(), F_OK) == 0) stale.push_back(path);
+    }
+  }
+  return stale;
+}
+
+std::vector<std::string> HoldAgain(const std::string& control_dir, const std::vector<int>& pids) {
+  std::vector<std::string> problems;
+  for (const int p : pids) {
+    if (!ProcessStartTime(p)) continue;  // exited meanwhile: nothing to hold
+    if (auto s = StopHeld(control_dir, p); !s) problems.push_back(s.error().message);
   }
   return problems;
 }

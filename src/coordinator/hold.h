@@ -49,8 +49,19 @@ bool IsHeld(const std::string& control_dir, int pid);
 
 /// ContinueHeld on every process of `pid`'s tree (ProcessTree), or with `pid` <= 0 on every
 /// process with a marker in `control_dir`. Returns one message per process that could not
-/// be continued (empty: all done).
-std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid);
+/// be continued (empty: all done); `continued`, when given, gets the pids it continued.
+std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid,
+                                         std::vector<int>* continued = nullptr);
+
+/// The hold markers in `control_dir` (paths) whose process exited or whose pid was reused
+/// (another start time): left by a job that ended while held. `cusnap status --prune`
+/// removes them.
+std::vector<std::string> StaleHoldMarkers(const std::string& control_dir);
+
+/// After a command that continued `pids` (ContinueHeldJob) and then changed nothing (a
+/// refused restore or recover): StopHeld on each that still runs, so the job is held as it
+/// was. Returns one message per process that could not be stopped again.
+std::vector<std::string> HoldAgain(const std::string& control_dir, const std::vector<int>& pids);
 
 /// A CheckpointDriver that holds: Checkpoint(pid) stops the process once the inner driver's
 /// checkpoint succeeded (StopHeld), Restore(pid) continues it first (ContinueHeld).

@@ -105,6 +105,7 @@ class RecoverSequence : Sequence {
       if (std::all_of(now_.begin(), now_.end(), [](ShimState s) { return s == ShimState::kActive; }) &&
           !forward_) {
         Note("every participant is active: nothing to recover");
+        report_.state_file.clear();  // not used: the CLI's "done" names no state file
       } else {
         Note(forward_ ? "past the point of no return: rolling every participant forward"
                       : "before the point of no return: rolling every participant back");

@@ -8,6 +8,7 @@
 
 #include <atomic>
 
+#include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "common/log.h"
 #include "shim/endpoint/endpoint.h"
@@ -33,7 +34,7 @@ struct Restorer {
         steps(driver(), table, cache, carrier, &FetchFromCreator),
         multicast(driver(), table, multicast_table, cache, &FetchFromCreator),
         all(steps, multicast, &driver(), &device_work),
-        lifecycle(all, gate) {}
+        lifecycle(all, gate, HeldMarkerPath(ControlDir(), static_cast<int>(::getpid()))) {}
 };
 
 // Endpoint start, without locks (a fork child must never wait on a lock a vanished thread

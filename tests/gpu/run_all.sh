@@ -13,7 +13,7 @@
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
 #   workload_images workload_nccl_native multicast_forward workload_multicast carry_bench
-#   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc shim_overhead
+#   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead
 #   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc and
 #   shim_overhead need one GPU and PyTorch, and skip (77) without them)
 #
@@ -76,7 +76,7 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
            workload_images workload_nccl_native multicast_forward workload_multicast carry_bench
-           driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc shim_overhead)
+           driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -335,6 +335,17 @@ t_torch_ipc() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_torch_ipc.py"
 }
 
+# Issue 11, a held job survives its shell: the same job started in the background by a bash
+# with job control (`cusnap run ... &`), and the shell killed while the job is held (its
+# orphaned process group gets SIGHUP + SIGCONT from the kernel): both processes stay stopped,
+# the restore brings back every value (test_torch_ipc.py, GPU_TORCH_IPC_SHELL=1).
+t_torch_ipc_hangup() {
+  torch_gpu_or_skip || exit 77
+  export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/torch_ipc_hangup GPU_TORCH_IPC_SHELL=1
+  mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
+  $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_torch_ipc.py"
+}
+
 # Issue 15: the shim's running cost on a PyTorch job (docs/MEASURED.md M14): training step time
 # and cudaMalloc / cudaFree latency, plain and under `cusnap run`, in one command; every child
 # under a timeout; one "SHIM OVERHEAD:" line. Exit 77 (SKIP) without torch or a GPU.
@@ -380,7 +391,7 @@ t_carry_bench() {
   CUSNAP_CARRIER=eager $bench --bytes "$bytes" --cycles 1 --modes shared
 }
 export PYTEST
-export -f torch_gpu_or_skip t_torch_ipc t_shim_overhead
+export -f torch_gpu_or_skip t_torch_ipc t_torch_ipc_hangup t_shim_overhead
 export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
@@ -443,7 +454,7 @@ selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts
 
 selected driver_facts_ipc && run_test driver_facts_ipc 180 t_driver_facts_ipc
 selected legacy_ipc_shim && run_test legacy_ipc_shim 300 t_legacy_ipc_shim
-for name in torch_ipc shim_overhead; do
+for name in torch_ipc torch_ipc_hangup shim_overhead; do
   selected "$name" || continue
   if [[ $CUSNAP_GPU_SIM == 1 ]]; then
     record "$name" SKIP "PyTorch needs real GPUs (CUSNAP_GPU_SIM=1)"
@@ -451,6 +462,7 @@ for name in torch_ipc shim_overhead; do
   fi
   case $name in
     torch_ipc) run_test torch_ipc 300 t_torch_ipc ;;
+    torch_ipc_hangup) run_test torch_ipc_hangup 300 t_torch_ipc_hangup ;;
     shim_overhead) run_test shim_overhead 420 t_shim_overhead ;;
   esac
 done

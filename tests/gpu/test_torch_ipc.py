@@ -18,6 +18,14 @@ in torch_ipc_job.py). Each cycle, with both idle at READY k: checkpoint (GPU mem
 released, nvidia-smi), `cusnap inspect`, restore (memory back), go-k, then round k's checks of
 both sides must pass. After the last round both print DONE PASS and the job exits 0.
 
+With GPU_TORCH_IPC_SHELL=1 (run_all.sh's torch_ipc_hangup) the job is started the way a
+user starts one in the background from an interactive shell: `cusnap run ... &` from a bash
+with job control (a session of its own, the job in a process group of its own), and in cycle
+1 the shell is killed while the job is held. The kernel then sends the job's orphaned process
+group SIGHUP and SIGCONT (issue 11; shim/lifecycle/hangup_guard.h): both processes must still
+exist and be stopped a second later, and the cycle goes on as usual; checkpoint and restore
+name the producer from then on (the shell's tree is gone).
+
 Without torch (or without a GPU torch can use) the job exits 77 with "SKIP: ..." and the test
 skips. GPU_TORCH_IPC_CYCLES (default 2) and GPU_TORCH_IPC_MIB (default 64, the large tensor)
 change the job.
@@ -28,6 +36,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +48,7 @@ import workload_common as wc  # noqa: E402
 JOB_SCRIPT = Path(__file__).resolve().parent / "torch_ipc_job.py"
 CYCLES = int(os.environ.get("GPU_TORCH_IPC_CYCLES", "2"))
 LARGE_MIB = int(os.environ.get("GPU_TORCH_IPC_MIB", "64"))
+FROM_SHELL = os.environ.get("GPU_TORCH_IPC_SHELL", "0") == "1"
 ROLES = ("producer", "consumer")
 START_TIMEOUT_S = 300   # torch import in both processes, spawn, CUDA init
 ROUND_TIMEOUT_S = 240
@@ -69,13 +79,20 @@ class TorchIpcJob:
         self.baseline = None
         self.broken = None
         self.skipped = None     # the job's SKIP line
+        self.root = None        # the pid checkpoint and restore name: the job's root
+        self.shell = None       # FROM_SHELL: the shell's pid, until cycle 1 kills it
 
     def start(self):
         self.baseline, source = h.memory_used_mib(self.cli_env)
         h.log(f"torch-ipc: GPU memory used before the job ({source}): {self.baseline} MiB")
         command = [h.program("cusnap"), "run", "--", sys.executable, str(JOB_SCRIPT), "--control", str(self.go_dir),
                    "--cycles", str(CYCLES), "--mib", str(LARGE_MIB)]
+        if FROM_SHELL:
+            command = ["setsid", "bash", "-c", 'set -m; "$@" & while :; do sleep 1; done', "shell"] + command
         self.job = h.Job(command, self.env, "torch-ipc")
+        self.root = self.job.pid
+        if FROM_SHELL:
+            self.shell = self.job.pid
         try:
             self.wait_ready(1, START_TIMEOUT_S)
         except BaseException as e:
@@ -84,12 +101,18 @@ class TorchIpcJob:
         started = [line for line in self.job.history if "TI role=producer" in line and "shared_bytes=" in line]
         assert started, "the producer printed no start line"
         self.shared_bytes = int(re.search(r"shared_bytes=(\d+)", started[0]).group(1))
+        if FROM_SHELL:
+            self.root = self.pids["producer"]  # the shell's tree holds it until the shell goes
         h.log(f"torch-ipc: producer pid {self.pids['producer']}, consumer pid {self.pids['consumer']}, "
               f"{self.shared_bytes} bytes of CUDA tensors shared")
         self.check_round(0)
 
     def stop(self):
         wc.stop_job(self.job, "torch-ipc")
+        if FROM_SHELL:  # the shell's tree no longer holds them once it was killed
+            for pid in self.pids.values():
+                if h.proc_state(pid) not in (None, "Z"):
+                    os.kill(pid, 9)
 
     # ---- the handshake -----------------------------------------------------------------------
 
@@ -114,8 +137,8 @@ class TorchIpcJob:
         pids = {role: int(m.group("pid")) for role, m in seen.items()}
         if self.pids and pids != self.pids:
             raise AssertionError(f"torch-ipc: pids changed from {self.pids} to {pids}")
-        if pids["producer"] != self.job.pid:
-            h.log(f"torch-ipc: the producer is pid {pids['producer']}, the job's root {self.job.pid} "
+        if pids["producer"] != self.root:
+            h.log(f"torch-ipc: the producer is pid {pids['producer']}, the job's root {self.root} "
                   f"(checkpoint and restore name the root: the producer is in its tree)")
         self.pids = pids
 
@@ -140,13 +163,13 @@ class TorchIpcJob:
         """`cusnap status --pid <producer> --json` lists the producer and the consumer (the
         resource tracker too, with no allocation); the consumer's endpoint shows imports: its
         cudaIpcOpenMemHandle calls were served by the shim."""
-        done = h.run([h.program("cusnap"), "status", "--pid", self.job.pid, "--json"], 60, self.cli_env, check=False)
-        assert done.returncode == 0, f"cusnap status --pid {self.job.pid} --json exited with {done.returncode}"
+        done = h.run([h.program("cusnap"), "status", "--pid", self.root, "--json"], 60, self.cli_env, check=False)
+        assert done.returncode == 0, f"cusnap status --pid {self.root} --json exited with {done.returncode}"
         start = done.stdout.find("{")  # stderr is merged in: the document is what starts at "{"
         assert start >= 0, f"cusnap status --json printed no JSON document:\n{done.stdout}"
         status, _ = json.JSONDecoder().raw_decode(done.stdout[start:])
         listed = {p.get("pid"): p for p in status.get("participants", [])}
-        tree = [self.job.pid] + h.descendants(self.job.pid)
+        tree = [self.root] + h.descendants(self.root)
         for pid in tree:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -182,9 +205,11 @@ class TorchIpcJob:
         label = f"torch-ipc cycle {k}"
         h.log(f"---- {label}: checkpoint, restore, then round {k}: kept values, writes both ways ----")
         before, source = h.memory_used_mib(self.cli_env)
-        ck = wc.cusnap(["checkpoint", "--pid", self.job.pid, "--state-dir", self.state_dir], self.cli_env,
+        ck = wc.cusnap(["checkpoint", "--pid", self.root, "--state-dir", self.state_dir], self.cli_env,
                        f"{label} checkpoint")
         assert ck.returncode == 0, f"{label}: cusnap checkpoint exited with {ck.returncode}"
+        if self.shell is not None:
+            self._kill_the_shell(label)
         during, _ = h.memory_used_mib(self.cli_env)
         states = {role: h.proc_state(pid) for role, pid in self.pids.items()}
         h.log(f"{label}: checkpointed; GPU memory used ({source}) {during} MiB; process states {states}")
@@ -192,7 +217,7 @@ class TorchIpcJob:
                           check=False)
         if inspected.returncode != 0:
             h.log(f"{label}: cusnap inspect exited with {inspected.returncode} (not a failure of the cycle)")
-        rs = wc.cusnap(["restore", "--pid", self.job.pid, "--state-dir", self.state_dir], self.cli_env,
+        rs = wc.cusnap(["restore", "--pid", self.root, "--state-dir", self.state_dir], self.cli_env,
                        f"{label} restore")
         assert rs.returncode == 0, f"{label}: cusnap restore exited with {rs.returncode}"
         after, _ = h.memory_used_mib(self.cli_env)
@@ -206,6 +231,19 @@ class TorchIpcJob:
             self.finish()
         self.check_round(k)
         h.log(f"{label}: PASS")
+
+    def _kill_the_shell(self, label):
+        """The shell that started the job exits while the job is held: its orphaned group gets
+        SIGHUP and SIGCONT from the kernel; the held processes must survive, stopped."""
+        os.kill(self.shell, 9)
+        self.job.process.wait(timeout=30)
+        self.shell = None
+        time.sleep(1.0)
+        states = {role: h.proc_state(pid) for role, pid in self.pids.items()}
+        h.log(f"{label}: the shell was killed while the job was held; process states now {states}")
+        for role, state in states.items():
+            assert state not in (None, "Z"), f"{label}: the {role} died with its shell ({state})"
+            assert state in ("T", "t"), f"{label}: the {role} runs again after the hangup ({state})"
 
     def _check_memory(self, label, before, during, after):
         job_mib = sum(before) - sum(self.baseline)
@@ -224,8 +262,14 @@ class TorchIpcJob:
         """After the last go: both roles DONE PASS, the producer exits 0 (it checked that the
         consumer exited 0: CHECK producer_consumer_exit)."""
         self._await_roles(r"TI role=(?P<role>\w+) DONE PASS", "DONE PASS", ROUND_TIMEOUT_S)
-        status = self.job.finish(DONE_TIMEOUT_S)
-        assert status == 0, f"torch-ipc: the producer exited with {status}"
+        if FROM_SHELL:  # not our child: its exit status is the (killed) shell's to see
+            deadline = time.monotonic() + DONE_TIMEOUT_S
+            while h.proc_state(self.pids["producer"]) not in (None, "Z") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert h.proc_state(self.pids["producer"]) in (None, "Z"), "torch-ipc: the producer did not exit"
+        else:
+            status = self.job.finish(DONE_TIMEOUT_S)
+            assert status == 0, f"torch-ipc: the producer exited with {status}"
         exits = [line for line in self.job.history if "CHECK producer_consumer_exit PASS" in line]
         assert exits, "torch-ipc: the producer did not report the consumer's exit status 0"
 

@@ -182,6 +182,116 @@ TEST_F(CliJobHold, StoppedHeldJobOutlivesItsHeartbeatMonitor) {
   CheckEveryByte();
 }
 
+// The fresh-user case of session 7: a job started in the background by a shell with job
+// control (`cusnap run -- ... &`: a process group of its own in the shell's session), and
+// the shell exits while the job is held. The job's group is then orphaned with a stopped
+// member, and the kernel sends every member SIGHUP, then SIGCONT: with SIGHUP's default
+// disposition the held job died (shim/lifecycle/hangup_guard.h). It must stay held, and the
+// restore must bring back every byte.
+TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
+  const std::string bin = std::getenv("CUSNAP_TEST_BIN_DIR");
+  Worker& job = StartProgram("job", {"/usr/bin/setsid", "/bin/bash", "-c",
+                                     "set -m; \"$@\" 0<&0 & while :; do sleep 1; done", "shell",
+                                     bin + "/cusnap",
+                                     "run", "--", bin + "/job_worker", "0"});
+  ASSERT_EQ(Ask(job, ""), "ready");
+  const pid_t shell = job.pid;
+  const std::string pid = OkValue(Ask(job, "pid"));
+  ASSERT_FALSE(pid.empty());
+  job.pid = std::stoi(pid);
+  job.child = false;  // the shell's child; reaped by whoever adopts it
+  target_ = {"--pid", pid};  // once the shell is gone, this process's tree no longer has it
+  ASSERT_EQ(::getsid(job.pid), shell);
+  ASSERT_EQ(::getpgid(job.pid), job.pid) << "job control put the job in a group of its own";
+  ASSERT_NO_FATAL_FAILURE(Create(job, "A", 4, "dev", 0));
+  ASSERT_NO_FATAL_FAILURE(Map(job, "a", "A", 0, 4, "0"));
+  ASSERT_NO_FATAL_FAILURE(Fill(job, "a"));
+  const Snapshot before = Snap();
+  const std::string state = dir_ + "/state";
+  const Ran ck = Checkpoint(state);
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  ASSERT_EQ(ProcState(job.pid), 'T');
+
+  // The shell goes (SIGKILL: it sends its jobs nothing itself); its exit orphans the job's
+  // group, and the kernel's SIGHUP and SIGCONT are sent before waitpid returns.
+  ASSERT_EQ(::kill(shell, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(shell, &status, 0), shell);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(::kill(job.pid, 0), 0) << "the held job died with its shell";
+  EXPECT_EQ(ProcState(job.pid), 'T') << "the hangup's SIGCONT left the held job running";
+  EXPECT_TRUE(std::filesystem::exists(HeldMarker(job.pid)));
+
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_NE(ProcState(job.pid), 'T');
+  ExpectSameLayout(before, Snap());
+  CheckEveryByte();
+  EXPECT_EQ(Phases(), std::vector<std::string>(1, "active"));
+  // The job goes on after its restore: a hangup from the kernel is not replayed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Ask(job, "pid"), "ok " + pid);
+}
+
+// A terminal that hangs up makes bash send its jobs SIGHUP, then SIGCONT: the held job stays
+// held (the hangup is dropped while it is checkpointed), and runs on after the restore.
+TEST_F(CliJobHold, HangupFromTheShellLeavesTheJobHeld) {
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  const std::string state = dir_ + "/state";
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  ASSERT_EQ(ProcState(w.pid), 'T');
+  ASSERT_EQ(::kill(w.pid, SIGHUP), 0);
+  ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::kill(w.pid, 0), 0) << "the held job died of SIGHUP";
+  EXPECT_EQ(ProcState(w.pid), 'T') << "a held process must stay held";
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  CheckEveryByte();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(OkValue(Ask(w, "pid")), std::to_string(w.pid));
+}
+
+// A restore that is refused (here: a state directory with no checkpoint in it) changed
+// nothing, so the job it continued to talk to is held again, as it was found.
+TEST_F(CliJobHold, RefusedRestoreLeavesTheJobHeld) {
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  const std::string state = dir_ + "/state";
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  ASSERT_EQ(ProcState(w.pid), 'T');
+  std::filesystem::create_directories(dir_ + "/empty");
+  const Ran wrong = Restore(dir_ + "/empty");
+  EXPECT_EQ(wrong.status, kExitRestoreRefused) << wrong.out << wrong.err;
+  EXPECT_THAT(wrong.err, HasSubstr("nothing was changed"));
+  EXPECT_THAT(wrong.err, HasSubstr("1 held process stopped again, as before the command"));
+  EXPECT_EQ(ProcState(w.pid), 'T');
+  EXPECT_TRUE(std::filesystem::exists(HeldMarker(w.pid)));
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  CheckEveryByte();
+}
+
+// A process that ended while held leaves its marker; `status --prune` removes it (and only
+// it: a live held process keeps its own).
+TEST_F(CliJobHold, PruneRemovesTheMarkerOfAProcessThatEndedHeld) {
+  Worker& gone = StartFilled("gone", 2, "0");
+  Worker& kept = StartFilled("kept", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(Checkpoint(dir_ + "/state").status, 0);
+  const std::string marker = HeldMarker(gone.pid);
+  ASSERT_TRUE(std::filesystem::exists(marker));
+  Kill(gone);
+  const Ran st = Cusnap({"status", "--all", "--prune"});
+  EXPECT_THAT(st.out, HasSubstr("stale hold marker " + marker +
+                                ": its process ended while held (removed)"));
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  EXPECT_TRUE(std::filesystem::exists(HeldMarker(kept.pid)));
+  EXPECT_EQ(ProcState(kept.pid), 'T');
+  Kill(kept);  // the job cannot be restored without 'gone'
+}
+
 TEST_F(CliJobHold, RunModeLeavesTheJobRunnable) {
   ::setenv("CUSNAP_HOLD", "run", 1);
   Worker& creator = StartFilled("creator", 2, "0");

@@ -190,6 +190,8 @@ TEST_F(CliJobRecover, RecoverOfARunningJobChangesNothing) {
   const Ran rc = Recover(state);
   EXPECT_EQ(rc.status, 0) << rc.out << rc.err;
   EXPECT_THAT(rc.err, HasSubstr("every participant is active: nothing to recover"));
+  EXPECT_THAT(rc.out, HasSubstr("recover: done\n"));
+  EXPECT_THAT(rc.out, Not(HasSubstr("state file")));  // none was used
   ExpectRunningWhole(state);
 }
 

@@ -402,6 +402,14 @@ TEST_F(CliMistakes, ADeviceMapNamingADeviceTwiceIsARestoreRefusalAndANoGpuJobUse
   const Ran syntax = Cusnap({"restore", "--pid", pid, "--state-dir", state, "--device-map", "0=x"});
   EXPECT_EQ(syntax.status, kExitUsage);
   EXPECT_THAT(syntax.err, HasSubstr("'x' is neither a device ordinal nor a GPU UUID"));
+  // An empty map (`--device-map "$MAP"` with MAP unset) is a usage error, not "no map": the
+  // restore would otherwise stay on the old GPUs without a word. Same for recover.
+  for (const char* command : {"restore", "recover"}) {
+    const Ran empty = Cusnap({command, "--pid", pid, "--state-dir", state, "--device-map", ""});
+    EXPECT_EQ(empty.status, kExitUsage) << command << ": " << empty.err;
+    EXPECT_THAT(empty.err, HasSubstr("--device-map is empty: give OLD=NEW pairs, e.g. 0=1,1=0, "
+                                     "or leave the option out")) << command;
+  }
   const Ran st = Cusnap({"status", "--pid", pid, "--json"});
   EXPECT_EQ(nlohmann::json::parse(st.out)["participants"][0]["phase"], "released") << st.out;
   EXPECT_EQ(Cusnap({"restore", "--pid", pid, "--state-dir", state}).status, 0);

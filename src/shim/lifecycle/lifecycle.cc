@@ -9,8 +9,10 @@
 
 #include <chrono>
 #include <ctime>
+#include <utility>
 
 #include "common/log.h"
+#include "shim/lifecycle/hangup_guard.h"
 #include "shim/lifecycle/lifecycle_common.h"
 
 namespace cusnap::shim {
@@ -96,7 +98,8 @@ constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
      &Lifecycle::Resume, true, kResumeRefusal},
 };
 
-Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate) : steps_(steps), gate_(gate) {}
+Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate, std::string held_marker)
+    : steps_(steps), gate_(gate), held_marker_(std::move(held_marker)) {}
 
 Lifecycle::~Lifecycle() {
   {
@@ -302,7 +305,12 @@ Result<StepResult> Lifecycle::Save(const proto::StepRequest& request) {
   return result;
 }
 
-Result<StepResult> Lifecycle::Release(const proto::StepRequest&) { return Moved(steps_.Release()); }
+Result<StepResult> Lifecycle::Release(const proto::StepRequest&) {
+  // From here until activate the process is checkpointed and may be held stopped: a
+  // hangup must not end it (hangup_guard.h).
+  if (!held_marker_.empty()) ArmHangupGuard(held_marker_);
+  return Moved(steps_.Release());
+}
 
 Result<StepResult> Lifecycle::Reallocate(const proto::StepRequest& request) {
   // Onto other GPUs: the steps rebuild on the recorded ordinals, so each must name the GPU
@@ -352,6 +360,7 @@ Result<StepResult> Lifecycle::Resume(const proto::StepRequest&) {
 }
 
 Result<StepResult> Lifecycle::Activate(const proto::StepRequest&) {
+  DisarmHangupGuard();
   steps_.Discard();
   SetCheckpointId("");
   return StepResult{};

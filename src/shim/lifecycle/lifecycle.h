@@ -108,7 +108,9 @@ class Lifecycle {
   /// How long kQuiesce waits for tracked calls in flight when the request gives no bound.
   static constexpr int64_t kDefaultDrainMs = 10'000;
 
-  Lifecycle(LifecycleSteps& steps, QuiesceGate& gate);
+  /// `held_marker`: this process's hold marker (HeldMarkerPath); when given, the release
+  /// step arms the hangup guard and activate disarms it (hangup_guard.h). "" (tests): none.
+  Lifecycle(LifecycleSteps& steps, QuiesceGate& gate, std::string held_marker = "");
   ~Lifecycle();
   Lifecycle(const Lifecycle&) = delete;
   Lifecycle& operator=(const Lifecycle&) = delete;
@@ -162,6 +164,7 @@ class Lifecycle {
 
   LifecycleSteps& steps_;
   QuiesceGate& gate_;
+  const std::string held_marker_;
   std::atomic<proto::ShimState> phase_{proto::ShimState::kActive};
   mutable std::mutex mutex_;  // failure_, checkpoint_id_
   std::string failure_;
