@@ -53,6 +53,11 @@ int ExitAfter(const coord::CommandReport& report, int signo) {
 std::string JobStateTail(const Target& target, const std::string& control_dir) {
   const std::vector<int> pids = target.all ? coord::EndpointPids(control_dir)
                                            : coord::EndpointPidsInTree(control_dir, target.pid);
+  // A held process cannot answer (it is stopped): said from its marker, at once.
+  if (std::any_of(pids.begin(), pids.end(),
+                  [&](int pid) { return coord::IsHeld(control_dir, pid); })) {
+    return ", the job stays checkpointed and held (stopped until 'cusnap restore')";
+  }
   std::set<proto::ShimState> states;
   for (int pid : pids) {
     if (auto id = coord::Identify(*coord::ConnectEndpoint(control_dir, pid))) states.insert(id->state);

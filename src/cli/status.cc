@@ -30,6 +30,7 @@ namespace {
 /// failures go to `errors`.
 std::vector<std::string> Prune(const std::string& control_dir,
                                const std::vector<StaleEndpoint>& stale,
+                               const std::vector<std::string>& stale_markers,
                                std::vector<std::string>& errors) {
   std::vector<std::string> removed;
   const auto now = StaleEndpoints(control_dir);
@@ -44,8 +45,10 @@ std::vector<std::string> Prune(const std::string& control_dir,
       errors.push_back("cannot remove " + s.path + ": " + std::strerror(errno));
     }
   }
-  // Hold markers of processes that ended while held (coordinator/hold.h).
-  for (const std::string& marker : coord::StaleHoldMarkers(control_dir)) {
+  // Hold markers of processes that ended while held (coordinator/hold.h), still stale now.
+  const auto markers_now = coord::StaleHoldMarkers(control_dir);
+  for (const std::string& marker : stale_markers) {
+    if (std::find(markers_now.begin(), markers_now.end(), marker) == markers_now.end()) continue;
     if (::unlink(marker.c_str()) == 0) {
       removed.push_back(marker);
     } else if (errno != ENOENT) {
@@ -61,6 +64,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
   const std::string control_dir = ControlDir();
   std::vector<int> pids;
   std::vector<StaleEndpoint> stale;  // listed, never an error; removed with --prune
+  std::vector<std::string> stale_markers;  // hold markers of processes that ended held, too
   if (target.pid > 0) {
     if (const std::string problem = CheckTargetPid(target.pid, control_dir); !problem.empty()) {
       std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
@@ -73,6 +77,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       return kExitError;
     }
     stale = StaleEndpoints(control_dir);
+    stale_markers = coord::StaleHoldMarkers(control_dir);
     for (int pid : coord::EndpointPids(control_dir)) {
       const bool reused = std::any_of(stale.begin(), stale.end(),
                                       [&](const StaleEndpoint& s) { return s.pid == pid; });
@@ -80,7 +85,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
     }
   }
   std::vector<std::string> errors;
-  const std::vector<std::string> removed = prune ? Prune(control_dir, stale, errors)
+  const std::vector<std::string> removed = prune ? Prune(control_dir, stale, stale_markers, errors)
                                                  : std::vector<std::string>{};
   std::vector<std::unique_ptr<coord::Participant>> participants;
   for (int pid : pids) participants.push_back(coord::ConnectEndpoint(control_dir, pid));
@@ -113,6 +118,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
                                        {"participants", list},
                                        {"stale_endpoints", stale_list},
                                        {"stale_reasons", stale_reasons},
+                                       {"stale_hold_markers", stale_markers},
                                        {"pruned", removed},
                                        {"errors", errors}}.dump(2).c_str());
   } else {
@@ -151,10 +157,10 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       std::printf("stale endpoint %s: %s (%s)\n", st.path.c_str(), StaleReason(st).c_str(),
                   gone ? "removed" : "safe to remove");
     }
-    for (const auto& path : removed) {
-      if (path.find(".held") != std::string::npos) {
-        std::printf("stale hold marker %s: its process ended while held (removed)\n", path.c_str());
-      }
+    for (const auto& marker : stale_markers) {
+      const bool gone = std::find(removed.begin(), removed.end(), marker) != removed.end();
+      std::printf("stale hold marker %s: its process ended while held (%s)\n", marker.c_str(),
+                  gone ? "removed" : "safe to remove");
     }
   }
   for (const auto& e : errors) std::fprintf(stderr, "cusnap status: %s\n", e.c_str());

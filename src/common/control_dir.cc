@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -35,7 +36,25 @@ std::vector<std::string> Components(const std::string& path) {
   return parts;
 }
 
+/// Whether `path` has a ".." component.
+bool NamesAParent(const std::string& path) {
+  const std::vector<std::string> parts = Components(path);
+  return std::find(parts.begin(), parts.end(), "..") != parts.end();
+}
+
+Error ParentRefusal(const std::string& given) {
+  return Error{EINVAL, "control directory " + given + " names a parent with '..': refused (set " +
+                           "CUSNAP_CONTROL_DIR to a path without '..')"};
+}
+
 }  // namespace
+
+std::string LexicalControlPath(const std::string& dir) {
+  if (dir.empty()) return dir;
+  std::string path = dir[0] == '/' ? "" : ".";
+  for (const std::string& part : Components(dir)) path += "/" + part;
+  return path.empty() ? "/" : path;
+}
 
 std::string ControlDirProblem(uid_t uid, mode_t mode, uid_t self) {
   if (uid != self) {
@@ -110,7 +129,12 @@ std::string ControlDirAncestorsProblem(const std::string& dir) {
   return "";
 }
 
-Result<UniqueFd> OpenControlDir(const std::string& dir) {
+Result<UniqueFd> OpenControlDir(const std::string& given) {
+  // "dir/" and "dir/." would open a symbolic link's target although O_NOFOLLOW is given, and
+  // "missing/../x" lets a walk of the parents stop early: the path is checked and opened as
+  // its plain components, and ".." is refused.
+  const std::string dir = LexicalControlPath(given);
+  if (NamesAParent(dir)) return ParentRefusal(given);
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.valid()) {
     const int code = errno;
@@ -142,6 +166,7 @@ std::string UnsafeControlDir(const std::string& dir) {
   Result<UniqueFd> fd = OpenControlDir(dir);
   if (fd.ok()) return "";
   if (fd.error().code != ENOENT) return fd.error().message;
+  // (OpenControlDir refused ".." already: it would have said so above.)
   // Not there yet: the shim will create it, unless a parent on the way cannot be trusted.
   const std::string problem = ControlDirAncestorsProblem(dir);
   return problem.empty() ? "" : "control directory " + dir + " would be unsafe: " + problem;
@@ -151,8 +176,10 @@ std::string HeldMarkerPath(const std::string& dir, int pid) {
   return dir + "/" + std::to_string(pid) + ".held";
 }
 
-Result<UniqueFd> MakeControlDir(const std::string& dir) {
-  if (dir.empty()) return Error{EINVAL, "the control directory is empty"};
+Result<UniqueFd> MakeControlDir(const std::string& given) {
+  if (given.empty()) return Error{EINVAL, "the control directory is empty"};
+  const std::string dir = LexicalControlPath(given);
+  if (NamesAParent(dir)) return ParentRefusal(given);
   // Nothing is created below a parent others control.
   if (const std::string problem = ControlDirAncestorsProblem(dir); !problem.empty()) {
     return Error{EPERM, "control directory " + dir + " is unsafe: " + problem + "; refused: " +

@@ -14,6 +14,10 @@
 
 namespace cusnap {
 
+/// `dir` as its plain components: "" and "." parts and trailing slashes dropped ("a//b/./"
+/// -> "a/b"; a relative path keeps a leading "./"). ".." is kept (OpenControlDir refuses it).
+std::string LexicalControlPath(const std::string& dir);
+
 /// What is wrong with a directory of owner `uid` and mode `mode` (st_mode) as a control
 /// directory of effective user `self`: "" when it is owned by `self` and its permission bits
 /// are exactly 0700; otherwise the reason (owner named, mode in octal).
@@ -30,8 +34,9 @@ std::string AncestorProblem(const std::string& name, uid_t uid, mode_t mode, uid
 /// checks each with AncestorProblem. "" when all pass, otherwise the first problem.
 std::string ControlDirAncestorsProblem(const std::string& dir);
 
-/// Opens `dir` (O_DIRECTORY | O_NOFOLLOW: a symbolic link as the last component is refused,
-/// never followed) and checks it with ControlDirProblem and its ancestors with
+/// Opens `dir` as LexicalControlPath gives it (O_DIRECTORY | O_NOFOLLOW: a symbolic link as
+/// the last component is refused, never followed, also when `dir` ends with "/" or "/.";
+/// a path with ".." is refused, EINVAL) and checks it with ControlDirProblem and its ancestors with
 /// ControlDirAncestorsProblem. Returns the descriptor (CLOEXEC), so
 /// callers can work relative to what was checked. Errors name the directory: ENOENT when it
 /// does not exist, ELOOP for a symbolic link, ENOTDIR, EPERM for a wrong owner or mode.

@@ -26,8 +26,9 @@ std::string ControlDirFor(const char* cusnap_control_dir, const char* xdg_runtim
 }
 
 std::string ControlDir() {
-  return ControlDirFor(std::getenv("CUSNAP_CONTROL_DIR"), std::getenv("XDG_RUNTIME_DIR"),
-                       geteuid());
+  // As its plain components: "dir/" must name the directory checked, not a link's target.
+  return LexicalControlPath(ControlDirFor(std::getenv("CUSNAP_CONTROL_DIR"),
+                                          std::getenv("XDG_RUNTIME_DIR"), geteuid()));
 }
 
 int EndpointPidOfPath(const std::string& socket_path) {

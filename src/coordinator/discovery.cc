@@ -4,6 +4,7 @@
 #include "coordinator/coordinator.h"
 #include "common/control_dir.h"
 #include "common/text.h"
+#include "coordinator/hold.h"
 #include "coordinator/proc.h"
 
 namespace cusnap::coord {
@@ -30,6 +31,14 @@ std::string ShimElsewhere(const std::vector<int>& pids, const std::string& contr
   return "";
 }
 
+/// A held process (hold.h) is stopped: its endpoint cannot answer, and it is checkpointed
+/// already. Said at once, rather than after the endpoint's deadline.
+Error HeldRefusal(int pid) {
+  return Error{-1, ProcessText(pid, ProcessName(pid)) + " is held: checkpointed and stopped " +
+                       "by 'cusnap checkpoint' until 'cusnap restore' continues it; restore it " +
+                       "first (nothing was changed)"};
+}
+
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
                                                                CheckpointDriver& driver) {
   const std::vector<int> tree = ProcessTree(options.pid);
@@ -38,6 +47,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
   for (int pid : tree) {
     if (pid == ::getpid()) continue;  // the coordinator itself (it loaded the driver too)
     if (ProcessExited(pid)) continue;  // a zombie: nothing of it runs, nothing to save
+    if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
     if (HasEndpoint(options.control_dir, pid)) {
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;
@@ -65,6 +75,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverAll(const DiscoveryOptions& options) {
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : EndpointPids(options.control_dir)) {
+    if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
     participants.push_back(ConnectEndpoint(options.control_dir, pid));
   }
   if (participants.empty()) {

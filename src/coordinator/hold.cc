@@ -125,9 +125,17 @@ Status StopHeld(const std::string& control_dir, int pid, int wait_ms) {
     ::unlink(MarkerPath(control_dir, pid).c_str());
     return SignalError(pid, "SIGSTOP for the hold failed", why);
   }
-  if (!WaitFor(pid, wait_ms, Stopped)) {
+  const auto gone = [&](int p) { return ProcessStartTime(p) != start || ProcessExited(p); };
+  if (!WaitFor(pid, wait_ms, [&](int p) { return Stopped(p) || gone(p); }) || gone(pid)) {
     ::kill(pid, SIGCONT);
     ::unlink(MarkerPath(control_dir, pid).c_str());
+    if (gone(pid)) {
+      // Seen with a shell that has job control: it lists the stopped job and, when it
+      // exits, sends its stopped jobs SIGTERM (bash's terminate_stopped_jobs).
+      return Error{ESRCH, ProcessText(pid) + ": ended right after SIGSTOP stopped it for the "
+                              "hold (its shell may end the stopped jobs it lists: start the "
+                              "job with setsid, or disown it, or hold it with CUSNAP_HOLD=run)"};
+    }
     return Error{ETIMEDOUT, ProcessText(pid) + ": not stopped " + std::to_string(wait_ms) +
                                 " ms after SIGSTOP; left running (its CUDA calls wait)"};
   }

@@ -53,6 +53,7 @@ class RecoverSequence : Sequence {
       if (!state) {
         Note("no usable state file (" + state.error().message + "): recovering from what "
              "each process's shim holds, without verifying against a state file");
+        report_.state_file.clear();  // not used: the CLI's "done" names none
         return uint64_t{0};
       }
       std::set<std::string> held;

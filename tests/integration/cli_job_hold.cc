@@ -122,9 +122,16 @@ TEST_F(CliJobHold, CheckpointStopsEveryParticipantAndRestoreContinuesThem) {
     EXPECT_EQ(p["held"], true) << p.dump();
   }
 
-  // A second checkpoint cannot reach the held endpoints: refused, the job stays held.
+  // A second checkpoint is refused at once from the markers (the held endpoints cannot
+  // answer), saying the job stays held; it stays held.
+  const auto second = std::chrono::steady_clock::now();
   const Ran again = Checkpoint(dir_ + "/state2");
+  EXPECT_LT(std::chrono::steady_clock::now() - second, std::chrono::seconds(5));
   EXPECT_EQ(again.status, kExitRefused) << again.out << again.err;
+  EXPECT_THAT(again.err, HasSubstr("is held: checkpointed and stopped by 'cusnap checkpoint' "
+                                   "until 'cusnap restore' continues it; restore it first"));
+  EXPECT_THAT(again.err, HasSubstr("refused; nothing was changed, the job stays checkpointed "
+                                   "and held (stopped until 'cusnap restore')"));
   for (Worker* w : {&creator, &importer}) EXPECT_EQ(ProcState(w->pid), 'T') << w->name;
 
   const Ran rs = Restore(state);
@@ -231,6 +238,35 @@ TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
   // The job goes on after its restore: a hangup from the kernel is not replayed.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(Ask(job, "pid"), "ok " + pid);
+}
+
+// What cusnap cannot keep: a shell with job control whose `wait` returns when the job stops
+// (the hold) exits, and bash sends the stopped jobs it lists SIGTERM (terminate_stopped_jobs).
+// The checkpoint must say that the process ended, not that it would not stop (found by a
+// fresh user; README, CUSNAP_HOLD: setsid or disown).
+TEST_F(CliJobHold, AJobItsExitingShellEndsIsNamedAsEnded) {
+  const std::string bin = std::getenv("CUSNAP_TEST_BIN_DIR");
+  Worker& job = StartProgram("job", {"/usr/bin/setsid", "/bin/bash", "-c",
+                                     "set -m; \"$@\" 0<&0 & wait", "shell", bin + "/cusnap",
+                                     "run", "--", bin + "/job_worker", "0"});
+  ASSERT_EQ(Ask(job, ""), "ready");
+  const pid_t shell = job.pid;
+  const std::string pid = OkValue(Ask(job, "pid"));
+  ASSERT_FALSE(pid.empty());
+  job.pid = std::stoi(pid);
+  job.child = false;
+  target_ = {"--pid", pid};
+  ASSERT_NO_FATAL_FAILURE(Create(job, "A", 2, "dev", 0));
+  const auto started = std::chrono::steady_clock::now();
+  const Ran ck = Checkpoint(dir_ + "/state");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(ck.status, kExitFailedAfterChange) << ck.out << ck.err;
+  EXPECT_THAT(ck.err, HasSubstr("pid " + pid + ": ended right after SIGSTOP stopped "
+                                "it for the hold (its shell may end the stopped jobs it lists"));
+  int status = 0;
+  EXPECT_EQ(::waitpid(shell, &status, 0), shell);
+  EXPECT_NE(::kill(job.pid, 0), 0);
+  job.pid = -1;
 }
 
 // A terminal that hangs up makes bash send its jobs SIGHUP, then SIGCONT: the held job stays

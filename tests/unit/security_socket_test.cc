@@ -156,6 +156,40 @@ TEST(ControlDir, ALinkedParentIsFollowedOnlyWhenOursAndChecked) {
   rmdir(real.c_str());
 }
 
+// Found by a fresh user: "link/" and "link/." opened the link's target although O_NOFOLLOW
+// was given, and "missing/../x" stopped the walk of the parents at the missing part.
+TEST(ControlDir, TrailingSlashesDotsAndParentsDoNotGetAround) {
+  EXPECT_EQ(LexicalControlPath("/a//b/./"), "/a/b");
+  EXPECT_EQ(LexicalControlPath("/a/b/."), "/a/b");
+  EXPECT_EQ(LexicalControlPath("a/b/"), "./a/b");
+  EXPECT_EQ(LexicalControlPath("/"), "/");
+  const std::string real = Scratch();
+  const std::string link = real + "-link";
+  ASSERT_EQ(symlink(real.c_str(), link.c_str()), 0);
+  for (const char* tail : {"/", "/.", "//", "/./"}) {
+    auto opened = OpenControlDir(link + tail);
+    ASSERT_FALSE(opened.ok()) << tail;
+    EXPECT_EQ(opened.error().code, ELOOP) << tail;
+    EXPECT_FALSE(MakeControlDir(link + tail + "/").ok()) << tail;
+  }
+  const std::string open_parent = Scratch();
+  ASSERT_EQ(chmod(open_parent.c_str(), 0777), 0);
+  const std::string sneaky = real + "/missing/.." + open_parent.substr(open_parent.rfind('/')) +
+                             "/../" + open_parent.substr(open_parent.rfind('/') + 1) + "/ctl";
+  for (const std::string& dir : {sneaky, real + "/missing/../ctl"}) {
+    auto made = MakeControlDir(dir);
+    ASSERT_FALSE(made.ok()) << dir;
+    EXPECT_EQ(made.error().code, EINVAL) << dir;
+    EXPECT_THAT(made.error().message, HasSubstr("names a parent with '..': refused")) << dir;
+    EXPECT_THAT(UnsafeControlDir(dir), HasSubstr("names a parent with '..'")) << dir;
+  }
+  struct stat st;
+  EXPECT_NE(stat((real + "/missing").c_str(), &st), 0);  // nothing was created
+  unlink(link.c_str());
+  rmdir(real.c_str());
+  rmdir(open_parent.c_str());
+}
+
 TEST(ControlDir, AParentOfAnotherUserIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to another user";
   const std::string parent = Scratch();
