@@ -2,6 +2,7 @@
 #include "cli/checks.h"
 
 #include <dirent.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -65,6 +66,22 @@ std::optional<double> StartedAt(int pid) {
 /// Whether the endpoint socket at `path` was left by an earlier process with `pid`'s pid:
 /// the shim creates it after its process started, so a socket older than the process now
 /// holding the pid is not its own. One second of slack covers the clocks' rounding.
+/// Whether a process listens on the unix socket at `path` (a connection is accepted into its
+/// backlog, or the backlog is full). Such an endpoint is live whatever the pid in its name is
+/// here: a job in a PID namespace of its own names its endpoints by its pids there.
+bool SomeoneListens(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path) return false;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);  // as endpoints are
+  if (fd < 0) return false;
+  const bool listens = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0 ||
+                       errno == EAGAIN;
+  ::close(fd);
+  return listens;
+}
+
 bool OlderThanProcess(const std::string& path, int pid) {
   struct stat st {};
   const auto started = StartedAt(pid);
@@ -164,6 +181,7 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
     const int pid = SocketPid(entry->d_name);
     if (pid == 0 || !coord::HasEndpoint(control_dir, pid)) continue;
     const std::string path = EndpointPath(control_dir, pid);
+    if (SomeoneListens(path)) continue;  // live, maybe in another PID namespace
     if (coord::ProcessExited(pid)) {
       stale.push_back(StaleEndpoint{pid, path, false});
     } else if (OlderThanProcess(path, pid)) {

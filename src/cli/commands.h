@@ -45,9 +45,12 @@ struct DumpArgs {
 /// tree into D with a manifest (coordinator/dump.h). Exit 3 refused (nothing changed).
 int DumpCommand(const DumpArgs& args);
 
-/// `restore --images-dir D [--device-map M]`: checks D, CRIU brings the tree back, then every
-/// restore phase (coordinator/dump.h). Exit 5 refused (nothing changed).
-int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json);
+/// `restore --images-dir D [--device-map M] [--pid-namespace]`: checks D, CRIU brings the
+/// tree back, then every restore phase (coordinator/dump.h). In a PID namespace of its own
+/// (cli/pid_namespace.h) when `pid_namespace` is set or a pid of the dump is held by another
+/// process here. Exit 5 refused (nothing changed).
+int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json,
+                         bool pid_namespace);
 
 /// `inspect D` for an images directory: its manifest (and the state file's summary); for a
 /// dump interrupted after CRIU ran (a pending manifest only), what it is and whether

@@ -2,11 +2,15 @@
 // the coordinator's dump sequences (coordinator/dump.h) driven like checkpoint and restore.
 #include <cstdio>
 #include <ctime>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/output.h"
+#include "cli/pid_namespace.h"
 #include "cli/version.h"
 #include "common/endpoint_client.h"
 #include "coordinator/dump.h"
@@ -34,7 +38,10 @@ int DumpCommand(const DumpArgs& args) {
                });
 }
 
-int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json) {
+namespace {
+
+/// `restore --images-dir` in the PID namespace this process is in.
+int RestoreImagesHere(const std::string& images_dir, const std::string& device_map, bool json) {
   coord::ImagesRestoreOptions options;
   options.images_dir = images_dir;
   if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
@@ -50,6 +57,53 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
                    coord::PhaseObserver& o, coord::Interrupt& i) {
                  return coord::RestoreImages(options, drv, o, &i);
                });
+}
+
+/// The manifest of `images_dir` (or the pending one of an interrupted dump); nullopt when
+/// neither can be read (the restore itself names why).
+std::optional<coord::Manifest> ManifestOf(const std::string& images_dir) {
+  auto manifest = coord::ReadManifest(images_dir);
+  if (!manifest && coord::HasPendingManifest(images_dir)) manifest = coord::ReadPendingManifest(images_dir);
+  if (!manifest) return std::nullopt;
+  return std::move(*manifest);
+}
+
+}  // namespace
+
+int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json,
+                         bool pid_namespace) {
+  const auto manifest = ManifestOf(images_dir);
+  // A job that still runs is refused where it runs (restoring would make a second copy);
+  // pids held by other processes here are free in a namespace of the job's own.
+  if (manifest && !coord::DumpedJobRuns(*manifest, coord::AliveHere) && !pid_namespace) {
+    const std::vector<int> taken = coord::DumpPidsTaken(*manifest, coord::AliveHere);
+    if (!taken.empty()) {
+      std::fprintf(stderr, "cusnap restore: note: pid %d of the dump is held by another process "
+                   "here: the job is restored in a PID namespace of its own, where it keeps its "
+                   "pids\n", taken.front());
+      pid_namespace = true;
+    }
+  }
+  if (!pid_namespace || !manifest || coord::DumpedJobRuns(*manifest, coord::AliveHere)) {
+    return RestoreImagesHere(images_dir, device_map, json);
+  }
+  int init = 0;
+  std::string why;
+  const int rc = RunInNewPidNamespace(
+      [&] { return RestoreImagesHere(images_dir, device_map, json); }, init, why);
+  if (init == 0) {
+    std::fprintf(stderr, "cusnap restore: %s; nothing was changed\n", why.c_str());
+    return rc;
+  }
+  if (!why.empty()) std::fprintf(stderr, "cusnap restore: %s\n", why.c_str());
+  if (rc == kExitOk) {
+    const int root = HostPidOf(init, manifest->root_pid);
+    std::fprintf(stderr, "cusnap restore: the job runs in a PID namespace of its own (its init "
+                 "is pid %d here): its root is pid %d there and pid %d here; name it with "
+                 "--pid %d (any of its processes, as this machine numbers them)\n",
+                 init, manifest->root_pid, root, root);
+  }
+  return rc;
 }
 
 int InspectImagesCommand(const std::string& images_dir, bool json) {

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/completion.h"
 #include "cli/exit_codes.h"
+#include "cli/pid_namespace.h"
 #include "cli/usage.h"
 #include "cli/version.h"
 #include "coordinator/images.h"
@@ -23,6 +24,17 @@ constexpr const char* kDeviceMapHelp =
     "GPU-<uuid>=GPU-<uuid>; an index is the GPU's place in PCI bus order, the index "
     "nvidia-smi prints, never an ordinal of a process's or this shell's "
     "CUDA_VISIBLE_DEVICES; the map must be one-to-one over every GPU the job uses";
+
+/// `run(target)` for `--pid`, in the target's PID namespace when it runs in another one
+/// (cli/pid_namespace.h), with the pid it has there; `--all` and no target run here.
+int InNamespace(const char* command, const Target& target,
+                const std::function<int(const Target&)>& run) {
+  return cusnap::cli::InPidNamespaceOf(command, target.pid, [&](int pid) {
+    Target there = target;
+    there.pid = pid;
+    return run(there);
+  });
+}
 
 /// --device-map given with nothing in it (`--device-map ''`, an unset variable): a usage
 /// error, not "no map" (a restore would silently stay on the old GPUs).
@@ -133,6 +145,12 @@ int main(int argc, char** argv) {
                       "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
   restore->add_option("--device-map", device_map, kDeviceMapHelp)->check(kNonEmptyDeviceMap);
   restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
+  bool rs_pid_namespace = false;
+  restore->add_flag("--pid-namespace", rs_pid_namespace,
+                    "with --images-dir: restore the job in a PID namespace of its own, where "
+                    "it keeps its pids whatever holds them here (done without asking when a "
+                    "pid of the dump is taken); later commands name it by any of its pids as "
+                    "this machine numbers them");
 
   cusnap::cli::DumpArgs dump_args;
   auto* dump = app.add_subcommand(
@@ -225,12 +243,19 @@ int main(int argc, char** argv) {
     if (int rc = CheckTargetArgs("checkpoint", ck_target, checkpoint, ck_state_dir); rc != 0) {
       return rc;
     }
-    return cusnap::cli::CheckpointCommand(ck_target, cusnap::cli::StateDir(ck_state_dir),
-                                          lock_timeout_ms, ck_json);
+    // A job in a PID namespace of its own (restore --images-dir) is worked on in there.
+    return InNamespace("checkpoint", ck_target, [&](const Target& target) {
+      return cusnap::cli::CheckpointCommand(target, cusnap::cli::StateDir(ck_state_dir),
+                                            lock_timeout_ms, ck_json);
+    });
   }
   if (*dump) {
     if (int rc = CheckTargetArgs("dump", Target{dump_args.pid, false}, restore, ""); rc != 0) return rc;
-    return cusnap::cli::DumpCommand(dump_args);
+    return InNamespace("dump", Target{dump_args.pid, false}, [&](const Target& target) {
+      cusnap::cli::DumpArgs args = dump_args;
+      args.pid = target.pid;
+      return cusnap::cli::DumpCommand(args);
+    });
   }
   if (*restore && !rs_images_dir.empty()) {
     if (rs_target.pid != 0 || rs_target.all || restore->count("--state-dir") > 0) {
@@ -238,7 +263,12 @@ int main(int argc, char** argv) {
                    "give it without --pid, --all or --state-dir\n");
       return cusnap::cli::kExitUsage;
     }
-    return cusnap::cli::RestoreImagesCommand(rs_images_dir, device_map, rs_json);
+    return cusnap::cli::RestoreImagesCommand(rs_images_dir, device_map, rs_json, rs_pid_namespace);
+  }
+  if (*restore && rs_pid_namespace) {
+    std::fprintf(stderr, "cusnap restore: --pid-namespace goes with --images-dir (a job restored "
+                 "in place stays in the namespace it runs in)\n");
+    return cusnap::cli::kExitUsage;
   }
   if (*restore && rs_target.pid == 0 && !rs_target.all) {
     std::fprintf(stderr, "cusnap restore: give --pid or --all (the job to resume in place), or "
@@ -247,15 +277,23 @@ int main(int argc, char** argv) {
   }
   if (*restore) {
     if (int rc = CheckTargetArgs("restore", rs_target, restore, rs_state_dir); rc != 0) return rc;
-    return cusnap::cli::RestoreCommand(rs_target, cusnap::cli::StateDir(rs_state_dir), device_map,
-                                       rs_json);
+    return InNamespace("restore", rs_target, [&](const Target& target) {
+      return cusnap::cli::RestoreCommand(target, cusnap::cli::StateDir(rs_state_dir), device_map,
+                                         rs_json);
+    });
   }
   if (*recover) {
     if (int rc = CheckTargetArgs("recover", rc_target, recover, rc_state_dir); rc != 0) return rc;
-    return cusnap::cli::RecoverCommand(rc_target, cusnap::cli::StateDir(rc_state_dir), rc_device_map,
-                                       rc_json);
+    return InNamespace("recover", rc_target, [&](const Target& target) {
+      return cusnap::cli::RecoverCommand(target, cusnap::cli::StateDir(rc_state_dir),
+                                         rc_device_map, rc_json);
+    });
   }
-  if (*status) return cusnap::cli::StatusCommand(st_target, st_json, st_prune);
+  if (*status) {
+    return InNamespace("status", st_target, [&](const Target& target) {
+      return cusnap::cli::StatusCommand(target, st_json, st_prune);
+    });
+  }
   if (*inspect && (cusnap::coord::HasManifest(cusnap::cli::StateDir(inspect_dir)) ||
                    cusnap::coord::HasPendingManifest(cusnap::cli::StateDir(inspect_dir)))) {
     return cusnap::cli::InspectImagesCommand(cusnap::cli::StateDir(inspect_dir), in_json);

@@ -27,12 +27,6 @@
 namespace cusnap::coord {
 namespace {
 
-/// A process that still exists with the start time it had.
-bool Alive(int pid, uint64_t start_time) {
-  const auto now = ProcessStartTime(pid);
-  return now && *now == start_time;
-}
-
 /// The machine's GPUs as the driver numbers them, with their models when it has them.
 Result<MachineView> ViewMachine(CheckpointDriver& driver) {
   MachineView view{driver.Describe(), {}, {}};
@@ -116,7 +110,7 @@ class DumpSequence : Sequence {
       if (HasManifest(Dir()) || HasPendingManifest(Dir())) {
         auto old = HasManifest(Dir()) ? ReadManifest(Dir()) : ReadPendingManifest(Dir());
         if (!old) return {old.error().message + "; cusnap does not overwrite it"};
-        if (old->root_pid != options_.root_pid && Alive(old->root_pid, old->root_start_time)) {
+        if (old->root_pid != options_.root_pid && AliveHere(old->root_pid, old->root_start_time)) {
           return {Dir() + " holds a dump of another job that is still running (pid " +
                   std::to_string(old->root_pid) + "); use another --images-dir"};
         }
@@ -304,7 +298,7 @@ class ImagesRestoreSequence : Sequence {
       if (!machine) return {machine.error().message};
       std::vector<UuidPair> pairs;
       auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
-                                  Alive, pairs);
+                                  AliveHere, pairs);
       if (problems.empty()) {
         auto criu = FindCriu();
         if (!criu) return {criu.error().message};

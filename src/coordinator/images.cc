@@ -20,6 +20,7 @@
 #include "common/ids.h"
 #include "common/unique_fd.h"
 #include "coordinator/json_number.h"
+#include "coordinator/proc.h"
 #include "coordinator/state_file.h"
 
 namespace cusnap::coord {
@@ -351,6 +352,23 @@ Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, int format
   return files;
 }
 
+std::vector<int> DumpPidsTaken(const Manifest& manifest, const AliveCheck& alive) {
+  std::vector<int> taken;
+  for (const auto& p : manifest.participants) {
+    if (KernelStartTime(p.pid) != 0 && !alive(p.pid, p.start_time)) taken.push_back(p.pid);
+  }
+  return taken;
+}
+
+bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive) {
+  return manifest.root_pid > 0 && alive(manifest.root_pid, manifest.root_start_time);
+}
+
+bool AliveHere(int pid, uint64_t start_time) {
+  const auto now = ProcessStartTime(pid);
+  return now && *now == start_time;
+}
+
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
@@ -361,20 +379,17 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                        "', this machine has '" + machine.driver +
                        "': a native checkpoint restores only on the driver that wrote it");
   }
-  if (manifest.root_pid > 0 && alive(manifest.root_pid, manifest.root_start_time)) {
+  if (DumpedJobRuns(manifest, alive)) {
     problems.push_back(dir + " holds a dump of a job that is still running (pid " +
                        std::to_string(manifest.root_pid) + (manifest.left_running
                                                                 ? ", dumped with --leave-running"
                                                                 : "") +
                        "): restoring it would make a second copy; stop that job first");
   }
-  for (const auto& p : manifest.participants) {
-    const uint64_t start = KernelStartTime(p.pid);
-    if (start != 0 && !alive(p.pid, p.start_time)) {
-      problems.push_back("pid " + std::to_string(p.pid) + " of the dump is held by another " +
-                         "process now; CRIU gives every process its pid back, so it must be "
-                         "free (end that process, or run the job in its own PID namespace)");
-    }
+  for (const int pid : DumpPidsTaken(manifest, alive)) {
+    problems.push_back("pid " + std::to_string(pid) + " of the dump is held by another " +
+                       "process now; CRIU gives every process its pid back, so it must be "
+                       "free (end that process, or restore with --pid-namespace)");
   }
   // The GPUs the job used, in the order the manifest lists them.
   std::set<std::string> used_set;

@@ -151,6 +151,16 @@ struct MachineView {
 /// Whether the process `pid` that started at `start_time` still exists.
 using AliveCheck = std::function<bool(int pid, uint64_t start_time)>;
 
+/// The pids of `manifest`'s participants that another process holds now (one exists, and
+/// not with the recorded start time): CRIU cannot give them back in this PID namespace.
+std::vector<int> DumpPidsTaken(const Manifest& manifest, const AliveCheck& alive);
+
+/// Whether the dumped job still runs: its root pid exists with the recorded start time.
+bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive);
+
+/// ProcessStartTime(pid) == start_time: the AliveCheck of this machine.
+bool AliveHere(int pid, uint64_t start_time);
+
 /// Everything that makes a restore from `dir` impossible, each as one sentence naming its
 /// cause, checked before anything changes: the manifest missing or unreadable; a file it
 /// lists missing, of another size, or whose SHA-256 differs (corrupt); another driver; fewer

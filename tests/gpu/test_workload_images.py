@@ -19,6 +19,13 @@ filesystem (the disk's own rate, measured in the same run); each cycle prints
   IMAGES RATE <where> dump <GB/s> restore <GB/s> disk write <GB/s> read <GB/s> ratio <d>/<r>
 where dump/restore are the criu_dump and criu_restore phases' GB/s (target: >= 0.8x the disk).
 
+With GPU_IMAGES_TAKE_PID=1 (run_all.sh's workload_images_pidns), before the second restore
+another process takes the launcher's pid: the restore must bring the job back in a PID
+namespace of its own (the job keeps its pids there), name the launcher's pid as this machine
+numbers it, and a `cusnap checkpoint` + `cusnap restore` in place through that pid (cusnap
+joins the job's namespaces; the native checkpoint API is called with the job's own pids)
+must keep every result exact before go-2.
+
 CRIU: CUSNAP_CRIU, else <source>/.criu/bin/criu (scripts/fetch_criu.sh, carried to the GPU
 machine), else `criu` on PATH; the test skips (exit 77 in run_all.sh) naming what is missing.
 """
@@ -33,6 +40,27 @@ import time
 from pathlib import Path
 
 import pytest
+
+TAKE_PID = os.environ.get("GPU_IMAGES_TAKE_PID", "0") == "1"
+NAMESPACE_LINE = re.compile(r"its root is pid (\d+) there and pid (\d+) here")
+
+
+def take_pid(pid):
+    """A process (sleep) holding pid `pid`, started through /proc/sys/kernel/ns_last_pid; None
+    when it cannot be had (not root, or other processes keep taking it)."""
+    for _ in range(200):
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(pid - 1))
+        except OSError as e:
+            h.log(f"cannot take pid {pid}: {e}")
+            return None
+        holder = subprocess.Popen(["sleep", "100000"])
+        if holder.pid == pid:
+            return holder
+        holder.kill()
+        holder.wait()
+    return None
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_harness as h  # noqa: E402
@@ -109,6 +137,8 @@ class ImagesJob:
         self.process = None
         self.root = None
         self.pids = {}
+        self.holder = None      # TAKE_PID: the process holding the launcher's old pid
+        self.namespaced = False # restored into a PID namespace of its own
 
     def start(self):
         self.baseline, _ = h.memory_used_mib(self.cli_env)
@@ -178,8 +208,14 @@ class ImagesJob:
         image_bytes = sum(f.stat().st_size for f in Path(images).iterdir() if f.suffix == ".img")
         write_gbs, read_gbs = direct_rate(images, image_bytes)
 
+        if TAKE_PID and k == 2:
+            self.holder = take_pid(self.root)
+            assert self.holder is not None, f"{label}: pid {self.root} could not be taken"
+            h.log(f"{label}: pid {self.root} of the dump is now held by another process (sleep)")
         restore = wc.cusnap(["restore", "--images-dir", images], self.cli_env, f"{label} restore")
         assert restore.returncode == 0, f"{label}: cusnap restore exited with {restore.returncode}:\n{restore.stdout}"
+        if self.holder is not None and not self.namespaced:
+            self._check_namespace(label, restore.stdout)
         dumped, dump_gbs = phase_rate(dump.stdout, "criu_dump")
         read, restore_gbs = phase_rate(restore.stdout, "criu_restore")
         print(f"IMAGES RATE {images} images {dumped} dump {dump_gbs:.2f} GB/s restore {restore_gbs:.2f} GB/s "
@@ -195,7 +231,33 @@ class ImagesJob:
         failed = [m.group(0) for m in checks if m.group("verdict") == "FAIL"]
         assert not failed, f"{label}: " + "; ".join(failed)
 
+    def _check_namespace(self, label, output):
+        """The job came back in a PID namespace of its own: named here by another pid, and a
+        checkpoint + restore in place through that pid keeps it exact (checked at go)."""
+        named = NAMESPACE_LINE.search(output)
+        assert named, f"{label}: the restore did not say where the job runs:\n{output[-2000:]}"
+        there, here = int(named.group(1)), int(named.group(2))
+        assert there == self.root and here != self.root, f"{label}: root {there} there, {here} here"
+        h.log(f"{label}: restored in a PID namespace of its own: launcher pid {there} there, {here} here")
+        self.namespaced = True
+        self.root, self.pids = here, {}  # the ranks' pids are the namespace's: not ours to use
+        state = str(self.out / "in-place")
+        ck = wc.cusnap(["checkpoint", "--pid", here, "--state-dir", state], self.cli_env, f"{label} in-place checkpoint")
+        assert ck.returncode == 0, f"{label}: checkpoint through pid {here} exited with {ck.returncode}"
+        rs = wc.cusnap(["restore", "--pid", here, "--state-dir", state], self.cli_env, f"{label} in-place restore")
+        assert rs.returncode == 0, f"{label}: restore through pid {here} exited with {rs.returncode}"
+
     def stop(self):
+        if self.holder is not None:
+            self.holder.kill()
+            self.holder.wait()
+        if self.namespaced:  # the namespace's pids are not this machine's: kill by tree
+            for pid in h.descendants(self.root) + [self.root]:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            return
         for pid in reversed(self.all_pids()):
             try:
                 os.kill(pid, 9)

@@ -14,8 +14,10 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -57,6 +59,22 @@ std::map<std::string, std::string> Contents(const std::string& dir) {
   return out;
 }
 
+/// Starts a process that holds pid `pid` (clone3 with set_tid: root only), or -1 (errno).
+pid_t HoldPid(pid_t pid) {
+  struct {  // struct clone_args, CLONE_ARGS_SIZE_VER1 (Linux 5.5)
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size;
+  } args{};
+  args.exit_signal = SIGCHLD;
+  args.set_tid = reinterpret_cast<uint64_t>(&pid);
+  args.set_tid_size = 1;
+  const long child = ::syscall(SYS_clone3, &args, sizeof args);
+  if (child == 0) {
+    for (;;) ::pause();  // only async-signal-safe calls in this child of a threaded process
+  }
+  return static_cast<pid_t>(child);
+}
+
 class CliImages : public OwnMachineTest {
  protected:
   CliImages() : OwnMachineTest("images") {}
@@ -88,7 +106,7 @@ class CliImages : public OwnMachineTest {
   }
 
   /// The round trip of criu_job through CRIU (below).
-  void RoundTrip(const std::string& cli_dies_at);
+  void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false);
 
   /// An images directory as a dump whose CLI died once CRIU had run leaves it: MakeImages'
   /// files with the pending manifest instead of the manifest, and, when `criu_finished`,
@@ -332,7 +350,7 @@ TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
 /// the restored processes. With `cli_dies_at` ("<phase>:<when>", test_pause.h), the dump's CLI
 /// is killed (SIGKILL) at that boundary of the dump instead of finishing it; the restore must
 /// still bring the job back.
-void CliImages::RoundTrip(const std::string& cli_dies_at) {
+void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken) {
 #if defined(__SANITIZE_ADDRESS__)
   // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
   // round trip runs on the release build instead (scripts/test.sh).
@@ -408,6 +426,13 @@ void CliImages::RoundTrip(const std::string& cli_dies_at) {
   const Ran in_out = Cusnap({"inspect", images});
   EXPECT_THAT(in_out.out, HasSubstr(cli_dies_at.empty() ? "pages-" : "CRIU's complete images"));
 
+  // Another process takes the root's pid: CRIU cannot give it back here.
+  pid_t holder = -1;
+  if (pids_taken) {
+    holder = HoldPid(manifest->root_pid);
+    ASSERT_EQ(holder, manifest->root_pid) << "cannot take pid " << manifest->root_pid << ": "
+                                          << std::strerror(errno);
+  }
   const Ran restore = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(restore.status, 0) << restore.out << restore.err << ReadAll(images + "/criu-restore.log").substr(0, 4000);
   EXPECT_THAT(restore.out, HasSubstr("criu_restore"));
@@ -416,6 +441,33 @@ void CliImages::RoundTrip(const std::string& cli_dies_at) {
     EXPECT_THAT(restore.err, HasSubstr("holds a dump interrupted after CRIU finished it"));
     EXPECT_TRUE(coord::HasManifest(images));
     EXPECT_FALSE(coord::HasPendingManifest(images));
+  }
+  if (pids_taken) {
+    EXPECT_THAT(restore.err, HasSubstr("pid " + std::to_string(manifest->root_pid) + " of the "
+                                       "dump is held by another process here: the job is "
+                                       "restored in a PID namespace of its own"));
+    // The job is named by any of its pids as this machine numbers them: cusnap joins its
+    // namespaces. A checkpoint and a restore in place there keep every byte too.
+    std::smatch here;
+    const std::regex named("its root is pid (\\d+) there and pid (\\d+) here");
+    ASSERT_TRUE(std::regex_search(restore.err, here, named)) << restore.err;
+    EXPECT_EQ(here[1], std::to_string(manifest->root_pid));
+    const std::string outside = here[2];
+    EXPECT_NE(outside, std::to_string(manifest->root_pid));
+    const Ran st = Cusnap({"status", "--pid", outside});
+    EXPECT_EQ(st.status, 0) << st.out << st.err;
+    EXPECT_THAT(st.out, HasSubstr("pid " + std::to_string(manifest->root_pid) + " "));
+    const std::string state = dir_ + "/in-place";
+    const Ran ck = Cusnap({"checkpoint", "--pid", outside, "--state-dir", state});
+    ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+    const Ran rs = Cusnap({"restore", "--pid", outside, "--state-dir", state});
+    ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+    // A listening endpoint is never stale, whatever this namespace's pid of its name is.
+    const Ran pruned = Cusnap({"status", "--all", "--prune"});
+    for (const auto& p : manifest->participants) {
+      EXPECT_EQ(::access((Env("CUSNAP_CONTROL_DIR") + "/" + std::to_string(p.pid) + ".sock").c_str(),
+                         F_OK), 0) << "pid " << p.pid << "'s endpoint was pruned: " << pruned.out;
+    }
   }
   // The restored processes are not our children: they check their bytes once told to go,
   // and say so in the log they kept writing.
@@ -427,9 +479,19 @@ void CliImages::RoundTrip(const std::string& cli_dies_at) {
   EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
   EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
+  if (holder > 0) {
+    ::kill(holder, SIGKILL);
+    ::waitpid(holder, nullptr, 0);
+  }
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {  // the namespace's init, adopted once it ended
+  }
 }
 
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
+
+// Issue 16: restore while another process holds the job's pid. The job comes back in a PID
+// namespace of its own, keeps its pids there, and later commands name it by its pids here.
+TEST_F(CliImages, ARestoreWhosePidIsTakenMakesANamespaceOfItsOwn) { RoundTrip("", true); }
 
 TEST_F(CliImages, ADumpWhoseCliDiedOnceCriuFinishedIsCompletedByTheRestore) {
   // The tree is gone once CRIU ran; the manifest was not written yet (issue 11 applied to

@@ -1,0 +1,196 @@
+// PID namespaces for a job (pid_namespace.h).
+#include "cli/pid_namespace.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "cli/exit_codes.h"
+#include "common/unique_fd.h"
+#include "coordinator/proc.h"
+
+namespace cusnap::cli {
+namespace {
+
+volatile sig_atomic_t g_forward_to = 0;  // the child SIGINT and SIGTERM are passed on to
+
+void Forward(int signo) {
+  if (g_forward_to > 0) ::kill(g_forward_to, signo);
+}
+
+/// Passes SIGINT and SIGTERM on to `child` from now on.
+void ForwardSignalsTo(pid_t child) {
+  g_forward_to = child;
+  struct sigaction forward {};
+  forward.sa_handler = &Forward;
+  forward.sa_flags = SA_RESTART;
+  sigemptyset(&forward.sa_mask);
+  ::sigaction(SIGINT, &forward, nullptr);
+  ::sigaction(SIGTERM, &forward, nullptr);
+}
+
+/// waitpid of `child` as an exit status: its own, or 128+N when signal N ended it.
+int ExitStatusOf(pid_t child) {
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return kExitError;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitError;
+}
+
+/// The namespace pids of `pid` (/proc/<pid>/status NSpid: this namespace's first, the
+/// innermost last); empty when unreadable.
+std::vector<int> NamespacePids(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream words(line.substr(6));
+    std::vector<int> pids;
+    for (int p; words >> p;) pids.push_back(p);
+    return pids;
+  }
+  return {};
+}
+
+/// The init of a job's PID namespace: reaps every process of it until none is left.
+[[noreturn]] void ServeAsInit(pid_t command, int status_fd) {
+  ForwardSignalsTo(command);
+  const int rc = ExitStatusOf(command);
+  (void)!::write(status_fd, &rc, sizeof rc);
+  ::close(status_fd);
+  // Nothing of the command's caller is kept open (its pipes must see their end), and the
+  // init stays quiet from here on.
+  const int null = ::open("/dev/null", O_RDWR);
+  for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
+  if (null > 2) ::close(null);
+  ::close_range(3, ~0U, 0);
+  g_forward_to = 0;
+  for (;;) {
+    if (::waitpid(-1, nullptr, 0) < 0 && errno == ECHILD) ::_exit(0);
+  }
+}
+
+}  // namespace
+
+int RunInNewPidNamespace(const std::function<int()>& command, int& init_pid, std::string& why) {
+  init_pid = 0;
+  int status[2];
+  if (::pipe2(status, O_CLOEXEC) != 0) {
+    why = std::string("cannot make a pipe: ") + std::strerror(errno);
+    return kExitRestoreRefused;
+  }
+  UniqueFd read_end(status[0]), write_end(status[1]);
+  // This process stays where it is; its next child is pid 1 of the new namespace.
+  if (::unshare(CLONE_NEWPID) != 0) {
+    why = std::string("cannot make a PID namespace (unshare: ") + std::strerror(errno) +
+          "; it needs CAP_SYS_ADMIN)";
+    return kExitRestoreRefused;
+  }
+  std::fflush(nullptr);
+  const pid_t init = ::fork();
+  if (init < 0) {
+    why = std::string("cannot start the namespace's init: ") + std::strerror(errno);
+    return kExitRestoreRefused;
+  }
+  if (init == 0) {
+    read_end.reset();
+    // A mount namespace of its own whose /proc shows the new PID namespace: the job and
+    // cusnap read processes there by the pids the job knows. Mounts stay private to it.
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+      std::fprintf(stderr, "cusnap: cannot give the new PID namespace its /proc: %s\n",
+                   std::strerror(errno));
+      ::_exit(kExitRestoreRefused);
+    }
+    // The job's session leader is inside its namespace (a later `cusnap dump` needs that).
+    ::setsid();
+    std::fflush(nullptr);
+    const pid_t worker = ::fork();
+    if (worker < 0) ::_exit(kExitRestoreRefused);
+    if (worker == 0) {
+      write_end.reset();
+      const int rc = command();
+      std::fflush(nullptr);
+      ::_exit(rc);
+    }
+    ServeAsInit(worker, write_end.get());
+  }
+  write_end.reset();
+  init_pid = init;
+  ForwardSignalsTo(init);
+  int rc = kExitError;
+  ssize_t n;
+  while ((n = ::read(read_end.get(), &rc, sizeof rc)) < 0 && errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(sizeof rc)) {
+    why = "the new PID namespace's init ended before the command did";
+    rc = kExitError;
+  }
+  g_forward_to = 0;
+  return rc;
+}
+
+int HostPidOf(int init_pid, int ns_pid) {
+  for (const int pid : coord::ProcessTree(init_pid)) {
+    const std::vector<int> pids = NamespacePids(pid);
+    if (pids.size() >= 2 && pids.back() == ns_pid) return pid;
+  }
+  return 0;
+}
+
+int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(int)>& command) {
+  struct stat mine {}, theirs {};
+  const std::string ns = "/proc/" + std::to_string(pid) + "/ns/";
+  if (pid <= 0 || ::stat("/proc/self/ns/pid", &mine) != 0 || ::stat((ns + "pid").c_str(), &theirs) != 0 ||
+      (mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino)) {
+    return command(pid);  // the same namespace (or no such process: the command names it)
+  }
+  const std::vector<int> pids = NamespacePids(pid);
+  UniqueFd pid_ns(::open((ns + "pid").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd mnt_ns(::open((ns + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  char cwd[4096];
+  const bool have_cwd = ::getcwd(cwd, sizeof cwd) != nullptr;
+  if (pids.size() < 2 || !pid_ns.valid() || !mnt_ns.valid() || !have_cwd ||
+      ::setns(pid_ns.get(), CLONE_NEWPID) != 0) {
+    std::fprintf(stderr, "cusnap %s: pid %d runs in another PID namespace, which cusnap cannot "
+                 "join (%s): run cusnap inside it\n", command_name, pid, std::strerror(errno));
+    return kExitError;
+  }
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "cusnap %s: fork: %s\n", command_name, std::strerror(errno));
+    return kExitError;
+  }
+  if (child == 0) {
+    // Its /proc shows the job's pids; the working directory is the same path there (relative
+    // --state-dir and --images-dir keep their meaning).
+    if (::setns(mnt_ns.get(), CLONE_NEWNS) != 0 || ::chdir(cwd) != 0) {
+      std::fprintf(stderr, "cusnap %s: cannot join the mount namespace of pid %d: %s\n",
+                   command_name, pid, std::strerror(errno));
+      ::_exit(kExitError);
+    }
+    const int rc = command(pids.back());
+    std::fflush(nullptr);
+    ::_exit(rc);
+  }
+  ForwardSignalsTo(child);
+  const int rc = ExitStatusOf(child);
+  g_forward_to = 0;
+  return rc;
+}
+
+}  // namespace cusnap::cli

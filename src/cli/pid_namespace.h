@@ -1,0 +1,37 @@
+// A job in a PID namespace of its own (issue 16: restore a dumped job while other processes
+// hold its pids). CRIU gives every restored process its pid back; on the machine's PID
+// namespace a pid held by another process makes that impossible ("File exists"). In a new
+// PID namespace every pid is free, as in a container: `restore --images-dir` makes one when a
+// pid of the dump is taken (or when asked with --pid-namespace), with a small init as its pid
+// 1 that stays as long as the job. Inside, the job keeps the pids it had: its endpoints, its
+// tickets and the state file name them, so every later command on it (status, checkpoint,
+// restore, recover, dump) runs in the job's PID and mount namespaces (the mount namespace
+// holds the /proc of those pids): given `--pid` of any of its processes as this machine
+// sees it, cusnap joins them in a child and works there.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace cusnap::cli {
+
+/// A new PID namespace (with a mount namespace whose /proc shows it), `command` run in it as
+/// pid 2 under an init (pid 1, a session leader) that reaps every orphan and stays until the
+/// last process in it ends. Returns `command`'s exit status; `init_pid` gets the init's pid
+/// as this process sees it (0 when no namespace could be made: then the status is
+/// kExitRestoreRefused and `why` says why). SIGINT and SIGTERM are passed on to `command`.
+/// Needs CAP_SYS_ADMIN; call it with no other thread running.
+int RunInNewPidNamespace(const std::function<int()>& command, int& init_pid, std::string& why);
+
+/// The pid, as this process sees it, of the process that is `ns_pid` in the PID namespace
+/// whose init is `init_pid`; 0 when none is.
+int HostPidOf(int init_pid, int ns_pid);
+
+/// When `pid` (as this process sees it) runs in another PID namespace than this process:
+/// `command(its pid there)` in a child that joined its PID and mount namespaces (working
+/// directory kept), SIGINT and SIGTERM passed on; returns the child's exit status (128+N
+/// when signal N ended it), or kExitError after saying on stderr why the namespaces cannot be
+/// joined. Otherwise `command(pid)` here. Call it with no other thread running.
+int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(int)>& command);
+
+}  // namespace cusnap::cli
