@@ -43,6 +43,19 @@ struct StaleEndpoint {
 /// Every stale endpoint socket "<pid>.sock" in `control_dir` (none when it cannot be read).
 std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir);
 
+/// An endpoint served by a process of another PID namespace (a job `restore --images-dir`
+/// brought back in a namespace of its own, cli/pid_namespace.h): named by its pid there,
+/// listened on by `pid_here` as this process numbers it.
+struct ForeignEndpoint {
+  int pid_there = 0;
+  int pid_here = 0;
+  std::string path;
+};
+
+/// Every endpoint socket in `control_dir` whose listener's pid here is not the one in its
+/// name: a job in a PID namespace of its own (none when the directory cannot be read).
+std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir);
+
 /// "its process no longer exists" / "its process has exited (a zombie its parent, pid Q, has
 /// not reaped)" / "pid P was reused by a later process (<name>)".
 std::string StaleReason(const StaleEndpoint& stale);

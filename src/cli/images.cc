@@ -1,5 +1,6 @@
 // `cusnap dump`, `cusnap restore --images-dir` and `cusnap inspect` of an images directory:
 // the coordinator's dump sequences (coordinator/dump.h) driven like checkpoint and restore.
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "coordinator/hold.h"
 #include "coordinator/images.h"
 #include "coordinator/lease.h"
+#include "coordinator/proc.h"
 #include "coordinator/state_file.h"
 
 namespace cusnap::cli {
@@ -77,7 +79,13 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   // pids held by other processes here are free in a namespace of the job's own.
   if (manifest && !coord::DumpedJobRuns(*manifest, coord::AliveHere) && !pid_namespace) {
     const std::vector<int> taken = coord::DumpPidsTaken(*manifest, coord::AliveHere);
-    if (!taken.empty()) {
+    // A holder with an endpoint here is a cusnap process, maybe this very job brought back by
+    // an interrupted restore: a second copy in a namespace is never made of it (the restore
+    // refuses, naming the pid, as before).
+    const bool cusnap_holds = std::any_of(taken.begin(), taken.end(), [](int pid) {
+      return coord::HasEndpoint(ControlDir(), pid);
+    });
+    if (!taken.empty() && !cusnap_holds) {
       std::fprintf(stderr, "cusnap restore: note: pid %d of the dump is held by another process "
                    "here: the job is restored in a PID namespace of its own, where it keeps its "
                    "pids\n", taken.front());

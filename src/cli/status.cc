@@ -58,6 +58,14 @@ std::vector<std::string> Prune(const std::string& control_dir,
   return removed;
 }
 
+nlohmann::json OtherNamespacesJson(const std::vector<ForeignEndpoint>& foreign) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : foreign) {
+    list.push_back({{"path", f.path}, {"pid_there", f.pid_there}, {"pid_here", f.pid_here}});
+  }
+  return list;
+}
+
 }  // namespace
 
 int StatusCommand(const Target& target, bool json, bool prune) {
@@ -65,6 +73,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
   std::vector<int> pids;
   std::vector<StaleEndpoint> stale;  // listed, never an error; removed with --prune
   std::vector<std::string> stale_markers;  // hold markers of processes that ended held, too
+  std::vector<ForeignEndpoint> foreign;  // endpoints of jobs in PID namespaces of their own
   if (target.pid > 0) {
     if (const std::string problem = CheckTargetPid(target.pid, control_dir); !problem.empty()) {
       std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
@@ -78,6 +87,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
     }
     stale = StaleEndpoints(control_dir);
     stale_markers = coord::StaleHoldMarkers(control_dir);
+    foreign = ForeignEndpoints(control_dir);
     for (int pid : coord::EndpointPids(control_dir)) {
       const bool reused = std::any_of(stale.begin(), stale.end(),
                                       [&](const StaleEndpoint& s) { return s.pid == pid; });
@@ -119,6 +129,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
                                        {"stale_endpoints", stale_list},
                                        {"stale_reasons", stale_reasons},
                                        {"stale_hold_markers", stale_markers},
+                                       {"other_pid_namespaces", OtherNamespacesJson(foreign)},
                                        {"pruned", removed},
                                        {"errors", errors}}.dump(2).c_str());
   } else {
@@ -156,6 +167,11 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       const bool gone = std::find(removed.begin(), removed.end(), st.path) != removed.end();
       std::printf("stale endpoint %s: %s (%s)\n", st.path.c_str(), StaleReason(st).c_str(),
                   gone ? "removed" : "safe to remove");
+    }
+    for (const auto& f : foreign) {
+      std::printf("endpoint %s: pid %d of a job in a PID namespace of its own, pid %d here: "
+                  "see 'cusnap status --pid %d'\n", f.path.c_str(), f.pid_there, f.pid_here,
+                  f.pid_here);
     }
     for (const auto& marker : stale_markers) {
       const bool gone = std::find(removed.begin(), removed.end(), marker) != removed.end();

@@ -464,6 +464,9 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken) {
     ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
     // A listening endpoint is never stale, whatever this namespace's pid of its name is.
     const Ran pruned = Cusnap({"status", "--all", "--prune"});
+    EXPECT_THAT(pruned.out, HasSubstr("pid " + std::to_string(manifest->root_pid) + " of a job in "
+                                      "a PID namespace of its own, pid " + outside + " here: "
+                                      "see 'cusnap status --pid " + outside + "'"));
     for (const auto& p : manifest->participants) {
       EXPECT_EQ(::access((Env("CUSNAP_CONTROL_DIR") + "/" + std::to_string(p.pid) + ".sock").c_str(),
                          F_OK), 0) << "pid " << p.pid << "'s endpoint was pruned: " << pruned.out;

@@ -367,7 +367,7 @@ TEST_F(CliMistakes, CompletionBashListsEveryCommandsOptionsAndParses) {
   const Ran r = Cusnap({"completion", "bash"});
   ASSERT_EQ(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("run checkpoint restore dump recover status inspect demo completion"));
-  EXPECT_THAT(r.out, HasSubstr("restore) opts=\"--help --images-dir --state-dir --device-map --json --pid --all\""));
+  EXPECT_THAT(r.out, HasSubstr("restore) opts=\"--help --images-dir --state-dir --device-map --json --pid-namespace --pid --all\""));
   EXPECT_THAT(r.out, HasSubstr("dump) opts=\"--help --pid --images-dir --leave-running --json\""));
   EXPECT_THAT(r.out, HasSubstr("status) opts=\"--help --json --prune --pid --all\""));
   EXPECT_THAT(r.out, HasSubstr("complete -o filenames -F _cusnap cusnap"));
