@@ -204,6 +204,10 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
   return stale;
 }
 
+bool ServesEndpoint(const std::string& control_dir, int pid) {
+  return ListenerPid(EndpointPath(control_dir, pid)) == pid;
+}
+
 std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir) {
   std::vector<ForeignEndpoint> foreign;
   DIR* dir = ::opendir(control_dir.c_str());

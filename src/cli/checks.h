@@ -43,6 +43,10 @@ struct StaleEndpoint {
 /// Every stale endpoint socket "<pid>.sock" in `control_dir` (none when it cannot be read).
 std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir);
 
+/// Whether process `pid` listens on its endpoint "<pid>.sock" in `control_dir` now (a live
+/// cusnap process of this PID namespace; a socket file left by a dumped job is not).
+bool ServesEndpoint(const std::string& control_dir, int pid);
+
 /// An endpoint served by a process of another PID namespace (a job `restore --images-dir`
 /// brought back in a namespace of its own, cli/pid_namespace.h): named by its pid there,
 /// listened on by `pid_here` as this process numbers it.

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/checks.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -79,11 +80,11 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   // pids held by other processes here are free in a namespace of the job's own.
   if (manifest && !coord::DumpedJobRuns(*manifest, coord::AliveHere) && !pid_namespace) {
     const std::vector<int> taken = coord::DumpPidsTaken(*manifest, coord::AliveHere);
-    // A holder with an endpoint here is a cusnap process, maybe this very job brought back by
-    // an interrupted restore: a second copy in a namespace is never made of it (the restore
-    // refuses, naming the pid, as before).
+    // A holder serving its endpoint here is a cusnap process, maybe this very job brought
+    // back by an interrupted restore: a second copy in a namespace is never made of it (the
+    // restore refuses, naming the pid, as before). The socket files a dump leaves are not.
     const bool cusnap_holds = std::any_of(taken.begin(), taken.end(), [](int pid) {
-      return coord::HasEndpoint(ControlDir(), pid);
+      return ServesEndpoint(ControlDir(), pid);
     });
     if (!taken.empty() && !cusnap_holds) {
       std::fprintf(stderr, "cusnap restore: note: pid %d of the dump is held by another process "

@@ -6,6 +6,7 @@
 // naming its cause. The round trip needs CRIU (CUSNAP_CRIU, set by CMake to the one
 // scripts/fetch_criu.sh builds, else `criu` on PATH): a two-process job that shares memory
 // is dumped (its processes gone), restored in new processes, and checks every byte itself.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
@@ -208,6 +209,35 @@ TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
                 }),
                 "holds a dump of a job that is still running (pid " + std::to_string(self) +
                     ", dumped with --leave-running)");
+}
+
+// A pid of the dump held by a live cusnap process (its endpoint answers as that pid: maybe
+// this very job, brought back by an interrupted restore) is never restored again in a PID
+// namespace of its own: refused naming the pid, as before, so no second copy is made. (A
+// socket file a dump left behind is no such process: ARestoreWhosePidIsTaken... below.)
+TEST_F(CliImages, APidHeldByALiveCusnapProcessIsRefusedNotNamespaced) {
+  int to[2];
+  ASSERT_EQ(::pipe2(to, O_CLOEXEC), 0);
+  const int out = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  const pid_t worker = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--",
+                              Env("CUSNAP_TEST_BIN_DIR") + "/job_worker", "0"},
+                             {{to[0], 0}, {out, 1}});
+  ::close(to[0]);
+  ::close(out);
+  ASSERT_GT(worker, 0);
+  const std::string socket = Env("CUSNAP_CONTROL_DIR") + "/" + std::to_string(worker) + ".sock";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (::access(socket.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(::access(socket.c_str(), F_OK), 0) << "the worker has no endpoint";
+  ExpectRefused(MakeImages([&](coord::Manifest& m) {
+                  m.participants[1].pid = worker;  // recorded with another start time
+                }),
+                "pid " + std::to_string(worker) + " of the dump is held by another process now");
+  ::close(to[1]);  // end of its commands: it exits
+  ::kill(worker, SIGKILL);
+  ::waitpid(worker, nullptr, 0);
 }
 
 TEST_F(CliImages, AnInterruptedDumpThatCriuDidNotFinishIsNamedAndRefused) {
