@@ -110,6 +110,19 @@ int SocketPid(const char* name) {
   return static_cast<int>(pid);
 }
 
+/// Calls `visit(pid, path)` for every "<pid>.sock" in `control_dir` (nothing when it cannot
+/// be read).
+template <typename Visit>
+void ForEachEndpointSocket(const std::string& control_dir, Visit visit) {
+  DIR* dir = ::opendir(control_dir.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* entry = ::readdir(dir)) {
+    const int pid = SocketPid(entry->d_name);
+    if (pid != 0) visit(pid, EndpointPath(control_dir, pid));
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 std::string CheckEnvironment() {
@@ -187,20 +200,15 @@ std::string CheckTargetPid(int pid, const std::string& control_dir) {
 
 std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
   std::vector<StaleEndpoint> stale;
-  DIR* dir = ::opendir(control_dir.c_str());
-  if (dir == nullptr) return stale;
-  while (const dirent* entry = ::readdir(dir)) {
-    const int pid = SocketPid(entry->d_name);
-    if (pid == 0 || !coord::HasEndpoint(control_dir, pid)) continue;
-    const std::string path = EndpointPath(control_dir, pid);
-    if (SomeoneListens(path)) continue;  // live, maybe in another PID namespace
+  ForEachEndpointSocket(control_dir, [&](int pid, const std::string& path) {
+    if (!coord::HasEndpoint(control_dir, pid)) return;
+    if (SomeoneListens(path)) return;  // live, maybe in another PID namespace
     if (coord::ProcessExited(pid)) {
       stale.push_back(StaleEndpoint{pid, path, false});
     } else if (OlderThanProcess(path, pid)) {
       stale.push_back(StaleEndpoint{pid, path, true});
     }
-  }
-  ::closedir(dir);
+  });
   return stale;
 }
 
@@ -210,16 +218,10 @@ bool ServesEndpoint(const std::string& control_dir, int pid) {
 
 std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir) {
   std::vector<ForeignEndpoint> foreign;
-  DIR* dir = ::opendir(control_dir.c_str());
-  if (dir == nullptr) return foreign;
-  while (const dirent* entry = ::readdir(dir)) {
-    const int pid = SocketPid(entry->d_name);
-    if (pid == 0) continue;
-    const std::string path = EndpointPath(control_dir, pid);
+  ForEachEndpointSocket(control_dir, [&](int pid, const std::string& path) {
     const int here = ListenerPid(path);
     if (here > 0 && here != pid) foreign.push_back(ForeignEndpoint{pid, here, path});
-  }
-  ::closedir(dir);
+  });
   return foreign;
 }
 

@@ -83,6 +83,25 @@ class CliJobHold : public JobTest {
     EXPECT_EQ(ok, "ok");
     return {beats, samples};
   }
+  /// Starts job_worker on device 0 as an interactive shell starts `cusnap run -- ... &`: a
+  /// bash with job control (`set -m`) in a session of its own puts it in a process group of
+  /// its own, then runs `then` ("wait", a loop). Returns the worker (its pid, not the
+  /// shell's: the shell's child, reaped by whoever adopts it); `shell` gets the shell's pid.
+  /// Commands target the worker from now on (the shell's tree loses it when the shell goes).
+  Worker& StartUnderShell(const std::string& then, pid_t& shell) {
+    const std::string bin = std::getenv("CUSNAP_TEST_BIN_DIR");
+    Worker& job = StartProgram("job", {"/usr/bin/setsid", "/bin/bash", "-c",
+                                       "set -m; \"$@\" 0<&0 & " + then, "shell",
+                                       bin + "/cusnap", "run", "--", bin + "/job_worker", "0"});
+    EXPECT_EQ(Ask(job, ""), "ready");
+    shell = job.pid;
+    const std::string pid = OkValue(Ask(job, "pid"));
+    EXPECT_FALSE(pid.empty());
+    job.pid = pid.empty() ? -1 : std::stoi(pid);
+    job.child = false;
+    target_ = {"--pid", pid};
+    return job;
+  }
   std::string HeldMarker(pid_t pid) const {
     return std::string(std::getenv("CUSNAP_CONTROL_DIR")) + "/" + std::to_string(pid) + ".held";
   }
@@ -196,18 +215,10 @@ TEST_F(CliJobHold, StoppedHeldJobOutlivesItsHeartbeatMonitor) {
 // disposition the held job died (shim/lifecycle/hangup_guard.h). It must stay held, and the
 // restore must bring back every byte.
 TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
-  const std::string bin = std::getenv("CUSNAP_TEST_BIN_DIR");
-  Worker& job = StartProgram("job", {"/usr/bin/setsid", "/bin/bash", "-c",
-                                     "set -m; \"$@\" 0<&0 & while :; do sleep 1; done", "shell",
-                                     bin + "/cusnap",
-                                     "run", "--", bin + "/job_worker", "0"});
-  ASSERT_EQ(Ask(job, ""), "ready");
-  const pid_t shell = job.pid;
-  const std::string pid = OkValue(Ask(job, "pid"));
-  ASSERT_FALSE(pid.empty());
-  job.pid = std::stoi(pid);
-  job.child = false;  // the shell's child; reaped by whoever adopts it
-  target_ = {"--pid", pid};  // once the shell is gone, this process's tree no longer has it
+  pid_t shell = 0;
+  Worker& job = StartUnderShell("while :; do sleep 1; done", shell);
+  ASSERT_FALSE(HasFailure());
+  const std::string pid = std::to_string(job.pid);
   ASSERT_EQ(::getsid(job.pid), shell);
   ASSERT_EQ(::getpgid(job.pid), job.pid) << "job control put the job in a group of its own";
   ASSERT_NO_FATAL_FAILURE(Create(job, "A", 4, "dev", 0));
@@ -245,17 +256,10 @@ TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
 // The checkpoint must say that the process ended, not that it would not stop (found by a
 // fresh user; README, CUSNAP_HOLD: setsid or disown).
 TEST_F(CliJobHold, AJobItsExitingShellEndsIsNamedAsEnded) {
-  const std::string bin = std::getenv("CUSNAP_TEST_BIN_DIR");
-  Worker& job = StartProgram("job", {"/usr/bin/setsid", "/bin/bash", "-c",
-                                     "set -m; \"$@\" 0<&0 & wait", "shell", bin + "/cusnap",
-                                     "run", "--", bin + "/job_worker", "0"});
-  ASSERT_EQ(Ask(job, ""), "ready");
-  const pid_t shell = job.pid;
-  const std::string pid = OkValue(Ask(job, "pid"));
-  ASSERT_FALSE(pid.empty());
-  job.pid = std::stoi(pid);
-  job.child = false;
-  target_ = {"--pid", pid};
+  pid_t shell = 0;
+  Worker& job = StartUnderShell("wait", shell);
+  ASSERT_FALSE(HasFailure());
+  const std::string pid = std::to_string(job.pid);
   ASSERT_NO_FATAL_FAILURE(Create(job, "A", 2, "dev", 0));
   const auto started = std::chrono::steady_clock::now();
   const Ran ck = Checkpoint(dir_ + "/state");
