@@ -16,6 +16,7 @@
 
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
+#include "common/socket.h"
 #include "common/unique_fd.h"
 #include "coordinator/native_driver.h"
 #include "coordinator/proc.h"
@@ -70,29 +71,10 @@ std::optional<double> StartedAt(int pid) {
 /// Whether a process listens on the unix socket at `path` (a connection is accepted into its
 /// backlog, or the backlog is full). Such an endpoint is live whatever the pid in its name is
 /// here: a job in a PID namespace of its own names its endpoints by its pids there.
-/// The pid (as this process's namespace numbers it) of the process listening on the unix
-/// socket at `path`: SO_PEERCRED of a connection its backlog accepted. 0 when none listens;
-/// -1 when one does but its backlog is full (live, pid unknown).
-int ListenerPid(const std::string& path) {
-  sockaddr_un address{};
-  if (path.size() >= sizeof address.sun_path) return 0;
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));  // as endpoints
-  if (!fd.valid()) return 0;
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    return errno == EAGAIN ? -1 : 0;
-  }
-  ucred peer{};
-  socklen_t size = sizeof peer;
-  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) return -1;
-  return peer.pid > 0 ? peer.pid : -1;
-}
-
 /// Whether a process listens on the unix socket at `path`. Such an endpoint is live whatever
 /// the pid in its name is here: a job in a PID namespace of its own names its endpoints by
 /// its pids there.
-bool SomeoneListens(const std::string& path) { return ListenerPid(path) != 0; }
+bool SomeoneListens(const std::string& path) { return SocketListenerPid(path) != 0; }
 
 bool OlderThanProcess(const std::string& path, int pid) {
   struct stat st {};
@@ -213,13 +195,13 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
 }
 
 bool ServesEndpoint(const std::string& control_dir, int pid) {
-  return ListenerPid(EndpointPath(control_dir, pid)) == pid;
+  return SocketListenerPid(EndpointPath(control_dir, pid)) == pid;
 }
 
 std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir) {
   std::vector<ForeignEndpoint> foreign;
   ForEachEndpointSocket(control_dir, [&](int pid, const std::string& path) {
-    const int here = ListenerPid(path);
+    const int here = SocketListenerPid(path);
     if (here > 0 && here != pid) foreign.push_back(ForeignEndpoint{pid, here, path});
   });
   return foreign;

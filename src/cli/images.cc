@@ -1,7 +1,10 @@
 // `cusnap dump`, `cusnap restore --images-dir` and `cusnap inspect` of an images directory:
 // the coordinator's dump sequences (coordinator/dump.h) driven like checkpoint and restore.
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <ctime>
 #include <optional>
 #include <utility>
@@ -53,6 +56,12 @@ int RestoreImagesHere(const std::string& images_dir, const std::string& device_m
   options.discoverer_for = [control_dir](int root) {
     // CRIU brings a held job back as it was dumped: stopped (coordinator/hold.h).
     ContinueHeld("restore", Target{root, false});
+    // A dump with --leave-running resumed the job in place, which removed the markers, but
+    // CRIU had written its processes stopped by the hold: these new processes come back
+    // stopped with no marker. They are this restore's own: continued too.
+    for (const int pid : coord::ProcessTree(root)) {
+      if (coord::ProcessState(pid) == 'T') ::kill(pid, SIGCONT);
+    }
     return coord::EndpointDiscoverer(coord::DiscoveryOptions{control_dir, root, false});
   };
   return Drive("restore", Target{}, json, coord::kImagesRestorePhaseCount, kExitRestoreRefused,
@@ -69,6 +78,22 @@ std::optional<coord::Manifest> ManifestOf(const std::string& images_dir) {
   if (!manifest && coord::HasPendingManifest(images_dir)) manifest = coord::ReadPendingManifest(images_dir);
   if (!manifest) return std::nullopt;
   return std::move(*manifest);
+}
+
+/// The highest pid or thread id the dump in `images_dir` will get back: its participants'
+/// pids and every thread's, which CRIU names its images by (core-<tid>.img).
+int HighestDumpedPid(const std::string& images_dir, const coord::Manifest& manifest) {
+  int highest = 0;
+  for (const auto& p : manifest.participants) highest = std::max(highest, p.pid);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(images_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("core-", 0) != 0 || name.size() <= 9 || name.substr(name.size() - 4) != ".img") continue;
+    const std::string digits = name.substr(5, name.size() - 9);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    highest = std::max(highest, std::stoi(digits));
+  }
+  return highest;
 }
 
 }  // namespace
@@ -99,7 +124,8 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   int init = 0;
   std::string why;
   const int rc = RunInNewPidNamespace(
-      [&] { return RestoreImagesHere(images_dir, device_map, json); }, init, why);
+      [&] { return RestoreImagesHere(images_dir, device_map, json); },
+      HighestDumpedPid(images_dir, *manifest) + 1, init, why);
   if (init == 0) {
     std::fprintf(stderr, "cusnap restore: %s; nothing was changed\n", why.c_str());
     return rc;

@@ -1,6 +1,7 @@
 // PID namespaces for a job (pid_namespace.h).
 #include "cli/pid_namespace.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -64,6 +65,34 @@ std::vector<int> NamespacePids(int pid) {
   return {};
 }
 
+/// Whether this init (pid 1) is the only process of its PID namespace (its /proc lists no
+/// other pid).
+bool OnlyProcessLeft() {
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return true;
+  bool alone = true;
+  while (const dirent* entry = ::readdir(proc)) {
+    const char* name = entry->d_name;
+    if (name[0] >= '1' && name[0] <= '9' && std::strcmp(name, "1") != 0 &&
+        std::strspn(name, "0123456789") == std::strlen(name)) {
+      alone = false;
+      break;
+    }
+  }
+  ::closedir(proc);
+  return alone;
+}
+
+/// Makes `first` the next pid this namespace hands out (/proc/sys/kernel/ns_last_pid);
+/// best effort.
+void NextPidIs(int first) {
+  if (first <= 2) return;
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/ns_last_pid", "w")) {
+    std::fprintf(f, "%d", first - 1);
+    std::fclose(f);
+  }
+}
+
 /// The init of a job's PID namespace: reaps every process of it until none is left.
 [[noreturn]] void ServeAsInit(pid_t command, int status_fd) {
   ForwardSignalsTo(command);
@@ -77,14 +106,20 @@ std::vector<int> NamespacePids(int pid) {
   if (null > 2) ::close(null);
   ::close_range(3, ~0U, 0);
   g_forward_to = 0;
+  // Reaps every orphan. It ends only when the namespace is empty: a `cusnap dump` of the job
+  // joined the namespace without being a child of this init, and the kernel would kill it
+  // (and its CRIU) with the namespace once the job's last process, its child, is gone.
   for (;;) {
-    if (::waitpid(-1, nullptr, 0) < 0 && errno == ECHILD) ::_exit(0);
+    if (::waitpid(-1, nullptr, 0) >= 0 || errno != ECHILD) continue;
+    if (OnlyProcessLeft()) ::_exit(0);
+    ::usleep(50'000);
   }
 }
 
 }  // namespace
 
-int RunInNewPidNamespace(const std::function<int()>& command, int& init_pid, std::string& why) {
+int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid, int& init_pid,
+                         std::string& why) {
   init_pid = 0;
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0) {
@@ -117,6 +152,10 @@ int RunInNewPidNamespace(const std::function<int()>& command, int& init_pid, std
     }
     // The job's session leader is inside its namespace (a later `cusnap dump` needs that).
     ::setsid();
+    // cusnap's own processes and threads here (the restore, CRIU) take pids above every pid
+    // the job will get back: a job that ran in a namespace before has low ones (its threads
+    // too), which CRIU must find free.
+    NextPidIs(first_own_pid);
     std::fflush(nullptr);
     const pid_t worker = ::fork();
     if (worker < 0) ::_exit(kExitRestoreRefused);

@@ -20,8 +20,11 @@ namespace cusnap::cli {
 /// last process in it ends. Returns `command`'s exit status; `init_pid` gets the init's pid
 /// as this process sees it (0 when no namespace could be made: then the status is
 /// kExitRestoreRefused and `why` says why). SIGINT and SIGTERM are passed on to `command`.
-/// Needs CAP_SYS_ADMIN; call it with no other thread running.
-int RunInNewPidNamespace(const std::function<int()>& command, int& init_pid, std::string& why);
+/// `command` and whatever it starts get pids from `first_own_pid` on (above every pid and
+/// thread id the job will be given back). Needs CAP_SYS_ADMIN; call it with no other thread
+/// running.
+int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid, int& init_pid,
+                         std::string& why);
 
 /// The pid, as this process sees it, of the process that is `ns_pid` in the PID namespace
 /// whose init is `init_pid`; 0 when none is.

@@ -92,6 +92,22 @@ Result<UniqueFd> ConnectSeqpacket(const std::string& path, Deadline deadline) {
   }
 }
 
+int SocketListenerPid(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path) return 0;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return 0;
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    return errno == EAGAIN ? -1 : 0;
+  }
+  ucred peer{};
+  socklen_t size = sizeof peer;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) return -1;
+  return peer.pid > 0 ? peer.pid : -1;
+}
+
 Result<UniqueFd> ListenSeqpacket(const std::string& path, int backlog) {
   sockaddr_un addr;
   if (!FillAddress(path, &addr)) return SystemError(ENAMETOOLONG, "socket path " + path);

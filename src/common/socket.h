@@ -36,6 +36,13 @@ Result<UniqueFd> ConnectSeqpacket(const std::string& path, Deadline deadline);
 
 /// Binds a non-blocking SOCK_SEQPACKET listener at `path` (which must not exist), created
 /// mode 0600 (set on the socket before bind: no window, no chmod by path), and listens. Returns the descriptor (CLOEXEC) or an Error.
+/// The pid (as this process's PID namespace numbers it) of the process listening on the
+/// seqpacket socket at `path`: SO_PEERCRED of a connection its backlog accepted (closed at
+/// once). 0 when none listens; -1 when one does but its backlog is full (pid unknown). An
+/// endpoint whose listener is not the pid in its name belongs to a job in a PID namespace of
+/// its own (cli/pid_namespace.h).
+int SocketListenerPid(const std::string& path);
+
 Result<UniqueFd> ListenSeqpacket(const std::string& path, int backlog);
 
 /// Waits (until `deadline`) for a connection on `listener` and accepts it (CLOEXEC).

@@ -2,6 +2,7 @@
 #include "coordinator/hold.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -29,16 +30,46 @@ std::string MarkerPath(const std::string& control_dir, int pid) {
 /// while the marker exists, cannot undo the continue.
 constexpr const char* kContinuingSuffix = ".continuing";
 
-/// The start time a marker records (under either name), nullopt when there is no readable
-/// marker.
-std::optional<uint64_t> MarkerStartTime(const std::string& control_dir, int pid) {
+/// This process's PID namespace (the inode of /proc/self/ns/pid; 0 when unreadable). A
+/// marker records the namespace of the pid in its name: a job restored in a namespace of its
+/// own (cli/pid_namespace.h) has markers whose pids mean nothing here.
+uint64_t OwnPidNamespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+/// What a marker records (under either name): its process's start time and PID namespace (0
+/// in markers written before namespaces were recorded: this one). nullopt when there is no
+/// readable marker.
+struct MarkerText {
+  uint64_t start_time = 0;
+  uint64_t pid_namespace = 0;
+};
+std::optional<MarkerText> ReadMarker(const std::string& control_dir, int pid) {
   for (const std::string& path : {MarkerPath(control_dir, pid),
                                   MarkerPath(control_dir, pid) + kContinuingSuffix}) {
     std::ifstream in(path);
-    uint64_t start = 0;
-    if (in >> start) return start;
+    MarkerText text;
+    if (!(in >> text.start_time)) continue;
+    if (!(in >> text.pid_namespace)) text.pid_namespace = 0;
+    return text;
   }
   return std::nullopt;
+}
+
+/// Whether the marker of `pid` names a process of another PID namespace (not to be judged,
+/// continued or removed from here).
+bool MarkerOfAnotherNamespace(const std::string& control_dir, int pid) {
+  const auto marker = ReadMarker(control_dir, pid);
+  return marker && marker->pid_namespace != 0 && marker->pid_namespace != OwnPidNamespace();
+}
+
+/// The start time a marker records (under either name), nullopt when there is no readable
+/// marker.
+std::optional<uint64_t> MarkerStartTime(const std::string& control_dir, int pid) {
+  const auto marker = ReadMarker(control_dir, pid);
+  if (!marker) return std::nullopt;
+  return marker->start_time;
 }
 
 /// Removes the marker of `pid` under either name.
@@ -54,7 +85,7 @@ Status WriteMarker(const std::string& control_dir, int pid, uint64_t start_time)
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Error{errno, "cannot create " + tmp + ": " + std::strerror(errno)};
-  const std::string text = std::to_string(start_time) + "\n";
+  const std::string text = std::to_string(start_time) + " " + std::to_string(OwnPidNamespace()) + "\n";
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   const int saved = errno;
   ::close(fd);
@@ -146,6 +177,7 @@ namespace {
 
 /// ContinueHeld, saying whether it sent SIGCONT (false: no marker, or a stale one).
 Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms) {
+  if (MarkerOfAnotherNamespace(control_dir, pid)) return false;  // not ours to judge
   const auto recorded = MarkerStartTime(control_dir, pid);
   if (!recorded) return false;
   if (ProcessStartTime(pid) != recorded) {  // exited, or the pid was reused: stale
@@ -204,6 +236,7 @@ std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid
 std::vector<std::string> StaleHoldMarkers(const std::string& control_dir) {
   std::vector<std::string> stale;
   for (const int pid : MarkedPids(control_dir)) {
+    if (MarkerOfAnotherNamespace(control_dir, pid)) continue;  // judged in its namespace
     const auto recorded = MarkerStartTime(control_dir, pid);
     if (recorded && ProcessStartTime(pid) == recorded) continue;  // its process lives
     for (const std::string& path : {MarkerPath(control_dir, pid),

@@ -1,6 +1,8 @@
 // /proc readers (proc.h).
 #include "coordinator/proc.h"
 
+#include "common/socket.h"
+
 #include "common/ids.h"
 
 #include <sys/stat.h>
@@ -174,7 +176,12 @@ std::vector<int> SocketPids(const std::string& control_dir, bool alive) {
     const std::string digits = name.substr(0, name.size() - 5);
     if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
     const int pid = std::stoi(digits);
-    if (pid > 0 && !ProcessExited(pid) == alive) pids.push_back(pid);
+    if (pid <= 0 || ProcessExited(pid) == alive) continue;
+    // Served from another PID namespace (a job restored in one of its own): its pid here is
+    // another process; such a job is named with --pid (cli/pid_namespace.h).
+    const int listener = alive ? SocketListenerPid(EndpointPath(control_dir, pid)) : 0;
+    if (listener > 0 && listener != pid) continue;
+    pids.push_back(pid);
   }
   std::sort(pids.begin(), pids.end());
   return pids;

@@ -107,7 +107,7 @@ class CliImages : public OwnMachineTest {
   }
 
   /// The round trip of criu_job through CRIU (below).
-  void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false);
+  void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false, bool leave_running = false);
 
   /// An images directory as a dump whose CLI died once CRIU had run leaves it: MakeImages'
   /// files with the pending manifest instead of the manifest, and, when `criu_finished`,
@@ -380,7 +380,7 @@ TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
 /// the restored processes. With `cli_dies_at` ("<phase>:<when>", test_pause.h), the dump's CLI
 /// is killed (SIGKILL) at that boundary of the dump instead of finishing it; the restore must
 /// still bring the job back.
-void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken) {
+void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool leave_running) {
 #if defined(__SANITIZE_ADDRESS__)
   // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
   // round trip runs on the release build instead (scripts/test.sh).
@@ -415,8 +415,18 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken) {
   ASSERT_EQ(count("READY"), 2u) << ReadAll(log);
 
   if (cli_dies_at.empty()) {
-    const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+    std::vector<std::string> args = {"dump", "--pid", std::to_string(job), "--images-dir", images};
+    if (leave_running) args.push_back("--leave-running");
+    const Ran dump = Cusnap(args);
     ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+    if (leave_running) {
+      // The job ran on; it ends now (both processes), so the dump is what is left of it.
+      const std::string text = ReadAll(log);
+      const auto at = text.find("PID child ");
+      ASSERT_NE(at, std::string::npos) << text;
+      ::kill(std::stoi(text.substr(at + 10)), SIGKILL);
+      ::kill(job, SIGKILL);
+    }
     EXPECT_THAT(dump.out, HasSubstr("save "));
     EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
     EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
@@ -501,6 +511,27 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken) {
       EXPECT_EQ(::access((Env("CUSNAP_CONTROL_DIR") + "/" + std::to_string(p.pid) + ".sock").c_str(),
                          F_OK), 0) << "pid " << p.pid << "'s endpoint was pruned: " << pruned.out;
     }
+    // Held in there (stopped): its hold markers name pids of its namespace, never stale here.
+    const Ran held = Cusnap({"checkpoint", "--pid", outside, "--state-dir", state + "-held"});
+    ASSERT_EQ(held.status, 0) << held.out << held.err;
+    const Ran pruned_held = Cusnap({"status", "--all", "--prune"});
+    EXPECT_EQ(pruned_held.status, 0) << pruned_held.out << pruned_held.err;
+    EXPECT_THAT(pruned_held.out, ::testing::Not(HasSubstr("stale hold marker")));
+    const Ran back = Cusnap({"restore", "--pid", outside, "--state-dir", state + "-held"});
+    ASSERT_EQ(back.status, 0) << back.out << back.err;
+    // To disk and back again: the dump joins the namespace (whose init waits for it), and the
+    // restore makes a new namespace (the root's pid is still held here), where the job's pids
+    // and its threads' do not meet cusnap's own.
+    const std::string images2 = dir_ + "/images-again";
+    const Ran dump2 = Cusnap({"dump", "--pid", outside, "--images-dir", images2});
+    ASSERT_EQ(dump2.status, 0) << dump2.out << dump2.err;
+    while (KernelStartTime(std::stoi(outside)) != 0 && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const Ran restore2 = Cusnap({"restore", "--images-dir", images2});
+    ASSERT_EQ(restore2.status, 0) << restore2.out << restore2.err
+                                  << ReadAll(images2 + "/criu-restore.log").substr(0, 4000);
+    EXPECT_THAT(restore2.err, HasSubstr("restored in a PID namespace of its own"));
   }
   // The restored processes are not our children: they check their bytes once told to go,
   // and say so in the log they kept writing.
@@ -525,6 +556,11 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
 // Issue 16: restore while another process holds the job's pid. The job comes back in a PID
 // namespace of its own, keeps its pids there, and later commands name it by its pids here.
 TEST_F(CliImages, ARestoreWhosePidIsTakenMakesANamespaceOfItsOwn) { RoundTrip("", true); }
+
+// A dump with --leave-running resumed the job in place (its hold markers went with that), but
+// CRIU wrote its processes as the hold had stopped them: restored, they must run again (found
+// by a fresh user: they came back stopped and the restore timed out at discover).
+TEST_F(CliImages, ALeaveRunningDumpRestoresOnceTheJobIsGone) { RoundTrip("", false, true); }
 
 TEST_F(CliImages, ADumpWhoseCliDiedOnceCriuFinishedIsCompletedByTheRestore) {
   // The tree is gone once CRIU ran; the manifest was not written yet (issue 11 applied to
