@@ -71,10 +71,6 @@ std::optional<double> StartedAt(int pid) {
 /// Whether a process listens on the unix socket at `path` (a connection is accepted into its
 /// backlog, or the backlog is full). Such an endpoint is live whatever the pid in its name is
 /// here: a job in a PID namespace of its own names its endpoints by its pids there.
-/// Whether a process listens on the unix socket at `path`. Such an endpoint is live whatever
-/// the pid in its name is here: a job in a PID namespace of its own names its endpoints by
-/// its pids there.
-bool SomeoneListens(const std::string& path) { return SocketListenerPid(path) != 0; }
 
 bool OlderThanProcess(const std::string& path, int pid) {
   struct stat st {};
@@ -184,7 +180,11 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
   std::vector<StaleEndpoint> stale;
   ForEachEndpointSocket(control_dir, [&](int pid, const std::string& path) {
     if (!coord::HasEndpoint(control_dir, pid)) return;
-    if (SomeoneListens(path)) return;  // live, maybe in another PID namespace
+    // Served by a process of another PID namespace (a job restored in one of its own): live.
+    // A process that is its name's pid itself may still listen while it dies (the threads
+    // of a killed process leave after its leader shows as a zombie): that one is stale.
+    const int listener = SocketListenerPid(path);
+    if (listener == -1 || (listener > 0 && listener != pid)) return;
     if (coord::ProcessExited(pid)) {
       stale.push_back(StaleEndpoint{pid, path, false});
     } else if (OlderThanProcess(path, pid)) {
