@@ -101,9 +101,13 @@ int HighestDumpedPid(const std::string& images_dir, const coord::Manifest& manif
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json,
                          bool pid_namespace) {
   const auto manifest = ManifestOf(images_dir);
-  // A job that still runs is refused where it runs (restoring would make a second copy);
-  // pids held by other processes here are free in a namespace of the job's own.
-  if (manifest && !coord::DumpedJobRuns(*manifest, coord::AliveHere) && !pid_namespace) {
+  // No manifest, or a job that still runs: refused where it runs (restoring would make a
+  // second copy), by the restore's own checks.
+  if (!manifest || coord::DumpedJobRuns(*manifest, coord::AliveHere)) {
+    return RestoreImagesHere(images_dir, device_map, json);
+  }
+  // Pids held by other processes here are free in a namespace of the job's own.
+  if (!pid_namespace) {
     const std::vector<int> taken = coord::DumpPidsTaken(*manifest, coord::AliveHere);
     // A holder serving its endpoint here is a cusnap process, maybe this very job brought
     // back by an interrupted restore: a second copy in a namespace is never made of it (the
@@ -111,15 +115,10 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
     const bool cusnap_holds = std::any_of(taken.begin(), taken.end(), [](int pid) {
       return ServesEndpoint(ControlDir(), pid);
     });
-    if (!taken.empty() && !cusnap_holds) {
-      std::fprintf(stderr, "cusnap restore: note: pid %d of the dump is held by another process "
-                   "here: the job is restored in a PID namespace of its own, where it keeps its "
-                   "pids\n", taken.front());
-      pid_namespace = true;
-    }
-  }
-  if (!pid_namespace || !manifest || coord::DumpedJobRuns(*manifest, coord::AliveHere)) {
-    return RestoreImagesHere(images_dir, device_map, json);
+    if (taken.empty() || cusnap_holds) return RestoreImagesHere(images_dir, device_map, json);
+    std::fprintf(stderr, "cusnap restore: note: pid %d of the dump is held by another process "
+                 "here: the job is restored in a PID namespace of its own, where it keeps its "
+                 "pids\n", taken.front());
   }
   int init = 0;
   std::string why;

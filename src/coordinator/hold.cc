@@ -57,11 +57,10 @@ std::optional<MarkerText> ReadMarker(const std::string& control_dir, int pid) {
   return std::nullopt;
 }
 
-/// Whether the marker of `pid` names a process of another PID namespace (not to be judged,
-/// continued or removed from here).
-bool MarkerOfAnotherNamespace(const std::string& control_dir, int pid) {
-  const auto marker = ReadMarker(control_dir, pid);
-  return marker && marker->pid_namespace != 0 && marker->pid_namespace != OwnPidNamespace();
+/// Whether `marker` names a process of another PID namespace (not to be judged, continued
+/// or removed from here).
+bool OfAnotherNamespace(const MarkerText& marker) {
+  return marker.pid_namespace != 0 && marker.pid_namespace != OwnPidNamespace();
 }
 
 /// The start time a marker records (under either name), nullopt when there is no readable
@@ -177,10 +176,9 @@ namespace {
 
 /// ContinueHeld, saying whether it sent SIGCONT (false: no marker, or a stale one).
 Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms) {
-  if (MarkerOfAnotherNamespace(control_dir, pid)) return false;  // not ours to judge
-  const auto recorded = MarkerStartTime(control_dir, pid);
-  if (!recorded) return false;
-  if (ProcessStartTime(pid) != recorded) {  // exited, or the pid was reused: stale
+  const auto recorded = ReadMarker(control_dir, pid);
+  if (!recorded || OfAnotherNamespace(*recorded)) return false;  // none, or not ours to judge
+  if (ProcessStartTime(pid) != recorded->start_time) {  // exited, or the pid was reused: stale
     RemoveMarker(control_dir, pid);
     return false;
   }
@@ -236,9 +234,9 @@ std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid
 std::vector<std::string> StaleHoldMarkers(const std::string& control_dir) {
   std::vector<std::string> stale;
   for (const int pid : MarkedPids(control_dir)) {
-    if (MarkerOfAnotherNamespace(control_dir, pid)) continue;  // judged in its namespace
-    const auto recorded = MarkerStartTime(control_dir, pid);
-    if (recorded && ProcessStartTime(pid) == recorded) continue;  // its process lives
+    const auto marker = ReadMarker(control_dir, pid);
+    if (marker && OfAnotherNamespace(*marker)) continue;  // judged in its namespace
+    if (marker && ProcessStartTime(pid) == marker->start_time) continue;  // its process lives
     for (const std::string& path : {MarkerPath(control_dir, pid),
                                     MarkerPath(control_dir, pid) + kContinuingSuffix}) {
       if (::access(path.c_str(), F_OK) == 0) stale.push_back(path);
