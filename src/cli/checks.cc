@@ -68,10 +68,6 @@ std::optional<double> StartedAt(int pid) {
 /// Whether the endpoint socket at `path` was left by an earlier process with `pid`'s pid:
 /// the shim creates it after its process started, so a socket older than the process now
 /// holding the pid is not its own. One second of slack covers the clocks' rounding.
-/// Whether a process listens on the unix socket at `path` (a connection is accepted into its
-/// backlog, or the backlog is full). Such an endpoint is live whatever the pid in its name is
-/// here: a job in a PID namespace of its own names its endpoints by its pids there.
-
 bool OlderThanProcess(const std::string& path, int pid) {
   struct stat st {};
   const auto started = StartedAt(pid);

@@ -33,6 +33,7 @@ int DumpCommand(const DumpArgs& args) {
   options.checkpoint = coord::CheckpointOptions{args.images_dir, 0,
                                                 "--pid " + std::to_string(args.pid)};
   options.checkpoint.lease_ms = coord::LeaseMsFromEnvironment();
+  options.checkpoint.images_root = args.pid;
   options.root_pid = args.pid;
   options.control_dir = ControlDir();
   options.leave_running = args.leave_running;
@@ -54,13 +55,15 @@ int RestoreImagesHere(const std::string& images_dir, const std::string& device_m
   const std::string control_dir = ControlDir();
   options.control_dir = control_dir;
   options.discoverer_for = [control_dir](int root) {
-    // CRIU brings a held job back as it was dumped: stopped (coordinator/hold.h).
-    ContinueHeld("restore", Target{root, false});
-    // A dump with --leave-running resumed the job in place, which removed the markers, but
-    // CRIU had written its processes stopped by the hold: these new processes come back
-    // stopped with no marker. They are this restore's own: continued too.
+    // CRIU brings a held job back as it was dumped: stopped (coordinator/hold.h), with the
+    // markers the dump left (of this PID namespace or, restored in a namespace of its own,
+    // of another), or with none after a --leave-running dump (resuming the job in place
+    // removed them). These new processes are this restore's own: each is continued, its
+    // marker renamed away first so that its hold guard does not stop it again.
     for (const int pid : coord::ProcessTree(root)) {
-      if (coord::ProcessState(pid) == 'T') ::kill(pid, SIGCONT);
+      if (Status s = coord::ContinueRestored(control_dir, pid); !s) {
+        std::fprintf(stderr, "cusnap restore: %s\n", s.error().message.c_str());
+      }
     }
     return coord::EndpointDiscoverer(coord::DiscoveryOptions{control_dir, root, false});
   };

@@ -164,6 +164,22 @@ int HoldAgainUnlessChanged(const char* command, const std::vector<int>& continue
   return rc;
 }
 
+namespace {
+
+/// --all acts on the endpoints of this PID namespace: a job in a namespace of its own (one
+/// `restore --images-dir` made, cli/pid_namespace.h) is one job of its own, with its own
+/// state directory, and is named with --pid. Said on stderr, so that `--all` never leaves
+/// one out silently.
+void NoteNamespacedJobsLeftOut(const char* command, const std::string& control_dir) {
+  for (const ForeignEndpoint& f : ForeignEndpoints(control_dir)) {
+    std::fprintf(stderr, "cusnap %s: note: --all leaves out pid %d here (pid %d of a job in a "
+                 "PID namespace of its own); act on that job with --pid %d\n",
+                 command, f.pid_here, f.pid_there, f.pid_here);
+  }
+}
+
+}  // namespace
+
 int Drive(const char* command, const Target& target, bool json, size_t phases, int refused,
           const SequenceRun& run) {
   // The target first: a wrong --pid is named as what it is (a thread, another user's
@@ -175,6 +191,7 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   const std::string problem = target.pid > 0 ? CheckTargetPid(target.pid, control_dir)
                                              : CheckControlDirReadable(control_dir);
   if (!problem.empty()) return EndUntouched(command, json, problem, refused);
+  if (target.all) NoteNamespacedJobsLeftOut(command, control_dir);
   auto driver = LoadChosenDriver();
   // Nothing was touched yet (no participant was even contacted): the job is as it was.
   if (!driver) return EndUntouched(command, json, driver.error().message, kExitError);

@@ -11,7 +11,8 @@
 
 #include "cli/commands.h"
 
-// CUSNAP_VERSION, CUSNAP_GIT_COMMIT and CUSNAP_BUILD_TYPE always come from CMake here.
+// CUSNAP_VERSION, CUSNAP_GIT_COMMIT and CUSNAP_BUILD_TYPE always come from CMake here (the
+// commit from the header cmake/git_commit.cmake writes at build time).
 
 namespace cusnap::cli {
 

@@ -105,7 +105,7 @@ class CheckpointSequence : Sequence {
         return {owner.error().message};
       }
       if (auto dir = PrepareStateDir(options_.state_dir); !dir) return {dir.error().message};
-      return CheckResourcesAll(participants_, views_, options_.state_dir);
+      return CheckResourcesAll(participants_, views_, options_.state_dir, options_.images_root);
     });
   }
 

@@ -92,6 +92,10 @@ struct CheckpointOptions {
   uint64_t lease_ms = 0;
   /// How long each shim's quiesce waits for work in flight (ms; 0: the shim's default).
   uint64_t drain_ms = 0;
+  /// `cusnap dump`: the root of the tree CRIU will write into state_dir (the images
+  /// directory), whose disk space validate checks for the images too (resources.h); 0 for a
+  /// checkpoint in place.
+  int images_root = 0;
 };
 
 struct RestoreOptions {

@@ -63,21 +63,31 @@ std::string ReadText(const std::string& path) {
 }
 
 /// CRIU's error lines in its log (without the harmless RLIMIT_NOFILE one that an
-/// unprivileged container always gives), the last few; the log's tail when it has none.
+/// unprivileged container always gives): the first, with the line before it (CRIU names what
+/// it was doing there, the first error is the cause), and the last two; the log's tail when
+/// it has none.
 std::string ErrorLines(const std::string& log) {
   std::istringstream in(log);
-  std::vector<std::string> errors, all;
+  std::vector<std::string> all;
+  std::vector<size_t> errors;
   for (std::string line; std::getline(in, line);) {
-    all.push_back(line);
     if (line.find("Error") != std::string::npos && line.find("RLIMIT_NOFILE") == std::string::npos) {
-      errors.push_back(line);
+      errors.push_back(all.size());
+    }
+    all.push_back(line);
+  }
+  std::vector<size_t> pick;
+  if (errors.empty()) {
+    for (size_t i = all.size() > 4 ? all.size() - 4 : 0; i < all.size(); ++i) pick.push_back(i);
+  } else {
+    if (errors.front() > 0) pick.push_back(errors.front() - 1);
+    pick.push_back(errors.front());
+    for (size_t i = errors.size() > 2 ? errors.size() - 2 : 1; i < errors.size(); ++i) {
+      if (errors[i] > pick.back()) pick.push_back(errors[i]);
     }
   }
-  const std::vector<std::string>& pick = errors.empty() ? all : errors;
   std::string out;
-  for (size_t i = pick.size() > 4 ? pick.size() - 4 : 0; i < pick.size(); ++i) {
-    out += (out.empty() ? "" : " | ") + pick[i];
-  }
+  for (const size_t i : pick) out += (out.empty() ? "" : " | ") + all[i];
   return out;
 }
 

@@ -26,7 +26,7 @@ std::string MarkerPath(const std::string& control_dir, int pid) {
 }
 
 /// A marker while ContinueHeld continues its process: renamed to this before SIGCONT, so
-/// that the process's hangup guard (shim/lifecycle/hangup_guard.h), which stops it again
+/// that the process's hold guard (shim/lifecycle/hold_guard.h), which stops it again
 /// while the marker exists, cannot undo the continue.
 constexpr const char* kContinuingSuffix = ".continuing";
 
@@ -174,16 +174,11 @@ Status StopHeld(const std::string& control_dir, int pid, int wait_ms) {
 
 namespace {
 
-/// ContinueHeld, saying whether it sent SIGCONT (false: no marker, or a stale one).
-Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms) {
-  const auto recorded = ReadMarker(control_dir, pid);
-  if (!recorded || OfAnotherNamespace(*recorded)) return false;  // none, or not ours to judge
-  if (ProcessStartTime(pid) != recorded->start_time) {  // exited, or the pid was reused: stale
-    RemoveMarker(control_dir, pid);
-    return false;
-  }
-  // The marker stays (as "continuing", which a command killed here leaves for the next one)
-  // until SIGCONT was sent: a failed continue can be tried again.
+/// SIGCONT to `pid` with its marker renamed away first: the marker stays (as "continuing",
+/// which a command killed here leaves for the next one) until SIGCONT was sent, so a failed
+/// continue can be tried again, and the process's hold guard, which stops it again while the
+/// marker exists, cannot undo this continue.
+Status SendContinue(const std::string& control_dir, int pid) {
   const std::string marker = MarkerPath(control_dir, pid);
   const std::string continuing = marker + kContinuingSuffix;
   if (::rename(marker.c_str(), continuing.c_str()) != 0 && errno != ENOENT) {
@@ -195,6 +190,18 @@ Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms
     return SignalError(pid, "SIGCONT after the hold failed", why);
   }
   ::unlink(continuing.c_str());
+  return Ok{};
+}
+
+/// ContinueHeld, saying whether it sent SIGCONT (false: no marker, or a stale one).
+Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms) {
+  const auto recorded = ReadMarker(control_dir, pid);
+  if (!recorded || OfAnotherNamespace(*recorded)) return false;  // none, or not ours to judge
+  if (ProcessStartTime(pid) != recorded->start_time) {  // exited, or the pid was reused: stale
+    RemoveMarker(control_dir, pid);
+    return false;
+  }
+  if (Status sent = SendContinue(control_dir, pid); !sent) return sent.error();
   if (!WaitFor(pid, wait_ms, [](int p) { return !Stopped(p); })) {
     return Error{ETIMEDOUT, ProcessText(pid) + ": still stopped " + std::to_string(wait_ms) +
                                 " ms after SIGCONT (stopped by something else too?)"};
@@ -209,6 +216,11 @@ Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms) {
     return continued.error();
   }
   return Ok{};
+}
+
+Status ContinueRestored(const std::string& control_dir, int pid) {
+  if (!Stopped(pid)) return Ok{};
+  return SendContinue(control_dir, pid);
 }
 
 bool IsHeld(const std::string& control_dir, int pid) {

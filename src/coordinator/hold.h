@@ -44,6 +44,14 @@ Status StopHeld(const std::string& control_dir, int pid, int wait_ms = 5000);
 /// sent the marker stays.
 Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms = 5000);
 
+/// Continues `pid`, a process a CRIU restore just brought back as it was dumped (stopped
+/// by the hold, or stopped with no marker by a --leave-running dump): its marker, if any, is
+/// renamed away before SIGCONT (so that the process's hold guard, shim/lifecycle/
+/// hold_guard.h, does not stop it again) and removed after, whatever start time or PID
+/// namespace it records (it describes the dumped process, which this one replaces). A process
+/// that is not stopped: nothing done. Errors (code errno) name the pid.
+Status ContinueRestored(const std::string& control_dir, int pid);
+
 /// True when `pid` has a marker naming it and is stopped now: held by cusnap.
 bool IsHeld(const std::string& control_dir, int pid);
 

@@ -34,12 +34,21 @@ proto::ResourcesRequest ResourcesNeeded(const ParticipantView& view);
 /// from the records.
 uint64_t StateFileEstimate(std::span<const ParticipantView> views);
 
+/// Bytes a CRIU dump of the tree of `root` will write at least, in bytes: the larger of the
+/// tree's anonymous and shared resident memory now (RssAnon + RssShmem of each process's
+/// /proc/<pid>/status, what CRIU writes as pages) and the carrier bytes the participants of
+/// `views` will hold (ResourcesNeeded; a carrier provisioned at the save is not resident
+/// yet). A lower bound: a shortfall below it is certain.
+uint64_t ImagesEstimate(int root, std::span<const ParticipantView> views);
+
 /// Asks every participant whether it has what ResourcesNeeded says (kCheckResources) and the
 /// state directory's filesystem whether it has StateFileEstimate + kStateFileMargin bytes
-/// free (statvfs; kTestStateDirFreeBytesEnv in tests). One message per shortfall (empty:
-/// enough of everything). `participants` and `views` are in the same order.
+/// free (statvfs; kTestStateDirFreeBytesEnv in tests), plus ImagesEstimate(images_root) when
+/// `images_root` > 0 (`cusnap dump`: the state directory is the images directory). One
+/// message per shortfall (empty: enough of everything). `participants` and `views` are in
+/// the same order.
 std::vector<std::string> CheckResourcesAll(
     std::span<const std::unique_ptr<Participant>> participants,
-    std::span<const ParticipantView> views, const std::string& state_dir);
+    std::span<const ParticipantView> views, const std::string& state_dir, int images_root = 0);
 
 }  // namespace cusnap::coord

@@ -13,7 +13,7 @@
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
 #   workload_images workload_images_pidns workload_nccl_native multicast_forward workload_multicast carry_bench
-#   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead
+#   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead nccl_memory
 #   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc and
 #   shim_overhead need one GPU and PyTorch, and skip (77) without them)
 #
@@ -76,7 +76,7 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
            workload_images workload_images_pidns workload_nccl_native multicast_forward workload_multicast carry_bench
-           driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead)
+           driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead nccl_memory)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -362,6 +362,13 @@ t_shim_overhead() {
   python3 "$CUSNAP_GPU_SRC/bench/gpu_shim_overhead.py" --build "$CUSNAP_GPU_BUILD" ${GPU_OVERHEAD_ARGS:-}
 }
 
+# Issue 14: GPU memory of the NCCL workload (nccl + private parts, one rank per GPU, at most
+# two) plainly and under `cusnap run`, where every cuMemAlloc is a VMM allocation of the
+# shim's; one "NCCL MEMORY:" line. Exit 77 (SKIP) without torch or nvidia-smi.
+t_nccl_memory() {
+  python3 "$CUSNAP_GPU_SRC/bench/gpu_nccl_memory.py" --build "$CUSNAP_GPU_BUILD"
+}
+
 # torch_gpu_or_skip: fails with a "SKIP: ..." line when python3 cannot import torch or torch
 # sees no GPU (bounded: never waits more than two minutes).
 torch_gpu_or_skip() {
@@ -399,7 +406,7 @@ t_carry_bench() {
   CUSNAP_CARRIER=eager $bench --bytes "$bytes" --cycles 1 --modes shared
 }
 export PYTEST
-export -f torch_gpu_or_skip t_torch_ipc t_torch_ipc_hangup t_shim_overhead
+export -f torch_gpu_or_skip t_torch_ipc t_torch_ipc_hangup t_shim_overhead t_nccl_memory
 export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
@@ -462,7 +469,7 @@ selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts
 
 selected driver_facts_ipc && run_test driver_facts_ipc 180 t_driver_facts_ipc
 selected legacy_ipc_shim && run_test legacy_ipc_shim 300 t_legacy_ipc_shim
-for name in torch_ipc torch_ipc_hangup shim_overhead; do
+for name in torch_ipc torch_ipc_hangup shim_overhead nccl_memory; do
   selected "$name" || continue
   if [[ $CUSNAP_GPU_SIM == 1 ]]; then
     record "$name" SKIP "PyTorch needs real GPUs (CUSNAP_GPU_SIM=1)"
@@ -472,6 +479,7 @@ for name in torch_ipc torch_ipc_hangup shim_overhead; do
     torch_ipc) run_test torch_ipc 300 t_torch_ipc ;;
     torch_ipc_hangup) run_test torch_ipc_hangup 300 t_torch_ipc_hangup ;;
     shim_overhead) run_test shim_overhead 420 t_shim_overhead ;;
+    nccl_memory) run_test nccl_memory 600 t_nccl_memory ;;
   esac
 done
 
@@ -491,6 +499,9 @@ if selected share_ring && [[ -f $OUT/tests/share_ring.log ]]; then
   say ""
   say "==== share_ring phase times (ms) by number of processes"
   grep -ho "RING N=.*" "$OUT/tests/share_ring.log" | while IFS= read -r line; do say "$line"; done
+fi
+if selected nccl_memory && [[ -f $OUT/tests/nccl_memory.log ]]; then
+  grep -h "^NCCL MEMORY:" "$OUT/tests/nccl_memory.log" | while IFS= read -r line; do say "$line"; done
 fi
 overhead_lines=""
 [[ -f $OUT/tests/shim_overhead.log ]] && overhead_lines=$(grep -h "^SHIM \(RATIO\|OVERHEAD\)" "$OUT/tests/shim_overhead.log")

@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -34,7 +36,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
+constexpr int kExitRefused = 3;
+constexpr int kExitFailedAfterChange = 4;
 constexpr int kExitRestoreRefused = 5;
+
 // The simulated driver's GPUs (src/simcuda/devices.cc: "SIMCUDA-GPU-0<n>." as UUID bytes).
 const char* const kSimGpu0 = "GPU-53494d43-5544-412d-4750-552d30302e2e";
 const char* const kSimGpu1 = "GPU-53494d43-5544-412d-4750-552d30312e2e";
@@ -44,6 +49,13 @@ std::string ReadAll(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+/// The state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z', ...); '?' when unreadable.
+char ProcessStateLetter(pid_t pid) {
+  const std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
 }
 
 void WriteAll(const std::string& path, const std::string& bytes) {
@@ -105,6 +117,43 @@ class CliImages : public OwnMachineTest {
     EXPECT_TRUE(coord::WriteManifest(images, m).ok());
     return images;
   }
+
+  /// criu_job under `cusnap run` (a root and its child, 4 MiB each), its output in `log`;
+  /// returns the root's pid once both said READY (-1 after a failed assertion). This process
+  /// becomes a subreaper: the child is orphaned when CRIU kills the root, its pid must be
+  /// free for the restore, and whoever adopts it may not reap (ctest as PID 1 of the
+  /// namespace CI runs in): we do.
+  pid_t StartCriuJob(const std::string& job_dir, const std::string& log) {
+    ::mkdir(job_dir.c_str(), 0700);
+    KeepInheritedDescriptorsFromChildren();
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(out, 0);
+    const pid_t job = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--",
+                             Env("CUSNAP_TEST_BIN_DIR") + "/criu_job", job_dir, "4"},
+                            {{in, 0}, {out, 1}, {out, 2}});
+    ::close(out);
+    ::close(in);
+    EXPECT_GT(job, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (Count(log, "READY") < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(Count(log, "READY"), 2u) << ReadAll(log);
+    return Count(log, "READY") == 2 ? job : -1;
+  }
+
+  /// How often `word` occurs in the file at `path`.
+  static size_t Count(const std::string& path, const std::string& word) {
+    const std::string text = ReadAll(path);
+    size_t n = 0;
+    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+    return n;
+  }
+
+  /// A dump onto a full disk (below).
+  void FullDiskCase(bool criu_fills);
 
   /// The round trip of criu_job through CRIU (below).
   void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false, bool leave_running = false);
@@ -388,31 +437,10 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
 #endif
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
-  ::mkdir(job_dir.c_str(), 0700);
-  KeepInheritedDescriptorsFromChildren();
-  // The child is orphaned when CRIU kills the root; its pid must be free for the restore, and
-  // whoever adopts it may not reap (ctest as PID 1 of the namespace CI runs in): we do.
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(out, 0);
-  const pid_t job = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--",
-                           Env("CUSNAP_TEST_BIN_DIR") + "/criu_job", job_dir, "4"},
-                          {{in, 0}, {out, 1}, {out, 2}});
-  ::close(out);
-  ::close(in);
+  const pid_t job = StartCriuJob(job_dir, log);
   ASSERT_GT(job, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  auto count = [&](const std::string& word) {
-    const std::string text = ReadAll(log);
-    size_t n = 0;
-    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
-    return n;
-  };
-  while (count("READY") < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(count("READY"), 2u) << ReadAll(log);
+  auto count = [&](const std::string& word) { return Count(log, word); };
 
   if (cli_dies_at.empty()) {
     std::vector<std::string> args = {"dump", "--pid", std::to_string(job), "--images-dir", images};
@@ -549,6 +577,107 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
   }
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {  // the namespace's init, adopted once it ended
   }
+}
+
+// A dump onto a disk without room for it (a tmpfs mounted in a mount namespace of this
+// test's own, which the job, cusnap and CRIU share), in two ways:
+// - `criu_fills` false: the disk is too small for the job's memory from the start. The dump
+//   is refused at validate, naming the images directory and the bytes, before anything
+//   changed: the job runs on.
+// - `criu_fills` true: there was room at validate, but something else fills the disk right
+//   before CRIU writes (a CUSNAP_CRIU wrapper does). CRIU fails ("No space left on device")
+//   and resumes the tree; the dump restores the job in place from what each process holds
+//   (exit 4, said), and the directory holds no dump (its restore is refused).
+// Either way the job then dumps to a directory with room, and comes back with every byte.
+void CliImages::FullDiskCase(bool criu_fills) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
+#endif
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  const std::string full = dir_ + "/full";
+  ASSERT_EQ(::mkdir(full.c_str(), 0700), 0);
+  ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << std::strerror(errno);
+  ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
+  const std::string size = criu_fills ? "size=64m,mode=0700" : "size=3m,mode=0700";
+  ASSERT_EQ(::mount("tmpfs", full.c_str(), "tmpfs", 0, size.c_str()), 0) << std::strerror(errno);
+  const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log", images = full + "/images";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+
+  const std::string criu = Env("CUSNAP_CRIU");
+  if (criu_fills) {
+    // Something else fills the disk once cusnap checked it, leaving CRIU 256 KiB (its log
+    // and first images fit, its pages do not).
+    const std::string wrapper = dir_ + "/filling-criu";
+    WriteAll(wrapper, "#!/bin/sh\nif [ \"$1\" = dump ]; then cat /dev/zero > " + full +
+                          "/filler 2>/dev/null; truncate -s -256K " + full + "/filler; fi\n"
+                          "exec " + criu + " \"$@\"\n");
+    ASSERT_EQ(::chmod(wrapper.c_str(), 0700), 0);
+    ::setenv("CUSNAP_CRIU", wrapper.c_str(), 1);
+  }
+  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
+  if (criu_fills) {
+    EXPECT_EQ(dump.status, kExitFailedAfterChange) << dump.out << dump.err;
+    EXPECT_THAT(dump.err, HasSubstr("criu dump failed"));
+    EXPECT_THAT(dump.err, HasSubstr("No space left on device"));
+    EXPECT_THAT(dump.out + dump.err, HasSubstr("restoring the job in place"));
+    EXPECT_THAT(dump.out, HasSubstr("activate"));
+  } else {
+    EXPECT_EQ(dump.status, kExitRefused) << dump.out << dump.err;
+    EXPECT_THAT(dump.err, HasSubstr("images directory " + images + ": not enough disk space "
+                                    "for the dump: at least "));
+    EXPECT_THAT(dump.err, HasSubstr("choose another --images-dir"));
+    EXPECT_THAT(dump.err, HasSubstr("nothing was changed, the job keeps running"));
+  }
+  // The job runs on, unheld, its shims active.
+  EXPECT_EQ(::kill(job, 0), 0);
+  EXPECT_NE(ProcessStateLetter(job), 'T');
+  const Ran st = Cusnap({"status", "--pid", std::to_string(job), "--json"});
+  ASSERT_EQ(st.status, 0) << st.out << st.err;
+  const auto participants = nlohmann::json::parse(st.out)["participants"];
+  EXPECT_EQ(participants.size(), 2u) << st.out;
+  for (const auto& p : participants) EXPECT_EQ(p["phase"], "active") << p.dump();
+  // No dump is left to restore: refused, and the running job is untouched.
+  EXPECT_FALSE(coord::HasManifest(images));
+  EXPECT_FALSE(coord::HasPendingManifest(images));
+  const Ran restore = Cusnap({"restore", "--images-dir", images});
+  EXPECT_EQ(restore.status, kExitRestoreRefused) << restore.out << restore.err;
+  EXPECT_EQ(::kill(job, 0), 0);
+
+  // With room, the same job dumps (its processes are gone) and comes back.
+  const std::string roomy = dir_ + "/images";
+  const Ran again = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", roomy});
+  ASSERT_EQ(again.status, 0) << again.out << again.err;
+  int status = 0;
+  ASSERT_EQ(::waitpid(job, &status, 0), job);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  if (auto m = coord::ReadManifest(roomy); m.ok()) {
+    for (const auto& p : m->participants) {  // the child, orphaned, is ours to reap
+      while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
+        ::waitpid(p.pid, nullptr, WNOHANG);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+  const Ran back = Cusnap({"restore", "--images-dir", roomy});
+  ASSERT_EQ(back.status, 0) << back.out << back.err;
+  WriteAll(job_dir + "/go", "");
+  while (Count(log, "PASS") + Count(log, "FAIL") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string text = ReadAll(log);
+  EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
+  EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+TEST_F(CliImages, ADumpOntoADiskTooSmallIsRefusedBeforeAnythingChanges) { FullDiskCase(false); }
+
+TEST_F(CliImages, ADumpWhoseDiskFillsUpWhileCriuWritesRestoresTheJobInPlace) {
+  FullDiskCase(true);
 }
 
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }

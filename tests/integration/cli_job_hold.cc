@@ -212,7 +212,7 @@ TEST_F(CliJobHold, StoppedHeldJobOutlivesItsHeartbeatMonitor) {
 // control (`cusnap run -- ... &`: a process group of its own in the shell's session), and
 // the shell exits while the job is held. The job's group is then orphaned with a stopped
 // member, and the kernel sends every member SIGHUP, then SIGCONT: with SIGHUP's default
-// disposition the held job died (shim/lifecycle/hangup_guard.h). It must stay held, and the
+// disposition the held job died (shim/lifecycle/hold_guard.h). It must stay held, and the
 // restore must bring back every byte.
 TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
   pid_t shell = 0;
@@ -301,6 +301,38 @@ TEST_F(CliJobHold, HangupFromTheShellLeavesTheJobHeld) {
   ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
   CheckEveryByte();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(OkValue(Ask(w, "pid")), std::to_string(w.pid));
+}
+
+// A plain SIGCONT (`kill -CONT`, a shell's `bg`, a supervisor) must not continue a held
+// process: its GPU memory is released until the restore. It is stopped again at once, every
+// time, and the restore still brings back every byte and runs it on.
+TEST_F(CliJobHold, PlainContinueLeavesTheJobHeld) {
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  const std::string state = dir_ + "/state";
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  ASSERT_EQ(ProcState(w.pid), 'T');
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (ProcState(w.pid) != 'T' && std::chrono::steady_clock::now() < deadline) {
+      ::usleep(5'000);
+    }
+    EXPECT_EQ(ProcState(w.pid), 'T') << "SIGCONT " << k << " left the held process running";
+    EXPECT_TRUE(std::filesystem::exists(HeldMarker(w.pid)));
+  }
+  const auto st = nlohmann::json::parse(Cusnap({"status", "--all", "--json"}).out);
+  ASSERT_EQ(st["participants"].size(), 1u) << st.dump();
+  EXPECT_EQ(st["participants"][0]["held"], true) << st.dump();
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_NE(ProcState(w.pid), 'T');
+  CheckEveryByte();
+  EXPECT_EQ(OkValue(Ask(w, "pid")), std::to_string(w.pid));
+  // After activate the guard is gone: a SIGSTOP/SIGCONT pair of the user's works as ever.
+  ASSERT_EQ(::kill(w.pid, SIGSTOP), 0);
+  ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
   EXPECT_EQ(OkValue(Ask(w, "pid")), std::to_string(w.pid));
 }
 

@@ -9,7 +9,7 @@ cusnap_add_gtest(lifecycle_state_test
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_gate_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_state_test.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lifecycle.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/hangup_guard.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/hold_guard.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/quiesce.cc
   LIBS cusnap_common pthread
   LABELS unit)

@@ -15,9 +15,10 @@
 #define CUSNAP_STRINGIFY_(x) #x
 #define CUSNAP_STRINGIFY(x) CUSNAP_STRINGIFY_(x)
 
-/// One line naming the shim: version, git commit at configure time ("unknown" outside a git
-/// checkout), the CUDA_VERSION of the headers it was compiled against (1000*major +
-/// 10*minor), and the build type (with "+sanitizers" for the asan preset). Static storage.
+/// One line naming the shim: version, git commit at build time ("-dirty" when tracked files
+/// differ from it, "unknown" outside a git checkout), the CUDA_VERSION of the headers it was
+/// compiled against (1000*major + 10*minor), and the build type (with "+sanitizers" for the
+/// asan preset). Static storage.
 extern "C" __attribute__((visibility("default"))) const char* cusnap_build_info(void) {
   return "cusnap " CUSNAP_VERSION " commit " CUSNAP_GIT_COMMIT " cuda-headers " CUSNAP_STRINGIFY(
       CUDA_VERSION) " build " CUSNAP_BUILD_TYPE;

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "common/log.h"
-#include "shim/lifecycle/hangup_guard.h"
+#include "shim/lifecycle/hold_guard.h"
 #include "shim/lifecycle/lifecycle_common.h"
 
 namespace cusnap::shim {
@@ -307,8 +307,8 @@ Result<StepResult> Lifecycle::Save(const proto::StepRequest& request) {
 
 Result<StepResult> Lifecycle::Release(const proto::StepRequest&) {
   // From here until activate the process is checkpointed and may be held stopped: a
-  // hangup must not end it (hangup_guard.h).
-  if (!held_marker_.empty()) ArmHangupGuard(held_marker_);
+  // hangup or a stray SIGCONT must not end or continue it (hold_guard.h).
+  if (!held_marker_.empty()) ArmHoldGuard(held_marker_);
   return Moved(steps_.Release());
 }
 
@@ -360,7 +360,7 @@ Result<StepResult> Lifecycle::Resume(const proto::StepRequest&) {
 }
 
 Result<StepResult> Lifecycle::Activate(const proto::StepRequest&) {
-  DisarmHangupGuard();
+  DisarmHoldGuard();
   steps_.Discard();
   SetCheckpointId("");
   return StepResult{};

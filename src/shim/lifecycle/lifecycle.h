@@ -109,7 +109,7 @@ class Lifecycle {
   static constexpr int64_t kDefaultDrainMs = 10'000;
 
   /// `held_marker`: this process's hold marker (HeldMarkerPath); when given, the release
-  /// step arms the hangup guard and activate disarms it (hangup_guard.h). "" (tests): none.
+  /// step arms the hold guard and activate disarms it (hold_guard.h). "" (tests): none.
   Lifecycle(LifecycleSteps& steps, QuiesceGate& gate, std::string held_marker = "");
   ~Lifecycle();
   Lifecycle(const Lifecycle&) = delete;

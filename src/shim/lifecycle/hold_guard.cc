@@ -1,0 +1,97 @@
+// The hold guard (hold_guard.h). Its state is one per process, as a signal disposition is;
+// it is only changed on the endpoint's control thread (Arm, Disarm) and read by the handler,
+// which uses async-signal-safe calls only.
+#include "shim/lifecycle/hold_guard.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace cusnap::shim {
+namespace {
+
+/// One guarded signal: what the guard replaced, and how often it dropped the signal.
+struct Guarded {
+  int signo;
+  const char* why;               // what sends it, for the log at activate
+  struct sigaction replaced;     // the application's disposition while armed
+  std::atomic<bool> armed{false};
+  std::atomic<unsigned> dropped{0};
+};
+
+Guarded g_guarded[] = {
+    {SIGHUP, "the job's shell exited, or its terminal hung up", {}, {}, {}},
+    {SIGCONT, "kill -CONT, a shell's bg or fg, or a hangup", {}, {}, {}},
+};
+char g_marker[PATH_MAX];  // the held marker, NUL-terminated
+
+void OnSignal(int signo, siginfo_t*, void*) {
+  const int saved_errno = errno;
+  for (Guarded& g : g_guarded) {
+    if (g.signo == signo) g.dropped.fetch_add(1);
+  }
+  // Whoever sent it continued the process too (SIGCONT itself, or the SIGCONT that comes
+  // with a hangup); while cusnap holds it, it goes back to being stopped (access and kill
+  // are async-signal-safe; restore renames the marker away before it continues the process).
+  // Nothing is written here: stderr may be a pipe whose reader is gone (SIGPIPE).
+  if (::access(g_marker, F_OK) == 0) ::kill(::getpid(), SIGSTOP);
+  errno = saved_errno;
+}
+
+bool IsOurs(const struct sigaction& action) {
+  return (action.sa_flags & SA_SIGINFO) != 0 && action.sa_sigaction == &OnSignal;
+}
+
+/// Replaces `g`'s disposition with the guard's when it is SIG_DFL or SIG_IGN.
+void Arm(Guarded& g) {
+  struct sigaction current {};
+  if (::sigaction(g.signo, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) != 0 ||
+      (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN)) {
+    return;  // the application handles it itself
+  }
+  g.replaced = current;
+  g.dropped.store(0);
+  struct sigaction guard {};
+  guard.sa_sigaction = &OnSignal;
+  guard.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&guard.sa_mask);
+  if (::sigaction(g.signo, &guard, nullptr) == 0) g.armed.store(true);
+}
+
+void Disarm(Guarded& g) {
+  if (!g.armed.load()) return;
+  struct sigaction current {};
+  if (::sigaction(g.signo, nullptr, &current) == 0 && IsOurs(current)) {
+    ::sigaction(g.signo, &g.replaced, nullptr);
+  }
+  g.armed.store(false);
+  if (const unsigned dropped = g.dropped.exchange(0); dropped > 0) {
+    CUSNAP_LOG_WARN("%u %s (%s) reached this process while it was checkpointed; dropped, and "
+                    "the process was stopped again while held, so that the job survived",
+                    dropped, sigabbrev_np(g.signo), g.why);
+  }
+}
+
+}  // namespace
+
+void ArmHoldGuard(const std::string& held_marker) {
+  if (held_marker.size() >= sizeof g_marker) return;
+  for (const Guarded& g : g_guarded) {
+    if (g.armed.load()) return;  // armed already: the marker stays as it was
+  }
+  std::memcpy(g_marker, held_marker.c_str(), held_marker.size() + 1);
+  for (Guarded& g : g_guarded) Arm(g);
+}
+
+void DisarmHoldGuard() {
+  for (Guarded& g : g_guarded) Disarm(g);
+}
+
+}  // namespace cusnap::shim
