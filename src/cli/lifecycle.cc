@@ -46,6 +46,18 @@ int ExitAfter(const coord::CommandReport& report, int signo) {
   return stopped && signo != 0 ? 128 + signo : ExitFor(report.outcome);
 }
 
+/// How `cusnap recover` names the job after a failure: as the command did, unless --pid's
+/// process has ended since (a launcher killed while its ranks were held): then --all, which
+/// finds the processes left by their endpoints.
+std::string RecoverTarget(const Target& target) {
+  if (target.all || target.pid <= 0) return "--all";
+  if (coord::ProcessExited(target.pid)) {
+    return "--all' (pid " + std::to_string(target.pid) + " has ended; the processes left are " +
+           "found by their endpoints) or 'cusnap recover --pid <a process left>";
+  }
+  return "--pid " + std::to_string(target.pid);
+}
+
 /// After a refusal: the state the job is in, as its shims say now (a refusal changed
 /// nothing, but the job need not be running: checkpointing a checkpointed job is refused
 /// too). ", the job keeps running", ", the job stays checkpointed", ... or "" when no shim
@@ -116,7 +128,7 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
                    "not running normally yet: each process keeps its state ('cusnap status' "
                    "shows it and why), and 'cusnap recover %s' (or 'cusnap restore') with the "
                    "same --state-dir finishes it\n", command, FailedPhase(report).c_str(),
-                   target.all || target.pid == 0 ? "--all" : ("--pid " + std::to_string(target.pid)).c_str());
+                   RecoverTarget(target).c_str());
       break;
   }
 }
