@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,19 @@
 
 namespace cusnap::coord {
 namespace {
+
+/// "; the images directory's filesystem is full (N bytes free)" when `dir` has less than
+/// kFullBelow bytes free after CRIU failed (its own log may be cut short by the same full
+/// disk); "" otherwise.
+std::string FullDiskText(const std::string& dir) {
+  constexpr uint64_t kFullBelow = 4u << 20;
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) return "";
+  const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free >= kFullBelow) return "";
+  return "; the images directory's filesystem is full (" + std::to_string(free) +
+         " bytes free): free some space or choose another --images-dir";
+}
 
 /// The machine's GPUs as the driver numbers them, with their models when it has them.
 Result<MachineView> ViewMachine(CheckpointDriver& driver) {
@@ -166,14 +180,37 @@ class DumpSequence : Sequence {
                               Dir(), "criu-dump.log");
       done = true;
       progress.join();
-      if (!dumped) {
-        // CRIU resumes a tree it could not dump (it is restored in place next): what it
-        // left in the directory is no dump.
-        if (auto s = RemovePendingManifest(Dir()); !s) report_.notes.push_back(s.error().message);
-        return dumped.error();
+      if (!dumped && WhyCriuDumpIncomplete(Dir()).empty()) {
+        // CRIU finished the dump (it said so last, after it ended or resumed the tree) and
+        // was ended by a signal after: the images are the dump.
+        report_.notes.push_back("criu finished the dump, then exited with an error (" +
+                                dumped.error().message + "); the images are complete");
+      } else if (!dumped) {
+        // CRIU resumes a tree it could not dump, and a CRIU that was killed leaves the tree
+        // running too (the kernel detaches its tracees): it is restored in place next, and
+        // what CRIU left in the directory is no dump. Were processes ended already, the
+        // pending manifest stays: `restore --images-dir` then says what can be done.
+        if (TreeRuns()) {
+          if (auto s = RemovePendingManifest(Dir()); !s) report_.notes.push_back(s.error().message);
+        } else {
+          report_.notes.push_back("processes of the job ended while CRIU dumped it; " + Dir() +
+                                  " keeps what CRIU wrote ('cusnap inspect' names its state)");
+        }
+        return Error{dumped.error().code, dumped.error().message + FullDiskText(Dir())};
       }
       return ImageBytes(Dir());
     });
+  }
+
+  /// Whether every participant the checkpoint found still runs (the same process: start
+  /// time).
+  bool TreeRuns() const {
+    auto state = ReadStateFile(Dir());
+    if (!state) return false;
+    for (const auto& p : state->participants) {
+      if (!AliveHere(p.pid, p.start_time)) return false;
+    }
+    return true;
   }
 
   /// write_manifest: SHA-256 of every image file and the state file, the machine's GPUs and

@@ -156,7 +156,8 @@ class CliImages : public OwnMachineTest {
   void FullDiskCase(bool criu_fills);
 
   /// The round trip of criu_job through CRIU (below).
-  void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false, bool leave_running = false);
+  void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false, bool leave_running = false,
+                 bool criu_fails_after = false);
 
   /// An images directory as a dump whose CLI died once CRIU had run leaves it: MakeImages'
   /// files with the pending manifest instead of the manifest, and, when `criu_finished`,
@@ -429,7 +430,8 @@ TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
 /// the restored processes. With `cli_dies_at` ("<phase>:<when>", test_pause.h), the dump's CLI
 /// is killed (SIGKILL) at that boundary of the dump instead of finishing it; the restore must
 /// still bring the job back.
-void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool leave_running) {
+void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool leave_running,
+                          bool criu_fails_after) {
 #if defined(__SANITIZE_ADDRESS__)
   // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
   // round trip runs on the release build instead (scripts/test.sh).
@@ -445,8 +447,21 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
   if (cli_dies_at.empty()) {
     std::vector<std::string> args = {"dump", "--pid", std::to_string(job), "--images-dir", images};
     if (leave_running) args.push_back("--leave-running");
+    const std::string criu = Env("CUSNAP_CRIU");
+    if (criu_fails_after) {
+      // CRIU dumps the job, then exits with an error (a signal, a late failure).
+      const std::string wrapper = dir_ + "/late-failing-criu";
+      WriteAll(wrapper, "#!/bin/sh\n" + criu + " \"$@\" || exit\nif [ \"$1\" = dump ]; then exit 9; fi\n");
+      ASSERT_EQ(::chmod(wrapper.c_str(), 0700), 0);
+      ::setenv("CUSNAP_CRIU", wrapper.c_str(), 1);
+    }
     const Ran dump = Cusnap(args);
+    ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
     ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+    if (criu_fails_after) {
+      EXPECT_THAT(dump.err, HasSubstr("criu finished the dump, then exited with an error "
+                                      "(criu dump failed (exit 9"));
+    }
     if (leave_running) {
       // The job ran on; it ends now (both processes), so the dump is what is left of it.
       const std::string text = ReadAll(log);
@@ -585,8 +600,8 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
 //   is refused at validate, naming the images directory and the bytes, before anything
 //   changed: the job runs on.
 // - `criu_fills` true: there was room at validate, but something else fills the disk right
-//   before CRIU writes (a CUSNAP_CRIU wrapper does). CRIU fails ("No space left on device")
-//   and resumes the tree; the dump restores the job in place from what each process holds
+//   before CRIU writes (a CUSNAP_CRIU wrapper does). CRIU fails (the refusal says the disk
+//   is full) and resumes the tree; the dump restores the job in place from what each process holds
 //   (exit 4, said), and the directory holds no dump (its restore is refused).
 // Either way the job then dumps to a directory with room, and comes back with every byte.
 void CliImages::FullDiskCase(bool criu_fills) {
@@ -620,7 +635,8 @@ void CliImages::FullDiskCase(bool criu_fills) {
   if (criu_fills) {
     EXPECT_EQ(dump.status, kExitFailedAfterChange) << dump.out << dump.err;
     EXPECT_THAT(dump.err, HasSubstr("criu dump failed"));
-    EXPECT_THAT(dump.err, HasSubstr("No space left on device"));
+    // CRIU's own log is cut short by the same full disk: cusnap says what it is.
+    EXPECT_THAT(dump.err, HasSubstr("the images directory's filesystem is full ("));
     EXPECT_THAT(dump.out + dump.err, HasSubstr("restoring the job in place"));
     EXPECT_THAT(dump.out, HasSubstr("activate"));
   } else {
@@ -690,6 +706,13 @@ TEST_F(CliImages, ARestoreWhosePidIsTakenMakesANamespaceOfItsOwn) { RoundTrip(""
 // CRIU wrote its processes as the hold had stopped them: restored, they must run again (found
 // by a fresh user: they came back stopped and the restore timed out at discover).
 TEST_F(CliImages, ALeaveRunningDumpRestoresOnceTheJobIsGone) { RoundTrip("", false, true); }
+
+// CRIU wrote the whole dump (its log says it finished), then exited with an error: the
+// images are the dump, and the job comes back from them (rolling back would restore a job
+// CRIU had already ended).
+TEST_F(CliImages, ACriuThatFailsAfterFinishingTheDumpLeavesAGoodDump) {
+  RoundTrip("", false, false, true);
+}
 
 TEST_F(CliImages, ADumpWhoseCliDiedOnceCriuFinishedIsCompletedByTheRestore) {
   // The tree is gone once CRIU ran; the manifest was not written yet (issue 11 applied to
