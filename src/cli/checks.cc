@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -196,10 +197,19 @@ bool ServesEndpoint(const std::string& control_dir, int pid) {
 
 std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir) {
   std::vector<ForeignEndpoint> foreign;
-  ForEachEndpointSocket(control_dir, [&](int pid, const std::string& path) {
+  const auto visit = [&](int pid, const std::string& path) {
     const int here = SocketListenerPid(path);
     if (here > 0 && here != pid) foreign.push_back(ForeignEndpoint{pid, here, path});
-  });
+  };
+  ForEachEndpointSocket(control_dir, visit);
+  // The control directories of jobs `cusnap run --pid-namespace` started.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
+    if (entry.is_directory(ec) && !entry.is_symlink(ec) &&
+        IsJobControlDir(control_dir, entry.path().string())) {
+      ForEachEndpointSocket(entry.path().string(), visit);
+    }
+  }
   return foreign;
 }
 

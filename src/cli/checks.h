@@ -56,8 +56,10 @@ struct ForeignEndpoint {
   std::string path;
 };
 
-/// Every endpoint socket in `control_dir` whose listener's pid here is not the one in its
-/// name: a job in a PID namespace of its own (none when the directory cannot be read).
+/// Every endpoint socket in `control_dir`, and in the job control directories below it
+/// (common/control_dir.h: jobs `cusnap run --pid-namespace` started), whose listener's pid
+/// here is not the one in its name: a job in a PID namespace of its own (none when the
+/// directory cannot be read).
 std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir);
 
 /// "its process no longer exists" / "its process has exited (a zombie its parent, pid Q, has

@@ -12,9 +12,12 @@ struct Target {
   bool all = false;
 };
 
-/// `run [--] cmd...`: LD_PRELOAD the shim (prepended), put the simulated driver on
-/// LD_LIBRARY_PATH when it is the chosen driver, exec `command`. Returns only on failure.
-int RunCommand(const std::vector<std::string>& command);
+/// `run [--pid-namespace] [--] cmd...`: LD_PRELOAD the shim (prepended), put the simulated
+/// driver on LD_LIBRARY_PATH when it is the chosen driver, exec `command`. Returns only on
+/// failure. With `pid_namespace`, `command` runs in a PID namespace of its own
+/// (RunInNewPidNamespace) as the pid this process has here, with its endpoints in a control
+/// directory of its own below ours (JobControlDir); returns its exit status.
+int RunCommand(const std::vector<std::string>& command, bool pid_namespace = false);
 
 /// `checkpoint`: suspends the job (coordinator.h, Checkpoint).
 int CheckpointCommand(const Target& target, const std::string& state_dir,

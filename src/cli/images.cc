@@ -18,6 +18,7 @@
 #include "cli/pid_namespace.h"
 #include "cli/version.h"
 #include "common/endpoint_client.h"
+#include "common/ids.h"
 #include "coordinator/dump.h"
 #include "coordinator/hold.h"
 #include "coordinator/images.h"
@@ -54,18 +55,23 @@ int RestoreImagesHere(const std::string& images_dir, const std::string& device_m
   if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
   const std::string control_dir = ControlDir();
   options.control_dir = control_dir;
-  options.discoverer_for = [control_dir](int root) {
+  options.discoverer_for = [control_dir](int restored_root) {
+    // A job `cusnap run --pid-namespace` started keeps its endpoints and hold markers in a
+    // control directory of its own (its environment, restored by CRIU, says which).
+    const int root = restored_root;
+    AdoptJobControlDir(root);
+    const std::string job_dir = ControlDir();
     // CRIU brings a held job back as it was dumped: stopped (coordinator/hold.h), with the
     // markers the dump left (of this PID namespace or, restored in a namespace of its own,
     // of another), or with none after a --leave-running dump (resuming the job in place
     // removed them). These new processes are this restore's own: each is continued, its
     // marker renamed away first so that its hold guard does not stop it again.
     for (const int pid : coord::ProcessTree(root)) {
-      if (Status s = coord::ContinueRestored(control_dir, pid); !s) {
+      if (Status s = coord::ContinueRestored(job_dir, pid); !s) {
         std::fprintf(stderr, "cusnap restore: %s\n", s.error().message.c_str());
       }
     }
-    return coord::EndpointDiscoverer(coord::DiscoveryOptions{control_dir, root, false});
+    return coord::EndpointDiscoverer(coord::DiscoveryOptions{job_dir, root, false});
   };
   return Drive("restore", Target{}, json, coord::kImagesRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer&, coord::CheckpointDriver& drv,
@@ -83,20 +89,32 @@ std::optional<coord::Manifest> ManifestOf(const std::string& images_dir) {
   return std::move(*manifest);
 }
 
-/// The highest pid or thread id the dump in `images_dir` will get back: its participants'
-/// pids and every thread's, which CRIU names its images by (core-<tid>.img).
-int HighestDumpedPid(const std::string& images_dir, const coord::Manifest& manifest) {
-  int highest = 0;
-  for (const auto& p : manifest.participants) highest = std::max(highest, p.pid);
+/// Every pid and thread id the dump in `images_dir` will get back: its participants' pids
+/// and every thread's, which CRIU names its images by (core-<tid>.img).
+std::vector<int> DumpedIds(const std::string& images_dir, const coord::Manifest& manifest) {
+  std::vector<int> ids;
+  for (const auto& p : manifest.participants) ids.push_back(p.pid);
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(images_dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("core-", 0) != 0 || name.size() <= 9 || name.substr(name.size() - 4) != ".img") continue;
     const std::string digits = name.substr(5, name.size() - 9);
     if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    highest = std::max(highest, std::stoi(digits));
+    ids.push_back(std::stoi(digits));
   }
-  return highest;
+  return ids;
+}
+
+/// A process or thread id of the dump (DumpedIds) that a process or thread here holds, other
+/// than the participants' pids (DumpPidsTaken judges those); 0 when none. CRIU gives every
+/// thread its id back too ("Unable to create a thread: -17" otherwise).
+int ThreadIdTaken(const std::vector<int>& ids, const coord::Manifest& manifest) {
+  for (const int id : ids) {
+    const bool participant = std::any_of(manifest.participants.begin(), manifest.participants.end(),
+                                         [&](const auto& p) { return p.pid == id; });
+    if (!participant && KernelStartTime(id) != 0) return id;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -118,16 +136,23 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
     const bool cusnap_holds = std::any_of(taken.begin(), taken.end(), [](int pid) {
       return ServesEndpoint(ControlDir(), pid);
     });
-    if (taken.empty() || cusnap_holds) return RestoreImagesHere(images_dir, device_map, json);
-    std::fprintf(stderr, "cusnap restore: note: pid %d of the dump is held by another process "
+    const int thread_taken = ThreadIdTaken(DumpedIds(images_dir, *manifest), *manifest);
+    if (cusnap_holds || (taken.empty() && thread_taken == 0)) {
+      return RestoreImagesHere(images_dir, device_map, json);
+    }
+    std::fprintf(stderr, "cusnap restore: note: %s %d of the dump is held by another process "
                  "here: the job is restored in a PID namespace of its own, where it keeps its "
-                 "pids\n", taken.front());
+                 "pids\n", taken.empty() ? "thread id" : "pid",
+                 taken.empty() ? thread_taken : taken.front());
   }
   int init = 0;
   std::string why;
   const int rc = RunInNewPidNamespace(
       [&] { return RestoreImagesHere(images_dir, device_map, json); },
-      HighestDumpedPid(images_dir, *manifest) + 1, init, why);
+      [&] {
+        const std::vector<int> ids = DumpedIds(images_dir, *manifest);
+        return ids.empty() ? 2 : *std::max_element(ids.begin(), ids.end()) + 1;
+      }(), init, why);
   if (init == 0) {
     std::fprintf(stderr, "cusnap restore: %s; nothing was changed\n", why.c_str());
     return rc;

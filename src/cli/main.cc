@@ -29,7 +29,11 @@ constexpr const char* kDeviceMapHelp =
 /// (cli/pid_namespace.h), with the pid it has there; `--all` and no target run here.
 int InNamespace(const char* command, const Target& target,
                 const std::function<int(const Target&)>& run) {
-  return cusnap::cli::InPidNamespaceOf(command, target.pid, [&](int pid) {
+  // A job `cusnap run --pid-namespace` started: named by the `cusnap run` or by its own pid
+  // here, with its endpoints in a control directory of its own.
+  const int root = target.pid > 0 ? cusnap::cli::JobRootUnder(target.pid) : target.pid;
+  if (root > 0) cusnap::cli::AdoptJobControlDir(root);
+  return cusnap::cli::InPidNamespaceOf(command, root, [&](int pid) {
     Target there = target;
     there.pid = pid;
     return run(there);
@@ -97,12 +101,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cusnap: %s\n", problem.c_str());
     return cusnap::cli::kExitUsage;
   }
-  if (argc >= 3 && std::string_view(argv[1]) == "run" && std::string_view(argv[2]) == "--") {
-    if (argc == 3) {
-      std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--] COMMAND [ARGS...]\n");
-      return cusnap::cli::kExitUsage;
+  if (argc >= 3 && std::string_view(argv[1]) == "run") {
+    const bool pid_namespace = std::string_view(argv[2]) == "--pid-namespace";
+    const int dashes = pid_namespace ? 3 : 2;
+    if (argc > dashes && std::string_view(argv[dashes]) == "--") {
+      if (argc == dashes + 1) {
+        std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--pid-namespace] "
+                             "[--] COMMAND [ARGS...]\n");
+        return cusnap::cli::kExitUsage;
+      }
+      return cusnap::cli::RunCommand(std::vector<std::string>(argv + dashes + 1, argv + argc),
+                                     pid_namespace);
     }
-    return cusnap::cli::RunCommand(std::vector<std::string>(argv + 3, argv + argc));
   }
   CLI::App app{"cusnap: checkpoint and restore of multi-process CUDA jobs that share GPU memory"};
   app.footer(cusnap::cli::kExitCodesHelp);
@@ -113,9 +123,15 @@ int main(int argc, char** argv) {
                        "print the versions of cusnap and its shim");
 
   std::vector<std::string> run_args;
+  bool run_pid_namespace = false;
   auto* run = app.add_subcommand("run", "start a command with the cusnap shim preloaded");
   run->prefix_command();
-  run->footer("Usage: cusnap run [--] COMMAND [ARGS...]; LD_PRELOAD gets the shim prepended.\n"
+  run->add_flag("--pid-namespace", run_pid_namespace,
+                "start the command in a PID namespace of its own, as a container would: its "
+                "root's pid there is this cusnap's pid here, and a `restore --images-dir` of "
+                "it never meets pids other processes hold (needs CAP_SYS_ADMIN)");
+  run->footer("Usage: cusnap run [--pid-namespace] [--] COMMAND [ARGS...]; LD_PRELOAD gets the "
+              "shim prepended.\n"
               "Exit status: the command's own (it replaces cusnap: 127 when the program is "
               "not found, 126 when it is found but cannot be executed, 128+N when signal N "
               "ends it); 2 for a usage error before it starts, 1 when the shim is missing.");
@@ -230,10 +246,12 @@ int main(int argc, char** argv) {
   if (*run) {
     run_args = run->remaining();
     if (run_args.empty()) {
-      std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--] COMMAND [ARGS...]\n");
+      std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--pid-namespace] "
+                           "[--] COMMAND [ARGS...]\n");
       return cusnap::cli::kExitUsage;
     }
-    return cusnap::cli::RunCommand(run_args);
+    if (run_args.front() == "--") run_args.erase(run_args.begin());
+    return cusnap::cli::RunCommand(run_args, run_pid_namespace);
   }
   if (*completion) {
     std::fputs(cusnap::cli::BashCompletion(app).c_str(), stdout);

@@ -12,12 +12,15 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "cli/exit_codes.h"
+#include "common/control_dir.h"
+#include "common/endpoint_client.h"
 #include "common/unique_fd.h"
 #include "coordinator/proc.h"
 
@@ -63,6 +66,16 @@ std::vector<int> NamespacePids(int pid) {
     return pids;
   }
   return {};
+}
+
+/// The parent of `pid` (/proc/<pid>/status PPid, in this process's numbering); 0 when
+/// unreadable.
+int ParentOf(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("PPid:", 0) == 0) return std::atoi(line.c_str() + 5);
+  }
+  return 0;
 }
 
 /// Whether this init (pid 1) is the only process of its PID namespace (its /proc lists no
@@ -188,6 +201,28 @@ int HostPidOf(int init_pid, int ns_pid) {
     if (pids.size() >= 2 && pids.back() == ns_pid) return pid;
   }
   return 0;
+}
+
+int JobRootUnder(int pid) {
+  const std::vector<int> tree = coord::ProcessTree(pid);
+  for (const int p : tree) {
+    const std::vector<int> pids = NamespacePids(p);
+    if (pids.size() < 2 || pids.back() != 1 || ParentOf(p) != pid) continue;
+    for (const int q : coord::ProcessTree(p)) {
+      if (q != p && ParentOf(q) == p) return q;
+    }
+  }
+  return pid;
+}
+
+void AdoptJobControlDir(int pid) {
+  const std::string ours = ControlDir();
+  for (const int p : coord::ProcessTree(pid)) {
+    const auto dir = coord::ShimControlDir(p);
+    if (!dir) continue;
+    if (IsJobControlDir(ours, *dir)) ::setenv("CUSNAP_CONTROL_DIR", dir->c_str(), 1);
+    return;
+  }
 }
 
 int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(int)>& command) {

@@ -30,6 +30,16 @@ int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid,
 /// whose init is `init_pid`; 0 when none is.
 int HostPidOf(int init_pid, int ns_pid);
 
+/// The job a `cusnap run --pid-namespace` process started: when a child of `pid` is the init
+/// of a PID namespace (pid 1 there), that init's first child, as this process numbers it;
+/// otherwise `pid` itself. `--pid` of the `cusnap run` (a shell's $!) names the job so.
+int JobRootUnder(int pid);
+
+/// When the processes of `pid`'s tree keep their endpoints in a job control directory below
+/// this user's (control_dir.h, IsJobControlDir: a `cusnap run --pid-namespace` job), makes it
+/// this command's CUSNAP_CONTROL_DIR. Anything else changes nothing.
+void AdoptJobControlDir(int pid);
+
 /// When `pid` (as this process sees it) runs in another PID namespace than this process:
 /// `command(its pid there)` in a child that joined its PID and mount namespaces (working
 /// directory kept), SIGINT and SIGTERM passed on; returns the child's exit status (128+N

@@ -1,4 +1,7 @@
 // `cusnap run`: start a command with the shim preloaded (DESIGN.md, "Environment").
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,6 +10,7 @@
 #include <cstring>
 
 #include "cli/checks.h"
+#include "cli/pid_namespace.h"
 #include "cli/commands.h"
 #include "cli/version.h"
 #include "cli/exit_codes.h"
@@ -27,7 +31,99 @@ void Prepend(const char* name, const std::string& first, char sep) {
 
 }  // namespace
 
-int RunCommand(const std::vector<std::string>& command) {
+namespace {
+
+/// execvp of `command`; returns (after saying why) only when it could not be executed: 127
+/// when the program is not found, 126 otherwise (the shell's convention).
+int Exec(const std::vector<std::string>& command) {
+  std::vector<char*> argv;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int err = errno;
+  std::fprintf(stderr, "cusnap run: cannot execute %s: %s\n", argv[0], std::strerror(err));
+  return err == ENOENT ? 127 : 126;
+}
+
+/// Reopens, by their paths, the files this process inherited (its stdin, stdout, stderr, a
+/// log...) after it entered a mount namespace of its own: a descriptor opened before keeps
+/// the mount of the namespace it was opened in, which CRIU cannot find in the job's ("Can't
+/// lookup mount=N for fd=0 path=/dev/null"), so a `cusnap dump` of the job would fail. The
+/// same file is opened again with the same status flags (and offset, and close-on-exec
+/// flag) and put in place of the old descriptor; pipes, sockets, deleted files and anything
+/// that does not reopen as the same file are left as they are.
+void ReopenInheritedFilesHere() {
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (fds == nullptr) return;
+  std::vector<int> numbers;
+  while (const dirent* e = ::readdir(fds)) {
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9') numbers.push_back(std::atoi(e->d_name));
+  }
+  ::closedir(fds);
+  for (const int fd : numbers) {
+    char target[4096];
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+    struct stat was {};
+    if (n <= 0 || target[0] != '/' || ::fstat(fd, &was) != 0) continue;  // gone, or no path
+    target[n] = '\0';
+    if (!S_ISREG(was.st_mode) && !S_ISCHR(was.st_mode)) continue;
+    const int status = ::fcntl(fd, F_GETFL);
+    const int fd_flags = ::fcntl(fd, F_GETFD);
+    if (status < 0 || fd_flags < 0) continue;
+    const int again = ::open(target, (status & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY);
+    struct stat now {};
+    if (again < 0) continue;
+    if (::fstat(again, &now) != 0 || now.st_dev != was.st_dev || now.st_ino != was.st_ino) {
+      ::close(again);
+      continue;
+    }
+    if (S_ISREG(was.st_mode) && (status & O_APPEND) == 0) {
+      ::lseek(again, ::lseek(fd, 0, SEEK_CUR), SEEK_SET);
+    }
+    ::dup3(again, fd, (fd_flags & FD_CLOEXEC) != 0 ? O_CLOEXEC : 0);
+    ::close(again);
+  }
+}
+
+/// `command` in a PID namespace of its own, as pid getpid() there (a pid this process holds
+/// here, so the job's root pid means the same process on both sides), its endpoints in a
+/// control directory of its own (their names are pids of that namespace). Returns its exit
+/// status, or kExitError after saying why the namespace could not be made.
+int RunInOwnPidNamespace(const std::vector<std::string>& command) {
+  auto dir = MakeJobControlDir(ControlDir());
+  if (!dir) {
+    std::fprintf(stderr, "cusnap run: %s; the job was not started\n", dir.error().message.c_str());
+    return kExitError;
+  }
+  if (const std::string problem = CheckControlDirLength(*dir); !problem.empty()) {
+    std::fprintf(stderr, "cusnap run: %s; the job was not started\n", problem.c_str());
+    ::rmdir(dir->c_str());
+    return kExitUsage;
+  }
+  ::setenv("CUSNAP_CONTROL_DIR", dir->c_str(), 1);
+  int init_pid = 0;
+  std::string why;
+  const int rc = RunInNewPidNamespace(
+      [&] {
+        ReopenInheritedFilesHere();
+        return Exec(command);
+      },
+      ::getpid(), init_pid, why);
+  if (init_pid == 0) {
+    std::fprintf(stderr, "cusnap run: %s; the job was not started\n", why.c_str());
+    ::rmdir(dir->c_str());
+    return kExitError;
+  }
+  // Empty once every process of the job ended as usual (each shim removes its endpoint); a
+  // job dumped to disk left its sockets there, for its restore.
+  ::rmdir(dir->c_str());
+  return rc;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& command, bool pid_namespace) {
   const std::string bin = SelfDir();
   const std::string shim = ShimPath();
   // Before the job starts: its shim could not create its endpoint there, and would say so
@@ -76,13 +172,7 @@ int RunCommand(const std::vector<std::string>& command) {
                          "start it with `setsid cusnap run -- ...`\n", std::strerror(errno));
   }
 
-  std::vector<char*> argv;
-  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  ::execvp(argv[0], argv.data());
-  const int err = errno;
-  std::fprintf(stderr, "cusnap run: cannot execute %s: %s\n", argv[0], std::strerror(err));
-  return err == ENOENT ? 127 : 126;  // the shell's convention
+  return pid_namespace ? RunInOwnPidNamespace(command) : Exec(command);
 }
 
 }  // namespace cusnap::cli

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -205,6 +207,26 @@ Result<UniqueFd> MakeControlDir(const std::string& given) {
     }
   }
   return OpenControlDir(dir);
+}
+
+Result<std::string> MakeJobControlDir(const std::string& control_dir) {
+  if (auto made = MakeControlDir(control_dir); !made) return made.error();
+  std::string templ = LexicalControlPath(control_dir) + "/" + kJobControlDirPrefix + "XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    return Error{errno, "cannot create a control directory for the job below " + control_dir +
+                            ": " + std::strerror(errno)};
+  }
+  return templ;
+}
+
+bool IsJobControlDir(const std::string& control_dir, const std::string& dir) {
+  const std::string base = LexicalControlPath(control_dir) + "/" + kJobControlDirPrefix;
+  const std::string path = LexicalControlPath(dir);
+  if (path.size() != base.size() + 6 || path.compare(0, base.size(), base) != 0) return false;
+  for (size_t i = base.size(); i < path.size(); ++i) {
+    if (std::isalnum(static_cast<unsigned char>(path[i])) == 0) return false;
+  }
+  return true;
 }
 
 }  // namespace cusnap

@@ -59,4 +59,18 @@ std::string HeldMarkerPath(const std::string& dir, int pid);
 /// ours or not 0700 is refused (EPERM) and nothing is created in it.
 Result<UniqueFd> MakeControlDir(const std::string& dir);
 
+/// A job started with `cusnap run --pid-namespace` names its endpoints and hold markers by
+/// the pids of its own PID namespace, which other jobs' pids may equal: they live in a
+/// control directory of its own, "<control dir>/pidns-XXXXXX" (its CUSNAP_CONTROL_DIR).
+inline constexpr const char* kJobControlDirPrefix = "pidns-";
+
+/// Creates a job control directory below `control_dir` (MakeControlDir first; the new one
+/// has mode 0700, a random name) and returns its path. Errors as MakeControlDir's, or errno
+/// from mkdtemp.
+Result<std::string> MakeJobControlDir(const std::string& control_dir);
+
+/// Whether `dir` is a job control directory directly below `control_dir` (lexically:
+/// "<control_dir>/pidns-" and six letters or digits, nothing after).
+bool IsJobControlDir(const std::string& control_dir, const std::string& dir);
+
 }  // namespace cusnap

@@ -14,9 +14,11 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <fstream>
 #include <thread>
 #include <iterator>
 
+#include "common/control_dir.h"
 #include "common/ids.h"
 #include "coordinator/criu.h"
 #include "coordinator/hold.h"
@@ -28,15 +30,20 @@
 namespace cusnap::coord {
 namespace {
 
-/// "; the images directory's filesystem is full (N bytes free)" when `dir` has less than
-/// kFullBelow bytes free after CRIU failed (its own log may be cut short by the same full
-/// disk); "" otherwise.
+/// "; the images directory's filesystem is full (N bytes free)" when CRIU failed writing
+/// there: its log says "No space left on device", or is cut short by the same full disk (less
+/// than kFullBelow bytes free: CRIU writes its images in pieces far larger); "" otherwise.
 std::string FullDiskText(const std::string& dir) {
-  constexpr uint64_t kFullBelow = 4u << 20;
+  constexpr uint64_t kFullBelow = 64u << 10;
   struct statvfs fs {};
   if (::statvfs(dir.c_str(), &fs) != 0) return "";
   const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-  if (free >= kFullBelow) return "";
+  std::ifstream log(dir + "/" + kCriuDumpLogName);
+  bool said = false;
+  for (std::string line; !said && std::getline(log, line);) {
+    said = line.find("No space left on device") != std::string::npos;
+  }
+  if (!said && free >= kFullBelow) return "";
   return "; the images directory's filesystem is full (" + std::to_string(free) +
          " bytes free): free some space or choose another --images-dir";
 }
@@ -380,6 +387,14 @@ class ImagesRestoreSequence : Sequence {
     });
   }
 
+  /// The control directory of the restored job: the job control directory below ours its
+  /// environment names (a `cusnap run --pid-namespace` job, common/control_dir.h), else ours.
+  /// Its shims read their aliases there.
+  std::string RestoredJobControlDir() const {
+    const auto dir = ShimControlDir(root_pid_);
+    return dir && IsJobControlDir(options_.control_dir, *dir) ? *dir : options_.control_dir;
+  }
+
   /// Writes the alias that gives restored process `pid` its checkpointed identity back
   /// (common/ids.h, ProcessStartTime): "<its new start time> <as the tree sees it> <original>".
   Status NoteRestored(int pid, uint64_t inside, uint64_t original) {
@@ -388,7 +403,7 @@ class ImagesRestoreSequence : Sequence {
       return Error{ESRCH, "pid " + std::to_string(pid) + " of the dump did not come back " +
                               "from criu restore"};
     }
-    const std::string dir = options_.control_dir + "/restored";
+    const std::string dir = RestoredJobControlDir() + "/restored";
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
       return Error{errno, "cannot create " + dir + ": " + std::strerror(errno)};
     }

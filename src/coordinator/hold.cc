@@ -197,7 +197,7 @@ Status SendContinue(const std::string& control_dir, int pid) {
 Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms) {
   const auto recorded = ReadMarker(control_dir, pid);
   if (!recorded || OfAnotherNamespace(*recorded)) return false;  // none, or not ours to judge
-  if (ProcessStartTime(pid) != recorded->start_time) {  // exited, or the pid was reused: stale
+  if (!AliveHere(pid, recorded->start_time)) {  // exited, or the pid was reused: stale
     RemoveMarker(control_dir, pid);
     return false;
   }
@@ -248,7 +248,7 @@ std::vector<std::string> StaleHoldMarkers(const std::string& control_dir) {
   for (const int pid : MarkedPids(control_dir)) {
     const auto marker = ReadMarker(control_dir, pid);
     if (marker && OfAnotherNamespace(*marker)) continue;  // judged in its namespace
-    if (marker && ProcessStartTime(pid) == marker->start_time) continue;  // its process lives
+    if (marker && AliveHere(pid, marker->start_time)) continue;  // its process lives
     for (const std::string& path : {MarkerPath(control_dir, pid),
                                     MarkerPath(control_dir, pid) + kContinuingSuffix}) {
       if (::access(path.c_str(), F_OK) == 0) stale.push_back(path);

@@ -364,10 +364,6 @@ bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive) {
   return manifest.root_pid > 0 && alive(manifest.root_pid, manifest.root_start_time);
 }
 
-bool AliveHere(int pid, uint64_t start_time) {
-  const auto now = ProcessStartTime(pid);
-  return now && *now == start_time;
-}
 
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,

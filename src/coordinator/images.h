@@ -21,6 +21,7 @@
 
 #include "common/error.h"
 #include "coordinator/device_map.h"
+#include "coordinator/proc.h"
 
 namespace cusnap::coord {
 
@@ -158,8 +159,7 @@ std::vector<int> DumpPidsTaken(const Manifest& manifest, const AliveCheck& alive
 /// Whether the dumped job still runs: its root pid exists with the recorded start time.
 bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive);
 
-/// ProcessStartTime(pid) == start_time: the AliveCheck of this machine.
-bool AliveHere(int pid, uint64_t start_time);
+// AliveHere (coordinator/proc.h) is the AliveCheck of this machine.
 
 /// Everything that makes a restore from `dir` impossible, each as one sentence naming its
 /// cause, checked before anything changes: the manifest missing or unreadable; a file it

@@ -197,6 +197,11 @@ std::vector<int> StaleEndpointPids(const std::string& control_dir) {
   return SocketPids(control_dir, false);
 }
 
+bool AliveHere(int pid, uint64_t start_time) {
+  const auto now = ProcessStartTime(pid);
+  return now && *now == start_time && !ProcessExited(pid);
+}
+
 bool HasEndpoint(const std::string& control_dir, int pid) {
   struct stat st {};
   return ::stat(EndpointPath(control_dir, pid).c_str(), &st) == 0 && S_ISSOCK(st.st_mode);

@@ -13,6 +13,11 @@ namespace cusnap::coord {
 /// when the process does not exist. The same value the shim reports in kIdentify.
 std::optional<uint64_t> ProcessStartTime(int pid);
 
+/// Whether the process that started at `start_time` (ProcessStartTime's ticks) still runs
+/// as `pid`: the pid exists with that start time and is not a zombie (a process whose held,
+/// stopped parent cannot reap it has exited all the same).
+bool AliveHere(int pid, uint64_t start_time);
+
 /// The state letter of `pid` (/proc/<pid>/stat field 3: R, S, D, T stopped, t traced, Z,
 /// ...), or nullopt when the process does not exist.
 std::optional<char> ProcessState(int pid);

@@ -7,6 +7,7 @@
 
 #include "common/ids.h"
 #include "common/text.h"
+#include "coordinator/proc.h"
 #include "coordinator/records.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
@@ -140,7 +141,7 @@ class RecoverSequence : Sequence {
     std::set<int> gone;
     if (have_state_) {
       for (const auto& p : state_.participants) {
-        if (!live.count(p.pid) && ProcessStartTime(p.pid) != p.start_time) gone.insert(p.pid);
+        if (!live.count(p.pid) && !AliveHere(p.pid, p.start_time)) gone.insert(p.pid);
       }
     }
     std::vector<std::string> orphans;
@@ -152,8 +153,7 @@ class RecoverSequence : Sequence {
             r.kind != static_cast<uint32_t>(proto::RecordKind::kMapping)) {
           continue;
         }
-        if (live.count(r.id.creator_pid) ||
-            ProcessStartTime(r.id.creator_pid) == r.id.creator_start) {
+        if (live.count(r.id.creator_pid) || AliveHere(r.id.creator_pid, r.id.creator_start)) {
           continue;
         }
         gone.insert(r.id.creator_pid);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/ids.h"
+#include "coordinator/proc.h"
 #include "coordinator/records.h"
 #include "common/text.h"
 #include "coordinator/sequence.h"
@@ -64,7 +65,7 @@ class RestoreSequence : Sequence {
       recorded.erase(id.pid);
     }
     for (const auto& [pid, p] : recorded) {
-      if (ProcessStartTime(pid) != p->start_time) return true;  // exited
+      if (!AliveHere(pid, p->start_time)) return true;  // exited (a zombie too)
     }
     return false;
   }

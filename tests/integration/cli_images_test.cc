@@ -696,6 +696,112 @@ TEST_F(CliImages, ADumpWhoseDiskFillsUpWhileCriuWritesRestoresTheJobInPlace) {
   FullDiskCase(true);
 }
 
+// `cusnap run --pid-namespace`: the job starts in a PID namespace of its own, its root there
+// having the pid the `cusnap run` has here, its endpoints in a control directory of its own
+// (their names are pids of that namespace). It is named by the `cusnap run`'s pid ($!), is
+// listed by `status --all`, checkpoints and restores in place, dumps (the files it inherited
+// were reopened in its mount namespace, where CRIU looks for them) and comes back from the
+// images with every byte.
+TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
+#endif
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log";
+  ::mkdir(job_dir.c_str(), 0700);
+  KeepInheritedDescriptorsFromChildren();
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t outer = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--pid-namespace", "--",
+                             Env("CUSNAP_TEST_BIN_DIR") + "/criu_job", job_dir, "4"},
+                            {{in, 0}, {out, 1}, {out, 2}});
+  ::close(out);
+  ::close(in);
+  ASSERT_GT(outer, 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Count(log, "READY") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(Count(log, "READY"), 2u) << ReadAll(log);
+  // Its root's pid there is the `cusnap run`'s here.
+  EXPECT_THAT(ReadAll(log), HasSubstr("PID root " + std::to_string(outer) + "\n"));
+  const std::string pid = std::to_string(outer);
+
+  const Ran st = Cusnap({"status", "--pid", pid, "--json"});
+  ASSERT_EQ(st.status, 0) << st.out << st.err;
+  const auto doc = nlohmann::json::parse(st.out);
+  EXPECT_EQ(doc["participants"].size(), 2u) << st.out;
+  const std::string job_control = doc.value("control_dir", "");
+  EXPECT_THAT(job_control, HasSubstr(Env("CUSNAP_CONTROL_DIR") + "/pidns-")) << st.out;
+  const Ran all = Cusnap({"status", "--all"});
+  EXPECT_THAT(all.out, HasSubstr("pid " + pid + " of a job in a PID namespace of its own"));
+
+  const std::string state = dir_ + "/in-place";
+  const Ran ck = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  const Ran rs = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+
+  const std::string images = dir_ + "/images";
+  const Ran dump = Cusnap({"dump", "--pid", pid, "--images-dir", images});
+  ASSERT_EQ(dump.status, 0) << dump.out << dump.err << ReadAll(images + "/criu-dump.log").substr(0, 3000);
+  int status = 0;
+  ASSERT_EQ(::waitpid(outer, &status, 0), outer);  // the job was taken away by CRIU
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << status;
+  const Ran back = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(back.status, 0) << back.out << back.err << ReadAll(images + "/criu-restore.log").substr(0, 3000);
+  WriteAll(job_dir + "/go", "");
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Count(log, "PASS") + Count(log, "FAIL") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string text = ReadAll(log);
+  EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
+  EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+// A held job one of whose processes is killed (found by a fresh user): the child of a held,
+// stopped root dies and stays a zombie (its parent cannot reap it while stopped). `restore`
+// recovers the root without it, naming it, instead of refusing because the zombie is "not a
+// participant now" (README: a checkpointed process that exited is not a refusal).
+TEST_F(CliImages, AHeldJobWhoseChildWasKilledIsRestoredWithoutIt) {
+  ::setenv("CUSNAP_HOLD", "stop", 1);
+  const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log";
+  const pid_t root = StartCriuJob(job_dir, log);
+  ASSERT_GT(root, 0);
+  const std::string text = ReadAll(log);
+  const auto at = text.find("PID child ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const pid_t child = std::stoi(text.substr(at + 10));
+  const std::string state = dir_ + "/state";
+  const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(root), "--state-dir", state});
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  ASSERT_EQ(ProcessStateLetter(root), 'T');
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ProcessStateLetter(child) != 'Z' && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ProcessStateLetter(child), 'Z') << "the held root reaped its child";
+  const Ran rs = Cusnap({"restore", "--pid", std::to_string(root), "--state-dir", state});
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_THAT(rs.err, HasSubstr("pid " + std::to_string(child)));
+  EXPECT_NE(ProcessStateLetter(root), 'T');
+  // The root runs on, active, alone (criu_job itself then fails: its child is gone).
+  const Ran st = Cusnap({"status", "--pid", std::to_string(root), "--json"});
+  ASSERT_EQ(st.status, 0) << st.out << st.err;
+  const auto participants = nlohmann::json::parse(st.out)["participants"];
+  ASSERT_EQ(participants.size(), 1u) << st.out;
+  EXPECT_EQ(participants[0]["phase"], "active") << st.out;
+  ::kill(root, SIGKILL);
+  ::waitpid(root, nullptr, 0);
+  ::waitpid(child, nullptr, WNOHANG);
+}
+
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
 
 // Issue 16: restore while another process holds the job's pid. The job comes back in a PID

@@ -33,14 +33,17 @@ char g_marker[PATH_MAX];  // the held marker, NUL-terminated
 
 void OnSignal(int signo, siginfo_t*, void*) {
   const int saved_errno = errno;
-  for (Guarded& g : g_guarded) {
-    if (g.signo == signo) g.dropped.fetch_add(1);
-  }
   // Whoever sent it continued the process too (SIGCONT itself, or the SIGCONT that comes
   // with a hangup); while cusnap holds it, it goes back to being stopped (access and kill
-  // are async-signal-safe; restore renames the marker away before it continues the process).
-  // Nothing is written here: stderr may be a pipe whose reader is gone (SIGPIPE).
-  if (::access(g_marker, F_OK) == 0) ::kill(::getpid(), SIGSTOP);
+  // are async-signal-safe; restore renames the marker away before it continues the process,
+  // and that SIGCONT, cusnap's own, is neither undone nor counted). A SIGHUP is dropped
+  // whether held or not. Nothing is written here: stderr may be a pipe whose reader is gone
+  // (SIGPIPE).
+  const bool held = ::access(g_marker, F_OK) == 0;
+  for (Guarded& g : g_guarded) {
+    if (g.signo == signo && (held || signo == SIGHUP)) g.dropped.fetch_add(1);
+  }
+  if (held) ::kill(::getpid(), SIGSTOP);
   errno = saved_errno;
 }
 
