@@ -193,6 +193,25 @@ Status SendContinue(const std::string& control_dir, int pid) {
   return Ok{};
 }
 
+/// After SendContinue: waits (at most `wait_ms`) until `pid` runs and stays running. Its
+/// hold guard may stop it once more right after (a thread that found the marker before it
+/// was renamed, shim/lifecycle/hold_guard.h): with no marker left it is ours to continue
+/// again. Error (ETIMEDOUT) naming the pid when it is still stopped.
+Status KeepContinued(const std::string& control_dir, int pid, int wait_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (;;) {
+    if (WaitFor(pid, 200, [](int p) { return !Stopped(p); })) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!Stopped(pid)) return Ok{};  // runs, and stays running
+    }
+    if (std::chrono::steady_clock::now() >= deadline || ReadMarker(control_dir, pid)) break;
+    ::kill(pid, SIGCONT);
+  }
+  if (!Stopped(pid)) return Ok{};
+  return Error{ETIMEDOUT, ProcessText(pid) + ": still stopped " + std::to_string(wait_ms) +
+                              " ms after SIGCONT (stopped by something else too?)"};
+}
+
 /// ContinueHeld, saying whether it sent SIGCONT (false: no marker, or a stale one).
 Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms) {
   const auto recorded = ReadMarker(control_dir, pid);
@@ -202,10 +221,7 @@ Result<bool> ContinueIfHeld(const std::string& control_dir, int pid, int wait_ms
     return false;
   }
   if (Status sent = SendContinue(control_dir, pid); !sent) return sent.error();
-  if (!WaitFor(pid, wait_ms, [](int p) { return !Stopped(p); })) {
-    return Error{ETIMEDOUT, ProcessText(pid) + ": still stopped " + std::to_string(wait_ms) +
-                                " ms after SIGCONT (stopped by something else too?)"};
-  }
+  if (Status runs = KeepContinued(control_dir, pid, wait_ms); !runs) return runs.error();
   return true;
 }
 
@@ -220,7 +236,8 @@ Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms) {
 
 Status ContinueRestored(const std::string& control_dir, int pid) {
   if (!Stopped(pid)) return Ok{};
-  return SendContinue(control_dir, pid);
+  if (Status sent = SendContinue(control_dir, pid); !sent) return sent;
+  return KeepContinued(control_dir, pid, 5000);
 }
 
 bool IsHeld(const std::string& control_dir, int pid) {

@@ -96,7 +96,7 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, HelpForEveryCommand) {
   const std::map<std::string, std::vector<std::string>> expected = {
       {"", {"run", "checkpoint", "restore", "status", "inspect", "demo", "Exit status: 0 success"}},
-      {"run", {"cusnap run [--] COMMAND [ARGS...]"}},
+      {"run", {"cusnap run [--pid-namespace] [--] COMMAND [ARGS...]", "--pid-namespace"}},
       {"checkpoint", {"--pid", "--all", "--state-dir", "--lock-timeout-ms", "--json"}},
       {"restore", {"--pid", "--all", "--state-dir", "--device-map", "--json"}},
       {"status", {"--pid", "--all", "--json"}},

@@ -30,6 +30,14 @@ Guarded g_guarded[] = {
     {SIGCONT, "kill -CONT, a shell's bg or fg, or a hangup", {}, {}, {}},
 };
 char g_marker[PATH_MAX];  // the held marker, NUL-terminated
+// A thread is keeping the process stopped while the marker exists. Process-directed signals
+// reach any thread: with two in the handler, one could find the marker, be stopped by the
+// other's SIGSTOP before its own, and send that SIGSTOP after restore continued the process
+// (the marker gone by then), stopping the restored job for good. So one thread at a time
+// keeps the hold, checking the marker again each time the process is continued; a signal
+// that reaches another thread meanwhile is left to it. (A SIGSTOP that still lands after a
+// restore's continue is undone by the restore: coordinator/hold.cc, KeepContinued.)
+std::atomic<bool> g_stopping{false};
 
 void OnSignal(int signo, siginfo_t*, void*) {
   const int saved_errno = errno;
@@ -39,11 +47,21 @@ void OnSignal(int signo, siginfo_t*, void*) {
   // and that SIGCONT, cusnap's own, is neither undone nor counted). A SIGHUP is dropped
   // whether held or not. Nothing is written here: stderr may be a pipe whose reader is gone
   // (SIGPIPE).
+  if (g_stopping.exchange(true)) {  // another thread keeps the hold for both
+    for (Guarded& g : g_guarded) {
+      if (g.signo == signo) g.dropped.fetch_add(1);
+    }
+    errno = saved_errno;
+    return;
+  }
   const bool held = ::access(g_marker, F_OK) == 0;
   for (Guarded& g : g_guarded) {
     if (g.signo == signo && (held || signo == SIGHUP)) g.dropped.fetch_add(1);
   }
-  if (held) ::kill(::getpid(), SIGSTOP);
+  // kill returns once the process was continued: held still (a SIGCONT from anyone but
+  // restore, which renames the marker first), it stops again.
+  while (::access(g_marker, F_OK) == 0) ::kill(::getpid(), SIGSTOP);
+  g_stopping.store(false);
   errno = saved_errno;
 }
 
