@@ -72,6 +72,10 @@ std::string JobStateTail(const Target& target, const std::string& control_dir) {
   }
   std::set<proto::ShimState> states;
   for (int pid : pids) {
+    // Stopped by someone else, it cannot answer either: it stays as it was.
+    if (coord::ProcessState(pid) == 'T') {
+      return ", its processes stay as they were (pid " + std::to_string(pid) + " stopped)";
+    }
     if (auto id = coord::Identify(*coord::ConnectEndpoint(control_dir, pid))) states.insert(id->state);
   }
   if (states.empty()) {

@@ -39,6 +39,14 @@ Error HeldRefusal(int pid) {
                        "first (nothing was changed)"};
 }
 
+/// A process stopped by someone else (SIGSTOP, a debugger, a shell's Ctrl-Z) cannot answer
+/// on its endpoint: said at once, rather than after the endpoint's deadline.
+Error StoppedRefusal(int pid) {
+  return Error{-1, ProcessText(pid, ProcessName(pid)) + " is stopped (state T), not by cusnap: " +
+                       "its endpoint cannot answer; continue it ('kill -CONT " +
+                       std::to_string(pid) + "') and try again (nothing was changed)"};
+}
+
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
                                                                CheckpointDriver& driver) {
   const std::vector<int> tree = ProcessTree(options.pid);
@@ -49,6 +57,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     if (ProcessExited(pid)) continue;  // a zombie: nothing of it runs, nothing to save
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
     if (HasEndpoint(options.control_dir, pid)) {
+      if (ProcessState(pid) == 'T') return StoppedRefusal(pid);
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;
     }
@@ -76,6 +85,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverAll(const DiscoveryOpt
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : EndpointPids(options.control_dir)) {
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
+    if (ProcessState(pid) == 'T') return StoppedRefusal(pid);
     participants.push_back(ConnectEndpoint(options.control_dir, pid));
   }
   if (participants.empty()) {

@@ -87,7 +87,7 @@ std::vector<std::string> CheckResourcesAll(
   } else if (images > 0 && *free < needed + images) {
     problems.push_back("images directory " + state_dir + ": not enough disk space for the " +
                        "dump: at least " + std::to_string(needed + images) + " bytes needed " +
-                       "(the job's memory and the GPU bytes it will carry, " +
+                       "(the larger of the job's memory and the GPU bytes it will carry, " +
                        std::to_string(images) + " bytes, the state file and " +
                        std::to_string(kStateFileMargin) + " spare), " + std::to_string(*free) +
                        " available; free some space or choose another --images-dir");

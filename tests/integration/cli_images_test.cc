@@ -144,6 +144,23 @@ class CliImages : public OwnMachineTest {
     return Count(log, "READY") == 2 ? job : -1;
   }
 
+  /// Tells criu_job's processes to go on (<job_dir>/go): each checks its bytes, says PASS or
+  /// FAIL in `log`; both must pass within 30 s. Then reaps what ended (the namespace's init,
+  /// restored processes adopted by this subreaper).
+  void ExpectEveryByteOnceTold(const std::string& job_dir, const std::string& log) {
+    WriteAll(job_dir + "/go", "");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (Count(log, "PASS") + Count(log, "FAIL") < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const std::string text = ReadAll(log);
+    EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
+    EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+  }
+
   /// How often `word` occurs in the file at `path`.
   static size_t Count(const std::string& path, const std::string& word) {
     const std::string text = ReadAll(path);
@@ -678,16 +695,7 @@ void CliImages::FullDiskCase(bool criu_fills) {
   }
   const Ran back = Cusnap({"restore", "--images-dir", roomy});
   ASSERT_EQ(back.status, 0) << back.out << back.err;
-  WriteAll(job_dir + "/go", "");
-  while (Count(log, "PASS") + Count(log, "FAIL") < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const std::string text = ReadAll(log);
-  EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
-  EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
-  EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
-  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
+  ExpectEveryByteOnceTold(job_dir, log);
 }
 
 TEST_F(CliImages, ADumpOntoADiskTooSmallIsRefusedBeforeAnythingChanges) { FullDiskCase(false); }
@@ -751,17 +759,7 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << status;
   const Ran back = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(back.status, 0) << back.out << back.err << ReadAll(images + "/criu-restore.log").substr(0, 3000);
-  WriteAll(job_dir + "/go", "");
-  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (Count(log, "PASS") + Count(log, "FAIL") < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const std::string text = ReadAll(log);
-  EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
-  EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
-  EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
-  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
+  ExpectEveryByteOnceTold(job_dir, log);
 }
 
 // A held job one of whose processes is killed (found by a fresh user): the child of a held,

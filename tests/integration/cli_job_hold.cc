@@ -336,6 +336,31 @@ TEST_F(CliJobHold, PlainContinueLeavesTheJobHeld) {
   EXPECT_EQ(OkValue(Ask(w, "pid")), std::to_string(w.pid));
 }
 
+// A process the user stopped (SIGSTOP, Ctrl-Z) cannot answer: checkpoint names it at once
+// (it waited 20 s for the endpoint and said "identify failed"), changes nothing, and works
+// once the process is continued.
+TEST_F(CliJobHold, AProcessStoppedByTheUserIsNamedAtOnce) {
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(::kill(w.pid, SIGSTOP), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (ProcState(w.pid) != 'T' && std::chrono::steady_clock::now() < deadline) ::usleep(5'000);
+  const auto started = std::chrono::steady_clock::now();
+  const Ran ck = Checkpoint(dir_ + "/state");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(ck.status, 3) << ck.out << ck.err;
+  EXPECT_THAT(ck.err, HasSubstr("pid " + std::to_string(w.pid) + " (job_worker) is stopped (state "
+                                "T), not by cusnap: its endpoint cannot answer; continue it ('kill "
+                                "-CONT " + std::to_string(w.pid) + "')"));
+  EXPECT_EQ(ProcState(w.pid), 'T') << "cusnap continued a process it did not stop";
+  ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
+  const Ran again = Checkpoint(dir_ + "/state");
+  ASSERT_EQ(again.status, 0) << again.out << again.err;
+  const Ran rs = Restore(dir_ + "/state");
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  CheckEveryByte();
+}
+
 // A restore that is refused (here: a state directory with no checkpoint in it) changed
 // nothing, so the job it continued to talk to is held again, as it was found.
 TEST_F(CliJobHold, RefusedRestoreLeavesTheJobHeld) {
