@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string_view>
 
@@ -39,6 +40,20 @@ int InNamespace(const char* command, const Target& target,
     return run(there);
   });
 }
+
+/// A directory given relative to the working directory, made absolute (CRIU runs in the
+/// images directory: a relative path given to it names another place; found by a fresh user:
+/// `restore --images-dir D` with a relative D failed at criu_restore).
+const CLI::Validator kAbsolutePath(
+    [](std::string& path) {
+      if (!path.empty()) {
+        std::error_code ec;
+        const auto absolute = std::filesystem::absolute(path, ec);
+        if (!ec) path = absolute.lexically_normal().string();
+      }
+      return std::string();
+    },
+    "", "absolute path");
 
 /// --device-map given with nothing in it (`--device-map ''`, an unset variable): a usage
 /// error, not "no map" (a restore would silently stay on the old GPUs).
@@ -156,7 +171,8 @@ int main(int argc, char** argv) {
   AddTarget(restore, rs_target, false);
   restore->add_option("--images-dir", rs_images_dir,
                       "restore the job `cusnap dump` wrote there, in new processes (CRIU); "
-                      "no --pid then");
+                      "no --pid then")
+      ->transform(kAbsolutePath);
   restore->add_option("--state-dir", rs_state_dir,
                       "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
   restore->add_option("--device-map", device_map, kDeviceMapHelp)->check(kNonEmptyDeviceMap);
@@ -176,7 +192,9 @@ int main(int argc, char** argv) {
   dump->add_option("--pid", dump_args.pid, "the job's root process: its whole process tree")
       ->required()
       ->check(cusnap::cli::PidValidator());
-  dump->add_option("--images-dir", dump_args.images_dir, "where the images go")->required();
+  dump->add_option("--images-dir", dump_args.images_dir, "where the images go")
+      ->required()
+      ->transform(kAbsolutePath);
   dump->add_flag("--leave-running", dump_args.leave_running,
                  "resume the job in place after the dump");
   dump->add_flag("--json", dump_args.json, "print one JSON document instead of lines");
