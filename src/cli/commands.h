@@ -10,6 +10,9 @@ namespace cusnap::cli {
 struct Target {
   int pid = 0;
   bool all = false;
+  /// The command works inside the job's own PID namespace (main.cc joined it; `pid` is the
+  /// job's pid there).
+  bool in_job_namespace = false;
 };
 
 /// `run [--pid-namespace] [--] cmd...`: LD_PRELOAD the shim (prepended), put the simulated
@@ -42,6 +45,7 @@ struct DumpArgs {
   std::string images_dir;
   bool leave_running = false;
   bool json = false;
+  bool in_job_namespace = false;  ///< the job runs in a PID namespace of its own (Target's)
 };
 
 /// `dump --pid P --images-dir D [--leave-running]`: checkpoint, then CRIU writes the job's

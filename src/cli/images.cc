@@ -38,6 +38,7 @@ int DumpCommand(const DumpArgs& args) {
   options.root_pid = args.pid;
   options.control_dir = ControlDir();
   options.leave_running = args.leave_running;
+  options.own_pid_namespace = args.in_job_namespace;
   options.cusnap_version = CliBuildInfo();
   return Drive("dump", target, args.json, coord::kDumpPhaseCount, kExitRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv,
@@ -126,6 +127,12 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   // second copy), by the restore's own checks.
   if (!manifest || coord::DumpedJobRuns(*manifest, coord::AliveHere)) {
     return RestoreImagesHere(images_dir, device_map, json);
+  }
+  // A job that ran in a PID namespace of its own comes back in one.
+  if (!pid_namespace && manifest->own_pid_namespace) {
+    std::fprintf(stderr, "cusnap restore: note: the job ran in a PID namespace of its own: it is "
+                 "restored in a PID namespace of its own again\n");
+    pid_namespace = true;
   }
   // Pids held by other processes here are free in a namespace of the job's own.
   if (!pid_namespace) {

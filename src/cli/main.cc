@@ -37,6 +37,7 @@ int InNamespace(const char* command, const Target& target,
   return cusnap::cli::InPidNamespaceOf(command, root, [&](int pid) {
     Target there = target;
     there.pid = pid;
+    there.in_job_namespace = pid != root;  // joined: the job's pid there is another number
     return run(there);
   });
 }
@@ -290,6 +291,7 @@ int main(int argc, char** argv) {
     return InNamespace("dump", Target{dump_args.pid, false}, [&](const Target& target) {
       cusnap::cli::DumpArgs args = dump_args;
       args.pid = target.pid;
+      args.in_job_namespace = target.in_job_namespace;
       return cusnap::cli::DumpCommand(args);
     });
   }

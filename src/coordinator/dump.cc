@@ -254,6 +254,7 @@ class DumpSequence : Sequence {
     m.root_pid = options_.root_pid;
     m.root_start_time = root_start_;
     m.left_running = options_.leave_running;
+    m.own_pid_namespace = options_.own_pid_namespace;
     for (size_t i = 0; i < machine->uuids.size(); ++i) {
       m.gpus.push_back(ImagesGpu{static_cast<int>(i), machine->uuids[i],
                                  i < machine->models.size() ? machine->models[i] : ""});

@@ -20,6 +20,7 @@ struct DumpOptions {
   int root_pid = 0;              ///< the tree CRIU dumps
   std::string control_dir;       ///< endpoints live here (to continue a held job in place)
   bool leave_running = false;    ///< resume the job in place after the dump
+  bool own_pid_namespace = false;  ///< the job runs in a PID namespace of its own (manifest)
   std::string cusnap_version;    ///< for the manifest
 };
 

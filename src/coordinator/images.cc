@@ -77,7 +77,8 @@ nlohmann::json ManifestToJson(const Manifest& m) {
           {"driver", m.driver},                 {"criu_version", m.criu_version},
           {"created_unix_s", m.created_unix_s}, {"checkpoint_id", m.checkpoint_id},
           {"root_pid", m.root_pid},             {"root_start_time", m.root_start_time},
-          {"left_running", m.left_running},     {"gpus", gpus},
+          {"left_running", m.left_running},     {"own_pid_namespace", m.own_pid_namespace},
+          {"gpus", gpus},
           {"participants", participants},       {"files", files},
           {"image_bytes", m.TotalBytes()}};
 }
@@ -100,6 +101,7 @@ Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string&
     m.root_pid = IntegerField<int>(json, "root_pid", 0, kMaxPid);
     m.root_start_time = IntegerField<uint64_t>(json, "root_start_time");
     m.left_running = json.at("left_running").get<bool>();
+    m.own_pid_namespace = json.value("own_pid_namespace", false);
     for (const auto& g : json.at("gpus")) {
       m.gpus.push_back(ImagesGpu{IntegerField<int>(g, "ordinal", 0, kMaxDevices),
                                  g.at("uuid").get<std::string>(), g.at("model").get<std::string>()});

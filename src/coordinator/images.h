@@ -71,6 +71,11 @@ struct Manifest {
   int root_pid = 0;             ///< the dumped tree's root (pid and start time at dump time)
   uint64_t root_start_time = 0;
   bool left_running = false;    ///< dumped with --leave-running: the job ran on
+  /// The job ran in a PID namespace of its own (`cusnap run --pid-namespace`, or restored into
+  /// one): it is restored into one again, where its session and init are as they were (in
+  /// the machine's namespace it would have no session of its own, and CRIU could not dump it
+  /// again). Absent in older manifests: false.
+  bool own_pid_namespace = false;
   std::vector<ImagesGpu> gpus;  ///< every GPU of the machine at dump time
   std::vector<ImagesParticipant> participants;
   std::vector<ImageFile> files;

@@ -757,8 +757,21 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   int status = 0;
   ASSERT_EQ(::waitpid(outer, &status, 0), outer);  // the job was taken away by CRIU
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << status;
+  // Restored in a PID namespace of its own again (every pid of it is free here): in this
+  // namespace it would have no session of its own, and CRIU could not dump it again.
+  EXPECT_TRUE(coord::ReadManifest(images)->own_pid_namespace);
   const Ran back = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(back.status, 0) << back.out << back.err << ReadAll(images + "/criu-restore.log").substr(0, 3000);
+  EXPECT_THAT(back.err, HasSubstr("the job ran in a PID namespace of its own: it is restored in "
+                                  "a PID namespace of its own again"));
+  std::smatch here;
+  ASSERT_TRUE(std::regex_search(back.err, here, std::regex("its root is pid (\\d+) there and pid "
+                                                           "(\\d+) here"))) << back.err;
+  EXPECT_EQ(here[1], pid);
+  const Ran again = Cusnap({"dump", "--pid", here[2], "--images-dir", dir_ + "/images-again"});
+  ASSERT_EQ(again.status, 0) << again.out << again.err;
+  const Ran back_again = Cusnap({"restore", "--images-dir", dir_ + "/images-again"});
+  ASSERT_EQ(back_again.status, 0) << back_again.out << back_again.err;
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
