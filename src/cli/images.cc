@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <ctime>
 #include <optional>
 #include <utility>
@@ -59,20 +58,19 @@ int RestoreImagesHere(const std::string& images_dir, const std::string& device_m
   options.discoverer_for = [control_dir](int restored_root) {
     // A job `cusnap run --pid-namespace` started keeps its endpoints and hold markers in a
     // control directory of its own (its environment, restored by CRIU, says which).
-    const int root = restored_root;
-    AdoptJobControlDir(root);
+    AdoptJobControlDir(restored_root);
     const std::string job_dir = ControlDir();
     // CRIU brings a held job back as it was dumped: stopped (coordinator/hold.h), with the
     // markers the dump left (of this PID namespace or, restored in a namespace of its own,
     // of another), or with none after a --leave-running dump (resuming the job in place
     // removed them). These new processes are this restore's own: each is continued, its
     // marker renamed away first so that its hold guard does not stop it again.
-    for (const int pid : coord::ProcessTree(root)) {
+    for (const int pid : coord::ProcessTree(restored_root)) {
       if (Status s = coord::ContinueRestored(job_dir, pid); !s) {
         std::fprintf(stderr, "cusnap restore: %s\n", s.error().message.c_str());
       }
     }
-    return coord::EndpointDiscoverer(coord::DiscoveryOptions{job_dir, root, false});
+    return coord::EndpointDiscoverer(coord::DiscoveryOptions{job_dir, restored_root, false});
   };
   return Drive("restore", Target{}, json, coord::kImagesRestorePhaseCount, kExitRestoreRefused,
                [&](const coord::Discoverer&, coord::CheckpointDriver& drv,
@@ -88,34 +86,6 @@ std::optional<coord::Manifest> ManifestOf(const std::string& images_dir) {
   if (!manifest && coord::HasPendingManifest(images_dir)) manifest = coord::ReadPendingManifest(images_dir);
   if (!manifest) return std::nullopt;
   return std::move(*manifest);
-}
-
-/// Every pid and thread id the dump in `images_dir` will get back: its participants' pids
-/// and every thread's, which CRIU names its images by (core-<tid>.img).
-std::vector<int> DumpedIds(const std::string& images_dir, const coord::Manifest& manifest) {
-  std::vector<int> ids;
-  for (const auto& p : manifest.participants) ids.push_back(p.pid);
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(images_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("core-", 0) != 0 || name.size() <= 9 || name.substr(name.size() - 4) != ".img") continue;
-    const std::string digits = name.substr(5, name.size() - 9);
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    ids.push_back(std::stoi(digits));
-  }
-  return ids;
-}
-
-/// A process or thread id of the dump (DumpedIds) that a process or thread here holds, other
-/// than the participants' pids (DumpPidsTaken judges those); 0 when none. CRIU gives every
-/// thread its id back too ("Unable to create a thread: -17" otherwise).
-int ThreadIdTaken(const std::vector<int>& ids, const coord::Manifest& manifest) {
-  for (const int id : ids) {
-    const bool participant = std::any_of(manifest.participants.begin(), manifest.participants.end(),
-                                         [&](const auto& p) { return p.pid == id; });
-    if (!participant && KernelStartTime(id) != 0) return id;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -134,30 +104,27 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
                  "restored in a PID namespace of its own again\n");
     pid_namespace = true;
   }
-  // Pids held by other processes here are free in a namespace of the job's own.
+  // Ids held by other processes here are free in a namespace of the job's own.
   if (!pid_namespace) {
-    const std::vector<int> taken = coord::DumpPidsTaken(*manifest, coord::AliveHere);
+    const std::vector<coord::TakenId> taken = coord::DumpIdsTaken(images_dir, *manifest, coord::AliveHere);
     // A holder serving its endpoint here is a cusnap process, maybe this very job brought
     // back by an interrupted restore: a second copy in a namespace is never made of it (the
     // restore refuses, naming the pid, as before). The socket files a dump leaves are not.
-    const bool cusnap_holds = std::any_of(taken.begin(), taken.end(), [](int pid) {
-      return ServesEndpoint(ControlDir(), pid);
+    const bool cusnap_holds = std::any_of(taken.begin(), taken.end(), [](const coord::TakenId& t) {
+      return t.participant && ServesEndpoint(ControlDir(), t.id);
     });
-    const int thread_taken = ThreadIdTaken(DumpedIds(images_dir, *manifest), *manifest);
-    if (cusnap_holds || (taken.empty() && thread_taken == 0)) {
-      return RestoreImagesHere(images_dir, device_map, json);
-    }
+    if (cusnap_holds || taken.empty()) return RestoreImagesHere(images_dir, device_map, json);
     std::fprintf(stderr, "cusnap restore: note: %s %d of the dump is held by another process "
                  "here: the job is restored in a PID namespace of its own, where it keeps its "
-                 "pids\n", taken.empty() ? "thread id" : "pid",
-                 taken.empty() ? thread_taken : taken.front());
+                 "ids\n", taken.front().participant ? "pid" : "process or thread id",
+                 taken.front().id);
   }
   int init = 0;
   std::string why;
   const int rc = RunInNewPidNamespace(
       [&] { return RestoreImagesHere(images_dir, device_map, json); },
       [&] {
-        const std::vector<int> ids = DumpedIds(images_dir, *manifest);
+        const std::vector<int> ids = coord::DumpedIds(images_dir, *manifest);
         return ids.empty() ? 2 : *std::max_element(ids.begin(), ids.end()) + 1;
       }(), init, why);
   if (init == 0) {

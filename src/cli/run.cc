@@ -29,10 +29,6 @@ void Prepend(const char* name, const std::string& first, char sep) {
   ::setenv(name, value.c_str(), 1);
 }
 
-}  // namespace
-
-namespace {
-
 /// execvp of `command`; returns (after saying why) only when it could not be executed: 127
 /// when the program is not found, 126 otherwise (the shell's convention).
 int Exec(const std::vector<std::string>& command) {

@@ -354,10 +354,37 @@ Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, int format
   return files;
 }
 
-std::vector<int> DumpPidsTaken(const Manifest& manifest, const AliveCheck& alive) {
-  std::vector<int> taken;
-  for (const auto& p : manifest.participants) {
-    if (KernelStartTime(p.pid) != 0 && !alive(p.pid, p.start_time)) taken.push_back(p.pid);
+std::vector<int> DumpedIds(const std::string& dir, const Manifest& manifest) {
+  std::vector<int> ids;
+  for (const auto& p : manifest.participants) ids.push_back(p.pid);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view kPrefix = "core-", kSuffix = ".img";
+    if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+        !name.ends_with(kSuffix)) {
+      continue;
+    }
+    const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int id = std::stoi(digits);
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
+}
+
+std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manifest,
+                                  const AliveCheck& alive) {
+  std::vector<TakenId> taken;
+  for (const int id : DumpedIds(dir, manifest)) {
+    if (KernelStartTime(id) == 0) continue;  // free (a thread's /proc entry reads like a process's)
+    const auto p = std::find_if(manifest.participants.begin(), manifest.participants.end(),
+                                [&](const auto& q) { return q.pid == id; });
+    if (p == manifest.participants.end()) {
+      taken.push_back({id, false});
+    } else if (!alive(p->pid, p->start_time)) {
+      taken.push_back({id, true});
+    }
   }
   return taken;
 }
@@ -384,10 +411,11 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                                                                 : "") +
                        "): restoring it would make a second copy; stop that job first");
   }
-  for (const int pid : DumpPidsTaken(manifest, alive)) {
-    problems.push_back("pid " + std::to_string(pid) + " of the dump is held by another " +
-                       "process now; CRIU gives every process its pid back, so it must be "
-                       "free (end that process, or restore with --pid-namespace)");
+  for (const TakenId& t : DumpIdsTaken(dir, manifest, alive)) {
+    problems.push_back((t.participant ? "pid " : "process or thread id ") +
+                       std::to_string(t.id) + " of the dump is held by another " +
+                       "process now; CRIU gives every process and thread its id back, so it "
+                       "must be free (end that process, or restore with --pid-namespace)");
   }
   // The GPUs the job used, in the order the manifest lists them.
   std::set<std::string> used_set;

@@ -157,9 +157,22 @@ struct MachineView {
 /// Whether the process `pid` that started at `start_time` still exists.
 using AliveCheck = std::function<bool(int pid, uint64_t start_time)>;
 
-/// The pids of `manifest`'s participants that another process holds now (one exists, and
-/// not with the recorded start time): CRIU cannot give them back in this PID namespace.
-std::vector<int> DumpPidsTaken(const Manifest& manifest, const AliveCheck& alive);
+/// Every process and thread id the dump in `dir` gives back: its participants' pids and
+/// every id CRIU named a thread image by (core-<tid>.img; a process's main thread has its pid).
+std::vector<int> DumpedIds(const std::string& dir, const Manifest& manifest);
+
+/// An id of the dump (DumpedIds) that a process or thread here holds now.
+struct TakenId {
+  int id = 0;
+  bool participant = false;  ///< a participant's pid (else another process's or a thread's id)
+};
+
+/// The ids of the dump in `dir` that others hold now: a participant's pid held by a process
+/// that is not it (alive() says no for its recorded start time), and any other id of the dump
+/// that exists here. CRIU gives every process and thread its id back ("Unable to create a
+/// thread: -17" otherwise), so none of them can be restored in this PID namespace.
+std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manifest,
+                                  const AliveCheck& alive);
 
 /// Whether the dumped job still runs: its root pid exists with the recorded start time.
 bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive);

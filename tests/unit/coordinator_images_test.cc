@@ -1,14 +1,19 @@
 // The images manifest's file checksums (coordinator/images.h): a small file's is its SHA-256;
 // a file larger than kChecksumPieceBytes is checksummed piece by piece in manifest format 2
 // (SHA-256 over its pieces' digests), whole in format 1; HashImageFiles gives the same
-// answers on one thread as on many.
+// answers on one thread as on many. DumpIdsTaken names every id of a dump (a participant's pid,
+// another process's or a thread's, read from CRIU's core-<tid>.img names) that is held here.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <future>
 
 #include "coordinator/images.h"
 
@@ -95,6 +100,51 @@ TEST_F(ImageChecksumTest, AMissingFileIsNamed) {
   auto sum = coord::ImageChecksum(dir_ + "/gone.img", 10);
   ASSERT_FALSE(sum.ok());
   EXPECT_THAT(sum.error().message, ::testing::HasSubstr(dir_ + "/gone.img"));
+}
+
+/// A thread of this process (not its main one) that lives until `done` is set; its id.
+class LiveThread {
+ public:
+  LiveThread() : thread_([this] { id_.set_value(static_cast<int>(::syscall(SYS_gettid))); done_.get_future().wait(); }) {}
+  ~LiveThread() { done_.set_value(); thread_.join(); }
+  int id() { return id_future_.get(); }
+ private:
+  std::promise<int> id_;
+  std::future<int> id_future_ = id_.get_future();
+  std::promise<void> done_;
+  std::thread thread_;
+};
+
+TEST_F(ImageChecksumTest, DumpIdsTakenNamesParticipantsHeldByOthersAndEveryOtherIdHeldHere) {
+  LiveThread thread;
+  const int me = static_cast<int>(::getpid());
+  const int tid = thread.id();
+  // pid_max + 1 is never a live id.
+  int pid_max = 0;
+  std::ifstream("/proc/sys/kernel/pid_max") >> pid_max;
+  ASSERT_GT(pid_max, 0);
+  const int free_id = pid_max + 1;
+  for (const int id : {me, tid, free_id}) Write("core-" + std::to_string(id) + ".img", "x");
+  Write("core-abc.img", "x");
+  Write("core-.img", "x");
+  Write("pstree.img", "x");
+  coord::Manifest manifest;
+  manifest.participants.resize(1);
+  manifest.participants[0].pid = me;
+  manifest.participants[0].start_time = 42;
+
+  EXPECT_THAT(coord::DumpedIds(dir_, manifest), ::testing::UnorderedElementsAre(me, tid, free_id));
+  // The participant is itself (alive with its start time): only the thread is held.
+  const auto itself = coord::DumpIdsTaken(dir_, manifest, [](int, uint64_t) { return true; });
+  ASSERT_EQ(itself.size(), 1u);
+  EXPECT_EQ(itself[0].id, tid);
+  EXPECT_FALSE(itself[0].participant);
+  // Another process holds the participant's pid: both are held.
+  const auto other = coord::DumpIdsTaken(dir_, manifest, [](int, uint64_t) { return false; });
+  ASSERT_EQ(other.size(), 2u);
+  EXPECT_EQ(other[0].id, me);
+  EXPECT_TRUE(other[0].participant);
+  EXPECT_EQ(other[1].id, tid);
 }
 
 }  // namespace
