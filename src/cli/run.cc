@@ -1,5 +1,4 @@
 // `cusnap run`: start a command with the shim preloaded (DESIGN.md, "Environment").
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "coordinator/native_driver.h"
+#include "coordinator/proc.h"
 
 namespace cusnap::cli {
 namespace {
@@ -41,33 +41,21 @@ int Exec(const std::vector<std::string>& command) {
   return err == ENOENT ? 127 : 126;
 }
 
-/// Reopens, by their paths, the files this process inherited (its stdin, stdout, stderr, a
-/// log...) after it entered a mount namespace of its own: a descriptor opened before keeps
-/// the mount of the namespace it was opened in, which CRIU cannot find in the job's ("Can't
+/// Reopens, by their paths, the files this process holds on mounts its mount namespace does
+/// not have (coord::FilesOnForeignMounts): files inherited from another mount namespace (a
+/// sandbox's shell), or from before it entered one of its own. CRIU cannot dump them ("Can't
 /// lookup mount=N for fd=0 path=/dev/null"), so a `cusnap dump` of the job would fail. The
 /// same file is opened again with the same status flags (and offset, and close-on-exec
-/// flag) and put in place of the old descriptor; pipes, sockets, deleted files and anything
-/// that does not reopen as the same file are left as they are.
-void ReopenInheritedFilesHere() {
-  DIR* fds = ::opendir("/proc/self/fd");
-  if (fds == nullptr) return;
-  std::vector<int> numbers;
-  while (const dirent* e = ::readdir(fds)) {
-    if (e->d_name[0] >= '0' && e->d_name[0] <= '9') numbers.push_back(std::atoi(e->d_name));
-  }
-  ::closedir(fds);
-  for (const int fd : numbers) {
-    char target[4096];
-    const std::string link = "/proc/self/fd/" + std::to_string(fd);
-    const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+/// flag) and put in place of the old descriptor; anything that does not reopen as the same
+/// file is left as it is (`cusnap dump` then refuses, naming it).
+void ReopenForeignFilesHere() {
+  for (const auto& [fd, target] : coord::FilesOnForeignMounts("/proc/self")) {
     struct stat was {};
-    if (n <= 0 || target[0] != '/' || ::fstat(fd, &was) != 0) continue;  // gone, or no path
-    target[n] = '\0';
-    if (!S_ISREG(was.st_mode) && !S_ISCHR(was.st_mode)) continue;
+    if (::fstat(fd, &was) != 0 || (!S_ISREG(was.st_mode) && !S_ISCHR(was.st_mode))) continue;
     const int status = ::fcntl(fd, F_GETFL);
     const int fd_flags = ::fcntl(fd, F_GETFD);
     if (status < 0 || fd_flags < 0) continue;
-    const int again = ::open(target, (status & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY);
+    const int again = ::open(target.c_str(), (status & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY);
     struct stat now {};
     if (again < 0) continue;
     if (::fstat(again, &now) != 0 || now.st_dev != was.st_dev || now.st_ino != was.st_ino) {
@@ -102,7 +90,7 @@ int RunInOwnPidNamespace(const std::vector<std::string>& command) {
   std::string why;
   const int rc = RunInNewPidNamespace(
       [&] {
-        ReopenInheritedFilesHere();
+        ReopenForeignFilesHere();
         return Exec(command);
       },
       ::getpid(), init_pid, why);
@@ -168,7 +156,9 @@ int RunCommand(const std::vector<std::string>& command, bool pid_namespace) {
                          "start it with `setsid cusnap run -- ...`\n", std::strerror(errno));
   }
 
-  return pid_namespace ? RunInOwnPidNamespace(command) : Exec(command);
+  if (pid_namespace) return RunInOwnPidNamespace(command);
+  ReopenForeignFilesHere();
+  return Exec(command);
 }
 
 }  // namespace cusnap::cli

@@ -145,6 +145,17 @@ std::string WhyCriuCannotDump(int pid) {
                   "MASTER_PORT set, under `cusnap run`, which sets USE_LIBUV=0: README "
                   "\"Checkpoint to disk\")");
   }
+  if (const auto foreign = FilesOnForeignMounts("/proc/" + std::to_string(pid)); !foreign.empty()) {
+    std::string fds;
+    for (const auto& f : foreign) {
+      fds += (fds.empty() ? "" : ", ") + std::to_string(f.fd) + " (" + f.path + ")";
+    }
+    why.push_back("holds descriptor" + std::string(foreign.size() == 1 ? " " : "s ") + fds +
+                  " of a file opened in another mount namespace, which CRIU cannot dump "
+                  "(\"Can't lookup mount\"); close it in the job, or start the job with `cusnap run`, "
+                  "which opens the files a job inherits from another mount namespace again in "
+                  "its own (or close them before: `" + std::to_string(foreign.front().fd) + "<&-`)");
+  }
   std::string text;
   for (const auto& w : why) text += (text.empty() ? "" : "; and it ") + w;
   return text;

@@ -23,7 +23,8 @@ Result<std::string> CriuVersion(const std::string& criu);
 /// every process of the tree before a dump changes anything: CRIU finds these only after
 /// the checkpoint took the GPUs away. The kinds: a session leader outside the process's PID
 /// namespace (OwnSessionId 0: "A session leader of P is outside of its pid namespace",
-/// criu/cr-dump.c), an io_uring instance (HoldsIoUring). Every kind that applies is named,
+/// criu/cr-dump.c), an io_uring instance (HoldsIoUring), a file opened in another mount
+/// namespace (FilesOnForeignMounts: "Can't lookup mount"). Every kind that applies is named,
 /// joined by "; and it ".
 std::string WhyCriuCannotDump(int pid);
 

@@ -250,6 +250,37 @@ bool HoldsIoUring(int pid) {
   return false;
 }
 
+std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
+  std::set<std::string> mounts;
+  std::ifstream mountinfo(proc_dir + "/mountinfo");
+  for (std::string line; std::getline(mountinfo, line);) mounts.insert(line.substr(0, line.find(' ')));
+  std::vector<ForeignFile> foreign;
+  if (mounts.empty()) return foreign;  // unreadable: nothing can be judged
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(proc_dir + "/fd", ec)) {
+    std::error_code link_ec;
+    const std::string path = std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (path.empty() || path[0] != '/' || path.starts_with("/memfd:")) continue;
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) != 0 ||
+        !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
+      continue;
+    }
+    const std::string name = e.path().filename().string();
+    std::ifstream info(proc_dir + "/fdinfo/" + name);
+    for (std::string line; std::getline(info, line);) {
+      if (!line.starts_with("mnt_id:")) continue;
+      std::istringstream value(line.substr(7));
+      std::string id;
+      value >> id;
+      if (!mounts.contains(id)) foreign.push_back({std::atoi(name.c_str()), path});
+      break;
+    }
+  }
+  std::sort(foreign.begin(), foreign.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
+  return foreign;
+}
+
 std::string ProcessName(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
   std::string name;

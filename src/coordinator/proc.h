@@ -80,6 +80,20 @@ std::optional<int> LastNamespaceSessionId(const std::string& status_text);
 /// holds one in torch 2.11 whatever its rendezvous (docs/MEASURED.md M16).
 bool HoldsIoUring(int pid);
 
+/// A descriptor whose file lies on a mount that the process's mount namespace does not have.
+struct ForeignFile {
+  int fd = -1;
+  std::string path;  ///< as /proc/<pid>/fd/<fd> names it
+};
+
+/// The descriptors of the process at `proc_dir` ("/proc/<pid>", or "/proc/self") whose
+/// regular file, directory or device lies on a mount absent from its mount namespace
+/// (/proc/.../fdinfo's mnt_id is not in its mountinfo): files inherited from another mount
+/// namespace, e.g. from the shell of a sandbox, or from outside a job's own namespace. CRIU
+/// cannot dump them ("Can't lookup mount=N for fd=F", criu/files-reg.c). Pipes, sockets and
+/// memfds live on the kernel's internal mounts, which no namespace lists: they are not named.
+std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir);
+
 /// The command name of `pid` (/proc/<pid>/comm), "?" when unreadable; for messages.
 std::string ProcessName(int pid);
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -343,22 +344,19 @@ TEST_F(CliImages, AnInterruptedDumpThatCriuFinishedIsNamedAsRestorable) {
                 "was dumped under driver 'NVIDIA 570', this machine has 'simulated'");
 }
 
-/// A child that holds an io_uring instance (io_uring_setup's descriptor; the rings are not
-/// mapped) until killed; -1 when this kernel or its seccomp filter allows no io_uring.
-pid_t ChildWithIoUring() {
+/// A child in a session of its own (where this test's session leader is outside its PID
+/// namespace, CI runners, the dump would be refused for that first) that runs `setup`, then
+/// pauses until killed; -1 when `setup` returned false.
+pid_t PausedChildAfter(const std::function<bool()>& setup) {
   int ready[2];
   if (::pipe(ready) != 0) return -1;
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(ready[0]);
-    // A session of its own: where this test's session leader is outside its PID namespace
-    // (CI runners), the dump would be refused for that first.
     (void)::setsid();
-    unsigned char params[120] = {};  // struct io_uring_params: 120 bytes, zero = defaults
-    const long fd = ::syscall(__NR_io_uring_setup, 4, params);
-    const char ok = fd >= 0 ? 1 : 0;
+    const char ok = setup() ? 1 : 0;
     (void)!::write(ready[1], &ok, 1);
-    if (fd < 0) ::_exit(1);
+    if (ok == 0) ::_exit(1);
     for (;;) ::pause();
   }
   ::close(ready[1]);
@@ -370,6 +368,21 @@ pid_t ChildWithIoUring() {
     return -1;
   }
   return child;
+}
+
+/// A child that holds an io_uring instance (io_uring_setup's descriptor; the rings are not
+/// mapped) until killed; -1 when this kernel or its seccomp filter allows no io_uring.
+pid_t ChildWithIoUring() {
+  return PausedChildAfter([] {
+    unsigned char params[120] = {};  // struct io_uring_params: 120 bytes, zero = defaults
+    return ::syscall(__NR_io_uring_setup, 4, params) >= 0;
+  });
+}
+
+/// A child in a mount namespace of its own: every file it inherited lies on a mount of this
+/// one (coord::FilesOnForeignMounts); -1 when no mount namespace can be made here.
+pid_t ChildInAMountNamespaceOfItsOwn() {
+  return PausedChildAfter([] { return ::unshare(CLONE_NEWNS) == 0; });
 }
 
 /// The start of a command line that runs what follows as PID 1 of a new PID namespace (with
@@ -441,6 +454,71 @@ TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
                                "which CRIU cannot dump"));
   EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
+}
+
+TEST_F(CliImages, ADumpOfAJobHoldingAFileOfAnotherMountNamespaceIsRefusedBeforeAnythingChanges) {
+  // A file inherited from a sandbox's shell, or from outside the job's own mount namespace:
+  // CRIU says "Can't lookup mount" only after the checkpoint took the GPUs away.
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
+  const std::string held = dir_ + "/held.txt";
+  WriteAll(held, "x");
+  const int fd = ::open(held.c_str(), O_RDONLY);  // inherited by the child (no O_CLOEXEC)
+  ASSERT_GE(fd, 0);
+  const pid_t job = ChildInAMountNamespaceOfItsOwn();
+  ::close(fd);
+  if (job < 0) GTEST_SKIP() << "no mount namespace can be made here";
+  const auto foreign = coord::FilesOnForeignMounts("/proc/" + std::to_string(job));
+  const auto named = std::find_if(foreign.begin(), foreign.end(),
+                                  [&](const auto& f) { return f.fd == fd; });
+  ASSERT_NE(named, foreign.end());
+  EXPECT_EQ(named->path, held);
+  const std::string images = dir_ + "/images";
+  const Ran r = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  const bool ran_on = ::kill(job, 0) == 0;
+  ::kill(job, SIGKILL);
+  ::waitpid(job, nullptr, 0);
+  EXPECT_EQ(r.status, 3) << r.out << r.err;  // refused before any change
+  EXPECT_THAT(r.err, HasSubstr("(pid " + std::to_string(job) + ") holds descriptor"));
+  EXPECT_THAT(r.err, HasSubstr(std::to_string(fd) + " (" + held + ")"));
+  EXPECT_THAT(r.err, HasSubstr("opened in another mount namespace, which CRIU cannot dump"));
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+  EXPECT_TRUE(ran_on);
+  EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
+}
+
+TEST_F(CliImages, RunOpensTheFilesAJobInheritsFromAnotherMountNamespaceAgain) {
+  // `unshare --mount cusnap run -- sleep`: the log the job inherits lies on a mount of the
+  // namespace outside; the job gets the same file, at the same offset, on a mount of its own.
+  const std::string log = dir_ + "/inherited.log";
+  WriteAll(log, "0123456789");
+  const int fd = ::open(log.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::lseek(fd, 4, SEEK_SET), 4);
+  const pid_t job = Spawn({"/usr/bin/unshare", "--mount", "--", Env("CUSNAP_TEST_BIN_DIR") + "/cusnap",
+                           "run", "--", "sleep", "30"}, {{fd, 10}});
+  ::close(fd);
+  ASSERT_GT(job, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ReadAll("/proc/" + std::to_string(job) + "/comm") != "sleep\n" &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string proc = "/proc/" + std::to_string(job);
+  const std::string comm = ReadAll(proc + "/comm");
+  const auto foreign = coord::FilesOnForeignMounts(proc);
+  std::error_code ec;
+  const std::string target = std::filesystem::read_symlink(proc + "/fd/10", ec).string();
+  const std::string info = ReadAll(proc + "/fdinfo/10");
+  ::kill(job, SIGKILL);
+  int status = 0;
+  ::waitpid(job, &status, 0);
+  if (comm == "unshare\n" || (WIFEXITED(status) && WEXITSTATUS(status) == 1)) {
+    GTEST_SKIP() << "no mount namespace can be made here";
+  }
+  ASSERT_EQ(comm, "sleep\n");
+  EXPECT_TRUE(foreign.empty()) << foreign.front().fd << " " << foreign.front().path;
+  EXPECT_EQ(target, log);
+  EXPECT_THAT(info, HasSubstr("pos:\t4\n"));
 }
 
 /// The round trip of criu_job through `dump` and `restore --images-dir`, every byte checked by
