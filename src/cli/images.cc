@@ -144,9 +144,15 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
 
 int InspectImagesCommand(const std::string& images_dir, bool json) {
   // A manifest supersedes a pending one left beside it (the dump removes that one after).
-  const bool pending = !coord::HasManifest(images_dir);
+  const bool pending = !coord::HasManifest(images_dir) && coord::HasPendingManifest(images_dir);
   auto manifest = pending ? coord::ReadPendingManifest(images_dir) : coord::ReadManifest(images_dir);
   if (!manifest) {
+    if (json) {
+      std::printf("%s\n", nlohmann::json{{"images_dir", images_dir},
+                                         {"failed_dump", coord::IsFailedDump(images_dir)},
+                                         {"exit_code", kExitError},
+                                         {"errors", {manifest.error().message}}}.dump(2).c_str());
+    }
     std::fprintf(stderr, "cusnap inspect: %s\n", manifest.error().message.c_str());
     return kExitError;
   }

@@ -333,7 +333,8 @@ int main(int argc, char** argv) {
     });
   }
   if (*inspect && (cusnap::coord::HasManifest(cusnap::cli::StateDir(inspect_dir)) ||
-                   cusnap::coord::HasPendingManifest(cusnap::cli::StateDir(inspect_dir)))) {
+                   cusnap::coord::HasPendingManifest(cusnap::cli::StateDir(inspect_dir)) ||
+                   cusnap::coord::IsFailedDump(cusnap::cli::StateDir(inspect_dir)))) {
     return cusnap::cli::InspectImagesCommand(cusnap::cli::StateDir(inspect_dir), in_json);
   }
   if (*inspect) {

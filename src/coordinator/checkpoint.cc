@@ -1,4 +1,6 @@
 // The checkpoint sequence (coordinator.h): one function per phase, run in order by Run().
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -42,12 +44,22 @@ class CheckpointSequence : Sequence {
   static const Stage<CheckpointSequence> kStages[];
 
  private:
-  Outcome Refused() { return Outcome::kRefused; }
-  Outcome ResumeAndRefuse() {
-    ResumeQuiesced();
+  Outcome Refused() {
+    RemoveCreatedDirs();
     return Outcome::kRefused;
   }
-  Outcome ResumeOrFail() { return ResumeQuiesced() ? Outcome::kRefused : Outcome::kFailedAfterChange; }
+  Outcome ResumeAndRefuse() {
+    ResumeQuiesced();
+    return Refused();
+  }
+  Outcome ResumeOrFail() { return ResumeQuiesced() ? Refused() : Outcome::kFailedAfterChange; }
+
+  /// A refused checkpoint leaves no directory it created behind (those still empty:
+  /// rmdir removes nothing else), deepest first.
+  void RemoveCreatedDirs() {
+    for (auto dir = created_dirs_.rbegin(); dir != created_dirs_.rend(); ++dir) ::rmdir(dir->c_str());
+    created_dirs_.clear();
+  }
   Outcome Failed() { return Outcome::kFailedAfterChange; }
 
   /// detach_multicast: every multicast team taken apart (nothing to do without one).
@@ -104,7 +116,7 @@ class CheckpointSequence : Sequence {
       if (auto owner = CheckStateDirOwner(options_.state_dir, job); !owner) {
         return {owner.error().message};
       }
-      if (auto dir = PrepareStateDir(options_.state_dir); !dir) return {dir.error().message};
+      if (auto dir = PrepareStateDir(options_.state_dir, &created_dirs_); !dir) return {dir.error().message};
       return CheckResourcesAll(participants_, views_, options_.state_dir, options_.images_root);
     });
   }
@@ -320,6 +332,7 @@ class CheckpointSequence : Sequence {
 
   const CheckpointOptions& options_;
   std::vector<ParticipantView> views_;
+  std::vector<std::string> created_dirs_;  ///< by validate (PrepareStateDir), parents first
   std::vector<char> quiesced_;  // char, not bool: written from several threads
   std::vector<std::string> busy_why_;  // per participant: its NOT_READY answer to kQuiesce
   std::vector<uint64_t> saved_bytes_;

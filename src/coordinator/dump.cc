@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <iterator>
@@ -113,7 +114,25 @@ class DumpSequence : Sequence {
   Outcome RestoreInPlace() {
     report_.notes.push_back("criu dump failed: restoring the job in place from what each "
                             "process holds");
-    return ResumeJob() ? Outcome::kRolledForward : Outcome::kFailedAfterChange;
+    if (!ResumeJob()) return Outcome::kFailedAfterChange;  // the state file stays, for recover
+    RemoveFailedDump();
+    return Outcome::kRolledForward;
+  }
+
+  /// After a failed dump was rolled forward: what CRIU and the checkpoint wrote into the
+  /// images directory is no dump (and the state file no longer the job's state), so it goes;
+  /// CRIU's logs (*.log) stay, and `inspect` names the directory as a failed dump by them.
+  void RemoveFailedDump() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(Dir(), ec)) {
+      const std::string name = e.path().filename().string();
+      const bool ours = name.ends_with(".img") || name == "stats-dump" ||
+                        e.path() == std::filesystem::path(StateFilePath(Dir()));
+      std::error_code rm_ec;
+      if (ours && !std::filesystem::remove(e.path(), rm_ec) && rm_ec) {
+        report_.notes.push_back("cannot remove " + e.path().string() + ": " + rm_ec.message());
+      }
+    }
   }
 
   /// check_images: CRIU is there and runs, and the images directory holds no dump of

@@ -169,7 +169,17 @@ Result<Manifest> ReadManifestFile(const std::string& dir, const char* name,
 
 }  // namespace
 
+bool IsFailedDump(const std::string& dir) {
+  auto exists = [&](const std::string& name) { return ::access((dir + "/" + name).c_str(), F_OK) == 0; };
+  return exists(kCriuDumpLogName) && !exists(kManifestFileName) &&
+         !exists(kPendingManifestFileName) && ::access(StateFilePath(dir).c_str(), F_OK) != 0;
+}
+
 Result<Manifest> ReadManifest(const std::string& dir) {
+  if (IsFailedDump(dir)) {
+    return Error{ENOENT, "no images in " + dir + ": a dump failed there and its job was restored "
+                         "in place (CRIU's log: " + dir + "/" + kCriuDumpLogName + ")"};
+  }
   return ReadManifestFile(dir, kManifestFileName, "no images in " + dir);
 }
 

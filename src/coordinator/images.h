@@ -111,6 +111,10 @@ bool HasPendingManifest(const std::string& dir);
 /// Reads <dir>/cusnap-images.pending.json: ENOENT when missing, else as ReadManifest.
 Result<Manifest> ReadPendingManifest(const std::string& dir);
 
+/// True when `dir` holds what a failed dump leaves once its job was restored in place: CRIU's
+/// log, and neither a manifest, a pending manifest nor a state file (the dump removed them).
+bool IsFailedDump(const std::string& dir);
+
 /// Why CRIU's images in `dir` are not a complete dump, as a sentence: no inventory.img, or
 /// criu-dump.log does not say "Dumping finished successfully". "" when they are complete.
 std::string WhyCriuDumpIncomplete(const std::string& dir);

@@ -162,8 +162,8 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
   return state;
 }
 
-Status PrepareStateDir(const std::string& state_dir) {
-  if (auto dir = EnsureStateDir(state_dir); !dir) return dir;  // 0700, never re-moded
+Status PrepareStateDir(const std::string& state_dir, std::vector<std::string>* created) {
+  if (auto dir = EnsureStateDir(state_dir, created); !dir) return dir;  // 0700, never re-moded
   auto temp = MakeTemp(state_dir);
   if (!temp) return temp.error();
   ::close(temp->first);

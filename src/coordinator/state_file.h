@@ -73,7 +73,8 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
 /// Creates `state_dir` (mode 0700, parents too) if missing, refuses an unsafe existing one
 /// (state_guard.h, EnsureStateDir; never re-moded) and proves a file can be created there (a temporary file, removed again). Run before anything destructive so an
 /// unwritable directory refuses the checkpoint with the job untouched. errno-coded Error.
-Status PrepareStateDir(const std::string& state_dir);
+/// The directories it created are appended to `created` (EnsureStateDir).
+Status PrepareStateDir(const std::string& state_dir, std::vector<std::string>* created = nullptr);
 
 /// Writes `text` to `<dir>/<name>` atomically and durably, as WriteStateFile does (also the
 /// images manifest, images.h). errno-coded Error naming the path.

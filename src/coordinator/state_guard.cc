@@ -45,12 +45,14 @@ Status CheckStateDirOwner(const std::string& state_dir, const std::vector<Proces
                        "another --state-dir"};
 }
 
-Status EnsureStateDir(const std::string& state_dir) {
+Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* created) {
   if (state_dir.empty()) return Error{EINVAL, "the state directory is empty"};
   // Create each missing component (parents first) with 0700; an existing one is left as is.
   for (size_t at = state_dir.find('/', 1);; at = state_dir.find('/', at + 1)) {
     const std::string part = state_dir.substr(0, at);
-    if (!part.empty() && ::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+    if (!part.empty() && ::mkdir(part.c_str(), 0700) == 0) {
+      if (created != nullptr) created->push_back(part);
+    } else if (!part.empty() && errno != EEXIST) {
       return Error{errno, "cannot create state directory " + part + ": " + std::strerror(errno)};
     }
     if (at == std::string::npos) break;

@@ -36,7 +36,8 @@ Status CheckStateDirOwner(const std::string& state_dir, const std::vector<Proces
 /// Error naming the directory and the reason when it cannot be created, or when it exists
 /// and is unsafe: not a directory, not owned by this (effective) user, or writable by group
 /// or others, sticky or not (another user could then plant or swap files next to the
-/// checkpoint; /tmp is refused: use a directory below it).
-Status EnsureStateDir(const std::string& state_dir);
+/// checkpoint; /tmp is refused: use a directory below it). Each directory it created is
+/// appended to `created` (parents first), so that a refusal can take them away again.
+Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* created = nullptr);
 
 }  // namespace cusnap::coord

@@ -734,12 +734,24 @@ void CliImages::FullDiskCase(bool criu_fills) {
     EXPECT_THAT(dump.err, HasSubstr("the images directory's filesystem is full ("));
     EXPECT_THAT(dump.out + dump.err, HasSubstr("restoring the job in place"));
     EXPECT_THAT(dump.out, HasSubstr("activate"));
+    // What CRIU and the checkpoint wrote there is no dump, and goes; CRIU's logs stay, and
+    // name the directory as a failed dump.
+    for (const auto& e : std::filesystem::directory_iterator(images)) {
+      EXPECT_TRUE(e.path().extension() == ".log") << e.path();
+    }
+    EXPECT_TRUE(std::filesystem::exists(images + "/" + coord::kCriuDumpLogName));
+    const Ran inspect = Cusnap({"inspect", images});
+    EXPECT_EQ(inspect.status, 1) << inspect.out << inspect.err;
+    EXPECT_THAT(inspect.err, HasSubstr("no images in " + images + ": a dump failed there and its "
+                                       "job was restored in place (CRIU's log: "));
   } else {
     EXPECT_EQ(dump.status, kExitRefused) << dump.out << dump.err;
     EXPECT_THAT(dump.err, HasSubstr("images directory " + images + ": not enough disk space "
                                     "for the dump: at least "));
     EXPECT_THAT(dump.err, HasSubstr("choose another --images-dir"));
     EXPECT_THAT(dump.err, HasSubstr("nothing was changed, the job keeps running"));
+    // The images directory the dump made for itself goes with the refusal.
+    EXPECT_FALSE(std::filesystem::exists(images));
   }
   // The job runs on, unheld, its shims active.
   EXPECT_EQ(::kill(job, 0), 0);
@@ -754,6 +766,9 @@ void CliImages::FullDiskCase(bool criu_fills) {
   EXPECT_FALSE(coord::HasPendingManifest(images));
   const Ran restore = Cusnap({"restore", "--images-dir", images});
   EXPECT_EQ(restore.status, kExitRestoreRefused) << restore.out << restore.err;
+  if (criu_fills) {
+    EXPECT_THAT(restore.err, HasSubstr("a dump failed there"));
+  }
   EXPECT_EQ(::kill(job, 0), 0);
 
   // With room, the same job dumps (its processes are gone) and comes back.
