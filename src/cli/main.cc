@@ -66,12 +66,12 @@ const CLI::Validator kNonEmptyDeviceMap(
     },
     "", "non-empty device map");
 
-/// Adds --pid / --all to `cmd`: exactly one of them when `required`, else at most one
-/// (neither: every endpoint in the control directory).
-void AddTarget(CLI::App* cmd, Target& target, bool required) {
+/// Adds --pid / --all to `cmd`: exactly one of them when `required`, else at most one, and
+/// `neither` says what the command does with neither.
+void AddTarget(CLI::App* cmd, Target& target, bool required, const std::string& neither = "") {
   auto* group = cmd->add_option_group(
       "target", required ? "which processes (exactly one of)"
-                         : "which processes (at most one of; neither: every endpoint)");
+                         : "which processes (at most one of; neither: " + neither + ")");
   group->add_option("--pid", target.pid, "the job's process: its whole process tree")
       ->check(cusnap::cli::PidValidator());
   group->add_flag("--all", target.all, "every live endpoint in the control directory");
@@ -96,8 +96,9 @@ int CheckTargetArgs(const char* command, const Target& target, const CLI::App* c
                     const std::string& state_dir) {
   if (target.pid == 1) {
     std::fprintf(stderr, "cusnap %s: --pid 1 is init: its process tree is every process of "
-                 "the machine; give the job's own pid, or --all for every endpoint in the "
-                 "control directory\n", command);
+                 "the machine; give the job's own pid%s\n", command,
+                 std::string_view(command) == "dump" ? "" : ", or --all for every endpoint in "
+                                                         "the control directory");
     return cusnap::cli::kExitUsage;
   }
   if (cmd->count("--state-dir") > 0 && state_dir.empty()) {
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
     }
   }
   CLI::App app{"cusnap: checkpoint and restore of multi-process CUDA jobs that share GPU memory"};
-  app.footer(cusnap::cli::kExitCodesHelp);
+  app.footer(cusnap::cli::AllExitCodesHelp());
   app.require_subcommand(1);
   // A callback: the shim file is read only when --version is asked (reading it at every start
   // cost each command 3 s under AddressSanitizer).
@@ -150,7 +151,8 @@ int main(int argc, char** argv) {
               "shim prepended.\n"
               "Exit status: the command's own (it replaces cusnap: 127 when the program is "
               "not found, 126 when it is found but cannot be executed, 128+N when signal N "
-              "ends it); 2 for a usage error before it starts, 1 when the shim is missing.");
+              "ends it); 2 for a usage error before it starts, 1 when the shim is missing or, "
+              "with --pid-namespace, no PID namespace can be made.");
 
   Target ck_target;
   std::string ck_state_dir;
@@ -169,7 +171,7 @@ int main(int argc, char** argv) {
   bool rs_json = false;
   auto* restore = app.add_subcommand("restore", "resume a checkpointed job, or bring a dumped "
                                                 "one back from its images (--images-dir)");
-  AddTarget(restore, rs_target, false);
+  AddTarget(restore, rs_target, false, "--images-dir, the job of a dump");
   restore->add_option("--images-dir", rs_images_dir,
                       "restore the job `cusnap dump` wrote there, in new processes (CRIU); "
                       "no --pid then")
@@ -219,7 +221,7 @@ int main(int argc, char** argv) {
   Target st_target;
   bool st_json = false, st_prune = false;
   auto* status = app.add_subcommand("status", "participants, phase, allocations, bytes");
-  AddTarget(status, st_target, false);
+  AddTarget(status, st_target, false, "every endpoint in the control directory");
   status->add_flag("--json", st_json, "print one JSON document");
   status->add_flag("--prune", st_prune,
                    "remove stale endpoint sockets (their process is gone, or its pid was "
@@ -242,6 +244,17 @@ int main(int argc, char** argv) {
   demo->add_flag("--json", demo_options.json, "print the summary as one JSON document");
 
   std::string shell;
+  // Each command's --help names only the statuses it can end with.
+  {
+    using namespace cusnap::cli;
+    checkpoint->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitRefused, kExitFailedAfterChange, 130}));
+    dump->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitRefused, kExitFailedAfterChange, 130}));
+    restore->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitFailedAfterChange, kExitRestoreRefused, 130}));
+    recover->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitFailedAfterChange, kExitRestoreRefused, 130}));
+    status->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
+    inspect->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
+  }
+
   auto* completion = app.add_subcommand("completion", "print a shell completion script");
   completion->add_option("shell", shell, "the shell (bash)")
       ->required()

@@ -178,6 +178,12 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       std::printf("stale hold marker %s: its process ended while held (%s)\n", marker.c_str(),
                   gone ? "removed" : "safe to remove");
     }
+    // A `cusnap dump` leaves both behind when it takes a held job away; its images are what
+    // a restore needs, not these files.
+    if (!stale_markers.empty() && !prune) {
+      std::printf("(a job `cusnap dump` took to disk leaves these too: 'cusnap restore "
+                  "--images-dir <dir>' brings it back from its images, with or without them)\n");
+    }
   }
   for (const auto& e : errors) std::fprintf(stderr, "cusnap status: %s\n", e.c_str());
   return errors.empty() ? kExitOk : kExitError;

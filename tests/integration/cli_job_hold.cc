@@ -391,6 +391,13 @@ TEST_F(CliJobHold, PruneRemovesTheMarkerOfAProcessThatEndedHeld) {
   const std::string marker = HeldMarker(gone.pid);
   ASSERT_TRUE(std::filesystem::exists(marker));
   Kill(gone);
+  // Listed first, with what a dump (which leaves the same) needs of it: nothing.
+  const Ran listed = Cusnap({"status", "--all"});
+  EXPECT_THAT(listed.out, HasSubstr("stale hold marker " + marker +
+                                    ": its process ended while held (safe to remove)"));
+  EXPECT_THAT(listed.out, HasSubstr("'cusnap restore --images-dir <dir>' brings it back from its "
+                                    "images, with or without them"));
+  EXPECT_TRUE(std::filesystem::exists(marker));
   const Ran st = Cusnap({"status", "--all", "--prune"});
   EXPECT_THAT(st.out, HasSubstr("stale hold marker " + marker +
                                 ": its process ended while held (removed)"));

@@ -339,9 +339,32 @@ TEST_F(CliMistakes, InspectJsonOfACorruptStateFileIsStillJson) {
 TEST_F(CliMistakes, StatusHelpSaysAtMostOneTargetAndNotExactlyOne) {
   const Ran r = Cusnap({"status", "--help"});
   EXPECT_EQ(r.status, 0);
-  EXPECT_THAT(r.out, HasSubstr("which processes (at most one of; neither: every endpoint)"));
+  EXPECT_THAT(r.out, HasSubstr("which processes (at most one of; neither: every endpoint in the "
+                               "control directory)"));
   EXPECT_THAT(r.out, Not(HasSubstr("exactly one of")));
   EXPECT_THAT(r.out, HasSubstr("--prune"));
+  // Only the statuses status can end with.
+  EXPECT_THAT(r.out, HasSubstr("Exit status: 0 success; 1 other error"));
+  EXPECT_THAT(r.out, Not(HasSubstr("3 checkpoint refused")));
+}
+
+TEST_F(CliMistakes, RestoreHelpSaysWhatNeitherTargetMeansAndItsOwnStatuses) {
+  const Ran r = Cusnap({"restore", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("neither: --images-dir, the job of a dump"));
+  EXPECT_THAT(r.out, HasSubstr("5 restore refused before any change"));
+  EXPECT_THAT(r.out, Not(HasSubstr("3 checkpoint refused")));
+  const Ran top = Cusnap({"--help"});
+  EXPECT_THAT(top.out, HasSubstr("3 checkpoint refused before any change"));
+  EXPECT_THAT(top.out, HasSubstr("5 restore refused before any change"));
+}
+
+TEST_F(CliMistakes, DumpOfInitSuggestsNoAllWhichDumpLacks) {
+  const Ran r = Cusnap({"dump", "--pid", "1", "--images-dir", dir_ + "/images"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--pid 1 is init: its process tree is every process of the "
+                               "machine; give the job's own pid\n"));
+  EXPECT_FALSE(fs::exists(dir_ + "/images"));
 }
 
 // ---- Version, completion ----
