@@ -39,12 +39,9 @@ Error HeldRefusal(int pid) {
                        "first (nothing was changed)"};
 }
 
-/// A process stopped by someone else (SIGSTOP, a debugger, a shell's Ctrl-Z) cannot answer
-/// on its endpoint: said at once, rather than after the endpoint's deadline.
+/// A process stopped by someone else (StoppedText).
 Error StoppedRefusal(int pid) {
-  return Error{-1, ProcessText(pid, ProcessName(pid)) + " is stopped (state T), not by cusnap: " +
-                       "its endpoint cannot answer; continue it ('kill -CONT " +
-                       std::to_string(pid) + "') and try again (nothing was changed)"};
+  return Error{-1, StoppedText(pid) + " and try again (nothing was changed)"};
 }
 
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,

@@ -4,6 +4,7 @@
 #include "common/socket.h"
 
 #include "common/ids.h"
+#include "common/text.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -279,6 +280,11 @@ std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
   }
   std::sort(foreign.begin(), foreign.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
   return foreign;
+}
+
+std::string StoppedText(int pid) {
+  return ProcessText(pid, ProcessName(pid)) + " is stopped (state T), not by cusnap: its " +
+         "endpoint cannot answer; continue it ('kill -CONT " + std::to_string(pid) + "')";
 }
 
 std::string ProcessName(int pid) {

@@ -22,6 +22,11 @@ bool AliveHere(int pid, uint64_t start_time);
 /// ...), or nullopt when the process does not exist.
 std::optional<char> ProcessState(int pid);
 
+/// "pid P (name) is stopped (state T), not by cusnap: its endpoint cannot answer; continue it
+/// ('kill -CONT P')": a process stopped by someone else (SIGSTOP, a debugger, a shell's
+/// Ctrl-Z) is named at once, rather than after its endpoint's deadline.
+std::string StoppedText(int pid);
+
 /// True when `pid` is a zombie (/proc/<pid>/stat state Z or X): it exited and its parent
 /// has not reaped it; its endpoint socket answers no one.
 bool IsZombie(int pid);

@@ -21,6 +21,10 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
                     "(CUSNAP_HOLD=run keeps it running); its tables were not asked";
       return uint64_t{0};
     }
+    if (ProcessState(pid) == 'T') {
+      identify_errors[i] = StoppedText(pid);
+      return uint64_t{0};
+    }
     auto id = Identify(*participants[i]);
     if (!id) {
       identify_errors[i] = id.error().message;

@@ -353,6 +353,14 @@ TEST_F(CliJobHold, AProcessStoppedByTheUserIsNamedAtOnce) {
                                 "T), not by cusnap: its endpoint cannot answer; continue it ('kill "
                                 "-CONT " + std::to_string(w.pid) + "')"));
   EXPECT_EQ(ProcState(w.pid), 'T') << "cusnap continued a process it did not stop";
+  // status names it at once too (it waited for the endpoint's deadline, 10 s).
+  const auto asked = std::chrono::steady_clock::now();
+  const Ran st = Cusnap({"status", "--all"});
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(5));
+  EXPECT_EQ(st.status, 1) << st.out << st.err;
+  EXPECT_THAT(st.err, HasSubstr("pid " + std::to_string(w.pid) + " (job_worker) is stopped (state "
+                                "T), not by cusnap"));
+  EXPECT_EQ(ProcState(w.pid), 'T');
   ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
   const Ran again = Checkpoint(dir_ + "/state");
   ASSERT_EQ(again.status, 0) << again.out << again.err;
