@@ -136,7 +136,8 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
     const int root = HostPidOf(init, manifest->root_pid);
     std::fprintf(stderr, "cusnap restore: the job runs in a PID namespace of its own (its init "
                  "is pid %d here): its root is pid %d there and pid %d here; name it with "
-                 "--pid %d (any of its processes, as this machine numbers them)\n",
+                 "--pid %d (its root as this machine numbers it; the pid of another of its "
+                 "processes names that process's subtree, as for any job)\n",
                  init, manifest->root_pid, root, root);
   }
   return rc;

@@ -257,6 +257,11 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
                    command_name, pid, std::strerror(errno));
       ::_exit(kExitError);
     }
+    // What the command prints names the job's pids as its namespace numbers them.
+    if (pids.back() != pid) {
+      std::fprintf(stderr, "cusnap %s: note: pid %d runs in a PID namespace of its own, as pid %d: "
+                   "the pids below are that namespace's\n", command_name, pid, pids.back());
+    }
     const int rc = command(pids.back());
     std::fflush(nullptr);
     ::_exit(rc);

@@ -6,8 +6,9 @@
 // 1 that stays as long as the job. Inside, the job keeps the pids it had: its endpoints, its
 // tickets and the state file name them, so every later command on it (status, checkpoint,
 // restore, recover, dump) runs in the job's PID and mount namespaces (the mount namespace
-// holds the /proc of those pids): given `--pid` of any of its processes as this machine
-// sees it, cusnap joins them in a child and works there.
+// holds the /proc of those pids): given `--pid` of one of its processes as this machine
+// sees it (the root for the whole job; another names its subtree, as for any job), cusnap
+// joins them in a child and works there.
 #pragma once
 
 #include <functional>

@@ -831,6 +831,9 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
 
   const Ran st = Cusnap({"status", "--pid", pid, "--json"});
   ASSERT_EQ(st.status, 0) << st.out << st.err;
+  // What it prints names the namespace's pids, and it says so.
+  EXPECT_THAT(st.err, HasSubstr("runs in a PID namespace of its own, as pid " + pid +
+                                ": the pids below are that namespace's"));
   const auto doc = nlohmann::json::parse(st.out);
   EXPECT_EQ(doc["participants"].size(), 2u) << st.out;
   const std::string job_control = doc.value("control_dir", "");
