@@ -710,6 +710,12 @@ void CliImages::FullDiskCase(bool criu_fills) {
   ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
   const std::string size = criu_fills ? "size=64m,mode=0700" : "size=3m,mode=0700";
   ASSERT_EQ(::mount("tmpfs", full.c_str(), "tmpfs", 0, size.c_str()), 0) << std::strerror(errno);
+  // Unmounted however the test ends: TearDown cannot remove a mount point (EBUSY), and the
+  // whole scratch directory stayed behind in /tmp.
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{full};
   const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log", images = full + "/images";
   const pid_t job = StartCriuJob(job_dir, log);
   ASSERT_GT(job, 0);
