@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "coordinator/json_number.h"
@@ -18,8 +19,15 @@ namespace {
 
 const std::string& Dir() {
   static const std::string dir = [] {
-    char templ[] = "/tmp/cusnap-fuzz-state-XXXXXX";
-    return std::string(mkdtemp(templ) != nullptr ? templ : "/tmp");
+    // Static storage: the exit handler below runs after `dir` itself was destroyed.
+    static char templ[] = "/tmp/cusnap-fuzz-state-XXXXXX";
+    if (mkdtemp(templ) == nullptr) return std::string("/tmp");
+    // Removed when the fuzzer exits (libFuzzer ends with exit()).
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(templ, ec);
+    });
+    return std::string(templ);
   }();
   return dir;
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,13 @@ TEST(Transparency, EveryOddCallAnswersAsTheDriverDoes) {
   const std::string dir = cusnap::testing::MakeScratchDir("transparency");
   ASSERT_FALSE(dir.empty());
   cusnap::testing::UseOwnMachine(dir);
+  struct Remove {
+    std::string path;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove{dir};
   const std::vector<std::string> bare = RunProbe(false);
   const std::vector<std::string> shimmed = RunProbe(true);
   ASSERT_FALSE(bare.empty());

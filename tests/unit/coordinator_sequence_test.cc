@@ -278,9 +278,10 @@ TEST_F(SequenceTest, TopologyChangedBeforeQuiesceIsRefusedAndResumed) {
 }
 
 TEST_F(SequenceTest, UnwritableStateDirRefusesBeforeQuiesce) {
+  const std::string scratch = dir_;  // TearDown removes it again
   dir_ = "/proc/self/cusnap-state";
   const auto report = RunCheckpoint();
-  dir_ = "/tmp/unused-by-teardown";
+  dir_ = scratch;
   EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
   ASSERT_EQ(report.errors.size(), 1u);
   EXPECT_THAT(report.errors[0], HasSubstr("cannot create state directory /proc/self/cusnap-state"));
