@@ -225,8 +225,8 @@ int main(int argc, char** argv) {
   status->add_flag("--json", st_json, "print one JSON document");
   status->add_flag("--prune", st_prune,
                    "remove stale endpoint sockets (their process is gone, or its pid was "
-                   "reused) and the hold markers of processes that ended while held; never a "
-                   "live one");
+                   "reused), the hold markers of processes that ended while held and the "
+                   "start-time aliases of restored processes that ended; never a live one");
 
   std::string inspect_dir;
   bool in_json = false;

@@ -31,6 +31,7 @@ namespace {
 std::vector<std::string> Prune(const std::string& control_dir,
                                const std::vector<StaleEndpoint>& stale,
                                const std::vector<std::string>& stale_markers,
+                               const std::vector<std::string>& stale_aliases,
                                std::vector<std::string>& errors) {
   std::vector<std::string> removed;
   const auto now = StaleEndpoints(control_dir);
@@ -55,6 +56,16 @@ std::vector<std::string> Prune(const std::string& control_dir,
       errors.push_back("cannot remove " + marker + ": " + std::strerror(errno));
     }
   }
+  // Start-time aliases of restored processes that ended, still stale now.
+  const auto aliases_now = coord::StaleRestoredAliases(control_dir);
+  for (const std::string& alias : stale_aliases) {
+    if (std::find(aliases_now.begin(), aliases_now.end(), alias) == aliases_now.end()) continue;
+    if (::unlink(alias.c_str()) == 0) {
+      removed.push_back(alias);
+    } else if (errno != ENOENT) {
+      errors.push_back("cannot remove " + alias + ": " + std::strerror(errno));
+    }
+  }
   return removed;
 }
 
@@ -73,6 +84,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
   std::vector<int> pids;
   std::vector<StaleEndpoint> stale;  // listed, never an error; removed with --prune
   std::vector<std::string> stale_markers;  // hold markers of processes that ended held, too
+  std::vector<std::string> stale_aliases;  // start-time aliases of restored processes that ended
   std::vector<ForeignEndpoint> foreign;  // endpoints of jobs in PID namespaces of their own
   if (target.pid > 0) {
     if (const std::string problem = CheckTargetPid(target.pid, control_dir); !problem.empty()) {
@@ -87,6 +99,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
     }
     stale = StaleEndpoints(control_dir);
     stale_markers = coord::StaleHoldMarkers(control_dir);
+    stale_aliases = coord::StaleRestoredAliases(control_dir);
     foreign = ForeignEndpoints(control_dir);
     for (int pid : coord::EndpointPids(control_dir)) {
       const bool reused = std::any_of(stale.begin(), stale.end(),
@@ -95,7 +108,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
     }
   }
   std::vector<std::string> errors;
-  const std::vector<std::string> removed = prune ? Prune(control_dir, stale, stale_markers, errors)
+  const std::vector<std::string> removed = prune ? Prune(control_dir, stale, stale_markers, stale_aliases, errors)
                                                  : std::vector<std::string>{};
   std::vector<std::unique_ptr<coord::Participant>> participants;
   for (int pid : pids) participants.push_back(coord::ConnectEndpoint(control_dir, pid));
@@ -129,6 +142,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
                                        {"stale_endpoints", stale_list},
                                        {"stale_reasons", stale_reasons},
                                        {"stale_hold_markers", stale_markers},
+                                       {"stale_restored_aliases", stale_aliases},
                                        {"other_pid_namespaces", OtherNamespacesJson(foreign)},
                                        {"pruned", removed},
                                        {"errors", errors}}.dump(2).c_str());
@@ -177,6 +191,11 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       const bool gone = std::find(removed.begin(), removed.end(), marker) != removed.end();
       std::printf("stale hold marker %s: its process ended while held (%s)\n", marker.c_str(),
                   gone ? "removed" : "safe to remove");
+    }
+    for (const auto& alias : stale_aliases) {
+      const bool gone = std::find(removed.begin(), removed.end(), alias) != removed.end();
+      std::printf("stale start-time alias %s: the restored process it names ended (%s)\n",
+                  alias.c_str(), gone ? "removed" : "safe to remove");
     }
     // A `cusnap dump` leaves both behind when it takes a held job away; its images are what
     // a restore needs, not these files.

@@ -282,6 +282,29 @@ std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
   return foreign;
 }
 
+std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
+  // An alias names its process by pid in the PID namespace it was restored in (maybe one of
+  // its own, whose pids mean other processes here), but by start time as the kernel counts
+  // it everywhere: it is stale when no process here started at either time it records.
+  std::set<uint64_t> started;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (const uint64_t t = KernelStartTime(std::atoi(name.c_str())); t != 0) started.insert(t);
+  }
+  std::vector<std::string> stale;
+  if (started.empty()) return stale;  // no /proc to judge by
+  for (const auto& e : std::filesystem::directory_iterator(control_dir + "/restored", ec)) {
+    std::ifstream in(e.path());
+    uint64_t outside = 0, inside = 0;
+    if (!(in >> outside >> inside)) continue;  // not an alias: left alone
+    if (!started.contains(outside) && !started.contains(inside)) stale.push_back(e.path().string());
+  }
+  std::sort(stale.begin(), stale.end());
+  return stale;
+}
+
 std::string StoppedText(int pid) {
   return ProcessText(pid, ProcessName(pid)) + " is stopped (state T), not by cusnap: its " +
          "endpoint cannot answer; continue it ('kill -CONT " + std::to_string(pid) + "')";

@@ -85,6 +85,13 @@ std::optional<int> LastNamespaceSessionId(const std::string& status_text);
 /// holds one in torch 2.11 whatever its rendezvous (docs/MEASURED.md M16).
 bool HoldsIoUring(int pid);
 
+/// The start-time aliases in <control_dir>/restored (common/ids.h, RestoredAliasPath) whose
+/// process is gone: no process in this /proc started at either new start time the alias
+/// records (its pid may be one of a PID namespace of the job's own, which means another
+/// process here; start times mean the same everywhere). The images restore writes one per
+/// restored process; `cusnap status --prune` removes the stale ones.
+std::vector<std::string> StaleRestoredAliases(const std::string& control_dir);
+
 /// A descriptor whose file lies on a mount that the process's mount namespace does not have.
 struct ForeignFile {
   int fd = -1;

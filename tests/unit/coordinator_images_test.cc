@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,7 +16,9 @@
 #include <thread>
 #include <future>
 
+#include "common/ids.h"
 #include "coordinator/images.h"
+#include "coordinator/proc.h"
 
 namespace {
 
@@ -145,6 +148,24 @@ TEST_F(ImageChecksumTest, DumpIdsTakenNamesParticipantsHeldByOthersAndEveryOther
   EXPECT_EQ(other[0].id, me);
   EXPECT_TRUE(other[0].participant);
   EXPECT_EQ(other[1].id, tid);
+}
+
+// The restore's start-time aliases (<control dir>/restored/<pid>) whose process is gone are
+// stale: no process started at either new start time the alias records. The pid does not
+// decide (in a PID namespace of the job's own it means another process here).
+TEST_F(ImageChecksumTest, StaleRestoredAliasesAreThoseOfEndedProcesses) {
+  ASSERT_EQ(::mkdir((dir_ + "/restored").c_str(), 0700), 0);
+  const uint64_t my_start = cusnap::KernelStartTime(::getpid());
+  ASSERT_NE(my_start, 0u);
+  // This process under another pid (its namespace's), seen from outside and from inside.
+  Write("restored/27", std::to_string(my_start) + " 1 42\n");
+  Write("restored/28", "1 " + std::to_string(my_start) + " 42\n");
+  // Start times no process has: later than now.
+  const uint64_t later = my_start + 1'000'000'000ull;
+  Write("restored/29", std::to_string(later) + " " + std::to_string(later + 1) + " 42\n");
+  Write("restored/30", "not an alias\n");
+  EXPECT_THAT(coord::StaleRestoredAliases(dir_),
+              ::testing::ElementsAre(dir_ + "/restored/29"));
 }
 
 }  // namespace
