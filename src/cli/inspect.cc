@@ -38,7 +38,8 @@ int InspectCommand(const std::string& given, bool json) {
                     path.filename() == std::filesystem::path(coord::StateFilePath("")).filename();
   std::string state_dir = file ? path.parent_path().string() : given;
   if (state_dir.empty()) state_dir = ".";
-  auto state = coord::ReadStateFile(state_dir);
+  Result<coord::StateFile> state = Error{ENOENT, state_dir + " does not exist"};
+  if (std::filesystem::exists(state_dir, ec)) state = coord::ReadStateFile(state_dir);
   if (!state) {
     if (json) {
       std::printf("%s\n", nlohmann::json{{"state_dir", state_dir},

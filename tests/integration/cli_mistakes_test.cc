@@ -359,6 +359,12 @@ TEST_F(CliMistakes, RestoreHelpSaysWhatNeitherTargetMeansAndItsOwnStatuses) {
   EXPECT_THAT(top.out, HasSubstr("5 restore refused before any change"));
 }
 
+TEST_F(CliMistakes, InspectOfAMissingDirectorySaysItDoesNotExist) {
+  const Ran r = Cusnap({"inspect", dir_ + "/nothing"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("cusnap inspect: " + dir_ + "/nothing does not exist\n"));
+}
+
 TEST_F(CliMistakes, DumpOfInitSuggestsNoAllWhichDumpLacks) {
   const Ran r = Cusnap({"dump", "--pid", "1", "--images-dir", dir_ + "/images"});
   EXPECT_EQ(r.status, kExitUsage);
