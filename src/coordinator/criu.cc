@@ -145,16 +145,22 @@ std::string WhyCriuCannotDump(int pid) {
                   "MASTER_PORT set, under `cusnap run`, which sets USE_LIBUV=0: README "
                   "\"Checkpoint to disk\")");
   }
-  if (const auto foreign = FilesOnForeignMounts("/proc/" + std::to_string(pid)); !foreign.empty()) {
+  if (!SameNamespace("mnt", pid, ::getpid())) {
+    why.push_back("runs in a mount namespace other than this cusnap's: CRIU would dump its "
+                  "mounts too and cannot restore them (\"mnt: BUG\"), so the job could never "
+                  "come back; start it with `cusnap run --pid-namespace` (a namespace cusnap "
+                  "joins itself), or run cusnap in the job's mount namespace");
+  } else if (const auto foreign = FilesOnForeignMounts("/proc/" + std::to_string(pid)); !foreign.empty()) {
     std::string fds;
     for (const auto& f : foreign) {
       fds += (fds.empty() ? "" : ", ") + std::to_string(f.fd) + " (" + f.path + ")";
     }
-    why.push_back("holds descriptor" + std::string(foreign.size() == 1 ? " " : "s ") + fds +
-                  " of a file opened in another mount namespace, which CRIU cannot dump "
-                  "(\"Can't lookup mount\"); close it in the job, or start the job with `cusnap run`, "
-                  "which opens the files a job inherits from another mount namespace again in "
-                  "its own (or close them before: `" + std::to_string(foreign.front().fd) + "<&-`)");
+    const bool one = foreign.size() == 1;
+    why.push_back(std::string(one ? "holds descriptor " : "holds descriptors ") + fds +
+                  (one ? ", a file" : ", files") + " opened in another mount namespace, which "
+                  "CRIU cannot dump (\"Can't lookup mount\"); start the job with `cusnap run`, "
+                  "which opens such inherited files again in the job's own namespace, or have "
+                  "the job close " + (one ? "it" : "them"));
   }
   std::string text;
   for (const auto& w : why) text += (text.empty() ? "" : "; and it ") + w;

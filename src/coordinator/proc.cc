@@ -305,6 +305,16 @@ std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
   return stale;
 }
 
+bool SameNamespace(const char* kind, int a, int b) {
+  struct stat sa {}, sb {};
+  const std::string tail = std::string("/ns/") + kind;
+  if (::stat(("/proc/" + std::to_string(a) + tail).c_str(), &sa) != 0 ||
+      ::stat(("/proc/" + std::to_string(b) + tail).c_str(), &sb) != 0) {
+    return true;
+  }
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 std::string StoppedText(int pid) {
   return ProcessText(pid, ProcessName(pid)) + " is stopped (state T), not by cusnap: its " +
          "endpoint cannot answer; continue it ('kill -CONT " + std::to_string(pid) + "')";

@@ -92,6 +92,11 @@ bool HoldsIoUring(int pid);
 /// restored process; `cusnap status --prune` removes the stale ones.
 std::vector<std::string> StaleRestoredAliases(const std::string& control_dir);
 
+/// True when processes `a` and `b` are in the same namespace of `kind` ("mnt", "pid", ...:
+/// /proc/<pid>/ns/<kind> names the same inode); true as well when either cannot be read
+/// (nothing to judge by).
+bool SameNamespace(const char* kind, int a, int b);
+
 /// A descriptor whose file lies on a mount that the process's mount namespace does not have.
 struct ForeignFile {
   int fd = -1;
