@@ -223,10 +223,13 @@ Status RunCriu(const std::string& criu, const std::vector<std::string>& args,
   argv.push_back("-v4");
   const int rc = Spawn(argv, dir + "/criu-output.log");
   if (rc == 0) return Ok{};
-  std::string why = ErrorLines(ReadText(dir + "/" + log_name));
-  if (why.empty()) why = ErrorLines(ReadText(dir + "/criu-output.log"));
-  return Error{rc, "criu " + args[0] + " failed (exit " + std::to_string(rc) + ", log " + dir +
-                       "/" + log_name + "): " + why};
+  // CRIU writes its log once it has parsed its options; before, only its output tells.
+  const bool logged = ::access((dir + "/" + log_name).c_str(), F_OK) == 0;
+  const std::string log = dir + "/" + (logged ? log_name : "criu-output.log");
+  std::string why = ErrorLines(ReadText(log));
+  if (why.empty() && logged) why = ErrorLines(ReadText(dir + "/criu-output.log"));
+  return Error{rc, "criu " + args[0] + " failed (exit " + std::to_string(rc) + ", log " + log +
+                       "): " + why};
 }
 
 Result<int> RestoredRootPid(const std::string& dir) {

@@ -124,14 +124,9 @@ class DumpSequence : Sequence {
   /// CRIU's logs (*.log) stay, and `inspect` names the directory as a failed dump by them.
   void RemoveFailedDump() {
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(Dir(), ec)) {
-      const std::string name = e.path().filename().string();
-      const bool ours = name.ends_with(".img") || name == "stats-dump" ||
-                        e.path() == std::filesystem::path(StateFilePath(Dir()));
-      std::error_code rm_ec;
-      if (ours && !std::filesystem::remove(e.path(), rm_ec) && rm_ec) {
-        report_.notes.push_back("cannot remove " + e.path().string() + ": " + rm_ec.message());
-      }
+    if (auto s = RemovePreviousDump(Dir()); !s) report_.notes.push_back(s.error().message);
+    if (!std::filesystem::remove(StateFilePath(Dir()), ec) && ec) {
+      report_.notes.push_back("cannot remove " + StateFilePath(Dir()) + ": " + ec.message());
     }
   }
 
@@ -193,6 +188,8 @@ class DumpSequence : Sequence {
       }
       auto pending = DescribeDump();
       if (!pending) return pending.error();
+      // check_images made sure an earlier dump here is of this job, which runs: replaced.
+      if (auto s = RemovePreviousDump(Dir()); !s) return s.error();
       if (auto s = WritePendingManifest(Dir(), *pending); !s) return s.error();
       std::atomic<bool> done{false};
       std::thread progress([&] {
@@ -379,6 +376,11 @@ class ImagesRestoreSequence : Sequence {
       if (complete_dump_) {
         if (auto s = WriteManifest(options_.images_dir, manifest_); !s) return s.error();
         if (auto s = RemovePendingManifest(options_.images_dir); !s) return s.error();
+      }
+      // CRIU will not write a pid file that exists: an earlier restore from here left one.
+      if (::unlink((options_.images_dir + "/restored.pid").c_str()) != 0 && errno != ENOENT) {
+        return Error{errno, "cannot remove " + options_.images_dir + "/restored.pid: " +
+                                std::strerror(errno)};
       }
       if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
                            "criu-restore.log");

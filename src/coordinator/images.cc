@@ -30,6 +30,7 @@ namespace {
 /// logs (a restore writes its own) and the pid file a restore leaves.
 bool Excluded(const std::string& name) {
   return name == kManifestFileName || name == kPendingManifestFileName || name == "restored.pid" ||
+         name == "stats-restore" ||
          (name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) ||
          name.rfind(".", 0) == 0;  // temporary files of an atomic write
 }
@@ -169,9 +170,28 @@ Result<Manifest> ReadManifestFile(const std::string& dir, const char* name,
 
 }  // namespace
 
+bool IsCriuOutput(const std::string& name) {
+  return name.ends_with(".img") || name == "stats-dump" || name == "stats-restore" ||
+         name == "restored.pid";
+}
+
+Status RemovePreviousDump(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!IsCriuOutput(name) && name != kManifestFileName) continue;
+    std::error_code rm;
+    if (!std::filesystem::remove(e.path(), rm) && rm) {
+      return Error{rm.value(), "cannot remove " + e.path().string() + " of an earlier dump: " +
+                                   rm.message()};
+    }
+  }
+  return Ok{};
+}
+
 bool IsFailedDump(const std::string& dir) {
   auto exists = [&](const std::string& name) { return ::access((dir + "/" + name).c_str(), F_OK) == 0; };
-  return exists(kCriuDumpLogName) && !exists(kManifestFileName) &&
+  return (exists(kCriuDumpLogName) || exists("criu-output.log")) && !exists(kManifestFileName) &&
          !exists(kPendingManifestFileName) && ::access(StateFilePath(dir).c_str(), F_OK) != 0;
 }
 
@@ -414,14 +434,16 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                        "', this machine has '" + machine.driver +
                        "': a native checkpoint restores only on the driver that wrote it");
   }
-  if (DumpedJobRuns(manifest, alive)) {
+  const bool runs = DumpedJobRuns(manifest, alive);
+  if (runs) {
     problems.push_back(dir + " holds a dump of a job that is still running (pid " +
                        std::to_string(manifest.root_pid) + (manifest.left_running
                                                                 ? ", dumped with --leave-running"
                                                                 : "") +
                        "): restoring it would make a second copy; stop that job first");
   }
-  for (const TakenId& t : DumpIdsTaken(dir, manifest, alive)) {
+  // The job's own processes hold its ids while it runs: said above, not as others' ids.
+  for (const TakenId& t : runs ? std::vector<TakenId>{} : DumpIdsTaken(dir, manifest, alive)) {
     problems.push_back((t.participant ? "pid " : "process or thread id ") +
                        std::to_string(t.id) + " of the dump is held by another " +
                        "process now; CRIU gives every process and thread its id back, so it "

@@ -111,6 +111,16 @@ bool HasPendingManifest(const std::string& dir);
 /// Reads <dir>/cusnap-images.pending.json: ENOENT when missing, else as ReadManifest.
 Result<Manifest> ReadPendingManifest(const std::string& dir);
 
+/// True for a file CRIU writes into an images directory other than its logs: its images
+/// (*.img), its statistics (stats-dump, stats-restore) and a restore's pid file.
+bool IsCriuOutput(const std::string& name);
+
+/// Removes from `dir` what an earlier dump or restore left there: CRIU's output (IsCriuOutput)
+/// and the manifest, so that a dump into it holds only its own files (a thread image of an
+/// older dump would otherwise be hashed into the new manifest). The state file and the logs
+/// stay. Errors name the file (errno-coded).
+Status RemovePreviousDump(const std::string& dir);
+
 /// True when `dir` holds what a failed dump leaves once its job was restored in place: CRIU's
 /// log, and neither a manifest, a pending manifest nor a state file (the dump removed them).
 bool IsFailedDump(const std::string& dir);

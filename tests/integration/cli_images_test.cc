@@ -270,13 +270,21 @@ TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
   // The dumped job's root is a process that exists with the start time the manifest records
   // (this test itself): restoring would make a second copy of a live job.
   const int self = static_cast<int>(::getpid());
-  ExpectRefused(MakeImages([&](coord::Manifest& m) {
-                  m.root_pid = self;
-                  m.root_start_time = KernelStartTime(self);
-                  m.left_running = true;
-                }),
-                "holds a dump of a job that is still running (pid " + std::to_string(self) +
-                    ", dumped with --leave-running)");
+  // A thread image of an id the running job holds (here: our parent's pid): the job's own,
+  // not another process's, so it is not named as taken.
+  ::mkdir((dir_ + "/images").c_str(), 0700);
+  WriteAll(dir_ + "/images/core-" + std::to_string(::getppid()) + ".img", "thread");
+  const std::string images = MakeImages([&](coord::Manifest& m) {
+    m.root_pid = self;
+    m.root_start_time = KernelStartTime(self);
+    m.left_running = true;
+  });
+  ExpectRefused(images, "holds a dump of a job that is still running (pid " + std::to_string(self) +
+                            ", dumped with --leave-running)");
+  const Ran again = Cusnap({"restore", "--images-dir", images, "--pid-namespace"});
+  EXPECT_EQ(again.status, kExitRestoreRefused) << again.out << again.err;
+  EXPECT_THAT(again.err, HasSubstr("still running"));
+  EXPECT_THAT(again.err, ::testing::Not(HasSubstr("held by another process")));
 }
 
 // A pid of the dump held by a live cusnap process (its endpoint answers as that pid: maybe
@@ -681,10 +689,11 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
     EXPECT_THAT(pruned_held.out, ::testing::Not(HasSubstr("stale hold marker")));
     const Ran back = Cusnap({"restore", "--pid", outside, "--state-dir", state + "-held"});
     ASSERT_EQ(back.status, 0) << back.out << back.err;
-    // To disk and back again: the dump joins the namespace (whose init waits for it), and the
-    // restore makes a new namespace (the root's pid is still held here), where the job's pids
-    // and its threads' do not meet cusnap's own.
-    const std::string images2 = dir_ + "/images-again";
+    // To disk and back again, into the same directory (the restore left CRIU's pid file and
+    // statistics there: replaced, never hashed): the dump joins the namespace (whose init
+    // waits for it), and the restore makes a new namespace (the root's pid is still held
+    // here), where the job's pids and its threads' do not meet cusnap's own.
+    const std::string images2 = images;
     const Ran dump2 = Cusnap({"dump", "--pid", outside, "--images-dir", images2});
     ASSERT_EQ(dump2.status, 0) << dump2.out << dump2.err;
     while (KernelStartTime(std::stoi(outside)) != 0 && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30)) {
@@ -694,6 +703,12 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
     ASSERT_EQ(restore2.status, 0) << restore2.out << restore2.err
                                   << ReadAll(images2 + "/criu-restore.log").substr(0, 4000);
     EXPECT_THAT(restore2.err, HasSubstr("restored in a PID namespace of its own"));
+    auto again = coord::ReadManifest(images2);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    for (const auto& f : again->files) {
+      EXPECT_NE(f.name, "stats-restore");
+      EXPECT_NE(f.name, "restored.pid");
+    }
   }
   // The restored processes are not our children: they check their bytes once told to go,
   // and say so in the log they kept writing.
