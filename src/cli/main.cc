@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
               "shim prepended.\n"
               "Exit status: the command's own (it replaces cusnap: 127 when the program is "
               "not found, 126 when it is found but cannot be executed, 128+N when signal N "
-              "ends it); 2 for a usage error before it starts, 1 when the shim is missing or, "
+              "ends it); 2 for a usage error or a control directory it must not use, before it "
+              "starts; 1 when the shim is missing or, "
               "with --pid-namespace, no PID namespace can be made.");
 
   Target ck_target;
@@ -174,7 +175,7 @@ int main(int argc, char** argv) {
   AddTarget(restore, rs_target, false, "--images-dir, the job of a dump");
   restore->add_option("--images-dir", rs_images_dir,
                       "restore the job `cusnap dump` wrote there, in new processes (CRIU); "
-                      "no --pid then")
+                      "no --pid, --all or --state-dir then")
       ->transform(kAbsolutePath);
   restore->add_option("--state-dir", rs_state_dir,
                       "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
@@ -253,9 +254,11 @@ int main(int argc, char** argv) {
     recover->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitFailedAfterChange, kExitRestoreRefused, 130}));
     status->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
     inspect->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
+    demo->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
   }
 
   auto* completion = app.add_subcommand("completion", "print a shell completion script");
+  completion->footer(cusnap::cli::ExitCodesHelp({cusnap::cli::kExitOk, cusnap::cli::kExitUsage}));
   completion->add_option("shell", shell, "the shell (bash)")
       ->required()
       ->check(CLI::IsMember(cusnap::cli::kCompletionShells));

@@ -259,8 +259,9 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
     }
     // What the command prints names the job's pids as its namespace numbers them.
     if (pids.back() != pid) {
-      std::fprintf(stderr, "cusnap %s: note: pid %d runs in a PID namespace of its own, as pid %d: "
-                   "the pids below are that namespace's\n", command_name, pid, pids.back());
+      std::fprintf(stderr, "cusnap %s: note: pid %d here runs in a PID namespace of its own, "
+                   "where it is pid %d: the pids below are that namespace's\n", command_name,
+                   pid, pids.back());
     }
     const int rc = command(pids.back());
     std::fflush(nullptr);

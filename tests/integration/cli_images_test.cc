@@ -877,7 +877,7 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   const Ran st = Cusnap({"status", "--pid", pid, "--json"});
   ASSERT_EQ(st.status, 0) << st.out << st.err;
   // What it prints names the namespace's pids, and it says so.
-  EXPECT_THAT(st.err, HasSubstr("runs in a PID namespace of its own, as pid " + pid +
+  EXPECT_THAT(st.err, HasSubstr("runs in a PID namespace of its own, where it is pid " + pid +
                                 ": the pids below are that namespace's"));
   const auto doc = nlohmann::json::parse(st.out);
   EXPECT_EQ(doc["participants"].size(), 2u) << st.out;

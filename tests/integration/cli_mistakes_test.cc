@@ -354,6 +354,8 @@ TEST_F(CliMistakes, RestoreHelpSaysWhatNeitherTargetMeansAndItsOwnStatuses) {
   EXPECT_THAT(r.out, HasSubstr("neither: --images-dir, the job of a dump"));
   EXPECT_THAT(r.out, HasSubstr("5 restore refused before any change"));
   EXPECT_THAT(r.out, Not(HasSubstr("3 checkpoint refused")));
+  const Ran completion = Cusnap({"completion", "--help"});
+  EXPECT_THAT(completion.out, HasSubstr("Exit status: 0 success; 2 usage."));
   const Ran top = Cusnap({"--help"});
   EXPECT_THAT(top.out, HasSubstr("3 checkpoint refused before any change"));
   EXPECT_THAT(top.out, HasSubstr("5 restore refused before any change"));
