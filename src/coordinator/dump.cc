@@ -21,6 +21,7 @@
 
 #include "common/control_dir.h"
 #include "common/ids.h"
+#include "common/text.h"
 #include "coordinator/criu.h"
 #include "coordinator/hold.h"
 #include "coordinator/images.h"
@@ -140,6 +141,7 @@ class DumpSequence : Sequence {
       auto version = CriuVersion(criu_);
       if (!version) return {version.error().message};
       criu_version_ = *version;
+      NotePipesWrittenOutside();
       if (std::string why = CriuCannotDump(); !why.empty()) return {why};
       // A dump interrupted before its manifest was written is the dump of the job it names.
       if (HasManifest(Dir()) || HasPendingManifest(Dir())) {
@@ -164,6 +166,19 @@ class DumpSequence : Sequence {
       }
     }
     return "";
+  }
+
+  /// A note for each pipe the job writes whose reader is outside it (PipesWrittenOutside):
+  /// not a refusal (the dump and an in-place resume keep it), but its restore from the
+  /// images gets a pipe nobody reads.
+  void NotePipesWrittenOutside() {
+    for (const auto& p : PipesWrittenOutside(ProcessTree(options_.root_pid))) {
+      report_.notes.push_back(
+          ProcessText(p.pid, ProcessName(p.pid)) + " writes to a pipe (descriptor " +
+          std::to_string(p.fd) + ") whose reader is outside the job: CRIU restores it as a new "
+          "pipe that nobody reads, so after 'restore --images-dir' writes to it fail (EPIPE, "
+          "SIGPIPE); give the job a file for that output (README, \"Checkpoint to disk\")");
+    }
   }
 
   /// Every checkpoint phase (coordinator.h), its report merged into this one.

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -303,6 +304,75 @@ std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
   }
   std::sort(stale.begin(), stale.end());
   return stale;
+}
+
+namespace {
+
+/// The pipe ends `pid` holds: (descriptor, "pipe:[inode]", write end?).
+struct PipeEnd {
+  int fd;
+  std::string pipe;
+  bool writes;
+};
+std::vector<PipeEnd> PipeEnds(int pid) {
+  std::vector<PipeEnd> ends;
+  const std::string base = "/proc/" + std::to_string(pid);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base + "/fd", ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (!target.starts_with("pipe:[")) continue;
+    const std::string fd = e.path().filename().string();
+    std::ifstream info(base + "/fdinfo/" + fd);
+    for (std::string line; std::getline(info, line);) {
+      if (!line.starts_with("flags:")) continue;
+      const unsigned long flags = std::strtoul(line.substr(6).c_str(), nullptr, 8);
+      ends.push_back({std::atoi(fd.c_str()), target, (flags & 3) == 1});  // O_WRONLY
+      break;
+    }
+  }
+  return ends;
+}
+
+}  // namespace
+
+std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree) {
+  std::vector<PipeWrittenOutside> candidates;
+  std::vector<std::string> candidate_pipes;
+  std::set<std::string> read_in_tree;
+  for (const int pid : tree) {
+    for (const auto& end : PipeEnds(pid)) {
+      if (!end.writes) read_in_tree.insert(end.pipe);
+    }
+  }
+  for (const int pid : tree) {
+    for (const auto& end : PipeEnds(pid)) {
+      if (end.writes && !read_in_tree.contains(end.pipe)) {
+        candidates.push_back({pid, end.fd});
+        candidate_pipes.push_back(end.pipe);
+      }
+    }
+  }
+  if (candidates.empty()) return candidates;
+  // Read outside: some process not of the tree holds the read end (a pipe nobody reads any
+  // more is no different after a restore).
+  std::set<std::string> read_outside;
+  const std::set<int> in_tree(tree.begin(), tree.end());
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int pid = std::atoi(name.c_str());
+    if (in_tree.contains(pid)) continue;
+    for (const auto& end : PipeEnds(pid)) {
+      if (!end.writes) read_outside.insert(end.pipe);
+    }
+  }
+  std::vector<PipeWrittenOutside> outside;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (read_outside.contains(candidate_pipes[i])) outside.push_back(candidates[i]);
+  }
+  return outside;
 }
 
 bool SameNamespace(const char* kind, int a, int b) {

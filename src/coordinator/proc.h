@@ -97,6 +97,18 @@ std::vector<std::string> StaleRestoredAliases(const std::string& control_dir);
 /// (nothing to judge by).
 bool SameNamespace(const char* kind, int a, int b);
 
+/// A pipe's write end held in a process tree whose read end no process of the tree holds.
+struct PipeWrittenOutside {
+  int pid = 0;
+  int fd = -1;
+};
+
+/// The write ends of pipes that processes of `tree` hold and whose read end a process
+/// outside the tree holds (/proc/<pid>/fd "pipe:[inode]", access mode from
+/// /proc/<pid>/fdinfo): output to a process outside the job (`cusnap run -- job | tee log`). CRIU restores such a pipe as a new
+/// one that nobody reads, so after a restore from images those writes fail (EPIPE, SIGPIPE).
+std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree);
+
 /// A descriptor whose file lies on a mount that the process's mount namespace does not have.
 struct ForeignFile {
   int fd = -1;

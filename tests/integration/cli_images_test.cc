@@ -508,6 +508,41 @@ TEST_F(CliImages, ADumpOfAJobHoldingAFileOfAnotherMountNamespaceIsRefusedBeforeA
   EXPECT_FALSE(HasFailure()) << "descriptor " << named->fd;
 }
 
+TEST_F(CliImages, ADumpNamesAPipeTheJobWritesForAReaderOutsideIt) {
+  // `cusnap run -- job | tee log`: restored from images, the job writes into a new pipe that
+  // nobody reads. A pipe the job reads itself, or one nobody reads any more, is no concern.
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);  // inherited by the child; this test keeps the read end
+  const pid_t job = PausedChildAfter([&] {
+    ::close(out[0]);
+    int inner[2];
+    return ::pipe(inner) == 0;  // both ends in the job
+  });
+  ::close(out[1]);
+  ASSERT_GT(job, 0);
+  const auto outside = coord::PipesWrittenOutside({job});
+  const Ran r = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", dir_ + "/images"});
+  ::kill(job, SIGKILL);
+  ::waitpid(job, nullptr, 0);
+  ::close(out[0]);
+  // Ours, and no other of its pipes but those this test's own output goes to (ctest reads
+  // them: the same case).
+  std::vector<int> fds;
+  for (const auto& p : outside) {
+    EXPECT_EQ(p.pid, job);
+    fds.push_back(p.fd);
+  }
+  EXPECT_THAT(fds, ::testing::Contains(out[1]));
+  for (const int fd : fds) {
+    EXPECT_TRUE(fd == out[1] || fd == 1 || fd == 2) << fd;
+  }
+  EXPECT_EQ(r.status, 3) << r.out << r.err;  // no cusnap endpoint: refused (at discover)
+  EXPECT_THAT(r.err, HasSubstr("note: pid " + std::to_string(job) + " (cli_images_test) writes "
+                               "to a pipe (descriptor " + std::to_string(out[1]) + ") whose "
+                               "reader is outside the job"));
+}
+
 TEST_F(CliImages, ADumpOfAJobInAnotherMountNamespaceIsRefusedBeforeAnythingChanges) {
   // `unshare --mount cusnap run -- ...`: CRIU dumps such a job with its mounts, and its
   // restore fails ("mnt: BUG"): the job would be gone for good.
