@@ -141,8 +141,9 @@ class DumpSequence : Sequence {
       auto version = CriuVersion(criu_);
       if (!version) return {version.error().message};
       criu_version_ = *version;
-      NotePipesWrittenOutside();
-      if (std::string why = CriuCannotDump(); !why.empty()) return {why};
+      std::vector<std::string> problems = PipesWrittenOutsideProblems();
+      if (std::string why = CriuCannotDump(); !why.empty()) problems.insert(problems.begin(), why);
+      if (!problems.empty()) return problems;
       // A dump interrupted before its manifest was written is the dump of the job it names.
       if (HasManifest(Dir()) || HasPendingManifest(Dir())) {
         auto old = HasManifest(Dir()) ? ReadManifest(Dir()) : ReadPendingManifest(Dir());
@@ -168,17 +169,21 @@ class DumpSequence : Sequence {
     return "";
   }
 
-  /// A note for each pipe the job writes whose reader is outside it (PipesWrittenOutside):
-  /// not a refusal (the dump and an in-place resume keep it), but its restore from the
-  /// images gets a pipe nobody reads.
-  void NotePipesWrittenOutside() {
+  /// One problem for each pipe the job writes whose reader is outside it
+  /// (PipesWrittenOutside): CRIU would restore it as a new pipe nobody reads, and the restored
+  /// job would die of SIGPIPE at its next write there (found by a fresh user: `cusnap run --
+  /// job | cat`). Refused, like what CRIU cannot dump, before the checkpoint.
+  std::vector<std::string> PipesWrittenOutsideProblems() const {
+    std::vector<std::string> problems;
     for (const auto& p : PipesWrittenOutside(ProcessTree(options_.root_pid))) {
-      report_.notes.push_back(
+      problems.push_back(
           ProcessText(p.pid, ProcessName(p.pid)) + " writes to a pipe (descriptor " +
-          std::to_string(p.fd) + ") whose reader is outside the job: CRIU restores it as a new "
-          "pipe that nobody reads, so after 'restore --images-dir' writes to it fail (EPIPE, "
-          "SIGPIPE); give the job a file for that output (README, \"Checkpoint to disk\")");
+          std::to_string(p.fd) + ") whose reader is outside the job: CRIU would restore it as "
+          "a new pipe that nobody reads, and the restored job's writes there would fail "
+          "(EPIPE, SIGPIPE); give the job a file for that output, e.g. `cusnap run -- job > "
+          "log 2>&1` (README, \"Checkpoint to disk\")");
     }
+    return problems;
   }
 
   /// Every checkpoint phase (coordinator.h), its report merged into this one.

@@ -419,8 +419,18 @@ std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manife
   return taken;
 }
 
+int DumpedJobRunning(const Manifest& manifest, const AliveCheck& alive) {
+  if (manifest.root_pid > 0 && alive(manifest.root_pid, manifest.root_start_time)) {
+    return manifest.root_pid;
+  }
+  for (const auto& p : manifest.participants) {
+    if (p.pid > 0 && alive(p.pid, p.start_time)) return p.pid;
+  }
+  return 0;
+}
+
 bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive) {
-  return manifest.root_pid > 0 && alive(manifest.root_pid, manifest.root_start_time);
+  return DumpedJobRunning(manifest, alive) != 0;
 }
 
 
@@ -434,10 +444,11 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                        "', this machine has '" + machine.driver +
                        "': a native checkpoint restores only on the driver that wrote it");
   }
-  const bool runs = DumpedJobRuns(manifest, alive);
+  const int running = DumpedJobRunning(manifest, alive);
+  const bool runs = running != 0;
   if (runs) {
     problems.push_back(dir + " holds a dump of a job that is still running (pid " +
-                       std::to_string(manifest.root_pid) + (manifest.left_running
+                       std::to_string(running) + (manifest.left_running
                                                                 ? ", dumped with --leave-running"
                                                                 : "") +
                        "): restoring it would make a second copy; stop that job first");

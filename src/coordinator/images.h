@@ -188,7 +188,12 @@ struct TakenId {
 std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manifest,
                                   const AliveCheck& alive);
 
-/// Whether the dumped job still runs: its root pid exists with the recorded start time.
+/// A process of the dumped job that still runs: its root's pid, else the first
+/// participant's, that exists with the recorded start time; 0 when none does (a job whose
+/// root was killed but whose child runs on still runs: restoring it would copy the child).
+int DumpedJobRunning(const Manifest& manifest, const AliveCheck& alive);
+
+/// Whether the dumped job still runs (DumpedJobRunning is not 0).
 bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive);
 
 // AliveHere (coordinator/proc.h) is the AliveCheck of this machine.

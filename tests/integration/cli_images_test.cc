@@ -287,6 +287,20 @@ TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
   EXPECT_THAT(again.err, ::testing::Not(HasSubstr("held by another process")));
 }
 
+TEST_F(CliImages, ADumpWhoseRootEndedButWhoseChildRunsIsRefused) {
+  // A --leave-running dump whose root was killed while a child runs on: restoring it would
+  // copy that child (found by a fresh user: the restore went into a PID namespace of its own
+  // and left the old child running beside the new tree).
+  const int self = static_cast<int>(::getpid());
+  ExpectRefused(MakeImages([&](coord::Manifest& m) {
+                  m.left_running = true;  // root 4'194'000: no such process
+                  m.participants[1].pid = self;
+                  m.participants[1].start_time = KernelStartTime(self);
+                }),
+                "holds a dump of a job that is still running (pid " + std::to_string(self) +
+                    ", dumped with --leave-running)");
+}
+
 // A pid of the dump held by a live cusnap process (its endpoint answers as that pid: maybe
 // this very job, brought back by an interrupted restore) is never restored again in a PID
 // namespace of its own: refused naming the pid, as before, so no second copy is made. (A
@@ -508,9 +522,10 @@ TEST_F(CliImages, ADumpOfAJobHoldingAFileOfAnotherMountNamespaceIsRefusedBeforeA
   EXPECT_FALSE(HasFailure()) << "descriptor " << named->fd;
 }
 
-TEST_F(CliImages, ADumpNamesAPipeTheJobWritesForAReaderOutsideIt) {
-  // `cusnap run -- job | tee log`: restored from images, the job writes into a new pipe that
-  // nobody reads. A pipe the job reads itself, or one nobody reads any more, is no concern.
+TEST_F(CliImages, ADumpOfAJobWritingAPipeReadOutsideItIsRefusedBeforeAnythingChanges) {
+  // `cusnap run -- job | tee log`: restored from images, the job would write into a new pipe
+  // that nobody reads, and die of SIGPIPE. A pipe the job reads itself, or one nobody reads
+  // any more, is no concern.
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
   int out[2];
   ASSERT_EQ(::pipe(out), 0);  // inherited by the child; this test keeps the read end
@@ -537,10 +552,13 @@ TEST_F(CliImages, ADumpNamesAPipeTheJobWritesForAReaderOutsideIt) {
   for (const int fd : fds) {
     EXPECT_TRUE(fd == out[1] || fd == 1 || fd == 2) << fd;
   }
-  EXPECT_EQ(r.status, 3) << r.out << r.err;  // no cusnap endpoint: refused (at discover)
-  EXPECT_THAT(r.err, HasSubstr("note: pid " + std::to_string(job) + " (cli_images_test) writes "
-                               "to a pipe (descriptor " + std::to_string(out[1]) + ") whose "
-                               "reader is outside the job"));
+  EXPECT_EQ(r.status, 3) << r.out << r.err;  // refused before anything changed
+  EXPECT_THAT(r.err, HasSubstr("cusnap dump: pid " + std::to_string(job) + " (cli_images_test) "
+                               "writes to a pipe (descriptor " + std::to_string(out[1]) + ") "
+                               "whose reader is outside the job"));
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+  EXPECT_THAT(r.out, HasSubstr("check_images"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("discover")));
 }
 
 TEST_F(CliImages, ADumpOfAJobInAnotherMountNamespaceIsRefusedBeforeAnythingChanges) {
