@@ -25,7 +25,22 @@
 namespace cusnap::cli {
 namespace {
 
-/// Removes the stale endpoint sockets of `stale` that are still stale now (checked again
+/// Unlinks each path of `listed` that `now` (the same kind of stale files, found again just
+/// before) still holds; appends it to `removed`, or why not to `errors` (gone already: fine).
+void RemoveStillStale(const std::vector<std::string>& listed, const std::vector<std::string>& now,
+                      std::vector<std::string>& removed, std::vector<std::string>& errors) {
+  for (const std::string& path : listed) {
+    if (std::find(now.begin(), now.end(), path) == now.end()) continue;
+    if (::unlink(path.c_str()) == 0) {
+      removed.push_back(path);
+    } else if (errno != ENOENT) {
+      errors.push_back("cannot remove " + path + ": " + std::strerror(errno));
+    }
+  }
+}
+
+/// Removes the stale endpoint sockets of `stale`, hold markers and start-time aliases that are
+/// still stale now (checked again
 /// just before each unlink: a live endpoint is never removed). Returns the paths removed;
 /// failures go to `errors`.
 std::vector<std::string> Prune(const std::string& control_dir,
@@ -46,26 +61,10 @@ std::vector<std::string> Prune(const std::string& control_dir,
       errors.push_back("cannot remove " + s.path + ": " + std::strerror(errno));
     }
   }
-  // Hold markers of processes that ended while held (coordinator/hold.h), still stale now.
-  const auto markers_now = coord::StaleHoldMarkers(control_dir);
-  for (const std::string& marker : stale_markers) {
-    if (std::find(markers_now.begin(), markers_now.end(), marker) == markers_now.end()) continue;
-    if (::unlink(marker.c_str()) == 0) {
-      removed.push_back(marker);
-    } else if (errno != ENOENT) {
-      errors.push_back("cannot remove " + marker + ": " + std::strerror(errno));
-    }
-  }
-  // Start-time aliases of restored processes that ended, still stale now.
-  const auto aliases_now = coord::StaleRestoredAliases(control_dir);
-  for (const std::string& alias : stale_aliases) {
-    if (std::find(aliases_now.begin(), aliases_now.end(), alias) == aliases_now.end()) continue;
-    if (::unlink(alias.c_str()) == 0) {
-      removed.push_back(alias);
-    } else if (errno != ENOENT) {
-      errors.push_back("cannot remove " + alias + ": " + std::strerror(errno));
-    }
-  }
+  // Hold markers of processes that ended while held (coordinator/hold.h), and start-time
+  // aliases of restored processes that ended: each still stale now.
+  RemoveStillStale(stale_markers, coord::StaleHoldMarkers(control_dir), removed, errors);
+  RemoveStillStale(stale_aliases, coord::StaleRestoredAliases(control_dir), removed, errors);
   return removed;
 }
 
