@@ -39,10 +39,9 @@ void RemoveStillStale(const std::vector<std::string>& listed, const std::vector<
   }
 }
 
-/// Removes the stale endpoint sockets of `stale`, hold markers and start-time aliases that are
-/// still stale now (checked again
-/// just before each unlink: a live endpoint is never removed). Returns the paths removed;
-/// failures go to `errors`.
+/// Removes the stale endpoint sockets of `stale`, hold markers and start-time aliases that
+/// are still stale now (checked again just before each unlink: a live endpoint is never
+/// removed). Returns the paths removed; failures go to `errors`.
 std::vector<std::string> Prune(const std::string& control_dir,
                                const std::vector<StaleEndpoint>& stale,
                                const std::vector<std::string>& stale_markers,
