@@ -133,17 +133,56 @@ std::optional<std::vector<int>> ChildrenFromTasks(int pid) {
   return children;
 }
 
-/// Children of `pid` by scanning every /proc/<n>/stat for its parent pid.
-std::vector<int> ChildrenFromScan(int pid) {
-  std::vector<int> children;
+/// Every pid /proc lists.
+std::vector<int> AllPids() {
+  std::vector<int> pids;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int candidate = std::stoi(name);
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pids.push_back(std::atoi(name.c_str()));
+  }
+  return pids;
+}
+
+/// Children of `pid` by scanning every /proc/<n>/stat for its parent pid.
+std::vector<int> ChildrenFromScan(int pid) {
+  std::vector<int> children;
+  for (const int candidate : AllPids()) {
     if (ParentPid(candidate) == pid) children.push_back(candidate);
   }
   return children;
+}
+
+/// A descriptor of a process and what its /proc/.../fd link names.
+struct Descriptor {
+  int fd;
+  std::string target;
+};
+
+/// The descriptors of the process at `proc_dir` ("/proc/<pid>" or "/proc/self").
+std::vector<Descriptor> Descriptors(const std::string& proc_dir) {
+  std::vector<Descriptor> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(proc_dir + "/fd", ec)) {
+    std::error_code link_ec;
+    out.push_back({std::atoi(e.path().filename().c_str()),
+                   std::filesystem::read_symlink(e.path(), link_ec).string()});
+  }
+  return out;
+}
+
+/// The value after `field` (e.g. "flags:") in /proc/.../fdinfo/<fd>; "" when it has none.
+std::string FdInfoField(const std::string& proc_dir, int fd, std::string_view field) {
+  std::ifstream info(proc_dir + "/fdinfo/" + std::to_string(fd));
+  for (std::string line; std::getline(info, line);) {
+    if (!line.starts_with(field)) continue;
+    std::istringstream value(line.substr(field.size()));
+    std::string word;
+    value >> word;
+    return word;
+  }
+  return "";
 }
 
 }  // namespace
@@ -244,10 +283,8 @@ bool HoldsIoUring(int pid) {
   for (std::string line; std::getline(maps, line);) {
     if (line.find(kIoUring) != std::string::npos) return true;
   }
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(base + "/fd", ec)) {
-    std::error_code link_ec;
-    if (std::filesystem::read_symlink(e.path(), link_ec).string() == kIoUring) return true;
+  for (const auto& d : Descriptors(base)) {
+    if (d.target == kIoUring) return true;
   }
   return false;
 }
@@ -258,26 +295,16 @@ std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
   for (std::string line; std::getline(mountinfo, line);) mounts.insert(line.substr(0, line.find(' ')));
   std::vector<ForeignFile> foreign;
   if (mounts.empty()) return foreign;  // unreadable: nothing can be judged
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(proc_dir + "/fd", ec)) {
-    std::error_code link_ec;
-    const std::string path = std::filesystem::read_symlink(e.path(), link_ec).string();
+  for (const auto& [fd, path] : Descriptors(proc_dir)) {
     if (path.empty() || path[0] != '/' || path.starts_with("/memfd:")) continue;
     struct stat st {};
-    if (::stat(e.path().c_str(), &st) != 0 ||
+    const std::string link = proc_dir + "/fd/" + std::to_string(fd);
+    if (::stat(link.c_str(), &st) != 0 ||
         !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
       continue;
     }
-    const std::string name = e.path().filename().string();
-    std::ifstream info(proc_dir + "/fdinfo/" + name);
-    for (std::string line; std::getline(info, line);) {
-      if (!line.starts_with("mnt_id:")) continue;
-      std::istringstream value(line.substr(7));
-      std::string id;
-      value >> id;
-      if (!mounts.contains(id)) foreign.push_back({std::atoi(name.c_str()), path});
-      break;
-    }
+    const std::string mount = FdInfoField(proc_dir, fd, "mnt_id:");
+    if (!mount.empty() && !mounts.contains(mount)) foreign.push_back({fd, path});
   }
   std::sort(foreign.begin(), foreign.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
   return foreign;
@@ -288,14 +315,12 @@ std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
   // its own, whose pids mean other processes here), but by start time as the kernel counts
   // it everywhere: it is stale when no process here started at either time it records.
   std::set<uint64_t> started;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (const uint64_t t = KernelStartTime(std::atoi(name.c_str())); t != 0) started.insert(t);
+  for (const int pid : AllPids()) {
+    if (const uint64_t t = KernelStartTime(pid); t != 0) started.insert(t);
   }
   std::vector<std::string> stale;
   if (started.empty()) return stale;  // no /proc to judge by
+  std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(control_dir + "/restored", ec)) {
     std::ifstream in(e.path());
     uint64_t outside = 0, inside = 0;
@@ -317,19 +342,11 @@ struct PipeEnd {
 std::vector<PipeEnd> PipeEnds(int pid) {
   std::vector<PipeEnd> ends;
   const std::string base = "/proc/" + std::to_string(pid);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(base + "/fd", ec)) {
-    std::error_code link_ec;
-    const std::string target = std::filesystem::read_symlink(e.path(), link_ec).string();
+  for (const auto& [fd, target] : Descriptors(base)) {
     if (!target.starts_with("pipe:[")) continue;
-    const std::string fd = e.path().filename().string();
-    std::ifstream info(base + "/fdinfo/" + fd);
-    for (std::string line; std::getline(info, line);) {
-      if (!line.starts_with("flags:")) continue;
-      const unsigned long flags = std::strtoul(line.substr(6).c_str(), nullptr, 8);
-      ends.push_back({std::atoi(fd.c_str()), target, (flags & 3) == 1});  // O_WRONLY
-      break;
-    }
+    const std::string flags = FdInfoField(base, fd, "flags:");
+    if (flags.empty()) continue;  // closed meanwhile
+    ends.push_back({fd, target, (std::strtoul(flags.c_str(), nullptr, 8) & 3) == 1});  // O_WRONLY
   }
   return ends;
 }
@@ -337,16 +354,18 @@ std::vector<PipeEnd> PipeEnds(int pid) {
 }  // namespace
 
 std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree) {
-  std::vector<PipeWrittenOutside> candidates;
-  std::vector<std::string> candidate_pipes;
+  std::vector<std::pair<int, std::vector<PipeEnd>>> tree_ends;
   std::set<std::string> read_in_tree;
   for (const int pid : tree) {
-    for (const auto& end : PipeEnds(pid)) {
+    tree_ends.emplace_back(pid, PipeEnds(pid));
+    for (const auto& end : tree_ends.back().second) {
       if (!end.writes) read_in_tree.insert(end.pipe);
     }
   }
-  for (const int pid : tree) {
-    for (const auto& end : PipeEnds(pid)) {
+  std::vector<PipeWrittenOutside> candidates;
+  std::vector<std::string> candidate_pipes;
+  for (const auto& [pid, ends] : tree_ends) {
+    for (const auto& end : ends) {
       if (end.writes && !read_in_tree.contains(end.pipe)) {
         candidates.push_back({pid, end.fd});
         candidate_pipes.push_back(end.pipe);
@@ -358,11 +377,7 @@ std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree
   // more is no different after a restore).
   std::set<std::string> read_outside;
   const std::set<int> in_tree(tree.begin(), tree.end());
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int pid = std::atoi(name.c_str());
+  for (const int pid : AllPids()) {
     if (in_tree.contains(pid)) continue;
     for (const auto& end : PipeEnds(pid)) {
       if (!end.writes) read_outside.insert(end.pipe);
