@@ -226,12 +226,10 @@ void AdoptJobControlDir(int pid) {
 }
 
 int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(int)>& command) {
-  struct stat mine {}, theirs {};
-  const std::string ns = "/proc/" + std::to_string(pid) + "/ns/";
-  if (pid <= 0 || ::stat("/proc/self/ns/pid", &mine) != 0 || ::stat((ns + "pid").c_str(), &theirs) != 0 ||
-      (mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino)) {
+  if (pid <= 0 || coord::SameNamespace("pid", pid, ::getpid())) {
     return command(pid);  // the same namespace (or no such process: the command names it)
   }
+  const std::string ns = "/proc/" + std::to_string(pid) + "/ns/";
   const std::vector<int> pids = NamespacePids(pid);
   UniqueFd pid_ns(::open((ns + "pid").c_str(), O_RDONLY | O_CLOEXEC));
   UniqueFd mnt_ns(::open((ns + "mnt").c_str(), O_RDONLY | O_CLOEXEC));

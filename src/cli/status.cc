@@ -115,6 +115,13 @@ int StatusCommand(const Target& target, bool json, bool prune) {
   if (json) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& e : entries) {
+      if (!e.unreachable.empty()) {
+        list.push_back({{"pid", e.identity.pid},
+                        {"start_time", e.identity.start_time},
+                        {"phase", "unreachable"},
+                        {"unreachable", e.unreachable}});
+        continue;
+      }
       list.push_back({{"pid", e.identity.pid},
                       {"start_time", e.identity.start_time},
                       {"phase", coord::Lowercase(proto::ShimStateName(e.identity.state))},
@@ -152,6 +159,11 @@ int StatusCommand(const Target& target, bool json, bool prune) {
                                               ? "" : " (the control directory does not exist)");
     }
     for (const auto& e : entries) {
+      if (!e.unreachable.empty()) {
+        std::printf("pid %-8d %-20s %-12s its endpoint did not answer (the error below says why)\n",
+                    e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), "unreachable");
+        continue;
+      }
       const std::string state = coord::Lowercase(proto::ShimStateName(e.identity.state));
       if (!e.held.empty()) {
         std::printf("pid %-8d %-20s %-12s %s\n", e.identity.pid,

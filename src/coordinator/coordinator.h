@@ -166,10 +166,14 @@ struct ParticipantStatus {
   /// cannot answer); the identity holds pid, start time and RELEASED (a process is stopped
   /// only after its native checkpoint, so after release), the counts are 0. Says so.
   std::string held;
+  /// Non-empty when the endpoint did not answer (stopped by someone else, or IDENTIFY failed):
+  /// the identity holds only pid and start time; the same text is one of CollectStatus's
+  /// `errors`. Such a participant is still listed, so that status names every process.
+  std::string unreachable;
 };
 
-/// Identifies and inspects every participant (read-only, concurrently). Errors of single
-/// participants land in `errors`.
+/// Identifies and inspects every participant (read-only, concurrently); one entry per
+/// participant, in order. Errors of single participants land in `errors`.
 std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Participant>>& participants,
                                              std::vector<std::string>& errors);
 

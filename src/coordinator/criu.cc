@@ -221,13 +221,13 @@ Status RunCriu(const std::string& criu, const std::vector<std::string>& args,
   argv.push_back("-o");
   argv.push_back(log_name);  // relative to -D: CRIU's log lands in the images directory
   argv.push_back("-v4");
-  const int rc = Spawn(argv, dir + "/criu-output.log");
+  const int rc = Spawn(argv, dir + "/" + kCriuOutputLogName);
   if (rc == 0) return Ok{};
   // CRIU writes its log once it has parsed its options; before, only its output tells.
   const bool logged = ::access((dir + "/" + log_name).c_str(), F_OK) == 0;
-  const std::string log = dir + "/" + (logged ? log_name : "criu-output.log");
+  const std::string log = dir + "/" + (logged ? log_name : kCriuOutputLogName);
   std::string why = ErrorLines(ReadText(log));
-  if (why.empty() && logged) why = ErrorLines(ReadText(dir + "/criu-output.log"));
+  if (why.empty() && logged) why = ErrorLines(ReadText(dir + "/" + kCriuOutputLogName));
   return Error{rc, "criu " + args[0] + " failed (exit " + std::to_string(rc) + ", log " + log +
                        "): " + why};
 }

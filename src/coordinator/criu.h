@@ -10,6 +10,10 @@
 
 namespace cusnap::coord {
 
+/// What CRIU prints (stdout and stderr) in an images directory: the only trace of a CRIU that
+/// failed before it opened its own log (RunCriu).
+inline constexpr const char* kCriuOutputLogName = "criu-output.log";
+
 /// The criu program: $CUSNAP_CRIU when set (it must be executable), else `criu` on PATH.
 /// Error (ENOENT) saying how to get one (scripts/fetch_criu.sh) when there is none.
 Result<std::string> FindCriu();

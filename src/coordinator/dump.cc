@@ -220,7 +220,7 @@ class DumpSequence : Sequence {
         }
       });
       Status dumped = RunCriu(criu_, CriuDumpArgs(options_.root_pid, Dir(), options_.leave_running),
-                              Dir(), "criu-dump.log");
+                              Dir(), kCriuDumpLogName);
       done = true;
       progress.join();
       if (!dumped && WhyCriuDumpIncomplete(Dir()).empty()) {

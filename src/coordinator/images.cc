@@ -19,6 +19,7 @@
 
 #include "common/ids.h"
 #include "common/unique_fd.h"
+#include "coordinator/criu.h"
 #include "coordinator/json_number.h"
 #include "coordinator/proc.h"
 #include "coordinator/state_file.h"
@@ -191,14 +192,16 @@ Status RemovePreviousDump(const std::string& dir) {
 
 bool IsFailedDump(const std::string& dir) {
   auto exists = [&](const std::string& name) { return ::access((dir + "/" + name).c_str(), F_OK) == 0; };
-  return (exists(kCriuDumpLogName) || exists("criu-output.log")) && !exists(kManifestFileName) &&
+  return (exists(kCriuDumpLogName) || exists(kCriuOutputLogName)) && !exists(kManifestFileName) &&
          !exists(kPendingManifestFileName) && ::access(StateFilePath(dir).c_str(), F_OK) != 0;
 }
 
 Result<Manifest> ReadManifest(const std::string& dir) {
   if (IsFailedDump(dir)) {
+    const bool logged = ::access((dir + "/" + kCriuDumpLogName).c_str(), F_OK) == 0;
     return Error{ENOENT, "no images in " + dir + ": a dump failed there and its job was restored "
-                         "in place (CRIU's log: " + dir + "/" + kCriuDumpLogName + ")"};
+                         "in place (CRIU's log: " + dir + "/" +
+                         (logged ? kCriuDumpLogName : kCriuOutputLogName) + ")"};
   }
   return ReadManifestFile(dir, kManifestFileName, "no images in " + dir);
 }

@@ -8,7 +8,6 @@ namespace cusnap::coord {
 std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Participant>>& participants,
                                              std::vector<std::string>& errors) {
   std::vector<ParticipantStatus> out(participants.size());
-  std::vector<std::string> identify_errors(participants.size());
   RunPhase("status", participants.size(), [&](size_t i) -> Result<uint64_t> {
     // A held process is stopped: its endpoint would not answer before the deadline.
     const std::string endpoint = participants[i]->endpoint();
@@ -22,12 +21,12 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
       return uint64_t{0};
     }
     if (ProcessState(pid) == 'T') {
-      identify_errors[i] = StoppedText(pid);
+      out[i].unreachable = StoppedText(pid);
       return uint64_t{0};
     }
     auto id = Identify(*participants[i]);
     if (!id) {
-      identify_errors[i] = id.error().message;
+      out[i].unreachable = id.error().message;
       return uint64_t{0};
     }
     out[i].identity = std::move(*id);
@@ -46,15 +45,13 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
     }
     return uint64_t{0};
   });
-  std::vector<ParticipantStatus> reachable;
   for (size_t i = 0; i < participants.size(); ++i) {
-    if (identify_errors[i].empty()) {
-      reachable.push_back(std::move(out[i]));
-    } else {
-      errors.push_back(identify_errors[i]);
-    }
+    if (out[i].unreachable.empty()) continue;
+    out[i].identity.pid = participants[i]->pid();
+    out[i].identity.start_time = ProcessStartTime(out[i].identity.pid).value_or(0);
+    errors.push_back(out[i].unreachable);
   }
-  return reachable;
+  return out;
 }
 
 }  // namespace cusnap::coord

@@ -360,6 +360,20 @@ TEST_F(CliJobHold, AProcessStoppedByTheUserIsNamedAtOnce) {
   EXPECT_EQ(st.status, 1) << st.out << st.err;
   EXPECT_THAT(st.err, HasSubstr("pid " + std::to_string(w.pid) + " (job_worker) is stopped (state "
                                 "T), not by cusnap"));
+  // ... and still lists it, as unreachable, in text and JSON alike.
+  EXPECT_THAT(st.out, HasSubstr("unreachable")) << st.out;
+  const Ran js = Cusnap({"status", "--all", "--json"});
+  EXPECT_EQ(js.status, 1) << js.out << js.err;
+  const auto doc = nlohmann::json::parse(js.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << js.out;
+  bool listed = false;
+  for (const auto& p : doc["participants"]) {
+    if (p.value("pid", 0) != w.pid) continue;
+    listed = true;
+    EXPECT_EQ(p.value("phase", ""), "unreachable") << p;
+    EXPECT_THAT(p.value("unreachable", ""), HasSubstr("not by cusnap")) << p;
+  }
+  EXPECT_TRUE(listed) << js.out;
   EXPECT_EQ(ProcState(w.pid), 'T');
   ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
   const Ran again = Checkpoint(dir_ + "/state");
