@@ -144,17 +144,34 @@ class DumpSequence : Sequence {
       std::vector<std::string> problems = PipesWrittenOutsideProblems();
       if (std::string why = CriuCannotDump(); !why.empty()) problems.insert(problems.begin(), why);
       if (!problems.empty()) return problems;
-      // A dump interrupted before its manifest was written is the dump of the job it names.
-      if (HasManifest(Dir()) || HasPendingManifest(Dir())) {
-        auto old = HasManifest(Dir()) ? ReadManifest(Dir()) : ReadPendingManifest(Dir());
-        if (!old) return {old.error().message + "; cusnap does not overwrite it"};
-        if (old->root_pid != options_.root_pid && AliveHere(old->root_pid, old->root_start_time)) {
-          return {Dir() + " holds a dump of another job that is still running (pid " +
-                  std::to_string(old->root_pid) + "); use another --images-dir"};
-        }
-      }
+      if (std::string why = AnotherJobsDump(); !why.empty()) return {why};
       return {};
     });
+  }
+
+  /// Why the images directory cannot take this dump, "" when it can: it holds the dump of
+  /// another job that could still be restored (a complete dump, or one interrupted after CRIU
+  /// finished), or whose job still runs. Replacing it would lose that job for good once its
+  /// processes are gone (found by a fresh user: a second job dumped into the same directory
+  /// replaced the first one's only copy). The same job's earlier dump (this job dumped with
+  /// --leave-running, or restored from it: the same root pid and, through its start-time
+  /// alias, start time) is replaced.
+  std::string AnotherJobsDump() const {
+    if (!HasManifest(Dir()) && !HasPendingManifest(Dir())) return "";
+    auto old = HasManifest(Dir()) ? ReadManifest(Dir()) : ReadPendingManifest(Dir());
+    if (!old) return old.error().message + "; cusnap does not overwrite it";
+    if (old->root_pid == options_.root_pid &&
+        ProcessStartTime(options_.root_pid) == old->root_start_time) {
+      return "";
+    }
+    const bool runs = AliveHere(old->root_pid, old->root_start_time);
+    const bool restorable = HasManifest(Dir()) || WhyCriuDumpIncomplete(Dir()).empty();
+    if (!runs && !restorable) return "";  // what an interrupted dump left: no dump
+    return Dir() + " holds the dump of another job (root pid " + std::to_string(old->root_pid) +
+           (runs ? ", still running" : ", which 'cusnap restore --images-dir " + Dir() +
+                                           "' brings back") +
+           "); cusnap does not overwrite it: use another --images-dir, or remove that dump "
+           "first (rm -r " + Dir() + ")";
   }
 
   /// Why CRIU could not dump the job's tree (WhyCriuCannotDump of its first process that

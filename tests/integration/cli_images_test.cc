@@ -470,6 +470,28 @@ TEST_F(CliImages, ADumpOfAJobOutsideItsSessionIsRefusedBeforeAnythingChanges) {
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
 }
 
+// A second job dumped into the directory that holds the first one's dump replaced it, and
+// the first job (its processes gone) was lost for good (found by a fresh user). Refused,
+// whether that job runs or not; the same job's own earlier dump is replaced (RoundTrip).
+TEST_F(CliImages, ADumpIntoTheDumpOfAnotherJobIsRefusedBeforeAnythingChanges) {
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
+  const std::string images = MakeImages();  // another job, gone: only its images remain
+  const auto before = Contents(images);
+  const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+  const Ran r = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  EXPECT_EQ(r.status, 3) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr(images + " holds the dump of another job (root pid 4194000, which "
+                               "'cusnap restore --images-dir " + images + "' brings back); cusnap "
+                               "does not overwrite it"));
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("quiesce")));
+  EXPECT_EQ(Contents(images), before) << "the other job's dump changed";
+  EXPECT_NE(ProcessStateLetter(job), 'T');
+  ExpectEveryByteOnceTold(job_dir, log);  // the job ran on, and ends having checked every byte
+}
+
 TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
   // torchrun's agent hosts its rendezvous store on libuv, which holds an io_uring; CRIU
   // finds it only after the checkpoint took the GPUs away.
