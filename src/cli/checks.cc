@@ -201,15 +201,8 @@ std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir) {
     const int here = SocketListenerPid(path);
     if (here > 0 && here != pid) foreign.push_back(ForeignEndpoint{pid, here, path});
   };
-  ForEachEndpointSocket(control_dir, visit);
-  // The control directories of jobs `cusnap run --pid-namespace` started.
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
-    if (entry.is_directory(ec) && !entry.is_symlink(ec) &&
-        IsJobControlDir(control_dir, entry.path().string())) {
-      ForEachEndpointSocket(entry.path().string(), visit);
-    }
-  }
+  // The control directories of jobs `cusnap run --pid-namespace` started, too.
+  for (const std::string& dir : coord::JobControlDirs(control_dir)) ForEachEndpointSocket(dir, visit);
   return foreign;
 }
 

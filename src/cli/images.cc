@@ -95,7 +95,7 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   const auto manifest = ManifestOf(images_dir);
   // No manifest, or a job that still runs: refused where it runs (restoring would make a
   // second copy), by the restore's own checks.
-  if (!manifest || coord::DumpedJobRuns(*manifest, coord::AliveHere)) {
+  if (!manifest || coord::DumpedJobRuns(*manifest, coord::RunningHere(ControlDir()))) {
     return RestoreImagesHere(images_dir, device_map, json);
   }
   // A job that ran in a PID namespace of its own comes back in one.

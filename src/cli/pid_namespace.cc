@@ -54,20 +54,6 @@ int ExitStatusOf(pid_t child) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitError;
 }
 
-/// The namespace pids of `pid` (/proc/<pid>/status NSpid: this namespace's first, the
-/// innermost last); empty when unreadable.
-std::vector<int> NamespacePids(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream words(line.substr(6));
-    std::vector<int> pids;
-    for (int p; words >> p;) pids.push_back(p);
-    return pids;
-  }
-  return {};
-}
-
 /// The parent of `pid` (/proc/<pid>/status PPid, in this process's numbering); 0 when
 /// unreadable.
 int ParentOf(int pid) {
@@ -197,7 +183,7 @@ int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid,
 
 int HostPidOf(int init_pid, int ns_pid) {
   for (const int pid : coord::ProcessTree(init_pid)) {
-    const std::vector<int> pids = NamespacePids(pid);
+    const std::vector<int> pids = coord::NamespacePids(pid);
     if (pids.size() >= 2 && pids.back() == ns_pid) return pid;
   }
   return 0;
@@ -206,7 +192,7 @@ int HostPidOf(int init_pid, int ns_pid) {
 int JobRootUnder(int pid) {
   const std::vector<int> tree = coord::ProcessTree(pid);
   for (const int p : tree) {
-    const std::vector<int> pids = NamespacePids(p);
+    const std::vector<int> pids = coord::NamespacePids(p);
     if (pids.size() < 2 || pids.back() != 1 || ParentOf(p) != pid) continue;
     for (const int q : coord::ProcessTree(p)) {
       if (q != p && ParentOf(q) == p) return q;
@@ -230,7 +216,7 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
     return command(pid);  // the same namespace (or no such process: the command names it)
   }
   const std::string ns = "/proc/" + std::to_string(pid) + "/ns/";
-  const std::vector<int> pids = NamespacePids(pid);
+  const std::vector<int> pids = coord::NamespacePids(pid);
   UniqueFd pid_ns(::open((ns + "pid").c_str(), O_RDONLY | O_CLOEXEC));
   UniqueFd mnt_ns(::open((ns + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
   char cwd[4096];

@@ -396,7 +396,7 @@ class ImagesRestoreSequence : Sequence {
       if (!machine) return {machine.error().message};
       std::vector<UuidPair> pairs;
       auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
-                                  AliveHere, pairs);
+                                  RunningHere(options_.control_dir), pairs);
       if (problems.empty()) {
         auto criu = FindCriu();
         if (!criu) return {criu.error().message};

@@ -422,42 +422,49 @@ std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manife
   return taken;
 }
 
-int DumpedJobRunning(const Manifest& manifest, const AliveCheck& alive) {
-  if (manifest.root_pid > 0 && alive(manifest.root_pid, manifest.root_start_time)) {
-    return manifest.root_pid;
+RunningCheck RunningHere(const std::string& control_dir) {
+  return [control_dir](int pid, uint64_t start_time) {
+    return AliveHere(pid, start_time) ? pid : RunningRestoredCopy(control_dir, pid, start_time);
+  };
+}
+
+int DumpedJobRunning(const Manifest& manifest, const RunningCheck& running) {
+  if (manifest.root_pid > 0) {
+    if (const int here = running(manifest.root_pid, manifest.root_start_time)) return here;
   }
   for (const auto& p : manifest.participants) {
-    if (p.pid > 0 && alive(p.pid, p.start_time)) return p.pid;
+    if (p.pid <= 0) continue;
+    if (const int here = running(p.pid, p.start_time)) return here;
   }
   return 0;
 }
 
-bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive) {
-  return DumpedJobRunning(manifest, alive) != 0;
+bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running) {
+  return DumpedJobRunning(manifest, running) != 0;
 }
-
 
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
-                                     const AliveCheck& alive, std::vector<UuidPair>& pairs) {
+                                     const RunningCheck& running, std::vector<UuidPair>& pairs) {
   std::vector<std::string> problems;
   if (manifest.driver != machine.driver) {
     problems.push_back(dir + " was dumped under driver '" + manifest.driver +
                        "', this machine has '" + machine.driver +
                        "': a native checkpoint restores only on the driver that wrote it");
   }
-  const int running = DumpedJobRunning(manifest, alive);
-  const bool runs = running != 0;
+  const int runs_as = DumpedJobRunning(manifest, running);
+  const bool runs = runs_as != 0;
   if (runs) {
     problems.push_back(dir + " holds a dump of a job that is still running (pid " +
-                       std::to_string(running) + (manifest.left_running
+                       std::to_string(runs_as) + (manifest.left_running
                                                                 ? ", dumped with --leave-running"
                                                                 : "") +
                        "): restoring it would make a second copy; stop that job first");
   }
   // The job's own processes hold its ids while it runs: said above, not as others' ids.
-  for (const TakenId& t : runs ? std::vector<TakenId>{} : DumpIdsTaken(dir, manifest, alive)) {
+  const AliveCheck itself = [&](int pid, uint64_t start_time) { return running(pid, start_time) == pid; };
+  for (const TakenId& t : runs ? std::vector<TakenId>{} : DumpIdsTaken(dir, manifest, itself)) {
     problems.push_back((t.participant ? "pid " : "process or thread id ") +
                        std::to_string(t.id) + " of the dump is held by another " +
                        "process now; CRIU gives every process and thread its id back, so it "

@@ -188,13 +188,23 @@ struct TakenId {
 std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manifest,
                                   const AliveCheck& alive);
 
-/// A process of the dumped job that still runs: its root's pid, else the first
-/// participant's, that exists with the recorded start time; 0 when none does (a job whose
-/// root was killed but whose child runs on still runs: restoring it would copy the child).
-int DumpedJobRunning(const Manifest& manifest, const AliveCheck& alive);
+/// Where the dumped process `pid` that started at `start_time` runs now: the pid here of
+/// that process itself or of a copy a restore made of it; 0 when none runs.
+using RunningCheck = std::function<int(int pid, uint64_t start_time)>;
+
+/// The RunningCheck of this machine: the process itself (AliveHere), else a restored copy
+/// of it in any PID namespace whose start-time alias lies under `control_dir`
+/// (RunningRestoredCopy: found by a fresh user, a second `restore --images-dir` of a job
+/// restored in a PID namespace of its own made a second copy).
+RunningCheck RunningHere(const std::string& control_dir);
+
+/// A process of the dumped job, or of a copy of it, that runs: the pid here (`running`) of
+/// its root, else of the first participant that runs; 0 when none does (a job whose root
+/// was killed but whose child runs on still runs: restoring it would copy the child).
+int DumpedJobRunning(const Manifest& manifest, const RunningCheck& running);
 
 /// Whether the dumped job still runs (DumpedJobRunning is not 0).
-bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive);
+bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
 
 // AliveHere (coordinator/proc.h) is the AliveCheck of this machine.
 
@@ -204,13 +214,13 @@ bool DumpedJobRuns(const Manifest& manifest, const AliveCheck& alive);
 /// GPUs than the job used, or a job GPU the machine does not have (without a `device_map`);
 /// a device map that is incomplete, names unknown GPUs or puts two on one
 /// (ResolveDeviceMap); a target GPU of another model than the one it replaces; the dumped
-/// job still running (its root pid with the recorded start time exists: restoring would
-/// make a second copy of it); a pid of the dump that another process holds now (CRIU gives
+/// job, or a restored copy of it, still running (DumpedJobRunning: restoring would make a
+/// second copy of it); a pid of the dump that another process holds now (CRIU gives
 /// every process its pid back and fails with "File exists" otherwise). `pairs` receives the
 /// resolved device map. Empty: fine.
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
-                                     const AliveCheck& alive, std::vector<UuidPair>& pairs);
+                                     const RunningCheck& running, std::vector<UuidPair>& pairs);
 
 }  // namespace cusnap::coord

@@ -3,6 +3,7 @@
 
 #include "common/socket.h"
 
+#include "common/control_dir.h"
 #include "common/ids.h"
 #include "common/text.h"
 
@@ -310,25 +311,83 @@ std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
   return foreign;
 }
 
-std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
-  // An alias names its process by pid in the PID namespace it was restored in (maybe one of
-  // its own, whose pids mean other processes here), but by start time as the kernel counts
-  // it everywhere: it is stale when no process here started at either time it records.
-  std::set<uint64_t> started;
-  for (const int pid : AllPids()) {
-    if (const uint64_t t = KernelStartTime(pid); t != 0) started.insert(t);
+std::vector<std::string> JobControlDirs(const std::string& control_dir) {
+  std::vector<std::string> dirs = {control_dir};
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
+    if (entry.is_directory(ec) && !entry.is_symlink(ec) &&
+        IsJobControlDir(control_dir, entry.path().string())) {
+      dirs.push_back(entry.path().string());
+    }
   }
+  std::sort(dirs.begin() + 1, dirs.end());
+  return dirs;
+}
+
+std::vector<int> NamespacePids(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream words(line.substr(6));
+    std::vector<int> pids;
+    for (int p; words >> p;) pids.push_back(p);
+    return pids;
+  }
+  return {};
+}
+
+std::vector<RestoredAlias> RestoredAliases(const std::string& control_dir) {
+  std::vector<RestoredAlias> aliases;
+  for (const std::string& dir : JobControlDirs(control_dir)) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/restored", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      RestoredAlias a{e.path().string(), std::atoi(name.c_str())};
+      std::ifstream in(e.path());
+      if (in >> a.outside >> a.inside >> a.original) aliases.push_back(std::move(a));
+    }
+  }
+  return aliases;
+}
+
+namespace {
+
+/// pid here -> kernel start time, of every process /proc lists.
+std::map<int, uint64_t> StartTimesHere() {
+  std::map<int, uint64_t> started;
+  for (const int pid : AllPids()) {
+    if (const uint64_t t = KernelStartTime(pid); t != 0) started[pid] = t;
+  }
+  return started;
+}
+
+}  // namespace
+
+std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
+  std::set<uint64_t> started;
+  for (const auto& [pid, t] : StartTimesHere()) started.insert(t);
   std::vector<std::string> stale;
   if (started.empty()) return stale;  // no /proc to judge by
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(control_dir + "/restored", ec)) {
-    std::ifstream in(e.path());
-    uint64_t outside = 0, inside = 0;
-    if (!(in >> outside >> inside)) continue;  // not an alias: left alone
-    if (!started.contains(outside) && !started.contains(inside)) stale.push_back(e.path().string());
+  for (const RestoredAlias& a : RestoredAliases(control_dir)) {
+    if (!started.contains(a.outside) && !started.contains(a.inside)) stale.push_back(a.path);
   }
   std::sort(stale.begin(), stale.end());
   return stale;
+}
+
+int RunningRestoredCopy(const std::string& control_dir, int pid, uint64_t original) {
+  std::vector<uint64_t> restored;  // new start times of copies of the dumped process
+  for (const RestoredAlias& a : RestoredAliases(control_dir)) {
+    if (a.pid == pid && a.original == original) restored.push_back(a.outside);
+  }
+  if (restored.empty()) return 0;
+  for (const auto& [here, started] : StartTimesHere()) {
+    if (std::find(restored.begin(), restored.end(), started) == restored.end()) continue;
+    const std::vector<int> ns = NamespacePids(here);
+    if (!ns.empty() && ns.back() == pid && !IsZombie(here)) return here;
+  }
+  return 0;
 }
 
 namespace {

@@ -984,6 +984,20 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   ASSERT_TRUE(std::regex_search(back.err, here, std::regex("its root is pid (\\d+) there and pid "
                                                            "(\\d+) here"))) << back.err;
   EXPECT_EQ(here[1], pid);
+  // Restoring the same images again, or a copy of them, would make a second copy of the job,
+  // which runs in a PID namespace of its own (a fresh user made one): refused, naming its
+  // root as this machine numbers it.
+  const std::string copy = dir_ + "/images-copy";
+  std::filesystem::copy(images, copy);
+  for (const std::string& from : {images, copy}) {
+    const auto before = Contents(from);
+    const Ran twice = Cusnap({"restore", "--images-dir", from});
+    EXPECT_EQ(twice.status, kExitRestoreRefused) << twice.out << twice.err;
+    EXPECT_THAT(twice.err, HasSubstr(from + " holds a dump of a job that is still running (pid " +
+                                     std::string(here[2]) + ")"));
+    EXPECT_THAT(twice.out, ::testing::Not(HasSubstr("criu_restore")));
+    EXPECT_EQ(Contents(from), before);
+  }
   const Ran again = Cusnap({"dump", "--pid", here[2], "--images-dir", dir_ + "/images-again"});
   ASSERT_EQ(again.status, 0) << again.out << again.err;
   const Ran back_again = Cusnap({"restore", "--images-dir", dir_ + "/images-again"});
