@@ -15,6 +15,7 @@
 #include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "cli/pid_namespace.h"
+#include "common/text.h"
 #include "cli/version.h"
 #include "common/endpoint_client.h"
 #include "common/ids.h"
@@ -104,16 +105,26 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
                  "restored in a PID namespace of its own again\n");
     pid_namespace = true;
   }
+  const std::vector<coord::TakenId> taken = coord::DumpIdsTaken(images_dir, *manifest, coord::AliveHere);
+  // A job that ran in this PID namespace keeps its endpoints and start-time aliases in the
+  // control directory by pid: restored in a namespace of its own, its processes would take
+  // over the endpoint of a cusnap process that holds one of their pids here (found by a
+  // fresh user: that job could no longer be checkpointed, and status lost it).
+  if (!manifest->own_pid_namespace) {
+    for (const coord::TakenId& t : taken) {
+      if (!t.participant || !ServesEndpoint(ControlDir(), t.id)) continue;
+      std::fprintf(stderr, "cusnap restore: pid %d of the dump is held here by %s, a process of "
+                   "a cusnap job: the restored process would take over its endpoint (%s/%d.sock) "
+                   "in a PID namespace as in this one; end or dump that job first\n"
+                   "cusnap restore: refused; nothing was changed\n", t.id,
+                   ProcessText(t.id, coord::ProcessName(t.id)).c_str(),
+                   ControlDir().c_str(), t.id);
+      return kExitRestoreRefused;
+    }
+  }
   // Ids held by other processes here are free in a namespace of the job's own.
   if (!pid_namespace) {
-    const std::vector<coord::TakenId> taken = coord::DumpIdsTaken(images_dir, *manifest, coord::AliveHere);
-    // A holder serving its endpoint here is a cusnap process, maybe this very job brought
-    // back by an interrupted restore: a second copy in a namespace is never made of it (the
-    // restore refuses, naming the pid, as before). The socket files a dump leaves are not.
-    const bool cusnap_holds = std::any_of(taken.begin(), taken.end(), [](const coord::TakenId& t) {
-      return t.participant && ServesEndpoint(ControlDir(), t.id);
-    });
-    if (cusnap_holds || taken.empty()) return RestoreImagesHere(images_dir, device_map, json);
+    if (taken.empty()) return RestoreImagesHere(images_dir, device_map, json);
     std::fprintf(stderr, "cusnap restore: note: %s %d of the dump is held by another process "
                  "here: the job is restored in a PID namespace of its own, where it keeps its "
                  "ids\n", taken.front().participant ? "pid" : "process or thread id",

@@ -321,10 +321,27 @@ TEST_F(CliImages, APidHeldByALiveCusnapProcessIsRefusedNotNamespaced) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(::access(socket.c_str(), F_OK), 0) << "the worker has no endpoint";
-  ExpectRefused(MakeImages([&](coord::Manifest& m) {
-                  m.participants[1].pid = worker;  // recorded with another start time
-                }),
-                "pid " + std::to_string(worker) + " of the dump is held by another process now");
+  const std::string images = MakeImages([&](coord::Manifest& m) {
+    m.participants[1].pid = worker;  // recorded with another start time
+  });
+  // Not in a namespace of its own either, asked or not: its endpoint would be taken over
+  // (found by a fresh user with --pid-namespace).
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{}, {"--pid-namespace"}}) {
+    const auto before = Contents(images);
+    std::vector<std::string> args = {"restore", "--images-dir", images};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Ran r = Cusnap(args);
+    EXPECT_EQ(r.status, kExitRestoreRefused) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("pid " + std::to_string(worker) + " of the dump is held here by "
+                                 "pid " + std::to_string(worker) + " (job_worker), a process of a "
+                                 "cusnap job: the restored process would take over its endpoint (" +
+                                 socket + ")"));
+    EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+    EXPECT_EQ(Contents(images), before);
+  }
+  EXPECT_EQ(::kill(worker, 0), 0);
+  const Ran st = Cusnap({"status", "--pid", std::to_string(worker)});
+  EXPECT_EQ(st.status, 0) << st.out << st.err;
   ::close(to[1]);  // end of its commands: it exits
   ::kill(worker, SIGKILL);
   ::waitpid(worker, nullptr, 0);
