@@ -1,6 +1,7 @@
 // `cusnap dump`, `cusnap restore --images-dir` and `cusnap inspect` of an images directory:
 // the coordinator's dump sequences (coordinator/dump.h) driven like checkpoint and restore.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,15 +16,16 @@
 #include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "cli/pid_namespace.h"
-#include "common/text.h"
 #include "cli/version.h"
 #include "common/endpoint_client.h"
 #include "common/ids.h"
+#include "common/text.h"
 #include "coordinator/dump.h"
 #include "coordinator/hold.h"
 #include "coordinator/images.h"
 #include "coordinator/lease.h"
 #include "coordinator/proc.h"
+#include "coordinator/restore_record.h"
 #include "coordinator/state_file.h"
 
 namespace cusnap::cli {
@@ -49,10 +51,13 @@ int DumpCommand(const DumpArgs& args) {
 
 namespace {
 
-/// `restore --images-dir` in the PID namespace this process is in.
-int RestoreImagesHere(const std::string& images_dir, const std::string& device_map, bool json) {
+/// `restore --images-dir` in the PID namespace this process is in; `resume_root` as
+/// ImagesRestoreOptions has it.
+int RestoreImagesHere(const std::string& images_dir, const std::string& device_map, bool json,
+                      int resume_root = 0) {
   coord::ImagesRestoreOptions options;
   options.images_dir = images_dir;
+  options.resume_root = resume_root;
   if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
   const std::string control_dir = ControlDir();
   options.control_dir = control_dir;
@@ -94,6 +99,33 @@ std::optional<coord::Manifest> ManifestOf(const std::string& images_dir) {
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json,
                          bool pid_namespace) {
   const auto manifest = ManifestOf(images_dir);
+  // A restore from here that runs now, or one killed after CRIU brought the job back
+  // (restore_record.h): that tree is the job, stopped as CRIU restored it; it is finished
+  // where it runs, in its own PID namespace or this one.
+  if (const auto earlier = coord::ReadRestoreRecord(images_dir)) {
+    if (earlier->running) {
+      std::fprintf(stderr, "cusnap restore: another `cusnap restore` is restoring from %s now\n"
+                   "cusnap restore: refused; nothing was changed\n", images_dir.c_str());
+      return kExitRestoreRefused;
+    }
+    if (const int root = manifest ? coord::InterruptedRestoreRoot(*manifest, earlier->started) : 0) {
+      // CRIU writes its pid file once every process is back: before, it may still be at work
+      // (it outlives a restore killed while it ran).
+      if (::access((images_dir + "/restored.pid").c_str(), F_OK) != 0) {
+        std::fprintf(stderr, "cusnap restore: a CRIU restore from %s is still at work, or was cut "
+                     "short (the job's root is pid %d here): wait for it, or end that tree "
+                     "(kill -9 %d) and restore again\n"
+                     "cusnap restore: refused; nothing was changed\n", images_dir.c_str(), root, root);
+        return kExitRestoreRefused;
+      }
+      std::fprintf(stderr, "cusnap restore: note: a restore from %s was killed after CRIU brought "
+                   "the job back (its root is pid %d here): this restore finishes it\n",
+                   images_dir.c_str(), root);
+      return InPidNamespaceOf("restore", root, [&](int ns_root) {
+        return RestoreImagesHere(images_dir, device_map, json, ns_root);
+      });
+    }
+  }
   // No manifest, or a job that still runs: refused where it runs (restoring would make a
   // second copy), by the restore's own checks.
   if (!manifest || coord::DumpedJobRuns(*manifest, coord::RunningHere(ControlDir()))) {

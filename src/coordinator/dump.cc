@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -26,6 +27,7 @@
 #include "coordinator/hold.h"
 #include "coordinator/images.h"
 #include "coordinator/proc.h"
+#include "coordinator/restore_record.h"
 #include "coordinator/sequence.h"
 #include "coordinator/state_file.h"
 
@@ -396,7 +398,8 @@ class ImagesRestoreSequence : Sequence {
       if (!machine) return {machine.error().message};
       std::vector<UuidPair> pairs;
       auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
-                                  RunningHere(options_.control_dir), pairs);
+                                  RunningHere(options_.control_dir), pairs,
+                                  options_.resume_root > 0);
       if (problems.empty()) {
         auto criu = FindCriu();
         if (!criu) return {criu.error().message};
@@ -406,27 +409,43 @@ class ImagesRestoreSequence : Sequence {
     });
   }
 
-  /// criu_restore: the tree back from disk (new processes, the recorded pids); bytes are the
-  /// image files CRIU read. A failed CRIU restore leaves no process behind.
+  /// criu_restore: the tree back from disk (new processes, the recorded pids), each given its
+  /// checkpointed identity (NoteRestored); bytes are the image files CRIU read. A failed CRIU
+  /// restore leaves no process behind; a failure after it ends what CRIU brought back
+  /// (EndRestoredTree), so that a refusal still changed nothing. The restore record
+  /// (restore_record.h) is held from before CRIU runs until every identity is written: a
+  /// restore killed in between is taken up by the next one (options_.resume_root).
   bool CriuRestore() {
     return LocalPhase("criu_restore", [&]() -> Result<uint64_t> {
       if (complete_dump_) {
         if (auto s = WriteManifest(options_.images_dir, manifest_); !s) return s.error();
         if (auto s = RemovePendingManifest(options_.images_dir); !s) return s.error();
       }
-      // CRIU will not write a pid file that exists: an earlier restore from here left one.
-      if (::unlink((options_.images_dir + "/restored.pid").c_str()) != 0 && errno != ENOENT) {
-        return Error{errno, "cannot remove " + options_.images_dir + "/restored.pid: " +
-                                std::strerror(errno)};
+      const bool resuming = options_.resume_root > 0;
+      auto record = BeginRestoreRecord(options_.images_dir, resuming);
+      if (!record) return record.error();
+      record_ = std::move(*record);
+      started_ = KernelStartTime(::getpid());
+      if (resuming) {
+        root_pid_ = options_.resume_root;  // the CLI said so
+      } else {
+        // CRIU will not write a pid file that exists: an earlier restore from here left one.
+        if (::unlink((options_.images_dir + "/restored.pid").c_str()) != 0 && errno != ENOENT) {
+          const int err = errno;
+          (void)EndRestoreRecord(options_.images_dir, record_);
+          return Error{err, "cannot remove " + options_.images_dir + "/restored.pid: " +
+                                std::strerror(err)};
+        }
+        if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
+                             "criu-restore.log");
+            !s) {
+          (void)EndRestoreRecord(options_.images_dir, record_);
+          return s.error();
+        }
+        auto root = RestoredRootPid(options_.images_dir);
+        if (!root) return EndRestoredTree(root.error());
+        root_pid_ = *root;
       }
-      if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
-                           "criu-restore.log");
-          !s) {
-        return s.error();
-      }
-      auto root = RestoredRootPid(options_.images_dir);
-      if (!root) return root.error();
-      root_pid_ = *root;
       std::vector<int> pids;
       for (const auto& p : manifest_.participants) pids.push_back(p.pid);
       const std::vector<uint64_t> inside = StartTimesSeenFrom(root_pid_, pids);
@@ -439,11 +458,36 @@ class ImagesRestoreSequence : Sequence {
           continue;
         }
         if (auto s = NoteRestored(pids[i], inside[i], manifest_.participants[i].start_time); !s) {
-          return s.error();
+          return EndRestoredTree(s.error());
         }
       }
-      return manifest_.TotalBytes();
+      if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
+        report_.notes.push_back(s.error().message);
+      }
+      return resuming ? uint64_t{0} : manifest_.TotalBytes();
     });
+  }
+
+  /// Ends the processes CRIU brought back, before any restore phase ran on them (they are
+  /// stopped, as CRIU restores a held job), and drops the restore record: the images are
+  /// as they were, and the restore can be run again. Returns `why`, the failure.
+  Error EndRestoredTree(Error why) {
+    const int root = root_pid_ > 0 ? root_pid_ : InterruptedRestoreRoot(manifest_, started_);
+    const std::vector<int> tree = root > 0 ? ProcessTree(root) : std::vector<int>{};
+    for (const int pid : tree) ::kill(pid, SIGKILL);
+    for (const int pid : tree) {
+      for (int i = 0; i < 500 && !ProcessExited(pid); ++i) ::usleep(2'000);
+    }
+    if (!tree.empty()) {
+      report_.notes.push_back("the " + std::to_string(tree.size()) + " processes CRIU brought "
+                              "back were ended before any of their GPU memory was restored; " +
+                              options_.images_dir + " is as it was: run the restore again");
+    }
+    if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
+      report_.notes.push_back(s.error().message);
+    }
+    root_pid_ = 0;
+    return why;
   }
 
   /// The control directory of the restored job: the job control directory below ours its
@@ -485,6 +529,8 @@ class ImagesRestoreSequence : Sequence {
   Manifest manifest_;
   bool complete_dump_ = false;  // manifest_ completes an interrupted dump (CheckAll)
   std::string criu_;
+  UniqueFd record_;        // the restore record's lock (criu_restore)
+  uint64_t started_ = 0;   // this process's kernel start time (the fresh record's)
   int root_pid_ = 0;
   Outcome nested_ = Outcome::kOk;
 };

@@ -38,6 +38,10 @@ struct ImagesRestoreOptions {
   std::vector<DevicePair> device_map;
   /// The discoverer of the tree CRIU brought back, under its root pid.
   std::function<Discoverer(int root_pid)> discoverer_for;
+  /// Not 0: the root (pid in this PID namespace) of the tree an interrupted restore from
+  /// images_dir had CRIU bring back (restore_record.h): CRIU does not run again, the restore
+  /// goes on with that tree.
+  int resume_root = 0;
 };
 
 /// Checks the images (CheckImages: refused with nothing changed, kRestoreRefused), brings the

@@ -424,7 +424,21 @@ std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manife
 
 RunningCheck RunningHere(const std::string& control_dir) {
   return [control_dir](int pid, uint64_t start_time) {
-    return AliveHere(pid, start_time) ? pid : RunningRestoredCopy(control_dir, pid, start_time);
+    // A dumped pid is the process's innermost one (a job in a PID namespace of its own has
+    // its own numbers), and start times are ticks since boot everywhere: that namespace's
+    // init can be `pid` here, started in the same tick as the job's process `pid` there.
+    const auto is_pid_inside = [pid](int here) {
+      const std::vector<int> ns = NamespacePids(here);
+      return !ns.empty() && ns.back() == pid;
+    };
+    if (AliveHere(pid, start_time) && is_pid_inside(pid)) return pid;
+    for (const int here : AllPids()) {
+      if (here != pid && KernelStartTime(here) == start_time && is_pid_inside(here) &&
+          !IsZombie(here)) {
+        return here;
+      }
+    }
+    return RunningRestoredCopy(control_dir, pid, start_time);
   };
 }
 
@@ -446,14 +460,15 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running) {
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
-                                     const RunningCheck& running, std::vector<UuidPair>& pairs) {
+                                     const RunningCheck& running, std::vector<UuidPair>& pairs,
+                                     bool resumed) {
   std::vector<std::string> problems;
   if (manifest.driver != machine.driver) {
     problems.push_back(dir + " was dumped under driver '" + manifest.driver +
                        "', this machine has '" + machine.driver +
                        "': a native checkpoint restores only on the driver that wrote it");
   }
-  const int runs_as = DumpedJobRunning(manifest, running);
+  const int runs_as = resumed ? 0 : DumpedJobRunning(manifest, running);
   const bool runs = runs_as != 0;
   if (runs) {
     problems.push_back(dir + " holds a dump of a job that is still running (pid " +
@@ -464,7 +479,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
   }
   // The job's own processes hold its ids while it runs: said above, not as others' ids.
   const AliveCheck itself = [&](int pid, uint64_t start_time) { return running(pid, start_time) == pid; };
-  for (const TakenId& t : runs ? std::vector<TakenId>{} : DumpIdsTaken(dir, manifest, itself)) {
+  for (const TakenId& t : runs || resumed ? std::vector<TakenId>{} : DumpIdsTaken(dir, manifest, itself)) {
     problems.push_back((t.participant ? "pid " : "process or thread id ") +
                        std::to_string(t.id) + " of the dump is held by another " +
                        "process now; CRIU gives every process and thread its id back, so it "

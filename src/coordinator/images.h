@@ -192,8 +192,9 @@ std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manife
 /// that process itself or of a copy a restore made of it; 0 when none runs.
 using RunningCheck = std::function<int(int pid, uint64_t start_time)>;
 
-/// The RunningCheck of this machine: the process itself (AliveHere), else a restored copy
-/// of it in any PID namespace whose start-time alias lies under `control_dir`
+/// The RunningCheck of this machine: the process itself, in this PID namespace (AliveHere)
+/// or one below (`pid` there, the same start time), else a restored copy of it in any PID
+/// namespace whose start-time alias lies under `control_dir`
 /// (RunningRestoredCopy: found by a fresh user, a second `restore --images-dir` of a job
 /// restored in a PID namespace of its own made a second copy).
 RunningCheck RunningHere(const std::string& control_dir);
@@ -216,11 +217,13 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
 /// (ResolveDeviceMap); a target GPU of another model than the one it replaces; the dumped
 /// job, or a restored copy of it, still running (DumpedJobRunning: restoring would make a
 /// second copy of it); a pid of the dump that another process holds now (CRIU gives
-/// every process its pid back and fails with "File exists" otherwise). `pairs` receives the
-/// resolved device map. Empty: fine.
+/// every process its pid back and fails with "File exists" otherwise); with `resumed`, the
+/// last two are not asked (the tree an interrupted restore brought back holds the ids, and
+/// is the job). `pairs` receives the resolved device map. Empty: fine.
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
-                                     const RunningCheck& running, std::vector<UuidPair>& pairs);
+                                     const RunningCheck& running, std::vector<UuidPair>& pairs,
+                                     bool resumed = false);
 
 }  // namespace cusnap::coord

@@ -134,18 +134,6 @@ std::optional<std::vector<int>> ChildrenFromTasks(int pid) {
   return children;
 }
 
-/// Every pid /proc lists.
-std::vector<int> AllPids() {
-  std::vector<int> pids;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    pids.push_back(std::atoi(name.c_str()));
-  }
-  return pids;
-}
-
 /// Children of `pid` by scanning every /proc/<n>/stat for its parent pid.
 std::vector<int> ChildrenFromScan(int pid) {
   std::vector<int> children;
@@ -187,6 +175,17 @@ std::string FdInfoField(const std::string& proc_dir, int fd, std::string_view fi
 }
 
 }  // namespace
+
+std::vector<int> AllPids() {
+  std::vector<int> pids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pids.push_back(std::atoi(name.c_str()));
+  }
+  return pids;
+}
 
 std::vector<int> ProcessTree(int pid) {
   std::vector<int> out;

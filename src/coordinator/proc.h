@@ -85,6 +85,9 @@ std::optional<int> LastNamespaceSessionId(const std::string& status_text);
 /// holds one in torch 2.11 whatever its rendezvous (docs/MEASURED.md M16).
 bool HoldsIoUring(int pid);
 
+/// Every pid this process's /proc lists.
+std::vector<int> AllPids();
+
 /// `control_dir` and the job control directories below it ("<control_dir>/pidns-XXXXXX" of
 /// jobs `cusnap run --pid-namespace` started, common/control_dir.h), that one first.
 std::vector<std::string> JobControlDirs(const std::string& control_dir);

@@ -30,6 +30,7 @@
 #include "criu_problem.h"
 #include "coordinator/images.h"
 #include "coordinator/proc.h"
+#include "coordinator/restore_record.h"
 #include "coordinator/state_file.h"
 
 namespace cusnap::testing {
@@ -1058,6 +1059,77 @@ TEST_F(CliImages, AHeldJobWhoseChildWasKilledIsRestoredWithoutIt) {
   ::kill(root, SIGKILL);
   ::waitpid(root, nullptr, 0);
   ::waitpid(child, nullptr, WNOHANG);
+}
+
+// Once CRIU has brought the job back, a restore that fails ends those processes (a fresh
+// user saw "refused; nothing was changed" printed over a stopped copy that no command could
+// finish), and a restore killed there is finished by the next one (the job stayed stopped
+// for good). The control directory's `restored` being a file fails the identities; a CRIU
+// wrapper kills the restore once CRIU is done.
+TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
+#endif
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+  ASSERT_EQ(::waitpid(job, nullptr, 0), job);
+  auto manifest = coord::ReadManifest(images);
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  const auto gone = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (const auto& p : manifest->participants) {
+      while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists";
+    }
+  };
+  gone();
+  const std::string criu = Env("CUSNAP_CRIU"), control = Env("CUSNAP_CONTROL_DIR");
+  const std::string wrapper = dir_ + "/criu-then";
+  const auto wrap = [&](const std::string& then) {
+    WriteAll(wrapper, "#!/bin/sh\n" + criu + " \"$@\"; rc=$?\nif [ \"$1\" = restore ]; then " +
+                          then + "; fi\nexit $rc\n");
+    ASSERT_EQ(::chmod(wrapper.c_str(), 0700), 0);
+    ::setenv("CUSNAP_CRIU", wrapper.c_str(), 1);
+  };
+
+  // A failure after CRIU: the identities cannot be written.
+  wrap("[ -d " + control + "/restored ] || : > " + control + "/restored");
+  const Ran failed = Cusnap({"restore", "--images-dir", images});
+  ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
+  EXPECT_EQ(failed.status, kExitRestoreRefused) << failed.out << failed.err;
+  EXPECT_THAT(failed.err, HasSubstr("processes CRIU brought back were ended before any of their "
+                                    "GPU memory was restored; " + images + " is as it was"));
+  EXPECT_THAT(failed.err, HasSubstr("refused; nothing was changed"));
+  gone();  // no copy left behind
+  EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName));
+  std::filesystem::remove(control + "/restored");
+
+  // Killed once CRIU is done: the next restore finishes it.
+  wrap("kill -KILL $PPID");
+  const Ran killed = Cusnap({"restore", "--images-dir", images});
+  ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
+  EXPECT_EQ(killed.status, 128 + SIGKILL) << killed.out << killed.err;
+  EXPECT_EQ(ProcessStateLetter(manifest->root_pid), 'T') << "CRIU brought the job back stopped";
+  const Ran finished = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(finished.status, 0) << finished.out << finished.err;
+  EXPECT_THAT(finished.err, HasSubstr("a restore from " + images + " was killed after CRIU brought "
+                                      "the job back (its root is pid " +
+                                      std::to_string(manifest->root_pid) + " here): this restore "
+                                      "finishes it"));
+  EXPECT_THAT(finished.out, HasSubstr("verify"));
+  // It runs now: a third restore would copy it.
+  const Ran third = Cusnap({"restore", "--images-dir", images});
+  EXPECT_EQ(third.status, kExitRestoreRefused) << third.out << third.err;
+  EXPECT_THAT(third.err, HasSubstr("still running"));
+  ExpectEveryByteOnceTold(job_dir, log);
 }
 
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
