@@ -73,8 +73,9 @@ void InterruptWatch::Tell(int signo) {
                    "cusnap %s: interrupted (%s): nothing was changed for good yet; stopping at "
                    "the next phase boundary and %s\n",
                    command, name.c_str(),
-                   command_ == "checkpoint" ? "resuming every participant"
-                                            : "leaving the job checkpointed");
+                   command_ == "checkpoint" || command_ == "dump"
+                       ? "resuming every participant"
+                       : "leaving the job checkpointed");
       break;
     case coord::Interrupt::Answer::kWillFinish:
       std::fprintf(stderr,

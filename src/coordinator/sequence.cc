@@ -22,6 +22,8 @@ void MergeInto(CommandReport& report, CommandReport later) {
   append(report.errors, later.errors);
   append(report.notes, later.notes);
   report.outcome = later.outcome;
+  // A dump whose checkpoint an interrupt stopped was stopped by it too (exit 128+N, not 3).
+  report.interrupted = report.interrupted || later.interrupted;
 }
 
 void Sequence::NoteCopy(uint64_t copy_ns, uint64_t zero_bytes) {
