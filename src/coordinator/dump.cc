@@ -147,6 +147,7 @@ class DumpSequence : Sequence {
       if (std::string why = CriuCannotDump(); !why.empty()) problems.insert(problems.begin(), why);
       if (!problems.empty()) return problems;
       if (std::string why = AnotherJobsDump(); !why.empty()) return {why};
+      job_control_dir_ = ShimControlDir(options_.root_pid).value_or(options_.control_dir);
       return {};
     });
   }
@@ -310,6 +311,7 @@ class DumpSequence : Sequence {
     m.root_start_time = root_start_;
     m.left_running = options_.leave_running;
     m.own_pid_namespace = options_.own_pid_namespace;
+    m.control_dir = job_control_dir_;
     for (size_t i = 0; i < machine->uuids.size(); ++i) {
       m.gpus.push_back(ImagesGpu{static_cast<int>(i), machine->uuids[i],
                                  i < machine->models.size() ? machine->models[i] : ""});
@@ -338,6 +340,7 @@ class DumpSequence : Sequence {
 
   const DumpOptions& options_;
   std::string criu_, criu_version_;
+  std::string job_control_dir_;  // where the job's endpoints are (check_images)
   uint64_t root_start_ = 0;
   Outcome nested_ = Outcome::kOk;
 };

@@ -80,6 +80,7 @@ nlohmann::json ManifestToJson(const Manifest& m) {
           {"created_unix_s", m.created_unix_s}, {"checkpoint_id", m.checkpoint_id},
           {"root_pid", m.root_pid},             {"root_start_time", m.root_start_time},
           {"left_running", m.left_running},     {"own_pid_namespace", m.own_pid_namespace},
+          {"control_dir", m.control_dir},
           {"gpus", gpus},
           {"participants", participants},       {"files", files},
           {"image_bytes", m.TotalBytes()}};
@@ -104,6 +105,7 @@ Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string&
     m.root_start_time = IntegerField<uint64_t>(json, "root_start_time");
     m.left_running = json.at("left_running").get<bool>();
     m.own_pid_namespace = json.value("own_pid_namespace", false);
+    m.control_dir = json.value("control_dir", "");
     for (const auto& g : json.at("gpus")) {
       m.gpus.push_back(ImagesGpu{IntegerField<int>(g, "ordinal", 0, kMaxDevices),
                                  g.at("uuid").get<std::string>(), g.at("model").get<std::string>()});
@@ -467,6 +469,14 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
     problems.push_back(dir + " was dumped under driver '" + manifest.driver +
                        "', this machine has '" + machine.driver +
                        "': a native checkpoint restores only on the driver that wrote it");
+  }
+  // CRIU binds every endpoint socket of the job there again ("Can't bind ... No such file or
+  // directory" otherwise, found by a fresh user who had removed the control directory).
+  if (std::error_code ec; !manifest.control_dir.empty() &&
+                          !std::filesystem::is_directory(manifest.control_dir, ec)) {
+    problems.push_back("the job's control directory " + manifest.control_dir + " does not "
+                       "exist: CRIU binds the job's endpoint sockets there again; create it "
+                       "(mkdir -p -m 700 " + manifest.control_dir + ")");
   }
   const int runs_as = resumed ? 0 : DumpedJobRunning(manifest, running);
   const bool runs = runs_as != 0;

@@ -76,6 +76,9 @@ struct Manifest {
   /// the machine's namespace it would have no session of its own, and CRIU could not dump it
   /// again). Absent in older manifests: false.
   bool own_pid_namespace = false;
+  /// The control directory the job's endpoints were in (CRIU binds their sockets there again
+  /// at restore); "" in manifests of cusnap before it was recorded.
+  std::string control_dir;
   std::vector<ImagesGpu> gpus;  ///< every GPU of the machine at dump time
   std::vector<ImagesParticipant> participants;
   std::vector<ImageFile> files;

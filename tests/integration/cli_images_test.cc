@@ -267,6 +267,15 @@ TEST_F(CliImages, AMissingImageFileIsRefused) {
   ExpectRefused(images, "image file " + images + "/core-4242.img is missing");
 }
 
+// CRIU binds the job's endpoint sockets in its control directory again: without it, CRIU
+// failed with "Can't bind" (found by a fresh user who had removed it). Named first.
+TEST_F(CliImages, ADumpWhoseControlDirectoryIsGoneIsRefused) {
+  const std::string gone = dir_ + "/removed-control-dir";
+  ExpectRefused(MakeImages([&](coord::Manifest& m) { m.control_dir = gone; }),
+                "the job's control directory " + gone + " does not exist: CRIU binds the job's "
+                "endpoint sockets there again; create it (mkdir -p -m 700 " + gone + ")");
+}
+
 TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
   // The dumped job's root is a process that exists with the start time the manifest records
   // (this test itself): restoring would make a second copy of a live job.
@@ -714,6 +723,7 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
                                       : coord::ReadPendingManifest(images);
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
   ASSERT_EQ(manifest->participants.size(), 2u);
+  EXPECT_EQ(manifest->control_dir, Env("CUSNAP_CONTROL_DIR"));
   EXPECT_EQ(manifest->participants[0].saved_bytes + manifest->participants[1].saved_bytes,
             8u << 20);  // the root's shared allocation and the child's private one
                         // (CUSNAP_CARRY=all, the default, carries private allocations too)
