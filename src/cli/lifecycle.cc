@@ -126,6 +126,11 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
                    "checkpoint did not happen\n", command, FailedPhase(report).c_str());
       break;
     case coord::Outcome::kFailedAfterChange:
+      if (!report.finish_with.empty()) {
+        std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the job was changed; %s\n",
+                     command, FailedPhase(report).c_str(), report.finish_with.c_str());
+        break;
+      }
       // Each shim keeps the state it reached (status shows it, with the failure); recover
       // goes on from there.
       std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the job was changed; it is "

@@ -63,6 +63,9 @@ struct CommandReport {
   /// An Interrupt stopped the command at a phase boundary before its first destructive step
   /// (what it had done was undone: outcome kRefused or kRestoreRefused, unless undoing failed).
   bool interrupted = false;
+  /// After kFailedAfterChange: the command that finishes the job, when it is not `recover`
+  /// or `restore` with the same state directory (a dump whose job is only on disk now).
+  std::string finish_with;
 };
 
 /// Where participants come from.

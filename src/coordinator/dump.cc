@@ -112,6 +112,18 @@ class DumpSequence : Sequence {
   Outcome Refused() { return Outcome::kRefused; }
   Outcome Nested() { return nested_; }
   Outcome Failed() { return Outcome::kFailedAfterChange; }
+  /// write_manifest failed (a full disk, found by a fresh user, who was sent to `recover`):
+  /// CRIU's images are complete, and without --leave-running they are all that is left of
+  /// the job; the pending manifest names them, and `restore --images-dir` completes the dump
+  /// (CompleteInterruptedDump). With --leave-running the job is released in place: recover.
+  Outcome OnlyImagesLeft() {
+    if (!options_.leave_running) {
+      report_.finish_with = "the job is on disk only (CRIU's images are complete): once there "
+                            "is space, 'cusnap restore --images-dir " + Dir() + "' writes the "
+                            "manifest and brings the job back";
+    }
+    return Outcome::kFailedAfterChange;
+  }
   /// CRIU failed: its processes run on (CRIU resumes a tree it could not dump), released;
   /// they are restored in place.
   Outcome RestoreInPlace() {
@@ -349,7 +361,7 @@ constexpr Stage<DumpSequence> DumpSequence::kStages[] = {
     {&DumpSequence::CheckTarget, &DumpSequence::Refused, false},
     {&DumpSequence::CheckpointJob, &DumpSequence::Nested, false},
     {&DumpSequence::CriuDump, &DumpSequence::RestoreInPlace, true},
-    {&DumpSequence::WriteManifestPhase, &DumpSequence::Failed, true},
+    {&DumpSequence::WriteManifestPhase, &DumpSequence::OnlyImagesLeft, true},
     {&DumpSequence::ResumeIfLeftRunning, &DumpSequence::Failed, true},
 };
 

@@ -94,6 +94,26 @@ class CliImages : public OwnMachineTest {
  protected:
   CliImages() : OwnMachineTest("images") {}
 
+  void TearDown() override {
+    // A mount point cannot be removed (EBUSY): the whole scratch directory stayed in /tmp.
+    for (const auto& m : mounts_) ::umount2(m.c_str(), MNT_DETACH);
+    OwnMachineTest::TearDown();
+  }
+
+  /// A tmpfs of `size` (mount's "size=", e.g. "3m") at <dir_>/full, in a mount namespace of
+  /// this test process's own; unmounted at TearDown. "" after a failed assertion.
+  std::string SmallDisk(const std::string& size) {
+    const std::string full = dir_ + "/full";
+    EXPECT_EQ(::mkdir(full.c_str(), 0700), 0);
+    EXPECT_EQ(::unshare(CLONE_NEWNS), 0) << std::strerror(errno);
+    EXPECT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
+    const std::string options = "size=" + size + ",mode=0700";
+    EXPECT_EQ(::mount("tmpfs", full.c_str(), "tmpfs", 0, options.c_str()), 0) << std::strerror(errno);
+    if (HasFailure()) return "";
+    mounts_.push_back(full);
+    return full;
+  }
+
   /// An images directory as `cusnap dump` leaves it, for a job on both simulated GPUs:
   /// two fake CRIU images, a state file, and a manifest with their real checksums. `edit`
   /// changes the manifest before it is written.
@@ -173,6 +193,8 @@ class CliImages : public OwnMachineTest {
 
   /// A dump onto a full disk (below).
   void FullDiskCase(bool criu_fills);
+
+  std::vector<std::string> mounts_;  // SmallDisk's
 
   /// The round trip of criu_job through CRIU (below).
   void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false, bool leave_running = false,
@@ -846,18 +868,8 @@ void CliImages::FullDiskCase(bool criu_fills) {
   GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
 #endif
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
-  const std::string full = dir_ + "/full";
-  ASSERT_EQ(::mkdir(full.c_str(), 0700), 0);
-  ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << std::strerror(errno);
-  ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
-  const std::string size = criu_fills ? "size=64m,mode=0700" : "size=3m,mode=0700";
-  ASSERT_EQ(::mount("tmpfs", full.c_str(), "tmpfs", 0, size.c_str()), 0) << std::strerror(errno);
-  // Unmounted however the test ends: TearDown cannot remove a mount point (EBUSY), and the
-  // whole scratch directory stayed behind in /tmp.
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{full};
+  const std::string full = SmallDisk(criu_fills ? "64m" : "3m");
+  ASSERT_FALSE(full.empty());
   const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log", images = full + "/images";
   const pid_t job = StartCriuJob(job_dir, log);
   ASSERT_GT(job, 0);
@@ -936,6 +948,40 @@ void CliImages::FullDiskCase(bool criu_fills) {
   }
   const Ran back = Cusnap({"restore", "--images-dir", roomy});
   ASSERT_EQ(back.status, 0) << back.out << back.err;
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
+// The disk fills up once CRIU is done: write_manifest fails, and the job is on disk only. The
+// dump said to `recover`, which found no process (found by a fresh user): it names the
+// restore, which completes the dump once there is space.
+TEST_F(CliImages, ADumpWhoseDiskFillsUpAfterCriuNamesTheRestoreThatCompletesIt) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
+#endif
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  const std::string full = SmallDisk("64m");
+  ASSERT_FALSE(full.empty());
+  const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log", images = full + "/images";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+  const std::string criu = Env("CUSNAP_CRIU"), wrapper = dir_ + "/criu-then-full";
+  WriteAll(wrapper, "#!/bin/sh\n" + criu + " \"$@\"; rc=$?\nif [ \"$1\" = dump ]; then cat "
+                    "/dev/zero > " + full + "/filler 2>/dev/null; fi\nexit $rc\n");
+  ASSERT_EQ(::chmod(wrapper.c_str(), 0700), 0);
+  ::setenv("CUSNAP_CRIU", wrapper.c_str(), 1);
+  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
+  EXPECT_EQ(dump.status, kExitFailedAfterChange) << dump.out << dump.err;
+  EXPECT_THAT(dump.err, HasSubstr("FAILED in phase 'write_manifest' after the job was changed; "
+                                  "the job is on disk only (CRIU's images are complete): once "
+                                  "there is space, 'cusnap restore --images-dir " + images +
+                                  "' writes the manifest and brings the job back"));
+  EXPECT_THAT(dump.err, ::testing::Not(HasSubstr("recover")));
+  ASSERT_EQ(::waitpid(job, nullptr, 0), job);
+  ASSERT_EQ(::unlink((full + "/filler").c_str()), 0);
+  const Ran restore = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(restore.status, 0) << restore.out << restore.err;
+  EXPECT_THAT(restore.err, HasSubstr("holds a dump interrupted after CRIU finished it"));
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
