@@ -188,6 +188,12 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
       stale.push_back(StaleEndpoint{pid, path, true});
     }
   });
+  const std::vector<std::string> dirs = coord::JobControlDirs(control_dir);
+  for (auto dir = dirs.begin() + 1; dir != dirs.end(); ++dir) {
+    ForEachEndpointSocket(*dir, [&](int pid, const std::string& path) {
+      if (SocketListenerPid(path) == 0) stale.push_back(StaleEndpoint{pid, path, false, true});
+    });
+  }
   return stale;
 }
 
@@ -207,6 +213,10 @@ std::vector<ForeignEndpoint> ForeignEndpoints(const std::string& control_dir) {
 }
 
 std::string StaleReason(const StaleEndpoint& stale) {
+  if (stale.job_dir) {
+    return "nothing listens on it: its process, pid " + std::to_string(stale.pid) + " of a job "
+           "in a PID namespace of its own, is gone";
+  }
   if (!stale.reused) return "its process " + coord::ExitedText(stale.pid);
   return "pid " + std::to_string(stale.pid) + " was reused by a later process (" +
          coord::ProcessName(stale.pid) + ")";

@@ -38,9 +38,12 @@ struct StaleEndpoint {
   int pid = 0;
   std::string path;
   bool reused = false;  ///< the pid exists again, as another process
+  bool job_dir = false; ///< in a job control directory: `pid` is of the job's PID namespace
 };
 
-/// Every stale endpoint socket "<pid>.sock" in `control_dir` (none when it cannot be read).
+/// Every stale endpoint socket "<pid>.sock" in `control_dir` (none when it cannot be read),
+/// and in the job control directories below it (coord::JobControlDirs) every socket nothing
+/// listens on (a job `cusnap dump` took away leaves them; its restore binds them anew).
 std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir);
 
 /// Whether process `pid` listens on its endpoint "<pid>.sock" in `control_dir` now (a live

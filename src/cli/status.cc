@@ -39,6 +39,16 @@ void RemoveStillStale(const std::vector<std::string>& listed, const std::vector<
   }
 }
 
+/// The stale hold markers of `control_dir` and of the job control directories below it.
+std::vector<std::string> StaleMarkers(const std::string& control_dir) {
+  std::vector<std::string> stale = coord::StaleHoldMarkers(control_dir);
+  const std::vector<std::string> job_dirs = coord::JobControlDirs(control_dir);
+  for (auto dir = job_dirs.begin() + 1; dir != job_dirs.end(); ++dir) {
+    for (auto& marker : coord::StaleHoldMarkersOfJobDir(*dir)) stale.push_back(std::move(marker));
+  }
+  return stale;
+}
+
 /// Removes the stale endpoint sockets of `stale`, hold markers and start-time aliases that
 /// are still stale now (checked again just before each unlink: a live endpoint is never
 /// removed). Returns the paths removed; failures go to `errors`.
@@ -51,7 +61,7 @@ std::vector<std::string> Prune(const std::string& control_dir,
   const auto now = StaleEndpoints(control_dir);
   for (const auto& s : stale) {
     const bool still = std::any_of(now.begin(), now.end(), [&](const StaleEndpoint& n) {
-      return n.pid == s.pid && n.reused == s.reused;
+      return n.path == s.path && n.reused == s.reused;
     });
     if (!still) continue;
     if (::unlink(s.path.c_str()) == 0) {
@@ -62,7 +72,7 @@ std::vector<std::string> Prune(const std::string& control_dir,
   }
   // Hold markers of processes that ended while held (coordinator/hold.h), and start-time
   // aliases of restored processes that ended: each still stale now.
-  RemoveStillStale(stale_markers, coord::StaleHoldMarkers(control_dir), removed, errors);
+  RemoveStillStale(stale_markers, StaleMarkers(control_dir), removed, errors);
   RemoveStillStale(stale_aliases, coord::StaleRestoredAliases(control_dir), removed, errors);
   return removed;
 }
@@ -96,12 +106,12 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       return kExitError;
     }
     stale = StaleEndpoints(control_dir);
-    stale_markers = coord::StaleHoldMarkers(control_dir);
+    stale_markers = StaleMarkers(control_dir);
     stale_aliases = coord::StaleRestoredAliases(control_dir);
     foreign = ForeignEndpoints(control_dir);
     for (int pid : coord::EndpointPids(control_dir)) {
       const bool reused = std::any_of(stale.begin(), stale.end(),
-                                      [&](const StaleEndpoint& s) { return s.pid == pid; });
+                                      [&](const StaleEndpoint& s) { return !s.job_dir && s.pid == pid; });
       if (!reused) pids.push_back(pid);
     }
   }

@@ -274,6 +274,26 @@ std::vector<std::string> StaleHoldMarkers(const std::string& control_dir) {
   return stale;
 }
 
+std::vector<std::string> StaleHoldMarkersOfJobDir(const std::string& job_dir) {
+  std::vector<std::string> stale;
+  for (const int pid : MarkedPids(job_dir)) {
+    const auto marker = ReadMarker(job_dir, pid);
+    if (!marker || marker->pid_namespace == 0) continue;
+    const bool lives = std::ranges::any_of(AllPids(), [&](int here) {
+      struct stat ns {};
+      const std::vector<int> pids = NamespacePids(here);
+      return !pids.empty() && pids.back() == pid &&
+             ::stat(("/proc/" + std::to_string(here) + "/ns/pid").c_str(), &ns) == 0 &&
+             static_cast<uint64_t>(ns.st_ino) == marker->pid_namespace;
+    });
+    if (lives) continue;
+    for (const std::string& path : {MarkerPath(job_dir, pid), MarkerPath(job_dir, pid) + kContinuingSuffix}) {
+      if (::access(path.c_str(), F_OK) == 0) stale.push_back(path);
+    }
+  }
+  return stale;
+}
+
 std::vector<std::string> HoldAgain(const std::string& control_dir, const std::vector<int>& pids) {
   std::vector<std::string> problems;
   for (const int p : pids) {

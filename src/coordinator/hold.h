@@ -66,6 +66,12 @@ std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid
 /// removes them.
 std::vector<std::string> StaleHoldMarkers(const std::string& control_dir);
 
+/// The hold markers in `job_dir` (a job control directory, common/control_dir.h: its pids
+/// are those of the job's own PID namespace) whose process is gone: no process here has the
+/// marker's pid as its innermost pid in the PID namespace the marker records (a dumped job's
+/// markers, once its namespace is gone). A marker without a namespace is never judged here.
+std::vector<std::string> StaleHoldMarkersOfJobDir(const std::string& job_dir);
+
 /// After a command that continued `pids` (ContinueHeldJob) and then changed nothing (a
 /// refused restore or recover): StopHeld on each that still runs, so the job is held as it
 /// was. Returns one message per process that could not be stopped again.

@@ -28,6 +28,7 @@
 #include "cli_runner.h"
 #include "common/ids.h"
 #include "criu_problem.h"
+#include "coordinator/hold.h"
 #include "coordinator/images.h"
 #include "coordinator/proc.h"
 #include "coordinator/restore_record.h"
@@ -1050,6 +1051,24 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   // Restored in a PID namespace of its own again (every pid of it is free here): in this
   // namespace it would have no session of its own, and CRIU could not dump it again.
   EXPECT_TRUE(coord::ReadManifest(images)->own_pid_namespace);
+  EXPECT_EQ(coord::ReadManifest(images)->control_dir, job_control);
+  // What the dumped job left in its control directory (endpoint sockets, hold markers) is
+  // stale: listed and pruned (found by a fresh user: status did not look there); the
+  // directory stays, as the restore binds the endpoints there again.
+  const auto job_init_gone = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!coord::StaleHoldMarkersOfJobDir(job_control).size() &&
+         std::chrono::steady_clock::now() < job_init_gone) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its namespace empties
+  }
+  const Ran pruned = Cusnap({"status", "--all", "--prune"});
+  EXPECT_EQ(pruned.status, 0) << pruned.out << pruned.err;
+  EXPECT_THAT(pruned.out, HasSubstr("stale endpoint " + job_control + "/" + pid + ".sock: nothing "
+                                    "listens on it: its process, pid " + pid + " of a job in a "
+                                    "PID namespace of its own, is gone (removed)"));
+  EXPECT_THAT(pruned.out, HasSubstr("stale hold marker " + job_control + "/"));
+  for (const auto& e : std::filesystem::directory_iterator(job_control)) {
+    EXPECT_TRUE(e.is_directory()) << e.path() << " stayed after --prune";
+  }
   const Ran back = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(back.status, 0) << back.out << back.err << ReadAll(images + "/criu-restore.log").substr(0, 3000);
   EXPECT_THAT(back.err, HasSubstr("the job ran in a PID namespace of its own: it is restored in "
