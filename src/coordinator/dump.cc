@@ -159,6 +159,11 @@ class DumpSequence : Sequence {
       if (std::string why = CriuCannotDump(); !why.empty()) problems.insert(problems.begin(), why);
       if (!problems.empty()) return problems;
       if (std::string why = AnotherJobsDump(); !why.empty()) return {why};
+      if (IsHeld(options_.control_dir, options_.root_pid)) {
+        if (std::string in_place = CheckpointedInPlaceText(Dir()); !in_place.empty()) {
+          return {in_place + ", then dump it again"};
+        }
+      }
       job_control_dir_ = ShimControlDir(options_.root_pid).value_or(options_.control_dir);
       return {};
     });
@@ -407,7 +412,10 @@ class ImagesRestoreSequence : Sequence {
                                   "finished it: its manifest is written from CRIU's images");
         }
       }
-      if (!manifest) return {manifest.error().message};
+      if (!manifest) {
+        const std::string in_place = CheckpointedInPlaceText(options_.images_dir);
+        return {manifest.error().message + (in_place.empty() ? "" : "; " + in_place)};
+      }
       manifest_ = std::move(*manifest);
       auto machine = ViewMachine(driver_);
       if (!machine) return {machine.error().message};

@@ -192,6 +192,21 @@ Status RemovePreviousDump(const std::string& dir) {
   return Ok{};
 }
 
+std::string CheckpointedInPlaceText(const std::string& dir) {
+  if (HasManifest(dir) || HasPendingManifest(dir)) return "";
+  auto state = ReadStateFile(dir);
+  if (!state || state->participants.empty()) return "";
+  std::string pids;
+  for (const auto& p : state->participants) {
+    if (!AliveHere(p.pid, p.start_time)) return "";
+    pids += (pids.empty() ? "" : ", ") + std::to_string(p.pid);
+  }
+  const std::string first = std::to_string(state->participants.front().pid);
+  return dir + " holds the state file of a checkpoint whose processes still run here (pid " +
+         pids + "): a dump stopped after its checkpoint, before CRIU ran; 'cusnap restore "
+         "--pid " + first + " --state-dir " + dir + "' resumes the job in place";
+}
+
 bool IsFailedDump(const std::string& dir) {
   auto exists = [&](const std::string& name) { return ::access((dir + "/" + name).c_str(), F_OK) == 0; };
   return (exists(kCriuDumpLogName) || exists(kCriuOutputLogName)) && !exists(kManifestFileName) &&

@@ -124,6 +124,11 @@ bool IsCriuOutput(const std::string& name);
 /// stay. Errors name the file (errno-coded).
 Status RemovePreviousDump(const std::string& dir);
 
+/// When `dir` holds no images but the state file of a checkpoint whose processes all still
+/// run here (a dump stopped between its checkpoint and CRIU: the job is checkpointed in
+/// place), the sentence that says so and names the command that resumes it; "" otherwise.
+std::string CheckpointedInPlaceText(const std::string& dir);
+
 /// True when `dir` holds what a failed dump leaves once its job was restored in place: CRIU's
 /// log, and neither a manifest, a pending manifest nor a state file (the dump removed them).
 bool IsFailedDump(const std::string& dir);

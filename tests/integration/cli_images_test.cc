@@ -1207,6 +1207,37 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
+// A dump killed between its checkpoint and CRIU leaves the job checkpointed in place, held:
+// `dump` said "restore it first" and `restore --images-dir` "no images", neither naming the
+// command that resumes it (found by a fresh user). Both name it now, and it works.
+TEST_F(CliImages, ADumpKilledBeforeCriuNamesTheRestoreInPlace) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
+#endif
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  ::setenv("CUSNAP_HOLD", "stop", 1);
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+  const Ran killed = RunCommand(
+      "CUSNAP_TEST_PAUSE_AT=dump:criu_dump:before " + Env("CUSNAP_TEST_BIN_DIR") + "/cusnap dump "
+      "--pid " + std::to_string(job) + " --images-dir " + images + " >/dev/null 2>&1 & cli=$!; "
+      "until grep -q '^State:.*stopped' /proc/$cli/status; do sleep 0.05; done; kill -KILL $cli; "
+      "wait $cli; echo $?", dir_);
+  ASSERT_EQ(killed.out, "137\n") << killed.err;
+  const std::string resume = "'cusnap restore --pid " + std::to_string(job) + " --state-dir " +
+                             images + "' resumes the job in place";
+  const Ran again = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  EXPECT_EQ(again.status, kExitRefused) << again.out << again.err;
+  EXPECT_THAT(again.err, HasSubstr(resume + ", then dump it again"));
+  const Ran from_images = Cusnap({"restore", "--images-dir", images});
+  EXPECT_EQ(from_images.status, kExitRestoreRefused) << from_images.out << from_images.err;
+  EXPECT_THAT(from_images.err, HasSubstr("a dump stopped after its checkpoint, before CRIU ran; " + resume));
+  const Ran in_place = Cusnap({"restore", "--pid", std::to_string(job), "--state-dir", images});
+  ASSERT_EQ(in_place.status, 0) << in_place.out << in_place.err;
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
 
 // Issue 16: restore while another process holds the job's pid. The job comes back in a PID
