@@ -16,6 +16,7 @@
 #include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "common/text.h"
+#include "coordinator/command_lock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/hold.h"
 #include "coordinator/proc.h"
@@ -73,6 +74,11 @@ std::vector<std::string> Prune(const std::string& control_dir,
   // Hold markers of processes that ended while held (coordinator/hold.h), and start-time
   // aliases of restored processes that ended: each still stale now.
   RemoveStillStale(stale_markers, StaleMarkers(control_dir), removed, errors);
+  // Command locks (coordinator/command_lock.h) of processes whose endpoint is gone now.
+  for (const std::string& dir : coord::JobControlDirs(control_dir)) {
+    const auto locks = coord::StaleCommandLocks(dir);
+    RemoveStillStale(locks, locks, removed, errors);
+  }
   RemoveStillStale(stale_aliases, coord::StaleRestoredAliases(control_dir), removed, errors);
   return removed;
 }

@@ -135,6 +135,18 @@ bool Sequence::DiscoverPhase() {
     auto found = discover_(driver_);
     if (!found) return {found.error().message};
     participants_ = std::move(*found);
+    // Before anything changes: a process another command is at work on is refused.
+    std::vector<std::string> busy;
+    for (const auto& p : participants_) {
+      if (p->endpoint().empty()) continue;
+      auto lock = CommandLock::Take(p->endpoint(), ProcessText(p->pid()));
+      if (lock) {
+        command_locks_.push_back(std::move(*lock));
+      } else if (lock.error().code == EBUSY) {
+        busy.push_back(lock.error().message);
+      }  // a lock file that cannot be made (a read-only directory) does not stop the command
+    }
+    if (!busy.empty()) return busy;
     identities_.assign(participants_.size(), Identity{});
     native_.assign(participants_.size(), 0);
     dead_.assign(participants_.size(), 0);

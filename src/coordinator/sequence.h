@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/command_lock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/interrupt.h"
 #include "coordinator/lease.h"
@@ -153,6 +154,8 @@ class Sequence {
   PhaseObserver& observer_;
   Interrupt* interrupt_;
   std::vector<std::unique_ptr<Participant>> participants_;
+  /// Each participant's command lock (command_lock.h), held from discover to the end.
+  std::vector<std::shared_ptr<CommandLock>> command_locks_;
   std::vector<Identity> identities_;
   /// Per participant: the driver knows the process (cuCheckpointProcessGetState succeeded
   /// during discovery), so native lock/checkpoint/restore/unlock apply to it. The shim has an

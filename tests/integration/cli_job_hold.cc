@@ -18,12 +18,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
 #include "job_harness.h"
 
 namespace jobtest {
 namespace {
 
 using ::testing::HasSubstr;
+
+/// The bytes of the file at `path` ("" when it cannot be read).
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 /// The state letter of `pid` (/proc/<pid>/stat field 3), '?' when unreadable.
 char ProcState(pid_t pid) {
@@ -334,6 +343,38 @@ TEST_F(CliJobHold, PlainContinueLeavesTheJobHeld) {
   ASSERT_EQ(::kill(w.pid, SIGSTOP), 0);
   ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
   EXPECT_EQ(OkValue(Ask(w, "pid")), std::to_string(w.pid));
+}
+
+// A second command on a job another command is at work on (found by a fresh user: a
+// restore run while a checkpoint was between release and its native checkpoint restored the
+// job under it, the checkpoint then went on, and nothing could bring the job back): refused,
+// naming the process, before anything changes; the first command ends as if alone.
+TEST_F(CliJobHold, ACommandOnAJobAnotherCommandIsAtWorkOnIsRefused) {
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  const std::string cusnap = cusnap::testing::Env("CUSNAP_TEST_BIN_DIR") + "/cusnap";
+  const std::string pid = std::to_string(w.pid);
+  // The first command pauses between release and its native checkpoint (the pause knob);
+  // the others run meanwhile; then it goes on.
+  const auto r = cusnap::testing::RunCommand(
+      "cd " + dir_ + " || exit; CUSNAP_TEST_PAUSE_AT=checkpoint:release:after " + cusnap +
+          " checkpoint --pid " + pid +
+          " --state-dir state >first.out 2>first.err & cli=$!; "
+          "until grep -q cusnap-test-pause first.err; do sleep 0.05; done; " +
+          cusnap + " restore --pid " + pid + " --state-dir state >/dev/null 2>second.err; echo $?; " +
+          cusnap + " checkpoint --pid " + pid + " --state-dir other >/dev/null 2>third.err; echo $?; "
+          "kill -CONT $cli; wait $cli; echo $?",
+      dir_);
+  EXPECT_EQ(r.out, "5\n3\n0\n") << r.err << ReadFile(dir_ + "/first.err");
+  for (const std::string& name : {std::string("second.err"), std::string("third.err")}) {
+    const std::string err = ReadFile(dir_ + "/" + name);
+    EXPECT_THAT(err, HasSubstr("pid " + pid + " is in the middle of another cusnap command (that "
+                               "command holds "));
+    EXPECT_THAT(err, HasSubstr("refused; nothing was changed"));
+  }
+  const Ran rs = Restore(dir_ + "/state");
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  CheckEveryByte();
 }
 
 // A process the user stopped (SIGSTOP, Ctrl-Z) cannot answer: checkpoint names it at once
