@@ -2,6 +2,7 @@
 #include "cli/test_pause.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,21 @@ void TestPauseObserver::MaybePause(const std::string& phase, const char* when) {
     std::fprintf(stderr, "cusnap-test-pause: %s\n", here.c_str());
     std::fflush(stderr);
     ::raise(SIGSTOP);
+    // A SIGINT or SIGTERM the harness sent while this process was stopped is pending now:
+    // the signal-watching thread (interrupt_watch.h) takes it within its poll. Waiting for
+    // that here makes the pause mean "the signal came at this boundary" (found by a fresh
+    // user: the next phases, done in microseconds, raced the watcher past the commit).
+    bool was_pending = false;
+    for (int i = 0; i < 400; ++i) {
+      sigset_t pending;
+      if (::sigpending(&pending) != 0 ||
+          (!::sigismember(&pending, SIGINT) && !::sigismember(&pending, SIGTERM))) {
+        break;
+      }
+      was_pending = true;
+      ::usleep(500);
+    }
+    if (was_pending) ::usleep(5'000);  // the watcher, having taken it, tells the sequence
     return;
   }
 }
