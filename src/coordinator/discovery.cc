@@ -58,10 +58,14 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;
     }
-    // A process the driver knows (any checkpoint state) is a CUDA process; without an
-    // endpoint its sharing is unknown, so nothing may change.
-    if (driver.GetState(pid).ok()) {
-      const std::string elsewhere = ShimElsewhere({pid}, options.control_dir);
+    // A process whose shim serves its endpoint in another control directory is a
+    // participant there: said before the driver is asked, whose answer waits for a process
+    // that is stopped (held by a checkpoint; found by a fresh user, whose restore from a
+    // shell with another XDG_RUNTIME_DIR waited for ever). A process the driver knows (any
+    // checkpoint state) is a CUDA process; without an endpoint its sharing is unknown, so
+    // nothing may change.
+    const std::string elsewhere = ShimElsewhere({pid}, options.control_dir);
+    if (!elsewhere.empty() || driver.GetState(pid).ok()) {
       return Error{-1, ProcessText(pid, ProcessName(pid)) +
                            ": a CUDA process in the tree of " + ProcessText(options.pid) +
                            " has no cusnap endpoint in " + options.control_dir + "; " +

@@ -377,6 +377,29 @@ TEST_F(CliJobHold, ACommandOnAJobAnotherCommandIsAtWorkOnIsRefused) {
   CheckEveryByte();
 }
 
+// A restore from a shell whose control directory is another one (another XDG_RUNTIME_DIR,
+// an ssh login) asked the driver about the held, stopped processes and waited for ever
+// (found by a fresh user): it names the directory their shims use, at once.
+TEST_F(CliJobHold, ARestoreWithAnotherControlDirectoryNamesTheJobsAtOnce) {
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  const Ran ck = Checkpoint(dir_ + "/state");
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  const std::string other = dir_ + "/other-control";
+  ASSERT_EQ(::mkdir(other.c_str(), 0700), 0);
+  const auto r = cusnap::testing::RunCommand(
+      "{ CUSNAP_CONTROL_DIR=" + other + " timeout -s KILL 30 " +
+          cusnap::testing::Env("CUSNAP_TEST_BIN_DIR") + "/cusnap restore --pid " +
+          std::to_string(w.pid) + " --state-dir " + dir_ + "/state; echo $?; }",
+      dir_);
+  EXPECT_THAT(r.out, ::testing::EndsWith("5\n")) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("its environment puts its endpoint in "));
+  EXPECT_THAT(r.err, HasSubstr("run the command with CUSNAP_CONTROL_DIR="));
+  const Ran rs = Restore(dir_ + "/state");
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  CheckEveryByte();
+}
+
 // A process the user stopped (SIGSTOP, Ctrl-Z) cannot answer: checkpoint names it at once
 // (it waited 20 s for the endpoint and said "identify failed"), changes nothing, and works
 // once the process is continued.
