@@ -91,6 +91,24 @@ pid_t HoldPid(pid_t pid) {
   return static_cast<pid_t>(child);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+/// Skips a test that takes jobs through CRIU where it cannot: under AddressSanitizer (CRIU
+/// would have to dump the shadow mappings of every job process; these run on the release
+/// build, scripts/test.sh), and where CRIU does not run (CriuProblem names why).
+#define SKIP_UNLESS_CRIU_ROUND_TRIPS()                                                       \
+  do {                                                                                      \
+    if (kSanitized) GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under " \
+                                    "AddressSanitizer";                                     \
+    if (const std::string why = CriuProblem(); !why.empty()) {                              \
+      GTEST_SKIP() << "CRIU cannot run here: " << why;                                      \
+    }                                                                                       \
+  } while (0)
+
 class CliImages : public OwnMachineTest {
  protected:
   CliImages() : OwnMachineTest("images") {}
@@ -684,12 +702,7 @@ TEST_F(CliImages, RunOpensTheFilesAJobInheritsFromAnotherMountNamespaceAgain) {
 /// still bring the job back.
 void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool leave_running,
                           bool criu_fails_after) {
-#if defined(__SANITIZE_ADDRESS__)
-  // CRIU would have to dump AddressSanitizer's shadow mappings of every job process; the
-  // round trip runs on the release build instead (scripts/test.sh).
-  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
-#endif
-  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
   const pid_t job = StartCriuJob(job_dir, log);
   ASSERT_GT(job, 0);
@@ -865,10 +878,7 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
 //   (exit 4, said), and the directory holds no dump (its restore is refused).
 // Either way the job then dumps to a directory with room, and comes back with every byte.
 void CliImages::FullDiskCase(bool criu_fills) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
-#endif
-  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string full = SmallDisk(criu_fills ? "64m" : "3m");
   ASSERT_FALSE(full.empty());
   const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log", images = full + "/images";
@@ -956,10 +966,7 @@ void CliImages::FullDiskCase(bool criu_fills) {
 // dump said to `recover`, which found no process (found by a fresh user): it names the
 // restore, which completes the dump once there is space.
 TEST_F(CliImages, ADumpWhoseDiskFillsUpAfterCriuNamesTheRestoreThatCompletesIt) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
-#endif
-  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string full = SmallDisk("64m");
   ASSERT_FALSE(full.empty());
   const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log", images = full + "/images";
@@ -999,10 +1006,7 @@ TEST_F(CliImages, ADumpWhoseDiskFillsUpWhileCriuWritesRestoresTheJobInPlace) {
 // were reopened in its mount namespace, where CRIU looks for them) and comes back from the
 // images with every byte.
 TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
-#endif
-  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log";
   ::mkdir(job_dir.c_str(), 0700);
   KeepInheritedDescriptorsFromChildren();
@@ -1142,10 +1146,7 @@ TEST_F(CliImages, AHeldJobWhoseChildWasKilledIsRestoredWithoutIt) {
 // for good). The control directory's `restored` being a file fails the identities; a CRIU
 // wrapper kills the restore once CRIU is done.
 TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
-#endif
-  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
   const pid_t job = StartCriuJob(job_dir, log);
   ASSERT_GT(job, 0);
@@ -1211,10 +1212,7 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
 // `dump` said "restore it first" and `restore --images-dir` "no images", neither naming the
 // command that resumes it (found by a fresh user). Both name it now, and it works.
 TEST_F(CliImages, ADumpKilledBeforeCriuNamesTheRestoreInPlace) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under AddressSanitizer";
-#endif
-  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << "CRIU cannot run here: " << why;
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ::setenv("CUSNAP_HOLD", "stop", 1);
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
   const pid_t job = StartCriuJob(job_dir, log);
