@@ -79,8 +79,12 @@ std::string JobStateTail(const Target& target, const std::string& control_dir) {
     if (auto id = coord::Identify(*coord::ConnectEndpoint(control_dir, pid))) states.insert(id->state);
   }
   if (states.empty()) {
-    // No shim to ask (a job started without one): its process runs on, untouched.
-    return target.pid > 0 && coord::ProcessStartTime(target.pid) ? ", the job keeps running" : "";
+    // No shim to ask here: a job started without one runs on, untouched; one whose shims use
+    // another control directory (the refusal named it) may be checkpointed: not said.
+    const bool shim_elsewhere = target.pid > 0 && coord::ShimControlDir(target.pid).has_value();
+    return target.pid > 0 && !shim_elsewhere && coord::ProcessStartTime(target.pid)
+               ? ", the job keeps running"
+               : "";
   }
   if (states.size() > 1) return ", each of its processes stays as it was (see 'cusnap status')";
   switch (*states.begin()) {

@@ -64,8 +64,10 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     // shell with another XDG_RUNTIME_DIR waited for ever). A process the driver knows (any
     // checkpoint state) is a CUDA process; without an endpoint its sharing is unknown, so
     // nothing may change.
-    const std::string elsewhere = ShimElsewhere({pid}, options.control_dir);
-    if (!elsewhere.empty() || driver.GetState(pid).ok()) {
+    const auto shim_dir = ShimControlDir(pid);
+    const bool served_elsewhere = shim_dir && *shim_dir != options.control_dir;
+    if (served_elsewhere || driver.GetState(pid).ok()) {
+      const std::string elsewhere = ShimElsewhere({pid}, options.control_dir);
       return Error{-1, ProcessText(pid, ProcessName(pid)) +
                            ": a CUDA process in the tree of " + ProcessText(options.pid) +
                            " has no cusnap endpoint in " + options.control_dir + "; " +

@@ -489,9 +489,16 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
   // directory" otherwise, found by a fresh user who had removed the control directory).
   if (std::error_code ec; !manifest.control_dir.empty() &&
                           !std::filesystem::is_directory(manifest.control_dir, ec)) {
+    // mkdir -p would make missing parents 0755, which cusnap refuses as unsafe (found by a
+    // fresh user): each missing directory is named, parents first, for one mkdir -m 700.
+    std::string missing;
+    for (std::filesystem::path d = manifest.control_dir;
+         !d.empty() && d != d.root_path() && !std::filesystem::exists(d, ec); d = d.parent_path()) {
+      missing = " " + d.string() + missing;
+    }
     problems.push_back("the job's control directory " + manifest.control_dir + " does not "
                        "exist: CRIU binds the job's endpoint sockets there again; create it "
-                       "(mkdir -p -m 700 " + manifest.control_dir + ")");
+                       "(mkdir -m 700" + missing + ")");
   }
   const int runs_as = resumed ? 0 : DumpedJobRunning(manifest, running);
   const bool runs = runs_as != 0;

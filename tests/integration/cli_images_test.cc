@@ -311,10 +311,10 @@ TEST_F(CliImages, AMissingImageFileIsRefused) {
 // CRIU binds the job's endpoint sockets in its control directory again: without it, CRIU
 // failed with "Can't bind" (found by a fresh user who had removed it). Named first.
 TEST_F(CliImages, ADumpWhoseControlDirectoryIsGoneIsRefused) {
-  const std::string gone = dir_ + "/removed-control-dir";
-  ExpectRefused(MakeImages([&](coord::Manifest& m) { m.control_dir = gone; }),
-                "the job's control directory " + gone + " does not exist: CRIU binds the job's "
-                "endpoint sockets there again; create it (mkdir -p -m 700 " + gone + ")");
+  const std::string gone = dir_ + "/removed-control-dir", job = gone + "/pidns-AbC123";
+  ExpectRefused(MakeImages([&](coord::Manifest& m) { m.control_dir = job; }),
+                "the job's control directory " + job + " does not exist: CRIU binds the job's "
+                "endpoint sockets there again; create it (mkdir -m 700 " + gone + " " + job + ")");
 }
 
 TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
