@@ -491,10 +491,15 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                           !std::filesystem::is_directory(manifest.control_dir, ec)) {
     // mkdir -p would make missing parents 0755, which cusnap refuses as unsafe (found by a
     // fresh user): each missing directory is named, parents first, for one mkdir -m 700.
-    std::string missing;
+    std::vector<std::string> gone;  // innermost first
     for (std::filesystem::path d = manifest.control_dir;
          !d.empty() && d != d.root_path() && !std::filesystem::exists(d, ec); d = d.parent_path()) {
-      missing = " " + d.string() + missing;
+      gone.push_back(d.string());
+    }
+    std::string missing;
+    for (auto d = gone.rbegin(); d != gone.rend(); ++d) {
+      missing += ' ';
+      missing += *d;
     }
     problems.push_back("the job's control directory " + manifest.control_dir + " does not "
                        "exist: CRIU binds the job's endpoint sockets there again; create it "
