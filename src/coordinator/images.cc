@@ -444,16 +444,12 @@ RunningCheck RunningHere(const std::string& control_dir) {
     // A dumped pid is the process's innermost one (a job in a PID namespace of its own has
     // its own numbers), and start times are ticks since boot everywhere: that namespace's
     // init can be `pid` here, started in the same tick as the job's process `pid` there.
-    const auto is_pid_inside = [pid](int here) {
-      const std::vector<int> ns = NamespacePids(here);
-      return !ns.empty() && ns.back() == pid;
-    };
-    if (AliveHere(pid, start_time) && is_pid_inside(pid)) return pid;
-    for (const int here : AllPids()) {
-      if (here != pid && KernelStartTime(here) == start_time && is_pid_inside(here) &&
-          !IsZombie(here)) {
-        return here;
-      }
+    if (AliveHere(pid, start_time)) {
+      const std::vector<int> ns = NamespacePids(pid);
+      if (!ns.empty() && ns.back() == pid) return pid;
+    }
+    if (const int here = FindByInnermostPid(pid, [&](uint64_t t) { return t == start_time; })) {
+      return here;
     }
     return RunningRestoredCopy(control_dir, pid, start_time);
   };

@@ -350,22 +350,11 @@ std::vector<RestoredAlias> RestoredAliases(const std::string& control_dir) {
   return aliases;
 }
 
-namespace {
-
-/// pid here -> kernel start time, of every process /proc lists.
-std::map<int, uint64_t> StartTimesHere() {
-  std::map<int, uint64_t> started;
-  for (const int pid : AllPids()) {
-    if (const uint64_t t = KernelStartTime(pid); t != 0) started[pid] = t;
-  }
-  return started;
-}
-
-}  // namespace
-
 std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
   std::set<uint64_t> started;
-  for (const auto& [pid, t] : StartTimesHere()) started.insert(t);
+  for (const int pid : AllPids()) {
+    if (const uint64_t t = KernelStartTime(pid); t != 0) started.insert(t);
+  }
   std::vector<std::string> stale;
   if (started.empty()) return stale;  // no /proc to judge by
   for (const RestoredAlias& a : RestoredAliases(control_dir)) {
@@ -375,18 +364,25 @@ std::vector<std::string> StaleRestoredAliases(const std::string& control_dir) {
   return stale;
 }
 
+int FindByInnermostPid(int pid, const std::function<bool(uint64_t start_time)>& started_ok) {
+  for (const int here : AllPids()) {
+    const uint64_t t = KernelStartTime(here);
+    if (t == 0 || !started_ok(t)) continue;
+    const std::vector<int> ns = NamespacePids(here);
+    if (!ns.empty() && ns.back() == pid && !IsZombie(here)) return here;
+  }
+  return 0;
+}
+
 int RunningRestoredCopy(const std::string& control_dir, int pid, uint64_t original) {
   std::vector<uint64_t> restored;  // new start times of copies of the dumped process
   for (const RestoredAlias& a : RestoredAliases(control_dir)) {
     if (a.pid == pid && a.original == original) restored.push_back(a.outside);
   }
   if (restored.empty()) return 0;
-  for (const auto& [here, started] : StartTimesHere()) {
-    if (std::find(restored.begin(), restored.end(), started) == restored.end()) continue;
-    const std::vector<int> ns = NamespacePids(here);
-    if (!ns.empty() && ns.back() == pid && !IsZombie(here)) return here;
-  }
-  return 0;
+  return FindByInnermostPid(pid, [&](uint64_t started) {
+    return std::find(restored.begin(), restored.end(), started) != restored.end();
+  });
 }
 
 namespace {

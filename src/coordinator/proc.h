@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,6 +96,11 @@ std::vector<std::string> JobControlDirs(const std::string& control_dir);
 /// The namespace pids of `pid` (/proc/<pid>/status NSpid: this namespace's first, the
 /// innermost last); empty when unreadable.
 std::vector<int> NamespacePids(int pid);
+
+/// The pid here of a live process (not a zombie), in this PID namespace or one below, that
+/// is `pid` in its innermost PID namespace and whose kernel start time (ticks since boot, the
+/// same in every namespace) `started_ok` accepts; 0 when there is none. Scans every process.
+int FindByInnermostPid(int pid, const std::function<bool(uint64_t start_time)>& started_ok);
 
 /// One start-time alias file (common/ids.h, RestoredAliasPath): the restored process `pid`
 /// (as its own PID namespace numbers it) started at `outside` (as the kernel counts it here)

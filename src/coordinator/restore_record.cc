@@ -71,13 +71,7 @@ std::optional<EarlierRestore> ReadRestoreRecord(const std::string& dir) {
 
 int InterruptedRestoreRoot(const Manifest& manifest, uint64_t started) {
   if (started == 0 || manifest.root_pid <= 0) return 0;
-  for (const int pid : AllPids()) {
-    const uint64_t t = KernelStartTime(pid);
-    if (t == 0 || t < started || IsZombie(pid)) continue;
-    const std::vector<int> ns = NamespacePids(pid);
-    if (!ns.empty() && ns.back() == manifest.root_pid) return pid;
-  }
-  return 0;
+  return FindByInnermostPid(manifest.root_pid, [started](uint64_t t) { return t >= started; });
 }
 
 }  // namespace cusnap::coord
