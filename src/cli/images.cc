@@ -58,6 +58,7 @@ int RestoreImagesHere(const std::string& images_dir, const std::string& device_m
   coord::ImagesRestoreOptions options;
   options.images_dir = images_dir;
   options.resume_root = resume_root;
+  options.lease_ms = coord::LeaseMsFromEnvironment();
   if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
   const std::string control_dir = ControlDir();
   options.control_dir = control_dir;

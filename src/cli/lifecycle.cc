@@ -265,7 +265,7 @@ bool ParseDeviceMapArg(const char* command, const std::string& text,
 
 int RestoreCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
-  coord::RestoreOptions options{state_dir, {}};
+  coord::RestoreOptions options{state_dir, {}, coord::LeaseMsFromEnvironment()};
   if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
   const std::vector<int> continued = ContinueHeld("restore", target);
   const int rc = Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
@@ -278,7 +278,7 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
 
 int RecoverCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
-  coord::RecoverOptions options{state_dir, {}};
+  coord::RecoverOptions options{state_dir, {}, coord::LeaseMsFromEnvironment()};
   if (!ParseDeviceMapArg("recover", device_map, options.device_map)) return kExitUsage;
   const std::vector<int> continued = ContinueHeld("recover", target);
   const int rc = Drive("recover", target, json, coord::kRecoverPhaseCount, kExitRestoreRefused,

@@ -1,5 +1,6 @@
 #include "common/endpoint_client.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,7 +45,8 @@ int EndpointPidOfPath(const std::string& socket_path) {
 }
 
 Result<proto::Message> Request(const std::string& socket_path, const proto::Message& request,
-                               int timeout_ms) {
+                               int timeout_ms,
+                               const std::function<std::string()>& still_waiting) {
   const Deadline deadline = Deadline::AfterMs(timeout_ms);
   // Whoever owns the directory decides who answers: refuse one that is not ours and private
   // (control_dir.h), then check that the process answering is the endpoint's own.
@@ -58,6 +60,19 @@ Result<proto::Message> Request(const std::string& socket_path, const proto::Mess
   if (!peer.ok()) return Error{peer.error().code, socket_path + ": " + peer.error().message};
   Status sent = SendMessage(fd->get(), request, deadline);
   if (!sent.ok()) return Error{sent.error().code, socket_path + ": " + sent.error().message};
+  if (still_waiting) {
+    // Only the wait for the reply's first packet is sliced: nothing of it is read before.
+    for (;;) {
+      const int left = deadline.RemainingMs();
+      pollfd ready{fd->get(), POLLIN, 0};
+      const int n = ::poll(&ready, 1, left < kReplyCheckMs ? left : kReplyCheckMs);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 0 || left <= kReplyCheckMs) break;  // readable, closed, or the deadline
+      if (std::string why = still_waiting(); !why.empty()) {
+        return Error{EHOSTDOWN, socket_path + ": " + why};
+      }
+    }
+  }
   Result<proto::Message> reply = ReceiveMessage(fd->get(), deadline);
   if (!reply.ok()) return Error{reply.error().code, socket_path + ": " + reply.error().message};
   return reply;

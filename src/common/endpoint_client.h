@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/error.h"
@@ -32,8 +33,15 @@ int EndpointPidOfPath(const std::string& socket_path);
 /// peer runs as another user (root aside) or, for "<pid>.sock", is not process pid. Fails with an errno-coded Error naming the path on a
 /// socket or framing problem or when `timeout_ms` (whole exchange) passes. The reply is not
 /// read here: its struct's Decode (messages.h) turns an error reply into its Error.
+/// `still_waiting`, when given, is called about every kReplyCheckMs while no reply has come:
+/// a text it returns ends the wait at once, as an Error (code EHOSTDOWN) with that text (the
+/// coordinator's check that the endpoint's process can still answer: participant.cc).
 Result<proto::Message> Request(const std::string& socket_path, const proto::Message& request,
-                               int timeout_ms);
+                               int timeout_ms,
+                               const std::function<std::string()>& still_waiting = {});
+
+/// How often Request asks `still_waiting` while a reply is awaited, in ms.
+inline constexpr int kReplyCheckMs = 500;
 
 /// Request(), then the reply decoded as `Reply` (a reply struct of messages.h; `args` are
 /// what its Decode takes after the message, e.g. the op for proto::StepReply). An error

@@ -228,6 +228,7 @@ Message StepRequest::Encode() const {
   out.Put(lease_ms);
   out.Put(dropped_multicast);
   out.Put(device_map);
+  out.Put(static_cast<uint8_t>(held ? 1 : 0));
   return message;
 }
 
@@ -239,6 +240,9 @@ Result<StepRequest> StepRequest::Decode(const Message& message) {
     in.Get(r.lease_ms);
     in.Get(r.dropped_multicast);
     in.Get(r.device_map);
+    uint8_t held = 0;
+    in.Get(held);
+    r.held = held != 0;
   });
 }
 

@@ -22,9 +22,11 @@ inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// carry the importers of this process's exports; kCheckResources; kSave carries the
 /// checkpoint's id and kIdentify reports it; kSave runs before kDetachMulticast. Version 4:
 /// every lifecycle request carries a lease (StepRequest::lease_ms), kRenew and kCommit; a
-/// failed destructive step keeps its state (it can be run again) instead of FAILED. A peer
-/// speaking another version is refused with both versions named (socket.h, ReceiveMessage).
-inline constexpr uint16_t kVersion = 4;
+/// failed destructive step keeps its state (it can be run again) instead of FAILED. Version 5:
+/// lifecycle requests say whether the command holds the process stopped once checkpointed
+/// (StepRequest::held). A peer speaking another version is refused with both versions named
+/// (socket.h, ReceiveMessage).
+inline constexpr uint16_t kVersion = 5;
 
 /// Requests a client can send: X(enumerator, value, name). Lifecycle operations run on the
 /// shim's control thread, one at a time; kExport is served by the peer thread from the export

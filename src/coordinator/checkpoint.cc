@@ -129,7 +129,6 @@ class CheckpointSequence : Sequence {
   /// finish and the quiesce is tried again, kQuiesceTries times in all; then the checkpoint
   /// is refused naming each process with work in flight, the job running as before.
   bool QuiesceAll() {
-    StartLease();
     for (int attempt = 1;; ++attempt) {
       const size_t errors_before = report_.errors.size();
       std::vector<char> busy(participants_.size(), 0);
@@ -373,7 +372,7 @@ CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& dis
   // than leave it half taken apart (the failure stays in the report).
   report.notes.push_back("a step after the point of no return failed: rolling the job forward "
                          "from what each process holds");
-  CommandReport recovered = Recover(RecoverOptions{options.state_dir, {}}, discover, driver, observer);
+  CommandReport recovered = Recover(RecoverOptions{options.state_dir, {}, options.lease_ms}, discover, driver, observer);
   MergeInto(report, std::move(recovered));
   report.outcome = report.outcome == Outcome::kOk ? Outcome::kRolledForward
                                                   : Outcome::kFailedAfterChange;

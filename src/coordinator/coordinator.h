@@ -104,6 +104,10 @@ struct CheckpointOptions {
 struct RestoreOptions {
   std::string state_dir;
   std::vector<DevicePair> device_map;  ///< empty: restore on the same devices
+  /// The lease every lifecycle request carries, renewed from discovery on (lease.h); a
+  /// process the restore continued from the hold stops itself again once it runs out with
+  /// the restore gone (shim/lifecycle/lifecycle.h). 0: none.
+  uint64_t lease_ms = 0;
 };
 
 /// Suspends the job: every phase of the checkpoint list above. Returns kRefused (job
@@ -139,6 +143,8 @@ struct RecoverOptions {
   /// participants the driver still holds checkpointed, checked against every participant's
   /// GPUs at reallocate; not used by a roll back.
   std::vector<DevicePair> device_map;
+  /// As RestoreOptions::lease_ms.
+  uint64_t lease_ms = 0;
 };
 
 /// Finishes whatever a checkpoint or restore left (a command killed, a step failed, a

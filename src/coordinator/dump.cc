@@ -350,7 +350,7 @@ class DumpSequence : Sequence {
     for (auto& problem : ContinueHeldJob(options_.control_dir, options_.root_pid)) {
       report_.notes.push_back(std::move(problem));
     }
-    const RestoreOptions restore{Dir(), {}};
+    const RestoreOptions restore{Dir(), {}, options_.checkpoint.lease_ms};
     MergeInto(report_, Restore(restore, discover_, driver_, observer_, nullptr));
     return report_.outcome == Outcome::kOk;
   }
@@ -540,7 +540,7 @@ class ImagesRestoreSequence : Sequence {
 
   /// Every restore phase (coordinator.h) on the restored tree, its report merged.
   bool RestoreJob() {
-    const RestoreOptions restore{options_.images_dir, options_.device_map};
+    const RestoreOptions restore{options_.images_dir, options_.device_map, options_.lease_ms};
     MergeInto(report_, Restore(restore, options_.discoverer_for(root_pid_), driver_, observer_,
                                nullptr));
     nested_ = report_.outcome;

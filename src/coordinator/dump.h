@@ -36,6 +36,8 @@ struct ImagesRestoreOptions {
   std::string images_dir;
   std::string control_dir;  ///< endpoints live here; restored/ gets the identity aliases
   std::vector<DevicePair> device_map;
+  /// As RestoreOptions::lease_ms (coordinator.h).
+  uint64_t lease_ms = 0;
   /// The discoverer of the tree CRIU brought back, under its root pid.
   std::function<Discoverer(int root_pid)> discoverer_for;
   /// Not 0: the root (pid in this PID namespace) of the tree an interrupted restore from

@@ -1,7 +1,6 @@
 // The long-suspend hold (hold.h): stop a checkpointed participant, continue it at restore.
 #include "coordinator/hold.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,10 +10,10 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "common/control_dir.h"
+#include "common/hold_marker.h"
 #include "common/text.h"
 #include "coordinator/proc.h"
 
@@ -30,29 +29,14 @@ std::string MarkerPath(const std::string& control_dir, int pid) {
 /// while the marker exists, cannot undo the continue.
 constexpr const char* kContinuingSuffix = ".continuing";
 
-/// This process's PID namespace (the inode of /proc/self/ns/pid; 0 when unreadable). A
-/// marker records the namespace of the pid in its name: a job restored in a namespace of its
-/// own (cli/pid_namespace.h) has markers whose pids mean nothing here.
-uint64_t OwnPidNamespace() {
-  struct stat st {};
-  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
-}
-
-/// What a marker records (under either name): its process's start time and PID namespace (0
-/// in markers written before namespaces were recorded: this one). nullopt when there is no
-/// readable marker.
-struct MarkerText {
-  uint64_t start_time = 0;
-  uint64_t pid_namespace = 0;
-};
+/// A marker records the namespace of the pid in its name (common/hold_marker.h): a job
+/// restored in a namespace of its own (cli/pid_namespace.h) has markers whose pids mean
+/// nothing here. Read under either name; nullopt when there is no readable marker.
+using MarkerText = HoldMarker;
 std::optional<MarkerText> ReadMarker(const std::string& control_dir, int pid) {
   for (const std::string& path : {MarkerPath(control_dir, pid),
                                   MarkerPath(control_dir, pid) + kContinuingSuffix}) {
-    std::ifstream in(path);
-    MarkerText text;
-    if (!(in >> text.start_time)) continue;
-    if (!(in >> text.pid_namespace)) text.pid_namespace = 0;
-    return text;
+    if (auto marker = ReadHoldMarker(path)) return marker;
   }
   return std::nullopt;
 }
@@ -78,22 +62,9 @@ void RemoveMarker(const std::string& control_dir, int pid) {
   ::unlink((marker + kContinuingSuffix).c_str());
 }
 
-/// Writes the marker (mode 0600, replaced whole). Error code: errno.
+/// Writes the marker of `pid` (mode 0600, replaced whole). Error code: errno.
 Status WriteMarker(const std::string& control_dir, int pid, uint64_t start_time) {
-  const std::string path = MarkerPath(control_dir, pid);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Error{errno, "cannot create " + tmp + ": " + std::strerror(errno)};
-  const std::string text = std::to_string(start_time) + " " + std::to_string(OwnPidNamespace()) + "\n";
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int saved = errno;
-  ::close(fd);
-  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int why = written ? errno : saved;
-    ::unlink(tmp.c_str());
-    return Error{why, "cannot write " + path + ": " + std::strerror(why)};
-  }
-  return Ok{};
+  return WriteHoldMarker(MarkerPath(control_dir, pid), HoldMarker{start_time, OwnPidNamespace()});
 }
 
 bool Stopped(int pid) {
@@ -332,6 +303,8 @@ class HoldingDriver final : public CheckpointDriver {
   Result<uint64_t> DeviceFreeBytes(const std::string& uuid) override {
     return inner_->DeviceFreeBytes(uuid);
   }
+  Result<std::vector<std::string>> DeviceNames() override { return inner_->DeviceNames(); }
+  bool HoldsStopped() const override { return true; }
 
  private:
   std::unique_ptr<CheckpointDriver> inner_;

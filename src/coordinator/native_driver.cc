@@ -87,6 +87,7 @@ class LoadedDriver final : public CheckpointDriver {
            std::to_string(version % 1000 / 10) + ")";
   }
   bool simulated() const override { return simulated_; }
+  bool HoldsStopped() const override { return false; }
 
   Result<CUprocessState> GetState(int pid) override {
     CUprocessState state{};

@@ -43,14 +43,22 @@ class CheckpointDriver {
   virtual Result<std::vector<std::string>> DeviceUuids() = 0;
   /// Free bytes on the GPU named `uuid` (cuMemGetInfo in its primary context, retained for
   /// the call and released again). Errors name the GPU and the failing call; code -2 when
-  /// this driver cannot tell (the default: fakes), and the caller then skips the check.
-  virtual Result<uint64_t> DeviceFreeBytes(const std::string& uuid) {
-    return Error{-2, "free memory on " + uuid + " is not known"};
-  }
+  /// this driver cannot tell (FreeBytesUnknown: fakes), and the caller then skips the check.
+  virtual Result<uint64_t> DeviceFreeBytes(const std::string& uuid) = 0;
   /// Model names of the driver's devices ("NVIDIA H200"), index = ordinal (cuDeviceGetName),
   /// for the images manifest (images.h). Fakes that do not model names answer none.
-  virtual Result<std::vector<std::string>> DeviceNames() { return std::vector<std::string>{}; }
+  virtual Result<std::vector<std::string>> DeviceNames() = 0;
+  /// True when this driver holds every process it checkpoints stopped (hold.h, WithHold):
+  /// lifecycle requests then say so (proto::StepRequest::held).
+  virtual bool HoldsStopped() const = 0;
+  // Every member is pure: a wrapper (hold.h) that forgot one would answer a default in
+  // place of the driver (a dump recorded no GPU models through the hold's wrapper).
 };
+
+/// DeviceFreeBytes's answer from a driver that cannot tell (code -2).
+inline Error FreeBytesUnknown(const std::string& uuid) {
+  return Error{-2, "free memory on " + uuid + " is not known"};
+}
 
 /// Which driver to load (env CUSNAP_DRIVER).
 enum class DriverChoice { kAuto, kReal, kSimulated };

@@ -4,6 +4,7 @@
 #include <cerrno>
 
 #include "common/text.h"
+#include "coordinator/hold.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
 
@@ -16,11 +17,38 @@ class EndpointParticipant final : public Participant {
   int pid() const override { return pid_; }
   std::optional<uint64_t> start_time() const override { return ProcessStartTime(pid_); }
   Result<proto::Message> Call(const proto::Message& request, int timeout_ms) override {
-    return Request(path_, request, timeout_ms);
+    int stopped_ms = 0;
+    return Request(path_, request, timeout_ms, [&] { return StillAnswering(stopped_ms); });
   }
   std::string endpoint() const override { return path_; }
 
  private:
+  /// While a reply is awaited (Request's still_waiting): "" while the process can answer; a
+  /// text once it stayed stopped (SIGSTOP, Ctrl-Z, a debugger) for kStoppedAnswerMs. A
+  /// stopped process answers nothing until continued: a command waited for it up to
+  /// kLifecycleTimeoutMs, silently (found by a fresh user). The request stays queued: the
+  /// process runs it once continued, and what the command does meanwhile (roll back, or
+  /// stop for `recover`) holds either way (lifecycle.h: each step can be run again, and the
+  /// lease rolls back a shim whose command went).
+  std::string StillAnswering(int& stopped_ms) const {
+    const auto state = ProcessState(pid_);
+    if (!state || (*state != 'T' && *state != 't')) {
+      stopped_ms = 0;
+      return "";
+    }
+    stopped_ms += kReplyCheckMs;
+    if (stopped_ms < kStoppedAnswerMs) return "";
+    const size_t slash = path_.rfind('/');
+    if (IsHeld(slash == std::string::npos ? "." : path_.substr(0, slash), pid_)) {
+      return "the process is held stopped by cusnap (checkpointed): it answers once 'cusnap "
+             "restore' continues it";
+    }
+    return std::string("the process is stopped (state ") + *state + ", by a signal or a " +
+           "debugger, not by cusnap) and cannot answer; continue it ('kill -CONT " +
+           std::to_string(pid_) + "'): it then runs what it was asked, and 'cusnap status' " +
+           "says where the job stands";
+  }
+
   std::string path_;
   int pid_;
 };

@@ -19,6 +19,9 @@ namespace cusnap::coord {
 /// "Speeds": 16 GiB of fresh host memory took up to 11 s), hence the long bound.
 inline constexpr int kQueryTimeoutMs = 10'000;
 inline constexpr int kLifecycleTimeoutMs = 600'000;
+/// How long a participant may stay stopped (not by cusnap) while a reply is awaited before
+/// the request fails naming it (EndpointParticipant), in ms.
+inline constexpr int kStoppedAnswerMs = 2'000;
 
 /// One participant's endpoint.
 class Participant {

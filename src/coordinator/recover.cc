@@ -27,7 +27,9 @@ class RecoverSequence : Sequence {
  public:
   RecoverSequence(const RecoverOptions& options, const Discoverer& discover,
                   CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt)
-      : Sequence(discover, driver, observer, interrupt), options_(options) {}
+      : Sequence(discover, driver, observer, interrupt), options_(options) {
+    lease_ms_ = options.lease_ms;
+  }
 
   /// Runs kStages in order (below).
   CommandReport Run();

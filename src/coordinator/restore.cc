@@ -18,7 +18,9 @@ class RestoreSequence : Sequence {
  public:
   RestoreSequence(const RestoreOptions& options, const Discoverer& discover,
                   CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt)
-      : Sequence(discover, driver, observer, interrupt), options_(options) {}
+      : Sequence(discover, driver, observer, interrupt), options_(options) {
+    lease_ms_ = options.lease_ms;
+  }
 
   /// Runs kStages in order (below).
   CommandReport Run();
@@ -225,7 +227,7 @@ CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                                          ? ""
                                          : ", with the device map where a native restore "
                                            "is still due"));
-  MergeInto(report, Recover(RecoverOptions{options.state_dir, options.device_map}, discover,
+  MergeInto(report, Recover(RecoverOptions{options.state_dir, options.device_map, options.lease_ms}, discover,
                             driver, observer, interrupt));
   return report;
 }

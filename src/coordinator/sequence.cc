@@ -49,6 +49,7 @@ bool Sequence::Exited(size_t index) const {
 
 Result<proto::StepReply> Sequence::Ask(size_t index, proto::StepRequest request) {
   request.lease_ms = lease_ms_;
+  request.held = driver_.HoldsStopped();
   auto step = Step(*participants_[index], request);
   if (!step && Exited(index)) {
     dead_[index] = 1;
@@ -60,7 +61,7 @@ Result<proto::StepReply> Sequence::Ask(size_t index, proto::StepRequest request)
 }
 
 void Sequence::StartLease() {
-  if (lease_ms_ == 0 || participants_.empty()) return;
+  if (lease_ms_ == 0 || participants_.empty() || lease_) return;
   std::vector<Participant*> all;
   for (auto& p : participants_) all.push_back(p.get());
   lease_ = std::make_unique<LeaseKeeper>(all, lease_ms_);
@@ -171,6 +172,10 @@ bool Sequence::DiscoverPhase() {
       identities_[i] = std::move(*id);
       return uint64_t{0};
     });
+    // From here the command is at work on the job: a shim stopped for the hold and continued
+    // by this command (restore, recover) stops itself again when the lease runs out, so the
+    // command must renew it from its first request on (lifecycle.h, the hold after a command).
+    if (identify.errors.empty()) StartLease();
     return identify.errors;
   });
 }

@@ -73,7 +73,8 @@ class Sequence {
   }
   /// True when participant `index` is no longer the process discovery identified.
   bool Exited(size_t index) const;
-  /// Starts renewing the lease of every participant (after discovery; lease_ms_ 0: none).
+  /// Starts renewing the lease of every participant (DiscoverPhase, once every participant
+  /// was identified; lease_ms_ 0: none; a second call does nothing).
   void StartLease();
   /// Stops renewing it (the keeper's threads are joined).
   void StopLease() { lease_.reset(); }

@@ -467,6 +467,141 @@ TEST_F(CliJobHold, RefusedRestoreLeavesTheJobHeld) {
   CheckEveryByte();
 }
 
+// A restore killed after it continued the held job (session 11's fresh user: before it
+// changed anything, the job ran on with its memory gone until the next restore, and a
+// heartbeat monitor could end it meanwhile): each participant stops itself again once it
+// ran a lease with no command at work (shim/lifecycle/lifecycle.h, the hold after a
+// command), and the next restore brings every byte back. Killed before discovery (no lease
+// yet), after match (the lease running, nothing changed) and after reallocate (half way).
+TEST_F(CliJobHold, ARestoreKilledAfterItContinuedTheJobLeavesItHeldAgain) {
+  Worker& creator = StartFilled("creator", 4, "0,1");
+  ASSERT_FALSE(HasFailure());
+  Worker& importer = Start("importer", 1);
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
+  const std::string state = dir_ + "/state";
+  for (const std::string point : {"restore:read_state:before", "restore:match:after",
+                                  "restore:reallocate:after"}) {
+    SCOPED_TRACE(point);
+    cusnap_env_ = {"CUSNAP_LEASE_MS=1000"};
+    const Ran ck = Checkpoint(state);
+    ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+    cusnap_env_.push_back("CUSNAP_TEST_PAUSE_AT=" + point);
+    bool killed = false;
+    const Ran rs = CusnapWatched({"restore", "--all", "--state-dir", state},
+                                 [&](pid_t cli, const Ran& so_far) {
+                                   if (killed || so_far.err.find("cusnap-test-pause") ==
+                                                     std::string::npos) {
+                                     return;
+                                   }
+                                   killed = ::kill(cli, SIGKILL) == 0;
+                                 });
+    ASSERT_TRUE(killed) << rs.out << rs.err;
+    cusnap_env_.pop_back();
+    // The restore continued them; each stops itself again about a lease later.
+    const auto killed_at = std::chrono::steady_clock::now();
+    for (Worker* w : {&creator, &importer}) {
+      while ((ProcState(w->pid) != 'T' || !std::filesystem::exists(HeldMarker(w->pid))) &&
+             std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(20)) {
+        ::usleep(20'000);
+      }
+      EXPECT_EQ(ProcState(w->pid), 'T') << w->name << " runs on, not held";
+      EXPECT_TRUE(std::filesystem::exists(HeldMarker(w->pid))) << w->name;
+    }
+    const Ran st = Cusnap({"status", "--all"});
+    EXPECT_THAT(st.out, HasSubstr("held")) << st.out << st.err;
+    const Ran again = Restore(state);
+    ASSERT_EQ(again.status, 0) << again.out << again.err;
+    CheckEveryByte();
+  }
+  cusnap_env_.clear();
+}
+
+// With CUSNAP_HOLD=run the checkpoint leaves the job runnable, and a killed restore does not
+// stop it either: only a job held stopped is held again.
+TEST_F(CliJobHold, ARestoreKilledInRunModeLeavesTheJobRunnable) {
+  ::setenv("CUSNAP_HOLD", "run", 1);
+  Worker& w = StartFilled("worker", 2, "0");
+  ASSERT_FALSE(HasFailure());
+  const std::string state = dir_ + "/state";
+  cusnap_env_ = {"CUSNAP_LEASE_MS=500"};
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  cusnap_env_.push_back("CUSNAP_TEST_PAUSE_AT=restore:match:after");
+  bool killed = false;
+  CusnapWatched({"restore", "--all", "--state-dir", state}, [&](pid_t cli, const Ran& so_far) {
+    if (!killed && so_far.err.find("cusnap-test-pause") != std::string::npos) {
+      killed = ::kill(cli, SIGKILL) == 0;
+    }
+  });
+  ASSERT_TRUE(killed);
+  cusnap_env_.clear();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_NE(ProcState(w.pid), 'T');
+  EXPECT_FALSE(std::filesystem::exists(HeldMarker(w.pid)));
+  const Ran rs = Restore(state);
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  CheckEveryByte();
+}
+
+// A participant stopped (SIGSTOP, Ctrl-Z, a debugger) in the middle of a command answers
+// nothing: the command waited up to its 10-minute bound, silently (session 11's fresh
+// user). It names the process within seconds. Stopped during the checkpoint's save (before
+// anything was changed) the checkpoint is refused and, once continued, the process runs
+// what it was asked and ends ACTIVE; stopped during a restore's reallocate the restore
+// stops (exit 4) and `recover` finishes it once the process is continued. Every byte comes
+// back either way.
+TEST_F(CliJobHold, AParticipantStoppedInTheMiddleOfACommandIsNamedAtOnce) {
+  Worker& creator = StartFilled("creator", 4, "0,1");
+  ASSERT_FALSE(HasFailure());
+  Worker& importer = Start("importer", 1);
+  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
+  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
+  const std::string state = dir_ + "/state";
+  const auto stop_during = [&](const std::vector<std::string>& args, const std::string& pause,
+                               Worker& victim) {
+    cusnap_env_ = {"CUSNAP_LEASE_MS=1000", "CUSNAP_TEST_PAUSE_AT=" + pause};
+    bool stopped = false;
+    const auto started = std::chrono::steady_clock::now();
+    const Ran r = CusnapWatched(args, [&](pid_t cli, const Ran& so_far) {
+      if (stopped || so_far.err.find("cusnap-test-pause") == std::string::npos) return;
+      stopped = ::kill(victim.pid, SIGSTOP) == 0;
+      while (ProcState(victim.pid) != 'T') ::usleep(2'000);
+      ::kill(cli, SIGCONT);
+    });
+    EXPECT_TRUE(stopped);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+    EXPECT_THAT(r.err, HasSubstr("pid " + std::to_string(victim.pid) + ": "));
+    EXPECT_THAT(r.err, HasSubstr("the process is stopped (state T, by a signal or a debugger, "
+                                 "not by cusnap) and cannot answer; continue it ('kill -CONT " +
+                                 std::to_string(victim.pid) + "')"));
+    cusnap_env_ = {"CUSNAP_LEASE_MS=1000"};
+    return r;
+  };
+
+  const Ran ck = stop_during({"checkpoint", "--all", "--state-dir", state},
+                             "checkpoint:save:before", importer);
+  EXPECT_EQ(ck.status, 3) << ck.out << ck.err;
+  EXPECT_EQ(ProcState(creator.pid), 'S') << "the creator was not resumed";
+  ::kill(importer.pid, SIGCONT);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Phases() != std::vector<std::string>{"active", "active"} &&
+         std::chrono::steady_clock::now() < deadline) {
+    ::usleep(50'000);
+  }
+  ASSERT_EQ(Phases(), (std::vector<std::string>{"active", "active"}));
+  CheckEveryByte();
+
+  ASSERT_EQ(Checkpoint(state).status, 0);
+  const Ran rs = stop_during({"restore", "--all", "--state-dir", state},
+                             "restore:reallocate:before", creator);
+  EXPECT_EQ(rs.status, 4) << rs.out << rs.err;
+  ::kill(creator.pid, SIGCONT);
+  const Ran rec = Cusnap({"recover", "--all", "--state-dir", state});
+  ASSERT_EQ(rec.status, 0) << rec.out << rec.err;
+  cusnap_env_.clear();
+  CheckEveryByte();
+}
+
 // A process that ended while held leaves its marker; `status --prune` removes it (and only
 // it: a live held process keeps its own).
 TEST_F(CliJobHold, PruneRemovesTheMarkerOfAProcessThatEndedHeld) {

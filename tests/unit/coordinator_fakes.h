@@ -201,6 +201,11 @@ class FakeDriver final : public coord::CheckpointDriver {
     return std::vector<std::string>{"GPU-00000000-0000-0000-0000-000000000000",
                                     "GPU-11111111-1111-1111-1111-111111111111"};
   }
+  Result<uint64_t> DeviceFreeBytes(const std::string& uuid) override {
+    return coord::FreeBytesUnknown(uuid);
+  }
+  Result<std::vector<std::string>> DeviceNames() override { return std::vector<std::string>{}; }
+  bool HoldsStopped() const override { return false; }
 
   std::map<int, CUprocessState> states;
   std::set<int> fail_lock;

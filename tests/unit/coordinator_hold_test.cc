@@ -58,6 +58,11 @@ class RecordingDriver final : public CheckpointDriver {
   Status Restore(int pid, std::span<const UuidPair>) override { return Note("restore", pid); }
   Status Unlock(int pid) override { return Note("unlock", pid); }
   Result<std::vector<std::string>> DeviceUuids() override { return std::vector<std::string>{}; }
+  Result<uint64_t> DeviceFreeBytes(const std::string& uuid) override {
+    return FreeBytesUnknown(uuid);
+  }
+  Result<std::vector<std::string>> DeviceNames() override { return std::vector<std::string>{}; }
+  bool HoldsStopped() const override { return false; }
 
  private:
   Status Note(const char* what, int pid) {

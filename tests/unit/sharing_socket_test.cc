@@ -209,7 +209,7 @@ TEST(Socket, PeerOfAnotherProtocolVersionIsRefusedNamingBoth) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code, EPROTONOSUPPORT);
   EXPECT_THAT(m.error().message, HasSubstr("the peer speaks cusnap protocol version 1, this "
-                                           "side version 4"));
+                                           "side version " + std::to_string(proto::kVersion)));
 }
 
 // Version 2 had the same framing, but its INSPECT replies carried no importers: refused too.
@@ -221,7 +221,7 @@ TEST(Socket, PeerOfProtocolVersion2IsRefusedNamingBoth) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code, EPROTONOSUPPORT);
   EXPECT_THAT(m.error().message, HasSubstr("the peer speaks cusnap protocol version 2, this "
-                                           "side version 4"));
+                                           "side version " + std::to_string(proto::kVersion)));
 }
 
 TEST(Socket, MessageLongerThanTheBoundIsRefused) {

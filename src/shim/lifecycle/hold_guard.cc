@@ -11,6 +11,8 @@
 #include <climits>
 #include <cstring>
 
+#include "common/hold_marker.h"
+#include "common/ids.h"
 #include "common/log.h"
 
 namespace cusnap::shim {
@@ -113,6 +115,13 @@ void ArmHoldGuard(const std::string& held_marker) {
 
 void DisarmHoldGuard() {
   for (Guarded& g : g_guarded) Disarm(g);
+}
+
+Status HoldThisProcess(const std::string& held_marker) {
+  const HoldMarker marker{ProcessStartTime(static_cast<int>(::getpid())), OwnPidNamespace()};
+  if (Status written = WriteHoldMarker(held_marker, marker); !written) return written;
+  ::kill(::getpid(), SIGSTOP);  // every thread stops; this call returns once continued
+  return Ok{};
 }
 
 }  // namespace cusnap::shim

@@ -22,6 +22,8 @@
 
 #include <string>
 
+#include "common/error.h"
+
 namespace cusnap::shim {
 
 /// Arms the guard (idempotent). `held_marker` is this process's hold marker
@@ -29,6 +31,13 @@ namespace cusnap::shim {
 /// holds the process. Per signal (SIGHUP, SIGCONT), only when its disposition is SIG_DFL or
 /// SIG_IGN.
 void ArmHoldGuard(const std::string& held_marker);
+
+/// Holds this process again: writes its marker `held_marker` (common/hold_marker.h, as the
+/// coordinator's StopHeld does) and stops the process with SIGSTOP; returns once the process
+/// was continued (by a restore, which renames the marker away first). Error (code errno,
+/// naming the file) when the marker cannot be written: the process is then not stopped (a
+/// process found stopped with no marker is never continued by cusnap).
+Status HoldThisProcess(const std::string& held_marker);
 
 /// Puts back the dispositions the guard replaced (each unless the application changed it
 /// since) and logs the signals it dropped. Nothing when the guard is not armed.

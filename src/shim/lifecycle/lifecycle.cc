@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <utility>
@@ -202,42 +203,108 @@ void Lifecycle::SuspendLease() {
   std::lock_guard lock(lease_mutex_);
   lease_deadline_ns_ = 0;
   ++lease_generation_;
+  request_running_ = true;
+  unattended_ns_ = 0;
 }
 
 void Lifecycle::RenewLease(uint64_t lease_ms) {
   std::lock_guard lock(lease_mutex_);
   ++lease_generation_;
+  request_running_ = false;
+  unattended_ns_ = 0;
   if (lease_ms == 0) return;  // no lease: held until a request moves the state
   lease_ms_ = lease_ms;
   lease_deadline_ns_ = MonotonicNs() + lease_ms * 1'000'000;
-  if (!watcher_.joinable()) {
-    // The application's signal handlers must never run on the shim's threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    watcher_ = std::thread([this] { WatchLease(); });
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  }
+  StartWatcher();
   lease_changed_.notify_all();
+}
+
+void Lifecycle::StartWatcher() {
+  if (watcher_.joinable()) return;
+  // The application's signal handlers must never run on the shim's threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  watcher_ = std::thread([this] { WatchLease(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 void Lifecycle::WatchLease() {
   std::unique_lock lock(lease_mutex_);
   while (!stop_) {
-    if (lease_deadline_ns_ == 0) {
-      lease_changed_.wait(lock);
-      continue;
-    }
     const uint64_t now = MonotonicNs();
-    if (now < lease_deadline_ns_) {
-      lease_changed_.wait_for(lock, std::chrono::nanoseconds(lease_deadline_ns_ - now));
+    if (hold_armed_ && TickHold(now)) {
+      lock.unlock();
+      HoldAgain();
+      lock.lock();
       continue;
     }
-    const uint64_t generation = lease_generation_;
-    lease_deadline_ns_ = 0;
-    lock.unlock();
-    ExpireLease(generation);
-    lock.lock();
+    if (lease_deadline_ns_ != 0 && now >= lease_deadline_ns_) {
+      const uint64_t generation = lease_generation_;
+      lease_deadline_ns_ = 0;
+      lock.unlock();
+      ExpireLease(generation);
+      lock.lock();
+      continue;
+    }
+    uint64_t wake = lease_deadline_ns_;  // 0: no bound
+    if (hold_armed_) {
+      const uint64_t tick = now + kHoldTickMs * 1'000'000;
+      wake = wake == 0 ? tick : std::min(wake, tick);
+    }
+    planned_wake_ns_ = wake;
+    if (wake == 0) {
+      lease_changed_.wait(lock);
+    } else {
+      lease_changed_.wait_for(lock, std::chrono::nanoseconds(wake - now));
+    }
+  }
+}
+
+void Lifecycle::ArmHold(bool held) {
+  std::lock_guard lock(lease_mutex_);
+  hold_armed_ = held && !held_marker_.empty();
+  unattended_ns_ = 0;
+  last_tick_ns_ = 0;
+  if (hold_armed_) StartWatcher();
+  lease_changed_.notify_all();
+}
+
+bool Lifecycle::TickHold(uint64_t now_ns) {
+  const bool stopped_meanwhile =
+      planned_wake_ns_ != 0 && now_ns > planned_wake_ns_ + kStoppedGapMs * 1'000'000;
+  if (stopped_meanwhile || last_tick_ns_ == 0) {
+    unattended_ns_ = 0;  // continued just now (or the count begins): whoever did is at work
+  } else if (lease_deadline_ns_ == 0 && !request_running_) {
+    unattended_ns_ += now_ns - last_tick_ns_;
+  }
+  last_tick_ns_ = now_ns;
+  const uint64_t grace_ms = lease_ms_ != 0 ? lease_ms_ : kDefaultHoldGraceMs;
+  return unattended_ns_ >= grace_ms * 1'000'000;
+}
+
+void Lifecycle::HoldAgain() {
+  std::lock_guard run(run_mutex_);  // never in the middle of a request
+  uint64_t unattended_ms = 0;
+  {
+    std::lock_guard lock(lease_mutex_);
+    // A request that came while this waited for run_mutex_ started the count again.
+    const uint64_t grace_ms = lease_ms_ != 0 ? lease_ms_ : kDefaultHoldGraceMs;
+    if (!hold_armed_ || unattended_ns_ < grace_ms * 1'000'000) return;
+    unattended_ms = unattended_ns_ / 1'000'000;
+    unattended_ns_ = 0;
+    last_tick_ns_ = 0;
+  }
+  const Phase now = phase();
+  if (now == Phase::kActive) return;
+  CUSNAP_LOG_WARN("%s is checkpointed (phase %s) and ran %llu ms with no cusnap command at work "
+                  "(a restore or recover that continued it ended before activate): stopped "
+                  "again to hold the job; 'cusnap restore' continues it and goes on",
+                  ThisProcess().c_str(), ShimStateName(now),
+                  static_cast<unsigned long long>(unattended_ms));
+  if (Status held = HoldThisProcess(held_marker_); !held) {
+    CUSNAP_LOG_ERROR("%s: cannot hold it again: %s", ThisProcess().c_str(),
+                     held.error().message.c_str());
   }
 }
 
@@ -305,10 +372,11 @@ Result<StepResult> Lifecycle::Save(const proto::StepRequest& request) {
   return result;
 }
 
-Result<StepResult> Lifecycle::Release(const proto::StepRequest&) {
+Result<StepResult> Lifecycle::Release(const proto::StepRequest& request) {
   // From here until activate the process is checkpointed and may be held stopped: a
   // hangup or a stray SIGCONT must not end or continue it (hold_guard.h).
   if (!held_marker_.empty()) ArmHoldGuard(held_marker_);
+  ArmHold(request.held);
   return Moved(steps_.Release());
 }
 
@@ -361,6 +429,7 @@ Result<StepResult> Lifecycle::Resume(const proto::StepRequest&) {
 
 Result<StepResult> Lifecycle::Activate(const proto::StepRequest&) {
   DisarmHoldGuard();
+  ArmHold(false);
   steps_.Discard();
   SetCheckpointId("");
   return StepResult{};

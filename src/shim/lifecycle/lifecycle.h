@@ -28,6 +28,20 @@
 // out (no request for lease_ms after the last one ended: a command killed with SIGKILL)
 // rolls the shim back by itself: saved bytes discarded, gate open, ACTIVE, and failure()
 // says why. After the point of no return application calls wait for as long as it takes.
+//
+// The hold after a command (CUSNAP_HOLD=stop, coordinator/hold.h): a checkpoint whose
+// release request says `held` stops the process after its native checkpoint, and a restore
+// continues it first. A restore killed after that continue (before it changed anything, or
+// half way) would leave the job running with its memory gone until the next restore: the
+// threads that never call CUDA run on, and PyTorch's heartbeat monitor aborts the process
+// once its watchdog has waited long enough (docs/LONG-SUSPEND.md). So from release to
+// activate the lease watcher also counts the time the process runs with no command at work
+// (no request running, no lease running). The count starts again whenever the process was
+// stopped meanwhile (the watcher ticks every kHoldTickMs; a tick more than kStoppedGapMs late
+// means it was stopped, then continued just now). Once it reaches the lease (the last
+// request's lease_ms, kDefaultHoldGraceMs without one), the shim writes its hold marker and
+// stops itself (HoldThisProcess, hold_guard.h): held again, as the checkpoint left it, and
+// `cusnap restore` continues it and goes on.
 #pragma once
 
 #include <atomic>
@@ -107,6 +121,13 @@ class Lifecycle {
  public:
   /// How long kQuiesce waits for tracked calls in flight when the request gives no bound.
   static constexpr int64_t kDefaultDrainMs = 10'000;
+  /// The hold after a command: how long a held process runs with no command at work before it
+  /// stops itself again, when no request gave a lease (ms).
+  static constexpr uint64_t kDefaultHoldGraceMs = 10'000;
+  /// The hold after a command: the watcher's tick while armed, and how late a tick must be to
+  /// say that the process was stopped in between (ms).
+  static constexpr uint64_t kHoldTickMs = 200;
+  static constexpr uint64_t kStoppedGapMs = 1'000;
 
   /// `held_marker`: this process's hold marker (HeldMarkerPath); when given, the release
   /// step arms the hold guard and activate disarms it (hold_guard.h). "" (tests): none.
@@ -144,8 +165,15 @@ class Lifecycle {
   // rolls back when it runs out (ExpireLease, unless a request came since `generation`).
   void SuspendLease();
   void RenewLease(uint64_t lease_ms);
+  void StartWatcher();  // lease_mutex_ held
   void WatchLease();
   void ExpireLease(uint64_t generation);
+  // The hold after a command (above): armed by a release request that says `held`, disarmed
+  // at activate; TickHold (lease_mutex_ held) counts the time run with no command at work and
+  // says when to hold; HoldAgain stops the process.
+  void ArmHold(bool held);
+  bool TickHold(uint64_t now_ns);
+  void HoldAgain();
 
   // The steps the rows run; each returns the step's error, or what it moved.
   Result<StepResult> Quiesce(const proto::StepRequest& request);
@@ -177,6 +205,11 @@ class Lifecycle {
   uint64_t lease_ms_ = 0;
   uint64_t lease_deadline_ns_ = 0;  // MonotonicNs; 0: no lease running
   uint64_t lease_generation_ = 0;   // bumped when a request starts and ends
+  bool request_running_ = false;    // between SuspendLease and RenewLease
+  bool hold_armed_ = false;         // the hold after a command (above)
+  uint64_t unattended_ns_ = 0;      // run with no command at work since the count began
+  uint64_t last_tick_ns_ = 0;       // the watcher's last TickHold (0: the count begins)
+  uint64_t planned_wake_ns_ = 0;    // when the watcher meant to wake (0: no bound)
   bool stop_ = false;
   std::thread watcher_;
 };
