@@ -22,6 +22,7 @@
 #include "coordinator/criu.h"
 #include "coordinator/json_number.h"
 #include "coordinator/proc.h"
+#include "coordinator/sha256.h"
 #include "coordinator/state_file.h"
 
 namespace cusnap::coord {
@@ -34,16 +35,6 @@ bool Excluded(const std::string& name) {
          name == "stats-restore" ||
          (name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) ||
          name.rfind(".", 0) == 0;  // temporary files of an atomic write
-}
-
-std::string Hex(const unsigned char* bytes, unsigned n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) {
-    out += digits[bytes[i] >> 4];
-    out += digits[bytes[i] & 15];
-  }
-  return out;
 }
 
 nlohmann::json GpuToJson(const ImagesGpu& g) {
@@ -313,15 +304,12 @@ Result<std::string> PieceDigest(const std::string& path, uint64_t bytes, uint64_
 /// The checksum of a file from its pieces' digests (ImageChecksum).
 std::string CombinedChecksum(const std::vector<std::string>& digests) {
   if (digests.size() == 1) {
-    return Hex(reinterpret_cast<const unsigned char*>(digests[0].data()),
-               static_cast<unsigned>(digests[0].size()));
+    return HexBytes(reinterpret_cast<const unsigned char*>(digests[0].data()),
+                    static_cast<unsigned>(digests[0].size()));
   }
   std::string joined;
   for (const auto& d : digests) joined += d;
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned size = 0;
-  EVP_Digest(joined.data(), joined.size(), digest, &size, EVP_sha256(), nullptr);
-  return Hex(digest, size);
+  return Sha256Hex(joined);
 }
 
 }  // namespace

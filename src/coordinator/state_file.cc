@@ -17,6 +17,7 @@
 #include "common/unique_fd.h"
 #include "coordinator/json_number.h"
 #include "coordinator/records.h"
+#include "coordinator/sha256.h"
 #include "coordinator/state_guard.h"
 
 namespace cusnap::coord {
@@ -92,13 +93,21 @@ nlohmann::json StateToJson(const StateFile& state) {
   for (const auto& ph : state.phases) {
     phases.push_back({{"name", ph.name}, {"elapsed_ms", ph.elapsed_ms}, {"bytes", ph.bytes}});
   }
-  return {{"format", "cusnap-state"},
-          {"format_version", state.format_version},
-          {"driver", state.driver},
-          {"created_unix_s", state.created_unix_s},
-          {"checkpoint_id", state.checkpoint_id},
-          {"participants", participants},
-          {"phases", phases}};
+  nlohmann::json document = {{"format", "cusnap-state"},
+                             {"format_version", state.format_version},
+                             {"driver", state.driver},
+                             {"created_unix_s", state.created_unix_s},
+                             {"checkpoint_id", state.checkpoint_id},
+                             {"participants", participants},
+                             {"phases", phases}};
+  document["digest"] = StateDigest(document);
+  return document;
+}
+
+std::string StateDigest(const nlohmann::json& document) {
+  nlohmann::json body = document;
+  if (body.is_object()) body.erase("digest");
+  return "sha256:" + Sha256Hex(body.dump());
 }
 
 Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& origin) {
@@ -155,6 +164,14 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
       }
       state.phases.push_back(PhaseTiming{ph.at("name").get<std::string>(), elapsed_ms,
                                          IntegerField<uint64_t>(ph, "bytes")});
+    }
+    where = "digest";
+    // Last: a field that cannot be read is named as such, not as a changed file.
+    if (json.at("digest").get<std::string>() != StateDigest(json)) {
+      return Error{-1, origin + ": the state file was changed after the checkpoint wrote it "
+                                "(its digest does not match its content), so it no longer "
+                                "describes the checkpoint; 'cusnap recover' brings the job back "
+                                "from what its processes hold, without it"};
     }
   } catch (const std::exception& e) {
     return Error{-1, origin + ": corrupt state file (" + where + "): " + e.what()};

@@ -15,8 +15,11 @@
 
 namespace cusnap::coord {
 
-/// Version 2: the checkpoint's id (a restore refuses a file of another checkpoint).
-inline constexpr int kStateFormatVersion = 2;
+/// Version 2: the checkpoint's id (a restore refuses a file of another checkpoint). Version 3:
+/// "digest", the SHA-256 of the rest of the document (StateDigest): a file changed after the
+/// checkpoint wrote it is refused before anything changes (a fresh user edited a record and
+/// kept the id: every restore then failed its verify, after the job was changed).
+inline constexpr int kStateFormatVersion = 3;
 inline constexpr const char* kStateFileName = "cusnap-state.json";
 
 /// A GPU a participant's records name: the device ordinal as the participant itself numbers
@@ -63,11 +66,16 @@ std::string NewCheckpointId();
 /// Path of the state file inside `state_dir`.
 std::string StateFilePath(const std::string& state_dir);
 
-/// The document as JSON (what `inspect --json` prints).
+/// The document as JSON (what `inspect --json` prints), its "digest" included.
 nlohmann::json StateToJson(const StateFile& state);
 
-/// Parses and validates a document: format version, structure, field types. The error's
-/// message names `origin` (a path) and the bad field.
+/// "sha256:<hex>" of `document` without its "digest" member, serialized compactly (object
+/// keys sorted: nlohmann's order), which a parse and a dump reproduce exactly.
+std::string StateDigest(const nlohmann::json& document);
+
+/// Parses and validates a document: format version, structure, field types, then its digest
+/// (a document changed since it was written: an error saying so). The error's message names
+/// `origin` (a path) and the bad field.
 Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& origin);
 
 /// Creates `state_dir` (mode 0700, parents too) if missing, refuses an unsafe existing one

@@ -27,7 +27,7 @@ cusnap_add_gtest(cli_job_test
     ${CMAKE_CURRENT_LIST_DIR}/cli_job_recover.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_native_baseline.cc
     ${CMAKE_CURRENT_LIST_DIR}/cli_legacy_ipc.cc
-  LIBS cusnap_common nlohmann_json::nlohmann_json
+  LIBS cusnap_common cusnap_coordinator nlohmann_json::nlohmann_json
   LABELS integration
   # A recover test (workers whose every copy is delayed 700 ms, then a full cycle) takes
   # ~60 s under AddressSanitizer on CI's 2 cores and ~95 s on a loaded one.

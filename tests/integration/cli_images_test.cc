@@ -1236,6 +1236,27 @@ TEST_F(CliImages, ADumpKilledBeforeCriuNamesTheRestoreInPlace) {
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
+// A dump under the default hold (CUSNAP_HOLD=stop) records each GPU's model in its manifest:
+// the hold's driver wrapper answered none (its base class's default), so such dumps named no
+// models, and a restore could not refuse another GPU model.
+TEST_F(CliImages, ADumpUnderTheHoldRecordsTheGpuModels) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ::setenv("CUSNAP_HOLD", "stop", 1);
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+  const auto manifest = nlohmann::json::parse(ReadAll(images + "/" + coord::kManifestFileName),
+                                              nullptr, false);
+  ASSERT_TRUE(manifest.is_object() && manifest["gpus"].is_array() && !manifest["gpus"].empty())
+      << manifest.dump();
+  for (const auto& gpu : manifest["gpus"]) EXPECT_NE(gpu["model"], "") << manifest.dump();
+  const Ran back = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(back.status, 0) << back.out << back.err;
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
 
 // Issue 16: restore while another process holds the job's pid. The job comes back in a PID

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/ids.h"
+#include "coordinator/state_file.h"
 #include "job_harness.h"
 
 namespace jobtest {
@@ -116,6 +117,12 @@ class CliJobRefusal : public JobTest {
   }
   static void Spit(const std::string& path, const std::string& text) {
     std::ofstream(path, std::ios::trunc) << text;
+  }
+  /// `document` with its digest made right again: a state file as a checkpoint would have
+  /// written it (the refusals below are about what it says, not about a changed file).
+  static std::string Sealed(nlohmann::json document) {
+    document["digest"] = cusnap::coord::StateDigest(document);
+    return document.dump(2);
   }
 
   Worker* creator_ = nullptr;
@@ -274,6 +281,36 @@ TEST_F(CliJobRefusal, RestoreFromCorruptStateFile) {
   ASSERT_NO_FATAL_FAILURE(Resume(state, before));
 }
 
+// A state file changed after the checkpoint wrote it, its checkpoint id kept (a fresh user
+// edited a record's address): every restore went through the native restore and failed its
+// verify, and again, the job changed each time. Now the restore is refused at read_state,
+// nothing changed; `recover` brings the job back from what its processes hold, saying that
+// it did not use the file; every byte is there.
+TEST_F(CliJobRefusal, AStateFileChangedAfterTheCheckpointIsRefusedBeforeAnythingChanges) {
+  ASSERT_NO_FATAL_FAILURE(StartPair());
+  const std::string state = dir_ + "/state";
+  const std::string file = state + "/cusnap-state.json";
+  const Snapshot before = Suspend(state);
+  ASSERT_FALSE(HasFatalFailure());
+  auto doc = nlohmann::json::parse(Slurp(file));
+  auto& record = doc["participants"][0]["records"][0];
+  const std::string address = record["address"].get<std::string>();
+  record["address"] = address.substr(0, address.size() - 1) + (address.back() == '0' ? "1" : "0");
+  Spit(file, doc.dump(2));
+  ExpectRestoreRefused(state, {file + ": the state file was changed after the checkpoint wrote "
+                               "it (its digest does not match its content)",
+                               "'cusnap recover' brings the job back from what its processes "
+                               "hold, without it"});
+  ExpectRestoreRefused(state, {"its digest does not match"});  // and again: nothing changed
+  std::vector<std::string> recover = {"recover"};
+  recover.insert(recover.end(), target_.begin(), target_.end());
+  recover.insert(recover.end(), {"--state-dir", state});
+  const Ran rec = Cusnap(recover);
+  ASSERT_EQ(rec.status, 0) << rec.out << rec.err;
+  EXPECT_THAT(rec.out + rec.err, HasSubstr("no usable state file"));
+  ExpectResumed(before);
+}
+
 // The state file must describe the very processes found now: a recorded start time that
 // differs (the pid was reused), a participant missing from the file, one in the file that is
 // not running.
@@ -291,14 +328,14 @@ TEST_F(CliJobRefusal, RestoreWithDifferentParticipants) {
 
   auto reused = doc;
   reused["participants"][0]["start_time"] = doc["participants"][0]["start_time"].get<uint64_t>() + 7;
-  Spit(file, reused.dump(2));
+  Spit(file, Sealed(reused));
   ExpectRestoreRefused(state, {"pid " + std::to_string(first) +
                                    " is not the process that was checkpointed: it started at tick ",
                                "(pid reused)"});
 
   auto other_job = doc;  // as if the file came from a job without the second process
   other_job["participants"].erase(1);
-  Spit(file, other_job.dump(2));
+  Spit(file, Sealed(other_job));
   ExpectRestoreRefused(state, {"pid " + std::to_string(second) +
                                " is a participant now but is not in the checkpoint"});
 
@@ -310,7 +347,7 @@ TEST_F(CliJobRefusal, RestoreWithDifferentParticipants) {
   ghost["pid"] = 1;
   ghost["start_time"] = cusnap::ProcessStartTime(1);
   gone["participants"].push_back(ghost);
-  Spit(file, gone.dump(2));
+  Spit(file, Sealed(gone));
   ExpectRestoreRefused(state, {"pid 1 of the checkpoint is not a participant now"});
 
   Spit(file, good);
@@ -330,18 +367,19 @@ uint64_t SelfStartTime() {
 
 /// A state file of a one-process job: `pid` started at `start_time`.
 std::string StateOf(int pid, uint64_t start_time) {
-  return nlohmann::json{{"format", "cusnap-state"},
-                        {"format_version", 2},
-                        {"driver", "simulated"},
-                        {"created_unix_s", 0},
-                        {"checkpoint_id", "0-0000000000000001"},
-                        {"participants", {{{"pid", pid},
-                                           {"start_time", start_time},
-                                           {"gpus", nlohmann::json::array()},
-                                           {"saved_bytes", 0},
-                                           {"records", nlohmann::json::array()}}}},
-                        {"phases", nlohmann::json::array()}}
-      .dump(2);
+  nlohmann::json document{{"format", "cusnap-state"},
+                          {"format_version", cusnap::coord::kStateFormatVersion},
+                          {"driver", "simulated"},
+                          {"created_unix_s", 0},
+                          {"checkpoint_id", "0-0000000000000001"},
+                          {"participants", {{{"pid", pid},
+                                             {"start_time", start_time},
+                                             {"gpus", nlohmann::json::array()},
+                                             {"saved_bytes", 0},
+                                             {"records", nlohmann::json::array()}}}},
+                          {"phases", nlohmann::json::array()}};
+  document["digest"] = cusnap::coord::StateDigest(document);
+  return document.dump(2);
 }
 
 // The state directory holds another job's checkpoint (its process, this test process, still

@@ -220,7 +220,8 @@ TEST_F(CliTest, InspectShowsAStateFile) {
 
   const auto text = RunCusnap({"inspect", dir_}, env_);
   EXPECT_EQ(text.status, 0) << text.err;
-  EXPECT_THAT(text.out, HasSubstr("format version 2, driver simulated, written 2025-11-30 08:00:00 UTC, "
+  EXPECT_THAT(text.out, HasSubstr("format version " + std::to_string(coord::kStateFormatVersion) +
+                                  ", driver simulated, written 2025-11-30 08:00:00 UTC, "
                                   "checkpoint 692c9a00-0123456789abcdef"));
   EXPECT_THAT(text.out, HasSubstr("2 participants"));
   EXPECT_THAT(text.out, HasSubstr("pid 100 (start 5000): 2.00 MiB saved, 1 allocation, 1 mapping\n"));

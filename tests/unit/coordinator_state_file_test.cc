@@ -216,7 +216,8 @@ TEST_F(StateFileTest, OtherFormatVersionIsRefused) {
   auto read = coord::ReadStateFile(dir_);
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.error().message, dir_ + "/cusnap-state.json: state file format version 7 is "
-                                         "not supported (this cusnap reads version 2)");
+                                         "not supported (this cusnap reads version " +
+                                         std::to_string(coord::kStateFormatVersion) + ")");
 }
 
 TEST_F(StateFileTest, BadRecordIsNamed) {
