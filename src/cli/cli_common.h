@@ -22,6 +22,15 @@ Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver();
 /// The exit status (exit_codes.h) of a coordinator command's outcome.
 int ExitFor(coord::Outcome outcome);
 
+/// A command that ends before any participant was contacted: "cusnap <command>: <problem>;
+/// nothing was changed" on stderr (and, with `json`, as the JSON document: command,
+/// exit_code, errors); returns `rc`.
+int EndUntouched(const char* command, bool json, const std::string& problem, int rc);
+
+/// A refusal before anything was changed: `problem`, then "refused; nothing was changed", on
+/// stderr as two lines (and, with `json`, both as the document's errors); returns `rc`.
+int EndRefused(const char* command, bool json, const std::string& problem, int rc);
+
 /// Runs one coordinator command for the CLI.
 using SequenceRun = std::function<coord::CommandReport(
     const coord::Discoverer&, coord::CheckpointDriver&, coord::PhaseObserver&, coord::Interrupt&)>;

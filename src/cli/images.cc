@@ -105,19 +105,20 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   // where it runs, in its own PID namespace or this one.
   if (const auto earlier = coord::ReadRestoreRecord(images_dir)) {
     if (earlier->running) {
-      std::fprintf(stderr, "cusnap restore: another `cusnap restore` is restoring from %s now\n"
-                   "cusnap restore: refused; nothing was changed\n", images_dir.c_str());
-      return kExitRestoreRefused;
+      return EndRefused("restore", json,
+                        "another `cusnap restore` is restoring from " + images_dir + " now",
+                        kExitRestoreRefused);
     }
     if (const int root = manifest ? coord::InterruptedRestoreRoot(*manifest, earlier->started) : 0) {
       // CRIU writes its pid file once every process is back: before, it may still be at work
       // (it outlives a restore killed while it ran).
       if (::access((images_dir + "/restored.pid").c_str(), F_OK) != 0) {
-        std::fprintf(stderr, "cusnap restore: a CRIU restore from %s is still at work, or was cut "
-                     "short (the job's root is pid %d here): wait for it, or end that tree "
-                     "(kill -9 %d) and restore again\n"
-                     "cusnap restore: refused; nothing was changed\n", images_dir.c_str(), root, root);
-        return kExitRestoreRefused;
+        const std::string pid = std::to_string(root);
+        return EndRefused("restore", json,
+                          "a CRIU restore from " + images_dir + " is still at work, or was cut "
+                          "short (the job's root is pid " + pid + " here): wait for it, or end "
+                          "that tree (kill -9 " + pid + ") and restore again",
+                          kExitRestoreRefused);
       }
       std::fprintf(stderr, "cusnap restore: note: a restore from %s was killed after CRIU brought "
                    "the job back (its root is pid %d here): this restore finishes it\n",
@@ -146,13 +147,13 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   if (!manifest->own_pid_namespace) {
     for (const coord::TakenId& t : taken) {
       if (!t.participant || !ServesEndpoint(ControlDir(), t.id)) continue;
-      std::fprintf(stderr, "cusnap restore: pid %d of the dump is held here by %s, a process of "
-                   "a cusnap job: the restored process would take over its endpoint (%s/%d.sock) "
-                   "in a PID namespace as in this one; end or dump that job first\n"
-                   "cusnap restore: refused; nothing was changed\n", t.id,
-                   ProcessText(t.id, coord::ProcessName(t.id)).c_str(),
-                   ControlDir().c_str(), t.id);
-      return kExitRestoreRefused;
+      return EndRefused("restore", json,
+                        ProcessText(t.id) + " of the dump is held here by " +
+                            ProcessText(t.id, coord::ProcessName(t.id)) + ", a process of a "
+                            "cusnap job: the restored process would take over its endpoint (" +
+                            EndpointPath(ControlDir(), t.id) + ") in a PID namespace as in "
+                            "this one; end or dump that job first",
+                        kExitRestoreRefused);
     }
   }
   // Ids held by other processes here are free in a namespace of the job's own.
@@ -171,13 +172,15 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
         const std::vector<int> ids = coord::DumpedIds(images_dir, *manifest);
         return ids.empty() ? 2 : *std::max_element(ids.begin(), ids.end()) + 1;
       }(), init, why);
-  if (init == 0) {
-    std::fprintf(stderr, "cusnap restore: %s; nothing was changed\n", why.c_str());
-    return rc;
-  }
+  if (init == 0) return EndUntouched("restore", json, why, rc);
   if (!why.empty()) std::fprintf(stderr, "cusnap restore: %s\n", why.c_str());
-  if (rc == kExitOk) {
-    const int root = HostPidOf(init, manifest->root_pid);
+  const int root = rc == kExitOk ? HostPidOf(init, manifest->root_pid) : 0;
+  if (rc == kExitOk && root <= 0) {
+    // It ended at once (a fresh user saw "pid 0 here"): nothing left to name.
+    std::fprintf(stderr, "cusnap restore: the job was restored in a PID namespace of its own "
+                 "(its init was pid %d here), and its root (pid %d there) has ended since\n",
+                 init, manifest->root_pid);
+  } else if (rc == kExitOk) {
     std::fprintf(stderr, "cusnap restore: the job runs in a PID namespace of its own (its init "
                  "is pid %d here): its root is pid %d there and pid %d here; name it with "
                  "--pid %d (its root as this machine numbers it; the pid of another of its "

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -17,6 +18,7 @@
 #include "cli/test_pause.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/hold.h"
+#include "coordinator/command_lock.h"
 #include "coordinator/lease.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
@@ -32,6 +34,27 @@ int ExitFor(coord::Outcome outcome) {
     case coord::Outcome::kRolledForward: return kExitFailedAfterChange;
   }
   return kExitError;
+}
+
+int EndUntouched(const char* command, bool json, const std::string& problem, int rc) {
+  const std::string message = problem + "; nothing was changed";
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", rc},
+                                       {"errors", {message}}}.dump(2).c_str());
+  }
+  std::fprintf(stderr, "cusnap %s: %s\n", command, message.c_str());
+  return rc;
+}
+
+int EndRefused(const char* command, bool json, const std::string& problem, int rc) {
+  const std::string refused = "refused; nothing was changed";
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", rc},
+                                       {"errors", {problem, refused}}}.dump(2).c_str());
+  }
+  std::fprintf(stderr, "cusnap %s: %s\ncusnap %s: %s\n", command, problem.c_str(), command,
+               refused.c_str());
+  return rc;
 }
 
 namespace {
@@ -69,6 +92,15 @@ std::string JobStateTail(const Target& target, const std::string& control_dir) {
   if (std::any_of(pids.begin(), pids.end(),
                   [&](int pid) { return coord::IsHeld(control_dir, pid); })) {
     return ", the job stays checkpointed and held (stopped until 'cusnap restore')";
+  }
+  // Another command at work on it decides its state: "stays checkpointed" was said of a job
+  // whose checkpoint was still running (found by a fresh user).
+  for (int pid : pids) {
+    auto lock = coord::CommandLock::Take(EndpointPath(control_dir, pid), ProcessText(pid));
+    if (!lock && lock.error().code == EBUSY) {
+      return ", and another cusnap command is at work on the job (pid " + std::to_string(pid) +
+             "): that command's own output says what state it leaves the job in";
+    }
   }
   std::set<proto::ShimState> states;
   for (int pid : pids) {
@@ -146,17 +178,6 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
   }
 }
 
-/// A command that ends before any participant was contacted: `message` on stderr (and as
-/// the JSON document), "nothing was changed" added; returns `rc`.
-int EndUntouched(const char* command, bool json, const std::string& problem, int rc) {
-  const std::string message = problem + "; nothing was changed";
-  if (json) {
-    std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", rc},
-                                       {"errors", {message}}}.dump(2).c_str());
-  }
-  std::fprintf(stderr, "cusnap %s: %s\n", command, message.c_str());
-  return rc;
-}
 
 /// A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
 /// once continued, so restore and recover continue them before discovery. What cannot be

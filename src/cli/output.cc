@@ -110,6 +110,14 @@ void PhasePrinter::PhaseFinished(const coord::PhaseReport& report) {
   std::fflush(out_);
 }
 
+void PhasePrinter::GoesOnAs(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (quiet_) return;
+  if (tty_) std::fputs("\r\033[K", out_);
+  std::fprintf(out_, "-- %s\n", why.c_str());
+  std::fflush(out_);
+}
+
 nlohmann::json ReportToJson(const std::string& command, const std::string& driver,
                             const coord::CommandReport& report, int exit_code) {
   nlohmann::json phases = nlohmann::json::array();

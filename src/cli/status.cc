@@ -127,6 +127,11 @@ int StatusCommand(const Target& target, bool json, bool prune) {
   std::vector<std::unique_ptr<coord::Participant>> participants;
   for (int pid : pids) participants.push_back(coord::ConnectEndpoint(control_dir, pid));
   const auto entries = coord::CollectStatus(participants, errors);
+  // Nobody here: where the user's cusnap processes are instead (another CUSNAP_CONTROL_DIR
+  // or XDG_RUNTIME_DIR), rather than "no participants" alone.
+  const auto elsewhere = entries.empty() && target.pid <= 0
+                             ? coord::OtherShimControlDirs(control_dir)
+                             : std::map<std::string, std::vector<int>>{};
 
   if (json) {
     nlohmann::json list = nlohmann::json::array();
@@ -165,6 +170,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
                                        {"stale_hold_markers", stale_markers},
                                        {"stale_restored_aliases", stale_aliases},
                                        {"other_pid_namespaces", OtherNamespacesJson(foreign)},
+                                       {"other_control_dirs", elsewhere},
                                        {"pruned", removed},
                                        {"errors", errors}}.dump(2).c_str());
   } else {
@@ -173,6 +179,11 @@ int StatusCommand(const Target& target, bool json, bool prune) {
     if (entries.empty()) {
       std::printf("no participants%s\n", ::stat(control_dir.c_str(), &dir_stat) == 0
                                               ? "" : " (the control directory does not exist)");
+    }
+    for (const auto& [dir, dir_pids] : elsewhere) {
+      std::printf("cusnap processes in another control directory: %s (pid %s): run "
+                  "'CUSNAP_CONTROL_DIR=%s cusnap status'\n", dir.c_str(),
+                  coord::PidListText(dir_pids).c_str(), dir.c_str());
     }
     for (const auto& e : entries) {
       if (!e.unreachable.empty()) {

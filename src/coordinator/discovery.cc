@@ -39,9 +39,11 @@ Error HeldRefusal(int pid) {
                        "first (nothing was changed)"};
 }
 
-/// A process stopped by someone else (StoppedText).
-Error StoppedRefusal(int pid) {
-  return Error{-1, StoppedText(pid) + " and try again (nothing was changed)"};
+/// A process stopped by someone else (StoppedProcessText).
+Error StoppedRefusal(const std::string& control_dir, int pid) {
+  const std::string why = StoppedProcessText(control_dir, pid);
+  return Error{-1, why + (RestoredUnfinished(control_dir, pid) ? "" : " and try again") +
+                       " (nothing was changed)"};
 }
 
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
@@ -54,7 +56,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     if (ProcessExited(pid)) continue;  // a zombie: nothing of it runs, nothing to save
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
     if (HasEndpoint(options.control_dir, pid)) {
-      if (ProcessState(pid) == 'T') return StoppedRefusal(pid);
+      if (ProcessState(pid) == 'T') return StoppedRefusal(options.control_dir, pid);
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;
     }
@@ -88,11 +90,17 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverAll(const DiscoveryOpt
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : EndpointPids(options.control_dir)) {
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
-    if (ProcessState(pid) == 'T') return StoppedRefusal(pid);
+    if (ProcessState(pid) == 'T') return StoppedRefusal(options.control_dir, pid);
     participants.push_back(ConnectEndpoint(options.control_dir, pid));
   }
   if (participants.empty()) {
-    return Error{-1, "no live cusnap endpoint in " + options.control_dir};
+    std::string none = "no live cusnap endpoint in " + options.control_dir;
+    if (const std::string elsewhere = OtherShimControlDirsText(options.control_dir);
+        !elsewhere.empty()) {
+      none += "; ";
+      none += elsewhere;
+    }
+    return Error{-1, none};
   }
   return participants;
 }

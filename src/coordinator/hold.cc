@@ -231,12 +231,27 @@ std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid
   return problems;
 }
 
+bool RestoredUnfinished(const std::string& control_dir, int pid) {
+  const auto marker = ReadMarker(control_dir, pid);
+  if (!marker || OfAnotherNamespace(*marker) || !Stopped(pid)) return false;
+  const auto now = ProcessStartTime(pid);
+  return now && *now != marker->start_time;
+}
+
+std::string StoppedProcessText(const std::string& control_dir, int pid, char state) {
+  if (!RestoredUnfinished(control_dir, pid)) return StoppedText(pid, state);
+  return ProcessText(pid, ProcessName(pid)) + " is stopped with the hold marker of the dumped " +
+         "process it replaces: CRIU brought it back for a 'cusnap restore --images-dir' that " +
+         "did not finish; run that restore again (the same --images-dir) to finish it";
+}
+
 std::vector<std::string> StaleHoldMarkers(const std::string& control_dir) {
   std::vector<std::string> stale;
   for (const int pid : MarkedPids(control_dir)) {
     const auto marker = ReadMarker(control_dir, pid);
     if (marker && OfAnotherNamespace(*marker)) continue;  // judged in its namespace
     if (marker && AliveHere(pid, marker->start_time)) continue;  // its process lives
+    if (RestoredUnfinished(control_dir, pid)) continue;  // says why its process is stopped
     for (const std::string& path : {MarkerPath(control_dir, pid),
                                     MarkerPath(control_dir, pid) + kContinuingSuffix}) {
       if (::access(path.c_str(), F_OK) == 0) stale.push_back(path);

@@ -55,6 +55,17 @@ Status ContinueRestored(const std::string& control_dir, int pid);
 /// True when `pid` has a marker naming it and is stopped now: held by cusnap.
 bool IsHeld(const std::string& control_dir, int pid);
 
+/// True when `pid` is stopped and its marker (under either name, of this PID namespace) names
+/// an earlier process with its pid: a process CRIU brought back as it was dumped, held, for a
+/// `cusnap restore --images-dir` that did not finish (coordinator/restore_record.h). Such a
+/// marker is not stale (StaleHoldMarkers): it says why the process is stopped.
+bool RestoredUnfinished(const std::string& control_dir, int pid);
+
+/// Why `pid`, stopped (state `state`, 'T' or 't') and not held (IsHeld), cannot answer, and
+/// what to run: RestoredUnfinished names the images restore to run again, any other process
+/// is StoppedText's (kill -CONT).
+std::string StoppedProcessText(const std::string& control_dir, int pid, char state = 'T');
+
 /// ContinueHeld on every process of `pid`'s tree (ProcessTree), or with `pid` <= 0 on every
 /// process with a marker in `control_dir`. Returns one message per process that could not
 /// be continued (empty: all done); `continued`, when given, gets the pids it continued.

@@ -39,14 +39,13 @@ class EndpointParticipant final : public Participant {
     stopped_ms += kReplyCheckMs;
     if (stopped_ms < kStoppedAnswerMs) return "";
     const size_t slash = path_.rfind('/');
-    if (IsHeld(slash == std::string::npos ? "." : path_.substr(0, slash), pid_)) {
+    const std::string control_dir = slash == std::string::npos ? "." : path_.substr(0, slash);
+    if (IsHeld(control_dir, pid_)) {
       return "the process is held stopped by cusnap (checkpointed): it answers once 'cusnap "
              "restore' continues it";
     }
-    return std::string("the process is stopped (state ") + *state + ", by a signal or a " +
-           "debugger, not by cusnap) and cannot answer; continue it ('kill -CONT " +
-           std::to_string(pid_) + "'): it then runs what it was asked, and 'cusnap status' " +
-           "says where the job stands";
+    return StoppedProcessText(control_dir, pid_, *state) + "; it then runs what it was " +
+           "asked, and 'cusnap status' says where the job stands";
   }
 
   std::string path_;

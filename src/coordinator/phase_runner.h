@@ -52,6 +52,10 @@ class PhaseObserver {
     (void)done;
     (void)total;
   }
+  /// The command goes on as another one (a restore that recovers): `why`, said between the
+  /// phase lines of the two, whose names repeat (discover, read_state). Also a note of the
+  /// report (CommandReport::notes).
+  virtual void GoesOnAs(const std::string& why) { (void)why; }
 };
 
 /// Per-participant work: returns the bytes it moved, or an Error whose message names the

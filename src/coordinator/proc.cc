@@ -114,6 +114,44 @@ std::optional<std::string> ShimControlDir(int pid) {
   return ControlDirFor(get("CUSNAP_CONTROL_DIR"), get("XDG_RUNTIME_DIR"), uid);
 }
 
+std::map<std::string, std::vector<int>> OtherShimControlDirs(const std::string& control_dir) {
+  const std::string here = LexicalControlPath(control_dir);
+  std::map<std::string, std::vector<int>> other;
+  for (const int pid : AllPids()) {
+    if (pid == ::getpid()) continue;
+    const auto dir = ShimControlDir(pid);
+    if (!dir) continue;
+    const std::string there = LexicalControlPath(*dir);
+    if (there == here || there.starts_with(here + "/")) continue;  // here, or a job dir of it
+    other[there].push_back(pid);
+  }
+  return other;
+}
+
+std::string PidListText(const std::vector<int>& pids) {
+  std::string list;
+  for (const int pid : pids) {
+    if (!list.empty()) list += ", ";
+    list += std::to_string(pid);
+  }
+  return list;
+}
+
+std::string OtherShimControlDirsText(const std::string& control_dir) {
+  std::string text;
+  for (const auto& [dir, pids] : OtherShimControlDirs(control_dir)) {
+    // Appended piece by piece: GCC 12's -O3 -Werror=restrict flags "lit" + a + b here.
+    if (!text.empty()) text += "; ";
+    text += "cusnap processes serve their endpoints in ";
+    text += dir;
+    text += " (pid ";
+    text += PidListText(pids);
+    text += "): run the command with CUSNAP_CONTROL_DIR=";
+    text += dir;
+  }
+  return text;
+}
+
 namespace {
 
 /// Children of `pid` from /proc/<pid>/task/*/children, or nullopt when the kernel lacks
@@ -454,9 +492,10 @@ bool SameNamespace(const char* kind, int a, int b) {
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-std::string StoppedText(int pid) {
-  return ProcessText(pid, ProcessName(pid)) + " is stopped (state T), not by cusnap: its " +
-         "endpoint cannot answer; continue it ('kill -CONT " + std::to_string(pid) + "')";
+std::string StoppedText(int pid, char state) {
+  return ProcessText(pid, ProcessName(pid)) + " is stopped (state " + std::string(1, state) +
+         "), not by cusnap: its endpoint cannot answer; continue it ('kill -CONT " +
+         std::to_string(pid) + "')";
 }
 
 std::string ProcessName(int pid) {

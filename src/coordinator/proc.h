@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,7 +27,7 @@ std::optional<char> ProcessState(int pid);
 /// "pid P (name) is stopped (state T), not by cusnap: its endpoint cannot answer; continue it
 /// ('kill -CONT P')": a process stopped by someone else (SIGSTOP, a debugger, a shell's
 /// Ctrl-Z) is named at once, rather than after its endpoint's deadline.
-std::string StoppedText(int pid);
+std::string StoppedText(int pid, char state = 'T');
 
 /// True when `pid` is a zombie (/proc/<pid>/stat state Z or X): it exited and its parent
 /// has not reaped it; its endpoint socket answers no one.
@@ -48,6 +49,18 @@ std::string MappedShimPath(int pid);
 /// nullopt when the shim is not loaded; the environment may be unreadable (another user):
 /// then the rule's last choice is returned.
 std::optional<std::string> ShimControlDir(int pid);
+
+/// The control directories other than `control_dir` (and the job directories below it) that
+/// live processes with the shim loaded serve their endpoints in (ShimControlDir), each with
+/// those pids, ascending: where `status` and `--all` find nobody, the job was started with
+/// another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR (a fresh user saw "no participants" only).
+std::map<std::string, std::vector<int>> OtherShimControlDirs(const std::string& control_dir);
+
+/// "12, 34": pids joined for a message.
+std::string PidListText(const std::vector<int>& pids);
+
+/// One line naming OtherShimControlDirs's directories and what to run there; "" when none.
+std::string OtherShimControlDirsText(const std::string& control_dir);
 
 /// `pid` followed by every descendant (children of every thread, recursively, from
 /// /proc/<pid>/task/<tid>/children), parents before children. Processes that exit during

@@ -227,8 +227,9 @@ CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                                          ? ""
                                          : ", with the device map where a native restore "
                                            "is still due"));
-  MergeInto(report, Recover(RecoverOptions{options.state_dir, options.device_map, options.lease_ms}, discover,
-                            driver, observer, interrupt));
+  observer.GoesOnAs(report.notes.back() + " (the phases of 'cusnap recover' follow)");
+  const RecoverOptions recover{options.state_dir, options.device_map, options.lease_ms};
+  MergeInto(report, Recover(recover, discover, driver, observer, interrupt));
   return report;
 }
 

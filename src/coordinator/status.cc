@@ -21,7 +21,7 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
       return uint64_t{0};
     }
     if (ProcessState(pid) == 'T') {
-      out[i].unreachable = StoppedText(pid);
+      out[i].unreachable = StoppedProcessText(endpoint.substr(0, endpoint.rfind('/')), pid);
       return uint64_t{0};
     }
     auto id = Identify(*participants[i]);

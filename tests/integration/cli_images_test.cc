@@ -1194,6 +1194,16 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
   EXPECT_EQ(killed.status, 128 + SIGKILL) << killed.out << killed.err;
   EXPECT_EQ(ProcessStateLetter(manifest->root_pid), 'T') << "CRIU brought the job back stopped";
+  // status names the restore to run again (it advised 'kill -CONT' and called the markers
+  // stale, found by a fresh user), and --prune keeps the markers.
+  const Ran st = Cusnap({"status", "--all", "--prune"});
+  EXPECT_THAT(st.out + st.err, HasSubstr("pid " + std::to_string(manifest->root_pid) +
+                                         " (criu_job) is stopped with the hold marker of the "
+                                         "dumped process it replaces: CRIU brought it back for a "
+                                         "'cusnap restore --images-dir' that did not finish; run "
+                                         "that restore again"));
+  EXPECT_THAT(st.out + st.err, ::testing::Not(HasSubstr("kill -CONT")));
+  EXPECT_TRUE(std::filesystem::exists(control + "/" + std::to_string(manifest->root_pid) + ".held"));
   const Ran finished = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(finished.status, 0) << finished.out << finished.err;
   EXPECT_THAT(finished.err, HasSubstr("a restore from " + images + " was killed after CRIU brought "

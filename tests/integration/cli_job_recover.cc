@@ -254,6 +254,11 @@ TEST_F(CliJobRecover, ImportFailingInOneProcessIsFinishedByRestoringAgain) {
   const Ran again = Restore(state);
   EXPECT_EQ(again.status, 0) << again.out << again.err;
   EXPECT_THAT(again.err, HasSubstr("recovering it"));
+  // Said between the restore's phase lines and recover's, whose names repeat.
+  EXPECT_THAT(again.out, ::testing::ContainsRegex("\nmatch [^\n]*\n-- the job is not "
+                                                  "checkpointed as a whole [^\n]*recovering it "
+                                                  "\\(the phases of 'cusnap recover' follow\\)"
+                                                  "\ndiscover "));
   ExpectRunningWhole(state);
 }
 
