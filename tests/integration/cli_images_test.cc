@@ -255,6 +255,27 @@ class CliImages : public OwnMachineTest {
   }
 };
 
+// A restore from a directory another restore is restoring from is refused before anything,
+// naming it, and under --json as a JSON document too (the early refusals of `restore
+// --images-dir` printed text only).
+TEST_F(CliImages, ARestoreWhileAnotherRestoresFromTheSameImagesIsRefusedInJsonToo) {
+  const std::string images = MakeImages();
+  auto record = coord::BeginRestoreRecord(images, /*resuming=*/false);
+  ASSERT_TRUE(record.ok()) << record.error().message;
+  const Ran text = Cusnap({"restore", "--images-dir", images});
+  EXPECT_EQ(text.status, kExitRestoreRefused) << text.out << text.err;
+  EXPECT_EQ(text.err, "cusnap restore: another `cusnap restore` is restoring from " + images +
+                          " now\ncusnap restore: refused; nothing was changed\n");
+  const Ran json = Cusnap({"restore", "--images-dir", images, "--json"});
+  EXPECT_EQ(json.status, kExitRestoreRefused);
+  const auto doc = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << json.out;
+  EXPECT_EQ(doc["exit_code"], kExitRestoreRefused);
+  EXPECT_EQ(doc["errors"], nlohmann::json({"another `cusnap restore` is restoring from " + images +
+                                           " now", "refused; nothing was changed"}));
+  ASSERT_TRUE(coord::EndRestoreRecord(images, *record).ok());
+}
+
 TEST_F(CliImages, InspectPrintsTheManifest) {
   const std::string images = MakeImages();
   const Ran r = Cusnap({"inspect", images});
