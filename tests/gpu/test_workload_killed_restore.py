@@ -33,12 +33,7 @@ PAUSE_AT = "restore:match:after"
 
 @pytest.fixture(scope="module")
 def job():
-    workload = wc.Workload("killed-restore", "nccl", cycles=1, min_ranks=1,
-                           rank_args=["--pg-timeout-s", TIMEOUT_S, "--allreduce-mib", 64,
-                                      "--graph-mib", 16])
-    workload.env.update({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(TIMEOUT_S),
-                         "TORCH_NCCL_ENABLE_MONITORING": "1",
-                         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"})
+    workload = wc.heartbeat_workload("killed-restore", cycles=1, timeout_s=TIMEOUT_S)
     workload.cli_env.update({"CUSNAP_HOLD": "stop", "CUSNAP_LEASE_MS": str(LEASE_MS)})
     try:
         workload.start()

@@ -33,12 +33,7 @@ RUN_HOLD_S = int(os.environ.get("GPU_LONG_SUSPEND_RUN_HOLD_S", str(HOLD_S)))  # 
 
 @pytest.fixture(scope="module")
 def job():
-    workload = wc.Workload("long-suspend", "nccl", cycles=2, min_ranks=1,
-                           rank_args=["--pg-timeout-s", TIMEOUT_S, "--allreduce-mib", 64,
-                                      "--graph-mib", 16])
-    workload.env.update({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(TIMEOUT_S),
-                         "TORCH_NCCL_ENABLE_MONITORING": "1",
-                         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"})
+    workload = wc.heartbeat_workload("long-suspend", cycles=2, timeout_s=TIMEOUT_S)
     try:
         workload.start()
         yield workload

@@ -319,6 +319,20 @@ class Workload:
         assert where_after == want, f"{label}: ranks are on {where_after} after restore, expected {want}"
 
 
+def heartbeat_workload(name, cycles, timeout_s):
+    """The NCCL workload with one rank per GPU (one GPU enough) whose PyTorch timeouts are
+    `timeout_s`: the heartbeat monitor's watchdog check (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC) and
+    the process group's timeout (collectives and the TCPStore client), for the long-suspend
+    tests (docs/LONG-SUSPEND.md). Not started."""
+    workload = Workload(name, "nccl", cycles=cycles, min_ranks=1,
+                        rank_args=["--pg-timeout-s", timeout_s, "--allreduce-mib", 64,
+                                   "--graph-mib", 16])
+    workload.env.update({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(timeout_s),
+                         "TORCH_NCCL_ENABLE_MONITORING": "1",
+                         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"})
+    return workload
+
+
 def workload_ranks(env, minimum=2):
     """GPU_WORKLOAD_RANKS when set, else one rank per GPU; at least `minimum`."""
     wanted = os.environ.get("GPU_WORKLOAD_RANKS")

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -114,14 +115,40 @@ class CliJobHold : public JobTest {
   std::string HeldMarker(pid_t pid) const {
     return std::string(std::getenv("CUSNAP_CONTROL_DIR")) + "/" + std::to_string(pid) + ".held";
   }
+  /// A job that shares memory: "creator" (StartFilled: allocation A, 4 MiB, access for
+  /// devices 0 and 1) and "importer" on device 1, which imports A and maps it whole.
+  std::pair<Worker*, Worker*> StartSharingPair() {
+    Worker& creator = StartFilled("creator", 4, "0,1");
+    Worker& importer = Start("importer", 1);
+    Share(creator, "A", importer);
+    Map(importer, "a", "A", 0, 4, "1");
+    return {&creator, &importer};
+  }
+  /// Runs `cusnap args` paused at `pause` (CUSNAP_TEST_PAUSE_AT, cli/test_pause.h, added to
+  /// cusnap_env_ for this command) and calls `at_pause(cli)` once the CLI stopped itself
+  /// there (it prints the pause line first: a signal before the stop would be lost). False
+  /// when it never paused; `ran` gets what it printed and its exit.
+  bool RunPaused(const std::vector<std::string>& args, const std::string& pause,
+                 const std::function<void(pid_t)>& at_pause, Ran* ran = nullptr) {
+    cusnap_env_.push_back("CUSNAP_TEST_PAUSE_AT=" + pause);
+    bool paused = false;
+    const Ran r = CusnapWatched(args, [&](pid_t cli, const Ran& so_far) {
+      if (paused || so_far.err.find("cusnap-test-pause") == std::string::npos) return;
+      while (ProcState(cli) != 'T') ::usleep(2'000);
+      paused = true;
+      at_pause(cli);
+    });
+    cusnap_env_.pop_back();
+    if (ran != nullptr) *ran = r;
+    return paused;
+  }
 };
 
 TEST_F(CliJobHold, CheckpointStopsEveryParticipantAndRestoreContinuesThem) {
-  Worker& creator = StartFilled("creator", 4, "0,1");
+  const auto [creator_ptr, importer_ptr] = StartSharingPair();
   ASSERT_FALSE(HasFailure());
-  Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
+  Worker& creator = *creator_ptr;
+  Worker& importer = *importer_ptr;
   const Snapshot before = Snap();
 
   const std::string state = dir_ + "/state";
@@ -494,11 +521,8 @@ TEST_F(CliJobHold, RefusedRestoreLeavesTheJobHeld) {
 // command), and the next restore brings every byte back. Killed before discovery (no lease
 // yet), after match (the lease running, nothing changed) and after reallocate (half way).
 TEST_F(CliJobHold, ARestoreKilledAfterItContinuedTheJobLeavesItHeldAgain) {
-  Worker& creator = StartFilled("creator", 4, "0,1");
+  const auto [creator, importer] = StartSharingPair();
   ASSERT_FALSE(HasFailure());
-  Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
   const std::string state = dir_ + "/state";
   for (const std::string point : {"restore:read_state:before", "restore:match:after",
                                   "restore:reallocate:after"}) {
@@ -506,21 +530,13 @@ TEST_F(CliJobHold, ARestoreKilledAfterItContinuedTheJobLeavesItHeldAgain) {
     cusnap_env_ = {"CUSNAP_LEASE_MS=1000"};
     const Ran ck = Checkpoint(state);
     ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
-    cusnap_env_.push_back("CUSNAP_TEST_PAUSE_AT=" + point);
-    bool killed = false;
-    const Ran rs = CusnapWatched({"restore", "--all", "--state-dir", state},
-                                 [&](pid_t cli, const Ran& so_far) {
-                                   if (killed || so_far.err.find("cusnap-test-pause") ==
-                                                     std::string::npos) {
-                                     return;
-                                   }
-                                   killed = ::kill(cli, SIGKILL) == 0;
-                                 });
-    ASSERT_TRUE(killed) << rs.out << rs.err;
-    cusnap_env_.pop_back();
+    Ran rs;
+    ASSERT_TRUE(RunPaused({"restore", "--all", "--state-dir", state}, point,
+                          [](pid_t cli) { ::kill(cli, SIGKILL); }, &rs))
+        << rs.out << rs.err;
     // The restore continued them; each stops itself again about a lease later.
     const auto killed_at = std::chrono::steady_clock::now();
-    for (Worker* w : {&creator, &importer}) {
+    for (Worker* w : {creator, importer}) {
       while ((ProcState(w->pid) != 'T' || !std::filesystem::exists(HeldMarker(w->pid))) &&
              std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(20)) {
         ::usleep(20'000);
@@ -546,14 +562,8 @@ TEST_F(CliJobHold, ARestoreKilledInRunModeLeavesTheJobRunnable) {
   const std::string state = dir_ + "/state";
   cusnap_env_ = {"CUSNAP_LEASE_MS=500"};
   ASSERT_EQ(Checkpoint(state).status, 0);
-  cusnap_env_.push_back("CUSNAP_TEST_PAUSE_AT=restore:match:after");
-  bool killed = false;
-  CusnapWatched({"restore", "--all", "--state-dir", state}, [&](pid_t cli, const Ran& so_far) {
-    if (!killed && so_far.err.find("cusnap-test-pause") != std::string::npos) {
-      killed = ::kill(cli, SIGKILL) == 0;
-    }
-  });
-  ASSERT_TRUE(killed);
+  ASSERT_TRUE(RunPaused({"restore", "--all", "--state-dir", state}, "restore:match:after",
+                        [](pid_t cli) { ::kill(cli, SIGKILL); }));
   cusnap_env_.clear();
   std::this_thread::sleep_for(std::chrono::seconds(3));
   EXPECT_NE(ProcState(w.pid), 'T');
@@ -571,32 +581,26 @@ TEST_F(CliJobHold, ARestoreKilledInRunModeLeavesTheJobRunnable) {
 // stops (exit 4) and `recover` finishes it once the process is continued. Every byte comes
 // back either way.
 TEST_F(CliJobHold, AParticipantStoppedInTheMiddleOfACommandIsNamedAtOnce) {
-  Worker& creator = StartFilled("creator", 4, "0,1");
+  const auto [creator_ptr, importer_ptr] = StartSharingPair();
   ASSERT_FALSE(HasFailure());
-  Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(Share(creator, "A", importer));
-  ASSERT_NO_FATAL_FAILURE(Map(importer, "a", "A", 0, 4, "1"));
+  Worker& creator = *creator_ptr;
+  Worker& importer = *importer_ptr;
   const std::string state = dir_ + "/state";
   const auto stop_during = [&](const std::vector<std::string>& args, const std::string& pause,
                                Worker& victim) {
-    cusnap_env_ = {"CUSNAP_LEASE_MS=1000", "CUSNAP_TEST_PAUSE_AT=" + pause};
-    bool stopped = false;
+    cusnap_env_ = {"CUSNAP_LEASE_MS=1000"};
     const auto started = std::chrono::steady_clock::now();
-    const Ran r = CusnapWatched(args, [&](pid_t cli, const Ran& so_far) {
-      if (stopped || so_far.err.find("cusnap-test-pause") == std::string::npos) return;
-      // The CLI prints the pause line, then stops itself: a SIGCONT before that stop is lost.
-      while (ProcState(cli) != 'T') ::usleep(2'000);
-      stopped = ::kill(victim.pid, SIGSTOP) == 0;
+    Ran r;
+    EXPECT_TRUE(RunPaused(args, pause, [&](pid_t cli) {
+      ::kill(victim.pid, SIGSTOP);
       while (ProcState(victim.pid) != 'T') ::usleep(2'000);
       ::kill(cli, SIGCONT);
-    });
-    EXPECT_TRUE(stopped);
+    }, &r));
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
     EXPECT_THAT(r.err, HasSubstr("pid " + std::to_string(victim.pid) + " (job_worker) is stopped "
                                  "(state T), not by cusnap: its endpoint cannot answer; continue "
                                  "it ('kill -CONT " + std::to_string(victim.pid) + "'); it then "
                                  "runs what it was asked"));
-    cusnap_env_ = {"CUSNAP_LEASE_MS=1000"};
     return r;
   };
 
