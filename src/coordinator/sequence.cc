@@ -49,7 +49,9 @@ bool Sequence::Exited(size_t index) const {
 
 Result<proto::StepReply> Sequence::Ask(size_t index, proto::StepRequest request) {
   request.lease_ms = lease_ms_;
-  request.held = driver_.HoldsStopped();
+  // Only a process the native checkpoint stopped is held (a launcher that never used CUDA
+  // runs on: found on the GPU, where torchrun's agent stopped itself).
+  request.held = driver_.HoldsStopped() && index < native_.size() && native_[index] != 0;
   auto step = Step(*participants_[index], request);
   if (!step && Exited(index)) {
     dead_[index] = 1;

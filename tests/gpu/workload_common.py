@@ -319,13 +319,14 @@ class Workload:
         assert where_after == want, f"{label}: ranks are on {where_after} after restore, expected {want}"
 
 
-def heartbeat_workload(name, cycles, timeout_s):
-    """The NCCL workload with one rank per GPU (one GPU enough) whose PyTorch timeouts are
-    `timeout_s`: the heartbeat monitor's watchdog check (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC) and
-    the process group's timeout (collectives and the TCPStore client), for the long-suspend
-    tests (docs/LONG-SUSPEND.md). Not started."""
+def heartbeat_workload(name, cycles, timeout_s, pg_timeout_s=None):
+    """The NCCL workload with one rank per GPU (one GPU enough) whose heartbeat monitor's
+    watchdog check (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC) is `timeout_s`, and its process group's
+    timeout (collectives and the TCPStore client) `pg_timeout_s` (default: the same), for the
+    long-suspend tests (docs/LONG-SUSPEND.md). Not started."""
+    pg_timeout_s = timeout_s if pg_timeout_s is None else pg_timeout_s
     workload = Workload(name, "nccl", cycles=cycles, min_ranks=1,
-                        rank_args=["--pg-timeout-s", timeout_s, "--allreduce-mib", 64,
+                        rank_args=["--pg-timeout-s", pg_timeout_s, "--allreduce-mib", 64,
                                    "--graph-mib", 16])
     workload.env.update({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(timeout_s),
                          "TORCH_NCCL_ENABLE_MONITORING": "1",

@@ -9,10 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +30,15 @@ using ::testing::HasSubstr;
 
 /// One peer's command channel (lifecycle_cycle_peer's line protocol).
 using Channel = LineChannel;
+
+/// The state letter of `pid` (/proc/<pid>/stat field 3), '?' when unreadable.
+char ProcState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
 
 class CliTreeTest : public cusnap::testing::OwnMachineTest {
  protected:
@@ -101,6 +113,51 @@ TEST_F(CliTreeTest, NonCudaLauncherWithTheShimIsAParticipantWithoutNativeCalls) 
   EXPECT_EQ(creator_.Ask("read 2 9"), "ok 31337");
   EXPECT_EQ(creator_.Ask("write 1 5 4711"), "ok");
   EXPECT_EQ(importer_.Ask("read 1 5"), "ok 4711");
+}
+
+// The hold after a command (shim/lifecycle/lifecycle.h) holds the processes the native
+// checkpoint held, never the launcher that did not use CUDA, not even after a restore that
+// continued the job was killed (found on the GPU: torchrun's agent stopped itself).
+TEST_F(CliTreeTest, ARestoreKilledAfterItContinuedTheJobHoldsItsCudaProcessesOnly) {
+  StartJob();
+  const std::string pid = std::to_string(launcher_);
+  const std::string state = dir_ + "/state";
+  ::setenv("CUSNAP_HOLD", "stop", 1);
+  ::setenv("CUSNAP_LEASE_MS", "1000", 1);
+  const Ran ck = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
+  const std::string control = Env("CUSNAP_CONTROL_DIR");
+  std::vector<pid_t> peers;
+  for (const auto& e : std::filesystem::directory_iterator(control)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".held")) peers.push_back(std::stoi(name));
+  }
+  ASSERT_EQ(peers.size(), 2u) << "the two CUDA peers are held, not the launcher";
+  const Ran killed = cusnap::testing::RunCommand(
+      "cd " + dir_ + " || exit; CUSNAP_TEST_PAUSE_AT=restore:match:after " +
+          Env("CUSNAP_TEST_BIN_DIR") + "/cusnap restore --pid " + pid + " --state-dir " + state +
+          " >r.out 2>r.err & cli=$!; until grep -q '^State:.*stopped' /proc/$cli/status; do "
+          "sleep 0.05; done; kill -KILL $cli; wait $cli; echo $?",
+      dir_);
+  ASSERT_EQ(killed.out, "137\n") << killed.err;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (const pid_t peer : peers) {
+    const std::string marker = control + "/" + std::to_string(peer) + ".held";
+    while ((ProcState(peer) != 'T' || !std::filesystem::exists(marker)) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(ProcState(peer), 'T') << "pid " << peer << " runs on, not held";
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // a lease more
+  EXPECT_NE(ProcState(launcher_), 'T') << "the launcher (no CUDA) was stopped";
+  EXPECT_FALSE(std::filesystem::exists(control + "/" + pid + ".held"));
+  const Ran rs = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+  ::unsetenv("CUSNAP_HOLD");
+  ::unsetenv("CUSNAP_LEASE_MS");
+  ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
+  EXPECT_EQ(creator_.Ask("check"), "ok");
+  EXPECT_EQ(importer_.Ask("check"), "ok");
 }
 
 }  // namespace
