@@ -242,6 +242,10 @@ void Lifecycle::WatchLease() {
     if (lease_deadline_ns_ != 0 && now >= lease_deadline_ns_) {
       const uint64_t generation = lease_generation_;
       lease_deadline_ns_ = 0;
+      // A lease that ran out while this process ran: its command went silent a whole lease
+      // ago, so nobody has been at work since; held, the process stops again at once (one
+      // that ran out while the process was stopped says nothing: it was just continued).
+      if (hold_armed_ && !continued_now_) unattended_ns_ = HoldGraceNs();
       lock.unlock();
       ExpireLease(generation);
       lock.lock();
@@ -270,17 +274,21 @@ void Lifecycle::ArmHold(bool held) {
   lease_changed_.notify_all();
 }
 
+uint64_t Lifecycle::HoldGraceNs() const {
+  return (lease_ms_ != 0 ? lease_ms_ : kDefaultHoldGraceMs) * 1'000'000;
+}
+
 bool Lifecycle::TickHold(uint64_t now_ns) {
   const bool stopped_meanwhile =
       planned_wake_ns_ != 0 && now_ns > planned_wake_ns_ + kStoppedGapMs * 1'000'000;
+  continued_now_ = stopped_meanwhile;
   if (stopped_meanwhile || last_tick_ns_ == 0) {
     unattended_ns_ = 0;  // continued just now (or the count begins): whoever did is at work
   } else if (lease_deadline_ns_ == 0 && !request_running_) {
     unattended_ns_ += now_ns - last_tick_ns_;
   }
   last_tick_ns_ = now_ns;
-  const uint64_t grace_ms = lease_ms_ != 0 ? lease_ms_ : kDefaultHoldGraceMs;
-  return unattended_ns_ >= grace_ms * 1'000'000;
+  return unattended_ns_ >= HoldGraceNs();
 }
 
 void Lifecycle::HoldAgain() {
@@ -289,8 +297,7 @@ void Lifecycle::HoldAgain() {
   {
     std::lock_guard lock(lease_mutex_);
     // A request that came while this waited for run_mutex_ started the count again.
-    const uint64_t grace_ms = lease_ms_ != 0 ? lease_ms_ : kDefaultHoldGraceMs;
-    if (!hold_armed_ || unattended_ns_ < grace_ms * 1'000'000) return;
+    if (!hold_armed_ || unattended_ns_ < HoldGraceNs()) return;
     unattended_ms = unattended_ns_ / 1'000'000;
     unattended_ns_ = 0;
     last_tick_ns_ = 0;

@@ -41,7 +41,9 @@
 // means it was stopped, then continued just now). Once it reaches the lease (the last
 // request's lease_ms, kDefaultHoldGraceMs without one), the shim writes its hold marker and
 // stops itself (HoldThisProcess, hold_guard.h): held again, as the checkpoint left it, and
-// `cusnap restore` continues it and goes on.
+// `cusnap restore` continues it and goes on. A lease that runs out while the process runs
+// counts whole (its command went silent a lease ago): a process whose command died after
+// starting its lease is held again one lease after the command's last request.
 #pragma once
 
 #include <atomic>
@@ -173,6 +175,7 @@ class Lifecycle {
   // says when to hold; HoldAgain stops the process.
   void ArmHold(bool held);
   bool TickHold(uint64_t now_ns);
+  uint64_t HoldGraceNs() const;  // lease_mutex_ held
   void HoldAgain();
 
   // The steps the rows run; each returns the step's error, or what it moved.
@@ -210,6 +213,7 @@ class Lifecycle {
   uint64_t unattended_ns_ = 0;      // run with no command at work since the count began
   uint64_t last_tick_ns_ = 0;       // the watcher's last TickHold (0: the count begins)
   uint64_t planned_wake_ns_ = 0;    // when the watcher meant to wake (0: no bound)
+  bool continued_now_ = false;      // TickHold found the process was stopped in between
   bool stop_ = false;
   std::thread watcher_;
 };
