@@ -2,6 +2,7 @@
 // CUresults, process states, bytes read back and memory shown released across processes.
 // Children are forked before this process calls cuInit (a child forked after it has no usable
 // driver) and driven step by step over pipes; descriptors travel by SCM_RIGHTS.
+#include <atomic>
 #include <poll.h>
 #include <signal.h>
 
@@ -385,11 +386,15 @@ TEST(SimcudaCheckpoint, LockWaitsForCallsInFlightAndBlocksNewOnes) {
     if (cuInit(0) != CUDA_SUCCESS || use_device(0) == nullptr) return 10;
     CUcontext ctx = nullptr;
     cuCtxGetCurrent(&ctx);
-    std::thread busy([ctx] {
+    // In flight must mean the long call: a call counted while cuCtxSetCurrent was in flight
+    // let the 50 ms lock below succeed, and the test then waited for ever (seen under load).
+    std::atomic<bool> synchronizing{false};
+    std::thread busy([ctx, &synchronizing] {
       cuCtxSetCurrent(ctx);
+      synchronizing = true;
       cuCtxSynchronize();  // an application thread busy in a long call
     });
-    while (simcuda_test_calls_in_flight() == 0) std::this_thread::yield();
+    while (!synchronizing || simcuda_test_calls_in_flight() == 0) std::this_thread::yield();
     reply.send('B');
     if (command.receive() != 'X') return 20;
     std::thread later([&reply] {
