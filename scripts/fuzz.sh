@@ -17,7 +17,7 @@ common=(src/common/messages.cc src/common/socket.cc src/common/ids.cc src/common
         src/common/text.cc src/common/ticket.cc src/common/endpoint_client.cc
         src/common/control_dir.cc)
 coordinator=(src/coordinator/state_file.cc src/coordinator/records.cc
-             src/coordinator/state_guard.cc src/coordinator/proc.cc)
+             src/coordinator/state_guard.cc src/coordinator/proc.cc src/coordinator/sha256.cc)
 # Each source compiled once (clang, instrumented), then each target linked from what it needs.
 objects() {
   local list=()
@@ -39,7 +39,7 @@ objects() {
 "$cxx" "${flags[@]}" $(objects tests/fuzz/fuzz_ticket.cc "${common[@]}") -o "$out/fuzz_ticket"
 # shellcheck disable=SC2046
 "$cxx" "${flags[@]}" $(objects tests/fuzz/fuzz_state_file.cc "${common[@]}" "${coordinator[@]}") \
-  -o "$out/fuzz_state_file"
+  -lcrypto -o "$out/fuzz_state_file"
 [[ $seconds == 0 ]] && exit 0
 for target in fuzz_protocol fuzz_ticket fuzz_state_file; do
   mkdir -p "$out/$target.corpus" "$out/$target.run"

@@ -110,11 +110,11 @@ void PhasePrinter::PhaseFinished(const coord::PhaseReport& report) {
   std::fflush(out_);
 }
 
-void PhasePrinter::GoesOnAs(const std::string& why) {
+void PhasePrinter::Remark(const std::string& text) {
   std::lock_guard lock(mu_);
   if (quiet_) return;
   if (tty_) std::fputs("\r\033[K", out_);
-  std::fprintf(out_, "-- %s\n", why.c_str());
+  std::fprintf(out_, "-- %s\n", text.c_str());
   std::fflush(out_);
 }
 

@@ -38,8 +38,8 @@ class PhasePrinter final : public coord::PhaseObserver {
   void PhaseStarted(const std::string& name, size_t participants) override;
   void PhaseFinished(const coord::PhaseReport& report) override;
   void BytesMoved(const std::string& name, uint64_t done, uint64_t total) override;
-  /// "-- <why>" on a line of its own.
-  void GoesOnAs(const std::string& why) override;
+  /// "-- <text>" on a line of its own.
+  void Remark(const std::string& text) override;
 
  private:
   /// Draws "[<filled of 20>] <text>" over the current line (terminal only).

@@ -29,7 +29,7 @@ class TestPauseObserver final : public coord::PhaseObserver {
   void PhaseStarted(const std::string& name, size_t participants) override;
   void PhaseFinished(const coord::PhaseReport& report) override;
   void BytesMoved(const std::string& name, uint64_t done, uint64_t total) override;
-  void GoesOnAs(const std::string& why) override { inner_.GoesOnAs(why); }
+  void Remark(const std::string& text) override { inner_.Remark(text); }
 
  private:
   void MaybePause(const std::string& phase, const char* when);

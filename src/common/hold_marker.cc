@@ -21,10 +21,11 @@ uint64_t OwnPidNamespace() {
 
 Status WriteHoldMarker(const std::string& path, const HoldMarker& marker) {
   const std::string tmp = path + ".tmp";
-  char text[64];
-  const int len = std::snprintf(text, sizeof text, "%llu %llu\n",
+  char text[96];
+  const int len = std::snprintf(text, sizeof text, "%llu %llu%s%.32s\n",
                                 static_cast<unsigned long long>(marker.start_time),
-                                static_cast<unsigned long long>(marker.pid_namespace));
+                                static_cast<unsigned long long>(marker.pid_namespace),
+                                marker.phase.empty() ? "" : " ", marker.phase.c_str());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Error{errno, "cannot create " + tmp + ": " + std::strerror(errno)};
   const bool written = ::write(fd, text, static_cast<size_t>(len)) == len;
@@ -49,6 +50,11 @@ std::optional<HoldMarker> ReadHoldMarker(const std::string& path) {
   if (p != end && *p == ' ') {
     ++p;
     if (!ParseDecimal(p, end, &marker.pid_namespace)) marker.pid_namespace = 0;
+  }
+  if (p != end && *p == ' ') {
+    const char* word = ++p;
+    while (p != end && ((*p >= 'A' && *p <= 'Z') || *p == '_')) ++p;
+    marker.phase.assign(word, static_cast<size_t>(p - word));
   }
   return marker;
 }

@@ -2,9 +2,10 @@
 // process <pid> to hold its checkpointed job, and names that very process. The coordinator
 // writes it before its SIGSTOP; a held shim whose command died writes it before stopping
 // itself again (shim/lifecycle/lifecycle.h, "the hold after a command"). One format for both,
-// here: "<start time> <PID namespace>\n", the start time as ProcessStartTime gives it
-// (common/ids.h) and the PID namespace as the inode of /proc/self/ns/pid of the writer, which
-// runs in the namespace of the pid in the marker's name.
+// here: "<start time> <PID namespace>[ <phase>]\n", the start time as ProcessStartTime gives
+// it (common/ids.h), the PID namespace as the inode of /proc/self/ns/pid of the writer, which
+// runs in the namespace of the pid in the marker's name, and, from a shim that held itself,
+// its lifecycle phase (a ShimState name; the coordinator's markers name none: RELEASED).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ namespace cusnap {
 struct HoldMarker {
   uint64_t start_time = 0;     ///< ProcessStartTime ticks of the held process
   uint64_t pid_namespace = 0;  ///< inode of its PID namespace; 0 in markers older than it
+  std::string phase;           ///< ShimState name when the shim held itself; "" otherwise
 };
 
 /// This process's PID namespace: the inode of /proc/self/ns/pid (0 when unreadable).

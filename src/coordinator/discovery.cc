@@ -36,14 +36,15 @@ std::string ShimElsewhere(const std::vector<int>& pids, const std::string& contr
 Error HeldRefusal(int pid) {
   return Error{-1, ProcessText(pid, ProcessName(pid)) + " is held: checkpointed and stopped " +
                        "by 'cusnap checkpoint' until 'cusnap restore' continues it; restore it " +
-                       "first (nothing was changed)"};
+                       "first"};
 }
 
 /// A process stopped by someone else (StoppedProcessText).
-Error StoppedRefusal(const std::string& control_dir, int pid) {
-  const std::string why = StoppedProcessText(control_dir, pid);
-  return Error{-1, why + (RestoredUnfinished(control_dir, pid) ? "" : " and try again") +
-                       " (nothing was changed)"};
+Error StoppedRefusal(const std::string& control_dir, int pid, char state) {
+  // No "nothing was changed" here: a roll forward discovers too, after the job was changed;
+  // the command's last line says what it changed.
+  const std::string why = StoppedProcessText(control_dir, pid, state);
+  return Error{-1, why + (RestoredUnfinished(control_dir, pid) ? "" : " and try again")};
 }
 
 Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOptions& options,
@@ -56,7 +57,9 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     if (ProcessExited(pid)) continue;  // a zombie: nothing of it runs, nothing to save
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
     if (HasEndpoint(options.control_dir, pid)) {
-      if (ProcessState(pid) == 'T') return StoppedRefusal(options.control_dir, pid);
+      if (const auto state = ProcessState(pid); state == 'T' || state == 't') {
+        return StoppedRefusal(options.control_dir, pid, *state);
+      }
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
       continue;
     }
@@ -73,8 +76,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
       return Error{-1, ProcessText(pid, ProcessName(pid)) +
                            ": a CUDA process in the tree of " + ProcessText(options.pid) +
                            " has no cusnap endpoint in " + options.control_dir + "; " +
-                           (elsewhere.empty() ? "start it with 'cusnap run'" : elsewhere) +
-                           " (nothing was changed)"};
+                           (elsewhere.empty() ? "start it with 'cusnap run'" : elsewhere)};
     }
   }
   if (participants.empty()) {
@@ -90,7 +92,9 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverAll(const DiscoveryOpt
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : EndpointPids(options.control_dir)) {
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
-    if (ProcessState(pid) == 'T') return StoppedRefusal(options.control_dir, pid);
+    if (const auto state = ProcessState(pid); state == 'T' || state == 't') {
+      return StoppedRefusal(options.control_dir, pid, *state);
+    }
     participants.push_back(ConnectEndpoint(options.control_dir, pid));
   }
   if (participants.empty()) {
@@ -111,7 +115,7 @@ Discoverer EndpointDiscoverer(DiscoveryOptions options) {
   return [options](CheckpointDriver& driver) -> Result<std::vector<std::unique_ptr<Participant>>> {
     // Endpoints in a directory someone else controls may be fakes: talk to none of them.
     if (const std::string unsafe = UnsafeControlDir(options.control_dir); !unsafe.empty()) {
-      return Error{EPERM, unsafe + " (nothing was changed)"};
+      return Error{EPERM, unsafe};
     }
     return options.all ? DiscoverAll(options) : DiscoverTree(options, driver);
   };

@@ -64,7 +64,7 @@ void RemoveMarker(const std::string& control_dir, int pid) {
 
 /// Writes the marker of `pid` (mode 0600, replaced whole). Error code: errno.
 Status WriteMarker(const std::string& control_dir, int pid, uint64_t start_time) {
-  return WriteHoldMarker(MarkerPath(control_dir, pid), HoldMarker{start_time, OwnPidNamespace()});
+  return WriteHoldMarker(MarkerPath(control_dir, pid), HoldMarker{start_time, OwnPidNamespace(), {}});
 }
 
 bool Stopped(int pid) {
@@ -229,6 +229,16 @@ std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid
     }
   }
   return problems;
+}
+
+std::optional<proto::ShimState> HeldPhase(const std::string& control_dir, int pid) {
+  const auto marker = ReadMarker(control_dir, pid);
+  if (!marker) return std::nullopt;
+#define CUSNAP_STATE_NAMED(name, value, text) \
+  if (marker->phase == (text)) return proto::ShimState::name;
+  CUSNAP_PROTO_SHIM_STATES(CUSNAP_STATE_NAMED)
+#undef CUSNAP_STATE_NAMED
+  return std::nullopt;
 }
 
 bool RestoredUnfinished(const std::string& control_dir, int pid) {

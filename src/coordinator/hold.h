@@ -15,10 +15,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/protocol.h"
 #include "coordinator/native_driver.h"
 
 namespace cusnap::coord {
@@ -54,6 +56,11 @@ Status ContinueRestored(const std::string& control_dir, int pid);
 
 /// True when `pid` has a marker naming it and is stopped now: held by cusnap.
 bool IsHeld(const std::string& control_dir, int pid);
+
+/// The phase the marker of a held `pid` names: a shim that held itself after its command
+/// died (shim/lifecycle/lifecycle.h) writes it there; nullopt for the checkpoint's own
+/// markers (the process is RELEASED) or no marker.
+std::optional<proto::ShimState> HeldPhase(const std::string& control_dir, int pid);
 
 /// True when `pid` is stopped and its marker (under either name, of this PID namespace) names
 /// an earlier process with its pid: a process CRIU brought back as it was dumped, held, for a

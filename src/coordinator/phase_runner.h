@@ -52,10 +52,11 @@ class PhaseObserver {
     (void)done;
     (void)total;
   }
-  /// The command goes on as another one (a restore that recovers): `why`, said between the
-  /// phase lines of the two, whose names repeat (discover, read_state). Also a note of the
-  /// report (CommandReport::notes).
-  virtual void GoesOnAs(const std::string& why) { (void)why; }
+  /// Something the user must read now, between the phase lines: the command goes on as
+  /// another one (a restore that recovers, whose phase names repeat), or it waits for a
+  /// process that cannot go on (stopped while the driver works on it). Called from any
+  /// thread.
+  virtual void Remark(const std::string& text) { (void)text; }
 };
 
 /// Per-participant work: returns the bytes it moved, or an Error whose message names the

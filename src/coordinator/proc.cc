@@ -493,6 +493,11 @@ bool SameNamespace(const char* kind, int a, int b) {
 }
 
 std::string StoppedText(int pid, char state) {
+  if (state == 't') {  // a tracer's stop: SIGCONT does not end it (found by a fresh user)
+    return ProcessText(pid, ProcessName(pid)) + " is stopped by a debugger or tracer (state " +
+           "t), not by cusnap: its endpoint cannot answer; let the debugger continue it, or " +
+           "detach it";
+  }
   return ProcessText(pid, ProcessName(pid)) + " is stopped (state " + std::string(1, state) +
          "), not by cusnap: its endpoint cannot answer; continue it ('kill -CONT " +
          std::to_string(pid) + "')";

@@ -27,6 +27,7 @@ std::optional<char> ProcessState(int pid);
 /// "pid P (name) is stopped (state T), not by cusnap: its endpoint cannot answer; continue it
 /// ('kill -CONT P')": a process stopped by someone else (SIGSTOP, a debugger, a shell's
 /// Ctrl-Z) is named at once, rather than after its endpoint's deadline.
+/// State 't' (a tracer's stop) is told to let the debugger continue it or detach it.
 std::string StoppedText(int pid, char state = 'T');
 
 /// True when `pid` is a zombie (/proc/<pid>/stat state Z or X): it exited and its parent

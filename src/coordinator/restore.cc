@@ -94,6 +94,13 @@ class RestoreSequence : Sequence {
   bool ReadState() {
     return LocalPhase("read_state", [&]() -> Result<uint64_t> {
       auto state = ReadStateFile(options_.state_dir);
+      if (!state && state.error().code == -1) {
+        // A file there that does not describe a checkpoint (corrupt, changed, another
+        // format): the processes still hold what they need.
+        return Error{-1, state.error().message + "; if the job was checkpointed with it, 'cusnap "
+                             "recover' brings it back from what its processes hold, without "
+                             "the file"};
+      }
       if (!state) return state.error();
       state_ = std::move(*state);
       return uint64_t{0};
@@ -227,7 +234,7 @@ CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                                          ? ""
                                          : ", with the device map where a native restore "
                                            "is still due"));
-  observer.GoesOnAs(report.notes.back() + " (the phases of 'cusnap recover' follow)");
+  observer.Remark(report.notes.back() + " (the phases of 'cusnap recover' follow)");
   const RecoverOptions recover{options.state_dir, options.device_map, options.lease_ms};
   MergeInto(report, Recover(recover, discover, driver, observer, interrupt));
   return report;

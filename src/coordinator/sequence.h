@@ -14,7 +14,9 @@
 #include "coordinator/command_lock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/interrupt.h"
+#include "common/endpoint_client.h"
 #include "coordinator/lease.h"
+#include "coordinator/native_watch.h"
 #include "coordinator/state_file.h"
 #include "coordinator/topology.h"
 
@@ -40,7 +42,11 @@ class Sequence {
   /// `interrupt`: asked at every phase boundary (null: the command cannot be interrupted).
   Sequence(const Discoverer& discover, CheckpointDriver& driver, PhaseObserver& observer,
            Interrupt* interrupt)
-      : discover_(discover), driver_(driver), observer_(observer), interrupt_(interrupt) {}
+      : discover_(discover),
+        watched_(driver, ControlDir(), [&observer](const std::string& text) { observer.Remark(text); }),
+        driver_(watched_),
+        observer_(observer),
+        interrupt_(interrupt) {}
 
   /// Runs `stages` in order on `seq` until one fails; the outcome its on_failure gives, or
   /// kOk. At each boundary before the first destructive stage an Interrupt that asked to stop
@@ -151,7 +157,8 @@ class Sequence {
   }
 
   const Discoverer& discover_;
-  CheckpointDriver& driver_;
+  WatchedDriver watched_;     // the driver given, its native calls watched (native_watch.h)
+  CheckpointDriver& driver_;  // watched_
   PhaseObserver& observer_;
   Interrupt* interrupt_;
   std::vector<std::unique_ptr<Participant>> participants_;

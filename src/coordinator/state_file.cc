@@ -167,11 +167,14 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
     }
     where = "digest";
     // Last: a field that cannot be read is named as such, not as a changed file.
-    if (json.at("digest").get<std::string>() != StateDigest(json)) {
+    if (!json.contains("digest") || !json["digest"].is_string()) {
+      return Error{-1, origin + ": the state file has no digest: it was not written by this "
+                                "cusnap as it is, so it does not describe a checkpoint"};
+    }
+    if (json["digest"].get<std::string>() != StateDigest(json)) {
       return Error{-1, origin + ": the state file was changed after the checkpoint wrote it "
                                 "(its digest does not match its content), so it no longer "
-                                "describes the checkpoint; 'cusnap recover' brings the job back "
-                                "from what its processes hold, without it"};
+                                "describes the checkpoint"};
     }
   } catch (const std::exception& e) {
     return Error{-1, origin + ": corrupt state file (" + where + "): " + e.what()};

@@ -12,16 +12,24 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
     // A held process is stopped: its endpoint would not answer before the deadline.
     const std::string endpoint = participants[i]->endpoint();
     const int pid = participants[i]->pid();
-    if (!endpoint.empty() && IsHeld(endpoint.substr(0, endpoint.rfind('/')), pid)) {
+    const std::string control_dir = endpoint.substr(0, endpoint.rfind('/'));
+    if (!endpoint.empty() && IsHeld(control_dir, pid)) {
       out[i].identity.pid = pid;
       out[i].identity.start_time = ProcessStartTime(pid).value_or(0);
-      out[i].identity.state = proto::ShimState::kReleased;
-      out[i].held = "held: stopped by 'cusnap checkpoint' until 'cusnap restore' continues it "
-                    "(CUSNAP_HOLD=run keeps it running); its tables were not asked";
+      // A shim that held itself names its phase in its marker (a restore that continued it
+      // was killed, maybe half way): "released" would hide where it stopped.
+      const auto phase = HeldPhase(control_dir, pid);
+      out[i].identity.state = phase.value_or(proto::ShimState::kReleased);
+      out[i].held = phase ? "held: stopped again by itself once the command that continued it "
+                            "ended; 'cusnap restore' (or 'cusnap recover') continues it and "
+                            "goes on; its tables were not asked"
+                          : "held: stopped by 'cusnap checkpoint' until 'cusnap restore' "
+                            "continues it (CUSNAP_HOLD=run keeps it running); its tables were "
+                            "not asked";
       return uint64_t{0};
     }
-    if (ProcessState(pid) == 'T') {
-      out[i].unreachable = StoppedProcessText(endpoint.substr(0, endpoint.rfind('/')), pid);
+    if (const auto state = ProcessState(pid); state == 'T' || state == 't') {
+      out[i].unreachable = StoppedProcessText(control_dir, pid, *state);
       return uint64_t{0};
     }
     auto id = Identify(*participants[i]);

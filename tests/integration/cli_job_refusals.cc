@@ -299,8 +299,8 @@ TEST_F(CliJobRefusal, AStateFileChangedAfterTheCheckpointIsRefusedBeforeAnything
   Spit(file, doc.dump(2));
   ExpectRestoreRefused(state, {file + ": the state file was changed after the checkpoint wrote "
                                "it (its digest does not match its content)",
-                               "'cusnap recover' brings the job back from what its processes "
-                               "hold, without it"});
+                               "'cusnap recover' brings it back from what its processes hold, "
+                               "without the file"});
   ExpectRestoreRefused(state, {"its digest does not match"});  // and again: nothing changed
   std::vector<std::string> recover = {"recover"};
   recover.insert(recover.end(), target_.begin(), target_.end());

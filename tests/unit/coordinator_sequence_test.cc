@@ -721,7 +721,10 @@ TEST_F(SequenceTest, RestoreRefusesACorruptStateFile) {
   std::ofstream(coord::StateFilePath(dir_)) << "not json";
   const auto report = RunRestore();
   EXPECT_EQ(report.outcome, coord::Outcome::kRestoreRefused);
-  EXPECT_THAT(report.errors, ElementsAre(dir_ + "/cusnap-state.json: corrupt state file (not valid JSON)"));
+  EXPECT_THAT(report.errors, ElementsAre(dir_ + "/cusnap-state.json: corrupt state file (not valid "
+                                                "JSON); if the job was checkpointed with it, "
+                                                "'cusnap recover' brings it back from what its "
+                                                "processes hold, without the file"));
 }
 
 TEST_F(SequenceTest, RestoreRefusesAReusedPid) {
@@ -959,8 +962,7 @@ TEST_F(DiscoveryTest, CudaProcessWithoutEndpointIsRefused) {
   EXPECT_EQ(found.error().message,
             "pid " + std::to_string(child) + " (" + coord::ProcessName(child) +
                 "): a CUDA process in the tree of pid " + std::to_string(::getpid()) +
-                " has no cusnap endpoint in " + dir_ + "; start it with 'cusnap run' (nothing "
-                "was changed)");
+                " has no cusnap endpoint in " + dir_ + "; start it with 'cusnap run'");
 }
 
 TEST_F(DiscoveryTest, TreeWithoutEndpointsIsRefused) {

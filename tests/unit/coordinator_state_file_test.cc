@@ -220,6 +220,26 @@ TEST_F(StateFileTest, OtherFormatVersionIsRefused) {
                                          std::to_string(coord::kStateFormatVersion) + ")");
 }
 
+// Format 3 carries a digest of the document: a file without one, or one whose content no
+// longer matches it, is refused, each named as what it is.
+TEST_F(StateFileTest, AMissingOrWrongDigestIsRefused) {
+  auto json = coord::StateToJson(SampleState());
+  auto no_digest = json;
+  no_digest.erase("digest");
+  WriteRaw(no_digest.dump());
+  auto read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().message, dir_ + "/cusnap-state.json: the state file has no digest: it "
+                                         "was not written by this cusnap as it is, so it does not "
+                                         "describe a checkpoint");
+  json["participants"][0]["saved_bytes"] = 12345;
+  WriteRaw(json.dump());
+  read = coord::ReadStateFile(dir_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.error().message, HasSubstr("was changed after the checkpoint wrote it (its "
+                                              "digest does not match its content)"));
+}
+
 TEST_F(StateFileTest, BadRecordIsNamed) {
   auto json = coord::StateToJson(SampleState());
   json["participants"][1]["records"][1]["kind"] = "bogus";

@@ -117,8 +117,8 @@ void DisarmHoldGuard() {
   for (Guarded& g : g_guarded) Disarm(g);
 }
 
-Status HoldThisProcess(const std::string& held_marker) {
-  const HoldMarker marker{ProcessStartTime(static_cast<int>(::getpid())), OwnPidNamespace()};
+Status HoldThisProcess(const std::string& held_marker, const std::string& phase) {
+  const HoldMarker marker{ProcessStartTime(static_cast<int>(::getpid())), OwnPidNamespace(), phase};
   if (Status written = WriteHoldMarker(held_marker, marker); !written) return written;
   ::kill(::getpid(), SIGSTOP);  // every thread stops; this call returns once continued
   return Ok{};

@@ -37,7 +37,8 @@ void ArmHoldGuard(const std::string& held_marker);
 /// was continued (by a restore, which renames the marker away first). Error (code errno,
 /// naming the file) when the marker cannot be written: the process is then not stopped (a
 /// process found stopped with no marker is never continued by cusnap).
-Status HoldThisProcess(const std::string& held_marker);
+/// `phase` (its ShimState name) goes into the marker: `cusnap status` shows it.
+Status HoldThisProcess(const std::string& held_marker, const std::string& phase);
 
 /// Puts back the dispositions the guard replaced (each unless the application changed it
 /// since) and logs the signals it dropped. Nothing when the guard is not armed.

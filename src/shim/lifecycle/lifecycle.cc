@@ -204,14 +204,14 @@ void Lifecycle::SuspendLease() {
   lease_deadline_ns_ = 0;
   ++lease_generation_;
   request_running_ = true;
-  unattended_ns_ = 0;
+  activity_ns_ = MonotonicNs();
 }
 
 void Lifecycle::RenewLease(uint64_t lease_ms) {
   std::lock_guard lock(lease_mutex_);
   ++lease_generation_;
   request_running_ = false;
-  unattended_ns_ = 0;
+  activity_ns_ = MonotonicNs();
   if (lease_ms == 0) return;  // no lease: held until a request moves the state
   lease_ms_ = lease_ms;
   lease_deadline_ns_ = MonotonicNs() + lease_ms * 1'000'000;
@@ -233,7 +233,7 @@ void Lifecycle::WatchLease() {
   std::unique_lock lock(lease_mutex_);
   while (!stop_) {
     const uint64_t now = MonotonicNs();
-    if (hold_armed_ && TickHold(now)) {
+    if (hold_armed_ && HoldDue(now)) {
       lock.unlock();
       HoldAgain();
       lock.lock();
@@ -242,10 +242,6 @@ void Lifecycle::WatchLease() {
     if (lease_deadline_ns_ != 0 && now >= lease_deadline_ns_) {
       const uint64_t generation = lease_generation_;
       lease_deadline_ns_ = 0;
-      // A lease that ran out while this process ran: its command went silent a whole lease
-      // ago, so nobody has been at work since; held, the process stops again at once (one
-      // that ran out while the process was stopped says nothing: it was just continued).
-      if (hold_armed_ && !continued_now_) unattended_ns_ = HoldGraceNs();
       lock.unlock();
       ExpireLease(generation);
       lock.lock();
@@ -253,7 +249,7 @@ void Lifecycle::WatchLease() {
     }
     uint64_t wake = lease_deadline_ns_;  // 0: no bound
     if (hold_armed_) {
-      const uint64_t tick = now + kHoldTickMs * 1'000'000;
+      const uint64_t tick = now + HoldTickNs();
       wake = wake == 0 ? tick : std::min(wake, tick);
     }
     planned_wake_ns_ = wake;
@@ -268,8 +264,7 @@ void Lifecycle::WatchLease() {
 void Lifecycle::ArmHold(bool held) {
   std::lock_guard lock(lease_mutex_);
   hold_armed_ = held && !held_marker_.empty();
-  unattended_ns_ = 0;
-  last_tick_ns_ = 0;
+  activity_ns_ = MonotonicNs();
   if (hold_armed_) StartWatcher();
   lease_changed_.notify_all();
 }
@@ -278,29 +273,33 @@ uint64_t Lifecycle::HoldGraceNs() const {
   return (lease_ms_ != 0 ? lease_ms_ : kDefaultHoldGraceMs) * 1'000'000;
 }
 
-bool Lifecycle::TickHold(uint64_t now_ns) {
-  const bool stopped_meanwhile =
-      planned_wake_ns_ != 0 && now_ns > planned_wake_ns_ + kStoppedGapMs * 1'000'000;
-  continued_now_ = stopped_meanwhile;
-  if (stopped_meanwhile || last_tick_ns_ == 0) {
-    unattended_ns_ = 0;  // continued just now (or the count begins): whoever did is at work
-  } else if (lease_deadline_ns_ == 0 && !request_running_) {
-    unattended_ns_ += now_ns - last_tick_ns_;
-  }
-  last_tick_ns_ = now_ns;
-  return unattended_ns_ >= HoldGraceNs();
+uint64_t Lifecycle::HoldGapNs() const {
+  // An eighth of the lease, within [50 ms, 1 s]: a stop this short goes unseen, and the lease
+  // left to a command that just continued the process is then still 0.75 - 3/16 of it (a
+  // renewal comes every quarter lease, the tick is half the gap).
+  const uint64_t eighth = HoldGraceNs() / 8;
+  return std::clamp<uint64_t>(eighth, 50'000'000, 1'000'000'000);
+}
+
+uint64_t Lifecycle::HoldTickNs() const { return HoldGapNs() / 2; }
+
+bool Lifecycle::HoldDue(uint64_t now_ns) {
+  // A tick later than the gap: the process was stopped in between and someone (a command, or
+  // a user) continued it just now; a command that did is at work from then on.
+  if (planned_wake_ns_ != 0 && now_ns > planned_wake_ns_ + HoldGapNs()) activity_ns_ = now_ns;
+  return !request_running_ && now_ns >= activity_ns_ + HoldGraceNs();
 }
 
 void Lifecycle::HoldAgain() {
   std::lock_guard run(run_mutex_);  // never in the middle of a request
-  uint64_t unattended_ms = 0;
+  uint64_t quiet_ms = 0;
   {
     std::lock_guard lock(lease_mutex_);
-    // A request that came while this waited for run_mutex_ started the count again.
-    if (!hold_armed_ || unattended_ns_ < HoldGraceNs()) return;
-    unattended_ms = unattended_ns_ / 1'000'000;
-    unattended_ns_ = 0;
-    last_tick_ns_ = 0;
+    // A request that came while this waited for run_mutex_ is activity.
+    const uint64_t now = MonotonicNs();
+    if (!hold_armed_ || request_running_ || now < activity_ns_ + HoldGraceNs()) return;
+    quiet_ms = (now - activity_ns_) / 1'000'000;
+    activity_ns_ = now;
   }
   const Phase now = phase();
   if (now == Phase::kActive) return;
@@ -308,8 +307,8 @@ void Lifecycle::HoldAgain() {
                   "(a restore or recover that continued it ended before activate): stopped "
                   "again to hold the job; 'cusnap restore' continues it and goes on",
                   ThisProcess().c_str(), ShimStateName(now),
-                  static_cast<unsigned long long>(unattended_ms));
-  if (Status held = HoldThisProcess(held_marker_); !held) {
+                  static_cast<unsigned long long>(quiet_ms));
+  if (Status held = HoldThisProcess(held_marker_, ShimStateName(now)); !held) {
     CUSNAP_LOG_ERROR("%s: cannot hold it again: %s", ThisProcess().c_str(),
                      held.error().message.c_str());
   }

@@ -35,15 +35,15 @@
 // half way) would leave the job running with its memory gone until the next restore: the
 // threads that never call CUDA run on, and PyTorch's heartbeat monitor aborts the process
 // once its watchdog has waited long enough (docs/LONG-SUSPEND.md). So from release to
-// activate the lease watcher also counts the time the process runs with no command at work
-// (no request running, no lease running). The count starts again whenever the process was
-// stopped meanwhile (the watcher ticks every kHoldTickMs; a tick more than kStoppedGapMs late
-// means it was stopped, then continued just now). Once it reaches the lease (the last
-// request's lease_ms, kDefaultHoldGraceMs without one), the shim writes its hold marker and
-// stops itself (HoldThisProcess, hold_guard.h): held again, as the checkpoint left it, and
-// `cusnap restore` continues it and goes on. A lease that runs out while the process runs
-// counts whole (its command went silent a lease ago): a process whose command died after
-// starting its lease is held again one lease after the command's last request.
+// activate the lease watcher holds the process again once no request came for a lease (the
+// last request's lease_ms, kDefaultHoldGraceMs without one) since its last activity: a
+// request's start or end (a renewal too), or a continue it saw. A continue is seen as a tick
+// of the watcher that comes late (while armed it ticks every sixteenth of a lease, within
+// 25 ms and 0.5 s; a tick an eighth of a lease late, within 50 ms and 1 s, means the process
+// was stopped in between): whoever continued it gets a whole lease to send its first request. Then the shim writes its
+// hold marker, with its phase, and stops itself (HoldThisProcess, hold_guard.h): held again,
+// as the checkpoint left it, and `cusnap restore` continues it and goes on. A process whose
+// command died is thus held again one lease after the command's last request.
 #pragma once
 
 #include <atomic>
@@ -126,10 +126,6 @@ class Lifecycle {
   /// The hold after a command: how long a held process runs with no command at work before it
   /// stops itself again, when no request gave a lease (ms).
   static constexpr uint64_t kDefaultHoldGraceMs = 10'000;
-  /// The hold after a command: the watcher's tick while armed, and how late a tick must be to
-  /// say that the process was stopped in between (ms).
-  static constexpr uint64_t kHoldTickMs = 200;
-  static constexpr uint64_t kStoppedGapMs = 1'000;
 
   /// `held_marker`: this process's hold marker (HeldMarkerPath); when given, the release
   /// step arms the hold guard and activate disarms it (hold_guard.h). "" (tests): none.
@@ -171,11 +167,15 @@ class Lifecycle {
   void WatchLease();
   void ExpireLease(uint64_t generation);
   // The hold after a command (above): armed by a release request that says `held`, disarmed
-  // at activate; TickHold (lease_mutex_ held) counts the time run with no command at work and
-  // says when to hold; HoldAgain stops the process.
+  // at activate; HoldDue (lease_mutex_ held) notes a continue and says when to hold (no
+  // request running, none for HoldGraceNs since the last activity); HoldAgain stops the
+  // process. The grace is the lease; HoldGapNs, how late a tick must be to say that the
+  // process was stopped in between, and HoldTickNs follow from it.
   void ArmHold(bool held);
-  bool TickHold(uint64_t now_ns);
-  uint64_t HoldGraceNs() const;  // lease_mutex_ held
+  bool HoldDue(uint64_t now_ns);
+  uint64_t HoldGraceNs() const;
+  uint64_t HoldGapNs() const;
+  uint64_t HoldTickNs() const;
   void HoldAgain();
 
   // The steps the rows run; each returns the step's error, or what it moved.
@@ -210,10 +210,8 @@ class Lifecycle {
   uint64_t lease_generation_ = 0;   // bumped when a request starts and ends
   bool request_running_ = false;    // between SuspendLease and RenewLease
   bool hold_armed_ = false;         // the hold after a command (above)
-  uint64_t unattended_ns_ = 0;      // run with no command at work since the count began
-  uint64_t last_tick_ns_ = 0;       // the watcher's last TickHold (0: the count begins)
+  uint64_t activity_ns_ = 0;        // last request start or end, continue seen, or arming
   uint64_t planned_wake_ns_ = 0;    // when the watcher meant to wake (0: no bound)
-  bool continued_now_ = false;      // TickHold found the process was stopped in between
   bool stop_ = false;
   std::thread watcher_;
 };
