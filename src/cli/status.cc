@@ -187,7 +187,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
     }
     for (const auto& e : entries) {
       if (!e.unreachable.empty()) {
-        std::printf("pid %-8d %-20s %-12s its endpoint did not answer (the error below says why)\n",
+        std::printf("pid %-8d %-20s %-12s its endpoint did not answer (its error line on stderr says why)\n",
                     e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), "unreachable");
         continue;
       }

@@ -20,9 +20,10 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
       // was killed, maybe half way): "released" would hide where it stopped.
       const auto phase = HeldPhase(control_dir, pid);
       out[i].identity.state = phase.value_or(proto::ShimState::kReleased);
-      out[i].held = phase ? "held: stopped again by itself once the command that continued it "
-                            "ended; 'cusnap restore' (or 'cusnap recover') continues it and "
-                            "goes on; its tables were not asked"
+      out[i].held = phase ? "held: stopped again by itself (its memory is released, and no "
+                            "cusnap command was at work on it for a lease); 'cusnap restore' "
+                            "(or 'cusnap recover') continues it and goes on; its tables were "
+                            "not asked"
                           : "held: stopped by 'cusnap checkpoint' until 'cusnap restore' "
                             "continues it (CUSNAP_HOLD=run keeps it running); its tables were "
                             "not asked";

@@ -304,7 +304,7 @@ void Lifecycle::HoldAgain() {
   const Phase now = phase();
   if (now == Phase::kActive) return;
   CUSNAP_LOG_WARN("%s is checkpointed (phase %s) and ran %llu ms with no cusnap command at work "
-                  "(a restore or recover that continued it ended before activate): stopped "
+                  "(the command at work on it ended before activate): stopped "
                   "again to hold the job; 'cusnap restore' continues it and goes on",
                   ThisProcess().c_str(), ShimStateName(now),
                   static_cast<unsigned long long>(quiet_ms));
