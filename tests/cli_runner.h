@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,16 @@
 extern char** environ;
 
 namespace cusnap::testing {
+
+/// The state letter of `pid` (/proc/<pid>/stat field 3: 'T' stopped, 't' traced, 'Z'...), '?'
+/// when unreadable.
+inline char ProcState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
 
 /// $name, or "" when unset.
 inline std::string Env(const char* name) {

@@ -55,12 +55,6 @@ std::string ReadAll(const std::string& path) {
 }
 
 /// The state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z', ...); '?' when unreadable.
-char ProcessStateLetter(pid_t pid) {
-  const std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
-}
-
 void WriteAll(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
@@ -577,7 +571,7 @@ TEST_F(CliImages, ADumpIntoTheDumpOfAnotherJobIsRefusedBeforeAnythingChanges) {
   EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("quiesce")));
   EXPECT_EQ(Contents(images), before) << "the other job's dump changed";
-  EXPECT_NE(ProcessStateLetter(job), 'T');
+  EXPECT_NE(cusnap::testing::ProcState(job), 'T');
   ExpectEveryByteOnceTold(job_dir, log);  // the job ran on, and ends having checked every byte
 }
 
@@ -947,7 +941,7 @@ void CliImages::FullDiskCase(bool criu_fills) {
   }
   // The job runs on, unheld, its shims active.
   EXPECT_EQ(::kill(job, 0), 0);
-  EXPECT_NE(ProcessStateLetter(job), 'T');
+  EXPECT_NE(cusnap::testing::ProcState(job), 'T');
   const Ran st = Cusnap({"status", "--pid", std::to_string(job), "--json"});
   ASSERT_EQ(st.status, 0) << st.out << st.err;
   const auto participants = nlohmann::json::parse(st.out)["participants"];
@@ -1139,17 +1133,17 @@ TEST_F(CliImages, AHeldJobWhoseChildWasKilledIsRestoredWithoutIt) {
   const std::string state = dir_ + "/state";
   const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(root), "--state-dir", state});
   ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
-  ASSERT_EQ(ProcessStateLetter(root), 'T');
+  ASSERT_EQ(cusnap::testing::ProcState(root), 'T');
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (ProcessStateLetter(child) != 'Z' && std::chrono::steady_clock::now() < deadline) {
+  while (cusnap::testing::ProcState(child) != 'Z' && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_EQ(ProcessStateLetter(child), 'Z') << "the held root reaped its child";
+  ASSERT_EQ(cusnap::testing::ProcState(child), 'Z') << "the held root reaped its child";
   const Ran rs = Cusnap({"restore", "--pid", std::to_string(root), "--state-dir", state});
   ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
   EXPECT_THAT(rs.err, HasSubstr("pid " + std::to_string(child)));
-  EXPECT_NE(ProcessStateLetter(root), 'T');
+  EXPECT_NE(cusnap::testing::ProcState(root), 'T');
   // The root runs on, active, alone (criu_job itself then fails: its child is gone).
   const Ran st = Cusnap({"status", "--pid", std::to_string(root), "--json"});
   ASSERT_EQ(st.status, 0) << st.out << st.err;
@@ -1214,7 +1208,7 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   const Ran killed = Cusnap({"restore", "--images-dir", images});
   ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
   EXPECT_EQ(killed.status, 128 + SIGKILL) << killed.out << killed.err;
-  EXPECT_EQ(ProcessStateLetter(manifest->root_pid), 'T') << "CRIU brought the job back stopped";
+  EXPECT_EQ(cusnap::testing::ProcState(manifest->root_pid), 'T') << "CRIU brought the job back stopped";
   // status names the restore to run again (it advised 'kill -CONT' and called the markers
   // stale, found by a fresh user), and --prune keeps the markers.
   const Ran st = Cusnap({"status", "--all", "--prune"});

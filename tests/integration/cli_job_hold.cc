@@ -35,14 +35,7 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-/// The state letter of `pid` (/proc/<pid>/stat field 3), '?' when unreadable.
-char ProcState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const auto close = line.rfind(')');
-  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
-}
+using cusnap::testing::ProcState;
 
 class CliJobHold : public JobTest {
  protected:

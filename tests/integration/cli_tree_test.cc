@@ -31,14 +31,7 @@ using ::testing::HasSubstr;
 /// One peer's command channel (lifecycle_cycle_peer's line protocol).
 using Channel = LineChannel;
 
-/// The state letter of `pid` (/proc/<pid>/stat field 3), '?' when unreadable.
-char ProcState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const auto close = line.rfind(')');
-  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
-}
+using cusnap::testing::ProcState;
 
 class CliTreeTest : public cusnap::testing::OwnMachineTest {
  protected:
