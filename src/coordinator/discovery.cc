@@ -57,7 +57,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     if (ProcessExited(pid)) continue;  // a zombie: nothing of it runs, nothing to save
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
     if (HasEndpoint(options.control_dir, pid)) {
-      if (const auto state = ProcessState(pid); state == 'T' || state == 't') {
+      if (const auto state = StoppedState(pid)) {
         return StoppedRefusal(options.control_dir, pid, *state);
       }
       participants.push_back(ConnectEndpoint(options.control_dir, pid));
@@ -92,7 +92,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverAll(const DiscoveryOpt
   std::vector<std::unique_ptr<Participant>> participants;
   for (int pid : EndpointPids(options.control_dir)) {
     if (IsHeld(options.control_dir, pid)) return HeldRefusal(pid);
-    if (const auto state = ProcessState(pid); state == 'T' || state == 't') {
+    if (const auto state = StoppedState(pid)) {
       return StoppedRefusal(options.control_dir, pid, *state);
     }
     participants.push_back(ConnectEndpoint(options.control_dir, pid));

@@ -32,8 +32,7 @@ constexpr const char* kContinuingSuffix = ".continuing";
 /// A marker records the namespace of the pid in its name (common/hold_marker.h): a job
 /// restored in a namespace of its own (cli/pid_namespace.h) has markers whose pids mean
 /// nothing here. Read under either name; nullopt when there is no readable marker.
-using MarkerText = HoldMarker;
-std::optional<MarkerText> ReadMarker(const std::string& control_dir, int pid) {
+std::optional<HoldMarker> ReadMarker(const std::string& control_dir, int pid) {
   for (const std::string& path : {MarkerPath(control_dir, pid),
                                   MarkerPath(control_dir, pid) + kContinuingSuffix}) {
     if (auto marker = ReadHoldMarker(path)) return marker;
@@ -43,7 +42,7 @@ std::optional<MarkerText> ReadMarker(const std::string& control_dir, int pid) {
 
 /// Whether `marker` names a process of another PID namespace (not to be judged, continued
 /// or removed from here).
-bool OfAnotherNamespace(const MarkerText& marker) {
+bool OfAnotherNamespace(const HoldMarker& marker) {
   return marker.pid_namespace != 0 && marker.pid_namespace != OwnPidNamespace();
 }
 
@@ -65,11 +64,6 @@ void RemoveMarker(const std::string& control_dir, int pid) {
 /// Writes the marker of `pid` (mode 0600, replaced whole). Error code: errno.
 Status WriteMarker(const std::string& control_dir, int pid, uint64_t start_time) {
   return WriteHoldMarker(MarkerPath(control_dir, pid), HoldMarker{start_time, OwnPidNamespace(), {}});
-}
-
-bool Stopped(int pid) {
-  const auto state = ProcessState(pid);
-  return state && (*state == 'T' || *state == 't');
 }
 
 /// Polls until `want(pid)` holds or `wait_ms` passed; true when it holds.
@@ -127,7 +121,7 @@ Status StopHeld(const std::string& control_dir, int pid, int wait_ms) {
     return SignalError(pid, "SIGSTOP for the hold failed", why);
   }
   const auto gone = [&](int p) { return ProcessStartTime(p) != start || ProcessExited(p); };
-  if (!WaitFor(pid, wait_ms, [&](int p) { return Stopped(p) || gone(p); }) || gone(pid)) {
+  if (!WaitFor(pid, wait_ms, [&](int p) { return StoppedState(p) || gone(p); }) || gone(pid)) {
     ::kill(pid, SIGCONT);
     ::unlink(MarkerPath(control_dir, pid).c_str());
     if (gone(pid)) {
@@ -171,14 +165,14 @@ Status SendContinue(const std::string& control_dir, int pid) {
 Status KeepContinued(const std::string& control_dir, int pid, int wait_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
-    if (WaitFor(pid, 200, [](int p) { return !Stopped(p); })) {
+    if (WaitFor(pid, 200, [](int p) { return !StoppedState(p); })) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (!Stopped(pid)) return Ok{};  // runs, and stays running
+      if (!StoppedState(pid)) return Ok{};  // runs, and stays running
     }
     if (std::chrono::steady_clock::now() >= deadline || ReadMarker(control_dir, pid)) break;
     ::kill(pid, SIGCONT);
   }
-  if (!Stopped(pid)) return Ok{};
+  if (!StoppedState(pid)) return Ok{};
   return Error{ETIMEDOUT, ProcessText(pid) + ": still stopped " + std::to_string(wait_ms) +
                               " ms after SIGCONT (stopped by something else too?)"};
 }
@@ -206,14 +200,14 @@ Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms) {
 }
 
 Status ContinueRestored(const std::string& control_dir, int pid) {
-  if (!Stopped(pid)) return Ok{};
+  if (!StoppedState(pid)) return Ok{};
   if (Status sent = SendContinue(control_dir, pid); !sent) return sent;
   return KeepContinued(control_dir, pid, 5000);
 }
 
 bool IsHeld(const std::string& control_dir, int pid) {
   const auto recorded = MarkerStartTime(control_dir, pid);
-  return recorded && ProcessStartTime(pid) == recorded && Stopped(pid);
+  return recorded && ProcessStartTime(pid) == recorded && StoppedState(pid);
 }
 
 std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid,
@@ -243,7 +237,7 @@ std::optional<proto::ShimState> HeldPhase(const std::string& control_dir, int pi
 
 bool RestoredUnfinished(const std::string& control_dir, int pid) {
   const auto marker = ReadMarker(control_dir, pid);
-  if (!marker || OfAnotherNamespace(*marker) || !Stopped(pid)) return false;
+  if (!marker || OfAnotherNamespace(*marker) || !StoppedState(pid)) return false;
   const auto now = ProcessStartTime(pid);
   return now && *now != marker->start_time;
 }

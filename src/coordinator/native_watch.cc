@@ -18,13 +18,15 @@ R WatchedDriver::Watched(int pid, const char* what, const std::function<R()>& ca
   int stopped_ms = 0;
   bool said = false;
   while (result.wait_for(std::chrono::milliseconds(kReplyCheckMs)) != std::future_status::ready) {
-    const auto state = ProcessState(pid);
-    if (said || !state || (*state != 'T' && *state != 't') || IsHeld(control_dir_, pid)) {
+    if (said) continue;
+    // A process cusnap holds is stopped on purpose (the hold's own checkpoint, or a restore
+    // about to continue it): its stop does not count.
+    if (StoppedState(pid) && IsHeld(control_dir_, pid)) {
       stopped_ms = 0;
       continue;
     }
-    stopped_ms += kReplyCheckMs;
-    if (stopped_ms < kStoppedAnswerMs) continue;
+    const auto state = StoppedTooLong(pid, stopped_ms);
+    if (!state) continue;
     said = true;
     std::string text = "waiting for the native ";
     text += what;

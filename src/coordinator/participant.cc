@@ -31,13 +31,8 @@ class EndpointParticipant final : public Participant {
   /// stop for `recover`) holds either way (lifecycle.h: each step can be run again, and the
   /// lease rolls back a shim whose command went).
   std::string StillAnswering(int& stopped_ms) const {
-    const auto state = ProcessState(pid_);
-    if (!state || (*state != 'T' && *state != 't')) {
-      stopped_ms = 0;
-      return "";
-    }
-    stopped_ms += kReplyCheckMs;
-    if (stopped_ms < kStoppedAnswerMs) return "";
+    const auto state = StoppedTooLong(pid_, stopped_ms);
+    if (!state) return "";
     const size_t slash = path_.rfind('/');
     const std::string control_dir = slash == std::string::npos ? "." : path_.substr(0, slash);
     if (IsHeld(control_dir, pid_)) {
@@ -74,6 +69,13 @@ Result<Reply> Ask(Participant& participant, proto::Op op, const proto::Message& 
 }
 
 }  // namespace
+
+std::optional<char> StoppedTooLong(int pid, int& stopped_ms) {
+  const auto state = StoppedState(pid);
+  stopped_ms = state ? stopped_ms + kReplyCheckMs : 0;
+  if (stopped_ms < kStoppedAnswerMs) return std::nullopt;
+  return state;
+}
 
 std::unique_ptr<Participant> ConnectEndpoint(const std::string& control_dir, int pid) {
   return std::make_unique<EndpointParticipant>(EndpointPath(control_dir, pid), pid);

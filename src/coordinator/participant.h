@@ -23,6 +23,12 @@ inline constexpr int kLifecycleTimeoutMs = 600'000;
 /// the request fails naming it (EndpointParticipant), in ms.
 inline constexpr int kStoppedAnswerMs = 2'000;
 
+/// One of the checks, kReplyCheckMs apart, of a process a command waits for (an endpoint's
+/// reply, a native call): its state letter (StoppedState) once it has been stopped at
+/// kStoppedAnswerMs worth of checks in a row, nullopt before; `stopped_ms` carries the count
+/// between checks and starts again whenever the process runs.
+std::optional<char> StoppedTooLong(int pid, int& stopped_ms);
+
 /// One participant's endpoint.
 class Participant {
  public:

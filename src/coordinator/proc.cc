@@ -69,6 +69,12 @@ std::optional<char> ProcessState(int pid) {
   return (*fields)[0][0];
 }
 
+std::optional<char> StoppedState(int pid) {
+  const auto state = ProcessState(pid);
+  if (state != 'T' && state != 't') return std::nullopt;
+  return state;
+}
+
 bool IsZombie(int pid) {
   const auto fields = StatFields(pid);
   return fields && !fields->empty() && ((*fields)[0] == "Z" || (*fields)[0] == "X");

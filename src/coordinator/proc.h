@@ -24,6 +24,10 @@ bool AliveHere(int pid, uint64_t start_time);
 /// ...), or nullopt when the process does not exist.
 std::optional<char> ProcessState(int pid);
 
+/// The state letter of `pid` when it is stopped: 'T' (SIGSTOP, Ctrl-Z, cusnap's hold) or 't'
+/// (a debugger or tracer); nullopt when it runs, sleeps or does not exist.
+std::optional<char> StoppedState(int pid);
+
 /// "pid P (name) is stopped (state T), not by cusnap: its endpoint cannot answer; continue it
 /// ('kill -CONT P')": a process stopped by someone else (SIGSTOP, a debugger, a shell's
 /// Ctrl-Z) is named at once, rather than after its endpoint's deadline.

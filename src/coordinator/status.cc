@@ -29,7 +29,7 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
                             "not asked";
       return uint64_t{0};
     }
-    if (const auto state = ProcessState(pid); state == 'T' || state == 't') {
+    if (const auto state = StoppedState(pid)) {
       out[i].unreachable = StoppedProcessText(control_dir, pid, *state);
       return uint64_t{0};
     }
