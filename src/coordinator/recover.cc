@@ -1,5 +1,7 @@
 // The recover sequence (coordinator.h): finishes what an interrupted or failed checkpoint or
 // restore left, from whatever phase each participant is in (DESIGN.md, "Transactions").
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <iterator>
 #include <map>
@@ -57,6 +59,8 @@ class RecoverSequence : Sequence {
         Note("no usable state file (" + state.error().message + "): recovering from what "
              "each process's shim holds, without verifying against a state file");
         report_.state_file.clear();  // not used: the CLI's "done" names none
+        struct stat st {};
+        unusable_state_ = ::lstat(StateFilePath(options_.state_dir).c_str(), &st) == 0;
         return uint64_t{0};
       }
       std::set<std::string> held;
@@ -292,10 +296,22 @@ class RecoverSequence : Sequence {
 
   void Note(const std::string& text) { report_.notes.push_back(text); }
 
+  /// After a recovery that did without an unusable state file: that file is set aside, so
+  /// that the next checkpoint into the directory is not refused for it (state_guard.h).
+  void SetAsideUnusableStateFile() {
+    if (!unusable_state_) return;
+    auto aside = SetAsideStateFile(options_.state_dir);
+    Note(aside ? "the unusable state file was moved to " + *aside +
+                     " (kept for a look): the next checkpoint writes a new one"
+               : "the unusable state file stays: " + aside.error().message +
+                     "; move it away before the next checkpoint into " + options_.state_dir);
+  }
+
   const RecoverOptions& options_;
   StateFile state_;
   bool have_state_ = false;
   bool held_by_shims_ = false;  // some shim holds the state file's checkpoint id
+  bool unusable_state_ = false;  // a state file is there, but ReadStateFile refused it
   bool forward_ = false;
   std::vector<ShimState> now_;        // per participant: its shim's state as last reported
   std::vector<ParticipantView> views_;
@@ -338,7 +354,9 @@ constexpr Stage<RecoverSequence> RecoverSequence::kStages[] = {
 
 CommandReport RecoverSequence::Run() {
   report_.state_file = options_.state_dir.empty() ? "" : StateFilePath(options_.state_dir);
-  return Finish(RunStages(*this, kStages));
+  const Outcome outcome = RunStages(*this, kStages);
+  if (outcome == Outcome::kOk) SetAsideUnusableStateFile();
+  return Finish(outcome);
 }
 
 }  // namespace

@@ -233,6 +233,19 @@ Status RemoveStateFile(const std::string& state_dir) {
   return RemoveFileDurably(state_dir, kStateFileName);
 }
 
+Result<std::string> SetAsideStateFile(const std::string& state_dir) {
+  const std::string path = StateFilePath(state_dir);
+  const std::string stem = path + ".unusable-" + std::to_string(::time(nullptr));
+  std::string aside = stem;
+  struct stat st {};
+  for (int n = 1; ::lstat(aside.c_str(), &st) == 0; ++n) aside = stem + "." + std::to_string(n);
+  if (::rename(path.c_str(), aside.c_str()) != 0) {
+    return SysError("cannot rename " + path + " to", aside);
+  }
+  if (auto synced = FsyncPath(state_dir, O_DIRECTORY); !synced) return synced.error();
+  return aside;
+}
+
 Result<StateFile> ReadStateFile(const std::string& state_dir) {
   const std::string path = StateFilePath(state_dir);
   Result<std::string> text = ReadStateText(state_dir);

@@ -101,6 +101,13 @@ Status WriteStateFile(const std::string& state_dir, const StateFile& state);
 /// to restore), and syncs the directory. A missing file is not an error; errno-coded Error.
 Status RemoveStateFile(const std::string& state_dir);
 
+/// Renames an unusable state file (one ReadStateFile refuses) out of the way, to
+/// "cusnap-state.json.unusable-<unix seconds>[.<n>]" in the same directory, and syncs the
+/// directory: kept for a look, no longer in the way of the next checkpoint (which refuses
+/// to overwrite a file it cannot read, state_guard.h). Returns the new path; an errno-coded
+/// Error naming both paths when the rename fails.
+Result<std::string> SetAsideStateFile(const std::string& state_dir);
+
 /// The most bytes a state file may hold (about 400,000 records); a larger one is refused.
 inline constexpr size_t kMaxStateFileBytes = size_t{256} << 20;
 

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -309,6 +309,21 @@ TEST_F(CliJobRefusal, AStateFileChangedAfterTheCheckpointIsRefusedBeforeAnything
   ASSERT_EQ(rec.status, 0) << rec.out << rec.err;
   EXPECT_THAT(rec.out + rec.err, HasSubstr("no usable state file"));
   ExpectResumed(before);
+  // The unusable file is set aside (kept, renamed), so the next cycle into the same directory
+  // is not refused for it.
+  EXPECT_THAT(rec.out + rec.err, HasSubstr("the unusable state file was moved to " + file + ".unusable-"));
+  EXPECT_FALSE(std::filesystem::exists(file));
+  size_t aside = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(state)) {
+    if (entry.path().filename().string().starts_with("cusnap-state.json.unusable-")) {
+      ++aside;
+      EXPECT_EQ(Slurp(entry.path().string()), doc.dump(2));
+    }
+  }
+  EXPECT_EQ(aside, 1u);
+  const Snapshot again = Suspend(state);
+  ASSERT_FALSE(HasFatalFailure());
+  Resume(state, again);
 }
 
 // The state file must describe the very processes found now: a recorded start time that
