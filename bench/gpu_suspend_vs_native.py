@@ -152,6 +152,11 @@ def phase_text(phases, name):
             f"(copies {p.get('copy_gb_per_s', 0):.1f} GB/s, zero skipped {p.get('zero_bytes', 0) / 1e9:.2f} GB)")
 
 
+def all_phases_text(completed):
+    """ "discover 12, quiesce 3, ..." (ms) of every phase a cusnap command ran: where its time went."""
+    return ", ".join(f"{name} {p['elapsed_ms']:.0f}" for name, p in cusnap_phases(completed).items())
+
+
 def run_mode(mode, args, build, env_base):
     """Runs `mode`'s cycles; returns [(suspend s, resume s, verified)]."""
     hold = str(build / "bin" / "gpu_carry_hold")
@@ -195,6 +200,9 @@ def run_mode(mode, args, build, env_base):
             log(f"BENCH {mode:7s} cycle {cycle} ({'cold' if cycle == 1 else 'warm'}): suspend {suspend:.2f} s, "
                 f"resume {resume:.2f} s, total {suspend + resume:.2f} s, bytes {'verified' if verified else 'DIFFER'}"
                 f"{phases_text}")
+            if not native:
+                log(f"BENCH {mode:7s} cycle {cycle} phases: checkpoint {all_phases_text(ck)}; "
+                    f"restore {all_phases_text(rs)}")
     finally:
         for h in holds:
             h.quit()
