@@ -23,7 +23,6 @@ using ::testing::HasSubstr;
 CarrierOptions Chunked(CarrierPinning pinning = CarrierPinning::kPipelined) {
   CarrierOptions options;
   options.chunk_bytes = 2 * kMiB;
-  options.window = 1;  // chunk k unregistered while chunk k+1 copies
   options.pinning = pinning;
   return options;
 }

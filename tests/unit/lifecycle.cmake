@@ -21,6 +21,7 @@ cusnap_add_gtest(carrier_test
     ${CMAKE_CURRENT_LIST_DIR}/carrier_chunks_test.cc
     ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/chunk_pinner.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_options.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/host_arena.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/zero_scan.cc

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "shim/carrier/chunk_pinner.h"
 #include "shim/intercept/context_scope.h"
 
 namespace cusnap::shim {
@@ -70,8 +71,6 @@ struct Chunk {
   size_t group = 0;
   size_t offset = 0;  // within the slot
   size_t bytes = 0;
-  CUevent done = nullptr;  // recorded after its copy (pipelined pinning)
-  bool registered = false;
 };
 
 }  // namespace
@@ -402,10 +401,10 @@ void HostCarrier::CopyLocked(Transfer& t) {
         const size_t bytes = place.size - offset < chunk ? place.size - offset : chunk;
         if (place.zero[c]) {
           t.result.zero_bytes += bytes;
-          if (!to_host) per_group[g].push_back(Chunk{i, g, offset, bytes, nullptr, false});
+          if (!to_host) per_group[g].push_back(Chunk{i, g, offset, bytes});
           continue;
         }
-        per_group[g].push_back(Chunk{i, g, offset, bytes, nullptr, false});
+        per_group[g].push_back(Chunk{i, g, offset, bytes});
       }
     }
   }
@@ -440,29 +439,24 @@ void HostCarrier::CopyLocked(Transfer& t) {
     }
   }
 
-  // Retires the oldest chunk in flight: waits for its copy, then unpins it.
-  std::deque<Chunk*> in_flight;
-  const auto retire = [&]() {
-    Chunk* c = in_flight.front();
-    in_flight.pop_front();
-    ContextScope scope(api_, t.groups[c->group].context);
-    if (CUresult r = api_.cuEventSynchronize(c->done); r != CUDA_SUCCESS) {
-      t.Fail(api_, r, "waiting for " + ChunkText(c->offset, c->bytes) + Describe(t.slots[c->slot]));
-      return;
+  // Pipelined: every chunk to copy is pinned ahead and unpinned behind by the pinner's threads.
+  std::optional<ChunkPinner> pinner;
+  std::vector<size_t> piece_of(order.size(), SIZE_MAX);
+  if (!t.failure && pinning == CarrierPinning::kPipelined) {
+    std::vector<ChunkPinner::Piece> pieces;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Chunk& c = order[k];
+      if (layout_[c.slot].zero[c.offset / chunk]) continue;  // a memset: nothing to pin
+      piece_of[k] = pieces.size();
+      pieces.push_back({t.groups[c.group].context, arena + layout_[c.slot].offset + c.offset,
+                        RoundUp(c.bytes, PageSize())});
     }
-    api_.cuEventDestroy_v2(c->done);
-    c->done = nullptr;
-    if (CUresult r = UnregisterLocked(arena + layout_[c->slot].offset + c->offset, &t.result.register_ns);
-        r != CUDA_SUCCESS) {
-      t.Fail(api_, r, "unregistering the arena's " + ChunkText(c->offset, c->bytes) +
-                          Describe(t.slots[c->slot]));
-      return;
-    }
-    c->registered = false;
-  };
+    pinner.emplace(api_, std::move(pieces));
+  }
 
-  for (Chunk& c : order) {
+  for (size_t k = 0; k < order.size(); ++k) {
     if (t.failure) break;
+    Chunk& c = order[k];
     const Group& group = t.groups[c.group];
     const CarrierSlot& slot = t.slots[c.slot];
     ContextScope scope(api_, group.context);
@@ -478,14 +472,11 @@ void HostCarrier::CopyLocked(Transfer& t) {
       continue;
     }
     std::byte* host = arena + layout_[c.slot].offset + c.offset;
-    if (pinning == CarrierPinning::kPipelined) {
-      if (CUresult r = RegisterLocked(group.context, host, RoundUp(c.bytes, PageSize()),
-                                      &t.result.register_ns);
-          r != CUDA_SUCCESS) {
+    if (pinner) {
+      if (CUresult r = pinner->WaitPinned(piece_of[k]); r != CUDA_SUCCESS) {
         t.Fail(api_, r, "registering the arena's " + ChunkText(c.offset, c.bytes) + Describe(slot));
         break;
       }
-      c.registered = true;
     }
     const CUresult r = to_host ? api_.cuMemcpyDtoHAsync_v2(host, device, c.bytes, group.stream)
                                : api_.cuMemcpyHtoDAsync_v2(device, host, c.bytes, group.stream);
@@ -495,18 +486,41 @@ void HostCarrier::CopyLocked(Transfer& t) {
       break;
     }
     ++t.result.chunks;
-    if (pinning != CarrierPinning::kPipelined) continue;
-    if (CUresult e = api_.cuEventCreate(&c.done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) {
-      c.done = nullptr;
+    if (!pinner) continue;
+    CUevent done = nullptr;
+    if (CUresult e = api_.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) {
       t.Fail(api_, e, "creating an event");
       break;
     }
-    if (CUresult e = api_.cuEventRecord(c.done, group.stream); e != CUDA_SUCCESS) {
+    if (CUresult e = api_.cuEventRecord(done, group.stream); e != CUDA_SUCCESS) {
+      api_.cuEventDestroy_v2(done);
       t.Fail(api_, e, "recording an event");
       break;
     }
-    in_flight.push_back(&c);
-    while (!t.failure && in_flight.size() > options_.window) retire();
+    pinner->Unpin(piece_of[k], done);
+  }
+  if (pinner) {
+    // Pieces the pinner left registered (a failure, or never copied) are unregistered below
+    // once the streams are synchronized, or by the next transfer (SettleLocked).
+    const ChunkPinner::Outcome pinned = pinner->Finish();
+    t.result.register_ns += pinned.register_ns;
+    std::vector<size_t> chunk_of(order.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (piece_of[k] != SIZE_MAX) chunk_of[piece_of[k]] = k;
+    }
+    if (pinned.result != CUDA_SUCCESS) {
+      const Chunk& c = order[chunk_of[pinned.piece]];
+      std::string what = pinned.action;
+      what += ' ';
+      what += ChunkText(c.offset, c.bytes);
+      what += Describe(t.slots[c.slot]);
+      t.Fail(api_, pinned.result, what);
+    }
+    for (size_t piece : pinned.still_registered) {
+      const Chunk& c = order[chunk_of[piece]];
+      registrations_.push_back(Registration{arena + layout_[c.slot].offset + c.offset,
+                                            t.groups[c.group].context});
+    }
   }
 
   // One synchronize per stream, even after a failure: nothing enqueued may still run when
@@ -531,9 +545,6 @@ void HostCarrier::CopyLocked(Transfer& t) {
       continue;
     }
     api_.cuStreamDestroy_v2(group.stream);
-  }
-  for (Chunk& c : order) {
-    if (c.done != nullptr) api_.cuEventDestroy_v2(c.done);
   }
   t.result.copy_ns = MonotonicNs() - phase;
   // Unpin what this transfer pinned (a kept registration stays). A failure leaves the rest

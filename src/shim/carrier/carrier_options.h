@@ -12,7 +12,8 @@ enum class CarrierMode { kLazy, kEager };
 
 /// How the arena is pinned for the copies (CUSNAP_CARRIER_PIN).
 enum class CarrierPinning {
-  kPipelined,  ///< "pipelined": chunk k+1 registered while chunk k copies, k unregistered behind
+  kPipelined,  ///< "pipelined": chunks registered ahead of their copies and unregistered behind
+               ///< them on two threads of their own (chunk_pinner.h); nothing stays pinned
   kKept,       ///< "kept": registered once and kept registered across cycles
   kTransfer,   ///< "transfer": the used arena registered before the copies, unregistered after
 };
@@ -34,8 +35,6 @@ struct CarrierOptions {
   /// Copy, pinning and zero-scan unit, bytes (CUSNAP_CARRIER_CHUNK_MIB, default 64 MiB; a
   /// multiple of 2 MiB).
   size_t chunk_bytes = size_t{64} << 20;
-  /// Chunks in flight at once in pipelined mode.
-  unsigned window = 4;
   /// Device-side scan for all-zero chunks, which are not copied and are recreated with a
   /// memset (CUSNAP_ZERO_SCAN=on|off, default on).
   bool zero_scan = true;

@@ -1,0 +1,89 @@
+// Pipelined pinning of the carrier's arena: each chunk is registered with the driver ahead of
+// its copy and unregistered behind it, on two threads of the pinner's own, so that
+// cuMemHostRegister and cuMemHostUnregister run beside the copies instead of between them on
+// the thread that enqueues them (docs/MEASURED.md M21: done inline, every chunk's register,
+// copy wait and unregister ran one after another, capping a save at the registration rate).
+// Nothing stays registered after a transfer, so the native checkpoint that follows does not
+// pay for pinned host memory (DRIVER-FACTS "Host memory for a carrier": +0.27 / +0.41 s per
+// registered 16 GiB on checkpoint / restore).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shim/intercept/cuda_abi.h"
+#include "shim/intercept/driver_api.h"
+
+namespace cusnap::shim {
+
+/// The two pinning threads of one transfer. Pieces are pinned in the order given, as fast as
+/// the driver allows; a piece is unpinned once the event recorded after its copy completed.
+class ChunkPinner {
+ public:
+  /// One piece of host memory to pin: registered from `context` (PORTABLE), `bytes` a
+  /// multiple of the page size.
+  struct Piece {
+    CUcontext context = nullptr;
+    std::byte* begin = nullptr;
+    size_t bytes = 0;
+  };
+
+  /// What the pinner did, once Finish returned.
+  struct Outcome {
+    CUresult result = CUDA_SUCCESS;  ///< the first failure (register, event wait, unregister)
+    /// What failed, to be followed by the piece's description: "registering the arena's",
+    /// "waiting for the copy of the arena's" or "unregistering the arena's"; empty on success.
+    std::string action;
+    size_t piece = 0;                ///< the piece that failed
+    uint64_t register_ns = 0;        ///< time inside cuMemHostRegister + cuMemHostUnregister
+    /// Pieces still registered (a failure stopped the unpinning, or they were never handed
+    /// to Unpin): the caller unregisters them once its streams are synchronized.
+    std::vector<size_t> still_registered;
+  };
+
+  /// Starts pinning `pieces` (the application's signals are blocked on both threads).
+  ChunkPinner(const DriverApi& api, std::vector<Piece> pieces);
+  /// Finish, if the caller did not.
+  ~ChunkPinner();
+  ChunkPinner(const ChunkPinner&) = delete;
+  ChunkPinner& operator=(const ChunkPinner&) = delete;
+
+  /// Waits until piece `k` is registered: CUDA_SUCCESS, or the CUresult with which pinning
+  /// stopped (at `k` or before it: then `k` is never registered).
+  CUresult WaitPinned(size_t k);
+
+  /// Hands piece `k` (pinned) to the unpinning thread with `done`, an event recorded after
+  /// the piece's last copy: that thread waits for it, unregisters the piece and destroys the
+  /// event.
+  void Unpin(size_t k, CUevent done);
+
+  /// Stops pinning ahead, lets the unpinning thread finish every piece handed to it, joins
+  /// both threads, and says what happened. Idempotent.
+  Outcome Finish();
+
+ private:
+  void PinLoop();
+  void UnpinLoop();
+  void FailLocked(CUresult r, const char* action, size_t piece);
+
+  const DriverApi& api_;
+  const std::vector<Piece> pieces_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<char> registered_;                      // per piece
+  size_t pinned_ = 0;                                 // pieces [0, pinned_) were tried
+  std::deque<std::pair<size_t, CUevent>> to_unpin_;   // handed over, not yet unpinned
+  bool stopping_ = false;                             // Finish began
+  Outcome outcome_;
+  std::thread pin_thread_;
+  std::thread unpin_thread_;
+  bool finished_ = false;
+};
+
+}  // namespace cusnap::shim
