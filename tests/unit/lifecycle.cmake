@@ -19,6 +19,7 @@ cusnap_add_gtest(carrier_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/carrier_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/carrier_chunks_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/host_arena_test.cc
     ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/chunk_pinner.cc

@@ -120,7 +120,7 @@ Status HostCarrier::Provision(size_t bytes) {
   return GrowLocked(bytes, &ns);
 }
 
-Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns) {
+Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns, bool background) {
   *provision_ns = 0;
   if (bytes <= arena_.capacity()) return Ok{};
   uint64_t register_ns = 0;
@@ -130,7 +130,11 @@ Status HostCarrier::GrowLocked(size_t bytes, uint64_t* provision_ns) {
                          "may still use it (a copy of unknown completion, or still registered)"};
   }
   const uint64_t start = MonotonicNs();
-  if (Status grown = arena_.Grow(bytes, options_.provision_threads); !grown) return grown;
+  if (Status grown = background ? arena_.GrowInBackground(bytes, options_.provision_threads)
+                                : arena_.Grow(bytes, options_.provision_threads);
+      !grown) {
+    return grown;
+  }
   *provision_ns = MonotonicNs() - start;
   CUSNAP_LOG_INFO("host carrier: arena grown to %zu bytes in %llu ns", arena_.capacity(),
                   static_cast<unsigned long long>(*provision_ns));
@@ -208,7 +212,12 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
       total = RoundUp(total + slot.size, PageSize());
     }
     layout_.clear();
-    if (Status grown = GrowLocked(total, &t.result.provision_ns); !grown) return grown.error();
+    // Pipelined pinning registers piece by piece: it can start on the first pieces while
+    // later ones are still being provided (a cold save overlaps the two).
+    const bool background = options_.pinning == CarrierPinning::kPipelined;
+    if (Status grown = GrowLocked(total, &t.result.provision_ns, background); !grown) {
+      return grown.error();
+    }
     layout_ = std::move(layout);
   } else {
     if (slots.size() != layout_.size()) {
@@ -280,6 +289,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
     if (Status scanned = ScanLocked(t); !scanned && !t.failure) t.failure = scanned.error();
   }
   CopyLocked(t);  // after a failure: only synchronizes what was enqueued
+  t.result.provision_ns += arena_.FinishTouching();  // no touch thread outlives a transfer
 
   // Remove the staging mappings of every synchronized stream (the others wait in unsynced_).
   for (Group& group : t.groups) {
@@ -451,7 +461,8 @@ void HostCarrier::CopyLocked(Transfer& t) {
       pieces.push_back({t.groups[c.group].context, arena + layout_[c.slot].offset + c.offset,
                         RoundUp(c.bytes, PageSize())});
     }
-    pinner.emplace(api_, std::move(pieces));
+    pinner.emplace(api_, std::move(pieces),
+                   [this](const ChunkPinner::Piece& p) { arena_.WaitTouched(p.begin, p.bytes); });
   }
 
   for (size_t k = 0; k < order.size(); ++k) {

@@ -148,7 +148,9 @@ class HostCarrier {
     std::vector<Staging> staging;
   };
 
-  Status GrowLocked(size_t bytes, uint64_t* provision_ns);
+  // Grows the arena to `bytes`; `background`: the new pages are touched while the transfer
+  // goes on (pipelined pinning waits for each piece's pages before registering it).
+  Status GrowLocked(size_t bytes, uint64_t* provision_ns, bool background = false);
   // What a failed earlier transfer left: synchronizes its streams again, then unregisters
   // what is still registered (but the kept registration). Errors carry the CUresult.
   Status SettleLocked();

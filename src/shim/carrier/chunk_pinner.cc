@@ -23,8 +23,8 @@ std::thread QuietThread(Body body) {
 
 }  // namespace
 
-ChunkPinner::ChunkPinner(const DriverApi& api, std::vector<Piece> pieces)
-    : api_(api), pieces_(std::move(pieces)), registered_(pieces_.size(), 0) {
+ChunkPinner::ChunkPinner(const DriverApi& api, std::vector<Piece> pieces, BeforeRegister before)
+    : api_(api), pieces_(std::move(pieces)), before_(std::move(before)), registered_(pieces_.size(), 0) {
   pin_thread_ = QuietThread([this] { PinLoop(); });
   unpin_thread_ = QuietThread([this] { UnpinLoop(); });
 }
@@ -51,6 +51,7 @@ void ChunkPinner::PinLoop() {
       r = api_.cuCtxSetCurrent(piece.context);
       if (r == CUDA_SUCCESS) current = piece.context;
     }
+    if (before_) before_(piece);
     const uint64_t start = MonotonicNs();
     if (r == CUDA_SUCCESS) r = api_.cuMemHostRegister_v2(piece.begin, piece.bytes, CU_MEMHOSTREGISTER_PORTABLE);
     const uint64_t took = MonotonicNs() - start;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -47,8 +48,12 @@ class ChunkPinner {
     std::vector<size_t> still_registered;
   };
 
+  /// Called on the pinning thread before a piece is registered: blocks until its pages are
+  /// provided (HostArena::WaitTouched), so that registration does not fault them in itself.
+  using BeforeRegister = std::function<void(const Piece&)>;
+
   /// Starts pinning `pieces` (the application's signals are blocked on both threads).
-  ChunkPinner(const DriverApi& api, std::vector<Piece> pieces);
+  ChunkPinner(const DriverApi& api, std::vector<Piece> pieces, BeforeRegister before = {});
   /// Finish, if the caller did not.
   ~ChunkPinner();
   ChunkPinner(const ChunkPinner&) = delete;
@@ -74,6 +79,7 @@ class ChunkPinner {
 
   const DriverApi& api_;
   const std::vector<Piece> pieces_;
+  const BeforeRegister before_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<char> registered_;                      // per piece

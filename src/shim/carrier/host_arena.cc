@@ -6,11 +6,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/text.h"
 
@@ -88,12 +90,69 @@ void TouchPages(std::byte* begin, size_t bytes, unsigned threads) {
   }
 }
 
+BackgroundTouch::BackgroundTouch(std::byte* begin, size_t bytes, unsigned threads)
+    : begin_(begin), bytes_(bytes), done_((bytes + kTouchUnit - 1) / kTouchUnit, 0) {
+  threads = std::clamp(threads, 1u, 64u);
+  if (threads > done_.size()) threads = static_cast<unsigned>(done_.size());
+  // Shim threads inside the application: its signal handlers never run on them.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  for (unsigned i = 0; i < threads; ++i) {
+    pthread_t id;
+    auto work = [](void* self) -> void* {
+      static_cast<BackgroundTouch*>(self)->Work();
+      return nullptr;
+    };
+    if (pthread_create(&id, nullptr, work, this) != 0) break;  // fewer threads
+    threads_.push_back(id);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (threads_.empty()) Work();
+}
+
+BackgroundTouch::~BackgroundTouch() {
+  for (pthread_t id : threads_) pthread_join(id, nullptr);
+}
+
+void BackgroundTouch::Work() {
+  for (;;) {
+    size_t unit = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (next_unit_ == done_.size()) return;
+      unit = next_unit_++;
+    }
+    const size_t at = unit * kTouchUnit;
+    TouchOne(begin_ + at, bytes_ - at < kTouchUnit ? bytes_ - at : kTouchUnit);
+    std::lock_guard lock(mutex_);
+    done_[unit] = 1;
+    touched_.notify_all();
+  }
+}
+
+void BackgroundTouch::WaitTouched(const std::byte* at, size_t bytes) {
+  const std::byte* end = at + bytes;
+  if (end <= begin_ || at >= begin_ + bytes_ || bytes == 0) return;
+  const size_t first = at < begin_ ? 0 : static_cast<size_t>(at - begin_) / kTouchUnit;
+  const std::byte* stop = std::min<const std::byte*>(end, begin_ + bytes_);
+  const size_t last = static_cast<size_t>(stop - begin_ - 1) / kTouchUnit;
+  std::unique_lock lock(mutex_);
+  touched_.wait(lock, [&] {
+    for (size_t u = first; u <= last; ++u) {
+      if (!done_[u]) return false;
+    }
+    return true;
+  });
+}
+
 HostArena::~HostArena() {
+  FinishTouching();
   if (data_ != nullptr) munmap(data_, capacity_);
 }
 
-Status HostArena::Grow(size_t bytes, unsigned threads) {
-  if (bytes <= capacity_) return Ok{};
+Result<size_t> HostArena::MapMore(size_t bytes) {
+  FinishTouching();  // mremap may move the pages the touch threads write
   const size_t wanted = RoundUp(bytes, kArenaStep);
   size_t fresh_from = capacity_;
   void* grown = capacity_ == 0 ? MAP_FAILED : mremap(data_, capacity_, wanted, 0);  // in place
@@ -113,12 +172,39 @@ Status HostArena::Grow(size_t bytes, unsigned threads) {
   if (madvise(data_ + fresh_from, wanted - fresh_from, MADV_HUGEPAGE) != 0) {
     CUSNAP_LOG_INFO("host carrier: madvise(MADV_HUGEPAGE) failed: %s", strerror(errno));
   }
-  TouchPages(data_ + fresh_from, wanted - fresh_from, threads);
   capacity_ = wanted;
+  return fresh_from;
+}
+
+Status HostArena::Grow(size_t bytes, unsigned threads) {
+  if (bytes <= capacity_) return Ok{};
+  Result<size_t> fresh = MapMore(bytes);
+  if (!fresh) return fresh.error();
+  TouchPages(data_ + *fresh, capacity_ - *fresh, threads);
   return Ok{};
 }
 
+Status HostArena::GrowInBackground(size_t bytes, unsigned threads) {
+  if (bytes <= capacity_) return Ok{};
+  Result<size_t> fresh = MapMore(bytes);
+  if (!fresh) return fresh.error();
+  touch_ = std::make_unique<BackgroundTouch>(data_ + *fresh, capacity_ - *fresh, threads);
+  return Ok{};
+}
+
+void HostArena::WaitTouched(const std::byte* at, size_t bytes) {
+  if (touch_) touch_->WaitTouched(at, bytes);
+}
+
+uint64_t HostArena::FinishTouching() {
+  if (!touch_) return 0;
+  const uint64_t start = MonotonicNs();
+  touch_.reset();
+  return MonotonicNs() - start;
+}
+
 void HostArena::ShrinkTo(size_t bytes) {
+  FinishTouching();
   const size_t keep = RoundUp(bytes, kArenaStep);
   if (keep >= capacity_) return;
   munmap(data_ + keep, capacity_ - keep);
@@ -127,6 +213,7 @@ void HostArena::ShrinkTo(size_t bytes) {
 }
 
 void HostArena::Abandon() {
+  FinishTouching();
   data_ = nullptr;
   capacity_ = 0;
 }
