@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <span>
 #include <string>
@@ -118,6 +119,42 @@ TEST_F(CarrierChunksTest, PinningFaultAtAChunkBoundaryUnpinsEverythingAndRunsAga
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_FALSE(carrier.registered());
   EXPECT_EQ(Read(a), pattern);
+}
+
+TEST_F(CarrierChunksTest, KeptPinningFaultIsNamedUnpinsAndTheNextSavePinsTheWholeArena) {
+  // Three 2 MiB chunks, the middle one zero: kept pinning registers the two copied chunks
+  // ahead of their copies, then the zero chunk's bytes (no copy uses them).
+  AppAllocation& a = Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  std::vector<uint32_t> words = Pattern(a.size, 0x4545);
+  std::fill(words.begin() + static_cast<long>(2 * kMiB / 4), words.begin() + static_cast<long>(4 * kMiB / 4), 0u);
+  Write(a, words);
+  HostCarrier carrier(api, Chunked(CarrierPinning::kKept));
+  const CarrierSlot slots[] = {Slot(a)};
+  ASSERT_NO_FATAL_FAILURE(ExpectSaveFails(carrier, slots, "cuMemHostRegister", 3, CUDA_ERROR_OUT_OF_MEMORY,
+                                          "registering the arena's bytes [2097152, 4194304) (kept "
+                                          "pinned for later cycles: no copy of this one uses them)"));
+  EXPECT_FALSE(carrier.registered());  // the two pieces registered before the fault are unpinned
+  EXPECT_EQ(carrier.saved_bytes(), 0u);
+  Result<CarrierTransfer> saved = carrier.Save(slots);
+  ASSERT_TRUE(saved.ok()) << saved.error().message;
+  EXPECT_EQ(saved->chunks, 2u);
+  EXPECT_TRUE(carrier.registered());
+  EXPECT_TRUE(SameBytes(carrier.saved(0), words));
+
+  // Warm: the arena stays registered, so no registration happens (a fault there is never hit)
+  // and a smaller save fits the registered arena.
+  AppAllocation& b = Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  const auto small = Pattern(b.size, 0x4646);
+  Write(b, small);
+  InjectOnce("cuMemHostRegister", CUDA_ERROR_OUT_OF_MEMORY);
+  const CarrierSlot smaller[] = {Slot(b)};
+  Result<CarrierTransfer> warm = carrier.Save(smaller);
+  ASSERT_TRUE(warm.ok()) << warm.error().message;
+  EXPECT_TRUE(SameBytes(carrier.saved(0), small));
+  EXPECT_EQ(carrier.capacity(), 6 * kMiB);
+  // The fault is still pending: the carrier did not register anything.
+  std::vector<std::byte> buffer(4096);
+  EXPECT_EQ(api.cuMemHostRegister_v2(buffer.data(), buffer.size(), 0), CUDA_ERROR_OUT_OF_MEMORY);
 }
 
 class ZeroChunksTest : public CarrierChunksTest {

@@ -212,9 +212,9 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
       total = RoundUp(total + slot.size, PageSize());
     }
     layout_.clear();
-    // Pipelined pinning registers piece by piece: it can start on the first pieces while
-    // later ones are still being provided (a cold save overlaps the two).
-    const bool background = options_.pinning == CarrierPinning::kPipelined;
+    // Pipelined and kept pinning register piece by piece: they start on the first pieces
+    // while later ones are still being provided (a cold save overlaps the two).
+    const bool background = options_.pinning != CarrierPinning::kTransfer;
     if (Status grown = GrowLocked(total, &t.result.provision_ns, background); !grown) {
       return grown.error();
     }
@@ -433,37 +433,62 @@ void HostCarrier::CopyLocked(Transfer& t) {
   const size_t used = layout_.back().offset + RoundUp(layout_.back().size, PageSize());
   const uint64_t phase = MonotonicNs();
   std::byte* const arena = arena_.data();
-  // Whole-arena pinning: registered once (kept: for good; transfer: until the end).
-  if (t.failure) {
-    // Nothing is copied: the streams are only synchronized below.
-  } else if (pinning == CarrierPinning::kKept && registrations_.empty()) {
-    if (CUresult r = RegisterLocked(t.groups.front().context, arena, arena_.capacity(),
-                                    &t.result.register_ns);
-        r != CUDA_SUCCESS) {
-      t.Fail(api_, r, "registering " + std::to_string(arena_.capacity()) + " bytes of arena");
-    }
-  } else if (pinning == CarrierPinning::kTransfer) {
+  // Transfer: the used arena registered for this transfer only.
+  if (!t.failure && pinning == CarrierPinning::kTransfer) {
     if (CUresult r = RegisterLocked(t.groups.front().context, arena, used, &t.result.register_ns);
         r != CUDA_SUCCESS) {
       t.Fail(api_, r, "registering " + std::to_string(used) + " bytes of arena");
     }
   }
 
-  // Pipelined: every chunk to copy is pinned ahead and unpinned behind by the pinner's threads.
+  // Pipelined: every chunk to copy is pinned ahead and unpinned behind by the pinner's
+  // threads. Kept, until the whole arena is registered: the chunks to copy are pinned ahead
+  // of their copies, then the rest of the arena, and all of it stays registered.
+  const bool pin_chunks = pinning == CarrierPinning::kPipelined ||
+                          (pinning == CarrierPinning::kKept && !arena_pinned_);
   std::optional<ChunkPinner> pinner;
-  std::vector<size_t> piece_of(order.size(), SIZE_MAX);
-  if (!t.failure && pinning == CarrierPinning::kPipelined) {
-    std::vector<ChunkPinner::Piece> pieces;
+  std::vector<ChunkPinner::Piece> pieces;
+  std::vector<size_t> piece_of(order.size(), SIZE_MAX);  // per chunk of `order`
+  std::vector<size_t> chunk_of;                          // per piece; SIZE_MAX: not copied
+  if (!t.failure && pin_chunks) {
+    if (pinning == CarrierPinning::kKept) {
+      // What a failed earlier pinning left registered is pinned again piece by piece.
+      if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
+        t.Fail(api_, r, "unregistering the arena");
+      }
+    }
     for (size_t k = 0; k < order.size(); ++k) {
       const Chunk& c = order[k];
       if (layout_[c.slot].zero[c.offset / chunk]) continue;  // a memset: nothing to pin
       piece_of[k] = pieces.size();
+      chunk_of.push_back(k);
       pieces.push_back({t.groups[c.group].context, arena + layout_[c.slot].offset + c.offset,
                         RoundUp(c.bytes, PageSize())});
     }
-    pinner.emplace(api_, std::move(pieces),
+    if (pinning == CarrierPinning::kKept) {
+      // The rest of the arena, after the copied chunks: zero chunks, then the unused tail.
+      auto uncopied = [&](std::byte* begin, size_t bytes) {
+        chunk_of.push_back(SIZE_MAX);
+        pieces.push_back({t.groups.front().context, begin, bytes});
+      };
+      for (size_t i = 0; i < layout_.size(); ++i) {
+        const Placement& place = layout_[i];
+        for (size_t c = 0; c < place.zero.size(); ++c) {
+          const size_t offset = c * chunk;
+          const size_t bytes = place.size - offset < chunk ? place.size - offset : chunk;
+          if (place.zero[c]) uncopied(arena + place.offset + offset, RoundUp(bytes, PageSize()));
+        }
+      }
+      for (size_t at = used; at < arena_.capacity(); at += chunk) {
+        uncopied(arena + at, arena_.capacity() - at < chunk ? arena_.capacity() - at : chunk);
+      }
+    }
+    pinner.emplace(api_, pieces,
+                   pinning == CarrierPinning::kKept ? ChunkPinner::Mode::kKeep
+                                                    : ChunkPinner::Mode::kUnpinBehind,
                    [this](const ChunkPinner::Piece& p) { arena_.WaitTouched(p.begin, p.bytes); });
   }
+  const bool unpin_behind = pinner && pinning == CarrierPinning::kPipelined;
 
   for (size_t k = 0; k < order.size(); ++k) {
     if (t.failure) break;
@@ -497,7 +522,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
       break;
     }
     ++t.result.chunks;
-    if (!pinner) continue;
+    if (!unpin_behind) continue;
     CUevent done = nullptr;
     if (CUresult e = api_.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) {
       t.Fail(api_, e, "creating an event");
@@ -515,23 +540,24 @@ void HostCarrier::CopyLocked(Transfer& t) {
     // once the streams are synchronized, or by the next transfer (SettleLocked).
     const ChunkPinner::Outcome pinned = pinner->Finish();
     t.result.register_ns += pinned.register_ns;
-    std::vector<size_t> chunk_of(order.size());
-    for (size_t k = 0; k < order.size(); ++k) {
-      if (piece_of[k] != SIZE_MAX) chunk_of[piece_of[k]] = k;
-    }
     if (pinned.result != CUDA_SUCCESS) {
-      const Chunk& c = order[chunk_of[pinned.piece]];
       std::string what = pinned.action;
       what += ' ';
-      what += ChunkText(c.offset, c.bytes);
-      what += Describe(t.slots[c.slot]);
+      if (const size_t k = chunk_of[pinned.piece]; k != SIZE_MAX) {
+        what += ChunkText(order[k].offset, order[k].bytes);
+        what += Describe(t.slots[order[k].slot]);
+      } else {
+        const ChunkPinner::Piece& piece = pieces[pinned.piece];
+        const size_t offset = static_cast<size_t>(piece.begin - arena);
+        what += "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + piece.bytes) +
+                ") (kept pinned for later cycles: no copy of this one uses them)";
+      }
       t.Fail(api_, pinned.result, what);
     }
     for (size_t piece : pinned.still_registered) {
-      const Chunk& c = order[chunk_of[piece]];
-      registrations_.push_back(Registration{arena + layout_[c.slot].offset + c.offset,
-                                            t.groups[c.group].context});
+      registrations_.push_back(Registration{pieces[piece].begin, pieces[piece].context});
     }
+    arena_pinned_ = pinning == CarrierPinning::kKept && pinned.result == CUDA_SUCCESS;
   }
 
   // One synchronize per stream, even after a failure: nothing enqueued may still run when
@@ -558,9 +584,10 @@ void HostCarrier::CopyLocked(Transfer& t) {
     api_.cuStreamDestroy_v2(group.stream);
   }
   t.result.copy_ns = MonotonicNs() - phase;
-  // Unpin what this transfer pinned (a kept registration stays). A failure leaves the rest
-  // registered: the next transfer unregisters it first (SettleLocked).
-  if (all_synced && pinning != CarrierPinning::kKept) {
+  // Unpin what this transfer pinned (a whole kept registration stays). A failure leaves the
+  // rest registered: the next transfer unregisters it first (SettleLocked, or the kept
+  // pinning, which starts again from nothing).
+  if (all_synced && (pinning != CarrierPinning::kKept || !arena_pinned_)) {
     if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
       t.Fail(api_, r, "unregistering the arena");
     }
@@ -613,7 +640,10 @@ CUresult HostCarrier::UnregisterLocked(std::byte* begin, uint64_t* ns) {
     const CUresult r = scope.status() == CUDA_SUCCESS
                            ? Timed(ns, [&] { return api_.cuMemHostUnregister(begin); })
                            : scope.status();
-    if (r == CUDA_SUCCESS) registrations_.erase(registrations_.begin() + static_cast<long>(k));
+    if (r == CUDA_SUCCESS) {
+      registrations_.erase(registrations_.begin() + static_cast<long>(k));
+      arena_pinned_ = false;
+    }
     return r;
   }
   return CUDA_SUCCESS;

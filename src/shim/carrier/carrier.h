@@ -183,6 +183,8 @@ class HostCarrier {
     CUcontext context = nullptr;
   };
   std::vector<Registration> registrations_;
+  // Kept pinning: registrations_ cover the whole arena (every piece was registered).
+  bool arena_pinned_ = false;
   // Eager growth: the size asked for, and the thread that provides it. Separate from
   // mutex_ so that Anticipate never waits for a growth in progress.
   std::atomic<size_t> wanted_{0};

@@ -23,10 +23,11 @@ std::thread QuietThread(Body body) {
 
 }  // namespace
 
-ChunkPinner::ChunkPinner(const DriverApi& api, std::vector<Piece> pieces, BeforeRegister before)
-    : api_(api), pieces_(std::move(pieces)), before_(std::move(before)), registered_(pieces_.size(), 0) {
+ChunkPinner::ChunkPinner(const DriverApi& api, std::vector<Piece> pieces, Mode mode, BeforeRegister before)
+    : api_(api), pieces_(std::move(pieces)), mode_(mode), before_(std::move(before)),
+      registered_(pieces_.size(), 0) {
   pin_thread_ = QuietThread([this] { PinLoop(); });
-  unpin_thread_ = QuietThread([this] { UnpinLoop(); });
+  if (mode_ == Mode::kUnpinBehind) unpin_thread_ = QuietThread([this] { UnpinLoop(); });
 }
 
 ChunkPinner::~ChunkPinner() { Finish(); }
@@ -43,7 +44,7 @@ void ChunkPinner::PinLoop() {
   for (size_t k = 0; k < pieces_.size(); ++k) {
     {
       std::lock_guard lock(mutex_);
-      if (stopping_ || outcome_.result != CUDA_SUCCESS) break;
+      if ((stopping_ && mode_ == Mode::kUnpinBehind) || outcome_.result != CUDA_SUCCESS) break;
     }
     const Piece& piece = pieces_[k];
     CUresult r = CUDA_SUCCESS;

@@ -1,10 +1,11 @@
 // Pipelined pinning of the carrier's arena: each chunk is registered with the driver ahead of
-// its copy and unregistered behind it, on two threads of the pinner's own, so that
+// its copy and (pipelined) unregistered behind it, on two threads of the pinner's own, so that
 // cuMemHostRegister and cuMemHostUnregister run beside the copies instead of between them on
 // the thread that enqueues them (docs/MEASURED.md M21: done inline, every chunk's register,
 // copy wait and unregister ran one after another, capping a save at the registration rate).
-// Nothing stays registered after a transfer, so the native checkpoint that follows does not
-// pay for pinned host memory (DRIVER-FACTS "Host memory for a carrier": +0.27 / +0.41 s per
+// Kept pinning uses the same registering thread on its first transfer, so that copies start
+// before the whole arena is registered. Pipelined: nothing stays registered after a transfer,
+// so the native checkpoint that follows does not pay for pinned host memory (DRIVER-FACTS "Host memory for a carrier": +0.27 / +0.41 s per
 // registered 16 GiB on checkpoint / restore).
 #pragma once
 
@@ -52,8 +53,15 @@ class ChunkPinner {
   /// provided (HostArena::WaitTouched), so that registration does not fault them in itself.
   using BeforeRegister = std::function<void(const Piece&)>;
 
-  /// Starts pinning `pieces` (the application's signals are blocked on both threads).
-  ChunkPinner(const DriverApi& api, std::vector<Piece> pieces, BeforeRegister before = {});
+  /// Whether pieces are unpinned behind the copies.
+  enum class Mode {
+    kUnpinBehind,  ///< pipelined pinning: Unpin hands each piece back once copied
+    kKeep,         ///< kept pinning: every piece is registered, even past the copies, and
+                   ///< stays registered (Finish waits for the last one)
+  };
+
+  /// Starts pinning `pieces` (the application's signals are blocked on the pinner's threads).
+  ChunkPinner(const DriverApi& api, std::vector<Piece> pieces, Mode mode, BeforeRegister before = {});
   /// Finish, if the caller did not.
   ~ChunkPinner();
   ChunkPinner(const ChunkPinner&) = delete;
@@ -68,8 +76,9 @@ class ChunkPinner {
   /// event.
   void Unpin(size_t k, CUevent done);
 
-  /// Stops pinning ahead, lets the unpinning thread finish every piece handed to it, joins
-  /// both threads, and says what happened. Idempotent.
+  /// Stops pinning ahead (kKeep: waits until every piece was tried), lets the unpinning
+  /// thread finish every piece handed to it, joins both threads, and says what happened.
+  /// Idempotent.
   Outcome Finish();
 
  private:
@@ -79,6 +88,7 @@ class ChunkPinner {
 
   const DriverApi& api_;
   const std::vector<Piece> pieces_;
+  const Mode mode_;
   const BeforeRegister before_;
   std::mutex mutex_;
   std::condition_variable changed_;
