@@ -28,9 +28,10 @@ enum class CarryScope {
 /// Everything the carrier's behaviour depends on.
 struct CarrierOptions {
   CarrierMode mode = CarrierMode::kLazy;
-  /// kept: measured fastest on an H200, warm save 52.8 GB/s and reallocate 54.4 GB/s against
-  /// 19.0 / 17.6 for pipelined, cold too, and the whole cycle shorter although a pinned
-  /// carrier slows the native cycle (docs/MEASURED.md M11).
+  /// kept: measured fastest on an H200, warm save 52.8 GB/s and reallocate 54.7 GB/s against
+  /// 18-22 GB/s for pipelined (a registration beside a copy slows the copy about 3x), cold
+  /// too, and the whole cycle shorter although a pinned carrier slows the native cycle
+  /// (docs/MEASURED.md M11, M21).
   CarrierPinning pinning = CarrierPinning::kKept;
   /// Copy, pinning and zero-scan unit, bytes (CUSNAP_CARRIER_CHUNK_MIB, default 64 MiB; a
   /// multiple of 2 MiB).
