@@ -157,6 +157,29 @@ TEST_F(CarrierChunksTest, KeptPinningFaultIsNamedUnpinsAndTheNextSavePinsTheWhol
   EXPECT_EQ(api.cuMemHostRegister_v2(buffer.data(), buffer.size(), 0), CUDA_ERROR_OUT_OF_MEMORY);
 }
 
+TEST_F(CarrierChunksTest, KeptPinningWhoseUnpinningFailedToIsPinnedAgainByTheNextSave) {
+  AppAllocation& a = Patterned(6 * kMiB, 0x4747);
+  const auto pattern = Pattern(a.size, 0x4747);
+  HostCarrier carrier(api, Chunked(CarrierPinning::kKept));
+  const CarrierSlot slots[] = {Slot(a)};
+  // The second piece fails to register; unpinning the first then fails too: the first
+  // failure is the one named, and the piece stays registered.
+  InjectNth("cuMemHostUnregister", 1, CUDA_ERROR_INVALID_VALUE);
+  ASSERT_NO_FATAL_FAILURE(ExpectSaveFails(carrier, slots, "cuMemHostRegister", 2, CUDA_ERROR_OUT_OF_MEMORY,
+                                          "registering the arena's bytes [2097152, 4194304)"));
+  EXPECT_TRUE(carrier.registered());
+  // The next save unregisters it, pins the whole arena and keeps it.
+  Result<CarrierTransfer> saved = carrier.Save(slots);
+  ASSERT_TRUE(saved.ok()) << saved.error().message;
+  EXPECT_TRUE(carrier.registered());
+  EXPECT_TRUE(SameBytes(carrier.saved(0), pattern));
+  Replace(a);
+  const CarrierSlot fresh[] = {Slot(a)};
+  Result<CarrierTransfer> loaded = carrier.Load(fresh);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(Read(a), pattern);
+}
+
 class ZeroChunksTest : public CarrierChunksTest {
  protected:
   // One non-zero byte at `offset` of an 8 MiB allocation (four 2 MiB chunks): only its

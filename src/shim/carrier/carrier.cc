@@ -450,13 +450,13 @@ void HostCarrier::CopyLocked(Transfer& t) {
   std::vector<ChunkPinner::Piece> pieces;
   std::vector<size_t> piece_of(order.size(), SIZE_MAX);  // per chunk of `order`
   std::vector<size_t> chunk_of;                          // per piece; SIZE_MAX: not copied
-  if (!t.failure && pin_chunks) {
-    if (pinning == CarrierPinning::kKept) {
-      // What a failed earlier pinning left registered is pinned again piece by piece.
-      if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
-        t.Fail(api_, r, "unregistering the arena");
-      }
+  if (!t.failure && pin_chunks && pinning == CarrierPinning::kKept) {
+    // What a failed earlier pinning left registered is pinned again piece by piece.
+    if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
+      t.Fail(api_, r, "unregistering what an earlier, failed pinning of the arena registered");
     }
+  }
+  if (!t.failure && pin_chunks) {
     for (size_t k = 0; k < order.size(); ++k) {
       const Chunk& c = order[k];
       if (layout_[c.slot].zero[c.offset / chunk]) continue;  // a memset: nothing to pin
