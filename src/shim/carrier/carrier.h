@@ -6,9 +6,11 @@
 // One host arena per process on transparent huge pages, provided by several threads, grown
 // only and reused across cycles (host_arena.h): providing host memory costs far more than
 // copying into it (DRIVER-FACTS "Host memory for a carrier"). Bytes move in chunks; the
-// arena is pinned per chunk, pipelined with the copies (chunk k+1 registered while chunk k
-// copies, k unregistered behind), or kept registered, or registered around the whole
-// transfer (carrier_options.h: measured, docs/MEASURED.md). Chunks of device memory that
+// arena is registered piece by piece just ahead of the copies (chunk_pinner.h) and kept
+// registered (the default), or unregistered behind the copies (pipelined), or registered
+// around the whole transfer (carrier_options.h: measured, docs/MEASURED.md M11, M21). A
+// growing arena is touched in the background while the first pieces are registered and
+// copied. Chunks of device memory that
 // hold only zeros are found by a device-side scan (zero_scan.h), not copied, and recreated
 // with a memset. The bytes stay in process memory, so a CRIU dump of the process carries
 // them.
@@ -149,7 +151,7 @@ class HostCarrier {
   };
 
   // Grows the arena to `bytes`; `background`: the new pages are touched while the transfer
-  // goes on (pipelined pinning waits for each piece's pages before registering it).
+  // goes on (the pinner waits for each piece's pages before registering it).
   Status GrowLocked(size_t bytes, uint64_t* provision_ns, bool background = false);
   // What a failed earlier transfer left: synchronizes its streams again, then unregisters
   // what is still registered (but the kept registration). Errors carry the CUresult.
