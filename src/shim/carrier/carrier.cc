@@ -402,6 +402,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
   // Chunks of every group, taken in turn so that every device has copies queued. Zero
   // chunks: a memset at load, nothing at save.
   std::vector<std::deque<Chunk>> per_group(t.groups.size());
+  std::vector<Chunk> zero_chunks;  // kept pinning registers their bytes after the copies
   for (size_t g = 0; g < t.groups.size(); ++g) {
     for (size_t i : t.groups[g].slots) {
       const Placement& place = layout_[i];
@@ -411,6 +412,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
         const size_t bytes = place.size - offset < chunk ? place.size - offset : chunk;
         if (place.zero[c]) {
           t.result.zero_bytes += bytes;
+          zero_chunks.push_back(Chunk{i, g, offset, bytes});
           if (!to_host) per_group[g].push_back(Chunk{i, g, offset, bytes});
           continue;
         }
@@ -450,12 +452,6 @@ void HostCarrier::CopyLocked(Transfer& t) {
   std::vector<ChunkPinner::Piece> pieces;
   std::vector<size_t> piece_of(order.size(), SIZE_MAX);  // per chunk of `order`
   std::vector<size_t> chunk_of;                          // per piece; SIZE_MAX: not copied
-  if (!t.failure && pin_chunks && pinning == CarrierPinning::kKept) {
-    // What a failed earlier pinning left registered is pinned again piece by piece.
-    if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
-      t.Fail(api_, r, "unregistering what an earlier, failed pinning of the arena registered");
-    }
-  }
   if (!t.failure && pin_chunks) {
     for (size_t k = 0; k < order.size(); ++k) {
       const Chunk& c = order[k];
@@ -471,13 +467,8 @@ void HostCarrier::CopyLocked(Transfer& t) {
         chunk_of.push_back(SIZE_MAX);
         pieces.push_back({t.groups.front().context, begin, bytes});
       };
-      for (size_t i = 0; i < layout_.size(); ++i) {
-        const Placement& place = layout_[i];
-        for (size_t c = 0; c < place.zero.size(); ++c) {
-          const size_t offset = c * chunk;
-          const size_t bytes = place.size - offset < chunk ? place.size - offset : chunk;
-          if (place.zero[c]) uncopied(arena + place.offset + offset, RoundUp(bytes, PageSize()));
-        }
+      for (const Chunk& c : zero_chunks) {
+        uncopied(arena + layout_[c.slot].offset + c.offset, RoundUp(c.bytes, PageSize()));
       }
       for (size_t at = used; at < arena_.capacity(); at += chunk) {
         uncopied(arena + at, arena_.capacity() - at < chunk ? arena_.capacity() - at : chunk);
@@ -585,8 +576,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
   }
   t.result.copy_ns = MonotonicNs() - phase;
   // Unpin what this transfer pinned (a whole kept registration stays). A failure leaves the
-  // rest registered: the next transfer unregisters it first (SettleLocked, or the kept
-  // pinning, which starts again from nothing).
+  // rest registered: the next transfer unregisters it first (SettleLocked).
   if (all_synced && (pinning != CarrierPinning::kKept || !arena_pinned_)) {
     if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
       t.Fail(api_, r, "unregistering the arena");
@@ -607,7 +597,9 @@ Status HostCarrier::SettleLocked() {
     RemoveStaging(pending.staging);
     unsynced_.pop_back();
   }
-  if (options_.pinning != CarrierPinning::kKept) {
+  // Only a whole kept registration stays: a failed kept pinning's pieces go, and the kept
+  // pinning starts again from nothing.
+  if (options_.pinning != CarrierPinning::kKept || !arena_pinned_) {
     uint64_t ns = 0;
     if (CUresult r = UnregisterAllLocked(&ns); r != CUDA_SUCCESS) {
       return DriverError(api_, r, "unregistering the arena after an earlier, failed transfer");

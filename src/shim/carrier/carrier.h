@@ -154,7 +154,7 @@ class HostCarrier {
   // goes on (the pinner waits for each piece's pages before registering it).
   Status GrowLocked(size_t bytes, uint64_t* provision_ns, bool background = false);
   // What a failed earlier transfer left: synchronizes its streams again, then unregisters
-  // what is still registered (but the kept registration). Errors carry the CUresult.
+  // what is still registered (but a whole kept registration). Errors carry the CUresult.
   Status SettleLocked();
   // Unmaps and frees staging ranges; the caller has entered their context.
   void RemoveStaging(std::span<const Staging> staging);

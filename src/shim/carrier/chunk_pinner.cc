@@ -1,33 +1,26 @@
 // Pipelined pinning on two threads (chunk_pinner.h).
 #include "shim/carrier/chunk_pinner.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include "common/clock.h"
+#include "shim/quiet_thread.h"
 
 namespace cusnap::shim {
-namespace {
-
-// Starts `body` on a thread that inherits a fully blocked signal mask: a shim thread inside
-// the application, on which none of the application's handlers may run.
-template <typename Body>
-std::thread QuietThread(Body body) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  std::thread thread(std::move(body));
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return thread;
-}
-
-}  // namespace
-
 ChunkPinner::ChunkPinner(const DriverApi& api, std::vector<Piece> pieces, Mode mode, BeforeRegister before)
     : api_(api), pieces_(std::move(pieces)), mode_(mode), before_(std::move(before)),
       registered_(pieces_.size(), 0) {
-  pin_thread_ = QuietThread([this] { PinLoop(); });
-  if (mode_ == Mode::kUnpinBehind) unpin_thread_ = QuietThread([this] { UnpinLoop(); });
+  auto pin = [](void* self) -> void* {
+    static_cast<ChunkPinner*>(self)->PinLoop();
+    return nullptr;
+  };
+  auto unpin = [](void* self) -> void* {
+    static_cast<ChunkPinner*>(self)->UnpinLoop();
+    return nullptr;
+  };
+  // Without a thread of its own, the pinner registers every piece here, before any copy;
+  // pieces no thread unpins stay registered and the caller unregisters them (still_registered).
+  pin_started_ = StartQuietThread(&pin_thread_, pin, this);
+  if (!pin_started_) PinLoop();
+  if (mode_ == Mode::kUnpinBehind) unpin_started_ = StartQuietThread(&unpin_thread_, unpin, this);
 }
 
 ChunkPinner::~ChunkPinner() { Finish(); }
@@ -133,8 +126,8 @@ ChunkPinner::Outcome ChunkPinner::Finish() {
     stopping_ = true;
     changed_.notify_all();
   }
-  if (pin_thread_.joinable()) pin_thread_.join();
-  if (unpin_thread_.joinable()) unpin_thread_.join();
+  if (pin_started_) pthread_join(pin_thread_, nullptr);
+  if (unpin_started_) pthread_join(unpin_thread_, nullptr);
   // Events of pieces the unpinning thread did not reach (it stopped at a failure).
   for (const auto& [k, done] : to_unpin_) api_.cuEventDestroy_v2(done);
   to_unpin_.clear();

@@ -10,6 +10,8 @@
 // 2.3 GB/s, against 31 GB/s for the arena's touch threads (M21).
 #pragma once
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -17,7 +19,6 @@
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "shim/intercept/cuda_abi.h"
@@ -98,8 +99,10 @@ class ChunkPinner {
   std::deque<std::pair<size_t, CUevent>> to_unpin_;   // handed over, not yet unpinned
   bool stopping_ = false;                             // Finish began
   Outcome outcome_;
-  std::thread pin_thread_;
-  std::thread unpin_thread_;
+  pthread_t pin_thread_{};
+  pthread_t unpin_thread_{};
+  bool pin_started_ = false;
+  bool unpin_started_ = false;
   bool finished_ = false;
 };
 

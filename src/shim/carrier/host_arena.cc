@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "shim/quiet_thread.h"
 
 namespace cusnap::shim {
 namespace {
@@ -68,17 +69,12 @@ void TouchPages(std::byte* begin, size_t bytes, unsigned threads) {
   TouchShare shares[64];
   pthread_t ids[64];
   bool started[64] = {};
-  // Shim threads inside the application: its signal handlers never run on them.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
   for (unsigned i = 1; i < threads; ++i) {
     const size_t at = share * i;
     if (at >= bytes) break;
     shares[i] = TouchShare{begin + at, bytes - at < share ? bytes - at : share};
-    started[i] = pthread_create(&ids[i], nullptr, TouchThread, &shares[i]) == 0;
+    started[i] = StartQuietThread(&ids[i], TouchThread, &shares[i]);
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   TouchOne(begin, bytes < share ? bytes : share);
   for (unsigned i = 1; i < threads; ++i) {
     if (share * i >= bytes) break;
@@ -94,20 +90,15 @@ BackgroundTouch::BackgroundTouch(std::byte* begin, size_t bytes, unsigned thread
     : begin_(begin), bytes_(bytes), done_((bytes + kTouchUnit - 1) / kTouchUnit, 0) {
   threads = std::clamp(threads, 1u, 64u);
   if (threads > done_.size()) threads = static_cast<unsigned>(done_.size());
-  // Shim threads inside the application: its signal handlers never run on them.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
+  auto work = [](void* self) -> void* {
+    static_cast<BackgroundTouch*>(self)->Work();
+    return nullptr;
+  };
   for (unsigned i = 0; i < threads; ++i) {
     pthread_t id;
-    auto work = [](void* self) -> void* {
-      static_cast<BackgroundTouch*>(self)->Work();
-      return nullptr;
-    };
-    if (pthread_create(&id, nullptr, work, this) != 0) break;  // fewer threads
+    if (!StartQuietThread(&id, work, this)) break;  // fewer threads
     threads_.push_back(id);
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (threads_.empty()) Work();
 }
 

@@ -21,6 +21,7 @@
 #include "shim/endpoint/control.h"
 #include "shim/intercept/cuda_abi.h"
 #include "shim/process.h"
+#include "shim/quiet_thread.h"
 #include "shim/tables/capabilities.h"
 
 namespace cusnap::shim {
@@ -55,8 +56,6 @@ void RemoveDeadSockets(int dir_fd, int self) {
   closedir(d);
 }
 
-// Starts `main` on a thread with every signal blocked (the application's handlers must not
-// run on the shim's threads), detached.
 // A connection thread's stack (bytes): it decodes one message and answers it. The default
 // (8 MiB, RLIMIT_STACK) would be reserved per connection from an application's address
 // space, which may be tight (RLIMIT_AS; CliJobRefusal.AddressSpaceTooSmallForTheCarrier).
@@ -64,17 +63,8 @@ constexpr size_t kConnectionStackBytes = 512 * 1024;
 
 // Starts a detached thread with every signal blocked; `stack_bytes` 0 means the default.
 bool StartThread(void* (*main)(void*), void* arg, const char* name, size_t stack_bytes = 0) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  if (stack_bytes != 0) pthread_attr_setstacksize(&attr, stack_bytes);
   pthread_t thread;
-  const int rc = pthread_create(&thread, &attr, main, arg);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (rc != 0) return false;
+  if (!StartQuietThread(&thread, main, arg, stack_bytes)) return false;
   pthread_setname_np(thread, name);
   pthread_detach(thread);
   return true;
