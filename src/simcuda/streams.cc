@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 
 namespace simcuda::streams {
@@ -37,21 +38,26 @@ struct Queue {
   bool idle() const { return work.empty() && !running; }
 };
 
+// Runs `q`'s next queued work with the lock released; its failure becomes the stream's error.
+void run_next(std::unique_lock<std::mutex> &lock, Queue &q) {
+  Work next = std::move(q.work.front());
+  q.work.pop_front();
+  q.running = true;
+  lock.unlock();
+  const CUresult r = next();
+  lock.lock();
+  if (r != CUDA_SUCCESS && q.error == CUDA_SUCCESS) q.error = r;
+  q.running = false;
+  q.changed.notify_all();
+}
+
 // Runs a stream's work in order until it is destroyed and drained.
 void run(std::shared_ptr<Queue> q) {
   std::unique_lock lock(q->mutex);
   for (;;) {
     q->changed.wait(lock, [&] { return !q->work.empty() || q->stop; });
     if (q->work.empty()) return;
-    Work next = std::move(q->work.front());
-    q->work.pop_front();
-    q->running = true;
-    lock.unlock();
-    const CUresult r = next();
-    lock.lock();
-    if (r != CUDA_SUCCESS && q->error == CUDA_SUCCESS) q->error = r;
-    q->running = false;
-    q->changed.notify_all();
+    run_next(lock, *q);
   }
 }
 
@@ -198,15 +204,22 @@ CUresult submit(CUstream stream, Work work) {
   if (CUresult r = check(stream); r != CUDA_SUCCESS) return r;
   std::shared_ptr<Queue> q = queue_of(stream);
   if (q == nullptr) return work();
-  std::lock_guard lock(q->mutex);
+  std::unique_lock lock(q->mutex);
   if (q->capturing) {
     q->captured.push_back(std::move(work));
     return CUDA_SUCCESS;
   }
   q->work.push_back(std::move(work));
   if (!q->worker_started) {
-    q->worker_started = true;
-    std::thread(run, q).detach();
+    try {
+      std::thread(run, q).detach();
+      q->worker_started = true;
+    } catch (const std::system_error &) {
+      // No thread can start in this process (a thread limit, a full address space): the
+      // real driver's streams never need one of the application's threads, so the work
+      // runs now, in order; the next submission tries to start the worker again.
+      while (!q->work.empty() && !q->running) run_next(lock, *q);
+    }
   }
   q->changed.notify_all();
   return CUDA_SUCCESS;

@@ -2,12 +2,14 @@
 # and the carrier over the simulated driver. The whole unicast cycle across processes:
 # tests/integration/lifecycle.cmake.
 
-# Gate and phase machine: the shim's own sources, no driver.
+# Gate, phase machine and drain: the shim's own sources, no driver (the drain's is a stub).
 cusnap_add_gtest(lifecycle_state_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_drain_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_gate_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_state_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/lifecycle_threads_test.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/drain.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lifecycle.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/hold_guard.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/quiesce.cc
@@ -19,6 +21,7 @@ cusnap_add_gtest(carrier_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/carrier_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/carrier_chunks_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/carrier_threads_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/host_arena_test.cc
     ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier.cc

@@ -3,7 +3,6 @@
 #include "shim/carrier/carrier.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +18,7 @@
 #include "common/text.h"
 #include "shim/carrier/chunk_pinner.h"
 #include "shim/intercept/context_scope.h"
+#include "shim/quiet_thread.h"
 
 namespace cusnap::shim {
 namespace {
@@ -98,12 +98,14 @@ HostCarrier::HostCarrier(const DriverApi& api, CarrierMode mode)
       }()) {}
 
 HostCarrier::~HostCarrier() {
+  bool started = false;
   {
     std::lock_guard lock(growth_mutex_);
     stopping_ = true;
+    started = growth_started_;
   }
   growth_cv_.notify_all();
-  if (growth_thread_.joinable()) growth_thread_.join();
+  if (started) pthread_join(growth_thread_, nullptr);
   std::lock_guard lock(mutex_);
   // An arena with unsynchronized copies may still be written by the device: leave it mapped.
   if (!unsynced_.empty()) {
@@ -149,18 +151,21 @@ void HostCarrier::Anticipate(size_t tracked_bytes) {
   }
   if (tracked_bytes <= current) return;
   std::lock_guard lock(growth_mutex_);
-  if (!growth_thread_.joinable() && !stopping_) {
-    growth_thread_ = std::thread([this] { BackgroundGrowth(); });
+  if (!growth_started_ && !stopping_) {
+    // Without the thread the checkpoint provides the arena itself, as in the default mode;
+    // the start is retried when more bytes are tracked.
+    growth_started_ = StartQuietThread(
+        &growth_thread_,
+        [](void* self) -> void* {
+          static_cast<HostCarrier*>(self)->BackgroundGrowth();
+          return nullptr;
+        },
+        this);
   }
   growth_cv_.notify_all();
 }
 
 void HostCarrier::BackgroundGrowth() {
-  // A thread of the shim inside the application: the application's signal handlers never
-  // run on it.
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   size_t provided = 0;
   for (;;) {
     {

@@ -24,8 +24,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <pthread.h>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -193,7 +193,8 @@ class HostCarrier {
   std::mutex growth_mutex_;
   std::condition_variable growth_cv_;  // wanted_ rose, or stopping_
   bool stopping_ = false;              // guarded by growth_mutex_
-  std::thread growth_thread_;          // started at the first Anticipate in eager mode
+  pthread_t growth_thread_{};          // started at the first Anticipate in eager mode
+  bool growth_started_ = false;        // growth_mutex_
 };
 
 }  // namespace cusnap::shim

@@ -8,11 +8,11 @@
 #include <condition_variable>
 #include <cstdio>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "common/text.h"
 #include "shim/lifecycle/quiesce.h"
+#include "shim/quiet_thread.h"
 
 namespace cusnap::shim {
 namespace {
@@ -34,7 +34,21 @@ struct SyncJob {
   int device = -1;  // the device being synchronised now (the one still busy at a deadline)
 };
 
-void SynchronizeAll(const DriverApi& api, std::vector<Target> targets, std::shared_ptr<SyncJob> job) {
+// What the drain thread is handed; it owns this and frees it when it ends.
+struct SyncWork {
+  const DriverApi* api;
+  std::vector<Target> targets;
+  std::shared_ptr<SyncJob> job;
+};
+
+void ReleasePrimaries(const DriverApi& api, const std::vector<Target>& targets) {
+  for (const Target& target : targets) {
+    if (target.primary_of >= 0) api.cuDevicePrimaryCtxRelease_v2(target.primary_of);
+  }
+}
+
+void SynchronizeAll(const DriverApi& api, const std::vector<Target>& targets,
+                    const std::shared_ptr<SyncJob>& job) {
   // A shim thread: should the driver reach an exported entry point from inside (the shim's
   // wrapper then), it must not wait at the gate this drain runs behind.
   GateBypass bypass;
@@ -51,9 +65,9 @@ void SynchronizeAll(const DriverApi& api, std::vector<Target> targets, std::shar
       CUcontext popped = nullptr;
       api.cuCtxPopCurrent_v2(&popped);
     }
-    if (target.primary_of >= 0) api.cuDevicePrimaryCtxRelease_v2(target.primary_of);
     if (first == CUDA_SUCCESS) first = r;
   }
+  ReleasePrimaries(api, targets);
   std::lock_guard lock(job->mutex);
   job->result = first;
   job->done = true;
@@ -118,7 +132,25 @@ Status DeviceWork::Drain(const DriverApi& api, int64_t deadline_ms) {
     targets.push_back({primary, device});
   }
   auto job = std::make_shared<SyncJob>();
-  std::thread(&SynchronizeAll, std::cref(api), std::move(targets), job).detach();
+  // The synchronisation runs on a thread of its own so that a device that never finishes
+  // (a kernel waiting for a peer held at its gate) ends in an answer at the deadline.
+  auto* work = new SyncWork{&api, std::move(targets), job};
+  pthread_t thread;
+  if (!StartQuietThread(&thread,
+                        [](void* arg) -> void* {
+                          auto* w = static_cast<SyncWork*>(arg);
+                          SynchronizeAll(*w->api, w->targets, w->job);
+                          delete w;
+                          return nullptr;
+                        },
+                        work)) {
+    ReleasePrimaries(api, work->targets);
+    delete work;
+    return Error{CUDA_ERROR_NOT_READY, ThisProcess() +
+                                           ": no thread could be started to synchronise the "
+                                           "devices before save; not quiesced, the job goes on"};
+  }
+  pthread_detach(thread);
   std::unique_lock lock(job->mutex);
   if (!job->finished.wait_for(lock, std::chrono::milliseconds(deadline_ms), [&] { return job->done; })) {
     return Error{CUDA_ERROR_NOT_READY,

@@ -4,7 +4,6 @@
 #include "shim/lifecycle/lifecycle.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "common/log.h"
 #include "shim/lifecycle/hold_guard.h"
 #include "shim/lifecycle/lifecycle_common.h"
+#include "shim/quiet_thread.h"
 
 namespace cusnap::shim {
 namespace {
@@ -103,12 +103,14 @@ Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate, std::string held_
     : steps_(steps), gate_(gate), held_marker_(std::move(held_marker)) {}
 
 Lifecycle::~Lifecycle() {
+  bool started = false;
   {
     std::lock_guard lock(lease_mutex_);
     stop_ = true;
+    started = watcher_started_;
     lease_changed_.notify_all();
   }
-  if (watcher_.joinable()) watcher_.join();
+  if (started) pthread_join(watcher_, nullptr);
 }
 
 std::string Lifecycle::failure() const {
@@ -220,13 +222,22 @@ void Lifecycle::RenewLease(uint64_t lease_ms) {
 }
 
 void Lifecycle::StartWatcher() {
-  if (watcher_.joinable()) return;
-  // The application's signal handlers must never run on the shim's threads.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  watcher_ = std::thread([this] { WatchLease(); });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (watcher_started_) return;
+  watcher_started_ = StartQuietThread(
+      &watcher_,
+      [](void* self) -> void* {
+        static_cast<Lifecycle*>(self)->WatchLease();
+        return nullptr;
+      },
+      this);
+  // Without the watcher a lease never runs out: the job stays as the last command left it
+  // (nothing is lost) but is not held again should the CLI vanish. Said, and retried at the
+  // next renewal or arming.
+  if (!watcher_started_) {
+    CUSNAP_LOG_WARN("%s: no thread could be started to watch the lease; the job is not held "
+                    "again on its own until one can",
+                    ThisProcess().c_str());
+  }
 }
 
 void Lifecycle::WatchLease() {

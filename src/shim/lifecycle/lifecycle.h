@@ -50,8 +50,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <pthread.h>
 #include <string>
-#include <thread>
 
 #include "common/error.h"
 #include "common/messages.h"
@@ -213,7 +213,8 @@ class Lifecycle {
   uint64_t activity_ns_ = 0;        // last request start or end, continue seen, or arming
   uint64_t planned_wake_ns_ = 0;    // when the watcher meant to wake (0: no bound)
   bool stop_ = false;
-  std::thread watcher_;
+  pthread_t watcher_{};
+  bool watcher_started_ = false;  // lease_mutex_; a failed start is retried at the next renewal
 };
 
 }  // namespace cusnap::shim
