@@ -229,6 +229,7 @@ Message StepRequest::Encode() const {
   out.Put(dropped_multicast);
   out.Put(device_map);
   out.Put(static_cast<uint8_t>(held ? 1 : 0));
+  out.Put(carrier_path);
   return message;
 }
 
@@ -243,6 +244,7 @@ Result<StepRequest> StepRequest::Decode(const Message& message) {
     uint8_t held = 0;
     in.Get(held);
     r.held = held != 0;
+    in.Get(r.carrier_path);
   });
 }
 

@@ -156,13 +156,18 @@ struct StepRequest {
   /// whenever it runs for a lease with no command at work (a restore that continued it was
   /// killed), so that the job stays held (shim/lifecycle/lifecycle.h).
   bool held = false;
+  /// kWriteCarrier: the file the carrier's bytes go to (absolute). kReadCarrier: the
+  /// directory that holds that file now (an images directory may have been moved). "" for
+  /// other ops.
+  std::string carrier_path{};
   Message Encode() const;
   /// EPROTO when the payload is malformed.
   static Result<StepRequest> Decode(const Message& message);
 };
 
 /// What a step did: the shim's state after it, and for the carrier steps (kSave,
-/// kReallocate) the bytes carried, the time of the copies, and the bytes of all-zero chunks
+/// kReallocate; kWriteCarrier and kReadCarrier: the file's bytes and I/O time) the bytes
+/// carried, the time of the copies, and the bytes of all-zero chunks
 /// among them (not copied: recreated with a memset).
 struct StepReply {
   ShimState state = ShimState::kActive;

@@ -24,9 +24,10 @@ inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// every lifecycle request carries a lease (StepRequest::lease_ms), kRenew and kCommit; a
 /// failed destructive step keeps its state (it can be run again) instead of FAILED. Version 5:
 /// lifecycle requests say whether the command holds the process stopped once checkpointed
-/// (StepRequest::held). A peer speaking another version is refused with both versions named
+/// (StepRequest::held). Version 6: kWriteCarrier and kReadCarrier (a dump writes the carrier
+/// beside CRIU's images, StepRequest::carrier_path). A peer speaking another version is refused with both versions named
 /// (socket.h, ReceiveMessage).
-inline constexpr uint16_t kVersion = 5;
+inline constexpr uint16_t kVersion = 6;
 
 /// Requests a client can send: X(enumerator, value, name). Lifecycle operations run on the
 /// shim's control thread, one at a time; kExport is served by the peer thread from the export
@@ -53,6 +54,12 @@ inline constexpr uint16_t kVersion = 5;
 ///  kCommit: SAVED -> SAVED: the command passed its point of no return; from now on the
 ///    shim never rolls back by itself when the lease expires (its gate stays closed until
 ///    a restore or recover brings it to ACTIVE)
+///  kWriteCarrier: RELEASED -> RELEASED (`cusnap dump`): the carrier's saved bytes to the
+///    file StepRequest::carrier_path names, on several threads, durably; then the arena
+///    goes back to the kernel, so CRIU's single thread does not write those bytes again
+///  kReadCarrier: RELEASED -> RELEASED: the file written by kWriteCarrier, now in the
+///    directory StepRequest::carrier_path names, back into the arena (nothing when the
+///    carrier was not written out); kReallocate refuses until then
 #define CUSNAP_PROTO_OPS(X)                          \
   X(kExport, 1, "EXPORT")                            \
   X(kIdentify, 2, "IDENTIFY")                        \
@@ -71,7 +78,9 @@ inline constexpr uint16_t kVersion = 5;
   X(kActivate, 15, "ACTIVATE")                       \
   X(kCheckResources, 16, "CHECK_RESOURCES")         \
   X(kRenew, 17, "RENEW")                             \
-  X(kCommit, 18, "COMMIT")
+  X(kCommit, 18, "COMMIT")                           \
+  X(kWriteCarrier, 19, "WRITE_CARRIER")              \
+  X(kReadCarrier, 20, "READ_CARRIER")
 
 /// The shim's lifecycle states (DESIGN.md, "Lifecycle"): X(enumerator, value, name).
 /// kRestored: the multicast rebuild is done and the coordinator still compares INSPECT with

@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "coordinator/carrier_files.h"
 #include "coordinator/records.h"
 #include "coordinator/resources.h"
 #include "common/text.h"
@@ -192,6 +193,27 @@ class CheckpointSequence : Sequence {
   /// another is released (each waits for 'cusnap recover').
   bool CommitAll() { return LifecyclePhase(proto::Op::kCommit); }
 
+  /// write_carriers (`cusnap dump` only, after release): each participant that carried
+  /// bytes writes its carrier into the images directory on several threads and gives the
+  /// arena back, so CRIU, whose page writing runs on one thread (docs/MEASURED.md M19),
+  /// dumps none of it; the restore reads it back (read_carriers). Carrier files of an earlier
+  /// dump here (check_images allowed only this job's) go first. A failure keeps each
+  /// carrier in memory; the command then rolls the job forward in place.
+  bool WriteCarriersAll() {
+    if (options_.images_root == 0) return true;
+    if (auto s = RemoveCarrierFiles(options_.state_dir); !s) {
+      report_.errors.push_back(s.error().message);
+      return false;
+    }
+    const std::string dir = AbsoluteDir(options_.state_dir);
+    uint64_t expected = 0;
+    for (uint64_t bytes : saved_bytes_) expected += bytes;
+    return CarrierFilePhase(proto::Op::kWriteCarrier, [&](size_t i) -> std::string {
+      if (saved_bytes_[i] == 0 || dead_[i]) return "";
+      return dir + "/" + CarrierFileName(participants_[i]->pid());
+    }, expected);
+  }
+
   /// Puts every participant that quiesced back to ACTIVE (a refused checkpoint); false when
   /// any of them could not resume. A state file this checkpoint wrote is removed once every
   /// participant resumed: it describes a checkpoint that did not happen.
@@ -350,6 +372,7 @@ constexpr Stage<CheckpointSequence> CheckpointSequence::kStages[] = {
     // The point of no return: every byte is in host memory and the state file is durable.
     {&CheckpointSequence::DetachAll, &CheckpointSequence::ResumeOrFail, true},
     {&CheckpointSequence::LifecycleStage<proto::Op::kRelease>, &CheckpointSequence::Failed, true},
+    {&CheckpointSequence::WriteCarriersAll, &CheckpointSequence::Failed, true},
     {&CheckpointSequence::NativeLockAll, &CheckpointSequence::Failed, true},
     {&CheckpointSequence::NativeCheckpointAll, &CheckpointSequence::Failed, true},
 };
@@ -361,7 +384,8 @@ CommandReport CheckpointSequence::Run() {
 
 }  // namespace
 
-const size_t kCheckpointPhaseCount = std::size(CheckpointSequence::kStages);
+// write_carriers runs in a dump only (kDumpPhaseCount counts it).
+const size_t kCheckpointPhaseCount = std::size(CheckpointSequence::kStages) - 1;
 
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer,

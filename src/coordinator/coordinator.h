@@ -34,7 +34,8 @@
 namespace cusnap::coord {
 
 /// Phases a full run prints (the CLI's progress bar counts them): the length of each
-/// command's stage list (checkpoint.cc, restore.cc).
+/// command's stage list (checkpoint.cc, restore.cc) but write_carriers and read_carriers,
+/// which run only for a dump (dump.h counts them).
 extern const size_t kCheckpointPhaseCount;
 extern const size_t kRestorePhaseCount;
 

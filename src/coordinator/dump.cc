@@ -1,6 +1,7 @@
 // The dump and images-restore sequences (dump.h): one function per phase, run in order.
 #include "coordinator/dump.h"
 
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "common/control_dir.h"
 #include "common/ids.h"
 #include "common/text.h"
+#include "coordinator/carrier_files.h"
 #include "coordinator/criu.h"
 #include "coordinator/hold.h"
 #include "coordinator/images.h"
@@ -140,6 +142,7 @@ class DumpSequence : Sequence {
   void RemoveFailedDump() {
     std::error_code ec;
     if (auto s = RemovePreviousDump(Dir()); !s) report_.notes.push_back(s.error().message);
+    if (auto s = RemoveCarrierFiles(Dir()); !s) report_.notes.push_back(s.error().message);
     if (!std::filesystem::remove(StateFilePath(Dir()), ec) && ec) {
       report_.notes.push_back("cannot remove " + StateFilePath(Dir()) + ": " + ec.message());
     }
@@ -239,10 +242,17 @@ class DumpSequence : Sequence {
   /// in advance, so the bar may fill before CRIU is done).
   bool CriuDump() {
     return LocalPhase("criu_dump", [&]() -> Result<uint64_t> {
+      // The carriers write_carriers did not write out are in the process memory CRIU writes.
       uint64_t expected = 0;
       for (const auto& ph : report_.phases) {
-        if (ph.name == "save") expected = ph.bytes;
+        if (ph.name == "save") expected += ph.bytes;
+        if (ph.name == "write_carriers") expected -= std::min(expected, ph.bytes);
       }
+      // Bytes CRIU wrote: what the directory holds less the carrier files (written before).
+      const auto criu_bytes = [&] {
+        const uint64_t all = ImageBytes(Dir()), carriers = CarrierFileBytes(Dir());
+        return all > carriers ? all - carriers : 0;
+      };
       auto pending = DescribeDump();
       if (!pending) return pending.error();
       // check_images made sure an earlier dump here is of this job, which runs: replaced.
@@ -251,7 +261,7 @@ class DumpSequence : Sequence {
       std::atomic<bool> done{false};
       std::thread progress([&] {
         while (!done.load()) {
-          const uint64_t now = ImageBytes(Dir());
+          const uint64_t now = criu_bytes();
           observer_.BytesMoved("criu_dump", std::min(now, expected), std::max(now, expected));
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
@@ -278,7 +288,7 @@ class DumpSequence : Sequence {
         }
         return Error{dumped.error().code, dumped.error().message + FullDiskText(Dir())};
       }
-      return ImageBytes(Dir());
+      return criu_bytes();
     });
   }
 
@@ -487,7 +497,7 @@ class ImagesRestoreSequence : Sequence {
       if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
         report_.notes.push_back(s.error().message);
       }
-      return resuming ? uint64_t{0} : manifest_.TotalBytes();
+      return resuming ? uint64_t{0} : manifest_.CriuBytes();
     });
   }
 
@@ -571,9 +581,11 @@ CommandReport ImagesRestoreSequence::Run() {
 
 }  // namespace
 
-const size_t kDumpPhaseCount = kCheckpointPhaseCount + std::size(DumpSequence::kStages) - 1;
+// The nested checkpoint and restore (one stage each here) with write_carriers and
+// read_carriers, which run only when there are images.
+const size_t kDumpPhaseCount = kCheckpointPhaseCount + 1 + std::size(DumpSequence::kStages) - 1;
 const size_t kImagesRestorePhaseCount =
-    kRestorePhaseCount + std::size(ImagesRestoreSequence::kStages) - 1;
+    kRestorePhaseCount + 1 + std::size(ImagesRestoreSequence::kStages) - 1;
 
 CommandReport Dump(const DumpOptions& options, const Discoverer& discover,
                    CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {

@@ -1,6 +1,7 @@
 // The images manifest: JSON, file checksums, and the restore's checks (images.h).
 #include "coordinator/images.h"
 
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 
 #include "common/ids.h"
 #include "common/unique_fd.h"
+#include "coordinator/carrier_files.h"
 #include "coordinator/criu.h"
 #include "coordinator/json_number.h"
 #include "coordinator/proc.h"
@@ -51,6 +53,12 @@ std::string GpuText(const std::string& uuid, const std::string& model) {
 uint64_t Manifest::TotalBytes() const {
   uint64_t total = 0;
   for (const auto& f : files) total += f.bytes;
+  return total;
+}
+
+uint64_t Manifest::CriuBytes() const {
+  uint64_t total = 0;
+  for (const auto& f : files) total += IsCarrierFile(f.name) ? 0 : f.bytes;
   return total;
 }
 

@@ -84,6 +84,8 @@ struct Manifest {
   std::vector<ImageFile> files;
   /// Sum of files[].bytes.
   uint64_t TotalBytes() const;
+  /// Of TotalBytes, the files CRIU wrote (the carrier files left out: carrier_files.h).
+  uint64_t CriuBytes() const;
 };
 
 /// The manifest as JSON (what `inspect --json` prints for an images directory).

@@ -9,6 +9,7 @@
 
 #include "common/ids.h"
 #include "common/text.h"
+#include "coordinator/carrier_files.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
 #include "coordinator/sequence.h"
@@ -271,6 +272,19 @@ class RecoverSequence : Sequence {
     });
   }
 
+  /// read_carriers: as the restore's (restore.cc), for the participants still RELEASED, when
+  /// the state directory holds carrier files (a dump stopped after write_carriers).
+  bool ReadCarriersAll() {
+    if (!forward_ || options_.state_dir.empty() || !HasCarrierFiles(options_.state_dir)) return true;
+    if (std::none_of(now_.begin(), now_.end(), [](ShimState s) { return s == ShimState::kReleased; })) {
+      return true;
+    }
+    const std::string dir = AbsoluteDir(options_.state_dir);
+    return CarrierFilePhase(proto::Op::kReadCarrier, [&](size_t i) -> std::string {
+      return now_[i] == ShimState::kReleased && !dead_[i] ? dir : "";
+    });
+  }
+
   bool NativeRestoreAll() { return !forward_ || NativeRestorePhase(gpu_pairs_); }
   bool NativeUnlockAll() { return !forward_ || NativeUnlockPhase(); }
 
@@ -336,6 +350,7 @@ constexpr Stage<RecoverSequence> RecoverSequence::kStages[] = {
      &RecoverSequence::Failed, true},
     {&RecoverSequence::NativeRestoreAll, &RecoverSequence::Failed, true},
     {&RecoverSequence::NativeUnlockAll, &RecoverSequence::Failed, true},
+    {&RecoverSequence::ReadCarriersAll, &RecoverSequence::Failed, true},
     {&RecoverSequence::Forward<proto::Op::kReallocate, ShimState::kReleased>,
      &RecoverSequence::Failed, true},
     {&RecoverSequence::Forward<proto::Op::kImport, ShimState::kReallocated>,

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/ids.h"
+#include "coordinator/carrier_files.h"
 #include "coordinator/proc.h"
 #include "coordinator/records.h"
 #include "common/text.h"
@@ -74,6 +75,14 @@ class RestoreSequence : Sequence {
 
   /// reallocate: the creators' fresh allocations, their saved bytes copied back.
   bool ReallocateAll() { return LifecyclePhase(proto::Op::kReallocate, SavedBytes()); }
+  /// read_carriers: when the state directory holds carrier files (a dump wrote them), every
+  /// participant reads its own back from there (one that kept its carrier in memory has
+  /// nothing to read); reallocate refuses until then.
+  bool ReadCarriersAll() {
+    if (!HasCarrierFiles(options_.state_dir)) return true;
+    const std::string dir = AbsoluteDir(options_.state_dir);
+    return CarrierFilePhase(proto::Op::kReadCarrier, [&](size_t) { return dir; }, SavedBytes());
+  }
   /// A multicast rebuild step (noted when the checkpoint recorded no multicast object).
   template <proto::Op op>
   bool MulticastStage() {
@@ -204,6 +213,7 @@ constexpr Stage<RestoreSequence> RestoreSequence::kStages[] = {
     {&RestoreSequence::Match, &RestoreSequence::Refused, false},
     {&RestoreSequence::NativeRestoreAll, &RestoreSequence::Failed, true},
     {&RestoreSequence::NativeUnlockAll, &RestoreSequence::Failed, true},
+    {&RestoreSequence::ReadCarriersAll, &RestoreSequence::Failed, true},
     {&RestoreSequence::ReallocateAll, &RestoreSequence::Failed, true},
     {&RestoreSequence::LifecycleStage<proto::Op::kImport>, &RestoreSequence::Failed, true},
     {&RestoreSequence::MulticastStage<proto::Op::kMulticastCreate>, &RestoreSequence::Failed, true},
@@ -221,7 +231,8 @@ CommandReport RestoreSequence::Run() {
 
 }  // namespace
 
-const size_t kRestorePhaseCount = std::size(RestoreSequence::kStages);
+// read_carriers runs after a dump only (kImagesRestorePhaseCount counts it).
+const size_t kRestorePhaseCount = std::size(RestoreSequence::kStages) - 1;
 
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {

@@ -133,6 +133,20 @@ bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::
   }, expected_bytes, note);
 }
 
+bool Sequence::CarrierFilePhase(proto::Op op, const std::function<std::string(size_t)>& path_of,
+                                uint64_t expected_bytes) {
+  const char* name = op == proto::Op::kWriteCarrier ? "write_carriers" : "read_carriers";
+  return Phase(name, [&](size_t i) -> Result<uint64_t> {
+    proto::StepRequest request{op, 0, ""};
+    request.carrier_path = path_of(i);
+    if (request.carrier_path.empty()) return uint64_t{0};
+    auto step = Ask(i, request);
+    if (!step) return step.error();
+    NoteCopy(step->copy_ns, step->zero_bytes);
+    return step->bytes;
+  }, expected_bytes);
+}
+
 bool Sequence::DiscoverPhase() {
   return CheckPhase("discover", [&]() -> std::vector<std::string> {
     auto found = discover_(driver_);

@@ -28,6 +28,7 @@
 #include "cli_runner.h"
 #include "common/ids.h"
 #include "criu_problem.h"
+#include "coordinator/carrier_files.h"
 #include "coordinator/hold.h"
 #include "coordinator/images.h"
 #include "coordinator/proc.h"
@@ -751,6 +752,7 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
       ::kill(job, SIGKILL);
     }
     EXPECT_THAT(dump.out, HasSubstr("save "));
+    EXPECT_THAT(dump.out, HasSubstr("write_carriers"));
     EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
     EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
   } else {
@@ -787,6 +789,16 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
     }
     EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists after the dump";
   }
+  // Each process wrote its carrier beside CRIU's images (write_carriers), which the
+  // manifest lists with their checksums like CRIU's own files.
+  uint64_t carrier_bytes = 0;
+  for (const auto& f : manifest->files) {
+    if (coord::IsCarrierFile(f.name)) carrier_bytes += f.bytes;
+  }
+  if (cli_dies_at.empty()) {
+    EXPECT_EQ(carrier_bytes, 8u << 20);
+  }
+  EXPECT_EQ(coord::CarrierFileBytes(images), 8u << 20);
   const Ran in_out = Cusnap({"inspect", images});
   EXPECT_THAT(in_out.out, HasSubstr(cli_dies_at.empty() ? "pages-" : "CRIU's complete images"));
 
@@ -800,6 +812,7 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
   const Ran restore = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(restore.status, 0) << restore.out << restore.err << ReadAll(images + "/criu-restore.log").substr(0, 4000);
   EXPECT_THAT(restore.out, HasSubstr("criu_restore"));
+  EXPECT_THAT(restore.out, HasSubstr("read_carriers"));
   EXPECT_THAT(restore.out, HasSubstr("verify"));
   if (!cli_dies_at.empty()) {
     EXPECT_THAT(restore.err, HasSubstr("holds a dump interrupted after CRIU finished it"));

@@ -21,10 +21,13 @@ cusnap_add_gtest(carrier_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/carrier_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/carrier_chunks_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/carrier_on_disk_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/carrier_threads_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/host_arena_test.cc
     ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_file.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_on_disk.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/chunk_pinner.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_options.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/host_arena.cc

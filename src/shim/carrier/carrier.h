@@ -13,7 +13,8 @@
 // copied. Chunks of device memory that
 // hold only zeros are found by a device-side scan (zero_scan.h), not copied, and recreated
 // with a memset. The bytes stay in process memory, so a CRIU dump of the process carries
-// them.
+// them; `cusnap dump` instead has them written beside CRIU's images on several threads and
+// the arena given back (WriteFile, ReadFile; carrier_file.h).
 //
 // Copies run per context on one stream each, asynchronously; chunks of every context are
 // enqueued in turn, so devices copy at once.
@@ -26,10 +27,12 @@
 #include <mutex>
 #include <pthread.h>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "shim/carrier/carrier_options.h"
+#include "shim/carrier/carrier_file.h"
 #include "shim/carrier/host_arena.h"
 #include "shim/carrier/zero_scan.h"
 #include "shim/intercept/cuda_abi.h"
@@ -96,6 +99,26 @@ class HostCarrier {
   /// host side is only read), so it can be run again; a failed Save forgets them (they may
   /// be incomplete) and Load refuses until a Save succeeds.
   Result<CarrierTransfer> Load(std::span<const CarrierSlot> slots);
+
+  /// kWriteCarrier (`cusnap dump`, after kRelease): writes the bytes of the last Save to
+  /// `path` on several threads (carrier_file.h; all-zero chunks stay holes), unregisters the
+  /// arena and gives it back to the kernel, so CRIU dumps none of it. Until ReadFile, Load
+  /// refuses, naming the file. Errors: CUDA_ERROR_INVALID_VALUE when nothing is saved or a
+  /// copy may still be running; the write's (errno-coded; nothing changed, the file is
+  /// removed); an unregister's CUresult (the bytes stay in memory too).
+  Result<CarrierTransfer> WriteFile(const std::string& path);
+
+  /// kReadCarrier: the file WriteFile wrote, found in `dir` now, read back into the arena on
+  /// several threads; nothing (0 bytes) while the saved bytes are in memory. Errors: the
+  /// read's, errno-coded naming the file (ENOENT, a size other than written, EIO): the bytes
+  /// stay in the file and it can be run again; ENOMEM when the arena cannot grow.
+  Result<CarrierTransfer> ReadFile(const std::string& dir);
+
+  /// The name of the file the saved bytes are in ("" while they are in memory).
+  std::string file_name() const;
+  /// Ok while the saved bytes are in memory; else the error Load answers (CUDA_ERROR_INVALID_VALUE
+  /// naming the file): a reallocate checks it before it rebuilds anything.
+  Status SavedBytesInMemory() const;
 
   /// Forgets the saved layout (after a refused or finished cycle); the arena stays, up to
   /// options.keep_bytes (CUSNAP_CARRIER_KEEP): the rest goes back to the kernel.
@@ -165,6 +188,12 @@ class HostCarrier {
   // Unregisters every registration; the first failure's result.
   CUresult UnregisterAllLocked(uint64_t* ns);
   Result<CarrierTransfer> MoveLocked(std::span<const CarrierSlot> slots, Direction direction);
+  // The saved bytes' ranges that are not all zero, at their arena offsets in the file.
+  std::vector<FilePiece> FilePiecesLocked() const;
+  // Bytes from the arena's start to the end of the last saved slot.
+  size_t LayoutEndLocked() const;
+  // SavedBytesInMemory, mutex_ held.
+  Status InMemoryLocked() const;
   // Zero scan of every scannable slot of the transfer (save): fills layout_[i].zero.
   Status ScanLocked(Transfer& t);
   // Enqueues the chunks (pinning them per options_), then synchronizes every stream.
@@ -187,6 +216,9 @@ class HostCarrier {
   std::vector<Registration> registrations_;
   // Kept pinning: registrations_ cover the whole arena (every piece was registered).
   bool arena_pinned_ = false;
+  // WriteFile wrote the saved bytes to this file (its name; ReadFile is told the directory)
+  // and gave the arena back: "" while they are in memory.
+  std::string file_name_;
   // Eager growth: the size asked for, and the thread that provides it. Separate from
   // mutex_ so that Anticipate never waits for a growth in progress.
   std::atomic<size_t> wanted_{0};

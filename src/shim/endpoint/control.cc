@@ -83,7 +83,9 @@ proto::Message HandleControlRequest(const proto::Message& request) {
     case proto::Op::kResume:
     case proto::Op::kActivate:
     case proto::Op::kRenew:
-    case proto::Op::kCommit: {
+    case proto::Op::kCommit:
+    case proto::Op::kWriteCarrier:
+    case proto::Op::kReadCarrier: {
       Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
       if (!step.ok()) return proto::EncodeError(op, step.error());
       Result<proto::StepReply> reply = HandleLifecycleRequest(*step);

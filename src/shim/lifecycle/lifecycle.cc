@@ -73,6 +73,12 @@ constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
      OnFailure::kDestructiveIfDestroyed, &Lifecycle::DetachMulticast, false, nullptr},
     {Op::kRelease, Phase::kMulticastDetached, Phase::kReleased, OnFailure::kDestructive,
      &Lifecycle::Release, false, nullptr},
+    // `cusnap dump`: the carrier beside CRIU's images and back (a failure changes nothing:
+    // the bytes stay where they were)
+    {Op::kWriteCarrier, Phase::kReleased, Phase::kReleased, OnFailure::kStateKept,
+     &Lifecycle::WriteCarrier, false, nullptr},
+    {Op::kReadCarrier, Phase::kReleased, Phase::kReleased, OnFailure::kStateKept,
+     &Lifecycle::ReadCarrier, false, nullptr},
     // restore
     {Op::kReallocate, Phase::kReleased, Phase::kReallocated, OnFailure::kDestructive,
      &Lifecycle::Reallocate, false, nullptr},
@@ -406,6 +412,16 @@ Result<StepResult> Lifecycle::Reallocate(const proto::StepRequest& request) {
     }
   }
   return steps_.Reallocate();
+}
+
+Result<StepResult> Lifecycle::WriteCarrier(const proto::StepRequest& request) {
+  if (request.carrier_path.empty()) return Error{EINVAL, ThisProcess() + ": WRITE_CARRIER names no file"};
+  return steps_.WriteCarrier(request.carrier_path);
+}
+
+Result<StepResult> Lifecycle::ReadCarrier(const proto::StepRequest& request) {
+  if (request.carrier_path.empty()) return Error{EINVAL, ThisProcess() + ": READ_CARRIER names no directory"};
+  return steps_.ReadCarrier(request.carrier_path);
 }
 
 Result<StepResult> Lifecycle::Import(const proto::StepRequest&) { return Moved(steps_.Import()); }

@@ -88,6 +88,18 @@ class LifecycleSteps {
   /// a restore onto other GPUs keeps the process's ordinals and changes the physical GPU
   /// behind them (DRIVER-FACTS F7).
   virtual Result<StepResult> Reallocate() = 0;
+  /// kWriteCarrier (a dump, RELEASED): the carrier's saved bytes to the file `path`, the
+  /// arena given back. Nothing without a carrier.
+  virtual Result<StepResult> WriteCarrier(const std::string& path) {
+    (void)path;
+    return StepResult{};
+  }
+  /// kReadCarrier (RELEASED): what WriteCarrier wrote, from the directory `dir`, back into
+  /// the carrier (nothing when it is in memory). Reallocate refuses until then.
+  virtual Result<StepResult> ReadCarrier(const std::string& dir) {
+    (void)dir;
+    return StepResult{};
+  }
   /// Before Reallocate of a restore onto other GPUs (StepRequest::device_map): an error when
   /// an ordinal of this process does not name the GPU the map moved its old GPU to (nothing
   /// may be rebuilt on the recorded ordinals then). Nothing to check by default.
@@ -185,6 +197,8 @@ class Lifecycle {
   Result<StepResult> Save(const proto::StepRequest& request);
   Result<StepResult> Release(const proto::StepRequest& request);
   Result<StepResult> Reallocate(const proto::StepRequest& request);
+  Result<StepResult> WriteCarrier(const proto::StepRequest& request);
+  Result<StepResult> ReadCarrier(const proto::StepRequest& request);
   Result<StepResult> Import(const proto::StepRequest& request);
   Result<StepResult> MulticastCreate(const proto::StepRequest& request);
   Result<StepResult> MulticastImport(const proto::StepRequest& request);

@@ -102,6 +102,12 @@ class StepsWithMulticast final : public LifecycleSteps {
   Result<StepResult> Save() override { return unicast_.Save(); }
   Status Release() override { return unicast_.Release(); }
   Result<StepResult> Reallocate() override { return unicast_.Reallocate(); }
+  Result<StepResult> WriteCarrier(const std::string& path) override {
+    return unicast_.WriteCarrier(path);
+  }
+  Result<StepResult> ReadCarrier(const std::string& dir) override {
+    return unicast_.ReadCarrier(dir);
+  }
   Status CheckDevicesAfterMove(const std::string& device_map) override {
     return unicast_.CheckDevicesAfterMove(device_map);
   }

@@ -214,6 +214,8 @@ Status UnicastSteps::Rebuild(Held& held, CUmemGenericAllocationHandle real) {
 }
 
 Result<StepResult> UnicastSteps::Reallocate() {
+  // Bytes a dump wrote out come back first (kReadCarrier): nothing is rebuilt before.
+  if (Status in_memory = carrier_.SavedBytesInMemory(); !in_memory) return in_memory.error();
   // Resumable: allocations an earlier, failed attempt rebuilt are kept; the carrier's bytes
   // are copied into every one again (the copy is idempotent), then exported once each.
   std::vector<CarrierSlot> slots;
@@ -255,6 +257,18 @@ Result<StepResult> UnicastSteps::Reallocate() {
     h.exported = true;
   }
   return FromTransfer(*transfer);
+}
+
+Result<StepResult> UnicastSteps::WriteCarrier(const std::string& path) {
+  Result<CarrierTransfer> written = carrier_.WriteFile(path);
+  if (!written) return written.error();
+  return FromTransfer(*written);
+}
+
+Result<StepResult> UnicastSteps::ReadCarrier(const std::string& dir) {
+  Result<CarrierTransfer> read = carrier_.ReadFile(dir);
+  if (!read) return read.error();
+  return FromTransfer(*read);
 }
 
 Status UnicastSteps::CheckDevicesAfterMove(const std::string& device_map) {

@@ -42,6 +42,9 @@ class UnicastSteps final : public LifecycleSteps {
   /// ordinals: after a restore onto other GPUs they name the GPUs the process now runs on
   /// (DRIVER-FACTS F7).
   Result<StepResult> Reallocate() override;
+  /// The carrier's WriteFile / ReadFile (carrier.h).
+  Result<StepResult> WriteCarrier(const std::string& path) override;
+  Result<StepResult> ReadCarrier(const std::string& dir) override;
   /// gpu_identity.h, CheckDevicesAfterMove, over this process's driver.
   Status CheckDevicesAfterMove(const std::string& device_map) override;
   /// Importers: a fresh descriptor from each creator, imported and closed at once, mapped

@@ -1,0 +1,27 @@
+// The carrier files a dump writes beside CRIU's images (shim/carrier/carrier_file.h): one
+// per participant that carried bytes, named after its pid as the coordinator saw it. They
+// are image files like CRIU's (hashed into the manifest, checked before a restore); CRIU
+// never writes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+
+namespace cusnap::coord {
+
+/// "carrier-<pid>.bin".
+std::string CarrierFileName(int pid);
+/// True for a name CarrierFileName gives.
+bool IsCarrierFile(const std::string& name);
+/// Bytes of the carrier files in `dir` (their sizes: holes included), 0 when none.
+uint64_t CarrierFileBytes(const std::string& dir);
+/// True when `dir` holds a carrier file.
+bool HasCarrierFiles(const std::string& dir);
+/// Removes every carrier file of `dir`. Errors name the file (errno-coded).
+Status RemoveCarrierFiles(const std::string& dir);
+/// `dir` made absolute (the shims run in other working directories).
+std::string AbsoluteDir(const std::string& dir);
+
+}  // namespace cusnap::coord

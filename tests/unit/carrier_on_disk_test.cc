@@ -1,0 +1,169 @@
+// The carrier written beside a dump's images and read back (HostCarrier::WriteFile,
+// ReadFile; carrier_file.h), over the simulated driver: bytes back exact, zero chunks as
+// holes, the arena given back, every failure named with nothing lost.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "carrier_fixture.h"
+
+namespace cusnap::shim {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class CarrierOnDiskTest : public HostCarrierTest {
+ protected:
+  void SetUp() override {
+    HostCarrierTest::SetUp();
+    allocations_.reserve(8);  // a_ and b_ point into it
+    char templ[] = "/tmp/cusnap-carrier-file-XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    HostCarrierTest::TearDown();
+  }
+  // 2 MiB chunks: a 6 MiB allocation has three, the middle one all zero.
+  static CarrierOptions Chunked() {
+    CarrierOptions options;
+    options.chunk_bytes = 2 * kMiB;
+    return options;
+  }
+  // An allocation of 6 MiB whose middle 2 MiB are zero, and one of 2 MiB, both patterned.
+  void SaveTwo(HostCarrier& carrier) {
+    a_ = &Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+    b_ = &Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+    pattern_a_ = Pattern(a_->size, 0xa11ce);
+    std::fill(pattern_a_.begin() + (2 * kMiB) / 4, pattern_a_.begin() + (4 * kMiB) / 4, 0u);
+    pattern_b_ = Pattern(b_->size, 0xb0b);
+    Write(*a_, pattern_a_);
+    Write(*b_, pattern_b_);
+    const CarrierSlot slots[] = {Slot(*a_), Slot(*b_)};
+    Result<CarrierTransfer> saved = carrier.Save(slots);
+    ASSERT_TRUE(saved.ok()) << saved.error().message;
+    ASSERT_EQ(saved->zero_bytes, 2 * kMiB);
+  }
+  // What the native checkpoint does to device memory: fresh allocations, scribbled.
+  std::vector<CarrierSlot> ReplaceBoth() {
+    Replace(*a_);
+    Replace(*b_);
+    Scribble(*a_);
+    Scribble(*b_);
+    return {Slot(*a_), Slot(*b_)};
+  }
+  std::string Path() const { return dir_ + "/carrier-1.bin"; }
+
+  std::string dir_;
+  AppAllocation* a_ = nullptr;
+  AppAllocation* b_ = nullptr;
+  std::vector<uint32_t> pattern_a_, pattern_b_;
+};
+
+TEST_F(CarrierOnDiskTest, WrittenGivenBackReadAndLoadedExact) {
+  HostCarrier carrier(api, Chunked());
+  SaveTwo(carrier);
+  ASSERT_TRUE(carrier.registered()) << "kept pinning, the default";
+  Result<CarrierTransfer> written = carrier.WriteFile(Path());
+  ASSERT_TRUE(written.ok()) << written.error().message;
+  EXPECT_EQ(written->bytes, 8 * kMiB);
+  EXPECT_EQ(written->zero_bytes, 2 * kMiB);  // a hole in the file
+  EXPECT_EQ(fs::file_size(Path()), 8 * kMiB);
+  struct stat st {};
+  ASSERT_EQ(::stat(Path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(carrier.capacity(), 0u) << "the arena went back to the kernel: CRIU dumps none of it";
+  EXPECT_FALSE(carrier.registered());
+  EXPECT_EQ(carrier.file_name(), "carrier-1.bin");
+
+  const std::vector<CarrierSlot> fresh = ReplaceBoth();
+  Result<CarrierTransfer> refused = carrier.Load(fresh);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_THAT(refused.error().message,
+              HasSubstr("pid " + std::to_string(getpid()) + ": host carrier: the saved bytes are "
+                        "in the file carrier-1.bin (written for a dump), not in memory: "
+                        "READ_CARRIER brings them back before a reallocate"));
+
+  // The images directory was moved: the carrier is told where it is now.
+  const std::string moved = dir_ + "/moved";
+  fs::create_directory(moved);
+  fs::rename(Path(), moved + "/carrier-1.bin");
+  Result<CarrierTransfer> read = carrier.ReadFile(moved);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  EXPECT_EQ(read->bytes, 8 * kMiB);
+  EXPECT_EQ(read->zero_bytes, 2 * kMiB);
+  EXPECT_EQ(carrier.file_name(), "");
+  Result<CarrierTransfer> loaded = carrier.Load(fresh);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
+
+  // Bytes in memory: nothing to read.
+  Result<CarrierTransfer> nothing = carrier.ReadFile(moved);
+  ASSERT_TRUE(nothing.ok()) << nothing.error().message;
+  EXPECT_EQ(nothing->bytes, 0u);
+}
+
+TEST_F(CarrierOnDiskTest, AWriteThatFailsChangesNothing) {
+  HostCarrier carrier(api, Chunked());
+  SaveTwo(carrier);
+  const std::string nowhere = dir_ + "/no-such-dir/carrier-1.bin";
+  Result<CarrierTransfer> failed = carrier.WriteFile(nowhere);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, ENOENT);
+  EXPECT_THAT(failed.error().message, HasSubstr("host carrier: cannot create " + nowhere));
+  EXPECT_EQ(carrier.file_name(), "");
+  EXPECT_TRUE(carrier.registered()) << "the arena and its bytes stay";
+  Result<CarrierTransfer> loaded = carrier.Load(ReplaceBoth());
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
+}
+
+TEST_F(CarrierOnDiskTest, AMissingOrShortFileIsNamedAndTheReadRunsAgain) {
+  HostCarrier carrier(api, Chunked());
+  SaveTwo(carrier);
+  ASSERT_TRUE(carrier.WriteFile(Path()).ok());
+  const std::string aside = dir_ + "/aside.bin";
+  fs::rename(Path(), aside);
+  Result<CarrierTransfer> missing = carrier.ReadFile(dir_);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, ENOENT);
+  EXPECT_THAT(missing.error().message, HasSubstr("cannot open " + Path()));
+  EXPECT_THAT(missing.error().message, HasSubstr("the saved bytes stay in the file"));
+
+  fs::copy_file(aside, Path());
+  fs::resize_file(Path(), 6 * kMiB);
+  Result<CarrierTransfer> shortened = carrier.ReadFile(dir_);
+  ASSERT_FALSE(shortened.ok());
+  EXPECT_EQ(shortened.error().code, EINVAL);
+  EXPECT_THAT(shortened.error().message,
+              HasSubstr(Path() + " holds 6291456 bytes, but the carrier wrote 8388608"));
+
+  fs::remove(Path());
+  fs::rename(aside, Path());
+  Result<CarrierTransfer> read = carrier.ReadFile(dir_);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  ASSERT_TRUE(carrier.Load(ReplaceBoth()).ok());
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
+}
+
+TEST_F(CarrierOnDiskTest, NothingSavedIsNothingToWrite) {
+  HostCarrier carrier(api, Chunked());
+  Result<CarrierTransfer> refused = carrier.WriteFile(Path());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_THAT(refused.error().message, HasSubstr("nothing to write to " + Path() + " (no save holds bytes)"));
+  EXPECT_FALSE(fs::exists(Path()));
+}
+
+}  // namespace
+}  // namespace cusnap::shim
