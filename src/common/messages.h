@@ -156,9 +156,9 @@ struct StepRequest {
   /// whenever it runs for a lease with no command at work (a restore that continued it was
   /// killed), so that the job stays held (shim/lifecycle/lifecycle.h).
   bool held = false;
-  /// kWriteCarrier: the file the carrier's bytes go to (absolute). kReadCarrier: the
-  /// directory that holds that file now (an images directory may have been moved). "" for
-  /// other ops.
+  /// kWriteCarrier: "<dir>/<stem>" (absolute): the carrier's bytes go to part files
+  /// "<stem>-<k>.bin" there. kReadCarrier: the directory that holds them now (an images
+  /// directory may have been moved; "": where they were written). "" for other ops.
   std::string carrier_path{};
   Message Encode() const;
   /// EPROTO when the payload is malformed.

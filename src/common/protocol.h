@@ -55,9 +55,9 @@ inline constexpr uint16_t kVersion = 6;
 ///    shim never rolls back by itself when the lease expires (its gate stays closed until
 ///    a restore or recover brings it to ACTIVE)
 ///  kWriteCarrier: RELEASED -> RELEASED (`cusnap dump`): the carrier's saved bytes to the
-///    file StepRequest::carrier_path names, on several threads, durably; then the arena
+///    part files StepRequest::carrier_path names, on several threads, durably; then the arena
 ///    goes back to the kernel, so CRIU's single thread does not write those bytes again
-///  kReadCarrier: RELEASED -> RELEASED: the file written by kWriteCarrier, now in the
+///  kReadCarrier: RELEASED -> RELEASED: the files written by kWriteCarrier, now in the
 ///    directory StepRequest::carrier_path names, back into the arena (nothing when the
 ///    carrier was not written out); kReallocate refuses until then
 #define CUSNAP_PROTO_OPS(X)                          \

@@ -10,17 +10,19 @@ constexpr std::string_view kPrefix = "carrier-", kSuffix = ".bin";
 
 }  // namespace
 
-std::string CarrierFileName(int pid) {
-  return std::string(kPrefix) + std::to_string(pid) + std::string(kSuffix);
-}
+std::string CarrierFileStem(int pid) { return std::string(kPrefix) + std::to_string(pid); }
 
 bool IsCarrierFile(const std::string& name) {
   if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
       !name.ends_with(kSuffix)) {
     return false;
   }
-  const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-  return digits.find_first_not_of("0123456789") == std::string::npos;
+  const std::string middle = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  const size_t dash = middle.find('-');
+  const auto digits = [](const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  return dash != std::string::npos && digits(middle.substr(0, dash)) && digits(middle.substr(dash + 1));
 }
 
 uint64_t CarrierFileBytes(const std::string& dir) {

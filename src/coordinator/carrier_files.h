@@ -1,5 +1,6 @@
-// The carrier files a dump writes beside CRIU's images (shim/carrier/carrier_file.h): one
-// per participant that carried bytes, named after its pid as the coordinator saw it. They
+// The carrier files a dump writes beside CRIU's images (shim/carrier/carrier_file.h): a few
+// part files per participant that carried bytes, named after its pid as the coordinator saw
+// it: carrier-<pid>-<k>.bin. They
 // are image files like CRIU's (hashed into the manifest, checked before a restore); CRIU
 // never writes them.
 #pragma once
@@ -11,9 +12,9 @@
 
 namespace cusnap::coord {
 
-/// "carrier-<pid>.bin".
-std::string CarrierFileName(int pid);
-/// True for a name CarrierFileName gives.
+/// "carrier-<pid>": the stem the participant's part files are named after (kWriteCarrier).
+std::string CarrierFileStem(int pid);
+/// True for the name of a part file: "carrier-<digits>-<digits>.bin".
 bool IsCarrierFile(const std::string& name);
 /// Bytes of the carrier files in `dir` (their sizes: holes included), 0 when none.
 uint64_t CarrierFileBytes(const std::string& dir);

@@ -194,7 +194,7 @@ class CheckpointSequence : Sequence {
   bool CommitAll() { return LifecyclePhase(proto::Op::kCommit); }
 
   /// write_carriers (`cusnap dump` only, after release): each participant that carried
-  /// bytes writes its carrier into the images directory on several threads and gives the
+  /// bytes writes its carrier into the images directory, part files on several threads and gives the
   /// arena back, so CRIU, whose page writing runs on one thread (docs/MEASURED.md M19),
   /// dumps none of it; the restore reads it back (read_carriers). Carrier files of an earlier
   /// dump here (check_images allowed only this job's) go first. A failure keeps each
@@ -210,7 +210,7 @@ class CheckpointSequence : Sequence {
     for (uint64_t bytes : saved_bytes_) expected += bytes;
     return CarrierFilePhase(proto::Op::kWriteCarrier, [&](size_t i) -> std::string {
       if (saved_bytes_[i] == 0 || dead_[i]) return "";
-      return dir + "/" + CarrierFileName(participants_[i]->pid());
+      return dir + "/" + CarrierFileStem(participants_[i]->pid());
     }, expected);
   }
 

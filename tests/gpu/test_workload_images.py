@@ -17,7 +17,9 @@ After the last cycle every rank prints DONE PASS.
 Rates: the same byte count as the images is written and read back with O_DIRECT on the same
 filesystem (the disk's own rate, measured in the same run); each cycle prints
   IMAGES RATE <where> dump <GB/s> restore <GB/s> disk write <GB/s> read <GB/s> ratio <d>/<r>
-where dump/restore are the criu_dump and criu_restore phases' GB/s (target: >= 0.8x the disk).
+where dump is the bytes the images hold (CRIU's and the carrier files' data, holes left out)
+over the time of write_carriers + criu_dump, and restore the same bytes over read_carriers +
+criu_restore (target: >= 0.8x the disk); IMAGES PARTS gives each phase's own figures.
 
 With GPU_IMAGES_TAKE_PID=1 (run_all.sh's workload_images_pidns), before the second restore
 another process takes the launcher's pid: the restore must bring the job back in a PID
@@ -112,9 +114,26 @@ def direct_rate(directory, nbytes):
     return nbytes / write_s / 1e9, nbytes / read_s / 1e9
 
 
-def phase_rate(output, phase):
-    m = re.search(rf"^{phase}\s+[\d.]+ ms\s+([\d.]+ \S+)\s+([\d.]+) GB/s", output, re.M)
-    return (m.group(1), float(m.group(2))) if m else (None, 0.0)
+def phase_ms_bytes(output, phase):
+    """(ms, bytes) of `phase`'s line in a command's output; (0, 0) when it did not run."""
+    m = re.search(rf"^{phase}\s+([\d.]+) ms\s+(?:\d+ participants?\s+)?[\d.]+ \S+\s+([\d.]+) GB/s",
+                  output, re.M)
+    if not m:
+        return 0.0, 0.0
+    ms, gbs = float(m.group(1)), float(m.group(2))
+    return ms, gbs * ms * 1e6
+
+
+def image_data_bytes(images):
+    """Bytes of data the images hold: CRIU's image files and the carrier files, whose
+    all-zero chunks are holes (allocated blocks counted)."""
+    total = 0
+    for f in Path(images).iterdir():
+        if f.suffix == ".img":
+            total += f.stat().st_size
+        elif f.name.startswith("carrier-") and f.suffix == ".bin":  # carrier-<pid>-<k>.bin
+            total += min(f.stat().st_size, f.stat().st_blocks * 512)
+    return total
 
 
 class ImagesJob:
@@ -205,7 +224,7 @@ class ImagesJob:
         job_mib = [d - b for d, b in zip(during, self.baseline)]
         assert all(m < 64 for m in job_mib), f"{label}: GPU memory still in use after the dump: {job_mib} MiB"
         h.run([h.program("cusnap"), "inspect", images], wc.CLI_TIMEOUT_S, self.cli_env)
-        image_bytes = sum(f.stat().st_size for f in Path(images).iterdir() if f.suffix == ".img")
+        image_bytes = image_data_bytes(images)
         write_gbs, read_gbs = direct_rate(images, image_bytes)
 
         if TAKE_PID and k == 2:
@@ -216,11 +235,19 @@ class ImagesJob:
         assert restore.returncode == 0, f"{label}: cusnap restore exited with {restore.returncode}:\n{restore.stdout}"
         if self.holder is not None and not self.namespaced:
             self._check_namespace(label, restore.stdout)
-        dumped, dump_gbs = phase_rate(dump.stdout, "criu_dump")
-        read, restore_gbs = phase_rate(restore.stdout, "criu_restore")
-        print(f"IMAGES RATE {images} images {dumped} dump {dump_gbs:.2f} GB/s restore {restore_gbs:.2f} GB/s "
-              f"disk write {write_gbs:.2f} GB/s read {read_gbs:.2f} GB/s ratio "
-              f"{dump_gbs / write_gbs:.2f}/{restore_gbs / read_gbs:.2f}", flush=True)
+        parts = {name: phase_ms_bytes(out, name) for name, out in
+                 (("write_carriers", dump.stdout), ("criu_dump", dump.stdout),
+                  ("read_carriers", restore.stdout), ("criu_restore", restore.stdout))}
+        dump_ms = parts["write_carriers"][0] + parts["criu_dump"][0]
+        restore_ms = parts["read_carriers"][0] + parts["criu_restore"][0]
+        assert dump_ms > 0 and restore_ms > 0, f"{label}: no criu_dump or criu_restore phase line"
+        dump_gbs = image_bytes / dump_ms / 1e6
+        restore_gbs = image_bytes / restore_ms / 1e6
+        print("IMAGES PARTS " + images + " " + " ".join(
+            f"{name} {ms:.0f} ms {nbytes / 2**30:.2f} GiB" for name, (ms, nbytes) in parts.items()), flush=True)
+        print(f"IMAGES RATE {images} images {image_bytes / 2**30:.2f} GiB dump {dump_gbs:.2f} GB/s "
+              f"restore {restore_gbs:.2f} GB/s disk write {write_gbs:.2f} GB/s read {read_gbs:.2f} GB/s "
+              f"ratio {dump_gbs / write_gbs:.2f}/{restore_gbs / read_gbs:.2f}", flush=True)
         (self.go_dir / f"go-{k}").touch()
         if k < 2:
             self.wait_for(rf"WL rank=(?P<rank>\d+) pid=(?P<pid>\d+) READY {k + 1}\b", wc.ROUND_TIMEOUT_S)

@@ -789,8 +789,8 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
     }
     EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists after the dump";
   }
-  // Each process wrote its carrier beside CRIU's images (write_carriers), which the
-  // manifest lists with their checksums like CRIU's own files.
+  // Each process wrote its carrier beside CRIU's images in part files (write_carriers),
+  // which the manifest lists with their checksums like CRIU's own files.
   uint64_t carrier_bytes = 0;
   for (const auto& f : manifest->files) {
     if (coord::IsCarrierFile(f.name)) carrier_bytes += f.bytes;

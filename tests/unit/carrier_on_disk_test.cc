@@ -58,7 +58,8 @@ class CarrierOnDiskTest : public HostCarrierTest {
     Scribble(*b_);
     return {Slot(*a_), Slot(*b_)};
   }
-  std::string Path() const { return dir_ + "/carrier-1.bin"; }
+  std::string Stem() const { return dir_ + "/carrier-1"; }
+  std::string Part(int k) const { return dir_ + "/carrier-1-" + std::to_string(k) + ".bin"; }
 
   std::string dir_;
   AppAllocation* a_ = nullptr;
@@ -66,21 +67,29 @@ class CarrierOnDiskTest : public HostCarrierTest {
   std::vector<uint32_t> pattern_a_, pattern_b_;
 };
 
-TEST_F(CarrierOnDiskTest, WrittenGivenBackReadAndLoadedExact) {
+// Layout: a [0, 6 MiB) with its middle chunk zero, b [6, 8 MiB): 6 MiB of data in three
+// 2 MiB units, so three part files of about 2 MiB of data each: [0, 2), [2, 6) (its first
+// half a hole) and [6, 8) MiB.
+TEST_F(CarrierOnDiskTest, WrittenInPartsGivenBackReadAndLoadedExact) {
   HostCarrier carrier(api, Chunked());
   SaveTwo(carrier);
   ASSERT_TRUE(carrier.registered()) << "kept pinning, the default";
-  Result<CarrierTransfer> written = carrier.WriteFile(Path());
+  Result<CarrierTransfer> written = carrier.WriteFile(Stem());
   ASSERT_TRUE(written.ok()) << written.error().message;
   EXPECT_EQ(written->bytes, 8 * kMiB);
-  EXPECT_EQ(written->zero_bytes, 2 * kMiB);  // a hole in the file
-  EXPECT_EQ(fs::file_size(Path()), 8 * kMiB);
-  struct stat st {};
-  ASSERT_EQ(::stat(Path().c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(written->zero_bytes, 2 * kMiB);  // a hole
+  EXPECT_EQ(written->chunks, 3u);            // part files
+  EXPECT_EQ(fs::file_size(Part(0)), 2 * kMiB);
+  EXPECT_EQ(fs::file_size(Part(1)), 4 * kMiB);
+  EXPECT_EQ(fs::file_size(Part(2)), 2 * kMiB);
+  for (int k = 0; k < 3; ++k) {
+    struct stat st {};
+    ASSERT_EQ(::stat(Part(k).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
   EXPECT_EQ(carrier.capacity(), 0u) << "the arena went back to the kernel: CRIU dumps none of it";
   EXPECT_FALSE(carrier.registered());
-  EXPECT_EQ(carrier.file_name(), "carrier-1.bin");
+  EXPECT_EQ(carrier.file_name(), "carrier-1-0.bin, carrier-1-1.bin, carrier-1-2.bin");
 
   const std::vector<CarrierSlot> fresh = ReplaceBoth();
   Result<CarrierTransfer> refused = carrier.Load(fresh);
@@ -88,13 +97,14 @@ TEST_F(CarrierOnDiskTest, WrittenGivenBackReadAndLoadedExact) {
   EXPECT_EQ(refused.error().code, CUDA_ERROR_INVALID_VALUE);
   EXPECT_THAT(refused.error().message,
               HasSubstr("pid " + std::to_string(getpid()) + ": host carrier: the saved bytes are "
-                        "in the file carrier-1.bin (written for a dump), not in memory: "
-                        "READ_CARRIER brings them back before a reallocate"));
+                        "in the files carrier-1-0.bin, carrier-1-1.bin, carrier-1-2.bin (written "
+                        "for a dump), not in memory: READ_CARRIER brings them back before a "
+                        "reallocate"));
 
   // The images directory was moved: the carrier is told where it is now.
   const std::string moved = dir_ + "/moved";
   fs::create_directory(moved);
-  fs::rename(Path(), moved + "/carrier-1.bin");
+  for (int k = 0; k < 3; ++k) fs::rename(Part(k), moved + "/carrier-1-" + std::to_string(k) + ".bin");
   Result<CarrierTransfer> read = carrier.ReadFile(moved);
   ASSERT_TRUE(read.ok()) << read.error().message;
   EXPECT_EQ(read->bytes, 8 * kMiB);
@@ -111,14 +121,24 @@ TEST_F(CarrierOnDiskTest, WrittenGivenBackReadAndLoadedExact) {
   EXPECT_EQ(nothing->bytes, 0u);
 }
 
-TEST_F(CarrierOnDiskTest, AWriteThatFailsChangesNothing) {
+TEST_F(CarrierOnDiskTest, AWriteThatFailsRemovesEveryPartAndChangesNothing) {
   HostCarrier carrier(api, Chunked());
   SaveTwo(carrier);
-  const std::string nowhere = dir_ + "/no-such-dir/carrier-1.bin";
+  const std::string nowhere = dir_ + "/no-such-dir/carrier-1";
   Result<CarrierTransfer> failed = carrier.WriteFile(nowhere);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, ENOENT);
-  EXPECT_THAT(failed.error().message, HasSubstr("host carrier: cannot create " + nowhere));
+  EXPECT_THAT(failed.error().message, HasSubstr("host carrier: cannot create " + nowhere + "-0.bin"));
+
+  // The last part cannot be made: the first two, made already, go too.
+  fs::create_directory(Part(2));
+  Result<CarrierTransfer> third = carrier.WriteFile(Stem());
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.error().code, EISDIR);
+  EXPECT_THAT(third.error().message, HasSubstr("cannot create " + Part(2)));
+  EXPECT_FALSE(fs::exists(Part(0)));
+  EXPECT_FALSE(fs::exists(Part(1)));
+
   EXPECT_EQ(carrier.file_name(), "");
   EXPECT_TRUE(carrier.registered()) << "the arena and its bytes stay";
   Result<CarrierTransfer> loaded = carrier.Load(ReplaceBoth());
@@ -127,29 +147,29 @@ TEST_F(CarrierOnDiskTest, AWriteThatFailsChangesNothing) {
   EXPECT_EQ(Read(*b_), pattern_b_);
 }
 
-TEST_F(CarrierOnDiskTest, AMissingOrShortFileIsNamedAndTheReadRunsAgain) {
+TEST_F(CarrierOnDiskTest, AMissingOrShortPartIsNamedAndTheReadRunsAgain) {
   HostCarrier carrier(api, Chunked());
   SaveTwo(carrier);
-  ASSERT_TRUE(carrier.WriteFile(Path()).ok());
+  ASSERT_TRUE(carrier.WriteFile(Stem()).ok());
   const std::string aside = dir_ + "/aside.bin";
-  fs::rename(Path(), aside);
+  fs::rename(Part(1), aside);
   Result<CarrierTransfer> missing = carrier.ReadFile(dir_);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, ENOENT);
-  EXPECT_THAT(missing.error().message, HasSubstr("cannot open " + Path()));
-  EXPECT_THAT(missing.error().message, HasSubstr("the saved bytes stay in the file"));
+  EXPECT_THAT(missing.error().message, HasSubstr("cannot open " + Part(1)));
+  EXPECT_THAT(missing.error().message, HasSubstr("the saved bytes stay in the files"));
 
-  fs::copy_file(aside, Path());
-  fs::resize_file(Path(), 6 * kMiB);
+  fs::copy_file(aside, Part(1));
+  fs::resize_file(Part(1), 3 * kMiB);
   Result<CarrierTransfer> shortened = carrier.ReadFile(dir_);
   ASSERT_FALSE(shortened.ok());
   EXPECT_EQ(shortened.error().code, EINVAL);
   EXPECT_THAT(shortened.error().message,
-              HasSubstr(Path() + " holds 6291456 bytes, but the carrier wrote 8388608"));
+              HasSubstr(Part(1) + " holds 3145728 bytes, but the carrier wrote 4194304"));
 
-  fs::remove(Path());
-  fs::rename(aside, Path());
-  Result<CarrierTransfer> read = carrier.ReadFile(dir_);
+  fs::remove(Part(1));
+  fs::rename(aside, Part(1));
+  Result<CarrierTransfer> read = carrier.ReadFile("");  // from where they were written
   ASSERT_TRUE(read.ok()) << read.error().message;
   ASSERT_TRUE(carrier.Load(ReplaceBoth()).ok());
   EXPECT_EQ(Read(*a_), pattern_a_);
@@ -158,11 +178,11 @@ TEST_F(CarrierOnDiskTest, AMissingOrShortFileIsNamedAndTheReadRunsAgain) {
 
 TEST_F(CarrierOnDiskTest, NothingSavedIsNothingToWrite) {
   HostCarrier carrier(api, Chunked());
-  Result<CarrierTransfer> refused = carrier.WriteFile(Path());
+  Result<CarrierTransfer> refused = carrier.WriteFile(Stem());
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_THAT(refused.error().message, HasSubstr("nothing to write to " + Path() + " (no save holds bytes)"));
-  EXPECT_FALSE(fs::exists(Path()));
+  EXPECT_THAT(refused.error().message, HasSubstr("nothing to write to " + Stem() + " (no save holds bytes)"));
+  EXPECT_FALSE(fs::exists(Part(0)));
 }
 
 }  // namespace

@@ -198,7 +198,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   if (direction == Direction::kToDevice) {
     if (Status in_memory = InMemoryLocked(); !in_memory) return in_memory.error();
   }
-  file_name_.clear();  // a new save replaces what the file held
+  file_parts_.clear();  // a new save replaces what the files held
   Transfer t;
   t.slots = slots;
   t.direction = direction;
@@ -662,7 +662,7 @@ CUresult HostCarrier::UnregisterAllLocked(uint64_t* ns) {
 void HostCarrier::Discard() {
   std::lock_guard lock(mutex_);
   layout_.clear();
-  file_name_.clear();
+  file_parts_.clear();
   if (options_.keep_bytes >= arena_.capacity() || !unsynced_.empty()) return;
   uint64_t ns = 0;
   if (UnregisterAllLocked(&ns) != CUDA_SUCCESS) return;  // still pinned: kept whole

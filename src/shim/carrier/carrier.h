@@ -100,21 +100,24 @@ class HostCarrier {
   /// be incomplete) and Load refuses until a Save succeeds.
   Result<CarrierTransfer> Load(std::span<const CarrierSlot> slots);
 
-  /// kWriteCarrier (`cusnap dump`, after kRelease): writes the bytes of the last Save to
-  /// `path` on several threads (carrier_file.h; all-zero chunks stay holes), unregisters the
-  /// arena and gives it back to the kernel, so CRIU dumps none of it. Until ReadFile, Load
-  /// refuses, naming the file. Errors: CUDA_ERROR_INVALID_VALUE when nothing is saved or a
-  /// copy may still be running; the write's (errno-coded; nothing changed, the file is
-  /// removed); an unregister's CUresult (the bytes stay in memory too).
-  Result<CarrierTransfer> WriteFile(const std::string& path);
+  /// kWriteCarrier (`cusnap dump`, after kRelease): writes the bytes of the last Save into
+  /// part files "<stem>-<k>.bin" beside `stem_path` ("<dir>/<stem>"), one thread each
+  /// (carrier_file.h; all-zero chunks stay holes), unregisters the arena and gives it back
+  /// to the kernel, so CRIU dumps none of it. Until ReadFile, Load refuses, naming the files.
+  /// Errors: CUDA_ERROR_INVALID_VALUE when nothing is saved or a copy may still be running;
+  /// the write's (errno-coded; nothing changed, the part files are removed); an
+  /// unregister's CUresult (the bytes stay in memory too).
+  Result<CarrierTransfer> WriteFile(const std::string& stem_path);
 
-  /// kReadCarrier: the file WriteFile wrote, found in `dir` now, read back into the arena on
-  /// several threads; nothing (0 bytes) while the saved bytes are in memory. Errors: the
-  /// read's, errno-coded naming the file (ENOENT, a size other than written, EIO): the bytes
-  /// stay in the file and it can be run again; ENOMEM when the arena cannot grow.
+  /// kReadCarrier: the part files WriteFile wrote, found in `dir` now ("": where they were
+  /// written), read back into the arena on several threads; nothing (0 bytes) while the saved
+  /// bytes are in memory. Errors: the read's, errno-coded naming the file (ENOENT, a size
+  /// other than written, EIO): the bytes stay in the files and it can be run again; ENOMEM
+  /// when the arena cannot grow.
   Result<CarrierTransfer> ReadFile(const std::string& dir);
 
-  /// The name of the file the saved bytes are in ("" while they are in memory).
+  /// The names of the part files the saved bytes are in, joined by ", " ("" while they are
+  /// in memory).
   std::string file_name() const;
   /// Ok while the saved bytes are in memory; else the error Load answers (CUDA_ERROR_INVALID_VALUE
   /// naming the file): a reallocate checks it before it rebuilds anything.
@@ -194,6 +197,8 @@ class HostCarrier {
   size_t LayoutEndLocked() const;
   // SavedBytesInMemory, mutex_ held.
   Status InMemoryLocked() const;
+  // file_name, mutex_ held.
+  std::string FileNamesLocked() const;
   // Zero scan of every scannable slot of the transfer (save): fills layout_[i].zero.
   Status ScanLocked(Transfer& t);
   // Enqueues the chunks (pinning them per options_), then synchronizes every stream.
@@ -216,9 +221,10 @@ class HostCarrier {
   std::vector<Registration> registrations_;
   // Kept pinning: registrations_ cover the whole arena (every piece was registered).
   bool arena_pinned_ = false;
-  // WriteFile wrote the saved bytes to this file (its name; ReadFile is told the directory)
-  // and gave the arena back: "" while they are in memory.
-  std::string file_name_;
+  // WriteFile wrote the saved bytes to these part files and gave the arena back: empty while
+  // they are in memory. file_dir_: where they were written (ReadFile may be told another).
+  std::vector<FilePart> file_parts_;
+  std::string file_dir_;
   // Eager growth: the size asked for, and the thread that provides it. Separate from
   // mutex_ so that Anticipate never waits for a growth in progress.
   std::atomic<size_t> wanted_{0};

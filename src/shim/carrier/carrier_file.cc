@@ -5,11 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <vector>
 
 #include "shim/quiet_thread.h"
 
@@ -20,40 +20,46 @@ namespace {
 // covers every device we run on.
 constexpr uintptr_t kDirectAlign = 4096;
 
+// One read or write call's worth: part `part`'s bytes at `offset` in its file.
 struct Unit {
   std::byte* memory;
+  size_t part;
   uint64_t offset;
   size_t bytes;
 };
 
+// The part files of one transfer, open.
+struct PartFd {
+  int buffered = -1;
+  int direct = -1;  // -1: the filesystem refused O_DIRECT (tmpfs)
+};
+
 // One transfer's shared state: the units, the next one to take, the first failure.
 struct Io {
-  std::string path;
+  std::string dir;
+  std::span<const FilePart> parts;
   bool writing = false;
-  int buffered_fd = -1;
-  int direct_fd = -1;  // -1: the filesystem refused O_DIRECT
+  std::vector<PartFd> fds;
   std::vector<Unit> units;
   std::atomic<size_t> next{0};
   std::mutex mutex;
   Status first = Ok{};
 
-  int FdFor(const Unit& u) const {
-    const bool aligned = (reinterpret_cast<uintptr_t>(u.memory) | u.offset | u.bytes) %
-                             kDirectAlign == 0;
-    return aligned && direct_fd >= 0 ? direct_fd : buffered_fd;
-  }
+  std::string PathOf(size_t part) const { return dir + "/" + parts[part].name; }
 
   void Fail(const Unit& u, int error, const char* what) {
     std::lock_guard lock(mutex);
     if (!first) return;
     first = Error{error, std::string(writing ? "writing" : "reading") + " bytes [" +
                              std::to_string(u.offset) + ", " + std::to_string(u.offset + u.bytes) +
-                             ") of " + path + " failed: " + what};
+                             ") of " + PathOf(u.part) + " failed: " + what};
   }
 
   // Moves one unit whole (pread/pwrite may move less than asked).
   void Move(const Unit& u) {
-    const int fd = FdFor(u);
+    const bool aligned =
+        (reinterpret_cast<uintptr_t>(u.memory) | u.offset | u.bytes) % kDirectAlign == 0;
+    const int fd = aligned && fds[u.part].direct >= 0 ? fds[u.part].direct : fds[u.part].buffered;
     size_t done = 0;
     while (done < u.bytes) {
       const ssize_t n = writing ? pwrite(fd, u.memory + done, u.bytes - done, u.offset + done)
@@ -74,16 +80,41 @@ struct Io {
       Move(units[k]);
     }
   }
-};
 
-std::vector<Unit> Split(std::span<const FilePiece> pieces) {
-  std::vector<Unit> units;
-  for (const FilePiece& p : pieces) {
-    for (size_t at = 0; at < p.bytes; at += kFileUnit) {
-      units.push_back({p.memory + at, p.file_offset + at, std::min(kFileUnit, p.bytes - at)});
+  void Close() {
+    for (PartFd& fd : fds) {
+      if (fd.direct >= 0) close(fd.direct);
+      if (fd.buffered >= 0) close(fd.buffered);
+      fd = PartFd{};
     }
   }
-  return units;
+};
+
+// The units of every piece, each inside one part, taken in turn from part to part so that
+// threads running at once mostly write different files.
+std::vector<Unit> Split(std::span<const FilePart> parts, std::span<const FilePiece> pieces,
+                        size_t unit_bytes) {
+  std::vector<std::vector<Unit>> per_part(parts.size());
+  for (const FilePiece& p : pieces) {
+    for (size_t at = 0; at < p.bytes; at += unit_bytes) {
+      const uint64_t offset = p.offset + at;
+      const auto after = std::upper_bound(parts.begin(), parts.end(), offset,
+                                          [](uint64_t o, const FilePart& part) { return o < part.begin; });
+      const size_t k = static_cast<size_t>(after - parts.begin()) - 1;
+      per_part[k].push_back({p.memory + at, k, offset - parts[k].begin, std::min(unit_bytes, p.bytes - at)});
+    }
+  }
+  std::vector<Unit> units;
+  for (size_t round = 0;; ++round) {
+    bool any = false;
+    for (const auto& list : per_part) {
+      if (round < list.size()) {
+        units.push_back(list[round]);
+        any = true;
+      }
+    }
+    if (!any) return units;
+  }
 }
 
 // Runs io.Work on up to `threads` threads (the caller's among them); returns the first error.
@@ -109,66 +140,101 @@ Error Errno(int error, const std::string& what) {
   return Error{error, what + ": " + strerror(error)};
 }
 
-// fsync of the directory that holds `path`, so that the new file's entry survives a crash.
-int SyncDirectory(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  const int rc = fsync(fd) == 0 ? 0 : errno;
-  close(fd);
-  return rc;
-}
-
 }  // namespace
 
-Status WriteFilePieces(const std::string& path, uint64_t file_bytes,
-                       std::span<const FilePiece> pieces, unsigned threads) {
-  Io io;
-  io.path = path;
-  io.writing = true;
-  io.units = Split(pieces);
-  io.buffered_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (io.buffered_fd < 0) return Errno(errno, "cannot create " + path);
-  io.direct_fd = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);  // tmpfs: EINVAL
-  Status status = ftruncate(io.buffered_fd, static_cast<off_t>(file_bytes)) == 0
-                      ? Status(Ok{})
-                      : Errno(errno, "cannot size " + path + " to " + std::to_string(file_bytes) +
-                                         " bytes");
-  if (status) status = RunThreads(io, threads);
-  if (status && fdatasync(io.buffered_fd) != 0) status = Errno(errno, "cannot flush " + path);
-  if (io.direct_fd >= 0) close(io.direct_fd);
-  close(io.buffered_fd);
-  if (status) {
-    if (const int rc = SyncDirectory(path); rc != 0) {
-      status = Errno(rc, "cannot flush the directory entry of " + path);
+std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
+                                std::span<const FilePiece> pieces, unsigned parts,
+                                size_t unit_bytes) {
+  uint64_t data = 0;
+  for (const FilePiece& p : pieces) data += p.bytes;
+  std::vector<uint64_t> cuts;  // the begin of every part after the first
+  if (parts > 1 && data >= 2 * uint64_t{unit_bytes}) {
+    const uint64_t share = (data + parts - 1) / parts;
+    uint64_t seen = 0;
+    for (const FilePiece& p : pieces) {
+      for (size_t at = 0; at < p.bytes; at += unit_bytes) {
+        seen += std::min(unit_bytes, p.bytes - at);
+        const uint64_t end = p.offset + std::min<uint64_t>(p.bytes, at + unit_bytes);
+        if (cuts.size() + 1 < parts && seen >= share * (cuts.size() + 1) && end < total_bytes &&
+            seen < data) {
+          cuts.push_back(end);
+        }
+      }
     }
   }
-  if (!status) unlink(path.c_str());  // a partial file is no carrier
+  std::vector<FilePart> planned;
+  uint64_t begin = 0;
+  for (size_t k = 0; k <= cuts.size(); ++k) {
+    const uint64_t end = k < cuts.size() ? cuts[k] : total_bytes;
+    planned.push_back({stem + "-" + std::to_string(k) + ".bin", begin, end - begin});
+    begin = end;
+  }
+  return planned;
+}
+
+Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
+                  std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
+  Io io;
+  io.dir = dir;
+  io.parts = parts;
+  io.writing = true;
+  io.units = Split(parts, pieces, unit_bytes);
+  io.fds.resize(parts.size());
+  Status status = Ok{};
+  for (size_t k = 0; k < parts.size() && status; ++k) {
+    const std::string path = io.PathOf(k);
+    io.fds[k].buffered = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (io.fds[k].buffered < 0) {
+      status = Errno(errno, "cannot create " + path);
+      break;
+    }
+    io.fds[k].direct = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);  // tmpfs: EINVAL
+    if (ftruncate(io.fds[k].buffered, static_cast<off_t>(parts[k].bytes)) != 0) {
+      status = Errno(errno, "cannot size " + path + " to " + std::to_string(parts[k].bytes) + " bytes");
+    }
+  }
+  if (status) status = RunThreads(io, threads);
+  for (size_t k = 0; k < parts.size() && status; ++k) {
+    if (fdatasync(io.fds[k].buffered) != 0) status = Errno(errno, "cannot flush " + io.PathOf(k));
+  }
+  io.Close();
+  if (status) {
+    // The new files' directory entries must survive a crash too.
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) status = Errno(errno, "cannot flush the directory " + dir);
+    if (fd >= 0) close(fd);
+  }
+  if (!status) {
+    for (size_t k = 0; k < parts.size(); ++k) unlink(io.PathOf(k).c_str());  // no carrier
+  }
   return status;
 }
 
-Status ReadFilePieces(const std::string& path, uint64_t file_bytes,
-                      std::span<const FilePiece> pieces, unsigned threads) {
+Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
+                 std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
   Io io;
-  io.path = path;
-  io.units = Split(pieces);
-  io.buffered_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (io.buffered_fd < 0) return Errno(errno, "cannot open " + path);
-  struct stat st {};
+  io.dir = dir;
+  io.parts = parts;
+  io.units = Split(parts, pieces, unit_bytes);
+  io.fds.resize(parts.size());
   Status status = Ok{};
-  if (fstat(io.buffered_fd, &st) != 0) {
-    status = Errno(errno, "cannot stat " + path);
-  } else if (static_cast<uint64_t>(st.st_size) != file_bytes) {
-    status = Error{EINVAL, path + " holds " + std::to_string(st.st_size) + " bytes, but the "
-                               "carrier wrote " + std::to_string(file_bytes)};
+  for (size_t k = 0; k < parts.size() && status; ++k) {
+    const std::string path = io.PathOf(k);
+    io.fds[k].buffered = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (io.fds[k].buffered < 0) {
+      status = Errno(errno, "cannot open " + path);
+    } else if (fstat(io.fds[k].buffered, &st) != 0) {
+      status = Errno(errno, "cannot stat " + path);
+    } else if (static_cast<uint64_t>(st.st_size) != parts[k].bytes) {
+      status = Error{EINVAL, path + " holds " + std::to_string(st.st_size) + " bytes, but the "
+                                 "carrier wrote " + std::to_string(parts[k].bytes)};
+    } else {
+      io.fds[k].direct = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    }
   }
-  if (status) {
-    io.direct_fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-    status = RunThreads(io, threads);
-    if (io.direct_fd >= 0) close(io.direct_fd);
-  }
-  close(io.buffered_fd);
+  if (status) status = RunThreads(io, threads);
+  io.Close();
   return status;
 }
 

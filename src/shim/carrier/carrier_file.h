@@ -2,41 +2,61 @@
 // CRIU's images on several threads (kWriteCarrier), then give the arena back to the kernel,
 // so that CRIU, whose page writing and reading run on one thread at 1.4-1.8 GB/s whatever the
 // medium (docs/MEASURED.md M19), neither writes nor reads those bytes again; the restore
-// reads them back the same way (kReadCarrier). Direct I/O (O_DIRECT) where the filesystem
-// takes it, so a disk-sized carrier does not go through the page cache twice.
+// reads them back the same way (kReadCarrier). The bytes go into several part files, one
+// thread each: a filesystem serialises the writes into one file that allocate its blocks
+// (tmpfs always, ext4 for direct writes into holes: the inode lock), so one file would write
+// at one thread's rate (M22). Direct I/O (O_DIRECT) where the filesystem takes it, so a
+// disk-sized carrier does not go through the page cache twice.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
 namespace cusnap::shim {
 
-/// One range of host memory and where its bytes sit in the file.
+/// Bytes one read or write call moves at most.
+inline constexpr size_t kFileUnit = size_t{64} << 20;
+
+/// One range of host memory and where its bytes sit in the carrier's address space (the
+/// arena offset), which the parts divide.
 struct FilePiece {
   std::byte* memory = nullptr;
-  uint64_t file_offset = 0;
+  uint64_t offset = 0;
   size_t bytes = 0;
 };
 
-/// Bytes one thread reads or writes at a time.
-inline constexpr size_t kFileUnit = size_t{64} << 20;
+/// One part file: the carrier's bytes [begin, begin + bytes), at file offset 0 on; ranges
+/// no piece covers are holes (read back as zeros).
+struct FilePart {
+  std::string name;  ///< "<stem>-<k>.bin", in the carrier's directory
+  uint64_t begin = 0;
+  uint64_t bytes = 0;
+};
 
-/// Creates `path` (mode 0600, replacing a file there) `file_bytes` long, writes every piece at
-/// its offset on up to `threads` threads (ranges between pieces stay holes: read back as
-/// zeros), then makes the file and its directory entry durable (fdatasync, fsync of the
-/// directory). Errors: errno-coded, naming the path and the failing byte range; the file is
-/// removed then.
-Status WriteFilePieces(const std::string& path, uint64_t file_bytes,
-                       std::span<const FilePiece> pieces, unsigned threads);
+/// Divides [0, total_bytes) into at most `parts` contiguous parts holding about the same
+/// bytes of `pieces` each, cut only at multiples of `unit_bytes` from a piece's start (so
+/// direct I/O stays aligned), named after `stem` (a file name, no directory). One part when
+/// the pieces hold less than two units.
+std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
+                                std::span<const FilePiece> pieces, unsigned parts,
+                                size_t unit_bytes);
 
-/// Reads every piece from `path` on up to `threads` threads. Errors: errno-coded naming the
-/// path (ENOENT when it is missing), EINVAL when its size is not `file_bytes` (both named),
-/// EIO naming the range when the file ends early.
-Status ReadFilePieces(const std::string& path, uint64_t file_bytes,
-                      std::span<const FilePiece> pieces, unsigned threads);
+/// Creates every part file in `dir` (mode 0600, replacing files there) at its size, writes the
+/// pieces into them, at most `unit_bytes` per call, on up to `threads` threads, then makes the
+/// files and their directory entries durable (fdatasync, fsync of the directory). Errors:
+/// errno-coded, naming the file and the failing byte range; every part file is removed then.
+Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
+                  std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes);
+
+/// Reads the pieces back from the part files in `dir` on up to `threads` threads. Errors:
+/// errno-coded naming the file (ENOENT when it is missing), EINVAL when its size is not the
+/// part's (both named), EIO naming the range when the file ends early.
+Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
+                 std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes);
 
 }  // namespace cusnap::shim

@@ -8,6 +8,15 @@
 #include "shim/carrier/carrier.h"
 
 namespace cusnap::shim {
+namespace {
+
+uint64_t DataBytes(const std::vector<FilePiece>& pieces) {
+  uint64_t total = 0;
+  for (const FilePiece& piece : pieces) total += piece.bytes;
+  return total;
+}
+
+}  // namespace
 
 size_t HostCarrier::LayoutEndLocked() const {
   return layout_.empty() ? 0 : layout_.back().offset + layout_.back().size;
@@ -21,7 +30,7 @@ std::vector<FilePiece> HostCarrier::FilePiecesLocked() const {
       if (place.zero[c]) continue;  // a hole in the file; a memset at reallocate
       const size_t offset = place.offset + c * chunk;
       const size_t bytes = std::min(chunk, place.size - c * chunk);
-      if (!pieces.empty() && pieces.back().file_offset + pieces.back().bytes == offset) {
+      if (!pieces.empty() && pieces.back().offset + pieces.back().bytes == offset) {
         pieces.back().bytes += bytes;  // adjacent: one piece
       } else {
         pieces.push_back({arena_.data() + offset, offset, bytes});
@@ -31,44 +40,47 @@ std::vector<FilePiece> HostCarrier::FilePiecesLocked() const {
   return pieces;
 }
 
-Result<CarrierTransfer> HostCarrier::WriteFile(const std::string& path) {
+Result<CarrierTransfer> HostCarrier::WriteFile(const std::string& stem_path) {
   std::lock_guard lock(mutex_);
   const uint64_t start = MonotonicNs();
-  if (layout_.empty() || !file_name_.empty() || !unsynced_.empty()) {
+  if (layout_.empty() || !file_parts_.empty() || !unsynced_.empty()) {
     return Error{CUDA_ERROR_INVALID_VALUE,
-                 ThisProcess() + ": host carrier: nothing to write to " + path +
-                     (!file_name_.empty() ? " (the saved bytes are in " + file_name_ + " already)"
+                 ThisProcess() + ": host carrier: nothing to write to " + stem_path +
+                     (!file_parts_.empty() ? " (the saved bytes are in files already)"
                       : !unsynced_.empty() ? " (a copy of an earlier transfer may still run)"
                                            : " (no save holds bytes)")};
   }
-  const size_t end = LayoutEndLocked();
+  const size_t slash = stem_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : stem_path.substr(0, slash);
+  const std::string stem = slash == std::string::npos ? stem_path : stem_path.substr(slash + 1);
   const std::vector<FilePiece> pieces = FilePiecesLocked();
-  if (Status written = WriteFilePieces(path, end, pieces, options_.provision_threads); !written) {
+  const size_t unit = std::min(options_.chunk_bytes, kFileUnit);
+  const unsigned threads = options_.provision_threads;
+  std::vector<FilePart> parts = PlanParts(stem, LayoutEndLocked(), pieces, threads, unit);
+  if (Status written = WriteParts(dir, parts, pieces, threads, unit); !written) {
     return Error{written.error().code, ThisProcess() + ": host carrier: " + written.error().message};
   }
   // The registration goes first: the driver must not keep pages the kernel takes back.
   uint64_t unregister_ns = 0;
   if (CUresult r = UnregisterAllLocked(&unregister_ns); r != CUDA_SUCCESS) {
     return Error{static_cast<int>(r), ThisProcess() + ": host carrier: unregistering the arena "
-                                          "after writing " + path + " failed with " +
+                                          "after writing " + stem_path + "-*.bin failed with " +
                                           ResultText(api_, r) + " (the bytes stay in memory too)"};
   }
   arena_pinned_ = false;
   arena_.ShrinkTo(0);
-  const size_t slash = path.rfind('/');
-  file_name_ = slash == std::string::npos ? path : path.substr(slash + 1);
+  file_parts_ = std::move(parts);
+  file_dir_ = dir;
   CarrierTransfer result;
   for (const Placement& place : layout_) result.bytes += place.size;
-  result.chunks = pieces.size();
-  uint64_t written_bytes = 0;
-  for (const FilePiece& piece : pieces) written_bytes += piece.bytes;
-  result.zero_bytes = result.bytes - written_bytes;
+  result.zero_bytes = result.bytes - DataBytes(pieces);
+  result.chunks = file_parts_.size();
   result.register_ns = unregister_ns;
   result.ns = MonotonicNs() - start;
   result.copy_ns = result.ns - unregister_ns;
-  CUSNAP_LOG_INFO("host carrier: %llu bytes written to %s in %llu ns",
-                  static_cast<unsigned long long>(written_bytes), path.c_str(),
-                  static_cast<unsigned long long>(result.copy_ns));
+  CUSNAP_LOG_INFO("host carrier: %llu bytes written to %zu files %s-*.bin in %llu ns",
+                  static_cast<unsigned long long>(DataBytes(pieces)), file_parts_.size(),
+                  stem_path.c_str(), static_cast<unsigned long long>(result.copy_ns));
   return result;
 }
 
@@ -76,20 +88,18 @@ Result<CarrierTransfer> HostCarrier::ReadFile(const std::string& dir) {
   std::lock_guard lock(mutex_);
   const uint64_t start = MonotonicNs();
   CarrierTransfer result;
-  if (file_name_.empty()) return result;  // in memory: nothing to read
-  const std::string path = dir + "/" + file_name_;
-  const size_t end = LayoutEndLocked();
-  if (Status grown = GrowLocked(end, &result.provision_ns); !grown) return grown.error();
+  if (file_parts_.empty()) return result;  // in memory: nothing to read
+  const std::string from = dir.empty() ? file_dir_ : dir;
+  if (Status grown = GrowLocked(LayoutEndLocked(), &result.provision_ns); !grown) return grown.error();
   const std::vector<FilePiece> pieces = FilePiecesLocked();
-  if (Status read = ReadFilePieces(path, end, pieces, options_.provision_threads); !read) {
+  const size_t unit = std::min(options_.chunk_bytes, kFileUnit);
+  if (Status read = ReadParts(from, file_parts_, pieces, options_.provision_threads, unit); !read) {
     return Error{read.error().code, ThisProcess() + ": host carrier: " + read.error().message +
-                                        "; the saved bytes stay in the file"};
+                                        "; the saved bytes stay in the files"};
   }
-  file_name_.clear();
+  file_parts_.clear();
   for (const Placement& place : layout_) result.bytes += place.size;
-  uint64_t read_bytes = 0;
-  for (const FilePiece& piece : pieces) read_bytes += piece.bytes;
-  result.zero_bytes = result.bytes - read_bytes;
+  result.zero_bytes = result.bytes - DataBytes(pieces);
   result.chunks = pieces.size();
   result.ns = MonotonicNs() - start;
   result.copy_ns = result.ns - result.provision_ns;
@@ -98,7 +108,13 @@ Result<CarrierTransfer> HostCarrier::ReadFile(const std::string& dir) {
 
 std::string HostCarrier::file_name() const {
   std::lock_guard lock(mutex_);
-  return file_name_;
+  return FileNamesLocked();
+}
+
+std::string HostCarrier::FileNamesLocked() const {
+  std::string names;
+  for (const FilePart& part : file_parts_) names += (names.empty() ? "" : ", ") + part.name;
+  return names;
 }
 
 Status HostCarrier::SavedBytesInMemory() const {
@@ -107,9 +123,9 @@ Status HostCarrier::SavedBytesInMemory() const {
 }
 
 Status HostCarrier::InMemoryLocked() const {
-  if (file_name_.empty()) return Ok{};
+  if (file_parts_.empty()) return Ok{};
   return Error{CUDA_ERROR_INVALID_VALUE,
-               ThisProcess() + ": host carrier: the saved bytes are in the file " + file_name_ +
+               ThisProcess() + ": host carrier: the saved bytes are in the files " + FileNamesLocked() +
                    " (written for a dump), not in memory: READ_CARRIER brings them back before "
                    "a reallocate"};
 }
