@@ -208,8 +208,8 @@ class CheckpointSequence : Sequence {
     const std::string dir = AbsoluteDir(options_.state_dir);
     uint64_t expected = 0;
     for (uint64_t bytes : saved_bytes_) expected += bytes;
-    return CarrierFilePhase(proto::Op::kWriteCarrier, [&](size_t i) -> std::string {
-      if (saved_bytes_[i] == 0 || dead_[i]) return "";
+    return CarrierFilePhase(proto::Op::kWriteCarrier, [&](size_t i) -> std::optional<std::string> {
+      if (saved_bytes_[i] == 0 || dead_[i]) return std::nullopt;
       return dir + "/" + CarrierFileStem(participants_[i]->pid());
     }, expected);
   }

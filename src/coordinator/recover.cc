@@ -272,16 +272,21 @@ class RecoverSequence : Sequence {
     });
   }
 
-  /// read_carriers: as the restore's (restore.cc), for the participants still RELEASED, when
-  /// the state directory holds carrier files (a dump stopped after write_carriers).
+  /// read_carriers: as the restore's (restore.cc), for every participant still RELEASED (a
+  /// dump stopped after write_carriers left its carrier in files): from the state directory
+  /// when it holds carrier files, else from where each shim wrote them (a shim whose carrier
+  /// is in memory has nothing to read).
   bool ReadCarriersAll() {
-    if (!forward_ || options_.state_dir.empty() || !HasCarrierFiles(options_.state_dir)) return true;
-    if (std::none_of(now_.begin(), now_.end(), [](ShimState s) { return s == ShimState::kReleased; })) {
+    if (!forward_ ||
+        std::none_of(now_.begin(), now_.end(), [](ShimState s) { return s == ShimState::kReleased; })) {
       return true;
     }
-    const std::string dir = AbsoluteDir(options_.state_dir);
-    return CarrierFilePhase(proto::Op::kReadCarrier, [&](size_t i) -> std::string {
-      return now_[i] == ShimState::kReleased && !dead_[i] ? dir : "";
+    const std::string dir = !options_.state_dir.empty() && HasCarrierFiles(options_.state_dir)
+                                ? AbsoluteDir(options_.state_dir)
+                                : "";
+    return CarrierFilePhase(proto::Op::kReadCarrier, [&](size_t i) -> std::optional<std::string> {
+      if (now_[i] != ShimState::kReleased || dead_[i]) return std::nullopt;
+      return dir;
     });
   }
 

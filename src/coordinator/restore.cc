@@ -81,7 +81,8 @@ class RestoreSequence : Sequence {
   bool ReadCarriersAll() {
     if (!HasCarrierFiles(options_.state_dir)) return true;
     const std::string dir = AbsoluteDir(options_.state_dir);
-    return CarrierFilePhase(proto::Op::kReadCarrier, [&](size_t) { return dir; }, SavedBytes());
+    return CarrierFilePhase(proto::Op::kReadCarrier,
+                            [&](size_t) -> std::optional<std::string> { return dir; }, SavedBytes());
   }
   /// A multicast rebuild step (noted when the checkpoint recorded no multicast object).
   template <proto::Op op>

@@ -133,13 +133,15 @@ bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::
   }, expected_bytes, note);
 }
 
-bool Sequence::CarrierFilePhase(proto::Op op, const std::function<std::string(size_t)>& path_of,
+bool Sequence::CarrierFilePhase(proto::Op op,
+                                const std::function<std::optional<std::string>(size_t)>& path_of,
                                 uint64_t expected_bytes) {
   const char* name = op == proto::Op::kWriteCarrier ? "write_carriers" : "read_carriers";
   return Phase(name, [&](size_t i) -> Result<uint64_t> {
+    const std::optional<std::string> path = path_of(i);
+    if (!path) return uint64_t{0};
     proto::StepRequest request{op, 0, ""};
-    request.carrier_path = path_of(i);
-    if (request.carrier_path.empty()) return uint64_t{0};
+    request.carrier_path = *path;
     auto step = Ask(i, request);
     if (!step) return step.error();
     NoteCopy(step->copy_ns, step->zero_bytes);

@@ -96,9 +96,11 @@ class Sequence {
   /// (each rule broken is reported on its own); false when there is any.
   bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
   /// write_carriers (`cusnap dump`, kWriteCarrier) or read_carriers (kReadCarrier): asks
-  /// each participant for which `path_of(index)` is not "" to write its carrier to that
-  /// file, or read it back from that directory; bytes are the carriers' (holes included).
-  bool CarrierFilePhase(proto::Op op, const std::function<std::string(size_t)>& path_of,
+  /// each participant for which `path_of(index)` gives a path to write its carrier there
+  /// (StepRequest::carrier_path), or read it back from there; nullopt leaves it out. Bytes
+  /// are the carriers' (holes included).
+  bool CarrierFilePhase(proto::Op op,
+                        const std::function<std::optional<std::string>(size_t)>& path_of,
                         uint64_t expected_bytes = 0);
   /// Sends lifecycle `op` to every participant; the phase is named after the op and counts
   /// the bytes carrier replies report. `note` as for Phase. With `leaves`, a participant

@@ -1274,6 +1274,28 @@ TEST_F(CliImages, ADumpKilledBeforeCriuNamesTheRestoreInPlace) {
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
+// A dump killed between write_carriers and CRIU leaves each carrier in its part files: `recover`
+// without a state directory reads them back from where they were written (read_carriers),
+// and every byte comes back.
+TEST_F(CliImages, ADumpKilledBeforeCriuIsRecoveredFromItsCarrierFiles) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ::setenv("CUSNAP_HOLD", "stop", 1);
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+  const Ran killed = RunCommand(
+      "CUSNAP_TEST_PAUSE_AT=dump:criu_dump:before " + Env("CUSNAP_TEST_BIN_DIR") + "/cusnap dump "
+      "--pid " + std::to_string(job) + " --images-dir " + images + " >/dev/null 2>&1 & cli=$!; "
+      "until grep -q '^State:.*stopped' /proc/$cli/status; do sleep 0.05; done; kill -KILL $cli; "
+      "wait $cli; echo $?", dir_);
+  ASSERT_EQ(killed.out, "137\n") << killed.err;
+  EXPECT_EQ(coord::CarrierFileBytes(images), 8u << 20) << "write_carriers ran before the kill";
+  const Ran recovered = Cusnap({"recover", "--pid", std::to_string(job)});
+  ASSERT_EQ(recovered.status, 0) << recovered.out << recovered.err;
+  EXPECT_THAT(recovered.out, HasSubstr("read_carriers"));
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
 // A dump under the default hold (CUSNAP_HOLD=stop) records each GPU's model in its manifest:
 // the hold's driver wrapper answered none (its base class's default), so such dumps named no
 // models, and a restore could not refuse another GPU model.
