@@ -144,7 +144,8 @@ bool Sequence::CarrierFilePhase(proto::Op op,
     request.carrier_path = *path;
     auto step = Ask(i, request);
     if (!step) return step.error();
-    NoteCopy(step->copy_ns, step->zero_bytes);
+    // File I/O, not copies: the phase's own rate says it; zero chunks were not written.
+    NoteCopy(0, step->zero_bytes);
     return step->bytes;
   }, expected_bytes);
 }
