@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -60,6 +61,21 @@ class CarrierOnDiskTest : public HostCarrierTest {
   }
   std::string Stem() const { return dir_ + "/carrier-1"; }
   std::string Part(int k) const { return dir_ + "/carrier-1-" + std::to_string(k) + ".bin"; }
+
+  static void WriteVictim(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("untouched", f);
+    std::fclose(f);
+  }
+  static std::string ReadVictim(const std::string& path) {
+    char text[32] = {};
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return "";
+    const size_t n = std::fread(text, 1, sizeof text - 1, f);
+    std::fclose(f);
+    return std::string(text, n);
+  }
 
   std::string dir_;
   AppAllocation* a_ = nullptr;
@@ -129,6 +145,16 @@ TEST_F(CarrierOnDiskTest, AWriteThatFailsRemovesEveryPartAndChangesNothing) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, ENOENT);
   EXPECT_THAT(failed.error().message, HasSubstr("host carrier: cannot create " + nowhere + "-0.bin"));
+
+  // A symbolic link where a part goes is not followed.
+  const std::string victim = dir_ + "/victim";
+  WriteVictim(victim);
+  fs::create_symlink(victim, Part(0));
+  Result<CarrierTransfer> linked = carrier.WriteFile(Stem());
+  ASSERT_FALSE(linked.ok());
+  EXPECT_EQ(linked.error().code, ELOOP);
+  EXPECT_EQ(ReadVictim(victim), "untouched");
+  fs::remove(Part(0));
 
   // The last part cannot be made: the first two, made already, go too.
   fs::create_directory(Part(2));

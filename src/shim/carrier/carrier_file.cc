@@ -183,7 +183,8 @@ Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
   Status status = Ok{};
   for (size_t k = 0; k < parts.size() && status; ++k) {
     const std::string path = io.PathOf(k);
-    io.fds[k].buffered = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    // Never through a symbolic link: the shim writes with the job's rights.
+    io.fds[k].buffered = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (io.fds[k].buffered < 0) {
       status = Errno(errno, "cannot create " + path);
       break;

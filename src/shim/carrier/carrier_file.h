@@ -46,7 +46,8 @@ std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
                                 std::span<const FilePiece> pieces, unsigned parts,
                                 size_t unit_bytes);
 
-/// Creates every part file in `dir` (mode 0600, replacing files there) at its size, writes the
+/// Creates every part file in `dir` (mode 0600, replacing files there; a symbolic link there
+/// is refused, ELOOP) at its size, writes the
 /// pieces into them, at most `unit_bytes` per call, on up to `threads` threads, then makes the
 /// files and their directory entries durable (fdatasync, fsync of the directory). Errors:
 /// errno-coded, naming the file and the failing byte range; every part file is removed then.
