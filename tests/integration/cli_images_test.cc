@@ -211,6 +211,22 @@ class CliImages : public OwnMachineTest {
   std::vector<std::string> mounts_;  // SmallDisk's
 
   /// The round trip of criu_job through CRIU (below).
+  /// A job held stopped (CUSNAP_HOLD=stop) in `job_dir` whose `cusnap dump` into `images`
+  /// was killed at the boundary before criu_dump (after write_carriers); returns its pid.
+  pid_t DumpKilledBeforeCriu(const std::string& job_dir, const std::string& images,
+                             const std::string& log) {
+    ::setenv("CUSNAP_HOLD", "stop", 1);
+    const pid_t job = StartCriuJob(job_dir, log);
+    EXPECT_GT(job, 0);
+    const Ran killed = RunCommand(
+        "CUSNAP_TEST_PAUSE_AT=dump:criu_dump:before " + Env("CUSNAP_TEST_BIN_DIR") + "/cusnap "
+        "dump --pid " + std::to_string(job) + " --images-dir " + images + " >/dev/null 2>&1 & "
+        "cli=$!; until grep -q '^State:.*stopped' /proc/$cli/status; do sleep 0.05; done; kill "
+        "-KILL $cli; wait $cli; echo $?", dir_);
+    EXPECT_EQ(killed.out, "137\n") << killed.err;
+    return job;
+  }
+
   void RoundTrip(const std::string& cli_dies_at, bool pids_taken = false, bool leave_running = false,
                  bool criu_fails_after = false);
 
@@ -1251,16 +1267,9 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
 // command that resumes it (found by a fresh user). Both name it now, and it works.
 TEST_F(CliImages, ADumpKilledBeforeCriuNamesTheRestoreInPlace) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
-  ::setenv("CUSNAP_HOLD", "stop", 1);
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
-  const pid_t job = StartCriuJob(job_dir, log);
-  ASSERT_GT(job, 0);
-  const Ran killed = RunCommand(
-      "CUSNAP_TEST_PAUSE_AT=dump:criu_dump:before " + Env("CUSNAP_TEST_BIN_DIR") + "/cusnap dump "
-      "--pid " + std::to_string(job) + " --images-dir " + images + " >/dev/null 2>&1 & cli=$!; "
-      "until grep -q '^State:.*stopped' /proc/$cli/status; do sleep 0.05; done; kill -KILL $cli; "
-      "wait $cli; echo $?", dir_);
-  ASSERT_EQ(killed.out, "137\n") << killed.err;
+  pid_t job = 0;
+  ASSERT_NO_FATAL_FAILURE(job = DumpKilledBeforeCriu(job_dir, images, log));
   const std::string resume = "'cusnap restore --pid " + std::to_string(job) + " --state-dir " +
                              images + "' resumes the job in place";
   const Ran again = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
@@ -1279,16 +1288,9 @@ TEST_F(CliImages, ADumpKilledBeforeCriuNamesTheRestoreInPlace) {
 // and every byte comes back.
 TEST_F(CliImages, ADumpKilledBeforeCriuIsRecoveredFromItsCarrierFiles) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
-  ::setenv("CUSNAP_HOLD", "stop", 1);
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
-  const pid_t job = StartCriuJob(job_dir, log);
-  ASSERT_GT(job, 0);
-  const Ran killed = RunCommand(
-      "CUSNAP_TEST_PAUSE_AT=dump:criu_dump:before " + Env("CUSNAP_TEST_BIN_DIR") + "/cusnap dump "
-      "--pid " + std::to_string(job) + " --images-dir " + images + " >/dev/null 2>&1 & cli=$!; "
-      "until grep -q '^State:.*stopped' /proc/$cli/status; do sleep 0.05; done; kill -KILL $cli; "
-      "wait $cli; echo $?", dir_);
-  ASSERT_EQ(killed.out, "137\n") << killed.err;
+  pid_t job = 0;
+  ASSERT_NO_FATAL_FAILURE(job = DumpKilledBeforeCriu(job_dir, images, log));
   EXPECT_EQ(coord::CarrierFileBytes(images), 8u << 20) << "write_carriers ran before the kill";
   const Ran recovered = Cusnap({"recover", "--pid", std::to_string(job)});
   ASSERT_EQ(recovered.status, 0) << recovered.out << recovered.err;

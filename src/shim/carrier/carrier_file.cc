@@ -34,6 +34,33 @@ struct PartFd {
   int direct = -1;  // -1: the filesystem refused O_DIRECT (tmpfs)
 };
 
+// The units of every piece, each inside one part, taken in turn from part to part so that
+// threads running at once mostly write different files.
+std::vector<Unit> Split(std::span<const FilePart> parts, std::span<const FilePiece> pieces,
+                        size_t unit_bytes) {
+  std::vector<std::vector<Unit>> per_part(parts.size());
+  for (const FilePiece& p : pieces) {
+    for (size_t at = 0; at < p.bytes; at += unit_bytes) {
+      const uint64_t offset = p.offset + at;
+      const auto after = std::upper_bound(parts.begin(), parts.end(), offset,
+                                          [](uint64_t o, const FilePart& part) { return o < part.begin; });
+      const size_t k = static_cast<size_t>(after - parts.begin()) - 1;
+      per_part[k].push_back({p.memory + at, k, offset - parts[k].begin, std::min(unit_bytes, p.bytes - at)});
+    }
+  }
+  std::vector<Unit> units;
+  for (size_t round = 0;; ++round) {
+    bool any = false;
+    for (const auto& list : per_part) {
+      if (round < list.size()) {
+        units.push_back(list[round]);
+        any = true;
+      }
+    }
+    if (!any) return units;
+  }
+}
+
 // One transfer's shared state: the units, the next one to take, the first failure.
 struct Io {
   std::string dir;
@@ -44,6 +71,12 @@ struct Io {
   std::atomic<size_t> next{0};
   std::mutex mutex;
   Status first = Ok{};
+
+  // Io is neither copied nor moved (its atomic and mutex): set up in place.
+  Io(const std::string& directory, std::span<const FilePart> part_list,
+     std::span<const FilePiece> pieces, size_t unit_bytes, bool write)
+      : dir(directory), parts(part_list), writing(write), fds(part_list.size()),
+        units(Split(part_list, pieces, unit_bytes)) {}
 
   std::string PathOf(size_t part) const { return dir + "/" + parts[part].name; }
 
@@ -89,33 +122,6 @@ struct Io {
     }
   }
 };
-
-// The units of every piece, each inside one part, taken in turn from part to part so that
-// threads running at once mostly write different files.
-std::vector<Unit> Split(std::span<const FilePart> parts, std::span<const FilePiece> pieces,
-                        size_t unit_bytes) {
-  std::vector<std::vector<Unit>> per_part(parts.size());
-  for (const FilePiece& p : pieces) {
-    for (size_t at = 0; at < p.bytes; at += unit_bytes) {
-      const uint64_t offset = p.offset + at;
-      const auto after = std::upper_bound(parts.begin(), parts.end(), offset,
-                                          [](uint64_t o, const FilePart& part) { return o < part.begin; });
-      const size_t k = static_cast<size_t>(after - parts.begin()) - 1;
-      per_part[k].push_back({p.memory + at, k, offset - parts[k].begin, std::min(unit_bytes, p.bytes - at)});
-    }
-  }
-  std::vector<Unit> units;
-  for (size_t round = 0;; ++round) {
-    bool any = false;
-    for (const auto& list : per_part) {
-      if (round < list.size()) {
-        units.push_back(list[round]);
-        any = true;
-      }
-    }
-    if (!any) return units;
-  }
-}
 
 // Runs io.Work on up to `threads` threads (the caller's among them); returns the first error.
 Status RunThreads(Io& io, unsigned threads) {
@@ -174,12 +180,7 @@ std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
 
 Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
                   std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
-  Io io;
-  io.dir = dir;
-  io.parts = parts;
-  io.writing = true;
-  io.units = Split(parts, pieces, unit_bytes);
-  io.fds.resize(parts.size());
+  Io io(dir, parts, pieces, unit_bytes, /*write=*/true);
   Status status = Ok{};
   for (size_t k = 0; k < parts.size() && status; ++k) {
     const std::string path = io.PathOf(k);
@@ -189,7 +190,7 @@ Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
       status = Errno(errno, "cannot create " + path);
       break;
     }
-    io.fds[k].direct = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);  // tmpfs: EINVAL
+    io.fds[k].direct = open(path.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);  // tmpfs: EINVAL
     if (ftruncate(io.fds[k].buffered, static_cast<off_t>(parts[k].bytes)) != 0) {
       status = Errno(errno, "cannot size " + path + " to " + std::to_string(parts[k].bytes) + " bytes");
     }
@@ -213,11 +214,7 @@ Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
 
 Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
                  std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
-  Io io;
-  io.dir = dir;
-  io.parts = parts;
-  io.units = Split(parts, pieces, unit_bytes);
-  io.fds.resize(parts.size());
+  Io io(dir, parts, pieces, unit_bytes, /*write=*/false);
   Status status = Ok{};
   for (size_t k = 0; k < parts.size() && status; ++k) {
     const std::string path = io.PathOf(k);
