@@ -16,22 +16,12 @@
 namespace cusnap::shim {
 namespace {
 
-// Direct I/O wants memory, offset and length aligned to the logical block size; 4 KiB
-// covers every device we run on.
-constexpr uintptr_t kDirectAlign = 4096;
-
 // One read or write call's worth: part `part`'s bytes at `offset` in its file.
 struct Unit {
   std::byte* memory;
   size_t part;
   uint64_t offset;
   size_t bytes;
-};
-
-// The part files of one transfer, open.
-struct PartFd {
-  int buffered = -1;
-  int direct = -1;  // -1: the filesystem refused O_DIRECT (tmpfs)
 };
 
 // The units of every piece, each inside one part, taken in turn from part to part so that
@@ -66,7 +56,7 @@ struct Io {
   std::string dir;
   std::span<const FilePart> parts;
   bool writing = false;
-  std::vector<PartFd> fds;
+  std::vector<int> fds;  // per part, -1 until opened
   std::vector<Unit> units;
   std::atomic<size_t> next{0};
   std::mutex mutex;
@@ -75,7 +65,7 @@ struct Io {
   // Io is neither copied nor moved (its atomic and mutex): set up in place.
   Io(const std::string& directory, std::span<const FilePart> part_list,
      std::span<const FilePiece> pieces, size_t unit_bytes, bool write)
-      : dir(directory), parts(part_list), writing(write), fds(part_list.size()),
+      : dir(directory), parts(part_list), writing(write), fds(part_list.size(), -1),
         units(Split(part_list, pieces, unit_bytes)) {}
 
   std::string PathOf(size_t part) const { return dir + "/" + parts[part].name; }
@@ -90,9 +80,7 @@ struct Io {
 
   // Moves one unit whole (pread/pwrite may move less than asked).
   void Move(const Unit& u) {
-    const bool aligned =
-        (reinterpret_cast<uintptr_t>(u.memory) | u.offset | u.bytes) % kDirectAlign == 0;
-    const int fd = aligned && fds[u.part].direct >= 0 ? fds[u.part].direct : fds[u.part].buffered;
+    const int fd = fds[u.part];
     size_t done = 0;
     while (done < u.bytes) {
       const ssize_t n = writing ? pwrite(fd, u.memory + done, u.bytes - done, u.offset + done)
@@ -115,10 +103,9 @@ struct Io {
   }
 
   void Close() {
-    for (PartFd& fd : fds) {
-      if (fd.direct >= 0) close(fd.direct);
-      if (fd.buffered >= 0) close(fd.buffered);
-      fd = PartFd{};
+    for (int& fd : fds) {
+      if (fd >= 0) close(fd);
+      fd = -1;
     }
   }
 };
@@ -185,19 +172,18 @@ Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
   for (size_t k = 0; k < parts.size() && status; ++k) {
     const std::string path = io.PathOf(k);
     // Never through a symbolic link: the shim writes with the job's rights.
-    io.fds[k].buffered = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (io.fds[k].buffered < 0) {
+    io.fds[k] = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (io.fds[k] < 0) {
       status = Errno(errno, "cannot create " + path);
       break;
     }
-    io.fds[k].direct = open(path.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);  // tmpfs: EINVAL
-    if (ftruncate(io.fds[k].buffered, static_cast<off_t>(parts[k].bytes)) != 0) {
+    if (ftruncate(io.fds[k], static_cast<off_t>(parts[k].bytes)) != 0) {
       status = Errno(errno, "cannot size " + path + " to " + std::to_string(parts[k].bytes) + " bytes");
     }
   }
   if (status) status = RunThreads(io, threads);
   for (size_t k = 0; k < parts.size() && status; ++k) {
-    if (fdatasync(io.fds[k].buffered) != 0) status = Errno(errno, "cannot flush " + io.PathOf(k));
+    if (fdatasync(io.fds[k]) != 0) status = Errno(errno, "cannot flush " + io.PathOf(k));
   }
   io.Close();
   if (status) {
@@ -218,17 +204,15 @@ Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
   Status status = Ok{};
   for (size_t k = 0; k < parts.size() && status; ++k) {
     const std::string path = io.PathOf(k);
-    io.fds[k].buffered = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    io.fds[k] = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st {};
-    if (io.fds[k].buffered < 0) {
+    if (io.fds[k] < 0) {
       status = Errno(errno, "cannot open " + path);
-    } else if (fstat(io.fds[k].buffered, &st) != 0) {
+    } else if (fstat(io.fds[k], &st) != 0) {
       status = Errno(errno, "cannot stat " + path);
     } else if (static_cast<uint64_t>(st.st_size) != parts[k].bytes) {
       status = Error{EINVAL, path + " holds " + std::to_string(st.st_size) + " bytes, but the "
                                  "carrier wrote " + std::to_string(parts[k].bytes)};
-    } else {
-      io.fds[k].direct = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     }
   }
   if (status) status = RunThreads(io, threads);

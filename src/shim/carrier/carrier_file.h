@@ -3,10 +3,11 @@
 // so that CRIU, whose page writing and reading run on one thread at 1.4-1.8 GB/s whatever the
 // medium (docs/MEASURED.md M19), neither writes nor reads those bytes again; the restore
 // reads them back the same way (kReadCarrier). The bytes go into several part files, one
-// thread each: a filesystem serialises the writes into one file that allocate its blocks
-// (tmpfs always, ext4 for direct writes into holes: the inode lock), so one file would write
-// at one thread's rate (M22). Direct I/O (O_DIRECT) where the filesystem takes it, so a
-// disk-sized carrier does not go through the page cache twice.
+// thread each: tmpfs and ext4 serialise the writes into one file on its inode lock, so one
+// file would write at one thread's rate (M22). Through the page cache, flushed before the
+// write returns: the dump hashes every image file right after (write_manifest) and the
+// restore before it reads them (check_images), so the second read finds them in memory
+// (direct I/O read them from the disk twice: M22).
 #pragma once
 
 #include <cstddef>
@@ -39,8 +40,8 @@ struct FilePart {
 };
 
 /// Divides [0, total_bytes) into at most `parts` contiguous parts holding about the same
-/// bytes of `pieces` each, cut only at multiples of `unit_bytes` from a piece's start (so
-/// direct I/O stays aligned), named after `stem` (a file name, no directory). One part when
+/// bytes of `pieces` each, cut only at multiples of `unit_bytes` from a piece's start (page
+/// aligned as the pieces are), named after `stem` (a file name, no directory). One part when
 /// the pieces hold less than two units.
 std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
                                 std::span<const FilePiece> pieces, unsigned parts,
