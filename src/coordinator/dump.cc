@@ -220,8 +220,12 @@ class DumpSequence : Sequence {
           ProcessText(p.pid, ProcessName(p.pid)) + " writes to a pipe (descriptor " +
           std::to_string(p.fd) + ") whose reader is outside the job: CRIU would restore it as "
           "a new pipe that nobody reads, and the restored job's writes there would fail "
-          "(EPIPE, SIGPIPE); give the job a file for that output, e.g. `cusnap run -- job > "
-          "log 2>&1` (README, \"Checkpoint to disk\")");
+          "(EPIPE, SIGPIPE); " +
+          (p.fd <= 2 ? std::string("give the job a file for that output, e.g. `cusnap run -- "
+                                   "job > log 2>&1`")
+                     : "start the job without it (a descriptor it inherited: `cusnap run -- "
+                       "job " + std::to_string(p.fd) + ">&-`) or give it a file") +
+          " (README, \"Checkpoint to disk\")");
     }
     return problems;
   }

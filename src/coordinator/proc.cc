@@ -7,6 +7,8 @@
 #include "common/ids.h"
 #include "common/text.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -461,31 +463,34 @@ std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree
     }
   }
   std::vector<PipeWrittenOutside> candidates;
-  std::vector<std::string> candidate_pipes;
   for (const auto& [pid, ends] : tree_ends) {
     for (const auto& end : ends) {
-      if (end.writes && !read_in_tree.contains(end.pipe)) {
-        candidates.push_back({pid, end.fd});
-        candidate_pipes.push_back(end.pipe);
-      }
+      if (end.writes && !read_in_tree.contains(end.pipe)) candidates.push_back({pid, end.fd});
     }
   }
-  if (candidates.empty()) return candidates;
-  // Read outside: some process not of the tree holds the read end (a pipe nobody reads any
-  // more is no different after a restore).
-  std::set<std::string> read_outside;
-  const std::set<int> in_tree(tree.begin(), tree.end());
-  for (const int pid : AllPids()) {
-    if (in_tree.contains(pid)) continue;
-    for (const auto& end : PipeEnds(pid)) {
-      if (!end.writes) read_outside.insert(end.pipe);
-    }
-  }
+  // Read outside: the pipe still has a reader, and none is in the tree. Asked of the pipe
+  // itself, not by looking for the reader among the processes here: a reader in another PID
+  // namespace (the job run under `unshare -pf`, its output read by a process outside) is not
+  // in this /proc (found by a fresh user: such a pipe went unrefused there). A pipe nobody
+  // reads any more is no different after a restore.
   std::vector<PipeWrittenOutside> outside;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (read_outside.contains(candidate_pipes[i])) outside.push_back(candidates[i]);
+  for (const auto& candidate : candidates) {
+    if (PipeHasReader(candidate.pid, candidate.fd)) outside.push_back(candidate);
   }
   return outside;
+}
+
+bool PipeHasReader(int pid, int fd) {
+  // An end of our own to the same pipe (opening /proc/<pid>/fd/<fd> reopens the pipe, here
+  // as one more writer, closed at once: no reader sees an end of file): a pipe's write end
+  // reports POLLERR once no reader is left.
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int own = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (own < 0) return false;
+  pollfd p{own, POLLOUT, 0};
+  const bool reader = ::poll(&p, 1, 0) >= 0 && (p.revents & POLLERR) == 0;
+  ::close(own);
+  return reader;
 }
 
 bool SameNamespace(const char* kind, int a, int b) {

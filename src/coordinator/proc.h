@@ -157,11 +157,16 @@ struct PipeWrittenOutside {
   int fd = -1;
 };
 
-/// The write ends of pipes that processes of `tree` hold and whose read end a process
-/// outside the tree holds (/proc/<pid>/fd "pipe:[inode]", access mode from
-/// /proc/<pid>/fdinfo): output to a process outside the job (`cusnap run -- job | tee log`). CRIU restores such a pipe as a new
+/// The write ends of pipes that processes of `tree` hold and whose read end no process of the
+/// tree holds while the pipe still has a reader (PipeHasReader: one outside the tree, seen
+/// from here or not; /proc/<pid>/fd "pipe:[inode]", access mode from /proc/<pid>/fdinfo):
+/// output to a process outside the job (`cusnap run -- job | tee log`). CRIU restores such a pipe as a new
 /// one that nobody reads, so after a restore from images those writes fail (EPIPE, SIGPIPE).
 std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree);
+
+/// True when the pipe whose write end is descriptor `fd` of process `pid` has a reader left
+/// (its write end would not report POLLERR); false when it has none or cannot be opened.
+bool PipeHasReader(int pid, int fd);
 
 /// A descriptor whose file lies on a mount that the process's mount namespace does not have.
 struct ForeignFile {

@@ -663,8 +663,8 @@ TEST_F(CliImages, ADumpOfAJobWritingAPipeReadOutsideItIsRefusedBeforeAnythingCha
   ::kill(job, SIGKILL);
   ::waitpid(job, nullptr, 0);
   ::close(out[0]);
-  // Ours, and no other of its pipes but those this test's own output goes to (ctest reads
-  // them: the same case).
+  // Ours, and no other of its pipes but those it inherited from this test (its output, which
+  // ctest reads, and whatever pipe the test's own environment passed down: the same case).
   std::vector<int> fds;
   for (const auto& p : outside) {
     EXPECT_EQ(p.pid, job);
@@ -672,15 +672,75 @@ TEST_F(CliImages, ADumpOfAJobWritingAPipeReadOutsideItIsRefusedBeforeAnythingCha
   }
   EXPECT_THAT(fds, ::testing::Contains(out[1]));
   for (const int fd : fds) {
-    EXPECT_TRUE(fd == out[1] || fd == 1 || fd == 2) << fd;
+    if (fd == out[1]) continue;
+    char link[64] = {};
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = ::readlink(self.c_str(), link, sizeof link - 1);
+    EXPECT_TRUE(n > 0 && std::string(link, static_cast<size_t>(n)).starts_with("pipe:"))
+        << "descriptor " << fd << " is not a pipe this test passed down";
   }
   EXPECT_EQ(r.status, 3) << r.out << r.err;  // refused before anything changed
   EXPECT_THAT(r.err, HasSubstr("cusnap dump: pid " + std::to_string(job) + " (cli_images_test) "
                                "writes to a pipe (descriptor " + std::to_string(out[1]) + ") "
                                "whose reader is outside the job"));
+  // Not its output (descriptor 1 or 2): a descriptor it inherited, which it can go without.
+  EXPECT_THAT(r.err, HasSubstr("start the job without it (a descriptor it inherited: `cusnap run "
+                               "-- job " + std::to_string(out[1]) + ">&-`) or give it a file"));
   EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
   EXPECT_THAT(r.out, HasSubstr("check_images"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("discover")));
+}
+
+// The same pipe seen from inside a PID namespace of the job's own (`unshare -pf --mount-proc`,
+// as the README suggests), its reader outside: that /proc does not show the reader, so the
+// pipe itself is asked whether a reader is left (found by a fresh user: such a dump went
+// through and its restore would have died of SIGPIPE). A pipe whose reader is gone is none.
+TEST(PipesWrittenOutside, AReaderInAnotherPidNamespaceIsFoundThroughThePipe) {
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);  // this test keeps the read end, outside the namespace
+  EXPECT_TRUE(coord::PipeHasReader(::getpid(), out[1]));
+  const pid_t outer = ::fork();
+  ASSERT_GE(outer, 0);
+  if (outer == 0) {
+    ::close(out[0]);
+    if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) _exit(20);
+    const pid_t init = ::fork();  // pid 1 of the new namespace
+    if (init < 0) _exit(21);
+    if (init > 0) {
+      int status = 0;
+      ::waitpid(init, &status, 0);
+      _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 22);
+    }
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("proc", "/proc", "proc", 0, nullptr) != 0) {
+      _exit(23);
+    }
+    const pid_t job = ::fork();  // holds the write end, waits to be killed
+    if (job == 0) {
+      ::pause();
+      _exit(0);
+    }
+    ::close(out[1]);
+    const auto found = coord::PipesWrittenOutside({job});
+    const bool seen = std::any_of(found.begin(), found.end(), [&](const auto& p) { return p.pid == job && p.fd == out[1]; });
+    ::kill(job, SIGKILL);
+    ::waitpid(job, nullptr, 0);
+    _exit(seen ? 0 : 24);
+  }
+  ::close(out[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(outer, &status, 0), outer);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  if (WEXITSTATUS(status) == 20) GTEST_SKIP() << "no PID namespace can be made here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the job's write end to a pipe read outside its namespace "
+                                        "was not found (20-23: set-up, 24: not found)";
+  ::close(out[0]);
+  // Nobody reads it any more: no concern.
+  int gone[2];
+  ASSERT_EQ(::pipe(gone), 0);
+  ::close(gone[0]);
+  EXPECT_FALSE(coord::PipeHasReader(::getpid(), gone[1]));
+  ::close(gone[1]);
 }
 
 TEST_F(CliImages, ADumpOfAJobInAnotherMountNamespaceIsRefusedBeforeAnythingChanges) {
