@@ -186,11 +186,6 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
       stale.push_back(StaleEndpoint{pid, path, false});
     } else if (OlderThanProcess(path, pid)) {
       stale.push_back(StaleEndpoint{pid, path, true});
-    } else if (listener == 0 && coord::MappedShimPath(pid).empty()) {
-      // Nobody serves it, and the process of that pid here never could: a job run under
-      // `unshare -pf` left it when its namespace ended, and the pid here is an older process
-      // (found by a fresh user: pid 6, a kernel thread, kept it unprunable).
-      stale.push_back(StaleEndpoint{pid, path, false, false, true});
     }
   });
   const std::vector<std::string> dirs = coord::JobControlDirs(control_dir);
@@ -221,11 +216,6 @@ std::string StaleReason(const StaleEndpoint& stale) {
   if (stale.job_dir) {
     return "nothing listens on it: its process, pid " + std::to_string(stale.pid) + " of a job "
            "in a PID namespace of its own, is gone";
-  }
-  if (stale.foreign_pid) {
-    return "nothing listens on it, and pid " + std::to_string(stale.pid) + " here is " +
-           coord::ProcessName(stale.pid) + ", which runs without the cusnap shim (the socket's "
-           "process was of a PID namespace that ended)";
   }
   if (!stale.reused) return "its process " + coord::ExitedText(stale.pid);
   return "pid " + std::to_string(stale.pid) + " was reused by a later process (" +

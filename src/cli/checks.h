@@ -39,9 +39,6 @@ struct StaleEndpoint {
   std::string path;
   bool reused = false;  ///< the pid exists again, as another process
   bool job_dir = false; ///< in a job control directory: `pid` is of the job's PID namespace
-  /// Nothing listens on it and pid `pid` is a process without the shim that started before
-  /// the socket was made (the socket's own process was of a PID namespace that ended).
-  bool foreign_pid = false;
 };
 
 /// Every stale endpoint socket "<pid>.sock" in `control_dir` (none when it cannot be read),
