@@ -683,6 +683,10 @@ size_t HostCarrier::GrowthFor(size_t bytes) const {
 
 size_t HostCarrier::saved_bytes() const {
   std::lock_guard lock(mutex_);
+  return SavedBytesLocked();
+}
+
+size_t HostCarrier::SavedBytesLocked() const {
   size_t total = 0;
   for (const Placement& p : layout_) total += p.size;
   return total;

@@ -20,6 +20,7 @@
 // enqueued in turn, so devices copy at once.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <atomic>
 #include <condition_variable>
@@ -195,6 +196,12 @@ class HostCarrier {
   std::vector<FilePiece> FilePiecesLocked() const;
   // Bytes from the arena's start to the end of the last saved slot.
   size_t LayoutEndLocked() const;
+  // saved_bytes, mutex_ held.
+  size_t SavedBytesLocked() const;
+  // What a WriteFile or ReadFile of `pieces` carried: the saved bytes, of them the holes.
+  CarrierTransfer FileTransferLocked(const std::vector<FilePiece>& pieces) const;
+  // Bytes one file read or write moves at most: a chunk, at most kFileUnit.
+  size_t FileUnitBytes() const { return std::min(options_.chunk_bytes, kFileUnit); }
   // SavedBytesInMemory, mutex_ held.
   Status InMemoryLocked() const;
   // file_name, mutex_ held.

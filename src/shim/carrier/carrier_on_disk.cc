@@ -1,25 +1,23 @@
 // The host carrier's bytes written beside a dump's images and read back (carrier.h,
 // WriteFile and ReadFile; the I/O itself: carrier_file.h).
-#include <algorithm>
-
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "shim/carrier/carrier.h"
 
 namespace cusnap::shim {
-namespace {
-
-uint64_t DataBytes(const std::vector<FilePiece>& pieces) {
-  uint64_t total = 0;
-  for (const FilePiece& piece : pieces) total += piece.bytes;
-  return total;
-}
-
-}  // namespace
 
 size_t HostCarrier::LayoutEndLocked() const {
   return layout_.empty() ? 0 : layout_.back().offset + layout_.back().size;
+}
+
+CarrierTransfer HostCarrier::FileTransferLocked(const std::vector<FilePiece>& pieces) const {
+  CarrierTransfer result;
+  result.bytes = SavedBytesLocked();
+  uint64_t data = 0;
+  for (const FilePiece& piece : pieces) data += piece.bytes;
+  result.zero_bytes = result.bytes - data;
+  return result;
 }
 
 std::vector<FilePiece> HostCarrier::FilePiecesLocked() const {
@@ -54,7 +52,7 @@ Result<CarrierTransfer> HostCarrier::WriteFile(const std::string& stem_path) {
   const std::string dir = slash == std::string::npos ? "." : stem_path.substr(0, slash);
   const std::string stem = slash == std::string::npos ? stem_path : stem_path.substr(slash + 1);
   const std::vector<FilePiece> pieces = FilePiecesLocked();
-  const size_t unit = std::min(options_.chunk_bytes, kFileUnit);
+  const size_t unit = FileUnitBytes();
   const unsigned threads = options_.provision_threads;
   std::vector<FilePart> parts = PlanParts(stem, LayoutEndLocked(), pieces, threads, unit);
   if (Status written = WriteParts(dir, parts, pieces, threads, unit); !written) {
@@ -71,15 +69,13 @@ Result<CarrierTransfer> HostCarrier::WriteFile(const std::string& stem_path) {
   arena_.ShrinkTo(0);
   file_parts_ = std::move(parts);
   file_dir_ = dir;
-  CarrierTransfer result;
-  for (const Placement& place : layout_) result.bytes += place.size;
-  result.zero_bytes = result.bytes - DataBytes(pieces);
+  CarrierTransfer result = FileTransferLocked(pieces);
   result.chunks = file_parts_.size();
   result.register_ns = unregister_ns;
   result.ns = MonotonicNs() - start;
   result.copy_ns = result.ns - unregister_ns;
   CUSNAP_LOG_INFO("host carrier: %llu bytes written to %zu files %s-*.bin in %llu ns",
-                  static_cast<unsigned long long>(DataBytes(pieces)), file_parts_.size(),
+                  static_cast<unsigned long long>(result.bytes - result.zero_bytes), file_parts_.size(),
                   stem_path.c_str(), static_cast<unsigned long long>(result.copy_ns));
   return result;
 }
@@ -87,19 +83,19 @@ Result<CarrierTransfer> HostCarrier::WriteFile(const std::string& stem_path) {
 Result<CarrierTransfer> HostCarrier::ReadFile(const std::string& dir) {
   std::lock_guard lock(mutex_);
   const uint64_t start = MonotonicNs();
-  CarrierTransfer result;
-  if (file_parts_.empty()) return result;  // in memory: nothing to read
+  if (file_parts_.empty()) return CarrierTransfer{};  // in memory: nothing to read
   const std::string from = dir.empty() ? file_dir_ : dir;
-  if (Status grown = GrowLocked(LayoutEndLocked(), &result.provision_ns); !grown) return grown.error();
+  uint64_t provision_ns = 0;
+  if (Status grown = GrowLocked(LayoutEndLocked(), &provision_ns); !grown) return grown.error();
   const std::vector<FilePiece> pieces = FilePiecesLocked();
-  const size_t unit = std::min(options_.chunk_bytes, kFileUnit);
-  if (Status read = ReadParts(from, file_parts_, pieces, options_.provision_threads, unit); !read) {
+  if (Status read = ReadParts(from, file_parts_, pieces, options_.provision_threads, FileUnitBytes());
+      !read) {
     return Error{read.error().code, ThisProcess() + ": host carrier: " + read.error().message +
                                         "; the saved bytes stay in the files"};
   }
   file_parts_.clear();
-  for (const Placement& place : layout_) result.bytes += place.size;
-  result.zero_bytes = result.bytes - DataBytes(pieces);
+  CarrierTransfer result = FileTransferLocked(pieces);
+  result.provision_ns = provision_ns;
   result.chunks = pieces.size();
   result.ns = MonotonicNs() - start;
   result.copy_ns = result.ns - result.provision_ns;
