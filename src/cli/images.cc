@@ -22,6 +22,7 @@
 #include "common/text.h"
 #include "coordinator/dump.h"
 #include "coordinator/hold.h"
+#include "coordinator/criu.h"
 #include "coordinator/images.h"
 #include "coordinator/lease.h"
 #include "coordinator/proc.h"
@@ -230,7 +231,7 @@ int InspectImagesCommand(const std::string& images_dir, bool json) {
   std::printf("images: %s (%smanifest format %d)\n", images_dir.c_str(),
               pending ? "pending " : "", m.format_version);
   std::printf("written %s by %s with CRIU %s\n", when, m.cusnap_version.c_str(),
-              m.criu_version.c_str());
+              coord::CriuVersionNumber(m.criu_version).c_str());
   std::printf("driver %s, checkpoint %s, job root pid %d%s\n", m.driver.c_str(),
               m.checkpoint_id.c_str(), m.root_pid, m.left_running ? " (left running)" : "");
   for (const auto& g : m.gpus) {

@@ -114,10 +114,14 @@ class CheckpointSequence : Sequence {
       if (auto problems = ValidateTopology(views_); !problems.empty()) return problems;
       std::vector<ProcessIdentity> job;
       for (const auto& v : views_) job.push_back(ProcessIdentity{v.pid, v.start_time});
-      if (auto owner = CheckStateDirOwner(options_.state_dir, job); !owner) {
+      // A dump keeps its state file in the images directory: refusals name it so.
+      const DirectoryRole role = options_.images_root > 0 ? kImagesDirectory : kStateDirectory;
+      if (auto owner = CheckStateDirOwner(options_.state_dir, job, role); !owner) {
         return {owner.error().message};
       }
-      if (auto dir = PrepareStateDir(options_.state_dir, &created_dirs_); !dir) return {dir.error().message};
+      if (auto dir = PrepareStateDir(options_.state_dir, &created_dirs_, role); !dir) {
+        return {dir.error().message};
+      }
       return CheckResourcesAll(participants_, views_, options_.state_dir, options_.images_root);
     });
   }

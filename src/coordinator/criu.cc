@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "coordinator/proc.h"
 
@@ -197,6 +198,12 @@ Result<std::string> CriuVersion(const std::string& criu) {
     return Error{rc, criu + " --version failed (exit " + std::to_string(rc) + "): " + ErrorLines(text)};
   }
   return text.substr(0, text.find('\n'));
+}
+
+std::string CriuVersionNumber(const std::string& version_line) {
+  static constexpr std::string_view kPrefix = "Version: ";
+  if (version_line.starts_with(kPrefix)) return version_line.substr(kPrefix.size());
+  return version_line;
 }
 
 std::vector<std::string> CriuDumpArgs(int root_pid, const std::string& dir, bool leave_running) {

@@ -22,6 +22,10 @@ Result<std::string> FindCriu();
 /// does not run.
 Result<std::string> CriuVersion(const std::string& criu);
 
+/// The version number of CriuVersion's line ("Version: 4.2.1" -> "4.2.1"); the line as it is
+/// when it has no such prefix (a CRIU that words it otherwise).
+std::string CriuVersionNumber(const std::string& version_line);
+
 /// Why CRIU could not dump process `pid`, as the end of a sentence naming it ("has its
 /// session leader outside ..."), or "" when nothing cusnap knows of stops it. Checked for
 /// every process of the tree before a dump changes anything: CRIU finds these only after

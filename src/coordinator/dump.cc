@@ -150,7 +150,9 @@ class DumpSequence : Sequence {
 
   /// check_images: CRIU is there and runs, and the images directory holds no dump of
   /// another job that still runs (its restore would make a second copy of that job).
+  /// Its line names the CRIU that will dump the job ("CRIU 4.2.1 at <path>").
   bool CheckTarget() {
+    CheckSummary summary;
     return CheckPhase("check_images", [&]() -> std::vector<std::string> {
       auto criu = FindCriu();
       if (!criu) return {criu.error().message};
@@ -158,6 +160,7 @@ class DumpSequence : Sequence {
       auto version = CriuVersion(criu_);
       if (!version) return {version.error().message};
       criu_version_ = *version;
+      summary.note = "CRIU " + CriuVersionNumber(criu_version_) + " at " + criu_;
       std::vector<std::string> problems = PipesWrittenOutsideProblems();
       if (std::string why = CriuCannotDump(); !why.empty()) problems.insert(problems.begin(), why);
       if (!problems.empty()) return problems;
@@ -169,7 +172,7 @@ class DumpSequence : Sequence {
       }
       job_control_dir_ = ShimControlDir(options_.root_pid).value_or(options_.control_dir);
       return {};
-    });
+    }, &summary);
   }
 
   /// Why the images directory cannot take this dump, "" when it can: it holds the dump of
@@ -412,8 +415,10 @@ class ImagesRestoreSequence : Sequence {
   }
 
   /// check_images: the manifest, every file's size and SHA-256, driver, GPU count and
-  /// models, the device map, and no running copy of the job (CheckImages).
+  /// models, the device map, and no running copy of the job (CheckImages). Its line counts
+  /// the files and the bytes hashed (SHA-256 of every file: seconds for a large job).
   bool CheckAll() {
+    CheckSummary summary;
     return CheckPhase("check_images", [&]() -> std::vector<std::string> {
       auto manifest = ReadManifest(options_.images_dir);
       if (!manifest && manifest.error().code == ENOENT && HasPendingManifest(options_.images_dir)) {
@@ -437,13 +442,15 @@ class ImagesRestoreSequence : Sequence {
       auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
                                   RunningHere(options_.control_dir), pairs,
                                   options_.resume_root > 0);
+      summary.note = std::to_string(manifest_.files.size()) + " files";
+      summary.bytes = manifest_.TotalBytes();
       if (problems.empty()) {
         auto criu = FindCriu();
         if (!criu) return {criu.error().message};
         criu_ = *criu;
       }
       return problems;
-    });
+    }, &summary);
   }
 
   /// criu_restore: the tree back from disk (new processes, the recorded pids), each given its

@@ -30,15 +30,6 @@
 namespace cusnap::coord {
 namespace {
 
-/// Files of an images directory that are not part of the dump: the manifest itself, CRIU's
-/// logs (a restore writes its own) and the pid file a restore leaves.
-bool Excluded(const std::string& name) {
-  return name == kManifestFileName || name == kPendingManifestFileName || name == "restored.pid" ||
-         name == "stats-restore" ||
-         (name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) ||
-         name.rfind(".", 0) == 0;  // temporary files of an atomic write
-}
-
 nlohmann::json GpuToJson(const ImagesGpu& g) {
   return {{"ordinal", g.ordinal}, {"uuid", g.uuid}, {"model", g.model}};
 }
@@ -175,6 +166,11 @@ Result<Manifest> ReadManifestFile(const std::string& dir, const char* name,
 bool IsCriuOutput(const std::string& name) {
   return name.ends_with(".img") || name == "stats-dump" || name == "stats-restore" ||
          name == "restored.pid";
+}
+
+bool IsDumpFile(const std::string& name) {
+  if (name == "stats-restore" || name == "restored.pid") return false;  // a restore's
+  return IsCriuOutput(name) || IsCarrierFile(name) || name == kStateFileName;
 }
 
 Status RemovePreviousDump(const std::string& dir) {
@@ -338,7 +334,7 @@ Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file(ec) || Excluded(name)) continue;
+    if (!entry.is_regular_file(ec) || !IsDumpFile(name)) continue;
     files.push_back(ImageFile{name, static_cast<uint64_t>(entry.file_size(ec)), ""});
   }
   if (ec) return Error{ec.value(), "cannot list " + dir + ": " + ec.message()};
@@ -360,7 +356,11 @@ Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, int format
                                               unsigned threads) {
   auto listed = ListImageFiles(dir);
   if (!listed) return listed.error();
-  std::vector<ImageFile> files = std::move(*listed);
+  return HashFiles(dir, std::move(*listed), format, threads);
+}
+
+Result<std::vector<ImageFile>> HashFiles(const std::string& dir, std::vector<ImageFile> files,
+                                         int format, unsigned threads) {
   // Every piece of every file is one task; larger files first, so that the last task to
   // start is a small one.
   struct Task {
@@ -558,24 +558,33 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
       }
     }
   }
-  auto present = HashImageFiles(dir, manifest.format_version);
-  if (!present) {
-    problems.push_back(present.error().message);
-    return problems;
-  }
-  std::map<std::string, const ImageFile*> found;
-  for (const auto& f : *present) found[f.name] = &f;
+  // The files the manifest lists, and only those: others in the directory are the user's
+  // (IsDumpFile), and a manifest written before that rule may list one of them.
+  std::vector<ImageFile> present;
   for (const auto& f : manifest.files) {
     const std::string path = dir + "/" + f.name;
-    const auto it = found.find(f.name);
-    if (it == found.end()) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    if (ec) {
       problems.push_back("image file " + path + " is missing");
-    } else if (it->second->bytes != f.bytes) {
-      problems.push_back("image file " + path + " holds " + std::to_string(it->second->bytes) +
+    } else if (bytes != f.bytes) {
+      problems.push_back("image file " + path + " holds " + std::to_string(bytes) +
                          " bytes, the manifest says " + std::to_string(f.bytes) + " (corrupt)");
-    } else if (it->second->sha256 != f.sha256) {
-      problems.push_back("image file " + path + " is corrupt: its SHA-256 is " +
-                         it->second->sha256 + ", the manifest says " + f.sha256);
+    } else {
+      present.push_back(ImageFile{f.name, f.bytes, ""});
+    }
+  }
+  auto hashed = HashFiles(dir, present, manifest.format_version);
+  if (!hashed) {
+    problems.push_back(hashed.error().message);
+    return problems;
+  }
+  for (const auto& f : *hashed) {
+    const auto listed = std::find_if(manifest.files.begin(), manifest.files.end(),
+                                     [&](const ImageFile& m) { return m.name == f.name; });
+    if (listed->sha256 != f.sha256) {
+      problems.push_back("image file " + dir + "/" + f.name + " is corrupt: its SHA-256 is " +
+                         f.sha256 + ", the manifest says " + listed->sha256);
     }
   }
   return problems;

@@ -120,6 +120,13 @@ Result<Manifest> ReadPendingManifest(const std::string& dir);
 /// (*.img), its statistics (stats-dump, stats-restore) and a restore's pid file.
 bool IsCriuOutput(const std::string& name);
 
+/// True for a file a dump writes into its images directory and lists in its manifest: CRIU's
+/// images and statistics (IsCriuOutput, less the restore's stats-restore and pid file), the
+/// carrier files (IsCarrierFile, carrier_files.h) and the state file. Anything else there is
+/// the user's: neither listed, checked nor removed (found by a fresh user: a notes file kept
+/// beside the images became part of the dump, so that editing it refused the restore).
+bool IsDumpFile(const std::string& name);
+
 /// Removes from `dir` what an earlier dump or restore left there: CRIU's output (IsCriuOutput)
 /// and the manifest, so that a dump into it holds only its own files (a thread image of an
 /// older dump would otherwise be hashed into the new manifest). The state file and the logs
@@ -146,8 +153,8 @@ std::string WhyCriuDumpIncomplete(const std::string& dir);
 /// HashImageFiles'.
 Result<Manifest> CompleteInterruptedDump(const std::string& dir);
 
-/// Every regular file of `dir` except the manifest and CRIU's logs (*.log) and the restore's
-/// pid file, with its size and ImageChecksum for manifest format `format`, sorted by name.
+/// Every dump file of `dir` (IsDumpFile, regular files only), with its size and ImageChecksum
+/// for manifest format `format`, sorted by name.
 /// Every piece of every file is hashed concurrently, on up to `threads` threads (0: one per
 /// CPU, at most 16): one rank's page image holds most of a dump's bytes, and one thread
 /// hashes about 1 GB/s (docs/MEASURED.md M17). errno-coded Error naming the file that could
@@ -156,8 +163,12 @@ Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir,
                                               int format = kManifestFormatVersion,
                                               unsigned threads = 0);
 
-/// Every file of `dir` HashImageFiles would hash, with its size (sha256 left empty), sorted
-/// by name. errno-coded Error when `dir` cannot be listed.
+/// HashImageFiles for the `files` named (names and sizes; sha256 filled in), in their order.
+Result<std::vector<ImageFile>> HashFiles(const std::string& dir, std::vector<ImageFile> files,
+                                         int format = kManifestFormatVersion, unsigned threads = 0);
+
+/// Every file of `dir` HashImageFiles would hash (IsDumpFile), with its size (sha256 left
+/// empty), sorted by name. errno-coded Error when `dir` cannot be listed.
 Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir);
 
 /// Sum of ListImageFiles' sizes (0 when the directory cannot be listed): what CRIU wrote.

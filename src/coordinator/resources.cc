@@ -23,7 +23,7 @@ Result<uint64_t> FreeBytes(const std::string& dir) {
   }
   struct statvfs fs{};
   if (statvfs(dir.c_str(), &fs) != 0) {
-    return Error{errno, "state directory " + dir + ": statvfs: " + std::strerror(errno)};
+    return Error{errno, dir + ": statvfs: " + std::strerror(errno)};
   }
   return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
 }

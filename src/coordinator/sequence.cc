@@ -103,7 +103,8 @@ bool Sequence::LocalPhase(const std::string& name, const std::function<Result<ui
 }
 
 bool Sequence::CheckPhase(const std::string& name,
-                          const std::function<std::vector<std::string>()>& check) {
+                          const std::function<std::vector<std::string>()>& check,
+                          const CheckSummary* summary) {
   observer_.PhaseStarted(name, participants_.size());
   std::vector<std::string> problems;
   PhaseReport phase = RunLocalPhase(name, 0, [&]() -> Result<uint64_t> {
@@ -111,6 +112,11 @@ bool Sequence::CheckPhase(const std::string& name,
     return uint64_t{0};
   });
   phase.participants = participants_.size();  // discovery fills participants_ as it runs
+  if (summary != nullptr) {
+    phase.coordinator_only = true;
+    phase.note = summary->note;
+    phase.bytes = summary->bytes;
+  }
   phase.errors.insert(phase.errors.end(), problems.begin(), problems.end());
   return Record(std::move(phase));
 }

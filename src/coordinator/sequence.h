@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -92,9 +93,18 @@ class Sequence {
              const std::string& note = "");
   /// Runs coordinator-local work as a phase (PhaseReport::coordinator_only).
   bool LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work);
+  /// What a check's line says instead of a participant count, filled by the check as it
+  /// runs: what it looked at (note, e.g. "32 files") and the bytes it read (the line shows
+  /// their GB/s).
+  struct CheckSummary {
+    std::string note;
+    uint64_t bytes = 0;
+  };
   /// Runs a coordinator-local check as a phase: every message it returns is one error
-  /// (each rule broken is reported on its own); false when there is any.
-  bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check);
+  /// (each rule broken is reported on its own); false when there is any. With `summary`,
+  /// the line says it once the check returned (a check that looks at no participant).
+  bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check,
+                  const CheckSummary* summary = nullptr);
   /// write_carriers (`cusnap dump`, kWriteCarrier) or read_carriers (kReadCarrier): asks
   /// each participant for which `path_of(index)` gives a path to write its carrier there
   /// (StepRequest::carrier_path), or read it back from there; nullopt leaves it out. Bytes

@@ -57,7 +57,7 @@ Result<std::pair<int, std::string>> MakeTemp(const std::string& state_dir,
                                              const std::string& name = kStateFileName) {
   std::string templ = state_dir + "/." + name + ".tmp.XXXXXX";
   const int fd = ::mkostemp(templ.data(), O_CLOEXEC);
-  if (fd < 0) return SysError("cannot create a file in state directory", state_dir);
+  if (fd < 0) return SysError("cannot create a file in", state_dir);
   return std::make_pair(fd, templ);
 }
 
@@ -182,10 +182,14 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
   return state;
 }
 
-Status PrepareStateDir(const std::string& state_dir, std::vector<std::string>* created) {
-  if (auto dir = EnsureStateDir(state_dir, created); !dir) return dir;  // 0700, never re-moded
+Status PrepareStateDir(const std::string& state_dir, std::vector<std::string>* created,
+                       DirectoryRole role) {
+  if (auto dir = EnsureStateDir(state_dir, created, role); !dir) return dir;  // 0700, never re-moded
   auto temp = MakeTemp(state_dir);
-  if (!temp) return temp.error();
+  if (!temp) {
+    return Error{temp.error().code, "cannot create a file in " + std::string(role.noun) + " " +
+                                        state_dir + ": " + std::strerror(temp.error().code)};
+  }
   ::close(temp->first);
   ::unlink(temp->second.c_str());
   return Ok{};

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/protocol.h"
+#include "coordinator/state_guard.h"
 
 namespace cusnap::coord {
 
@@ -82,7 +83,8 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
 /// (state_guard.h, EnsureStateDir; never re-moded) and proves a file can be created there (a temporary file, removed again). Run before anything destructive so an
 /// unwritable directory refuses the checkpoint with the job untouched. errno-coded Error.
 /// The directories it created are appended to `created` (EnsureStateDir).
-Status PrepareStateDir(const std::string& state_dir, std::vector<std::string>* created = nullptr);
+Status PrepareStateDir(const std::string& state_dir, std::vector<std::string>* created = nullptr,
+                       DirectoryRole role = kStateDirectory);
 
 /// Writes `text` to `<dir>/<name>` atomically and durably, as WriteStateFile does (also the
 /// images manifest, images.h). errno-coded Error naming the path.

@@ -15,16 +15,19 @@
 
 namespace cusnap::coord {
 
-Status CheckStateDirOwner(const std::string& state_dir, const std::vector<ProcessIdentity>& job) {
+Status CheckStateDirOwner(const std::string& state_dir, const std::vector<ProcessIdentity>& job,
+                          DirectoryRole role) {
+  const std::string named = std::string(role.noun) + " " + state_dir;
+  const std::string option = role.option;
   // No file there (or no directory: PrepareStateDir then says why it cannot be made): nothing
   // to lose.
   struct stat st {};
   if (::lstat(StateFilePath(state_dir).c_str(), &st) != 0) return Ok{};
   auto state = ReadStateFile(state_dir);
   if (!state) {
-    return Error{-1, "state directory " + state_dir + " already holds a state file that " +
-                         "cannot be read (" + state.error().message + "); it is not " +
-                         "overwritten: move it away, or choose another --state-dir"};
+    return Error{-1, named + " already holds a state file that cannot be read (" +
+                         state.error().message + "); it is not overwritten: move it away, or " +
+                         "choose another " + option};
   }
   // Processes of the recorded job that are not part of this checkpoint and still exist as the
   // same process: that job may still be checkpointed and need this file to be restored.
@@ -40,32 +43,35 @@ Status CheckStateDirOwner(const std::string& state_dir, const std::vector<Proces
   }
   if (alive.empty()) return Ok{};
   const std::string pids = (count == 1 ? "pid " : "pids ") + alive;
-  return Error{-1, "state directory " + state_dir + " holds the checkpoint of another job (" +
-                       pids + ", still checkpointed or running); restore it first, or choose " +
-                       "another --state-dir"};
+  return Error{-1, named + " holds the checkpoint of another job (" + pids +
+                       ", still checkpointed or running); restore it first, or choose another " +
+                       option};
 }
 
-Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* created) {
-  if (state_dir.empty()) return Error{EINVAL, "the state directory is empty"};
+Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* created,
+                      DirectoryRole role) {
+  const std::string noun = role.noun;
+  const std::string option = role.option;
+  if (state_dir.empty()) return Error{EINVAL, "the " + noun + " is empty"};
   // Create each missing component (parents first) with 0700; an existing one is left as is.
   for (size_t at = state_dir.find('/', 1);; at = state_dir.find('/', at + 1)) {
     const std::string part = state_dir.substr(0, at);
     if (!part.empty() && ::mkdir(part.c_str(), 0700) == 0) {
       if (created != nullptr) created->push_back(part);
     } else if (!part.empty() && errno != EEXIST) {
-      return Error{errno, "cannot create state directory " + part + ": " + std::strerror(errno)};
+      return Error{errno, "cannot create " + noun + " " + part + ": " + std::strerror(errno)};
     }
     if (at == std::string::npos) break;
   }
   struct stat st {};
   if (::stat(state_dir.c_str(), &st) != 0) {
-    return Error{errno, "cannot use state directory " + state_dir + ": " + std::strerror(errno)};
+    return Error{errno, "cannot use " + noun + " " + state_dir + ": " + std::strerror(errno)};
   }
   if (!S_ISDIR(st.st_mode)) {
     // Not a mode question: say what it is, and that a directory is wanted.
-    return Error{ENOTDIR, "state directory " + state_dir + " is " +
-                              (S_ISREG(st.st_mode) ? "a file" : "not a directory") +
-                              ": --state-dir takes a directory (a missing one is created "
+    return Error{ENOTDIR, noun + " " + state_dir + " is " +
+                              (S_ISREG(st.st_mode) ? "a file" : "not a directory") + ": " +
+                              option + " takes a directory (a missing one is created "
                               "with mode 0700); choose another path"};
   }
   std::string why;
@@ -79,7 +85,7 @@ Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* cr
           " (mode " + mode + ")";
   }
   if (why.empty()) return Ok{};
-  return Error{EPERM, "state directory " + state_dir + " is unsafe: " + why + "; cusnap " +
+  return Error{EPERM, noun + " " + state_dir + " is unsafe: " + why + "; cusnap " +
                           "changes no existing directory's mode: choose a directory of your own " +
                           "that only you can write (a missing one is created with mode 0700)"};
 }

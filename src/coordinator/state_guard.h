@@ -23,13 +23,25 @@ struct ProcessIdentity {
   bool operator==(const ProcessIdentity&) const = default;
 };
 
+/// How refusals name the directory a state file goes into, and the option that chooses it:
+/// a checkpoint's state directory (--state-dir), or a dump's images directory (--images-dir),
+/// which holds the state file beside CRIU's images (found by a fresh user: a dump's refusals
+/// spoke of a state directory and --state-dir, which `dump` does not take).
+struct DirectoryRole {
+  const char* noun;
+  const char* option;
+};
+inline constexpr DirectoryRole kStateDirectory{"state directory", "--state-dir"};
+inline constexpr DirectoryRole kImagesDirectory{"images directory", "--images-dir"};
+
 /// Whether a checkpoint of `job` may write its state file into `state_dir`. Ok when the
 /// directory holds no state file, or one of the same job (a second cycle), or one whose
 /// other processes are all gone (none exists now with the recorded start time). An Error
 /// naming the directory and what to do otherwise: the file belongs to another job with a
 /// process still alive (its pids named), or it exists but cannot be read or parsed (it is
 /// not destroyed either).
-Status CheckStateDirOwner(const std::string& state_dir, const std::vector<ProcessIdentity>& job);
+Status CheckStateDirOwner(const std::string& state_dir, const std::vector<ProcessIdentity>& job,
+                          DirectoryRole role = kStateDirectory);
 
 /// Makes `state_dir` ready to hold a state file, changing no existing directory: each
 /// missing component is created with mode 0700 (mkdir, umask aside; nothing is chmod-ed). An
@@ -38,6 +50,8 @@ Status CheckStateDirOwner(const std::string& state_dir, const std::vector<Proces
 /// or others, sticky or not (another user could then plant or swap files next to the
 /// checkpoint; /tmp is refused: use a directory below it). Each directory it created is
 /// appended to `created` (parents first), so that a refusal can take them away again.
-Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* created = nullptr);
+/// `role` names the directory in the Error.
+Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* created = nullptr,
+                      DirectoryRole role = kStateDirectory);
 
 }  // namespace cusnap::coord

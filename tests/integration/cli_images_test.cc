@@ -592,6 +592,36 @@ TEST_F(CliImages, ADumpIntoTheDumpOfAnotherJobIsRefusedBeforeAnythingChanges) {
   ExpectEveryByteOnceTold(job_dir, log);  // the job ran on, and ends having checked every byte
 }
 
+// A dump keeps its state file in the images directory, and its refusals spoke of a "state
+// directory" and of --state-dir, which `dump` does not take (found by a fresh user): they
+// name the images directory and --images-dir.
+TEST_F(CliImages, ADumpIntoAnUnusableDirectoryNamesTheImagesDirectory) {
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
+  const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log";
+  const pid_t job = StartCriuJob(job_dir, log);
+  ASSERT_GT(job, 0);
+  const std::string shared = dir_ + "/shared", file = dir_ + "/a-file";
+  ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 0777), 0);
+  { std::ofstream(file) << "not a directory\n"; }
+  const Ran unsafe = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", shared});
+  EXPECT_EQ(unsafe.status, 3) << unsafe.out << unsafe.err;
+  EXPECT_THAT(unsafe.err, HasSubstr("images directory " + shared + " is unsafe: it is writable "
+                                    "by others (mode 0777)"));
+  const Ran not_dir = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", file});
+  EXPECT_EQ(not_dir.status, 3) << not_dir.out << not_dir.err;
+  EXPECT_THAT(not_dir.err, HasSubstr("images directory " + file + " is a file: --images-dir "
+                                     "takes a directory"));
+  for (const Ran& r : {unsafe, not_dir}) {
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("state directory")));
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("--state-dir")));
+    EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(shared));
+  EXPECT_NE(cusnap::testing::ProcState(job), 'T');
+  ExpectEveryByteOnceTold(job_dir, log);  // the job ran on, and ends having checked every byte
+}
+
 TEST_F(CliImages, ADumpOfAJobHoldingAnIoUringIsRefusedBeforeAnythingChanges) {
   // torchrun's agent hosts its rendezvous store on libuv, which holds an io_uring; CRIU
   // finds it only after the checkpoint took the GPUs away.
@@ -828,6 +858,9 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
       ::kill(job, SIGKILL);
     }
     EXPECT_THAT(dump.out, HasSubstr("save "));
+    // check_images names the CRIU that dumps the job (it did "0 participants": it looks at
+    // none).
+    EXPECT_THAT(dump.out, ::testing::ContainsRegex("check_images +[0-9.]+ ms  \\(CRIU [0-9]+\\.[0-9.]+ at /"));
     EXPECT_THAT(dump.out, HasSubstr("write_carriers"));
     EXPECT_THAT(dump.out, HasSubstr("criu_dump"));
     EXPECT_THAT(dump.out, HasSubstr("write_manifest"));
@@ -888,6 +921,9 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
   const Ran restore = Cusnap({"restore", "--images-dir", images});
   ASSERT_EQ(restore.status, 0) << restore.out << restore.err << ReadAll(images + "/criu-restore.log").substr(0, 4000);
   EXPECT_THAT(restore.out, HasSubstr("criu_restore"));
+  // check_images counts the files it hashed and their bytes, with the hashing rate.
+  EXPECT_THAT(restore.out, ::testing::ContainsRegex(
+                               "check_images +[0-9.]+ ms  \\([1-9][0-9]* files\\)  [0-9.]+ MiB  [0-9.]+ GB/s"));
   EXPECT_THAT(restore.out, HasSubstr("read_carriers"));
   EXPECT_THAT(restore.out, HasSubstr("verify"));
   if (!cli_dies_at.empty()) {

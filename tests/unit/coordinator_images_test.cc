@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 #include <thread>
 #include <future>
 
@@ -97,6 +98,54 @@ TEST_F(ImageChecksumTest, HashImageFilesAgreesWithImageChecksumOnOneThreadAndMan
     EXPECT_EQ((*one)[1].sha256,
               coord::ImageChecksum(dir_ + "/pages-2.img", big.size(), format).value());
   }
+}
+
+// The manifest lists what the dump wrote, nothing else (found by a fresh user: a notes file
+// kept beside the images became part of the dump): CRIU's images and stats-dump, the
+// carrier files and the state file; not a restore's files, CRIU's logs, temporary files or
+// the user's own.
+TEST_F(ImageChecksumTest, OnlyTheFilesADumpWritesAreImageFiles) {
+  for (const char* name : {"pages-1.img", "core-7.img", "stats-dump", "carrier-7-0.bin",
+                           "cusnap-state.json", "notes.txt", "criu-dump.log", "restored.pid",
+                           "stats-restore", ".cusnap-state.json.tmp.abc123", "carrier-7.bin",
+                           "cusnap-images.json"}) {
+    Write(name, "x");
+  }
+  auto listed = coord::ListImageFiles(dir_);
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  std::vector<std::string> names;
+  for (const auto& f : *listed) names.push_back(f.name);
+  EXPECT_THAT(names, ::testing::ElementsAre("carrier-7-0.bin", "core-7.img", "cusnap-state.json",
+                                            "pages-1.img", "stats-dump"));
+  EXPECT_EQ(coord::ImageBytes(dir_), 5u);
+}
+
+// A manifest written before that rule may list a file of the user's: the restore checks the
+// files the manifest lists, whatever their names, and only those (a file it does not list,
+// changed or not, refuses nothing).
+TEST_F(ImageChecksumTest, TheFilesAManifestListsAreCheckedWhateverTheirNames) {
+  // A thread id above pid_max: none here holds it.
+  int pid_max = 0;
+  std::ifstream("/proc/sys/kernel/pid_max") >> pid_max;
+  ASSERT_GT(pid_max, 0);
+  const std::string core = "core-" + std::to_string(pid_max + 1) + ".img";
+  Write("notes.txt", "abc");
+  Write(core, "abc");
+  Write("unlisted.img", "anything");
+  coord::Manifest manifest;
+  manifest.driver = "simulated";
+  manifest.files = {{core, 3, kSha256OfAbc}, {"notes.txt", 3, kSha256OfAbc}};
+  const coord::MachineView machine{"simulated", {}, {}};
+  const coord::RunningCheck none = [](int, uint64_t) { return 0; };
+  std::vector<coord::UuidPair> pairs;
+  EXPECT_THAT(coord::CheckImages(dir_, manifest, machine, {}, none, pairs), ::testing::IsEmpty());
+  Write("notes.txt", "abd");
+  EXPECT_THAT(coord::CheckImages(dir_, manifest, machine, {}, none, pairs),
+              ::testing::ElementsAre(::testing::StartsWith("image file " + dir_ + "/notes.txt is "
+                                                           "corrupt: its SHA-256 is ")));
+  fs::remove(dir_ + "/notes.txt");
+  EXPECT_THAT(coord::CheckImages(dir_, manifest, machine, {}, none, pairs),
+              ::testing::ElementsAre("image file " + dir_ + "/notes.txt is missing"));
 }
 
 TEST_F(ImageChecksumTest, AMissingFileIsNamed) {

@@ -521,7 +521,7 @@ TEST_F(SequenceTest, WriteStateFailureResumesEveryone) {
   EXPECT_EQ(report.outcome, coord::Outcome::kRefused);
   ASSERT_EQ(report.errors.size(), 1u);
   EXPECT_THAT(report.errors[0], HasSubstr("the state file could not be written: cannot create a "
-                                          "file in state directory " + dir_));
+                                          "file in " + dir_ + ": "));
   EXPECT_THAT(report.errors[0], HasSubstr("; nothing was released"));
   EXPECT_EQ(Names(report).back(), "resume");
   EXPECT_THAT(job_.Only("resume"), ::testing::UnorderedElementsAre("resume 100", "resume 200"));
