@@ -2,6 +2,7 @@
 #include "coordinator/carrier_files.h"
 
 #include <filesystem>
+#include <functional>
 
 namespace cusnap::coord {
 namespace {
@@ -25,37 +26,47 @@ bool IsCarrierFile(const std::string& name) {
   return dash != std::string::npos && digits(middle.substr(0, dash)) && digits(middle.substr(dash + 1));
 }
 
-uint64_t CarrierFileBytes(const std::string& dir) {
-  uint64_t total = 0;
+namespace {
+
+/// Calls `visit` with each carrier file of `dir` (a directory that cannot be read has none)
+/// until it returns false; false when it did.
+bool ForEachCarrierFile(const std::string& dir,
+                        const std::function<bool(const std::filesystem::directory_entry&)>& visit) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    std::error_code size_ec;
-    if (IsCarrierFile(e.path().filename().string())) {
-      const auto bytes = e.file_size(size_ec);
-      if (!size_ec) total += bytes;
-    }
+    if (IsCarrierFile(e.path().filename().string()) && !visit(e)) return false;
   }
+  return true;
+}
+
+}  // namespace
+
+uint64_t CarrierFileBytes(const std::string& dir) {
+  uint64_t total = 0;
+  ForEachCarrierFile(dir, [&](const std::filesystem::directory_entry& e) {
+    std::error_code ec;
+    const auto bytes = e.file_size(ec);
+    if (!ec) total += bytes;
+    return true;
+  });
   return total;
 }
 
 bool HasCarrierFiles(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (IsCarrierFile(e.path().filename().string())) return true;
-  }
-  return false;
+  return !ForEachCarrierFile(dir, [](const std::filesystem::directory_entry&) { return false; });
 }
 
 Status RemoveCarrierFiles(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (!IsCarrierFile(e.path().filename().string())) continue;
-    std::error_code rm;
-    if (!std::filesystem::remove(e.path(), rm) && rm) {
-      return Error{rm.value(), "cannot remove " + e.path().string() + ": " + rm.message()};
+  Status status = Ok{};
+  ForEachCarrierFile(dir, [&](const std::filesystem::directory_entry& e) {
+    std::error_code ec;
+    if (!std::filesystem::remove(e.path(), ec) && ec) {
+      status = Error{ec.value(), "cannot remove " + e.path().string() + ": " + ec.message()};
+      return false;
     }
-  }
-  return Ok{};
+    return true;
+  });
+  return status;
 }
 
 std::string AbsoluteDir(const std::string& dir) {

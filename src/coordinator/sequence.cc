@@ -80,7 +80,7 @@ bool Sequence::Record(PhaseReport phase) {
 }
 
 bool Sequence::Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes,
-                     const std::string& note) {
+                     const std::string& note, const std::string& idle_note) {
   observer_.PhaseStarted(name, participants_.size());
   std::atomic<uint64_t> moved{0};
   PhaseReport phase =
@@ -91,7 +91,7 @@ bool Sequence::Phase(const std::string& name, const PhaseWork& work, uint64_t ex
               if (bytes) observer_.BytesMoved(name, moved += *bytes, expected_bytes);
               return bytes;
             });
-  phase.note = note;
+  phase.note = phase.ok() && phase.bytes == 0 && !idle_note.empty() ? idle_note : note;
   return Record(std::move(phase));
 }
 
@@ -142,7 +142,11 @@ bool Sequence::LifecyclePhase(proto::Op op, uint64_t expected_bytes, const std::
 bool Sequence::CarrierFilePhase(proto::Op op,
                                 const std::function<std::optional<std::string>(size_t)>& path_of,
                                 uint64_t expected_bytes) {
-  const char* name = op == proto::Op::kWriteCarrier ? "write_carriers" : "read_carriers";
+  const bool write = op == proto::Op::kWriteCarrier;
+  // A phase that moved nothing says why: a job without GPU memory has no carrier to write,
+  // and a `recover` of a job checkpointed in place finds every carrier still in memory.
+  const char* name = write ? "write_carriers" : "read_carriers";
+  const char* idle = write ? "no carrier to write" : "no carrier on file";
   return Phase(name, [&](size_t i) -> Result<uint64_t> {
     const std::optional<std::string> path = path_of(i);
     if (!path) return uint64_t{0};
@@ -153,7 +157,7 @@ bool Sequence::CarrierFilePhase(proto::Op op,
     // File I/O, not copies: the phase's own rate says it; zero chunks were not written.
     NoteCopy(0, step->zero_bytes);
     return step->bytes;
-  }, expected_bytes);
+  }, expected_bytes, "", idle);
 }
 
 bool Sequence::DiscoverPhase() {

@@ -88,9 +88,10 @@ class Sequence {
 
   /// Runs `work` for every participant concurrently; false when any failed (errors are
   /// appended to the report). With `expected_bytes`, the observer hears BytesMoved as each
-  /// participant finishes. `note` goes to PhaseReport::note.
+  /// participant finishes. `note` goes to PhaseReport::note; `idle_note` too, when the phase
+  /// succeeded without moving a byte (a line that says why nothing moved, not "N participants").
   bool Phase(const std::string& name, const PhaseWork& work, uint64_t expected_bytes = 0,
-             const std::string& note = "");
+             const std::string& note = "", const std::string& idle_note = "");
   /// Runs coordinator-local work as a phase (PhaseReport::coordinator_only).
   bool LocalPhase(const std::string& name, const std::function<Result<uint64_t>()>& work);
   /// What a check's line says instead of a participant count, filled by the check as it

@@ -28,6 +28,11 @@ numbers it, and a `cusnap checkpoint` + `cusnap restore` in place through that p
 joins the job's namespaces; the native checkpoint API is called with the job's own pids)
 must keep every result exact before go-2.
 
+With GPU_IMAGES_PARTS=nccl,symm (run_all.sh's workload_images_symm), the ranks also hold
+PyTorch symmetric memory (workload_rank.py --parts symm: symm_mem.empty + rendezvous,
+one_shot_all_reduce eager and captured in a graph, multicast off), checked the same way after
+each cycle; the torchrun refusal is left to the plain run (-k "not torchrun").
+
 CRIU: CUSNAP_CRIU, else <source>/.criu/bin/criu (scripts/fetch_criu.sh, carried to the GPU
 machine), else `criu` on PATH; the test skips (exit 77 in run_all.sh) naming what is missing.
 """
@@ -44,6 +49,7 @@ from pathlib import Path
 import pytest
 
 TAKE_PID = os.environ.get("GPU_IMAGES_TAKE_PID", "0") == "1"
+PARTS = os.environ.get("GPU_IMAGES_PARTS", "nccl")
 NAMESPACE_LINE = re.compile(r"its root is pid (\d+) there and pid (\d+) here")
 
 
@@ -140,7 +146,8 @@ class ImagesJob:
     """The workload started with its output in a file (CRIU cannot take a pipe to a process
     outside the tree along) in a session of its own."""
 
-    def __init__(self, name="images", torchrun=False):
+    def __init__(self, name="images" + ("" if PARTS == "nccl" else "-" + PARTS.replace(",", "-")),
+                 torchrun=False):
         self.ranks = wc.workload_ranks(h.job_env(None), 1)
         self.torchrun = torchrun
         self.out = h.out_dir(f"workload-{name}")
@@ -168,7 +175,7 @@ class ImagesJob:
         launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
                     if self.torchrun else [sys.executable, str(LAUNCHER), "--ranks"])
         command = [h.program("cusnap"), "run", "--", *launcher, str(self.ranks), str(wc.RANK_SCRIPT),
-                   "--parts", "nccl", "--cycles", "2", "--control", str(self.go_dir),
+                   "--parts", PARTS, "--cycles", "2", "--control", str(self.go_dir),
                    "--allreduce-mib", "256", "--graph-mib", "64"]
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL,

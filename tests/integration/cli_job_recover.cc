@@ -306,6 +306,9 @@ TEST_P(CliJobRecoverMulticast, TeamThatLostAMemberIsNamedAndNotRebuilt) {
   Kill(dead);
   const Ran rec = Cusnap({"recover", "--all", "--state-dir", state});
   EXPECT_EQ(rec.status, 0) << rec.out << rec.err;
+  // Checkpointed in place: the carriers never left memory, and read_carriers says so (it
+  // said "1 participant" and moved nothing).
+  EXPECT_THAT(rec.out, ::testing::ContainsRegex("\nread_carriers +[0-9.]+ ms  \\(no carrier on file\\)\n"));
   EXPECT_THAT(rec.err, HasSubstr("multicast object 1 of pid " + creator_pid));
   EXPECT_THAT(rec.err, HasSubstr(", created by pid " + creator_pid + ": its team lost pid " + dead_pid +
                                  " (exited), it is not rebuilt; pid " + survivor_pid +
