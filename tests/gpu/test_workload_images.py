@@ -264,6 +264,11 @@ class ImagesJob:
         assert checks, f"{label}: no check printed for round {k}"
         failed = [m.group(0) for m in checks if m.group("verdict") == "FAIL"]
         assert not failed, f"{label}: " + "; ".join(failed)
+        # Every part's own checks ran (their names start with the part's: nccl_..., symm_...).
+        names = sorted({m.group("name") for m in checks})
+        for part in PARTS.split(","):
+            assert any(n.startswith(part + "_") for n in names), f"{label}: no {part} check in round {k}: {names}"
+        print(f"IMAGES CHECKS {images} round {k}: {len(checks)} PASS: {' '.join(names)}", flush=True)
 
     def _check_namespace(self, label, output):
         """The job came back in a PID namespace of its own: named here by another pid, and a
