@@ -36,22 +36,34 @@ int ExitFor(coord::Outcome outcome) {
   return kExitError;
 }
 
+namespace {
+
+/// The JSON document of a command that ended before any phase: the keys of a full report
+/// (ReportToJson), with no phases (found by a fresh user: a script reading "phases" failed on
+/// an early refusal).
+void PrintUntouchedJson(const char* command, int rc, const std::vector<std::string>& errors) {
+  std::printf("%s\n", nlohmann::json{{"command", command},
+                                     {"exit_code", rc},
+                                     {"outcome", rc == kExitRestoreRefused ? "restore_refused" : "refused"},
+                                     {"phases", nlohmann::json::array()},
+                                     {"errors", errors},
+                                     {"notes", nlohmann::json::array()}}
+                           .dump(2)
+                           .c_str());
+}
+
+}  // namespace
+
 int EndUntouched(const char* command, bool json, const std::string& problem, int rc) {
   const std::string message = problem + "; nothing was changed";
-  if (json) {
-    std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", rc},
-                                       {"errors", {message}}}.dump(2).c_str());
-  }
+  if (json) PrintUntouchedJson(command, rc, {message});
   std::fprintf(stderr, "cusnap %s: %s\n", command, message.c_str());
   return rc;
 }
 
 int EndRefused(const char* command, bool json, const std::string& problem, int rc) {
   const std::string refused = "refused; nothing was changed";
-  if (json) {
-    std::printf("%s\n", nlohmann::json{{"command", command}, {"exit_code", rc},
-                                       {"errors", {problem, refused}}}.dump(2).c_str());
-  }
+  if (json) PrintUntouchedJson(command, rc, {problem, refused});
   std::fprintf(stderr, "cusnap %s: %s\ncusnap %s: %s\n", command, problem.c_str(), command,
                refused.c_str());
   return rc;
@@ -253,7 +265,9 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
   PrintErrors(command, report, target, control_dir, watch.signal());
   if (rc == kExitOk && !json) {
-    if (report.state_file.empty()) {
+    if (!report.images_dir.empty()) {
+      std::printf("%s: done (images in %s)\n", command, report.images_dir.c_str());
+    } else if (report.state_file.empty()) {
       std::printf("%s: done\n", command);
     } else {
       std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());

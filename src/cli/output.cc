@@ -138,6 +138,7 @@ nlohmann::json ReportToJson(const std::string& command, const std::string& drive
           {"outcome", kOutcomes[static_cast<int>(report.outcome)]},
           {"exit_code", exit_code},
           {"state_file", report.state_file},
+          {"images_dir", report.images_dir},
           {"phases", phases},
           {"errors", report.errors},
           {"notes", report.notes}};

@@ -49,7 +49,8 @@ int Exec(const std::vector<std::string>& command) {
 /// flag) and put in place of the old descriptor; anything that does not reopen as the same
 /// file is left as it is (`cusnap dump` then refuses, naming it).
 void ReopenForeignFilesHere() {
-  for (const auto& [fd, target] : coord::FilesOnForeignMounts("/proc/self")) {
+  for (const auto& [fd, target, what] : coord::FilesOnForeignMounts("/proc/self")) {
+    if (fd < 0) continue;  // not a descriptor: nothing to open again
     struct stat was {};
     if (::fstat(fd, &was) != 0 || (!S_ISREG(was.st_mode) && !S_ISCHR(was.st_mode))) continue;
     const int status = ::fcntl(fd, F_GETFL);

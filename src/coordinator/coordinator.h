@@ -61,6 +61,9 @@ struct CommandReport {
   std::vector<std::string> notes;
   std::vector<PhaseReport> phases;
   std::string state_file;  ///< path written or read
+  /// `dump` and `restore --images-dir`: the images directory, which their "done" line names
+  /// (the state file is one of its files); "" for the other commands.
+  std::string images_dir;
   /// An Interrupt stopped the command at a phase boundary before its first destructive step
   /// (what it had done was undone: outcome kRefused or kRestoreRefused, unless undoing failed).
   bool interrupted = false;

@@ -152,16 +152,29 @@ std::string WhyCriuCannotDump(int pid) {
                   "come back; start it with `cusnap run --pid-namespace` (a namespace cusnap "
                   "joins itself), or run cusnap in the job's mount namespace");
   } else if (const auto foreign = FilesOnForeignMounts("/proc/" + std::to_string(pid)); !foreign.empty()) {
-    std::string fds;
+    std::string fds, others;
+    size_t fd_count = 0;
     for (const auto& f : foreign) {
-      fds += (fds.empty() ? "" : ", ") + std::to_string(f.fd) + " (" + f.path + ")";
+      std::string& list = f.fd >= 0 ? fds : others;
+      list += (list.empty() ? "" : ", ") + (f.fd >= 0 ? std::to_string(f.fd) : f.what) + " (" + f.path + ")";
+      fd_count += f.fd >= 0 ? 1 : 0;
     }
-    const bool one = foreign.size() == 1;
-    why.push_back(std::string(one ? "holds descriptor " : "holds descriptors ") + fds +
-                  (one ? ", a file" : ", files") + " opened in another mount namespace, which "
-                  "CRIU cannot dump (\"Can't lookup mount\"); start the job with `cusnap run`, "
-                  "which opens such inherited files again in the job's own namespace, or have "
-                  "the job close " + (one ? "it" : "them"));
+    const bool one = fd_count == 1;
+    if (!fds.empty()) {
+      why.push_back(std::string(one ? "holds descriptor " : "holds descriptors ") + fds +
+                    (one ? ", a file" : ", files") + " opened in another mount namespace, which "
+                    "CRIU cannot dump (\"Can't lookup mount\"); start the job with `cusnap run`, "
+                    "which opens such inherited files again in the job's own namespace, or have "
+                    "the job close " + (one ? "it" : "them"));
+    }
+    if (!others.empty()) {
+      // Found by a fresh user: a job started through `nsenter --wd` ran a program of the
+      // outer namespace, and CRIU failed on it after the checkpoint.
+      why.push_back("holds " + others + " on a mount of another mount namespace, which CRIU "
+                    "cannot dump (\"Can't lookup mount\"); start the job from within the mount "
+                    "namespace it runs in, not through a working directory, program or library "
+                    "of another one (`nsenter --wd` keeps the outer namespace's directory)");
+    }
   }
   std::string text;
   for (const auto& w : why) text += (text.empty() ? "" : "; and it ") + w;

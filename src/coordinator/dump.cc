@@ -389,6 +389,7 @@ constexpr Stage<DumpSequence> DumpSequence::kStages[] = {
 
 CommandReport DumpSequence::Run() {
   report_.state_file = StateFilePath(Dir());
+  report_.images_dir = Dir();
   return Finish(RunStages(*this, kStages));
 }
 
@@ -433,7 +434,9 @@ class ImagesRestoreSequence : Sequence {
       }
       if (!manifest) {
         const std::string in_place = CheckpointedInPlaceText(options_.images_dir);
-        return {manifest.error().message + (in_place.empty() ? "" : "; " + in_place)};
+        const std::string& why = manifest.error().message;
+        const bool said = in_place.empty() || why.find(in_place) != std::string::npos;
+        return {why + (said ? "" : "; " + in_place)};
       }
       manifest_ = std::move(*manifest);
       auto machine = ViewMachine(driver_);
@@ -587,6 +590,7 @@ constexpr Stage<ImagesRestoreSequence> ImagesRestoreSequence::kStages[] = {
 
 CommandReport ImagesRestoreSequence::Run() {
   report_.state_file = StateFilePath(options_.images_dir);
+  report_.images_dir = options_.images_dir;
   return Finish(RunStages(*this, kStages));
 }
 

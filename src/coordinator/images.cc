@@ -188,7 +188,10 @@ Status RemovePreviousDump(const std::string& dir) {
 }
 
 std::string CheckpointedInPlaceText(const std::string& dir) {
-  if (HasManifest(dir) || HasPendingManifest(dir)) return "";
+  // A pending manifest is written before CRIU runs: with CRIU's images incomplete, the job
+  // was not taken to disk, and is still checkpointed in place when its processes run (the
+  // README promised this text there, and the restore said only 'cusnap recover').
+  if (HasManifest(dir) || (HasPendingManifest(dir) && WhyCriuDumpIncomplete(dir).empty())) return "";
   auto state = ReadStateFile(dir);
   if (!state || state->participants.empty()) return "";
   std::string pids;
@@ -240,10 +243,12 @@ Result<Manifest> CompleteInterruptedDump(const std::string& dir) {
   auto pending = ReadPendingManifest(dir);
   if (!pending) return pending.error();
   if (std::string why = WhyCriuDumpIncomplete(dir); !why.empty()) {
+    const std::string in_place = CheckpointedInPlaceText(dir);
     return Error{EIO, dir + " holds a dump that was interrupted before it was complete (" + why +
-                          "): the job was not taken to disk; if its processes still run, "
-                          "'cusnap status' names their state and 'cusnap recover' brings them "
-                          "back"};
+                          "): the job was not taken to disk; " +
+                          (in_place.empty() ? "if its processes still run, 'cusnap status' names "
+                                              "their state and 'cusnap recover' brings them back"
+                                            : in_place)};
   }
   auto files = HashImageFiles(dir, pending->format_version);
   if (!files) return files.error();

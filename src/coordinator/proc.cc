@@ -335,24 +335,72 @@ bool HoldsIoUring(int pid) {
   return false;
 }
 
+namespace {
+
+/// Whether `link` (a /proc symbolic link) is a regular file, directory or device; others live
+/// on the kernel's internal mounts.
+bool IsMountedFile(const std::string& link) {
+  struct stat st {};
+  return ::stat(link.c_str(), &st) == 0 &&
+         (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode));
+}
+
+/// The mount id of the file `link` (a /proc symbolic link) names, read from the fdinfo of
+/// a descriptor this process opens on it; "" when it cannot be opened.
+std::string MountIdOf(const std::string& link) {
+  const int fd = ::open(link.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string id = FdInfoField("/proc/self", fd, "mnt_id:");
+  ::close(fd);
+  return id;
+}
+
+}  // namespace
+
 std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
   std::set<std::string> mounts;
   std::ifstream mountinfo(proc_dir + "/mountinfo");
   for (std::string line; std::getline(mountinfo, line);) mounts.insert(line.substr(0, line.find(' ')));
   std::vector<ForeignFile> foreign;
   if (mounts.empty()) return foreign;  // unreadable: nothing can be judged
+  const auto on_foreign_mount = [&](const std::string& mount) {
+    return !mount.empty() && !mounts.contains(mount);
+  };
+  std::vector<ForeignFile> descriptors;
   for (const auto& [fd, path] : Descriptors(proc_dir)) {
     if (path.empty() || path[0] != '/' || path.starts_with("/memfd:")) continue;
-    struct stat st {};
-    const std::string link = proc_dir + "/fd/" + std::to_string(fd);
-    if (::stat(link.c_str(), &st) != 0 ||
-        !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
+    if (!IsMountedFile(proc_dir + "/fd/" + std::to_string(fd))) continue;
+    if (on_foreign_mount(FdInfoField(proc_dir, fd, "mnt_id:"))) {
+      descriptors.push_back({fd, path, "descriptor " + std::to_string(fd)});
+    }
+  }
+  std::sort(descriptors.begin(), descriptors.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
+  foreign = std::move(descriptors);
+  // CRIU dumps these as it dumps descriptors (its fs and mm images), with the same lookup.
+  std::set<std::string> seen;  // the executable is mapped too: named once
+  for (const auto& [link, what] : {std::pair{"cwd", "its working directory"},
+                                   std::pair{"root", "its root directory"},
+                                   std::pair{"exe", "its executable"}}) {
+    const std::string link_path = proc_dir + "/" + link;
+    std::error_code link_ec;
+    const std::string path = std::filesystem::read_symlink(link_path, link_ec).string();
+    seen.insert(path);
+    if (IsMountedFile(link_path) && on_foreign_mount(MountIdOf(link_path))) {
+      foreign.push_back({-1, path, what});
+    }
+  }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(proc_dir + "/map_files", ec)) {
+    std::error_code link_ec;
+    const std::string path = std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (link_ec || path.empty() || path[0] != '/' || path.ends_with(" (deleted)") ||
+        path.starts_with("/memfd:") || !seen.insert(path).second) {
       continue;
     }
-    const std::string mount = FdInfoField(proc_dir, fd, "mnt_id:");
-    if (!mount.empty() && !mounts.contains(mount)) foreign.push_back({fd, path});
+    if (IsMountedFile(e.path().string()) && on_foreign_mount(MountIdOf(e.path().string()))) {
+      foreign.push_back({-1, path, "a mapping"});
+    }
   }
-  std::sort(foreign.begin(), foreign.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
   return foreign;
 }
 

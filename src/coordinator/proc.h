@@ -168,18 +168,23 @@ std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree
 /// (its write end would not report POLLERR); false when it has none or cannot be opened.
 bool PipeHasReader(int pid, int fd);
 
-/// A descriptor whose file lies on a mount that the process's mount namespace does not have.
+/// A file of a process that lies on a mount the process's mount namespace does not have.
 struct ForeignFile {
-  int fd = -1;
-  std::string path;  ///< as /proc/<pid>/fd/<fd> names it
+  int fd = -1;       ///< its descriptor; -1 for the other places a process holds a file
+  std::string path;  ///< as /proc/<pid> names it
+  std::string what;  ///< "descriptor 3", "its working directory", "its executable", "a mapping"
 };
 
-/// The descriptors of the process at `proc_dir` ("/proc/<pid>", or "/proc/self") whose
-/// regular file, directory or device lies on a mount absent from its mount namespace
-/// (/proc/.../fdinfo's mnt_id is not in its mountinfo): files inherited from another mount
-/// namespace, e.g. from the shell of a sandbox, or from outside a job's own namespace. CRIU
-/// cannot dump them ("Can't lookup mount=N for fd=F", criu/files-reg.c). Pipes, sockets and
-/// memfds live on the kernel's internal mounts, which no namespace lists: they are not named.
+/// Every file the process at `proc_dir` ("/proc/<pid>", or "/proc/self") holds on a mount
+/// absent from its mount namespace (the file's mnt_id, from fdinfo, is not in its
+/// mountinfo): its descriptors first (by number), then its working and root directories, its
+/// executable and the files it maps (each file once). Files inherited from another mount
+/// namespace, e.g. from the shell of a sandbox or `nsenter --wd`, or from outside a job's
+/// own namespace. CRIU dumps every one of them the same way and cannot dump these ("Can't
+/// lookup mount=N for fd=F", criu/files-reg.c), and finds that out only after the checkpoint.
+/// Pipes, sockets, memfds, shared anonymous and deleted mappings live on the kernel's
+/// internal mounts, which no namespace lists: they are not named. A mapping whose file
+/// cannot be opened through /proc/<pid>/map_files (it needs CAP_SYS_ADMIN) is not judged.
 std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir);
 
 /// The command name of `pid` (/proc/<pid>/comm), "?" when unreadable; for messages.

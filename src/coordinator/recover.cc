@@ -72,6 +72,7 @@ class RecoverSequence : Sequence {
         Note(report_.state_file + " is checkpoint " + state->checkpoint_id + ", but the shims "
              "hold checkpoint " + *held.begin() + ": recovering from what each shim holds, "
              "without verifying against the state file");
+        report_.state_file.clear();  // not used: "done" named it (found by a fresh user)
         return uint64_t{0};
       }
       state_ = std::move(*state);
@@ -260,6 +261,13 @@ class RecoverSequence : Sequence {
     if (!forward_) return true;
     const bool due = std::any_of(now_.begin(), now_.end(), [](ShimState s) { return s == from; });
     if (!due) return true;
+    // The multicast phases say so when no shim holds a multicast object, as the restore's do.
+    const bool multicast = op == proto::Op::kMulticastCreate || op == proto::Op::kMulticastImport ||
+                           op == proto::Op::kMulticastJoin || op == proto::Op::kMulticastBind;
+    const bool any_multicast = std::any_of(views_.begin(), views_.end(), [](const ParticipantView& v) {
+      return HasMulticast(v.records);
+    });
+    const std::string note = multicast && !any_multicast ? kNoMulticastNote : "";
     return Phase(Lowercase(proto::OpName(op)), [&](size_t i) -> Result<uint64_t> {
       if (now_[i] != from || dead_[i]) return uint64_t{0};
       proto::StepRequest request{op, 0, op == proto::Op::kSave ? recycle_id_ : ""};
@@ -269,7 +277,7 @@ class RecoverSequence : Sequence {
       now_[i] = step->state;
       NoteCopy(step->copy_ns, step->zero_bytes);
       return step->bytes;
-    });
+    }, 0, note);
   }
 
   /// read_carriers: as the restore's (restore.cc), for every participant still RELEASED (a

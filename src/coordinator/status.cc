@@ -20,13 +20,18 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
       // was killed, maybe half way): "released" would hide where it stopped.
       const auto phase = HeldPhase(control_dir, pid);
       out[i].identity.state = phase.value_or(proto::ShimState::kReleased);
-      out[i].held = phase ? "held: stopped again by itself (its memory is released, and no "
-                            "cusnap command was at work on it for a lease); 'cusnap restore' "
-                            "(or 'cusnap recover') continues it and goes on; its tables were "
-                            "not asked"
-                          : "held: stopped by 'cusnap checkpoint' until 'cusnap restore' "
-                            "continues it (CUSNAP_HOLD=run keeps it running); its tables were "
-                            "not asked";
+      // Its memory is released only while it is RELEASED: a restore killed half way left
+      // it reallocated, or further (found by a fresh user).
+      const bool released = !phase || *phase == proto::ShimState::kReleased;
+      out[i].held =
+          std::string(phase ? "held: stopped again by itself (no cusnap command was at work on "
+                              "it for a lease)"
+                            : "held: stopped by the 'cusnap checkpoint' or 'cusnap dump' that "
+                              "released its memory") +
+          (released ? "" : "; its memory is back on the GPU, the restore unfinished") +
+          "; 'cusnap restore' (or 'cusnap recover') continues it and goes on" +
+          (phase ? "" : " (CUSNAP_HOLD=run keeps such a job running)") +
+          "; its tables were not read (the process is stopped)";
       return uint64_t{0};
     }
     if (const auto state = StoppedState(pid)) {

@@ -47,6 +47,17 @@ std::string CreatorReleased(const proto::ObjectId& id, int holder) {
          "handle or a mapping in the creator while others use it";
 }
 
+/// The rule "the creator of what a participant imported takes part too". The job's root
+/// with --pid, or --all, takes every process of a `cusnap run` job: a creator left out is
+/// most often a process of the same job named by a child's pid (found by a fresh user, who
+/// was told to start a creator with 'cusnap run' that had been).
+std::string CreatorLeftOut(int user, const std::string& what, int creator_pid) {
+  return ProcessText(user) + ": " + what + " is imported, but its creator is not a " +
+         "participant; checkpoint every process that shares memory together (the job's root "
+         "with --pid, or --all), each started with 'cusnap run' (the creator is " +
+         ProcessText(creator_pid) + ")";
+}
+
 /// True when `id` was created by one of `participants` (same pid and start time).
 bool CreatedByParticipant(std::span<const ParticipantView> participants,
                           const proto::ObjectId& id) {
@@ -311,9 +322,7 @@ void CheckMulticast(std::span<const ParticipantView> participants,
                            "handle and mapping of it; keep a handle or a mapping in the creator "
                            "while others use it");
       } else {
-        problems.push_back(MulticastName(id) +
-                           " is used, but its creator is not a participant; start the creator "
-                           "with 'cusnap run' and include it in the checkpoint");
+        problems.push_back(CreatorLeftOut(facts.reports.front().first, MulticastName(id), id.creator_pid));
       }
       continue;
     }
@@ -461,9 +470,7 @@ std::vector<std::string> ValidateTopology(std::span<const ParticipantView> parti
         problems.push_back(CreatorReleased(id, user));
         continue;
       }
-      problems.push_back(ProcessText(user) + ": " + ObjectName(id) +
-                         " is imported, but its creator is not a participant; start the "
-                         "creator with 'cusnap run' and include it in the checkpoint");
+      problems.push_back(CreatorLeftOut(user, ObjectName(id), id.creator_pid));
       continue;
     }
     if (!facts.other_holders.empty() && !facts.creator_anchored) {

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -448,6 +449,33 @@ TEST_F(CliImages, AnInterruptedDumpThatCriuDidNotFinishIsNamedAndRefused) {
   ExpectRefused(images, images + "/criu-dump.log does not say 'Dumping finished successfully'");
 }
 
+// CRIU stopped half way (killed with the dump) and the job's processes run on, checkpointed
+// in place: the restore names the command that resumes them (it said only 'cusnap recover',
+// where the README promised 'restore --pid P --state-dir D': found by a fresh user), once.
+TEST_F(CliImages, AnInterruptedDumpOfAJobStillCheckpointedInPlaceNamesTheRestoreInPlace) {
+  const std::string images = MakeInterruptedDump(false);
+  coord::StateFile state;  // this process stands for the job's one process
+  state.driver = "simulated";
+  state.checkpoint_id = coord::NewCheckpointId();
+  state.participants.resize(1);
+  state.participants[0].pid = ::getpid();
+  state.participants[0].start_time = KernelStartTime(::getpid());
+  const auto wrote = coord::WriteStateFile(images, state);
+  ASSERT_TRUE(wrote.ok()) << wrote.error().message;
+  const auto read = coord::ReadStateFile(images);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  const std::string self = std::to_string(::getpid());
+  const std::string resume = "the job was not taken to disk; " + images + " holds the state file "
+                             "of a checkpoint whose processes still run here (pid " + self +
+                             "): a dump stopped after its checkpoint, before CRIU ran; 'cusnap "
+                             "restore --pid " + self + " --state-dir " + images + "' resumes the "
+                             "job in place";
+  ExpectRefused(images, resume);
+  const Ran r = Cusnap({"restore", "--images-dir", images});
+  EXPECT_EQ(r.err.find("'cusnap restore --pid"), r.err.rfind("'cusnap restore --pid")) << r.err;
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("'cusnap recover'")));
+}
+
 TEST_F(CliImages, AnInterruptedDumpThatCriuFinishedIsNamedAsRestorable) {
   const std::string images = MakeInterruptedDump(true);
   const Ran in = Cusnap({"inspect", images});
@@ -515,6 +543,22 @@ pid_t ChildHoldingAFileOfAnotherMountNamespace(const std::string& path) {
     if (back < 0 || ::unshare(CLONE_NEWNS) != 0) return false;
     const int fd = ::open(path.c_str(), O_RDONLY);  // kept open while the child pauses
     return fd >= 0 && ::setns(back, CLONE_NEWNS) == 0;
+  });
+}
+
+/// A child in this mount namespace that maps `path` as mapped in another one (it mapped the
+/// file in a mount namespace of its own and closed it, then came back), as a program started
+/// through `nsenter --wd` maps its executable: coord::FilesOnForeignMounts names the mapping.
+/// -1 when no mount namespace can be made here.
+pid_t ChildMappingAFileOfAnotherMountNamespace(const std::string& path) {
+  return PausedChildAfter([&] {
+    const int back = ::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    if (back < 0 || ::unshare(CLONE_NEWNS) != 0) return false;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    void* mapped = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE, fd, 0);  // kept while paused
+    ::close(fd);
+    return mapped != MAP_FAILED && ::setns(back, CLONE_NEWNS) == 0;
   });
 }
 
@@ -672,6 +716,35 @@ TEST_F(CliImages, ADumpOfAJobHoldingAFileOfAnotherMountNamespaceIsRefusedBeforeA
   ExpectDumpRefused(dir_, job, "holds descriptor" + std::string(foreign.size() == 1 ? " " : "s "),
                     [&](const auto& args) { return Cusnap(args); });
   EXPECT_FALSE(HasFailure()) << "descriptor " << named->fd;
+}
+
+// The same for a file the job maps (its program, a library: found by a fresh user whose job,
+// started through `nsenter --wd`, ran a program of the outer namespace); CRIU failed on it
+// after the checkpoint ("Can't lookup mount=27 ... criu_job").
+TEST_F(CliImages, ADumpOfAJobMappingAFileOfAnotherMountNamespaceIsRefusedBeforeAnythingChanges) {
+  if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
+  const std::string mapped = dir_ + "/mapped.bin";
+  WriteAll(mapped, std::string(4096, 'm'));
+  const pid_t job = ChildMappingAFileOfAnotherMountNamespace(mapped);
+  if (job < 0) GTEST_SKIP() << "no mount namespace can be made here";
+  const auto foreign = coord::FilesOnForeignMounts("/proc/" + std::to_string(job));
+  const auto named = std::find_if(foreign.begin(), foreign.end(),
+                                  [&](const auto& f) { return f.path == mapped; });
+  ASSERT_NE(named, foreign.end());
+  EXPECT_EQ(named->fd, -1);
+  EXPECT_EQ(named->what, "a mapping");
+  // Not ExpectDumpRefused: what the child inherited may be named before the mapping.
+  const std::string images = dir_ + "/images";
+  const Ran r = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+  const bool ran_on = ::kill(job, 0) == 0;
+  ::kill(job, SIGKILL);
+  ::waitpid(job, nullptr, 0);
+  EXPECT_EQ(r.status, 3) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("holds a mapping (" + mapped + ") on a mount of another mount "
+                               "namespace, which CRIU cannot dump"));
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+  EXPECT_TRUE(ran_on);
+  EXPECT_FALSE(std::filesystem::exists(images));
 }
 
 TEST_F(CliImages, ADumpOfAJobWritingAPipeReadOutsideItIsRefusedBeforeAnythingChanges) {

@@ -160,9 +160,11 @@ TEST_F(CliJobHold, CheckpointStopsEveryParticipantAndRestoreContinuesThem) {
   const auto took = std::chrono::steady_clock::now() - asked;
   EXPECT_LT(took, std::chrono::seconds(8));
   EXPECT_EQ(st.status, 0) << st.err;
-  EXPECT_THAT(st.out, HasSubstr(" released     held: stopped by 'cusnap checkpoint' until "
-                                "'cusnap restore' continues it (CUSNAP_HOLD=run keeps it "
-                                "running); its tables were not asked"));
+  EXPECT_THAT(st.out, HasSubstr(" released     held: stopped by the 'cusnap checkpoint' or "
+                                "'cusnap dump' that released its memory; 'cusnap restore' (or "
+                                "'cusnap recover') continues it and goes on (CUSNAP_HOLD=run "
+                                "keeps such a job running); its tables were not read (the "
+                                "process is stopped)"));
   const auto doc = nlohmann::json::parse(st_json.out);
   ASSERT_EQ(doc["participants"].size(), 2u);
   for (const auto& p : doc["participants"]) {
@@ -541,6 +543,9 @@ TEST_F(CliJobHold, ARestoreKilledAfterItContinuedTheJobLeavesItHeldAgain) {
     EXPECT_THAT(st.out, HasSubstr("held: stopped again by itself")) << st.out << st.err;
     if (point == "restore:reallocate:after") {  // where it stopped, not "released"
       EXPECT_THAT(st.out, HasSubstr("reallocated")) << st.out;
+      // ... and not "its memory is released" (found by a fresh user)
+      EXPECT_THAT(st.out, HasSubstr("its memory is back on the GPU, the restore unfinished")) << st.out;
+      EXPECT_THAT(st.out, ::testing::Not(HasSubstr("memory is released"))) << st.out;
     }
     const Ran again = Restore(state);
     ASSERT_EQ(again.status, 0) << again.out << again.err;

@@ -544,8 +544,12 @@ TEST_F(CliJobRefusal, PartialJobLeavesOutAnImporterOrACreator) {
   ExpectRunningIntact();
 
   target_ = {"--pid", std::to_string(importer_->pid)};
+  // Named by a child's pid, the job's creator is left out: the advice names the root or
+  // --all (it said to start the creator with 'cusnap run', which it had been).
   ExpectRefused(state, {importer + ": allocation ", " of " + creator,
-                        " is imported, but its creator is not a participant"});
+                        " is imported, but its creator is not a participant; checkpoint every "
+                        "process that shares memory together (the job's root with --pid, or "
+                        "--all), each started with 'cusnap run' (the creator is " + creator + ")"});
   ExpectRunningIntact();
 
   target_ = {"--pid", PidArg()};

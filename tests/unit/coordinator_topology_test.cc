@@ -187,8 +187,9 @@ TEST(CoordinatorTopology, MissingCreatorIsRefused) {
   job.erase(job.begin());  // the creator is not a participant
   EXPECT_THAT(ValidateTopology(job),
               ElementsAre("pid 200: allocation 1 of pid 100 is imported, but its creator is not "
-                          "a participant; start the creator with 'cusnap run' and include it "
-                          "in the checkpoint"));
+                          "a participant; checkpoint every process that shares memory together "
+                          "(the job's root with --pid, or --all), each started with 'cusnap run' "
+                          "(the creator is pid 100)"));
 }
 
 TEST(CoordinatorTopology, CreatorWithoutHandleOrMappingIsRefused) {
