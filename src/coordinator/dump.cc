@@ -359,7 +359,13 @@ class DumpSequence : Sequence {
   }
 
   /// With --leave-running: every restore phase, in place (the processes never left).
-  bool ResumeIfLeftRunning() { return !options_.leave_running || ResumeJob(); }
+  bool ResumeIfLeftRunning() {
+    if (!options_.leave_running) return true;
+    // Its phase names repeat the checkpoint's: say what they are (found by a fresh user).
+    observer_.Remark("--leave-running: the job is on disk; it goes on in place now (the phases "
+                     "of 'cusnap restore' follow)");
+    return ResumeJob();
+  }
 
   bool ResumeJob() {
     // The checkpoint left the job held, stopped (hold.h): its endpoints answer only once

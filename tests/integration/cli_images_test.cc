@@ -923,6 +923,9 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
                                       "(criu dump failed (exit 9"));
     }
     if (leave_running) {
+      // The restore's phases that follow the dump's are announced.
+      EXPECT_THAT(dump.out, HasSubstr("-- --leave-running: the job is on disk; it goes on in place "
+                                      "now (the phases of 'cusnap restore' follow)"));
       // The job ran on; it ends now (both processes), so the dump is what is left of it.
       const std::string text = ReadAll(log);
       const auto at = text.find("PID child ");
