@@ -65,7 +65,8 @@ nlohmann::json ManifestToJson(const Manifest& m) {
   for (const auto& f : m.files) {
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
   }
-  return {{"format_version", m.format_version}, {"cusnap_version", m.cusnap_version},
+  nlohmann::json document = {
+          {"format_version", m.format_version}, {"cusnap_version", m.cusnap_version},
           {"driver", m.driver},                 {"criu_version", m.criu_version},
           {"created_unix_s", m.created_unix_s}, {"checkpoint_id", m.checkpoint_id},
           {"root_pid", m.root_pid},             {"root_start_time", m.root_start_time},
@@ -74,6 +75,10 @@ nlohmann::json ManifestToJson(const Manifest& m) {
           {"gpus", gpus},
           {"participants", participants},       {"files", files},
           {"image_bytes", m.TotalBytes()}};
+  // The manifest is checked like the files it lists: a change to it (a GPU, the driver, a
+  // checksum) is found before it decides anything (found by a fresh user).
+  document["digest"] = DocumentDigest(document);
+  return document;
 }
 
 Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string& origin) {
@@ -113,6 +118,12 @@ Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string&
                              file.name + "'"};
       }
       m.files.push_back(std::move(file));
+    }
+    // Manifests written before it have none (and are read as they are).
+    if (json.contains("digest") && json.at("digest").get<std::string>() != DocumentDigest(json)) {
+      return Error{-1, origin + ": the manifest was changed after the dump wrote it (its digest "
+                                "does not match its content), so it no longer describes the "
+                                "images; restore from an unchanged copy"};
     }
     return m;
   } catch (const std::exception& e) {

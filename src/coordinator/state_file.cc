@@ -100,11 +100,11 @@ nlohmann::json StateToJson(const StateFile& state) {
                              {"checkpoint_id", state.checkpoint_id},
                              {"participants", participants},
                              {"phases", phases}};
-  document["digest"] = StateDigest(document);
+  document["digest"] = DocumentDigest(document);
   return document;
 }
 
-std::string StateDigest(const nlohmann::json& document) {
+std::string DocumentDigest(const nlohmann::json& document) {
   nlohmann::json body = document;
   if (body.is_object()) body.erase("digest");
   return "sha256:" + Sha256Hex(body.dump());
@@ -171,7 +171,7 @@ Result<StateFile> StateFromJson(const nlohmann::json& json, const std::string& o
       return Error{-1, origin + ": the state file has no digest: it was not written by this "
                                 "cusnap as it is, so it does not describe a checkpoint"};
     }
-    if (json["digest"].get<std::string>() != StateDigest(json)) {
+    if (json["digest"].get<std::string>() != DocumentDigest(json)) {
       return Error{-1, origin + ": the state file was changed after the checkpoint wrote it "
                                 "(its digest does not match its content), so it no longer "
                                 "describes the checkpoint"};

@@ -17,7 +17,7 @@
 namespace cusnap::coord {
 
 /// Version 2: the checkpoint's id (a restore refuses a file of another checkpoint). Version 3:
-/// "digest", the SHA-256 of the rest of the document (StateDigest): a file changed after the
+/// "digest", the SHA-256 of the rest of the document (DocumentDigest): a file changed after the
 /// checkpoint wrote it is refused before anything changes (a fresh user edited a record and
 /// kept the id: every restore then failed its verify, after the job was changed).
 inline constexpr int kStateFormatVersion = 3;
@@ -72,7 +72,8 @@ nlohmann::json StateToJson(const StateFile& state);
 
 /// "sha256:<hex>" of `document` without its "digest" member, serialized compactly (object
 /// keys sorted: nlohmann's order), which a parse and a dump reproduce exactly.
-std::string StateDigest(const nlohmann::json& document);
+/// The state file's and the images manifest's (images.h).
+std::string DocumentDigest(const nlohmann::json& document);
 
 /// Parses and validates a document: format version, structure, field types, then its digest
 /// (a document changed since it was written: an error saying so). The error's message names

@@ -335,6 +335,25 @@ TEST_F(CliImages, ACorruptImageFileIsRefused) {
   ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its SHA-256 is ");
 }
 
+// The manifest decides what a restore checks (files, driver, GPUs): a change to it is found
+// by its digest (an edited criu_version went through: found by a fresh user). A manifest
+// written before the digest has none and is read as it is.
+TEST_F(CliImages, AnEditedManifestIsRefused) {
+  const std::string images = MakeImages();
+  const std::string path = images + "/" + coord::kManifestFileName;
+  auto document = nlohmann::json::parse(ReadAll(path));
+  ASSERT_TRUE(document.contains("digest"));
+  document["criu_version"] = "Version: 9.9";
+  WriteAll(path, document.dump(2));
+  ExpectRefused(images, path + ": the manifest was changed after the dump wrote it (its digest "
+                        "does not match its content)");
+  document.erase("digest");
+  WriteAll(path, document.dump(2));
+  auto older = coord::ReadManifest(images);
+  ASSERT_TRUE(older.ok()) << older.error().message;
+  EXPECT_EQ(older->criu_version, "Version: 9.9");
+}
+
 TEST_F(CliImages, AMissingImageFileIsRefused) {
   const std::string images = MakeImages();
   std::filesystem::remove(images + "/core-4242.img");

@@ -121,7 +121,7 @@ class CliJobRefusal : public JobTest {
   /// `document` with its digest made right again: a state file as a checkpoint would have
   /// written it (the refusals below are about what it says, not about a changed file).
   static std::string Sealed(nlohmann::json document) {
-    document["digest"] = cusnap::coord::StateDigest(document);
+    document["digest"] = cusnap::coord::DocumentDigest(document);
     return document.dump(2);
   }
 
@@ -393,7 +393,7 @@ std::string StateOf(int pid, uint64_t start_time) {
                                              {"saved_bytes", 0},
                                              {"records", nlohmann::json::array()}}}},
                           {"phases", nlohmann::json::array()}};
-  document["digest"] = cusnap::coord::StateDigest(document);
+  document["digest"] = cusnap::coord::DocumentDigest(document);
   return document.dump(2);
 }
 
