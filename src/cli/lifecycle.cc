@@ -36,34 +36,16 @@ int ExitFor(coord::Outcome outcome) {
   return kExitError;
 }
 
-namespace {
-
-/// The JSON document of a command that ended before any phase: the keys of a full report
-/// (ReportToJson), with no phases (found by a fresh user: a script reading "phases" failed on
-/// an early refusal).
-void PrintUntouchedJson(const char* command, int rc, const std::vector<std::string>& errors) {
-  std::printf("%s\n", nlohmann::json{{"command", command},
-                                     {"exit_code", rc},
-                                     {"outcome", rc == kExitRestoreRefused ? "restore_refused" : "refused"},
-                                     {"phases", nlohmann::json::array()},
-                                     {"errors", errors},
-                                     {"notes", nlohmann::json::array()}}
-                           .dump(2)
-                           .c_str());
-}
-
-}  // namespace
-
 int EndUntouched(const char* command, bool json, const std::string& problem, int rc) {
   const std::string message = problem + "; nothing was changed";
-  if (json) PrintUntouchedJson(command, rc, {message});
+  if (json) std::printf("%s\n", UntouchedToJson(command, rc, {message}).dump(2).c_str());
   std::fprintf(stderr, "cusnap %s: %s\n", command, message.c_str());
   return rc;
 }
 
 int EndRefused(const char* command, bool json, const std::string& problem, int rc) {
   const std::string refused = "refused; nothing was changed";
-  if (json) PrintUntouchedJson(command, rc, {problem, refused});
+  if (json) std::printf("%s\n", UntouchedToJson(command, rc, {problem, refused}).dump(2).c_str());
   std::fprintf(stderr, "cusnap %s: %s\ncusnap %s: %s\n", command, problem.c_str(), command,
                refused.c_str());
   return rc;

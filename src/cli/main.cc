@@ -275,7 +275,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return cusnap::cli::ReportParseError(app, word, e);
+    // --json anywhere before the job's own arguments asks for a JSON answer, a usage error's too.
+    bool json = false;
+    for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) json |= std::string_view(argv[i]) == "--json";
+    return cusnap::cli::ReportParseError(app, word, e, json);
   }
 
   if (*run) {

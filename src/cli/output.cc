@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cli/exit_codes.h"
+
 namespace cusnap::cli {
 
 std::string FormatBytes(uint64_t bytes) {
@@ -116,6 +118,16 @@ void PhasePrinter::Remark(const std::string& text) {
   if (tty_) std::fputs("\r\033[K", out_);
   std::fprintf(out_, "-- %s\n", text.c_str());
   std::fflush(out_);
+}
+
+nlohmann::json UntouchedToJson(const std::string& command, int exit_code,
+                               const std::vector<std::string>& errors) {
+  return {{"command", command},
+          {"exit_code", exit_code},
+          {"outcome", exit_code == kExitRestoreRefused ? "restore_refused" : "refused"},
+          {"phases", nlohmann::json::array()},
+          {"errors", errors},
+          {"notes", nlohmann::json::array()}};
 }
 
 nlohmann::json ReportToJson(const std::string& command, const std::string& driver,

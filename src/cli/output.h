@@ -52,6 +52,12 @@ class PhasePrinter final : public coord::PhaseObserver {
   size_t done_ = 0;
 };
 
+/// The JSON document of a command that ended before any phase ran (a usage error, a bad
+/// target): the keys of ReportToJson's, with no phases, so a script reads every answer the
+/// same way (found by a fresh user). outcome "restore_refused" for exit 5, else "refused".
+nlohmann::json UntouchedToJson(const std::string& command, int exit_code,
+                               const std::vector<std::string>& errors);
+
 /// The whole report as one JSON document (--json). A coordinator-only phase's participants
 /// is the command's participant count (the largest phase count), like every other phase's.
 nlohmann::json ReportToJson(const std::string& command, const std::string& driver,

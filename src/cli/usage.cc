@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/exit_codes.h"
+#include "cli/output.h"
 
 namespace cusnap::cli {
 namespace {
@@ -70,12 +71,16 @@ CLI::Validator PidValidator() {
       "PID");
 }
 
-int ReportParseError(CLI::App& app, const std::string& command, const CLI::ParseError& e) {
+int ReportParseError(CLI::App& app, const std::string& command, const CLI::ParseError& e,
+                     bool json) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
     app.exit(e);  // --help, --version: their text on stdout
     return kExitOk;
   }
   const std::string prefix = command.empty() ? "cusnap" : "cusnap " + command;
+  if (json) {
+    std::printf("%s\n", UntouchedToJson(command, kExitUsage, {e.what()}).dump(2).c_str());
+  }
   std::fprintf(stderr, "%s: %s\nRun '%s --help' for more information.\n", prefix.c_str(),
                e.what(), prefix.c_str());
   return kExitUsage;

@@ -24,7 +24,10 @@ CLI::Validator PidValidator();
 
 /// Prints CLI11's parse error `e` for `command` ("" before a command was named) as
 /// "cusnap <command>: <what>" plus where to find help, or help/version text when `e` asks
-/// for it. Returns the exit status (0 for help and version, else 2).
-int ReportParseError(CLI::App& app, const std::string& command, const CLI::ParseError& e);
+/// for it. Returns the exit status (0 for help and version, else 2). With `json` (the
+/// command line asked for --json), the error is also one JSON document on stdout
+/// (UntouchedToJson).
+int ReportParseError(CLI::App& app, const std::string& command, const CLI::ParseError& e,
+                     bool json = false);
 
 }  // namespace cusnap::cli

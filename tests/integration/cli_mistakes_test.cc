@@ -336,6 +336,28 @@ TEST_F(CliMistakes, InspectJsonOfACorruptStateFileIsStillJson) {
   EXPECT_THAT(doc["errors"][0].get<std::string>(), HasSubstr("corrupt state file"));
 }
 
+// Under --json every answer is one document with a report's keys: a usage error and a
+// refusal before any phase too (they printed only text, or JSON without "phases": found by
+// a fresh user whose script read "phases").
+TEST_F(CliMistakes, EveryAnswerUnderJsonIsADocumentWithAReportsKeys) {
+  const Ran usage = Cusnap({"checkpoint", "--json", "--pid", "abc"});
+  EXPECT_EQ(usage.status, 2);
+  const auto bad = nlohmann::json::parse(usage.out);  // throws (fails the test) when not JSON
+  const Ran gone = Cusnap({"restore", "--pid", "4194303", "--json", "--state-dir", dir_ + "/s"});
+  EXPECT_NE(gone.status, 0);
+  const auto early = nlohmann::json::parse(gone.out);
+  for (const auto& doc : {bad, early}) {
+    for (const char* key : {"command", "exit_code", "outcome", "phases", "errors", "notes"}) {
+      EXPECT_TRUE(doc.contains(key)) << key << " missing in " << doc.dump();
+    }
+    EXPECT_TRUE(doc["phases"].empty()) << doc.dump();
+  }
+  EXPECT_EQ(bad["exit_code"], 2);
+  EXPECT_THAT(bad["errors"][0].get<std::string>(), HasSubstr("'abc' is not a number"));
+  EXPECT_EQ(early["exit_code"], gone.status);
+  EXPECT_THAT(usage.err, HasSubstr("Run 'cusnap checkpoint --help'"));  // the text stays on stderr
+}
+
 TEST_F(CliMistakes, StatusHelpSaysAtMostOneTargetAndNotExactlyOne) {
   const Ran r = Cusnap({"status", "--help"});
   EXPECT_EQ(r.status, 0);
