@@ -93,10 +93,11 @@ int InspectCommand(const std::string& given, bool json) {
     std::printf("phase %-16s %8.1f ms  %s\n", ph.name.c_str(), ph.elapsed_ms,
                 FormatBytes(ph.bytes).c_str());
   }
-  // The file is written in write_state, so it cannot hold that phase's time nor those after.
-  std::printf("phases write_state, detach_multicast, release, lock and checkpoint ran while "
-              "and after this file was written: their times are in the output of the "
-              "checkpoint command\n");
+  // The file is written in write_state, so it cannot hold that phase's time nor those after
+  // (commit was left out of this list: found by a fresh user).
+  std::printf("phases write_state, commit, detach_multicast, release, lock and checkpoint (and "
+              "a dump's write_carriers) ran while and after this file was written: their times "
+              "are in the output of the command that wrote it\n");
   return kExitOk;
 }
 

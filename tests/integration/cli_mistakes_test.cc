@@ -320,8 +320,9 @@ TEST_F(CliMistakes, CoordinatorOnlyPhasesCountTheCommandsParticipantsInJson) {
   EXPECT_EQ(phases["quiesce"]["participants"], 1);
 
   const Ran in = Cusnap({"inspect", state});
-  EXPECT_THAT(in.out, HasSubstr("phases write_state, detach_multicast, release, lock and "
-                                "checkpoint ran while and after this file was written"));
+  EXPECT_THAT(in.out, HasSubstr("phases write_state, commit, detach_multicast, release, lock and "
+                                "checkpoint (and a dump's write_carriers) ran while and after "
+                                "this file was written"));
 }
 
 TEST_F(CliMistakes, InspectJsonOfACorruptStateFileIsStillJson) {
