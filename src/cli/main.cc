@@ -277,7 +277,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --json anywhere before the job's own arguments asks for a JSON answer, a usage error's too.
     bool json = false;
-    for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) json |= std::string_view(argv[i]) == "--json";
+    for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+      json |= std::string_view(argv[i]) == "--json";
+    }
     return cusnap::cli::ReportParseError(app, word, e, json);
   }
 

@@ -441,7 +441,9 @@ class ImagesRestoreSequence : Sequence {
     CheckSummary summary;
     return CheckPhase("check_images", [&]() -> std::vector<std::string> {
       auto manifest = ReadManifest(options_.images_dir);
-      if (!manifest && manifest.error().code == ENOENT && HasPendingManifest(options_.images_dir)) {
+      const bool interrupted =
+          !manifest && manifest.error().code == ENOENT && HasPendingManifest(options_.images_dir);
+      if (interrupted) {
         // A dump whose CLI died once CRIU had run: complete when CRIU finished (its manifest
         // is written at criu_restore, the first change), refused naming why otherwise.
         manifest = CompleteInterruptedDump(options_.images_dir);
@@ -452,10 +454,9 @@ class ImagesRestoreSequence : Sequence {
         }
       }
       if (!manifest) {
-        const std::string in_place = CheckpointedInPlaceText(options_.images_dir);
-        const std::string& why = manifest.error().message;
-        const bool said = in_place.empty() || why.find(in_place) != std::string::npos;
-        return {why + (said ? "" : "; " + in_place)};
+        // CompleteInterruptedDump's refusal names the command that resumes the job itself.
+        const std::string in_place = interrupted ? "" : CheckpointedInPlaceText(options_.images_dir);
+        return {manifest.error().message + (in_place.empty() ? "" : "; " + in_place)};
       }
       manifest_ = std::move(*manifest);
       auto machine = ViewMachine(driver_);

@@ -577,6 +577,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
   // The files the manifest lists, and only those: others in the directory are the user's
   // (IsDumpFile), and a manifest written before that rule may list one of them.
   std::vector<ImageFile> present;
+  std::vector<const ImageFile*> listed;  // present[k] is listed[k] in the manifest
   for (const auto& f : manifest.files) {
     const std::string path = dir + "/" + f.name;
     std::error_code ec;
@@ -588,6 +589,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                          " bytes, the manifest says " + std::to_string(f.bytes) + " (corrupt)");
     } else {
       present.push_back(ImageFile{f.name, f.bytes, ""});
+      listed.push_back(&f);
     }
   }
   auto hashed = HashFiles(dir, present, manifest.format_version);
@@ -595,12 +597,11 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
     problems.push_back(hashed.error().message);
     return problems;
   }
-  for (const auto& f : *hashed) {
-    const auto listed = std::find_if(manifest.files.begin(), manifest.files.end(),
-                                     [&](const ImageFile& m) { return m.name == f.name; });
-    if (listed->sha256 != f.sha256) {
+  for (size_t k = 0; k < hashed->size(); ++k) {  // HashFiles keeps the order it was given
+    const ImageFile& f = (*hashed)[k];
+    if (f.sha256 != listed[k]->sha256) {
       problems.push_back("image file " + dir + "/" + f.name + " is corrupt: its SHA-256 is " +
-                         f.sha256 + ", the manifest says " + listed->sha256);
+                         f.sha256 + ", the manifest says " + listed[k]->sha256);
     }
   }
   return problems;

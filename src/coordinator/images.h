@@ -149,8 +149,9 @@ std::string WhyCriuDumpIncomplete(const std::string& dir);
 /// The manifest of a dump interrupted after CRIU ran (pending manifest, no manifest): the
 /// pending one with every image file's size and SHA-256 (HashImageFiles). Error naming the
 /// cause: ENOENT when there is no pending manifest, EIO when CRIU's images are not complete
-/// (WhyCriuDumpIncomplete: the job was not taken to disk), else ReadPendingManifest's or
-/// HashImageFiles'.
+/// (WhyCriuDumpIncomplete: the job was not taken to disk; the message names the command that
+/// brings the job back, CheckpointedInPlaceText's when it is still checkpointed in place),
+/// else ReadPendingManifest's or HashImageFiles'.
 Result<Manifest> CompleteInterruptedDump(const std::string& dir);
 
 /// Every dump file of `dir` (IsDumpFile, regular files only), with its size and ImageChecksum

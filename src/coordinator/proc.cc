@@ -366,16 +366,18 @@ std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
   const auto on_foreign_mount = [&](const std::string& mount) {
     return !mount.empty() && !mounts.contains(mount);
   };
-  std::vector<ForeignFile> descriptors;
+  // A /proc link's file, opened through the link to learn its mount.
+  const auto foreign_link = [&](const std::string& link) {
+    return IsMountedFile(link) && on_foreign_mount(MountIdOf(link));
+  };
   for (const auto& [fd, path] : Descriptors(proc_dir)) {
     if (path.empty() || path[0] != '/' || path.starts_with("/memfd:")) continue;
     if (!IsMountedFile(proc_dir + "/fd/" + std::to_string(fd))) continue;
     if (on_foreign_mount(FdInfoField(proc_dir, fd, "mnt_id:"))) {
-      descriptors.push_back({fd, path, "descriptor " + std::to_string(fd)});
+      foreign.push_back({fd, path, "descriptor " + std::to_string(fd)});
     }
   }
-  std::sort(descriptors.begin(), descriptors.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
-  foreign = std::move(descriptors);
+  std::sort(foreign.begin(), foreign.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
   // CRIU dumps these as it dumps descriptors (its fs and mm images), with the same lookup.
   std::set<std::string> seen;  // the executable is mapped too: named once
   for (const auto& [link, what] : {std::pair{"cwd", "its working directory"},
@@ -385,9 +387,7 @@ std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
     std::error_code link_ec;
     const std::string path = std::filesystem::read_symlink(link_path, link_ec).string();
     seen.insert(path);
-    if (IsMountedFile(link_path) && on_foreign_mount(MountIdOf(link_path))) {
-      foreign.push_back({-1, path, what});
-    }
+    if (foreign_link(link_path)) foreign.push_back({-1, path, what});
   }
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(proc_dir + "/map_files", ec)) {
@@ -397,9 +397,7 @@ std::vector<ForeignFile> FilesOnForeignMounts(const std::string& proc_dir) {
         path.starts_with("/memfd:") || !seen.insert(path).second) {
       continue;
     }
-    if (IsMountedFile(e.path().string()) && on_foreign_mount(MountIdOf(e.path().string()))) {
-      foreign.push_back({-1, path, "a mapping"});
-    }
+    if (foreign_link(e.path().string())) foreign.push_back({-1, path, "a mapping"});
   }
   return foreign;
 }
