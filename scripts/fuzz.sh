@@ -16,8 +16,9 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 common=(src/common/messages.cc src/common/socket.cc src/common/ids.cc src/common/log.cc
         src/common/text.cc src/common/ticket.cc src/common/endpoint_client.cc
         src/common/control_dir.cc)
-coordinator=(src/coordinator/state_file.cc src/coordinator/records.cc
-             src/coordinator/state_guard.cc src/coordinator/proc.cc src/coordinator/sha256.cc)
+coordinator=(src/coordinator/record/state_file.cc src/coordinator/record/records.cc
+             src/coordinator/record/state_guard.cc src/coordinator/proc/processes.cc
+             src/coordinator/record/sha256.cc)
 # Each source compiled once (clang, instrumented), then each target linked from what it needs.
 objects() {
   local list=()

@@ -4,7 +4,7 @@
 #include <ostream>
 
 #include "coordinator/coordinator.h"
-#include "coordinator/native_driver.h"
+#include "coordinator/native/native_driver.h"
 #include "printers.h"
 
 namespace cusnap::coord {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cli_runner.h"
-#include "coordinator/criu.h"
+#include "coordinator/images/criu.h"
 
 namespace cusnap::testing {
 

@@ -19,8 +19,8 @@
 #include "common/endpoint_client.h"
 #include "common/socket.h"
 #include "common/unique_fd.h"
-#include "coordinator/native_driver.h"
-#include "coordinator/proc.h"
+#include "coordinator/native/native_driver.h"
+#include "coordinator/proc/processes.h"
 
 namespace cusnap::cli {
 namespace {

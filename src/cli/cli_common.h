@@ -9,14 +9,14 @@
 #include "common/error.h"
 #include "cli/commands.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/native_driver.h"
+#include "coordinator/native/native_driver.h"
 
 namespace cusnap::cli {
 
 /// The driver CUSNAP_DRIVER (auto|real|sim) names, the simulated one looked up next to
 /// this binary (native_driver.h, SimulatedDriverDir). When "real" cannot be loaded the
 /// error also says how to use the simulated driver. Wrapped to hold a checkpointed job
-/// stopped unless CUSNAP_HOLD=run (coordinator/hold.h); a bad CUSNAP_HOLD is an error.
+/// stopped unless CUSNAP_HOLD=run (coordinator/participants/hold.h); a bad CUSNAP_HOLD is an error.
 Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver();
 
 /// The exit status (exit_codes.h) of a coordinator command's outcome.
@@ -46,12 +46,12 @@ int Drive(const char* command, const Target& target, bool json, size_t phases,
 bool ParseDeviceMapArg(const char* command, const std::string& text,
                        std::vector<coord::DevicePair>& out);
 
-/// Continues a held (stopped) job's processes before a restore (coordinator/hold.h); what
+/// Continues a held (stopped) job's processes before a restore (coordinator/participants/hold.h); what
 /// cannot be continued is said on stderr. Returns the pids it continued.
 std::vector<int> ContinueHeld(const char* command, const Target& target);
 
 /// After `command` ended with exit status `rc`: unless it restored (0) or changed the job
-/// (4), stops the processes ContinueHeld continued again (coordinator/hold.h HoldAgain), so
+/// (4), stops the processes ContinueHeld continued again (coordinator/participants/hold.h HoldAgain), so
 /// a refused or interrupted restore leaves the job held as it found it. Returns `rc`.
 int HoldAgainUnlessChanged(const char* command, const std::vector<int>& continued, int rc);
 

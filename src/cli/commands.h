@@ -49,11 +49,11 @@ struct DumpArgs {
 };
 
 /// `dump --pid P --images-dir D [--leave-running]`: checkpoint, then CRIU writes the job's
-/// tree into D with a manifest (coordinator/dump.h). Exit 3 refused (nothing changed).
+/// tree into D with a manifest (coordinator/sequences/dump.h). Exit 3 refused (nothing changed).
 int DumpCommand(const DumpArgs& args);
 
 /// `restore --images-dir D [--device-map M] [--pid-namespace]`: checks D, CRIU brings the
-/// tree back, then every restore phase (coordinator/dump.h). In a PID namespace of its own
+/// tree back, then every restore phase (coordinator/sequences/dump.h). In a PID namespace of its own
 /// (cli/pid_namespace.h) when `pid_namespace` is set or a pid of the dump is held by another
 /// process here. Exit 5 refused (nothing changed).
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json,

@@ -8,7 +8,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "common/endpoint_client.h"
-#include "coordinator/hold.h"
+#include "coordinator/participants/hold.h"
 
 namespace cusnap::cli {
 

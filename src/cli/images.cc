@@ -1,5 +1,5 @@
 // `cusnap dump`, `cusnap restore --images-dir` and `cusnap inspect` of an images directory:
-// the coordinator's dump sequences (coordinator/dump.h) driven like checkpoint and restore.
+// the coordinator's dump sequences (coordinator/sequences/dump.h) driven like checkpoint and restore.
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,14 +20,14 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/text.h"
-#include "coordinator/dump.h"
-#include "coordinator/hold.h"
-#include "coordinator/criu.h"
-#include "coordinator/images.h"
-#include "coordinator/lease.h"
-#include "coordinator/proc.h"
-#include "coordinator/restore_record.h"
-#include "coordinator/state_file.h"
+#include "coordinator/sequences/dump.h"
+#include "coordinator/participants/hold.h"
+#include "coordinator/images/criu.h"
+#include "coordinator/images/manifest.h"
+#include "coordinator/participants/lease.h"
+#include "coordinator/proc/processes.h"
+#include "coordinator/images/restore_record.h"
+#include "coordinator/record/state_file.h"
 
 namespace cusnap::cli {
 
@@ -68,7 +68,7 @@ int RestoreImagesHere(const std::string& images_dir, const std::string& device_m
     // control directory of its own (its environment, restored by CRIU, says which).
     AdoptJobControlDir(restored_root);
     const std::string job_dir = ControlDir();
-    // CRIU brings a held job back as it was dumped: stopped (coordinator/hold.h), with the
+    // CRIU brings a held job back as it was dumped: stopped (coordinator/participants/hold.h), with the
     // markers the dump left (of this PID namespace or, restored in a namespace of its own,
     // of another), or with none after a --leave-running dump (resuming the job in place
     // removed them). These new processes are this restore's own: each is continued, its

@@ -10,8 +10,8 @@
 #include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "common/text.h"
-#include "coordinator/records.h"
-#include "coordinator/state_file.h"
+#include "coordinator/record/records.h"
+#include "coordinator/record/state_file.h"
 
 namespace cusnap::cli {
 namespace {

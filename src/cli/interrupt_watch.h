@@ -1,5 +1,5 @@
 // SIGINT and SIGTERM while `cusnap checkpoint` or `cusnap restore` runs: instead of dying
-// half way (the default action), the command is asked to stop (coordinator/interrupt.h).
+// half way (the default action), the command is asked to stop (coordinator/sequences/interrupt.h).
 // Before its first destructive step it stops at the next phase boundary and undoes what it
 // did; after it, it finishes, and the user is told so on stderr.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "coordinator/interrupt.h"
+#include "coordinator/sequences/interrupt.h"
 
 namespace cusnap::cli {
 

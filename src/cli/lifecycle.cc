@@ -17,11 +17,11 @@
 #include "common/endpoint_client.h"
 #include "cli/test_pause.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/hold.h"
-#include "coordinator/command_lock.h"
-#include "coordinator/lease.h"
-#include "coordinator/proc.h"
-#include "coordinator/records.h"
+#include "coordinator/participants/hold.h"
+#include "coordinator/participants/command_lock.h"
+#include "coordinator/participants/lease.h"
+#include "coordinator/proc/processes.h"
+#include "coordinator/record/records.h"
 
 namespace cusnap::cli {
 
@@ -173,7 +173,7 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
 }
 
 
-/// A held job's processes are stopped (coordinator/hold.h): their endpoints answer only
+/// A held job's processes are stopped (coordinator/participants/hold.h): their endpoints answer only
 /// once continued, so restore and recover continue them before discovery. What cannot be
 /// continued is said here; discovery then names those processes as unreachable.
 }  // namespace

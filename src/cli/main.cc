@@ -13,7 +13,7 @@
 #include "cli/pid_namespace.h"
 #include "cli/usage.h"
 #include "cli/version.h"
-#include "coordinator/images.h"
+#include "coordinator/images/manifest.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "common/unique_fd.h"
-#include "coordinator/proc.h"
+#include "coordinator/proc/processes.h"
 
 namespace cusnap::cli {
 namespace {

@@ -15,8 +15,8 @@
 #include "cli/exit_codes.h"
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
-#include "coordinator/native_driver.h"
-#include "coordinator/proc.h"
+#include "coordinator/native/native_driver.h"
+#include "coordinator/proc/processes.h"
 
 namespace cusnap::cli {
 namespace {

@@ -16,11 +16,11 @@
 #include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "common/text.h"
-#include "coordinator/command_lock.h"
+#include "coordinator/participants/command_lock.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/hold.h"
-#include "coordinator/proc.h"
-#include "coordinator/records.h"
+#include "coordinator/participants/hold.h"
+#include "coordinator/proc/processes.h"
+#include "coordinator/record/records.h"
 #include "cli/version.h"
 
 namespace cusnap::cli {
@@ -71,10 +71,10 @@ std::vector<std::string> Prune(const std::string& control_dir,
       errors.push_back("cannot remove " + s.path + ": " + std::strerror(errno));
     }
   }
-  // Hold markers of processes that ended while held (coordinator/hold.h), and start-time
+  // Hold markers of processes that ended while held (coordinator/participants/hold.h), and start-time
   // aliases of restored processes that ended: each still stale now.
   RemoveStillStale(stale_markers, StaleMarkers(control_dir), removed, errors);
-  // Command locks (coordinator/command_lock.h) of processes whose endpoint is gone now.
+  // Command locks (coordinator/participants/command_lock.h) of processes whose endpoint is gone now.
   for (const std::string& dir : coord::JobControlDirs(control_dir)) {
     const auto locks = coord::StaleCommandLocks(dir);
     RemoveStillStale(locks, locks, removed, errors);

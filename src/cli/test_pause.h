@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/phase_runner.h"
+#include "coordinator/participants/phase_runner.h"
 
 namespace cusnap::cli {
 

@@ -48,7 +48,7 @@ Result<UniqueFd> OpenControlDir(const std::string& dir);
 std::string UnsafeControlDir(const std::string& dir);
 
 /// The hold marker of process `pid` in control directory `dir`: "<dir>/<pid>.held". It
-/// exists while `cusnap checkpoint` holds the process stopped (coordinator/hold.h); the
+/// exists while `cusnap checkpoint` holds the process stopped (coordinator/participants/hold.h); the
 /// shim's hold guard reads it (shim/lifecycle/hold_guard.h).
 std::string HeldMarkerPath(const std::string& dir, int pid);
 

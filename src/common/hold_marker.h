@@ -1,4 +1,4 @@
-// The hold marker (coordinator/hold.h): <control dir>/<pid>.held says that cusnap stopped
+// The hold marker (coordinator/participants/hold.h): <control dir>/<pid>.held says that cusnap stopped
 // process <pid> to hold its checkpointed job, and names that very process. The coordinator
 // writes it before its SIGSTOP; a held shim whose command died writes it before stopping
 // itself again (shim/lifecycle/lifecycle.h, "the hold after a command"). One format for both,

@@ -152,7 +152,7 @@ struct StepRequest {
   /// of its ordinals now names the GPU its old GPU was moved to before it rebuilds on them.
   std::string device_map{};
   /// kRelease: the command holds this process stopped once it is checkpointed (CUSNAP_HOLD=
-  /// stop, coordinator/hold.h). From then until kActivate the shim stops itself again
+  /// stop, coordinator/participants/hold.h). From then until kActivate the shim stops itself again
   /// whenever it runs for a lease with no command at work (a restore that continued it was
   /// killed), so that the job stays held (shim/lifecycle/lifecycle.h).
   bool held = false;

@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "common/error.h"
-#include "coordinator/device_map.h"
-#include "coordinator/interrupt.h"
-#include "coordinator/native_driver.h"
-#include "coordinator/participant.h"
-#include "coordinator/phase_runner.h"
+#include "coordinator/native/device_map.h"
+#include "coordinator/sequences/interrupt.h"
+#include "coordinator/native/native_driver.h"
+#include "coordinator/participants/participant.h"
+#include "coordinator/participants/phase_runner.h"
 
 namespace cusnap::coord {
 

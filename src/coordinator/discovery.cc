@@ -4,8 +4,8 @@
 #include "coordinator/coordinator.h"
 #include "common/control_dir.h"
 #include "common/text.h"
-#include "coordinator/hold.h"
-#include "coordinator/proc.h"
+#include "coordinator/participants/hold.h"
+#include "coordinator/proc/processes.h"
 
 namespace cusnap::coord {
 namespace {

@@ -1,7 +1,7 @@
 // `cusnap status` data: identity and table counts of every participant (coordinator.h).
 #include "coordinator/coordinator.h"
-#include "coordinator/hold.h"
-#include "coordinator/proc.h"
+#include "coordinator/participants/hold.h"
+#include "coordinator/proc/processes.h"
 
 namespace cusnap::coord {
 

@@ -5,7 +5,7 @@
 #include <dlfcn.h>
 
 #include "common/text.h"
-#include "coordinator/native_driver.h"
+#include "coordinator/native/native_driver.h"
 
 namespace cusnap::cli::demo {
 

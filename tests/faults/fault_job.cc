@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/proc.h"
+#include "coordinator/proc/processes.h"
 #include "criu_problem.h"
 
 namespace faults {

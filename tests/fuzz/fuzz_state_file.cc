@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <string>
 
-#include "coordinator/json_number.h"
-#include "coordinator/state_file.h"
+#include "coordinator/record/json_number.h"
+#include "coordinator/record/state_file.h"
 
 namespace {
 

@@ -29,12 +29,12 @@
 #include "cli_runner.h"
 #include "common/ids.h"
 #include "criu_problem.h"
-#include "coordinator/carrier_files.h"
-#include "coordinator/hold.h"
-#include "coordinator/images.h"
-#include "coordinator/proc.h"
-#include "coordinator/restore_record.h"
-#include "coordinator/state_file.h"
+#include "coordinator/images/carrier_files.h"
+#include "coordinator/participants/hold.h"
+#include "coordinator/images/manifest.h"
+#include "coordinator/proc/processes.h"
+#include "coordinator/images/restore_record.h"
+#include "coordinator/record/state_file.h"
 
 namespace cusnap::testing {
 namespace {

@@ -1,4 +1,4 @@
-// The long-suspend hold (docs/LONG-SUSPEND.md, coordinator/hold.h) end to end on the
+// The long-suspend hold (docs/LONG-SUSPEND.md, coordinator/participants/hold.h) end to end on the
 // simulated driver: with CUSNAP_HOLD=stop (the default) `cusnap checkpoint` leaves every
 // participant stopped, `cusnap status` names them held without waiting for their endpoints,
 // `cusnap restore` continues them and the job goes on with every byte; a process the user

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/ids.h"
-#include "coordinator/state_file.h"
+#include "coordinator/record/state_file.h"
 #include "job_harness.h"
 
 namespace jobtest {

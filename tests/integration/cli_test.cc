@@ -14,7 +14,7 @@
 #include <fstream>
 #include <map>
 
-#include "coordinator/state_file.h"
+#include "coordinator/record/state_file.h"
 #include "unit/coordinator_fixtures.h"
 
 namespace cusnap::testing {

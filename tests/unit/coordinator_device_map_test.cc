@@ -1,10 +1,10 @@
-// --device-map parsing and resolution (coordinator/device_map.h).
+// --device-map parsing and resolution (coordinator/native/device_map.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "coordinator/device_map.h"
+#include "coordinator/native/device_map.h"
 
 namespace cusnap::testing {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
-#include "coordinator/records.h"
+#include "coordinator/record/records.h"
 
 namespace cusnap::testing {
 

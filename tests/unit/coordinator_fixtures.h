@@ -5,7 +5,7 @@
 #include <cuda.h>
 
 #include "common/protocol.h"
-#include "coordinator/topology.h"
+#include "coordinator/record/topology.h"
 
 namespace cusnap::testing {
 

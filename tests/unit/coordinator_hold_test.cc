@@ -1,4 +1,4 @@
-// The long-suspend hold (coordinator/hold.h) on real child processes: stopped after the
+// The long-suspend hold (coordinator/participants/hold.h) on real child processes: stopped after the
 // native checkpoint with a marker naming it, continued at restore before the native
 // restore, and never continued when cusnap did not stop it.
 #include <gmock/gmock.h>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/hold.h"
-#include "coordinator/proc.h"
+#include "coordinator/participants/hold.h"
+#include "coordinator/proc/processes.h"
 
 namespace cusnap::coord {
 namespace {

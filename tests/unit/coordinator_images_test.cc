@@ -1,4 +1,4 @@
-// The images manifest's file checksums (coordinator/images.h): a small file's is its SHA-256;
+// The images manifest's file checksums (coordinator/images/manifest.h): a small file's is its SHA-256;
 // a file larger than kChecksumPieceBytes is checksummed piece by piece in manifest format 2
 // (SHA-256 over its pieces' digests), whole in format 1; HashImageFiles gives the same
 // answers on one thread as on many. DumpIdsTaken names every id of a dump (a participant's pid,
@@ -18,8 +18,8 @@
 #include <future>
 
 #include "common/ids.h"
-#include "coordinator/images.h"
-#include "coordinator/proc.h"
+#include "coordinator/images/manifest.h"
+#include "coordinator/proc/processes.h"
 
 namespace {
 

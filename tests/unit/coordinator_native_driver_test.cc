@@ -3,7 +3,7 @@
 // line put "for" where the version was expected).
 #include <gtest/gtest.h>
 
-#include "coordinator/native_driver.h"
+#include "coordinator/native/native_driver.h"
 #include "coordinator_printers.h"
 
 namespace cusnap::coord {

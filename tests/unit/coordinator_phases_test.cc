@@ -3,7 +3,7 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
-#include "coordinator/state_file.h"
+#include "coordinator/record/state_file.h"
 #include "unit/coordinator_phases.h"
 
 namespace cusnap::testing {

@@ -15,8 +15,8 @@
 #include <fstream>
 
 #include "coordinator/coordinator.h"
-#include "coordinator/proc.h"
-#include "coordinator/state_file.h"
+#include "coordinator/proc/processes.h"
+#include "coordinator/record/state_file.h"
 #include "coordinator_printers.h"
 #include "unit/coordinator_fakes.h"
 #include "unit/coordinator_phases.h"

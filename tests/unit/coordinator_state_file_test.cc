@@ -1,4 +1,4 @@
-// The state file (coordinator/state_file.h): round trip, atomic write, errors for a missing,
+// The state file (coordinator/record/state_file.h): round trip, atomic write, errors for a missing,
 // corrupt or foreign file, and the directory preflight.
 #include <gmock/gmock.h>
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <fstream>
 #include <functional>
 
-#include "coordinator/records.h"
-#include "coordinator/state_file.h"
+#include "coordinator/record/records.h"
+#include "coordinator/record/state_file.h"
 #include "unit/coordinator_fixtures.h"
 #include "unit/coordinator_phases.h"
 

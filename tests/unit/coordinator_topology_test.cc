@@ -1,9 +1,9 @@
-// Topology validation (coordinator/topology.h): every rule, positive and negative, with the
+// Topology validation (coordinator/record/topology.h): every rule, positive and negative, with the
 // exact message users read.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "coordinator/topology.h"
+#include "coordinator/record/topology.h"
 #include "unit/coordinator_fixtures.h"
 
 namespace cusnap::testing {

@@ -1,4 +1,4 @@
-// The coordinator's multicast team rules (src/coordinator/topology.h) over INSPECT records
+// The coordinator's multicast team rules (src/coordinator/record/topology.h) over INSPECT records
 // written the way the shim's multicast table reports them: a complete two-process team
 // passes; a partial team, inconsistent properties, an unbound device, a bind past every
 // extent, a second creator and a bound member the process no longer holds are each refused
@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "coordinator/topology.h"
+#include "coordinator/record/topology.h"
 #include "coordinator_fixtures.h"
 
 namespace cusnap::testing {

@@ -1,0 +1,251 @@
+// The images directory of `cusnap dump` (DESIGN.md, "Main job"): CRIU's images of the job's
+// process tree, the cusnap state file, and a manifest (cusnap-images.json) that makes the
+// directory self-describing: who wrote it, for which driver and GPUs, how many bytes each
+// participant saved, and a SHA-256 of every file. `cusnap restore --images-dir` checks it
+// before anything changes (CheckImages); `cusnap inspect` prints it.
+//
+// A dump writes a pending manifest (cusnap-images.pending.json: the same document without
+// the files) before CRIU starts, and removes it once the manifest is written (or CRIU failed
+// and the job was restored in place). A CLI that dies while CRIU dumps, or right after, leaves
+// the job's processes gone and no manifest: the pending one says whose dump it is, so that
+// `restore --images-dir` can finish it when CRIU's images are complete
+// (CompleteInterruptedDump) and `inspect` can name the state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "coordinator/native/device_map.h"
+#include "coordinator/proc/processes.h"
+
+namespace cusnap::coord {
+
+/// 2: a file larger than kChecksumPieceBytes is checksummed piecewise (ImageChecksum);
+/// 1: every file's SHA-256 (still read and checked).
+inline constexpr int kManifestFormatVersion = 2;
+/// The pieces a large image file is checksummed in, concurrently (format 2): bytes.
+inline constexpr uint64_t kChecksumPieceBytes = uint64_t{64} << 20;
+inline constexpr const char* kManifestFileName = "cusnap-images.json";
+inline constexpr const char* kPendingManifestFileName = "cusnap-images.pending.json";
+/// CRIU's log of `cusnap dump` in the images directory, and the line it ends with when the
+/// dump is complete (criu/cr-dump.c).
+inline constexpr const char* kCriuDumpLogName = "criu-dump.log";
+inline constexpr const char* kCriuDumpFinished = "Dumping finished successfully";
+
+/// One file of the directory the manifest vouches for (CRIU's images and the state file).
+struct ImageFile {
+  std::string name;    ///< relative to the images directory
+  uint64_t bytes = 0;
+  std::string sha256;  ///< lowercase hex, ImageChecksum of the manifest's format
+  bool operator==(const ImageFile&) const = default;
+};
+
+/// A GPU of the machine, as the coordinator's driver numbers it.
+struct ImagesGpu {
+  int ordinal = 0;
+  std::string uuid;
+  std::string model;  ///< cuDeviceGetName; "" when the driver gave none
+};
+
+/// One participant of the dumped job.
+struct ImagesParticipant {
+  int pid = 0;
+  uint64_t start_time = 0;         ///< /proc/<pid>/stat field 22 at dump time
+  uint64_t saved_bytes = 0;        ///< bytes its host carrier holds (in CRIU's page images)
+  std::vector<std::string> gpus;   ///< UUIDs its records name
+};
+
+/// The whole manifest.
+struct Manifest {
+  int format_version = kManifestFormatVersion;
+  std::string cusnap_version;   ///< the build that wrote it (`cusnap --version`'s first line)
+  std::string driver;           ///< CheckpointDriver::Describe(): "simulated", "NVIDIA 580..."
+  std::string criu_version;     ///< `criu --version`'s first line
+  int64_t created_unix_s = 0;
+  std::string checkpoint_id;    ///< the state file's
+  int root_pid = 0;             ///< the dumped tree's root (pid and start time at dump time)
+  uint64_t root_start_time = 0;
+  bool left_running = false;    ///< dumped with --leave-running: the job ran on
+  /// The job ran in a PID namespace of its own (`cusnap run --pid-namespace`, or restored into
+  /// one): it is restored into one again, where its session and init are as they were (in
+  /// the machine's namespace it would have no session of its own, and CRIU could not dump it
+  /// again). Absent in older manifests: false.
+  bool own_pid_namespace = false;
+  /// The control directory the job's endpoints were in (CRIU binds their sockets there again
+  /// at restore); "" in manifests of cusnap before it was recorded.
+  std::string control_dir;
+  std::vector<ImagesGpu> gpus;  ///< every GPU of the machine at dump time
+  std::vector<ImagesParticipant> participants;
+  std::vector<ImageFile> files;
+  /// Sum of files[].bytes.
+  uint64_t TotalBytes() const;
+  /// Of TotalBytes, the files CRIU wrote (the carrier files left out: carrier_files.h).
+  uint64_t CriuBytes() const;
+};
+
+/// The manifest as JSON (what `inspect --json` prints for an images directory).
+nlohmann::json ManifestToJson(const Manifest& manifest);
+
+/// Parses and validates a manifest document; the error names `origin` and the bad field.
+Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string& origin);
+
+/// Writes <dir>/cusnap-images.json atomically and durably (WriteFileDurably).
+Status WriteManifest(const std::string& dir, const Manifest& manifest);
+
+/// Reads <dir>/cusnap-images.json. ENOENT "no images in <dir>" when missing.
+Result<Manifest> ReadManifest(const std::string& dir);
+
+/// True when `dir` holds a manifest (it is an images directory, not only a state directory).
+bool HasManifest(const std::string& dir);
+
+/// Writes <dir>/cusnap-images.pending.json (the manifest of a dump about to run CRIU, its
+/// files empty) atomically and durably. errno-coded Error naming the path.
+Status WritePendingManifest(const std::string& dir, const Manifest& manifest);
+
+/// Removes <dir>/cusnap-images.pending.json durably (none: fine). errno-coded Error.
+Status RemovePendingManifest(const std::string& dir);
+
+/// True when `dir` holds a pending manifest (a dump that ran CRIU and did not finish).
+bool HasPendingManifest(const std::string& dir);
+
+/// Reads <dir>/cusnap-images.pending.json: ENOENT when missing, else as ReadManifest.
+Result<Manifest> ReadPendingManifest(const std::string& dir);
+
+/// True for a file CRIU writes into an images directory other than its logs: its images
+/// (*.img), its statistics (stats-dump, stats-restore) and a restore's pid file.
+bool IsCriuOutput(const std::string& name);
+
+/// True for a file a dump writes into its images directory and lists in its manifest: CRIU's
+/// images and statistics (IsCriuOutput, less the restore's stats-restore and pid file), the
+/// carrier files (IsCarrierFile, carrier_files.h) and the state file. Anything else there is
+/// the user's: neither listed, checked nor removed (found by a fresh user: a notes file kept
+/// beside the images became part of the dump, so that editing it refused the restore).
+bool IsDumpFile(const std::string& name);
+
+/// Removes from `dir` what an earlier dump or restore left there: CRIU's output (IsCriuOutput)
+/// and the manifest, so that a dump into it holds only its own files (a thread image of an
+/// older dump would otherwise be hashed into the new manifest). The state file and the logs
+/// stay. Errors name the file (errno-coded).
+Status RemovePreviousDump(const std::string& dir);
+
+/// When `dir` holds no images but the state file of a checkpoint whose processes all still
+/// run here (a dump stopped between its checkpoint and CRIU: the job is checkpointed in
+/// place), the sentence that says so and names the command that resumes it; "" otherwise.
+std::string CheckpointedInPlaceText(const std::string& dir);
+
+/// True when `dir` holds what a failed dump leaves once its job was restored in place: CRIU's
+/// log, and neither a manifest, a pending manifest nor a state file (the dump removed them).
+bool IsFailedDump(const std::string& dir);
+
+/// Why CRIU's images in `dir` are not a complete dump, as a sentence: no inventory.img, or
+/// criu-dump.log does not say "Dumping finished successfully". "" when they are complete.
+std::string WhyCriuDumpIncomplete(const std::string& dir);
+
+/// The manifest of a dump interrupted after CRIU ran (pending manifest, no manifest): the
+/// pending one with every image file's size and SHA-256 (HashImageFiles). Error naming the
+/// cause: ENOENT when there is no pending manifest, EIO when CRIU's images are not complete
+/// (WhyCriuDumpIncomplete: the job was not taken to disk; the message names the command that
+/// brings the job back, CheckpointedInPlaceText's when it is still checkpointed in place),
+/// else ReadPendingManifest's or HashImageFiles'.
+Result<Manifest> CompleteInterruptedDump(const std::string& dir);
+
+/// Every dump file of `dir` (IsDumpFile, regular files only), with its size and ImageChecksum
+/// for manifest format `format`, sorted by name.
+/// Every piece of every file is hashed concurrently, on up to `threads` threads (0: one per
+/// CPU, at most 16): one rank's page image holds most of a dump's bytes, and one thread
+/// hashes about 1 GB/s (docs/MEASURED.md M17). errno-coded Error naming the file that could
+/// not be read, or that changed size while it was hashed.
+Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir,
+                                              int format = kManifestFormatVersion,
+                                              unsigned threads = 0);
+
+/// HashImageFiles for the `files` named (names and sizes; sha256 filled in), in their order.
+Result<std::vector<ImageFile>> HashFiles(const std::string& dir, std::vector<ImageFile> files,
+                                         int format = kManifestFormatVersion, unsigned threads = 0);
+
+/// Every file of `dir` HashImageFiles would hash (IsDumpFile), with its size (sha256 left
+/// empty), sorted by name. errno-coded Error when `dir` cannot be listed.
+Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir);
+
+/// Sum of ListImageFiles' sizes (0 when the directory cannot be listed): what CRIU wrote.
+uint64_t ImageBytes(const std::string& dir);
+
+/// The checksum of the `bytes`-byte file at `path` that a manifest of format `format`
+/// records (lowercase hex): its SHA-256 in format 1, and in format 2 for a file of at most
+/// kChecksumPieceBytes; for a larger one in format 2, the SHA-256 of the SHA-256 digests
+/// (32 bytes each, in order) of its kChecksumPieceBytes pieces, the last one shorter.
+/// Computed on the calling thread (HashImageFiles spreads the pieces over threads).
+Result<std::string> ImageChecksum(const std::string& path, uint64_t bytes,
+                                  int format = kManifestFormatVersion);
+
+/// What the machine offers a restore.
+struct MachineView {
+  std::string driver;             ///< CheckpointDriver::Describe()
+  std::vector<std::string> uuids; ///< index = ordinal
+  std::vector<std::string> models;///< index = ordinal; may be empty (not known)
+};
+
+/// Whether the process `pid` that started at `start_time` still exists.
+using AliveCheck = std::function<bool(int pid, uint64_t start_time)>;
+
+/// Every process and thread id the dump in `dir` gives back: its participants' pids and
+/// every id CRIU named a thread image by (core-<tid>.img; a process's main thread has its pid).
+std::vector<int> DumpedIds(const std::string& dir, const Manifest& manifest);
+
+/// An id of the dump (DumpedIds) that a process or thread here holds now.
+struct TakenId {
+  int id = 0;
+  bool participant = false;  ///< a participant's pid (else another process's or a thread's id)
+};
+
+/// The ids of the dump in `dir` that others hold now: a participant's pid held by a process
+/// that is not it (alive() says no for its recorded start time), and any other id of the dump
+/// that exists here. CRIU gives every process and thread its id back ("Unable to create a
+/// thread: -17" otherwise), so none of them can be restored in this PID namespace.
+std::vector<TakenId> DumpIdsTaken(const std::string& dir, const Manifest& manifest,
+                                  const AliveCheck& alive);
+
+/// Where the dumped process `pid` that started at `start_time` runs now: the pid here of
+/// that process itself or of a copy a restore made of it; 0 when none runs.
+using RunningCheck = std::function<int(int pid, uint64_t start_time)>;
+
+/// The RunningCheck of this machine: the process itself, in this PID namespace (AliveHere)
+/// or one below (`pid` there, the same start time), else a restored copy of it in any PID
+/// namespace whose start-time alias lies under `control_dir`
+/// (RunningRestoredCopy: found by a fresh user, a second `restore --images-dir` of a job
+/// restored in a PID namespace of its own made a second copy).
+RunningCheck RunningHere(const std::string& control_dir);
+
+/// A process of the dumped job, or of a copy of it, that runs: the pid here (`running`) of
+/// its root, else of the first participant that runs; 0 when none does (a job whose root
+/// was killed but whose child runs on still runs: restoring it would copy the child).
+int DumpedJobRunning(const Manifest& manifest, const RunningCheck& running);
+
+/// Whether the dumped job still runs (DumpedJobRunning is not 0).
+bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
+
+// AliveHere (coordinator/proc/processes.h) is the AliveCheck of this machine.
+
+/// Everything that makes a restore from `dir` impossible, each as one sentence naming its
+/// cause, checked before anything changes: the manifest missing or unreadable; a file it
+/// lists missing, of another size, or whose SHA-256 differs (corrupt); another driver; fewer
+/// GPUs than the job used, or a job GPU the machine does not have (without a `device_map`);
+/// a device map that is incomplete, names unknown GPUs or puts two on one
+/// (ResolveDeviceMap); a target GPU of another model than the one it replaces; the dumped
+/// job, or a restored copy of it, still running (DumpedJobRunning: restoring would make a
+/// second copy of it); a pid of the dump that another process holds now (CRIU gives
+/// every process its pid back and fails with "File exists" otherwise); with `resumed`, the
+/// last two are not asked (the tree an interrupted restore brought back holds the ids, and
+/// is the job). `pairs` receives the resolved device map. Empty: fine.
+std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
+                                     const MachineView& machine,
+                                     const std::vector<DevicePair>& device_map,
+                                     const RunningCheck& running, std::vector<UuidPair>& pairs,
+                                     bool resumed = false);
+
+}  // namespace cusnap::coord
