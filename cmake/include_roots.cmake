@@ -6,11 +6,14 @@
 # the build tree, made at configure time.
 
 # cusnap_include_root(<name> <folder under src>...): makes <build>/include_roots/<name>
-# with a link per folder and sets CUSNAP_INCLUDE_ROOT_<name> to its path.
+# with a link per folder (a folder below src/ may be named: "coordinator/record" links only
+# that room) and sets CUSNAP_INCLUDE_ROOT_<name> to its path.
 function(cusnap_include_root name)
   set(root ${CMAKE_BINARY_DIR}/include_roots/${name})
   file(MAKE_DIRECTORY ${root})
   foreach(folder IN LISTS ARGN)
+    cmake_path(GET folder PARENT_PATH parent)
+    file(MAKE_DIRECTORY ${root}/${parent})
     file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/${folder} ${root}/${folder} SYMBOLIC)
   endforeach()
   set(CUSNAP_INCLUDE_ROOT_${name} ${root} PARENT_SCOPE)
@@ -19,5 +22,15 @@ endfunction()
 cusnap_include_root(common common)
 cusnap_include_root(shim common shim)
 cusnap_include_root(coordinator common coordinator)
+# The coordinator's rooms, lowest first (DESIGN.md, "Layout"): a room's root holds common/
+# and the rooms up to itself, so a room that includes a header of a room above it does not
+# build (tests/unit/include_roots.cmake proves it for each room). The face (coordinator.h,
+# discovery.cc, status.cc) compiles against the whole coordinator root above.
+set(CUSNAP_COORDINATOR_ROOMS proc native record participants images sequences)
+set(rooms_so_far "")
+foreach(room IN LISTS CUSNAP_COORDINATOR_ROOMS)
+  list(APPEND rooms_so_far coordinator/${room})
+  cusnap_include_root(coordinator_${room} common ${rooms_so_far})
+endforeach()
 cusnap_include_root(demo common demo coordinator)
 cusnap_include_root(cli common coordinator demo cli)

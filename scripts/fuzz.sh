@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz (issue 12: the protocol decoder, the ticket parser,
+# Builds the libFuzzer targets of tests/fuzz (the protocol decoder, the ticket parser,
 # the state-file reader) with clang (-fsanitize=fuzzer,address,undefined) into build/fuzz, and
 # runs each for CUSNAP_FUZZ_SECONDS (default 30) seconds. Exit status non-zero when a target
 # does not build or finds a crash, a leak or undefined behaviour (its reproducer is left in

@@ -21,6 +21,7 @@
 #include "common/unique_fd.h"
 #include "coordinator/native/native_driver.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/participants/endpoints.h"
 
 namespace cusnap::cli {
 namespace {

@@ -21,6 +21,7 @@
 #include "coordinator/participants/command_lock.h"
 #include "coordinator/participants/lease.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/participants/endpoints.h"
 #include "coordinator/record/records.h"
 
 namespace cusnap::cli {

@@ -23,6 +23,7 @@
 #include "common/endpoint_client.h"
 #include "common/unique_fd.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/participants/endpoints.h"
 
 namespace cusnap::cli {
 namespace {

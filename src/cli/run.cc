@@ -16,7 +16,7 @@
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "coordinator/native/native_driver.h"
-#include "coordinator/proc/processes.h"
+#include "coordinator/images/criu_preconditions.h"
 
 namespace cusnap::cli {
 namespace {

@@ -20,6 +20,8 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/participants/hold.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/participants/endpoints.h"
+#include "coordinator/images/restored_aliases.h"
 #include "coordinator/record/records.h"
 #include "cli/version.h"
 

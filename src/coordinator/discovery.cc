@@ -6,6 +6,7 @@
 #include "common/text.h"
 #include "coordinator/participants/hold.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/participants/endpoints.h"
 
 namespace cusnap::coord {
 namespace {

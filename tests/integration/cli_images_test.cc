@@ -33,6 +33,7 @@
 #include "coordinator/participants/hold.h"
 #include "coordinator/images/manifest.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/images/criu_preconditions.h"
 #include "coordinator/images/restore_record.h"
 #include "coordinator/record/state_file.h"
 

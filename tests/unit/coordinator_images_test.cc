@@ -19,7 +19,7 @@
 
 #include "common/ids.h"
 #include "coordinator/images/manifest.h"
-#include "coordinator/proc/processes.h"
+#include "coordinator/images/restored_aliases.h"
 
 namespace {
 

@@ -16,6 +16,8 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/participants/endpoints.h"
+#include "coordinator/images/criu_preconditions.h"
 #include "coordinator/record/state_file.h"
 #include "coordinator_printers.h"
 #include "unit/coordinator_fakes.h"

@@ -15,3 +15,24 @@ endforeach()
 target_include_directories(include_probe_shim_includes_coordinator PRIVATE ${CUSNAP_INCLUDE_ROOT_shim})
 target_include_directories(include_probe_coordinator_includes_shim PRIVATE ${CUSNAP_INCLUDE_ROOT_coordinator})
 target_include_directories(include_probe_common_includes_shim PRIVATE ${CUSNAP_INCLUDE_ROOT_common})
+
+# The coordinator's rooms (cmake/include_roots.cmake, CUSNAP_COORDINATOR_ROOMS): a probe per
+# room includes a header of the room just above it (the top room, the face) and compiles
+# against the room's own include root, so that the test passes only when the compiler stops
+# at that include.
+set(rooms_above ${CUSNAP_COORDINATOR_ROOMS})
+list(POP_FRONT rooms_above)
+list(APPEND rooms_above face)
+foreach(room above IN ZIP_LISTS CUSNAP_COORDINATOR_ROOMS rooms_above)
+  set(probe coordinator_${room}_includes_${above})
+  add_library(include_probe_${probe} OBJECT EXCLUDE_FROM_ALL
+    ${CMAKE_SOURCE_DIR}/tests/build_checks/${probe}.cc)
+  target_link_libraries(include_probe_${probe} PRIVATE cusnap_common cusnap_cuda_headers
+    nlohmann_json::nlohmann_json)
+  target_include_directories(include_probe_${probe} PRIVATE ${CUSNAP_INCLUDE_ROOT_coordinator_${room}})
+  add_test(NAME BuildCheck.coordinator_rooms_${room}_below_${above}
+    COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target include_probe_${probe})
+  set_tests_properties(BuildCheck.coordinator_rooms_${room}_below_${above} PROPERTIES
+    LABELS unit
+    PASS_REGULAR_EXPRESSION "${probe}.cc:4:[0-9]+: fatal error: coordinator/[a-z_/]+\\.h: No such file or directory")
+endforeach()

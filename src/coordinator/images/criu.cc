@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "coordinator/proc/processes.h"
+#include "coordinator/images/criu_preconditions.h"
 
 extern char** environ;
 

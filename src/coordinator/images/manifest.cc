@@ -24,6 +24,7 @@
 #include "coordinator/images/criu.h"
 #include "coordinator/record/json_number.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/images/restored_aliases.h"
 #include "coordinator/record/sha256.h"
 #include "coordinator/record/state_file.h"
 

@@ -21,7 +21,7 @@
 
 #include "common/error.h"
 #include "coordinator/native/device_map.h"
-#include "coordinator/proc/processes.h"
+
 
 namespace cusnap::coord {
 

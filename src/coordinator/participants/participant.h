@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,8 @@
 #include "common/messages.h"
 
 namespace cusnap::coord {
+
+class CheckpointDriver;  // native/native_driver.h
 
 /// Timeouts for one request/reply exchange, in milliseconds. Read-only requests answer from
 /// memory; lifecycle requests may move gigabytes and provision host memory (DRIVER-FACTS
@@ -77,5 +80,11 @@ Result<proto::ResourcesReply> CheckResources(Participant& participant,
 Result<proto::StepReply> Step(Participant& participant, proto::Op op);
 /// Step with the request's fields given (kSave: the checkpoint id).
 Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request);
+
+/// Finds the participants. Tree mode refuses (Error naming the pid) when a process of the
+/// tree is a CUDA process (cuCheckpointProcessGetState succeeds) without an endpoint, or
+/// when the tree has no participant at all.
+using Discoverer =
+    std::function<Result<std::vector<std::unique_ptr<Participant>>>(CheckpointDriver&)>;
 
 }  // namespace cusnap::coord

@@ -12,9 +12,18 @@
 
 #include "common/error.h"
 #include "common/protocol.h"
-#include "coordinator/record/state_guard.h"
 
 namespace cusnap::coord {
+
+/// How refusals name the directory a state file goes into, and the option that chooses it:
+/// a checkpoint's state directory (--state-dir), or a dump's images directory (--images-dir),
+/// which holds the state file beside CRIU's images.
+struct DirectoryRole {
+  const char* noun;
+  const char* option;
+};
+inline constexpr DirectoryRole kStateDirectory{"state directory", "--state-dir"};
+inline constexpr DirectoryRole kImagesDirectory{"images directory", "--images-dir"};
 
 /// Version 2: the checkpoint's id (a restore refuses a file of another checkpoint). Version 3:
 /// "digest", the SHA-256 of the rest of the document (DocumentDigest): a file changed after the

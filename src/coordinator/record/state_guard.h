@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "coordinator/record/state_file.h"
 
 namespace cusnap::coord {
 
@@ -22,17 +23,6 @@ struct ProcessIdentity {
   uint64_t start_time = 0;
   bool operator==(const ProcessIdentity&) const = default;
 };
-
-/// How refusals name the directory a state file goes into, and the option that chooses it:
-/// a checkpoint's state directory (--state-dir), or a dump's images directory (--images-dir),
-/// which holds the state file beside CRIU's images (found by a fresh user: a dump's refusals
-/// spoke of a state directory and --state-dir, which `dump` does not take).
-struct DirectoryRole {
-  const char* noun;
-  const char* option;
-};
-inline constexpr DirectoryRole kStateDirectory{"state directory", "--state-dir"};
-inline constexpr DirectoryRole kImagesDirectory{"images directory", "--images-dir"};
 
 /// Whether a checkpoint of `job` may write its state file into `state_dir`. Ok when the
 /// directory holds no state file, or one of the same job (a second cycle), or one whose

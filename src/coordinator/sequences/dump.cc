@@ -30,6 +30,8 @@
 #include "coordinator/participants/hold.h"
 #include "coordinator/images/manifest.h"
 #include "coordinator/proc/processes.h"
+#include "coordinator/participants/endpoints.h"
+#include "coordinator/images/criu_preconditions.h"
 #include "coordinator/images/restore_record.h"
 #include "coordinator/sequences/sequence.h"
 #include "coordinator/record/state_file.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/sequences/commands.h"
 
 namespace cusnap::coord {
 

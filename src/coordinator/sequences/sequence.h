@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "coordinator/participants/command_lock.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/sequences/commands.h"
 #include "coordinator/sequences/interrupt.h"
 #include "common/endpoint_client.h"
 #include "coordinator/participants/lease.h"
