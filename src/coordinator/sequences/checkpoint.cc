@@ -376,7 +376,8 @@ constexpr Stage<CheckpointSequence> CheckpointSequence::kStages[] = {
     // The point of no return: every byte is in host memory and the state file is durable.
     {&CheckpointSequence::DetachAll, &CheckpointSequence::ResumeOrFail, true},
     {&CheckpointSequence::LifecycleStage<proto::Op::kRelease>, &CheckpointSequence::Failed, true},
-    {&CheckpointSequence::WriteCarriersAll, &CheckpointSequence::Failed, true},
+    {&CheckpointSequence::WriteCarriersAll, &CheckpointSequence::Failed, true,
+     PhaseLines::kWithImages},
     {&CheckpointSequence::NativeLockAll, &CheckpointSequence::Failed, true},
     {&CheckpointSequence::NativeCheckpointAll, &CheckpointSequence::Failed, true},
 };
@@ -388,8 +389,8 @@ CommandReport CheckpointSequence::Run() {
 
 }  // namespace
 
-// write_carriers runs in a dump only (kDumpPhaseCount counts it).
-const size_t kCheckpointPhaseCount = std::size(CheckpointSequence::kStages) - 1;
+const size_t kCheckpointPhaseCount = PhaseLineCount(CheckpointSequence::kStages, false);
+const size_t kCheckpointWithImagesPhaseCount = PhaseLineCount(CheckpointSequence::kStages, true);
 
 CommandReport Checkpoint(const CheckpointOptions& options, const Discoverer& discover,
                          CheckpointDriver& driver, PhaseObserver& observer,

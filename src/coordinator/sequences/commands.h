@@ -32,9 +32,9 @@
 
 namespace cusnap::coord {
 
-/// Phases a full run prints (the CLI's progress bar counts them): the length of each
-/// command's stage list (checkpoint.cc, restore.cc) but write_carriers and read_carriers,
-/// which run only for a dump (dump.h counts them).
+/// Phases a full run prints (the CLI's progress bar counts them), counted from each
+/// command's stage list (checkpoint.cc, restore.cc; PhaseLineCount, sequence.h):
+/// write_carriers and read_carriers print only with images (dump.h counts them).
 extern const size_t kCheckpointPhaseCount;
 extern const size_t kRestorePhaseCount;
 

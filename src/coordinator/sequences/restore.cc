@@ -214,7 +214,7 @@ constexpr Stage<RestoreSequence> RestoreSequence::kStages[] = {
     {&RestoreSequence::Match, &RestoreSequence::Refused, false},
     {&RestoreSequence::NativeRestoreAll, &RestoreSequence::Failed, true},
     {&RestoreSequence::NativeUnlockAll, &RestoreSequence::Failed, true},
-    {&RestoreSequence::ReadCarriersAll, &RestoreSequence::Failed, true},
+    {&RestoreSequence::ReadCarriersAll, &RestoreSequence::Failed, true, PhaseLines::kWithImages},
     {&RestoreSequence::ReallocateAll, &RestoreSequence::Failed, true},
     {&RestoreSequence::LifecycleStage<proto::Op::kImport>, &RestoreSequence::Failed, true},
     {&RestoreSequence::MulticastStage<proto::Op::kMulticastCreate>, &RestoreSequence::Failed, true},
@@ -232,8 +232,8 @@ CommandReport RestoreSequence::Run() {
 
 }  // namespace
 
-// read_carriers runs after a dump only (kImagesRestorePhaseCount counts it).
-const size_t kRestorePhaseCount = std::size(RestoreSequence::kStages) - 1;
+const size_t kRestorePhaseCount = PhaseLineCount(RestoreSequence::kStages, false);
+const size_t kRestoreWithImagesPhaseCount = PhaseLineCount(RestoreSequence::kStages, true);
 
 CommandReport Restore(const RestoreOptions& options, const Discoverer& discover,
                       CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {

@@ -1,7 +1,8 @@
 // Internal to the coordinator: the state both command sequences share while they run (the
 // participants, what they reported, the report being built), the helper that runs one
 // named phase, records it and tells the observer, and the row type of each command's stage
-// list (checkpoint.cc, restore.cc: the phase counts in coordinator.h come from those lists).
+// list (checkpoint.cc, restore.cc, recover.cc, dump.cc: the phase counts in commands.h and
+// dump.h are counted from those lists, PhaseLineCount).
 #pragma once
 
 #include <atomic>
@@ -27,16 +28,45 @@ namespace cusnap::coord {
 /// errors and notes; the outcome becomes `later`'s.
 void MergeInto(CommandReport& report, CommandReport later);
 
-/// One stage of a command `Seq`: the member that runs it (exactly one recorded phase), the
-/// member that decides, when it failed, how the command ends (after undoing what it can),
-/// and whether the stage changes the job for good (the first such stage is the command's
-/// point of no return: an Interrupt no longer stops it there or after).
+/// The phase lines a stage prints in a full run (the CLI's progress bar counts them).
+enum class PhaseLines {
+  kOne,         ///< one line, in every run
+  kWithImages,  ///< one line only when the command has images: a dump, an images restore
+  kNested,      ///< the lines of the whole command the stage runs (a dump's checkpoint)
+};
+
+/// One stage of a command `Seq`: the member that runs it, the member that decides, when it
+/// failed, how the command ends (after undoing what it can), whether the stage changes the
+/// job for good (the first such stage is the command's point of no return: an Interrupt no
+/// longer stops it there or after), and the phase lines it prints.
 template <typename Seq>
 struct Stage {
   bool (Seq::*run)();
   Outcome (Seq::*on_failure)();
   bool destructive;
+  PhaseLines lines = PhaseLines::kOne;
 };
+
+/// The phase lines a full run of `stages` prints: one per kOne stage, one per kWithImages
+/// stage when `with_images`, and `nested` (the nested command's count) per kNested stage.
+template <typename Seq, size_t N>
+constexpr size_t PhaseLineCount(const Stage<Seq> (&stages)[N], bool with_images,
+                                size_t nested = 0) {
+  size_t count = 0;
+  for (const Stage<Seq>& stage : stages) {
+    switch (stage.lines) {
+      case PhaseLines::kOne: ++count; break;
+      case PhaseLines::kWithImages: count += with_images ? 1 : 0; break;
+      case PhaseLines::kNested: count += nested; break;
+    }
+  }
+  return count;
+}
+
+/// The phase lines of a checkpoint and of a restore run inside a dump and an images restore
+/// (write_carriers and read_carriers print there): dump.cc's nested stages.
+extern const size_t kCheckpointWithImagesPhaseCount;
+extern const size_t kRestoreWithImagesPhaseCount;
 
 class Sequence {
  protected:
