@@ -29,8 +29,7 @@ Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver() {
   const char* env = std::getenv("CUSNAP_DRIVER");
   auto choice = coord::ParseDriverChoice(env ? env : "");
   if (!choice) return choice.error();
-  const char* hold_env = std::getenv("CUSNAP_HOLD");
-  auto hold = coord::ParseHoldMode(hold_env ? hold_env : "");
+  auto hold = coord::HoldModeFromEnvironment();
   if (!hold) return hold.error();
   // The CLI sees every GPU of the machine, numbered as nvidia-smi numbers them (PCI bus
   // order), whatever its own environment says: a --device-map index names the same GPU from

@@ -42,16 +42,6 @@ void RemoveStillStale(const std::vector<std::string>& listed, const std::vector<
   }
 }
 
-/// The stale hold markers of `control_dir` and of the job control directories below it.
-std::vector<std::string> StaleMarkers(const std::string& control_dir) {
-  std::vector<std::string> stale = coord::StaleHoldMarkers(control_dir);
-  const std::vector<std::string> job_dirs = coord::JobControlDirs(control_dir);
-  for (auto dir = job_dirs.begin() + 1; dir != job_dirs.end(); ++dir) {
-    for (auto& marker : coord::StaleHoldMarkersOfJobDir(*dir)) stale.push_back(std::move(marker));
-  }
-  return stale;
-}
-
 /// Removes the stale endpoint sockets of `stale`, hold markers and start-time aliases that
 /// are still stale now (checked again just before each unlink: a live endpoint is never
 /// removed). Returns the paths removed; failures go to `errors`.
@@ -75,7 +65,7 @@ std::vector<std::string> Prune(const std::string& control_dir,
   }
   // Hold markers of processes that ended while held (coordinator/participants/hold.h), and start-time
   // aliases of restored processes that ended: each still stale now.
-  RemoveStillStale(stale_markers, StaleMarkers(control_dir), removed, errors);
+  RemoveStillStale(stale_markers, coord::StaleHoldMarkersBelow(control_dir), removed, errors);
   // Command locks (coordinator/participants/command_lock.h) of processes whose endpoint is gone now.
   for (const std::string& dir : coord::JobControlDirs(control_dir)) {
     const auto locks = coord::StaleCommandLocks(dir);
@@ -114,7 +104,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
       return kExitError;
     }
     stale = StaleEndpoints(control_dir);
-    stale_markers = StaleMarkers(control_dir);
+    stale_markers = coord::StaleHoldMarkersBelow(control_dir);
     stale_aliases = coord::StaleRestoredAliases(control_dir);
     foreign = ForeignEndpoints(control_dir);
     for (int pid : coord::EndpointPids(control_dir)) {

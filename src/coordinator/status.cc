@@ -13,25 +13,11 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
     const std::string endpoint = participants[i]->endpoint();
     const int pid = participants[i]->pid();
     const std::string control_dir = endpoint.substr(0, endpoint.rfind('/'));
-    if (!endpoint.empty() && IsHeld(control_dir, pid)) {
+    if (const auto held = endpoint.empty() ? std::nullopt : HeldStatus(control_dir, pid)) {
       out[i].identity.pid = pid;
       out[i].identity.start_time = ProcessStartTime(pid).value_or(0);
-      // A shim that held itself names its phase in its marker (a restore that continued it
-      // was killed, maybe half way): "released" would hide where it stopped.
-      const auto phase = HeldPhase(control_dir, pid);
-      out[i].identity.state = phase.value_or(proto::ShimState::kReleased);
-      // Its memory is released only while it is RELEASED: a restore killed half way left
-      // it reallocated, or further (found by a fresh user).
-      const bool released = !phase || *phase == proto::ShimState::kReleased;
-      out[i].held =
-          std::string(phase ? "held: stopped again by itself (no cusnap command was at work on "
-                              "it for a lease)"
-                            : "held: stopped by the 'cusnap checkpoint' or 'cusnap dump' that "
-                              "released its memory") +
-          (released ? "" : "; its memory is back on the GPU, the restore unfinished") +
-          "; 'cusnap restore' (or 'cusnap recover') continues it and goes on" +
-          (phase ? "" : " (CUSNAP_HOLD=run keeps such a job running)") +
-          "; its tables were not read (the process is stopped)";
+      out[i].identity.state = held->state;
+      out[i].held = held->text;
       return uint64_t{0};
     }
     if (const auto state = StoppedState(pid)) {

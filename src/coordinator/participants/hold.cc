@@ -5,8 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "common/control_dir.h"
 #include "common/hold_marker.h"
 #include "common/text.h"
+#include "coordinator/participants/endpoints.h"
 #include "coordinator/proc/processes.h"
 
 namespace cusnap::coord {
@@ -102,12 +104,25 @@ std::vector<int> MarkedPids(const std::string& control_dir) {
   return pids;
 }
 
+/// Appends the marker files of `pid` that exist (under either name) to `paths`.
+void AppendMarkerFiles(const std::string& control_dir, int pid, std::vector<std::string>& paths) {
+  for (const std::string& path : {MarkerPath(control_dir, pid),
+                                  MarkerPath(control_dir, pid) + kContinuingSuffix}) {
+    if (::access(path.c_str(), F_OK) == 0) paths.push_back(path);
+  }
+}
+
 }  // namespace
 
 Result<HoldMode> ParseHoldMode(const std::string& text) {
   if (text.empty() || text == "stop") return HoldMode::kStop;
   if (text == "run") return HoldMode::kRun;
   return Error{EINVAL, "CUSNAP_HOLD='" + text + "' is not one of stop, run"};
+}
+
+Result<HoldMode> HoldModeFromEnvironment() {
+  const char* text = std::getenv("CUSNAP_HOLD");
+  return ParseHoldMode(text ? text : "");
 }
 
 Status StopHeld(const std::string& control_dir, int pid, int wait_ms) {
@@ -235,6 +250,28 @@ std::optional<proto::ShimState> HeldPhase(const std::string& control_dir, int pi
   return std::nullopt;
 }
 
+std::optional<HeldView> HeldStatus(const std::string& control_dir, int pid) {
+  if (!IsHeld(control_dir, pid)) return std::nullopt;
+  // A shim that held itself names its phase in its marker (a restore that continued it was
+  // killed, maybe half way): "released" would hide where it stopped.
+  const auto phase = HeldPhase(control_dir, pid);
+  // Its memory is released only while it is RELEASED: a restore killed half way left it
+  // reallocated, or further.
+  const bool released = !phase || *phase == proto::ShimState::kReleased;
+  HeldView view;
+  view.state = phase.value_or(proto::ShimState::kReleased);
+  view.text =
+      std::string(phase ? "held: stopped again by itself (no cusnap command was at work on "
+                          "it for a lease)"
+                        : "held: stopped by the 'cusnap checkpoint' or 'cusnap dump' that "
+                          "released its memory") +
+      (released ? "" : "; its memory is back on the GPU, the restore unfinished") +
+      "; 'cusnap restore' (or 'cusnap recover') continues it and goes on" +
+      (phase ? "" : " (CUSNAP_HOLD=run keeps such a job running)") +
+      "; its tables were not read (the process is stopped)";
+  return view;
+}
+
 bool RestoredUnfinished(const std::string& control_dir, int pid) {
   const auto marker = ReadMarker(control_dir, pid);
   if (!marker || OfAnotherNamespace(*marker) || !StoppedState(pid)) return false;
@@ -256,10 +293,7 @@ std::vector<std::string> StaleHoldMarkers(const std::string& control_dir) {
     if (marker && OfAnotherNamespace(*marker)) continue;  // judged in its namespace
     if (marker && AliveHere(pid, marker->start_time)) continue;  // its process lives
     if (RestoredUnfinished(control_dir, pid)) continue;  // says why its process is stopped
-    for (const std::string& path : {MarkerPath(control_dir, pid),
-                                    MarkerPath(control_dir, pid) + kContinuingSuffix}) {
-      if (::access(path.c_str(), F_OK) == 0) stale.push_back(path);
-    }
+    AppendMarkerFiles(control_dir, pid, stale);
   }
   return stale;
 }
@@ -277,9 +311,16 @@ std::vector<std::string> StaleHoldMarkersOfJobDir(const std::string& job_dir) {
              static_cast<uint64_t>(ns.st_ino) == marker->pid_namespace;
     });
     if (lives) continue;
-    for (const std::string& path : {MarkerPath(job_dir, pid), MarkerPath(job_dir, pid) + kContinuingSuffix}) {
-      if (::access(path.c_str(), F_OK) == 0) stale.push_back(path);
-    }
+    AppendMarkerFiles(job_dir, pid, stale);
+  }
+  return stale;
+}
+
+std::vector<std::string> StaleHoldMarkersBelow(const std::string& control_dir) {
+  std::vector<std::string> stale = StaleHoldMarkers(control_dir);
+  const std::vector<std::string> job_dirs = JobControlDirs(control_dir);
+  for (auto dir = job_dirs.begin() + 1; dir != job_dirs.end(); ++dir) {
+    for (auto& marker : StaleHoldMarkersOfJobDir(*dir)) stale.push_back(std::move(marker));
   }
   return stale;
 }

@@ -34,6 +34,9 @@ enum class HoldMode {
 /// Parses CUSNAP_HOLD's value: "" or "stop", "run". Error (code EINVAL) names the value.
 Result<HoldMode> ParseHoldMode(const std::string& text);
 
+/// The hold mode the environment chooses: ParseHoldMode of CUSNAP_HOLD (unset: kStop).
+Result<HoldMode> HoldModeFromEnvironment();
+
 /// Stops `pid` for the hold: writes the marker, sends SIGSTOP and waits (at most
 /// `wait_ms`) until /proc says the process is stopped. Errors (code errno, or ETIMEDOUT)
 /// name the pid; on any error the marker is removed and a SIGCONT undoes a SIGSTOP sent.
@@ -56,6 +59,17 @@ Status ContinueRestored(const std::string& control_dir, int pid);
 
 /// True when `pid` has a marker naming it and is stopped now: held by cusnap.
 bool IsHeld(const std::string& control_dir, int pid);
+
+/// A held process as `cusnap status` shows it: the phase its shim stopped in, and a line
+/// saying who stopped it, whether its memory is back on the GPU and what continues it.
+struct HeldView {
+  proto::ShimState state = proto::ShimState::kReleased;
+  std::string text;
+};
+
+/// HeldView of `pid` when it is held (IsHeld); nullopt otherwise. The state is the phase its
+/// marker names (HeldPhase: a shim that held itself) or RELEASED (a checkpoint's marker).
+std::optional<HeldView> HeldStatus(const std::string& control_dir, int pid);
 
 /// The phase the marker of a held `pid` names: a shim that held itself after its command
 /// died (shim/lifecycle/lifecycle.h) writes it there; nullopt for the checkpoint's own
@@ -83,6 +97,10 @@ std::vector<std::string> ContinueHeldJob(const std::string& control_dir, int pid
 /// (another start time): left by a job that ended while held. `cusnap status --prune`
 /// removes them.
 std::vector<std::string> StaleHoldMarkers(const std::string& control_dir);
+
+/// StaleHoldMarkers of `control_dir` and StaleHoldMarkersOfJobDir of every job control
+/// directory below it (JobControlDirs): what `cusnap status` lists and `--prune` removes.
+std::vector<std::string> StaleHoldMarkersBelow(const std::string& control_dir);
 
 /// The hold markers in `job_dir` (a job control directory, common/control_dir.h: its pids
 /// are those of the job's own PID namespace) whose process is gone: no process here has the
