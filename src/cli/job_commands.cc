@@ -1,5 +1,7 @@
-// `cusnap checkpoint` and `cusnap restore`: load the driver, run the coordinator's
-// sequence, print phase lines (or one JSON document) and map the outcome to an exit status.
+// The job commands `cusnap checkpoint`, `cusnap restore` and `cusnap recover`, and Drive,
+// which every command that runs a coordinator sequence goes through (images.cc's dump and
+// images restore too): load the driver, run the sequence, print phase lines (or one JSON
+// document) and map the outcome to an exit status.
 #include <unistd.h>
 
 #include <algorithm>
