@@ -190,8 +190,8 @@ std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree
   // Read outside: the pipe still has a reader, and none is in the tree. Asked of the pipe
   // itself, not by looking for the reader among the processes here: a reader in another PID
   // namespace (the job run under `unshare -pf`, its output read by a process outside) is not
-  // in this /proc (found by a fresh user: such a pipe went unrefused there). A pipe nobody
-  // reads any more is no different after a restore.
+  // in this /proc, and such a pipe is refused all the same. A pipe nobody reads any more is
+  // no different after a restore.
   std::vector<PipeWrittenOutside> outside;
   for (const auto& candidate : candidates) {
     if (PipeHasReader(candidate.pid, candidate.fd)) outside.push_back(candidate);

@@ -186,7 +186,7 @@ bool SameNamespace(const char* kind, int a, int b) {
 }
 
 std::string StoppedText(int pid, char state) {
-  if (state == 't') {  // a tracer's stop: SIGCONT does not end it (found by a fresh user)
+  if (state == 't') {  // a tracer's stop: SIGCONT does not end it
     return ProcessText(pid, ProcessName(pid)) + " is stopped by a debugger or tracer (state " +
            "t), not by cusnap: its endpoint cannot answer; let the debugger continue it, or " +
            "detach it";
