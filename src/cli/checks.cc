@@ -19,6 +19,7 @@
 #include "common/endpoint_client.h"
 #include "common/socket.h"
 #include "common/unique_fd.h"
+#include "coordinator/lease.h"
 #include "coordinator/native_driver.h"
 #include "coordinator/proc.h"
 
@@ -106,7 +107,7 @@ std::string CheckEnvironment() {
         CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"}),
         CheckChoice("CUSNAP_CARRIER_PIN", {"pipelined", "kept", "transfer"}),
         CheckChoice("CUSNAP_CARRY", {"all", "shared"}),
-        CheckChoice("CUSNAP_ZERO_SCAN", {"on", "off"})}) {
+        CheckChoice("CUSNAP_ZERO_SCAN", {"on", "off"}), coord::LeaseEnvironmentProblem()}) {
     if (!problem.empty()) return problem;
   }
   return "";
@@ -184,7 +185,10 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
     if (listener == -1 || (listener > 0 && listener != pid)) return;
     if (coord::ProcessExited(pid)) {
       stale.push_back(StaleEndpoint{pid, path, false});
-    } else if (OlderThanProcess(path, pid)) {
+    } else if (listener == 0 || OlderThanProcess(path, pid)) {
+      // Nothing listens on it while its pid runs: a shim listens from before its process
+      // runs the application until it exits, so the process holding the pid is another one
+      // (its socket may even be younger than it: the clocks say nothing then).
       stale.push_back(StaleEndpoint{pid, path, true});
     }
   });

@@ -27,6 +27,10 @@ namespace cusnap::coord {
 /// errors and notes; the outcome becomes `later`'s.
 void MergeInto(CommandReport& report, CommandReport later);
 
+/// How CommandReport::lost names a participant that exited: "<process>'s own memory (it
+/// exited)".
+std::string ExitedMemoryText(int pid);
+
 /// One stage of a command `Seq`: the member that runs it (exactly one recorded phase), the
 /// member that decides, when it failed, how the command ends (after undoing what it can),
 /// and whether the stage changes the job for good (the first such stage is the command's
@@ -168,8 +172,12 @@ class Sequence {
   /// A carrier reply's copy time: the phase being run reports the slowest one.
   void NoteCopy(uint64_t copy_ns, uint64_t zero_bytes = 0);
 
+  /// Each participant that exited during the command, into report_.lost.
+  void NameExitedDuringCommand();
+
   CommandReport Finish(Outcome outcome) {
     StopLease();
+    NameExitedDuringCommand();
     report_.outcome = outcome;
     return std::move(report_);
   }
