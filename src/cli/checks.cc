@@ -22,6 +22,7 @@
 #include "coordinator/native/native_driver.h"
 #include "coordinator/proc/processes.h"
 #include "coordinator/participants/endpoints.h"
+#include "coordinator/participants/lease.h"
 
 namespace cusnap::cli {
 namespace {
@@ -107,7 +108,7 @@ std::string CheckEnvironment() {
         CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"}),
         CheckChoice("CUSNAP_CARRIER_PIN", {"pipelined", "kept", "transfer"}),
         CheckChoice("CUSNAP_CARRY", {"all", "shared"}),
-        CheckChoice("CUSNAP_ZERO_SCAN", {"on", "off"})}) {
+        CheckChoice("CUSNAP_ZERO_SCAN", {"on", "off"}), coord::LeaseEnvironmentProblem()}) {
     if (!problem.empty()) return problem;
   }
   return "";
@@ -185,7 +186,10 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
     if (listener == -1 || (listener > 0 && listener != pid)) return;
     if (coord::ProcessExited(pid)) {
       stale.push_back(StaleEndpoint{pid, path, false});
-    } else if (OlderThanProcess(path, pid)) {
+    } else if (listener == 0 || OlderThanProcess(path, pid)) {
+      // Nothing listens on it while its pid runs: a shim listens from before its process
+      // runs the application until it exits, so the process holding the pid is another one
+      // (its socket may even be younger than it: the clocks say nothing then).
       stale.push_back(StaleEndpoint{pid, path, true});
     }
   });

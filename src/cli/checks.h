@@ -11,7 +11,8 @@ namespace cusnap::cli {
 
 /// CUSNAP_LOG (error|warn|info|debug) and CUSNAP_CARRIER (lazy|eager): "" when each is unset,
 /// empty or one of its values; else a message naming the variable, its value and the values
-/// it accepts (the shim would silently fall back). CUSNAP_DRIVER is checked where it is read
+/// it accepts (the shim would silently fall back); CUSNAP_LEASE_MS a whole number of ms in
+/// its range (coord::LeaseEnvironmentProblem). CUSNAP_DRIVER is checked where it is read
 /// (coord::ParseDriverChoice).
 std::string CheckEnvironment();
 

@@ -133,6 +133,13 @@ std::string FailedPhase(const coord::CommandReport& report) {
   return report.phases.empty() ? "?" : report.phases.back().name;
 }
 
+/// What the job lost for good (CommandReport::lost), joined by "; ".
+std::string LostText(const coord::CommandReport& report) {
+  std::string text;
+  for (const auto& l : report.lost) text += (text.empty() ? "" : "; ") + l;
+  return text;
+}
+
 /// What the user reads at the end, on stderr: every error, then what state the job is in.
 void PrintErrors(const char* command, const coord::CommandReport& report, const Target& target,
                  const std::string& control_dir, int signo) {
@@ -150,10 +157,24 @@ void PrintErrors(const char* command, const coord::CommandReport& report, const 
     case coord::Outcome::kOk: break;
     case coord::Outcome::kRefused:
     case coord::Outcome::kRestoreRefused:
+      if (!report.lost.empty()) {
+        // A participant died under the command: the job is not as it was.
+        std::fprintf(stderr, "cusnap %s: refused; the job lost %s; nothing else was "
+                     "changed%s\n", command, LostText(report).c_str(),
+                     JobStateTail(target, control_dir).c_str());
+        break;
+      }
       std::fprintf(stderr, "cusnap %s: refused; nothing was changed%s\n", command,
                    JobStateTail(target, control_dir).c_str());
       break;
     case coord::Outcome::kRolledForward:
+      if (!report.lost.empty()) {
+        std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the point of no return; the "
+                     "job was rolled forward and runs again without what it lost: %s; the "
+                     "checkpoint did not happen\n", command, FailedPhase(report).c_str(),
+                     LostText(report).c_str());
+        break;
+      }
       std::fprintf(stderr, "cusnap %s: FAILED in phase '%s' after the point of no return; the "
                    "job was rolled forward and runs as before, every byte intact: the "
                    "checkpoint did not happen\n", command, FailedPhase(report).c_str());
@@ -256,6 +277,11 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
       std::printf("%s: done\n", command);
     } else {
       std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
+    }
+    // Done, but not whole: the last word names what did not come back.
+    if (!report.lost.empty()) {
+      std::printf("%s: the job runs without what it lost: %s\n", command,
+                  LostText(report).c_str());
     }
   }
   return rc;

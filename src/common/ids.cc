@@ -64,6 +64,19 @@ uint64_t ProcessStartTime(int pid) {
   return now == 0 ? 0 : RestoredStartTime(pid, now);
 }
 
+Result<uint64_t> ProcessStartTimeOrShortage(int pid) {
+  // Every read ProcessStartTime makes leaves errno as open(2) set it when it failed; a
+  // success sets nothing, and an absent process or alias file is ENOENT or ESRCH.
+  errno = 0;
+  const uint64_t start = ProcessStartTime(pid);
+  const int error = errno;
+  if (error == EMFILE || error == ENFILE || error == ENOMEM) {
+    return Error{error, "cannot read /proc/" + std::to_string(pid) + "/stat: " +
+                            std::strerror(error) + " (no verdict on that process)"};
+  }
+  return start;
+}
+
 uint64_t KernelStartTime(int pid) {
   if (pid <= 0) return 0;
   char path[64];

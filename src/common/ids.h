@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/error.h"
 #include "common/protocol.h"
 
 namespace cusnap {
@@ -40,6 +41,11 @@ uint64_t KernelStartTime(int pid);
 /// a kernel start time equal to either new one is reported as the original. A later process reusing the pid has another start time: the alias never
 /// applies to it. 0 when the process does not exist.
 uint64_t ProcessStartTime(int pid);
+
+/// ProcessStartTime, or an Error (code: the errno) when /proc could not be read for want of a
+/// descriptor or of memory (EMFILE, ENFILE, ENOMEM): that says nothing of `pid`, so a caller
+/// judging whether another process lives fails its own step instead (it can be retried).
+Result<uint64_t> ProcessStartTimeOrShortage(int pid);
 
 /// The alias file for `pid` (RestoredAliasPath) applied to kernel start time `now`: the
 /// original start time when the file names `now` as a restored one, else `now`.

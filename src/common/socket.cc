@@ -98,7 +98,7 @@ int SocketListenerPid(const std::string& path) {
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) return 0;
+  if (!fd.valid()) return -1;  // no descriptor to ask with: no verdict on the listener
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     return errno == EAGAIN ? -1 : 0;
   }

@@ -38,7 +38,8 @@ Result<UniqueFd> ConnectSeqpacket(const std::string& path, Deadline deadline);
 /// mode 0600 (set on the socket before bind: no window, no chmod by path), and listens. Returns the descriptor (CLOEXEC) or an Error.
 /// The pid (as this process's PID namespace numbers it) of the process listening on the
 /// seqpacket socket at `path`: SO_PEERCRED of a connection its backlog accepted (closed at
-/// once). 0 when none listens; -1 when one does but its backlog is full (pid unknown). An
+/// once). 0 when none listens; -1 when one does but its backlog is full (pid unknown), or
+/// when this process has no descriptor to ask with. An
 /// endpoint whose listener is not the pid in its name belongs to a job in a PID namespace of
 /// its own (cli/pid_namespace.h).
 int SocketListenerPid(const std::string& path);

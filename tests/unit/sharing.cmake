@@ -8,6 +8,7 @@ cusnap_add_gtest(sharing_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/sharing_socket_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/security_socket_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/common_text_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/common_durations_test.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/sharing_table.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/capabilities.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/untracked_imports.cc

@@ -1,5 +1,6 @@
 // The shim's resource check (shim/endpoint/resources.h) in the test process: the cgroup v2
-// walk over a made-up hierarchy, and the refusal's text for descriptors and memory.
+// and v1 walks over made-up hierarchies, the free descriptors at every small limit, and the
+// refusal's text for descriptors and memory.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -76,6 +77,50 @@ TEST(ShimResources, TooFewDescriptorsAreNamedWithBothFigures) {
                         "descriptors needed, "));
   EXPECT_THAT(have.error().message, HasSubstr(" available (0 for the restore's imports + 16 "
                                               "spare); raise the limit or free some, then retry"));
+}
+
+// At every limit from 0 to 4 free descriptors the check counts exactly what is free, down to
+// none, where not even the descriptor to count with can be opened (never taken as unlimited).
+TEST(ShimResources, FreeDescriptorsAreCountedRightAtEveryLimit) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  for (size_t free = 0; free <= 4; ++free) {
+    size_t open = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++open;
+    --open;  // the iterator's own descriptor
+    const rlimit low{open + free, old.rlim_max};
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    auto have = CheckResources(proto::ResourcesRequest{0, 0}, 0);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+    ASSERT_FALSE(have.ok()) << free;
+    EXPECT_THAT(have.error().message,
+                HasSubstr("16 descriptors needed, " + std::to_string(free) + " available"))
+        << free;
+  }
+}
+
+// cgroup v1's memory controller: memory.limit_in_bytes - memory.usage_in_bytes, the tightest
+// level up its hierarchy (under <root>/memory), together with a v2 limit where both exist.
+TEST_F(CgroupTree, CgroupV1MemoryLimitCounts) {
+  const auto v1 = [&](const std::string& path, const std::string& limit, const std::string& usage) {
+    fs::create_directories(root_ + "/memory" + path);
+    std::ofstream(root_ + "/memory" + path + "/memory.limit_in_bytes") << limit << "\n";
+    std::ofstream(root_ + "/memory" + path + "/memory.usage_in_bytes") << usage << "\n";
+  };
+  v1("", "9223372036854771712", "900000000");  // v1's "no limit"
+  v1("/job", "1000000", "400000");              // 600000 left: the tightest
+  v1("/job/rank0", "9223372036854771712", "300000");
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n1:cpu:/\n", root_), 600000u);
+  EXPECT_EQ(FreeCgroupMemory("4:cpuacct,memory:/job/rank0\n", root_), 600000u);
+  v1("/job/rank0", "700000", "500000");
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n", root_), 200000u);
+  v1("/full", "1000", "4096");
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/full\n", root_), 0u);
+  // A hybrid host: the v2 limit is tighter here.
+  Level("/job/rank0", "150000", "0");
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n0::/job/rank0\n", root_), 150000u);
+  // Another controller's line, or none, is no memory limit.
+  EXPECT_EQ(FreeCgroupMemory("11:memoryx:/job\n3:pids:/job\n", root_), ResourcesReply::kUnlimited);
 }
 
 TEST(ShimResources, CarrierGrowthPastRlimitAsIsNamed) {

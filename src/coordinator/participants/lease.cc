@@ -5,14 +5,22 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/durations.h"
+
 namespace cusnap::coord {
 
 uint64_t LeaseMsFromEnvironment() {
-  const char* value = std::getenv("CUSNAP_LEASE_MS");
+  const char* value = std::getenv(kLeaseEnv);
   if (value == nullptr || *value == '\0') return kDefaultLeaseMs;
-  char* end = nullptr;
-  const unsigned long long ms = std::strtoull(value, &end, 10);
-  return end != nullptr && *end == '\0' && ms > 0 ? ms : kDefaultLeaseMs;
+  Result<uint64_t> ms = ParseDurationMs(kLeaseEnv, value, 1, kMaxLeaseMs);
+  return ms ? *ms : kDefaultLeaseMs;
+}
+
+std::string LeaseEnvironmentProblem() {
+  const char* value = std::getenv(kLeaseEnv);
+  if (value == nullptr || *value == '\0') return "";
+  Result<uint64_t> ms = ParseDurationMs(kLeaseEnv, value, 1, kMaxLeaseMs);
+  return ms ? "" : ms.error().message;
 }
 
 LeaseKeeper::LeaseKeeper(const std::vector<Participant*>& participants, uint64_t lease_ms)

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,8 +19,17 @@ namespace cusnap::coord {
 /// The lease when the environment gives none (CUSNAP_LEASE_MS), in ms.
 inline constexpr uint64_t kDefaultLeaseMs = 10'000;
 
-/// CUSNAP_LEASE_MS when it is a positive number of ms, else kDefaultLeaseMs.
+/// The setting that gives the lease.
+inline constexpr const char* kLeaseEnv = "CUSNAP_LEASE_MS";
+
+/// CUSNAP_LEASE_MS when it is a whole number of ms from 1 to kMaxLeaseMs (common/
+/// durations.h), else kDefaultLeaseMs (the CLI refuses such a value first:
+/// LeaseEnvironmentProblem).
 uint64_t LeaseMsFromEnvironment();
+
+/// "" when CUSNAP_LEASE_MS is unset, empty or a whole number of ms from 1 to kMaxLeaseMs;
+/// else the refusal naming the variable, its value and the range.
+std::string LeaseEnvironmentProblem();
 
 /// Renews the lease of every participant given, every lease_ms / 4, from one thread per
 /// participant (a shim busy with a long step answers its renewal late; the others must not

@@ -58,6 +58,10 @@ struct CommandReport {
   /// creator died (allocation, creator pid, VA ranges left unmapped), the state file not
   /// used by a recovery, the recovery's direction.
   std::vector<std::string> notes;
+  /// What the job lost for good (a subset of notes, said again at the end so that no final
+  /// line claims every byte): each participant that exited with its own memory, each
+  /// allocation a survivor imported from it, each multicast team it was a member of.
+  std::vector<std::string> lost;
   std::vector<PhaseReport> phases;
   std::string state_file;  ///< path written or read
   /// `dump` and `restore --images-dir`: the images directory, which their "done" line names

@@ -182,8 +182,12 @@ class RecoverSequence : Sequence {
       exited_.push_back(pid);
       Note(ProcessText(pid) + " of the job exited; its own memory went with it, the "
            "survivors are recovered without it");
+      report_.lost.push_back(ExitedMemoryText(pid));
     }
-    for (const auto& o : orphans) Note(o);
+    for (const auto& o : orphans) {
+      Note(o);
+      report_.lost.push_back(o);
+    }
     NameDroppedTeams(gone);
   }
 
@@ -228,6 +232,7 @@ class RecoverSequence : Sequence {
       }
       Note(name + ", created by " + ProcessText(id.creator_pid) + ": its team "
            "lost " + dead + " (exited), it is not rebuilt" + survivors);
+      report_.lost.push_back(name + " (its team lost " + dead + ")");
     }
   }
 

@@ -21,9 +21,26 @@ void MergeInto(CommandReport& report, CommandReport later) {
   append(report.phases, later.phases);
   append(report.errors, later.errors);
   append(report.notes, later.notes);
+  for (std::string& lost : later.lost) {
+    // A roll forward names again what the command it follows found lost.
+    if (std::find(report.lost.begin(), report.lost.end(), lost) == report.lost.end()) {
+      report.lost.push_back(std::move(lost));
+    }
+  }
   report.outcome = later.outcome;
   // A dump whose checkpoint an interrupt stopped was stopped by it too (exit 128+N, not 3).
   report.interrupted = report.interrupted || later.interrupted;
+}
+
+std::string ExitedMemoryText(int pid) { return ProcessText(pid) + "'s own memory (it exited)"; }
+
+void Sequence::NameExitedDuringCommand() {
+  for (size_t i = 0; i < dead_.size() && i < participants_.size(); ++i) {
+    const std::string lost = ExitedMemoryText(participants_[i]->pid());
+    if (dead_[i] && std::find(report_.lost.begin(), report_.lost.end(), lost) == report_.lost.end()) {
+      report_.lost.push_back(lost);
+    }
+  }
 }
 
 void Sequence::NoteCopy(uint64_t copy_ns, uint64_t zero_bytes) {

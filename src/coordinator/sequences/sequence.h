@@ -28,6 +28,10 @@ namespace cusnap::coord {
 /// errors and notes; the outcome becomes `later`'s.
 void MergeInto(CommandReport& report, CommandReport later);
 
+/// How CommandReport::lost names a participant that exited: "<process>'s own memory (it
+/// exited)".
+std::string ExitedMemoryText(int pid);
+
 /// The phase lines a stage prints in a full run (the CLI's progress bar counts them).
 enum class PhaseLines {
   kOne,         ///< one line, in every run
@@ -198,8 +202,12 @@ class Sequence {
   /// A carrier reply's copy time: the phase being run reports the slowest one.
   void NoteCopy(uint64_t copy_ns, uint64_t zero_bytes = 0);
 
+  /// Each participant that exited during the command, into report_.lost.
+  void NameExitedDuringCommand();
+
   CommandReport Finish(Outcome outcome) {
     StopLease();
+    NameExitedDuringCommand();
     report_.outcome = outcome;
     return std::move(report_);
   }

@@ -1,6 +1,7 @@
 // The control thread's dispatch (control.h).
 #include "shim/endpoint/control.h"
 
+#include "common/durations.h"
 #include "common/ids.h"
 #include "common/text.h"
 #include "shim/endpoint/resources.h"
@@ -88,6 +89,11 @@ proto::Message HandleControlRequest(const proto::Message& request) {
     case proto::Op::kReadCarrier: {
       Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
       if (!step.ok()) return proto::EncodeError(op, step.error());
+      // Refused before anything, the lease included, changes: the watcher waits only on a
+      // duration in range.
+      if (std::string bad = StepDurationsProblem(*step); !bad.empty()) {
+        return Refuse(op, std::string(proto::OpName(op)) + " refused: " + bad);
+      }
       Result<proto::StepReply> reply = HandleLifecycleRequest(*step);
       return reply.ok() ? reply->Encode(op) : proto::EncodeError(op, reply.error());
     }

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "common/ids.h"
 #include "common/text.h"
@@ -47,7 +49,12 @@ uint64_t FreeDescriptors() {
   const uint64_t limit = SoftLimit(RLIMIT_NOFILE);
   if (limit == ResourcesReply::kUnlimited) return limit;
   DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return ResourcesReply::kUnlimited;  // no /proc: nothing to go by
+  if (dir == nullptr) {
+    // Not even the descriptor to count with: none is free. Only without /proc is there
+    // nothing to go by.
+    if (errno == EMFILE || errno == ENFILE) return 0;
+    return ResourcesReply::kUnlimited;
+  }
   uint64_t open_fds = 0;
   while (const dirent* entry = readdir(dir)) {
     if (entry->d_name[0] != '.') ++open_fds;
@@ -74,20 +81,16 @@ std::string Shortfall(const char* resource, uint64_t needed, uint64_t available,
          std::to_string(available) + " available (" + detail + ")";
 }
 
-}  // namespace
-
-uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgroup_root) {
-  // cgroup v2 is the line "0::<path>".
-  size_t at = membership.rfind("0::", 0) == 0 ? 0 : membership.find("\n0::");
-  if (at == std::string::npos) return ResourcesReply::kUnlimited;
-  at += membership[at] == '\n' ? 4 : 3;
-  std::string path = membership.substr(at, membership.find('\n', at) - at);
+// The least `limit_file` - `usage_file` over the cgroup `path` under `root` and its
+// ancestors (a parent's limit caps its children); kUnlimited when no level has both numbers.
+uint64_t LeastFree(const std::string& root, std::string path, const char* limit_file,
+                   const char* usage_file) {
   uint64_t least = ResourcesReply::kUnlimited;
   for (;;) {
-    const std::string dir = cgroup_root + (path == "/" ? std::string() : path);
-    uint64_t max = 0, current = 0;
-    if (ReadNumber(dir + "/memory.max", &max) && ReadNumber(dir + "/memory.current", &current)) {
-      least = std::min(least, max > current ? max - current : 0);
+    const std::string dir = root + (path == "/" ? std::string() : path);
+    uint64_t limit = 0, usage = 0;
+    if (ReadNumber(dir + "/" + limit_file, &limit) && ReadNumber(dir + "/" + usage_file, &usage)) {
+      least = std::min(least, limit > usage ? limit - usage : 0);
     }
     const size_t slash = path.rfind('/');
     if (slash == std::string::npos || path == "/") break;
@@ -96,12 +99,50 @@ uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgro
   return least;
 }
 
+// Where the resource check reads the cgroup hierarchy and the process's membership:
+// /sys/fs/cgroup and /proc/self/cgroup, or, for tests only, the folder
+// CUSNAP_TEST_CGROUP_ROOT names and the file "cgroup" in it (a made-up hierarchy of either
+// version, without a cgroup of the machine's own).
+std::pair<std::string, std::string> CgroupSources() {
+  const char* test_root = getenv(kTestCgroupRootEnv);
+  if (test_root == nullptr || *test_root == '\0') return {"/sys/fs/cgroup", "/proc/self/cgroup"};
+  return {test_root, std::string(test_root) + "/cgroup"};
+}
+
+}  // namespace
+
+uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgroup_root) {
+  uint64_t least = ResourcesReply::kUnlimited;
+  // cgroup v2 is the line "0::<path>"; v1's memory controller a line "<n>:<controllers>:<path>"
+  // whose controllers include "memory", its hierarchy under <root>/memory. A hybrid host may
+  // have both: each limit holds.
+  size_t line = 0;
+  while (line < membership.size()) {
+    size_t end = membership.find('\n', line);
+    if (end == std::string::npos) end = membership.size();
+    const std::string entry = membership.substr(line, end - line);
+    line = end + 1;
+    const size_t first = entry.find(':');
+    const size_t second = first == std::string::npos ? first : entry.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = "," + entry.substr(first + 1, second - first - 1) + ",";
+    const std::string path = entry.substr(second + 1);
+    if (entry.rfind("0::", 0) == 0) {
+      least = std::min(least, LeastFree(cgroup_root, path, "memory.max", "memory.current"));
+    } else if (controllers.find(",memory,") != std::string::npos) {
+      least = std::min(least, LeastFree(cgroup_root + "/memory", path, "memory.limit_in_bytes",
+                                        "memory.usage_in_bytes"));
+    }
+  }
+  return least;
+}
+
 Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need,
                                              uint64_t carrier_growth) {
   ResourcesReply have;
   have.descriptors_free = FreeDescriptors();
-  have.cgroup_memory_free =
-      FreeCgroupMemory(ReadSmallFile("/proc/self/cgroup"), "/sys/fs/cgroup");
+  const auto [cgroup_root, membership] = CgroupSources();
+  have.cgroup_memory_free = FreeCgroupMemory(ReadSmallFile(membership), cgroup_root);
   have.address_space_free = FreeAddressSpace();
 
   std::string shortfalls;
@@ -116,7 +157,7 @@ Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need
   }
   const char* carrier = "the carrier's copy of the allocations this process created";
   if (have.cgroup_memory_free < carrier_growth) {
-    add(Shortfall("host memory (cgroup memory.max)", carrier_growth, have.cgroup_memory_free,
+    add(Shortfall("host memory (cgroup memory limit)", carrier_growth, have.cgroup_memory_free,
                   "bytes", carrier));
   }
   if (have.address_space_free < carrier_growth) {

@@ -27,10 +27,16 @@ inline constexpr uint64_t kDescriptorMargin = 16;
 Result<proto::ResourcesReply> CheckResources(const proto::ResourcesRequest& need,
                                              uint64_t carrier_growth);
 
-/// The least memory.max - memory.current (bytes) over the cgroup v2 that `membership` (the
-/// text of /proc/self/cgroup) names and its ancestors, under `cgroup_root` (/sys/fs/cgroup):
-/// a parent's limit caps its children. ResourcesReply::kUnlimited without a cgroup v2 line
-/// ("0::<path>") or when no level has both files with numbers ("max" is no limit).
+/// The least free memory (bytes) over the cgroups that `membership` (the text of
+/// /proc/self/cgroup) names and their ancestors, under `cgroup_root` (/sys/fs/cgroup): a
+/// parent's limit caps its children. cgroup v2 ("0::<path>"): memory.max - memory.current;
+/// cgroup v1's memory controller ("<n>:...memory...:<path>", under <cgroup_root>/memory):
+/// memory.limit_in_bytes - memory.usage_in_bytes. ResourcesReply::kUnlimited without such a
+/// line or when no level has both files with numbers ("max" is no limit).
 uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgroup_root);
+
+/// Tests only: a folder that stands in for /sys/fs/cgroup, with the membership file "cgroup"
+/// that stands in for /proc/self/cgroup (CheckResources).
+inline constexpr const char* kTestCgroupRootEnv = "CUSNAP_TEST_CGROUP_ROOT";
 
 }  // namespace cusnap::shim

@@ -78,7 +78,13 @@ CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size)
     }
     return CUDA_SUCCESS;
   }
-  const uint64_t now_start = ProcessStartTime(id.creator_pid);
+  Result<uint64_t> looked_up = ProcessStartTimeOrShortage(id.creator_pid);
+  if (!looked_up) {
+    CUSNAP_LOG_ERROR("import of %s: %s", DescribeObject(id).c_str(),
+                     looked_up.error().message.c_str());
+    return CUDA_ERROR_OPERATING_SYSTEM;  // no verdict on the creator: the caller may retry
+  }
+  const uint64_t now_start = *looked_up;
   if (now_start != id.creator_start) {
     CUSNAP_LOG_ERROR("ticket names %s, but that process is gone (%s)", DescribeObject(id).c_str(),
                      now_start == 0 ? "no such process"

@@ -88,7 +88,11 @@ Result<StepResult> UnicastSteps::Save() {
   mappings_ = table_.Mappings();
   std::vector<CarrierSlot> slots;
   for (const AllocationInfo& a : table_.Allocations()) {
-    if (!a.has_real && !a.creator && !CreatorAlive(a.id)) continue;  // orphaned by a restore
+    if (!a.has_real && !a.creator) {
+      Result<bool> alive = CreatorAlive(a.id);
+      if (!alive) return alive.error();
+      if (!*alive) continue;  // orphaned by a restore
+    }
     if (!a.has_real) {
       return Error{CUDA_ERROR_INVALID_HANDLE,
                    ThisProcess() + ": " + DescribeObject(a.id) + " has no driver handle while ACTIVE"};
@@ -275,8 +279,15 @@ Status UnicastSteps::CheckDevicesAfterMove(const std::string& device_map) {
   return shim::CheckDevicesAfterMove(api_, device_map);
 }
 
-bool UnicastSteps::CreatorAlive(const proto::ObjectId& id) {
-  return ProcessStartTime(id.creator_pid) == id.creator_start;
+Result<bool> UnicastSteps::CreatorAlive(const proto::ObjectId& id) {
+  Result<uint64_t> start = ProcessStartTimeOrShortage(id.creator_pid);
+  if (!start) {
+    return Error{start.error().code, ThisProcess() + ": cannot tell whether the creator of " +
+                                         DescribeObject(id) + " still runs: " +
+                                         start.error().message + "; nothing was dropped, retry "
+                                         "once descriptors are free"};
+  }
+  return *start == id.creator_start;
 }
 
 void UnicastSteps::Orphan(Held& held) {
@@ -302,7 +313,9 @@ Status UnicastSteps::Import() {
   uint64_t fetch_ns = 0, import_ns = 0, map_ns = 0, imports = 0;
   for (Held& h : held_) {
     if (h.creator || h.restored || h.orphaned) continue;
-    if (!CreatorAlive(h.id)) {
+    Result<bool> alive = CreatorAlive(h.id);
+    if (!alive) return alive.error();
+    if (!*alive) {
       Orphan(h);
       continue;
     }

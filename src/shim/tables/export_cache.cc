@@ -7,6 +7,16 @@
 #include <cerrno>
 
 namespace cusnap::shim {
+namespace {
+
+// Whether importer `pid` (started at `start_time`) has exited. One this process cannot look
+// up (no descriptor free to read /proc) counts as live: a checkpoint must still see it.
+bool Gone(int pid, uint64_t start_time) {
+  Result<uint64_t> now = ProcessStartTimeOrShortage(pid);
+  return now.ok() && *now != start_time;
+}
+
+}  // namespace
 
 void ExportCache::Put(TicketKind kind, uint64_t local_id, int fd, uint64_t size) {
   // The driver's descriptor may lack close-on-exec; an exec'd program must not inherit it.
@@ -41,9 +51,7 @@ bool ExportCache::NoteImporter(TicketKind kind, uint64_t local_id, int pid,
   const std::pair<int, uint64_t> importer{pid, start_time};
   if (std::find(importers.begin(), importers.end(), importer) != importers.end()) return true;
   if (importers.size() >= proto::kMaxImportersPerObject) {
-    std::erase_if(importers, [](const auto& known) {
-      return ProcessStartTime(known.first) != known.second;
-    });
+    std::erase_if(importers, [](const auto& known) { return Gone(known.first, known.second); });
   }
   if (importers.size() >= proto::kMaxImportersPerObject) return false;
   importers.push_back(importer);
@@ -66,7 +74,7 @@ std::vector<proto::Importer> ExportCache::LiveImporters(const ProcessIdentity& s
     }
   }
   std::erase_if(all, [](const proto::Importer& importer) {
-    return ProcessStartTime(importer.pid) != importer.start_time;
+    return Gone(importer.pid, importer.start_time);
   });
   return all;
 }
