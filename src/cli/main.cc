@@ -43,8 +43,8 @@ int InNamespace(const char* command, const Target& target,
 }
 
 /// A directory given relative to the working directory, made absolute (CRIU runs in the
-/// images directory: a relative path given to it names another place; found by a fresh user:
-/// `restore --images-dir D` with a relative D failed at criu_restore).
+/// images directory: a relative path given to it names another place, and `restore
+/// --images-dir D` with a relative D would fail at criu_restore).
 const CLI::Validator kAbsolutePath(
     [](std::string& path) {
       if (!path.empty()) {

@@ -1,6 +1,6 @@
-// One cusnap command at a time per participant. Found by a fresh user: a `restore` run while
-// a `checkpoint` was still at work restored the job between the checkpoint's release and its
-// native checkpoint; the checkpoint then went on, and no command could bring the job back.
+// One cusnap command at a time per participant: a `restore` run while a `checkpoint` is still
+// at work would restore the job between the checkpoint's release and its native checkpoint;
+// the checkpoint would then go on, and no command could bring the job back.
 //
 // Every command that changes a job locks each participant's command lock, the file
 // "<its endpoint socket>.lock" beside the endpoint (flock, exclusive, never waited for),

@@ -168,8 +168,8 @@ std::string WhyCriuCannotDump(int pid) {
                     "the job close " + (one ? "it" : "them"));
     }
     if (!others.empty()) {
-      // Found by a fresh user: a job started through `nsenter --wd` ran a program of the
-      // outer namespace, and CRIU failed on it after the checkpoint.
+      // A job started through `nsenter --wd` runs a program of the outer namespace: CRIU
+      // would fail on it after the checkpoint, so it is refused before.
       why.push_back("holds " + others + " on a mount of another mount namespace, which CRIU "
                     "cannot dump (\"Can't lookup mount\"); start the job from within the mount "
                     "namespace it runs in, not through a working directory, program or library "

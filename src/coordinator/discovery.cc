@@ -65,8 +65,8 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     }
     // A process whose shim serves its endpoint in another control directory is a
     // participant there: said before the driver is asked, whose answer waits for a process
-    // that is stopped (held by a checkpoint; found by a fresh user, whose restore from a
-    // shell with another XDG_RUNTIME_DIR waited for ever). A process the driver knows (any
+    // that is stopped (held by a checkpoint: a restore from a shell with another
+    // XDG_RUNTIME_DIR would wait for ever). A process the driver knows (any
     // checkpoint state) is a CUDA process; without an endpoint its sharing is unknown, so
     // nothing may change.
     const auto shim_dir = ShimControlDir(pid);

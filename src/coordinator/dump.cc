@@ -115,7 +115,7 @@ class DumpSequence : Sequence {
   Outcome Refused() { return Outcome::kRefused; }
   Outcome Nested() { return nested_; }
   Outcome Failed() { return Outcome::kFailedAfterChange; }
-  /// write_manifest failed (a full disk, found by a fresh user, who was sent to `recover`):
+  /// write_manifest failed (a full disk; `recover` cannot help here):
   /// CRIU's images are complete, and without --leave-running they are all that is left of
   /// the job; the pending manifest names them, and `restore --images-dir` completes the dump
   /// (CompleteInterruptedDump). With --leave-running the job is released in place: recover.
@@ -179,8 +179,8 @@ class DumpSequence : Sequence {
   /// Why the images directory cannot take this dump, "" when it can: it holds the dump of
   /// another job that could still be restored (a complete dump, or one interrupted after CRIU
   /// finished), or whose job still runs. Replacing it would lose that job for good once its
-  /// processes are gone (found by a fresh user: a second job dumped into the same directory
-  /// replaced the first one's only copy). The same job's earlier dump (this job dumped with
+  /// processes are gone (a second job dumped into the same directory would replace the first
+  /// one's only copy). The same job's earlier dump (this job dumped with
   /// --leave-running, or restored from it: the same root pid and, through its start-time
   /// alias, start time) is replaced.
   std::string AnotherJobsDump() const {
@@ -215,8 +215,8 @@ class DumpSequence : Sequence {
 
   /// One problem for each pipe the job writes whose reader is outside it
   /// (PipesWrittenOutside): CRIU would restore it as a new pipe nobody reads, and the restored
-  /// job would die of SIGPIPE at its next write there (found by a fresh user: `cusnap run --
-  /// job | cat`). Refused, like what CRIU cannot dump, before the checkpoint.
+  /// job would die of SIGPIPE at its next write there (`cusnap run -- job | cat`). Refused,
+  /// like what CRIU cannot dump, before the checkpoint.
   std::vector<std::string> PipesWrittenOutsideProblems() const {
     std::vector<std::string> problems;
     for (const auto& p : PipesWrittenOutside(ProcessTree(options_.root_pid))) {
@@ -374,7 +374,7 @@ class DumpSequence : Sequence {
   /// With --leave-running: every restore phase, in place (the processes never left).
   bool ResumeIfLeftRunning() {
     if (!options_.leave_running) return true;
-    // Its phase names repeat the checkpoint's: say what they are (found by a fresh user).
+    // Its phase names repeat the checkpoint's: say what they are.
     observer_.Remark("--leave-running: the job is on disk; it goes on in place now (the phases "
                      "of 'cusnap restore' follow)");
     return ResumeJob();

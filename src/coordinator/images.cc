@@ -76,7 +76,7 @@ nlohmann::json ManifestToJson(const Manifest& m) {
           {"participants", participants},       {"files", files},
           {"image_bytes", m.TotalBytes()}};
   // The manifest is checked like the files it lists: a change to it (a GPU, the driver, a
-  // checksum) is found before it decides anything (found by a fresh user).
+  // checksum) is found before it decides anything.
   document["digest"] = DocumentDigest(document);
   return document;
 }
@@ -494,11 +494,11 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                        "': a native checkpoint restores only on the driver that wrote it");
   }
   // CRIU binds every endpoint socket of the job there again ("Can't bind ... No such file or
-  // directory" otherwise, found by a fresh user who had removed the control directory).
+  // directory" otherwise, when the control directory was removed since the dump).
   if (std::error_code ec; !manifest.control_dir.empty() &&
                           !std::filesystem::is_directory(manifest.control_dir, ec)) {
-    // mkdir -p would make missing parents 0755, which cusnap refuses as unsafe (found by a
-    // fresh user): each missing directory is named, parents first, for one mkdir -m 700.
+    // mkdir -p would make missing parents 0755, which cusnap refuses as unsafe: each missing
+    // directory is named, parents first, for one mkdir -m 700.
     std::vector<std::string> gone;  // innermost first
     for (std::filesystem::path d = manifest.control_dir;
          !d.empty() && d != d.root_path() && !std::filesystem::exists(d, ec); d = d.parent_path()) {

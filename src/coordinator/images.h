@@ -123,8 +123,8 @@ bool IsCriuOutput(const std::string& name);
 /// True for a file a dump writes into its images directory and lists in its manifest: CRIU's
 /// images and statistics (IsCriuOutput, less the restore's stats-restore and pid file), the
 /// carrier files (IsCarrierFile, carrier_files.h) and the state file. Anything else there is
-/// the user's: neither listed, checked nor removed (found by a fresh user: a notes file kept
-/// beside the images became part of the dump, so that editing it refused the restore).
+/// the user's: neither listed, checked nor removed (a notes file kept beside the images is
+/// not part of the dump, and editing it does not refuse the restore).
 bool IsDumpFile(const std::string& name);
 
 /// Removes from `dir` what an earlier dump or restore left there: CRIU's output (IsCriuOutput)
@@ -217,8 +217,8 @@ using RunningCheck = std::function<int(int pid, uint64_t start_time)>;
 /// The RunningCheck of this machine: the process itself, in this PID namespace (AliveHere)
 /// or one below (`pid` there, the same start time), else a restored copy of it in any PID
 /// namespace whose start-time alias lies under `control_dir`
-/// (RunningRestoredCopy: found by a fresh user, a second `restore --images-dir` of a job
-/// restored in a PID namespace of its own made a second copy).
+/// (RunningRestoredCopy: a second `restore --images-dir` of a job restored in a PID namespace
+/// of its own must not make a second copy).
 RunningCheck RunningHere(const std::string& control_dir);
 
 /// A process of the dumped job, or of a copy of it, that runs: the pid here (`running`) of

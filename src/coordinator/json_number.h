@@ -1,5 +1,6 @@
-// Range-checked numbers from a parsed state file (issue 12): nlohmann::json's get<T>() casts
-// without a check (pid 2^40 read as 0, -1 read as a size of 2^64 - 1); these refuse instead.
+// Range-checked numbers from a parsed state file, which is not trusted: nlohmann::json's
+// get<T>() casts without a check (pid 2^40 read as 0, -1 read as a size of 2^64 - 1); these
+// refuse instead.
 #pragma once
 
 #include <cstdint>

@@ -222,7 +222,7 @@ Result<std::unique_ptr<CheckpointDriver>> Open(const std::string& path, bool nee
   const bool simulated = ::dlsym(handle, kSimulatedMarker) != nullptr;
   // From cuInit on, the library is never unloaded, whatever the outcome: a driver starts
   // threads of its own (the simulated one does, NVIDIA's too), and a dlclose would unmap the
-  // code they run (issue 17: `cusnap run` crashed in 1 run of 4 after its auto probe). It
+  // code they run (`cusnap run` would crash now and then after its auto probe). It
   // stays loaded for the life of this process (exec or exit ends it).
   CUresult rc = e.init(0);
   int count = 0;

@@ -1,7 +1,7 @@
 // Native calls on a stopped process. The driver works on a process through the process
 // itself, so cuCheckpointProcessLock, Checkpoint, Restore and Unlock wait for as long as it is
 // stopped (SIGSTOP, Ctrl-Z, a debugger), and a driver call cannot be interrupted: a command
-// waited 10 minutes without a word for a rank a user had stopped (found by a fresh user).
+// would wait minutes without a word for a rank a user had stopped.
 // WatchedDriver makes that wait loud: while a call runs, it looks at the process every
 // kReplyCheckMs and, once it stayed stopped (not held by cusnap) for kStoppedAnswerMs, says
 // so once, naming the process and what to do (StoppedProcessText); the call goes on.

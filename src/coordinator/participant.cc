@@ -25,8 +25,8 @@ class EndpointParticipant final : public Participant {
  private:
   /// While a reply is awaited (Request's still_waiting): "" while the process can answer; a
   /// text once it stayed stopped (SIGSTOP, Ctrl-Z, a debugger) for kStoppedAnswerMs. A
-  /// stopped process answers nothing until continued: a command waited for it up to
-  /// kLifecycleTimeoutMs, silently (found by a fresh user). The request stays queued: the
+  /// stopped process answers nothing until continued, and a command would wait for it up to
+  /// kLifecycleTimeoutMs, silently. The request stays queued: the
   /// process runs it once continued, and what the command does meanwhile (roll back, or
   /// stop for `recover`) holds either way (lifecycle.h: each step can be run again, and the
   /// lease rolls back a shim whose command went).

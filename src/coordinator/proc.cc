@@ -517,8 +517,7 @@ std::vector<PipeWrittenOutside> PipesWrittenOutside(const std::vector<int>& tree
   // Read outside: the pipe still has a reader, and none is in the tree. Asked of the pipe
   // itself, not by looking for the reader among the processes here: a reader in another PID
   // namespace (the job run under `unshare -pf`, its output read by a process outside) is not
-  // in this /proc (found by a fresh user: such a pipe went unrefused there). A pipe nobody
-  // reads any more is no different after a restore.
+  // in this /proc. A pipe nobody reads any more is no different after a restore.
   std::vector<PipeWrittenOutside> outside;
   for (const auto& candidate : candidates) {
     if (PipeHasReader(candidate.pid, candidate.fd)) outside.push_back(candidate);
@@ -550,7 +549,7 @@ bool SameNamespace(const char* kind, int a, int b) {
 }
 
 std::string StoppedText(int pid, char state) {
-  if (state == 't') {  // a tracer's stop: SIGCONT does not end it (found by a fresh user)
+  if (state == 't') {  // a tracer's stop: SIGCONT does not end it
     return ProcessText(pid, ProcessName(pid)) + " is stopped by a debugger or tracer (state " +
            "t), not by cusnap: its endpoint cannot answer; let the debugger continue it, or " +
            "detach it";

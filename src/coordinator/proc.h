@@ -58,7 +58,7 @@ std::optional<std::string> ShimControlDir(int pid);
 /// The control directories other than `control_dir` (and the job directories below it) that
 /// live processes with the shim loaded serve their endpoints in (ShimControlDir), each with
 /// those pids, ascending: where `status` and `--all` find nobody, the job was started with
-/// another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR (a fresh user saw "no participants" only).
+/// another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR (said, rather than "no participants" alone).
 std::map<std::string, std::vector<int>> OtherShimControlDirs(const std::string& control_dir);
 
 /// "12, 34": pids joined for a message.

@@ -72,7 +72,7 @@ class RecoverSequence : Sequence {
         Note(report_.state_file + " is checkpoint " + state->checkpoint_id + ", but the shims "
              "hold checkpoint " + *held.begin() + ": recovering from what each shim holds, "
              "without verifying against the state file");
-        report_.state_file.clear();  // not used: "done" named it (found by a fresh user)
+        report_.state_file.clear();  // not used: "done" must not name it
         return uint64_t{0};
       }
       state_ = std::move(*state);

@@ -1,7 +1,7 @@
 // The record of a `cusnap restore --images-dir` in progress, in the images directory: what
 // lets a later command find the processes CRIU brought back when the restore that asked for
-// them was killed before it gave them their identity (found by a fresh user: kill -9 of the
-// restore while or after CRIU ran left the job stopped, and no command could finish it).
+// them was killed before it gave them their identity (kill -9 of the restore while or after
+// CRIU ran leaves the job stopped, and without the record no command could finish it).
 //
 // The record (<images dir>/.cusnap-restoring) holds the kernel start time of the restore
 // that wrote it, and that restore holds an flock on it from before CRIU runs until every

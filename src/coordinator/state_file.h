@@ -18,8 +18,8 @@ namespace cusnap::coord {
 
 /// Version 2: the checkpoint's id (a restore refuses a file of another checkpoint). Version 3:
 /// "digest", the SHA-256 of the rest of the document (DocumentDigest): a file changed after the
-/// checkpoint wrote it is refused before anything changes (a fresh user edited a record and
-/// kept the id: every restore then failed its verify, after the job was changed).
+/// checkpoint wrote it is refused before anything changes (a record edited with the id kept
+/// would otherwise fail every restore's verify, after the job was changed).
 inline constexpr int kStateFormatVersion = 3;
 inline constexpr const char* kStateFileName = "cusnap-state.json";
 

@@ -1,10 +1,10 @@
 // Keeps a checkpoint from destroying another job's checkpoint: before anything changes, the
 // state file already in the state directory (if any) is read, and a checkpoint of other
 // processes that may still need it (they exist with the recorded start time: checkpointed,
-// or running again) is refused. Issue: a second job pointed at the same --state-dir silently
-// made the first one unrestorable. And the directory itself: what cusnap creates it creates
-// mode 0700, what exists it never re-modes, and one that others could write into is refused
-// (issue 17: `--state-dir /tmp` as root turned /tmp into 0700).
+// or running again) is refused: a second job pointed at the same --state-dir would otherwise
+// make the first one unrestorable. And the directory itself: what cusnap creates it creates
+// mode 0700, what exists it never re-modes (`--state-dir /tmp` as root must not turn /tmp
+// into 0700), and one that others could write into is refused.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +25,8 @@ struct ProcessIdentity {
 
 /// How refusals name the directory a state file goes into, and the option that chooses it:
 /// a checkpoint's state directory (--state-dir), or a dump's images directory (--images-dir),
-/// which holds the state file beside CRIU's images (found by a fresh user: a dump's refusals
-/// spoke of a state directory and --state-dir, which `dump` does not take).
+/// which holds the state file beside CRIU's images (a dump's refusals must not speak of a
+/// state directory and --state-dir, which `dump` does not take).
 struct DirectoryRole {
   const char* noun;
   const char* option;

@@ -21,7 +21,7 @@ std::vector<ParticipantStatus> CollectStatus(std::vector<std::unique_ptr<Partici
       const auto phase = HeldPhase(control_dir, pid);
       out[i].identity.state = phase.value_or(proto::ShimState::kReleased);
       // Its memory is released only while it is RELEASED: a restore killed half way left
-      // it reallocated, or further (found by a fresh user).
+      // it reallocated, or further.
       const bool released = !phase || *phase == proto::ShimState::kReleased;
       out[i].held =
           std::string(phase ? "held: stopped again by itself (no cusnap command was at work on "

@@ -49,8 +49,8 @@ std::string CreatorReleased(const proto::ObjectId& id, int holder) {
 
 /// The rule "the creator of what a participant imported takes part too". The job's root
 /// with --pid, or --all, takes every process of a `cusnap run` job: a creator left out is
-/// most often a process of the same job named by a child's pid (found by a fresh user, who
-/// was told to start a creator with 'cusnap run' that had been).
+/// most often a process of the same job named by a child's pid (so the message names both
+/// remedies, not only 'cusnap run').
 std::string CreatorLeftOut(int user, const std::string& what, int creator_pid) {
   return ProcessText(user) + ": " + what + " is imported, but its creator is not a " +
          "participant; checkpoint every process that shares memory together (the job's root "
