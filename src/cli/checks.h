@@ -1,5 +1,5 @@
 // Checks `cusnap` makes before a command acts, so that a mistake is named before anything
-// changes (issue 17): the settings it and the shim read from the environment, the `--pid`
+// changes: the settings it and the shim read from the environment, the `--pid`
 // target, the control directory, and endpoint sockets left behind. Each check returns "" when
 // all is well, else the message to print.
 #pragma once

@@ -143,8 +143,8 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   const std::vector<coord::TakenId> taken = coord::DumpIdsTaken(images_dir, *manifest, coord::AliveHere);
   // A job that ran in this PID namespace keeps its endpoints and start-time aliases in the
   // control directory by pid: restored in a namespace of its own, its processes would take
-  // over the endpoint of a cusnap process that holds one of their pids here (found by a
-  // fresh user: that job could no longer be checkpointed, and status lost it).
+  // over the endpoint of a cusnap process that holds one of their pids here (that job could
+  // then no longer be checkpointed, and status would lose it).
   if (!manifest->own_pid_namespace) {
     for (const coord::TakenId& t : taken) {
       if (!t.participant || !ServesEndpoint(ControlDir(), t.id)) continue;
@@ -177,7 +177,7 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   if (!why.empty()) std::fprintf(stderr, "cusnap restore: %s\n", why.c_str());
   const int root = rc == kExitOk ? HostPidOf(init, manifest->root_pid) : 0;
   if (rc == kExitOk && root <= 0) {
-    // It ended at once (a fresh user saw "pid 0 here"): nothing left to name.
+    // It ended at once (its pid here reads 0): nothing left to name.
     std::fprintf(stderr, "cusnap restore: the job was restored in a PID namespace of its own "
                  "(its init was pid %d here), and its root (pid %d there) has ended since\n",
                  init, manifest->root_pid);

@@ -94,7 +94,7 @@ int InspectCommand(const std::string& given, bool json) {
                 FormatBytes(ph.bytes).c_str());
   }
   // The file is written in write_state, so it cannot hold that phase's time nor those after
-  // (commit was left out of this list: found by a fresh user).
+  // (every one of them is named, commit included).
   std::printf("phases write_state, commit, detach_multicast, release, lock and checkpoint (and "
               "a dump's write_carriers) ran while and after this file was written: their times "
               "are in the output of the command that wrote it\n");

@@ -90,8 +90,8 @@ std::string JobStateTail(const Target& target, const std::string& control_dir) {
                   [&](int pid) { return coord::IsHeld(control_dir, pid); })) {
     return ", the job stays checkpointed and held (stopped until 'cusnap restore')";
   }
-  // Another command at work on it decides its state: "stays checkpointed" was said of a job
-  // whose checkpoint was still running (found by a fresh user).
+  // Another command at work on it decides its state: "stays checkpointed" must not be said
+  // of a job whose checkpoint is still running.
   for (int pid : pids) {
     auto lock = coord::CommandLock::Take(EndpointPath(control_dir, pid), ProcessText(pid));
     if (!lock && lock.error().code == EBUSY) {

@@ -43,8 +43,8 @@ int InNamespace(const char* command, const Target& target,
 }
 
 /// A directory given relative to the working directory, made absolute (CRIU runs in the
-/// images directory: a relative path given to it names another place; found by a fresh user:
-/// `restore --images-dir D` with a relative D failed at criu_restore).
+/// images directory: a relative path given to it names another place, and `restore
+/// --images-dir D` with a relative D would fail at criu_restore).
 const CLI::Validator kAbsolutePath(
     [](std::string& path) {
       if (!path.empty()) {
@@ -90,17 +90,22 @@ std::string VersionText() {
   return cusnap::cli::CliBuildInfo() + "\nshim " + shim + ": " + info;
 }
 
-/// Refuses `--pid 1` (init: its process tree is every process of the machine) and an
-/// `--state-dir` given empty, before anything is done. kExitOk when both are fine.
+/// Refuses `--pid 1` (init: its process tree is every process of the machine) before
+/// anything is done. kExitOk when the pid is fine.
+int RefuseInitPid(const char* command, const Target& target) {
+  if (target.pid != 1) return cusnap::cli::kExitOk;
+  std::fprintf(stderr, "cusnap %s: --pid 1 is init: its process tree is every process of "
+               "the machine; give the job's own pid%s\n", command,
+               std::string_view(command) == "dump" ? "" : ", or --all for every endpoint in "
+                                                       "the control directory");
+  return cusnap::cli::kExitUsage;
+}
+
+/// Refuses `--pid 1` (RefuseInitPid) and an `--state-dir` of `cmd` given empty, before
+/// anything is done. kExitOk when both are fine.
 int CheckTargetArgs(const char* command, const Target& target, const CLI::App* cmd,
                     const std::string& state_dir) {
-  if (target.pid == 1) {
-    std::fprintf(stderr, "cusnap %s: --pid 1 is init: its process tree is every process of "
-                 "the machine; give the job's own pid%s\n", command,
-                 std::string_view(command) == "dump" ? "" : ", or --all for every endpoint in "
-                                                         "the control directory");
-    return cusnap::cli::kExitUsage;
-  }
+  if (const int rc = RefuseInitPid(command, target); rc != cusnap::cli::kExitOk) return rc;
   if (cmd->count("--state-dir") > 0 && state_dir.empty()) {
     std::fprintf(stderr, "cusnap %s: --state-dir is empty; give a directory (left out: "
                  "$CUSNAP_STATE_DIR, else ./cusnap-state)\n", command);
@@ -109,258 +114,397 @@ int CheckTargetArgs(const char* command, const Target& target, const CLI::App* c
   return cusnap::cli::kExitOk;
 }
 
-}  // namespace
+/// The index of the "--" in `cusnap run [--pid-namespace] -- COMMAND...`; 0 when argv is not
+/// that. Everything after it is the command, untouched: CLI11 2.1 would try to parse it as
+/// extra arguments of the parent.
+int RunDashesIndex(int argc, char** argv) {
+  if (argc < 3 || std::string_view(argv[1]) != "run") return 0;
+  const int dashes = std::string_view(argv[2]) == "--pid-namespace" ? 3 : 2;
+  return argc > dashes && std::string_view(argv[dashes]) == "--" ? dashes : 0;
+}
 
-int main(int argc, char** argv) {
-  // `cusnap run -- COMMAND...`: everything after "--" is the command, untouched (CLI11 2.1
-  // would try to parse it as extra arguments of the parent).
-  if (const std::string problem = cusnap::cli::CheckEnvironment(); !problem.empty()) {
-    std::fprintf(stderr, "cusnap: %s\n", problem.c_str());
-    return cusnap::cli::kExitUsage;
+/// `cusnap run` with no command after it: a usage error.
+int NoRunCommand() {
+  std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--pid-namespace] "
+                       "[--] COMMAND [ARGS...]\n");
+  return cusnap::cli::kExitUsage;
+}
+
+/// `cusnap run [--pid-namespace] -- COMMAND...`, run without CLI11 (RunDashesIndex).
+int RunAfterDashes(int argc, char** argv, int dashes) {
+  if (argc == dashes + 1) return NoRunCommand();
+  return cusnap::cli::RunCommand(std::vector<std::string>(argv + dashes + 1, argv + argc),
+                                 std::string_view(argv[2]) == "--pid-namespace");
+}
+
+/// One subcommand of `cusnap`: its options, bound to its members by Define, and what it does
+/// once a command line naming it was parsed.
+class Subcommand {
+ public:
+  virtual ~Subcommand() = default;
+  /// Adds the subcommand, its options and its --help footer to `app`.
+  virtual void Define(CLI::App& app) = 0;
+  /// Runs the subcommand `app` parsed; returns the exit status (exit_codes.h).
+  virtual int Run(CLI::App& app) = 0;
+  /// True when the parsed command line names this subcommand.
+  bool Parsed() const { return cmd_ != nullptr && static_cast<bool>(*cmd_); }
+
+ protected:
+  CLI::App* cmd_ = nullptr;
+};
+
+/// `cusnap run [--pid-namespace] [--] COMMAND [ARGS...]`.
+class RunSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    cmd_ = app.add_subcommand("run", "start a command with the cusnap shim preloaded");
+    cmd_->prefix_command();
+    cmd_->add_flag("--pid-namespace", pid_namespace_,
+                   "start the command in a PID namespace of its own, as a container would: its "
+                   "root's pid there is this cusnap's pid here, and a `restore --images-dir` of "
+                   "it never meets pids other processes hold (needs CAP_SYS_ADMIN)");
+    cmd_->footer("Usage: cusnap run [--pid-namespace] [--] COMMAND [ARGS...]; LD_PRELOAD gets the "
+                 "shim prepended.\n"
+                 "Exit status: the command's own (it replaces cusnap: 127 when the program is "
+                 "not found, 126 when it is found but cannot be executed, 128+N when signal N "
+                 "ends it); 2 for a usage error or a control directory it must not use, before it "
+                 "starts; 1 when the shim is missing or, "
+                 "with --pid-namespace, no PID namespace can be made.");
   }
-  if (argc >= 3 && std::string_view(argv[1]) == "run") {
-    const bool pid_namespace = std::string_view(argv[2]) == "--pid-namespace";
-    const int dashes = pid_namespace ? 3 : 2;
-    if (argc > dashes && std::string_view(argv[dashes]) == "--") {
-      if (argc == dashes + 1) {
-        std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--pid-namespace] "
-                             "[--] COMMAND [ARGS...]\n");
-        return cusnap::cli::kExitUsage;
-      }
-      return cusnap::cli::RunCommand(std::vector<std::string>(argv + dashes + 1, argv + argc),
-                                     pid_namespace);
-    }
+  int Run(CLI::App&) override {
+    std::vector<std::string> args = cmd_->remaining();
+    if (args.empty()) return NoRunCommand();
+    if (args.front() == "--") args.erase(args.begin());
+    return cusnap::cli::RunCommand(args, pid_namespace_);
   }
-  CLI::App app{"cusnap: checkpoint and restore of multi-process CUDA jobs that share GPU memory"};
-  app.footer(cusnap::cli::AllExitCodesHelp());
-  app.require_subcommand(1);
-  // A callback: the shim file is read only when --version is asked (reading it at every start
-  // cost each command 3 s under AddressSanitizer).
-  app.set_version_flag("--version", std::function<std::string()>(VersionText),
-                       "print the versions of cusnap and its shim");
 
-  std::vector<std::string> run_args;
-  bool run_pid_namespace = false;
-  auto* run = app.add_subcommand("run", "start a command with the cusnap shim preloaded");
-  run->prefix_command();
-  run->add_flag("--pid-namespace", run_pid_namespace,
-                "start the command in a PID namespace of its own, as a container would: its "
-                "root's pid there is this cusnap's pid here, and a `restore --images-dir` of "
-                "it never meets pids other processes hold (needs CAP_SYS_ADMIN)");
-  run->footer("Usage: cusnap run [--pid-namespace] [--] COMMAND [ARGS...]; LD_PRELOAD gets the "
-              "shim prepended.\n"
-              "Exit status: the command's own (it replaces cusnap: 127 when the program is "
-              "not found, 126 when it is found but cannot be executed, 128+N when signal N "
-              "ends it); 2 for a usage error or a control directory it must not use, before it "
-              "starts; 1 when the shim is missing or, "
-              "with --pid-namespace, no PID namespace can be made.");
+ private:
+  bool pid_namespace_ = false;
+};
 
-  Target ck_target;
-  std::string ck_state_dir;
-  unsigned lock_timeout_ms = 0;
-  bool ck_json = false;
-  auto* checkpoint = app.add_subcommand("checkpoint", "suspend a job: GPU memory freed, job parked");
-  AddTarget(checkpoint, ck_target, true);
-  checkpoint->add_option("--state-dir", ck_state_dir,
-                         "where the state file goes (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
-  checkpoint->add_option("--lock-timeout-ms", lock_timeout_ms,
-                         "cuCheckpointProcessLock timeout in ms (0: none)");
-  checkpoint->add_flag("--json", ck_json, "print one JSON document instead of lines");
-
-  Target rs_target;
-  std::string rs_state_dir, device_map, rs_images_dir;
-  bool rs_json = false;
-  auto* restore = app.add_subcommand("restore", "resume a checkpointed job, or bring a dumped "
-                                                "one back from its images (--images-dir)");
-  AddTarget(restore, rs_target, false, "--images-dir, the job of a dump");
-  restore->add_option("--images-dir", rs_images_dir,
-                      "restore the job `cusnap dump` wrote there, in new processes (CRIU); "
-                      "no --pid, --all or --state-dir then")
-      ->transform(kAbsolutePath);
-  restore->add_option("--state-dir", rs_state_dir,
-                      "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
-  restore->add_option("--device-map", device_map, kDeviceMapHelp)->check(kNonEmptyDeviceMap);
-  restore->add_flag("--json", rs_json, "print one JSON document instead of lines");
-  bool rs_pid_namespace = false;
-  restore->add_flag("--pid-namespace", rs_pid_namespace,
-                    "with --images-dir: restore the job in a PID namespace of its own, where "
-                    "it keeps its pids whatever holds them here (done without asking when a "
-                    "pid of the dump is taken); later commands name it by any of its pids as "
-                    "this machine numbers them");
-
-  cusnap::cli::DumpArgs dump_args;
-  auto* dump = app.add_subcommand(
-      "dump", "checkpoint a job to disk: checkpoint, then CRIU writes its process tree and a "
-              "manifest into --images-dir; the processes are gone (or run on with "
-              "--leave-running); 'restore --images-dir' brings it back");
-  dump->add_option("--pid", dump_args.pid, "the job's root process: its whole process tree")
-      ->required()
-      ->check(cusnap::cli::PidValidator());
-  dump->add_option("--images-dir", dump_args.images_dir, "where the images go")
-      ->required()
-      ->transform(kAbsolutePath);
-  dump->add_flag("--leave-running", dump_args.leave_running,
-                 "resume the job in place after the dump");
-  dump->add_flag("--json", dump_args.json, "print one JSON document instead of lines");
-
-  Target rc_target;
-  std::string rc_state_dir, rc_device_map;
-  bool rc_json = false;
-  auto* recover = app.add_subcommand(
-      "recover", "finish what an interrupted or failed checkpoint or restore left: roll every "
-                 "participant back to active before the point of no return, forward after it");
-  AddTarget(recover, rc_target, true);
-  recover->add_option("--state-dir", rc_state_dir,
-                      "the checkpoint's state directory, to verify a roll forward against "
-                      "(default $CUSNAP_STATE_DIR, else ./cusnap-state; missing: not verified)");
-  recover->add_option("--device-map", rc_device_map,
-                      std::string(kDeviceMapHelp) + "; used when the roll forward still has "
-                      "to restore natively (give the interrupted restore's map)")
-      ->check(kNonEmptyDeviceMap);
-  recover->add_flag("--json", rc_json, "print one JSON document instead of lines");
-
-  Target st_target;
-  bool st_json = false, st_prune = false;
-  auto* status = app.add_subcommand("status", "participants, phase, allocations, bytes");
-  AddTarget(status, st_target, false, "every endpoint in the control directory");
-  status->add_flag("--json", st_json, "print one JSON document");
-  status->add_flag("--prune", st_prune,
-                   "remove stale endpoint sockets (their process is gone, or its pid was "
-                   "reused), the hold markers of processes that ended while held and the "
-                   "start-time aliases of restored processes that ended; never a live one");
-
-  std::string inspect_dir;
-  bool in_json = false;
-  auto* inspect = app.add_subcommand("inspect", "show what a checkpoint recorded");
-  inspect->add_option("state_dir", inspect_dir,
-                      "the checkpoint's state directory, or its cusnap-state.json (default "
-                      "$CUSNAP_STATE_DIR, else ./cusnap-state)");
-  inspect->add_flag("--json", in_json, "print the state file as one JSON document");
-
-  cusnap::cli::DemoOptions demo_options;
-  auto* demo = app.add_subcommand("demo", "two-process sharing demo: checkpoint + restore + verify");
-  demo->add_option("--sizes", demo_options.sizes,
-                   "the three allocation sizes, multiples of 2M (default 2M,64M,256M on the "
-                   "simulated driver, 64M,1G,2G on GPUs)");
-  demo->add_flag("--json", demo_options.json, "print the summary as one JSON document");
-
-  std::string shell;
-  // Each command's --help names only the statuses it can end with.
-  {
+/// `cusnap checkpoint (--pid P | --all)`.
+class CheckpointSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
     using namespace cusnap::cli;
-    checkpoint->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitRefused, kExitFailedAfterChange, 130}));
-    dump->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitRefused, kExitFailedAfterChange, 130}));
-    restore->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitFailedAfterChange, kExitRestoreRefused, 130}));
-    recover->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage, kExitFailedAfterChange, kExitRestoreRefused, 130}));
-    status->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
-    inspect->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
-    demo->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
+    cmd_ = app.add_subcommand("checkpoint", "suspend a job: GPU memory freed, job parked");
+    AddTarget(cmd_, target_, true);
+    cmd_->add_option("--state-dir", state_dir_,
+                     "where the state file goes (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
+    cmd_->add_option("--lock-timeout-ms", lock_timeout_ms_,
+                     "cuCheckpointProcessLock timeout in ms (0: none)");
+    cmd_->add_flag("--json", json_, "print one JSON document instead of lines");
+    cmd_->footer(ExitCodesHelp(
+        {kExitOk, kExitError, kExitUsage, kExitRefused, kExitFailedAfterChange, 130}));
   }
-
-  auto* completion = app.add_subcommand("completion", "print a shell completion script");
-  completion->footer(cusnap::cli::ExitCodesHelp({cusnap::cli::kExitOk, cusnap::cli::kExitUsage}));
-  completion->add_option("shell", shell, "the shell (bash)")
-      ->required()
-      ->check(CLI::IsMember(cusnap::cli::kCompletionShells));
-
-  const std::string word = cusnap::cli::CommandWord(argc, argv);
-  std::vector<std::string> commands;
-  for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_name().empty(); })) {
-    commands.push_back(sub->get_name());
-  }
-  if (const std::string unknown = cusnap::cli::UnknownCommand(word, commands); !unknown.empty()) {
-    std::fprintf(stderr, "cusnap: %s\n", unknown.c_str());
-    return cusnap::cli::kExitUsage;
-  }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --json anywhere before the job's own arguments asks for a JSON answer, a usage error's too.
-    bool json = false;
-    for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
-      json |= std::string_view(argv[i]) == "--json";
-    }
-    return cusnap::cli::ReportParseError(app, word, e, json);
-  }
-
-  if (*run) {
-    run_args = run->remaining();
-    if (run_args.empty()) {
-      std::fprintf(stderr, "cusnap run: no command given\nUsage: cusnap run [--pid-namespace] "
-                           "[--] COMMAND [ARGS...]\n");
-      return cusnap::cli::kExitUsage;
-    }
-    if (run_args.front() == "--") run_args.erase(run_args.begin());
-    return cusnap::cli::RunCommand(run_args, run_pid_namespace);
-  }
-  if (*completion) {
-    std::fputs(cusnap::cli::BashCompletion(app).c_str(), stdout);
-    return cusnap::cli::kExitOk;
-  }
-  if (*checkpoint) {
-    if (int rc = CheckTargetArgs("checkpoint", ck_target, checkpoint, ck_state_dir); rc != 0) {
-      return rc;
-    }
+  int Run(CLI::App&) override {
+    if (int rc = CheckTargetArgs("checkpoint", target_, cmd_, state_dir_); rc != 0) return rc;
     // A job in a PID namespace of its own (restore --images-dir) is worked on in there.
-    return InNamespace("checkpoint", ck_target, [&](const Target& target) {
-      return cusnap::cli::CheckpointCommand(target, cusnap::cli::StateDir(ck_state_dir),
-                                            lock_timeout_ms, ck_json);
+    return InNamespace("checkpoint", target_, [&](const Target& target) {
+      return cusnap::cli::CheckpointCommand(target, cusnap::cli::StateDir(state_dir_),
+                                            lock_timeout_ms_, json_);
     });
   }
-  if (*dump) {
-    if (int rc = CheckTargetArgs("dump", Target{dump_args.pid, false}, restore, ""); rc != 0) return rc;
-    return InNamespace("dump", Target{dump_args.pid, false}, [&](const Target& target) {
-      cusnap::cli::DumpArgs args = dump_args;
+
+ private:
+  Target target_;
+  std::string state_dir_;
+  unsigned lock_timeout_ms_ = 0;
+  bool json_ = false;
+};
+
+/// `cusnap restore`: in place (--pid P | --all), or from a dump's images (--images-dir D).
+class RestoreSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    using namespace cusnap::cli;
+    cmd_ = app.add_subcommand("restore", "resume a checkpointed job, or bring a dumped "
+                                         "one back from its images (--images-dir)");
+    AddTarget(cmd_, target_, false, "--images-dir, the job of a dump");
+    cmd_->add_option("--images-dir", images_dir_,
+                     "restore the job `cusnap dump` wrote there, in new processes (CRIU); "
+                     "no --pid, --all or --state-dir then")
+        ->transform(kAbsolutePath);
+    cmd_->add_option("--state-dir", state_dir_,
+                     "where the state file is (default $CUSNAP_STATE_DIR, else ./cusnap-state)");
+    cmd_->add_option("--device-map", device_map_, kDeviceMapHelp)->check(kNonEmptyDeviceMap);
+    cmd_->add_flag("--json", json_, "print one JSON document instead of lines");
+    cmd_->add_flag("--pid-namespace", pid_namespace_,
+                   "with --images-dir: restore the job in a PID namespace of its own, where "
+                   "it keeps its pids whatever holds them here (done without asking when a "
+                   "pid of the dump is taken); later commands name it by any of its pids as "
+                   "this machine numbers them");
+    cmd_->footer(ExitCodesHelp(
+        {kExitOk, kExitError, kExitUsage, kExitFailedAfterChange, kExitRestoreRefused, 130}));
+  }
+  int Run(CLI::App&) override {
+    if (!images_dir_.empty()) return RunFromImages();
+    if (int rc = CheckInPlaceArgs(); rc != 0) return rc;
+    return InNamespace("restore", target_, [&](const Target& target) {
+      return cusnap::cli::RestoreCommand(target, cusnap::cli::StateDir(state_dir_), device_map_,
+                                         json_);
+    });
+  }
+
+ private:
+  /// `restore --images-dir D`: the job comes back in new processes, so nothing names old ones.
+  int RunFromImages() {
+    if (target_.pid != 0 || target_.all || cmd_->count("--state-dir") > 0) {
+      std::fprintf(stderr, "cusnap restore: --images-dir brings the job back in new processes: "
+                   "give it without --pid, --all or --state-dir\n");
+      return cusnap::cli::kExitUsage;
+    }
+    return cusnap::cli::RestoreImagesCommand(images_dir_, device_map_, json_, pid_namespace_);
+  }
+
+  /// Refuses what a restore in place cannot do; kExitOk when the arguments fit one.
+  int CheckInPlaceArgs() const {
+    if (pid_namespace_) {
+      std::fprintf(stderr, "cusnap restore: --pid-namespace goes with --images-dir (a job "
+                   "restored in place stays in the namespace it runs in)\n");
+      return cusnap::cli::kExitUsage;
+    }
+    if (target_.pid == 0 && !target_.all) {
+      std::fprintf(stderr, "cusnap restore: give --pid or --all (the job to resume in place), "
+                   "or --images-dir (a dump to bring back)\n");
+      return cusnap::cli::kExitUsage;
+    }
+    return CheckTargetArgs("restore", target_, cmd_, state_dir_);
+  }
+
+  Target target_;
+  std::string state_dir_, device_map_, images_dir_;
+  bool json_ = false;
+  bool pid_namespace_ = false;
+};
+
+/// `cusnap dump --pid P --images-dir D [--leave-running]`.
+class DumpSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    using namespace cusnap::cli;
+    cmd_ = app.add_subcommand(
+        "dump", "checkpoint a job to disk: checkpoint, then CRIU writes its process tree and a "
+                "manifest into --images-dir; the processes are gone (or run on with "
+                "--leave-running); 'restore --images-dir' brings it back");
+    cmd_->add_option("--pid", args_.pid, "the job's root process: its whole process tree")
+        ->required()
+        ->check(PidValidator());
+    cmd_->add_option("--images-dir", args_.images_dir, "where the images go")
+        ->required()
+        ->transform(kAbsolutePath);
+    cmd_->add_flag("--leave-running", args_.leave_running,
+                   "resume the job in place after the dump");
+    cmd_->add_flag("--json", args_.json, "print one JSON document instead of lines");
+    cmd_->footer(ExitCodesHelp(
+        {kExitOk, kExitError, kExitUsage, kExitRefused, kExitFailedAfterChange, 130}));
+  }
+  int Run(CLI::App&) override {
+    if (int rc = RefuseInitPid("dump", Target{args_.pid, false}); rc != 0) return rc;
+    return InNamespace("dump", Target{args_.pid, false}, [&](const Target& target) {
+      cusnap::cli::DumpArgs args = args_;
       args.pid = target.pid;
       args.in_job_namespace = target.in_job_namespace;
       return cusnap::cli::DumpCommand(args);
     });
   }
-  if (*restore && !rs_images_dir.empty()) {
-    if (rs_target.pid != 0 || rs_target.all || restore->count("--state-dir") > 0) {
-      std::fprintf(stderr, "cusnap restore: --images-dir brings the job back in new processes: "
-                   "give it without --pid, --all or --state-dir\n");
-      return cusnap::cli::kExitUsage;
+
+ private:
+  cusnap::cli::DumpArgs args_;
+};
+
+/// `cusnap recover (--pid P | --all)`.
+class RecoverSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    using namespace cusnap::cli;
+    cmd_ = app.add_subcommand(
+        "recover", "finish what an interrupted or failed checkpoint or restore left: roll every "
+                   "participant back to active before the point of no return, forward after it");
+    AddTarget(cmd_, target_, true);
+    cmd_->add_option("--state-dir", state_dir_,
+                     "the checkpoint's state directory, to verify a roll forward against "
+                     "(default $CUSNAP_STATE_DIR, else ./cusnap-state; missing: not verified)");
+    cmd_->add_option("--device-map", device_map_,
+                     std::string(kDeviceMapHelp) + "; used when the roll forward still has "
+                     "to restore natively (give the interrupted restore's map)")
+        ->check(kNonEmptyDeviceMap);
+    cmd_->add_flag("--json", json_, "print one JSON document instead of lines");
+    cmd_->footer(ExitCodesHelp(
+        {kExitOk, kExitError, kExitUsage, kExitFailedAfterChange, kExitRestoreRefused, 130}));
+  }
+  int Run(CLI::App&) override {
+    if (int rc = CheckTargetArgs("recover", target_, cmd_, state_dir_); rc != 0) return rc;
+    return InNamespace("recover", target_, [&](const Target& target) {
+      return cusnap::cli::RecoverCommand(target, cusnap::cli::StateDir(state_dir_),
+                                         device_map_, json_);
+    });
+  }
+
+ private:
+  Target target_;
+  std::string state_dir_, device_map_;
+  bool json_ = false;
+};
+
+/// `cusnap status [--pid P | --all] [--json] [--prune]`.
+class StatusSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    using namespace cusnap::cli;
+    cmd_ = app.add_subcommand("status", "participants, phase, allocations, bytes");
+    AddTarget(cmd_, target_, false, "every endpoint in the control directory");
+    cmd_->add_flag("--json", json_, "print one JSON document");
+    cmd_->add_flag("--prune", prune_,
+                   "remove stale endpoint sockets (their process is gone, or its pid was "
+                   "reused), the hold markers of processes that ended while held and the "
+                   "start-time aliases of restored processes that ended; never a live one");
+    cmd_->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
+  }
+  int Run(CLI::App&) override {
+    return InNamespace("status", target_, [&](const Target& target) {
+      return cusnap::cli::StatusCommand(target, json_, prune_);
+    });
+  }
+
+ private:
+  Target target_;
+  bool json_ = false, prune_ = false;
+};
+
+/// `cusnap inspect [DIR]`: a checkpoint's state directory, or a dump's images directory.
+class InspectSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    using namespace cusnap::cli;
+    cmd_ = app.add_subcommand("inspect", "show what a checkpoint recorded");
+    cmd_->add_option("state_dir", dir_,
+                     "the checkpoint's state directory, or its cusnap-state.json (default "
+                     "$CUSNAP_STATE_DIR, else ./cusnap-state)");
+    cmd_->add_flag("--json", json_, "print the state file as one JSON document");
+    cmd_->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
+  }
+  int Run(CLI::App&) override {
+    const std::string dir = cusnap::cli::StateDir(dir_);
+    if (cusnap::coord::HasManifest(dir) || cusnap::coord::HasPendingManifest(dir) ||
+        cusnap::coord::IsFailedDump(dir)) {
+      return cusnap::cli::InspectImagesCommand(dir, json_);
     }
-    return cusnap::cli::RestoreImagesCommand(rs_images_dir, device_map, rs_json, rs_pid_namespace);
+    return cusnap::cli::InspectCommand(dir, json_);
   }
-  if (*restore && rs_pid_namespace) {
-    std::fprintf(stderr, "cusnap restore: --pid-namespace goes with --images-dir (a job restored "
-                 "in place stays in the namespace it runs in)\n");
+
+ private:
+  std::string dir_;
+  bool json_ = false;
+};
+
+/// `cusnap demo [--sizes A,B,C] [--json]`.
+class DemoSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    using namespace cusnap::cli;
+    cmd_ = app.add_subcommand("demo", "two-process sharing demo: checkpoint + restore + verify");
+    cmd_->add_option("--sizes", options_.sizes,
+                     "the three allocation sizes, multiples of 2M (default 2M,64M,256M on the "
+                     "simulated driver, 64M,1G,2G on GPUs)");
+    cmd_->add_flag("--json", options_.json, "print the summary as one JSON document");
+    cmd_->footer(ExitCodesHelp({kExitOk, kExitError, kExitUsage}));
+  }
+  int Run(CLI::App&) override { return cusnap::cli::DemoCommand(options_); }
+
+ private:
+  cusnap::cli::DemoOptions options_;
+};
+
+/// `cusnap completion bash`.
+class CompletionSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    using namespace cusnap::cli;
+    cmd_ = app.add_subcommand("completion", "print a shell completion script");
+    cmd_->footer(ExitCodesHelp({kExitOk, kExitUsage}));
+    cmd_->add_option("shell", shell_, "the shell (bash)")
+        ->required()
+        ->check(CLI::IsMember(kCompletionShells));
+  }
+  int Run(CLI::App& app) override {
+    std::fputs(cusnap::cli::BashCompletion(app).c_str(), stdout);
+    return cusnap::cli::kExitOk;
+  }
+
+ private:
+  std::string shell_;
+};
+
+/// The top-level options of `cusnap`: one subcommand, the exit codes, --version.
+void DefineApp(CLI::App& app) {
+  app.footer(cusnap::cli::AllExitCodesHelp());
+  app.require_subcommand(1);
+  // A callback: the shim file is read only when --version is asked (reading it at every start
+  // costs each command 3 s under AddressSanitizer).
+  app.set_version_flag("--version", std::function<std::string()>(VersionText),
+                       "print the versions of cusnap and its shim");
+}
+
+/// Refuses a command word that names no subcommand of `app`, with the ones there are;
+/// kExitOk otherwise.
+int RefuseUnknownCommand(const CLI::App& app, const std::string& word) {
+  std::vector<std::string> commands;
+  const auto named = [](const CLI::App* sub) { return !sub->get_name().empty(); };
+  for (const CLI::App* sub : app.get_subcommands(named)) commands.push_back(sub->get_name());
+  if (const std::string unknown = cusnap::cli::UnknownCommand(word, commands); !unknown.empty()) {
+    std::fprintf(stderr, "cusnap: %s\n", unknown.c_str());
     return cusnap::cli::kExitUsage;
   }
-  if (*restore && rs_target.pid == 0 && !rs_target.all) {
-    std::fprintf(stderr, "cusnap restore: give --pid or --all (the job to resume in place), or "
-                 "--images-dir (a dump to bring back)\n");
+  return cusnap::cli::kExitOk;
+}
+
+/// True when --json stands anywhere before the job's own arguments: a usage error is then
+/// answered as JSON too.
+bool AsksForJson(int argc, char** argv) {
+  bool json = false;
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    json |= std::string_view(argv[i]) == "--json";
+  }
+  return json;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const std::string problem = cusnap::cli::CheckEnvironment(); !problem.empty()) {
+    std::fprintf(stderr, "cusnap: %s\n", problem.c_str());
     return cusnap::cli::kExitUsage;
   }
-  if (*restore) {
-    if (int rc = CheckTargetArgs("restore", rs_target, restore, rs_state_dir); rc != 0) return rc;
-    return InNamespace("restore", rs_target, [&](const Target& target) {
-      return cusnap::cli::RestoreCommand(target, cusnap::cli::StateDir(rs_state_dir), device_map,
-                                         rs_json);
-    });
+  if (const int dashes = RunDashesIndex(argc, argv); dashes > 0) {
+    return RunAfterDashes(argc, argv, dashes);
   }
-  if (*recover) {
-    if (int rc = CheckTargetArgs("recover", rc_target, recover, rc_state_dir); rc != 0) return rc;
-    return InNamespace("recover", rc_target, [&](const Target& target) {
-      return cusnap::cli::RecoverCommand(target, cusnap::cli::StateDir(rc_state_dir),
-                                         rc_device_map, rc_json);
-    });
+
+  CLI::App app{"cusnap: checkpoint and restore of multi-process CUDA jobs that share GPU memory"};
+  DefineApp(app);
+  RunSubcommand run;
+  CheckpointSubcommand checkpoint;
+  RestoreSubcommand restore;
+  DumpSubcommand dump;
+  RecoverSubcommand recover;
+  StatusSubcommand status;
+  InspectSubcommand inspect;
+  DemoSubcommand demo;
+  CompletionSubcommand completion;
+  // In the order --help and the completion script list them.
+  Subcommand* const subcommands[] = {&run,    &checkpoint, &restore, &dump,      &recover,
+                                     &status, &inspect,    &demo,    &completion};
+  for (Subcommand* subcommand : subcommands) subcommand->Define(app);
+
+  const std::string word = cusnap::cli::CommandWord(argc, argv);
+  if (const int rc = RefuseUnknownCommand(app, word); rc != cusnap::cli::kExitOk) return rc;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cusnap::cli::ReportParseError(app, word, e, AsksForJson(argc, argv));
   }
-  if (*status) {
-    return InNamespace("status", st_target, [&](const Target& target) {
-      return cusnap::cli::StatusCommand(target, st_json, st_prune);
-    });
+  for (Subcommand* subcommand : subcommands) {
+    if (subcommand->Parsed()) return subcommand->Run(app);
   }
-  if (*inspect && (cusnap::coord::HasManifest(cusnap::cli::StateDir(inspect_dir)) ||
-                   cusnap::coord::HasPendingManifest(cusnap::cli::StateDir(inspect_dir)) ||
-                   cusnap::coord::IsFailedDump(cusnap::cli::StateDir(inspect_dir)))) {
-    return cusnap::cli::InspectImagesCommand(cusnap::cli::StateDir(inspect_dir), in_json);
-  }
-  if (*inspect) {
-    return cusnap::cli::InspectCommand(cusnap::cli::StateDir(inspect_dir), in_json);
-  }
-  if (*demo) return cusnap::cli::DemoCommand(demo_options);
   return cusnap::cli::kExitUsage;
 }

@@ -134,8 +134,8 @@ nlohmann::json ReportToJson(const std::string& command, const std::string& drive
                             const coord::CommandReport& report, int exit_code) {
   nlohmann::json phases = nlohmann::json::array();
   // A coordinator-only phase (read_state, write_state) counts the command's participants,
-  // as every other phase does: read_state runs before discovery and saw none yet, which made
-  // it 0 where write_state said N (issue 17).
+  // as every other phase does: read_state runs before discovery and sees none yet, which
+  // would make it 0 where write_state says N.
   size_t participants = 0;
   for (const auto& p : report.phases) participants = std::max(participants, p.participants);
   for (const auto& p : report.phases) {

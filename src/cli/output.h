@@ -54,7 +54,7 @@ class PhasePrinter final : public coord::PhaseObserver {
 
 /// The JSON document of a command that ended before any phase ran (a usage error, a bad
 /// target): the keys of ReportToJson's, with no phases, so a script reads every answer the
-/// same way (found by a fresh user). outcome "restore_refused" for exit 5, else "refused".
+/// same way. outcome "restore_refused" for exit 5, else "refused".
 nlohmann::json UntouchedToJson(const std::string& command, int exit_code,
                                const std::vector<std::string>& errors);
 

@@ -1,5 +1,5 @@
-// A job in a PID namespace of its own (issue 16: restore a dumped job while other processes
-// hold its pids). CRIU gives every restored process its pid back; on the machine's PID
+// A job in a PID namespace of its own (to restore a dumped job while other processes hold
+// its pids). CRIU gives every restored process its pid back; on the machine's PID
 // namespace a pid held by another process makes that impossible ("File exists"). In a new
 // PID namespace every pid is free, as in a container: `restore --images-dir` makes one when a
 // pid of the dump is taken (or when asked with --pid-namespace), with a small init as its pid

@@ -117,7 +117,7 @@ int RunCommand(const std::vector<std::string>& command, bool pid_namespace) {
     std::fprintf(stderr, "cusnap run: %s\n", problem.c_str());
     return kExitUsage;
   }
-  // Nor in a directory it must not trust (issue 12): not ours, not 0700, a symbolic link.
+  // Nor in a directory it must not trust: not ours, not 0700, a symbolic link.
   if (const std::string unsafe = UnsafeControlDir(ControlDir()); !unsafe.empty()) {
     std::fprintf(stderr, "cusnap run: %s; the job was not started\n", unsafe.c_str());
     return kExitUsage;

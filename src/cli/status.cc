@@ -83,158 +83,216 @@ nlohmann::json OtherNamespacesJson(const std::vector<ForeignEndpoint>& foreign) 
   return list;
 }
 
+/// What `cusnap status` found in the control directory, in the order it prints it.
+struct StatusScan {
+  std::string control_dir;
+  std::vector<int> pids;                   ///< the endpoints asked
+  std::vector<StaleEndpoint> stale;        ///< listed, never an error; removed with --prune
+  std::vector<std::string> stale_markers;  ///< hold markers of processes that ended held
+  std::vector<std::string> stale_aliases;  ///< start-time aliases of restored processes that ended
+  std::vector<ForeignEndpoint> foreign;    ///< endpoints of jobs in PID namespaces of their own
+  std::vector<std::string> removed;        ///< what --prune removed
+  std::vector<coord::ParticipantStatus> entries;
+  /// Other control directories with cusnap processes, when none answered here.
+  std::map<std::string, std::vector<int>> elsewhere;
+  std::vector<std::string> errors;
+};
+
+/// `--pid P`: the endpoints of P's process tree. kExitOk, or kExitError when P cannot be a
+/// target (said on stderr).
+int FindTreeEndpoints(int pid, StatusScan& scan) {
+  if (const std::string problem = CheckTargetPid(pid, scan.control_dir); !problem.empty()) {
+    std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
+    return kExitError;
+  }
+  scan.pids = coord::EndpointPidsInTree(scan.control_dir, pid);
+  return kExitOk;
+}
+
+/// No --pid: every endpoint of the control directory, and its stale and foreign files. Pids
+/// whose socket is stale (reused by another process) are left out of the endpoints asked.
+/// kExitOk, or kExitError when the directory cannot be read (said on stderr).
+int FindAllEndpoints(StatusScan& scan) {
+  const std::string& control_dir = scan.control_dir;
+  if (const std::string problem = CheckControlDirReadable(control_dir); !problem.empty()) {
+    std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
+    return kExitError;
+  }
+  scan.stale = StaleEndpoints(control_dir);
+  scan.stale_markers = coord::StaleHoldMarkersBelow(control_dir);
+  scan.stale_aliases = coord::StaleRestoredAliases(control_dir);
+  scan.foreign = ForeignEndpoints(control_dir);
+  for (int pid : coord::EndpointPids(control_dir)) {
+    const bool reused = std::any_of(scan.stale.begin(), scan.stale.end(),
+                                    [&](const StaleEndpoint& s) { return !s.job_dir && s.pid == pid; });
+    if (!reused) scan.pids.push_back(pid);
+  }
+  return kExitOk;
+}
+
+/// Asks every endpoint found for its identity and tables. Nobody here: where the user's
+/// cusnap processes are instead (another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR), rather than
+/// "no participants" alone.
+void AskParticipants(const Target& target, StatusScan& scan) {
+  std::vector<std::unique_ptr<coord::Participant>> participants;
+  for (int pid : scan.pids) participants.push_back(coord::ConnectEndpoint(scan.control_dir, pid));
+  scan.entries = coord::CollectStatus(participants, scan.errors);
+  if (scan.entries.empty() && target.pid <= 0) {
+    scan.elsewhere = coord::OtherShimControlDirs(scan.control_dir);
+  }
+}
+
+/// One participant as a JSON object.
+nlohmann::json ParticipantJson(const coord::ParticipantStatus& e) {
+  if (!e.unreachable.empty()) {
+    return {{"pid", e.identity.pid},
+            {"start_time", e.identity.start_time},
+            {"phase", "unreachable"},
+            {"unreachable", e.unreachable}};
+  }
+  return {{"pid", e.identity.pid},
+          {"start_time", e.identity.start_time},
+          {"phase", coord::Lowercase(proto::ShimStateName(e.identity.state))},
+          {"allocations", e.allocations},
+          {"created", e.created},
+          {"mappings", e.mappings},
+          {"untracked_imports", e.identity.untracked_imports},
+          {"tracked_bytes", e.identity.tracked_bytes},
+          {"created_total", e.identity.created_total},
+          {"created_host_numa", e.identity.created_host_numa},
+          {"failure", e.identity.failure},
+          {"inspect_error", e.inspect_error},
+          {"held", !e.held.empty()},
+          {"shim", ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid))}};
+}
+
+/// `status --json`: the whole scan as one JSON document on stdout.
+void PrintStatusJson(const StatusScan& scan) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& e : scan.entries) list.push_back(ParticipantJson(e));
+  nlohmann::json stale_list = nlohmann::json::array(), stale_reasons = nlohmann::json::object();
+  for (const auto& st : scan.stale) {
+    stale_list.push_back(st.path);
+    stale_reasons[st.path] = StaleReason(st);
+  }
+  std::printf("%s\n", nlohmann::json{{"control_dir", scan.control_dir},
+                                     {"participants", list},
+                                     {"stale_endpoints", stale_list},
+                                     {"stale_reasons", stale_reasons},
+                                     {"stale_hold_markers", scan.stale_markers},
+                                     {"stale_restored_aliases", scan.stale_aliases},
+                                     {"other_pid_namespaces", OtherNamespacesJson(scan.foreign)},
+                                     {"other_control_dirs", scan.elsewhere},
+                                     {"pruned", scan.removed},
+                                     {"errors", scan.errors}}.dump(2).c_str());
+}
+
+/// The control directory's line, "no participants" when none answered, and where other
+/// cusnap processes are.
+void PrintControlDirLines(const StatusScan& scan) {
+  std::printf("control dir: %s\n", scan.control_dir.c_str());
+  struct stat dir_stat {};
+  if (scan.entries.empty()) {
+    std::printf("no participants%s\n", ::stat(scan.control_dir.c_str(), &dir_stat) == 0
+                                            ? "" : " (the control directory does not exist)");
+  }
+  for (const auto& [dir, dir_pids] : scan.elsewhere) {
+    std::printf("cusnap processes in another control directory: %s (pid %s): run "
+                "'CUSNAP_CONTROL_DIR=%s cusnap status'\n", dir.c_str(),
+                coord::PidListText(dir_pids).c_str(), dir.c_str());
+  }
+}
+
+/// One participant's lines: unreachable, held, or its tables, failure and shim.
+void PrintParticipantLines(const coord::ParticipantStatus& e) {
+  if (!e.unreachable.empty()) {
+    std::printf("pid %-8d %-20s %-12s its endpoint did not answer (its error line on stderr says why)\n",
+                e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), "unreachable");
+    return;
+  }
+  const std::string state = coord::Lowercase(proto::ShimStateName(e.identity.state));
+  if (!e.held.empty()) {
+    std::printf("pid %-8d %-20s %-12s %s\n", e.identity.pid,
+                coord::ProcessName(e.identity.pid).c_str(), state.c_str(), e.held.c_str());
+    return;
+  }
+  std::printf("pid %-8d %-20s %-12s %zu allocations (%zu created)  %zu mappings  %s tracked",
+              e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), state.c_str(),
+              e.allocations, e.created,
+              e.mappings, FormatBytes(e.identity.tracked_bytes).c_str());
+  std::printf("  %u tracked creates over its life (%u of them in host NUMA memory)",
+              e.identity.created_total, e.identity.created_host_numa);
+  if (e.identity.untracked_imports > 0) {
+    std::printf("  %llu untracked imports",
+                static_cast<unsigned long long>(e.identity.untracked_imports));
+  }
+  std::printf("\n");
+  if (!e.identity.failure.empty()) std::printf("    failure: %s\n", e.identity.failure.c_str());
+  if (!e.inspect_error.empty()) std::printf("    inspect: %s\n", e.inspect_error.c_str());
+  const std::string shim = ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid));
+  std::printf("    shim: %s\n", shim.empty() ? "unknown (its library file cannot be read)"
+                                                : shim.c_str());
+}
+
+/// "removed" when --prune removed `path`, else "safe to remove".
+const char* PruneWord(const StatusScan& scan, const std::string& path) {
+  const bool gone = std::find(scan.removed.begin(), scan.removed.end(), path) != scan.removed.end();
+  return gone ? "removed" : "safe to remove";
+}
+
+/// The stale endpoints, foreign endpoints, stale hold markers and aliases, one line each.
+void PrintLeftoverLines(const StatusScan& scan, bool prune) {
+  for (const auto& st : scan.stale) {
+    std::printf("stale endpoint %s: %s (%s)\n", st.path.c_str(), StaleReason(st).c_str(),
+                PruneWord(scan, st.path));
+  }
+  for (const auto& f : scan.foreign) {
+    std::printf("endpoint %s: pid %d of a job in a PID namespace of its own, pid %d here: "
+                "see 'cusnap status --pid %d'\n", f.path.c_str(), f.pid_there, f.pid_here,
+                f.pid_here);
+  }
+  for (const auto& marker : scan.stale_markers) {
+    std::printf("stale hold marker %s: its process ended while held (%s)\n", marker.c_str(),
+                PruneWord(scan, marker));
+  }
+  for (const auto& alias : scan.stale_aliases) {
+    std::printf("stale start-time alias %s: the restored process it names ended (%s)\n",
+                alias.c_str(), PruneWord(scan, alias));
+  }
+  // A `cusnap dump` leaves both behind when it takes a held job away; its images are what
+  // a restore needs, not these files.
+  if (!scan.stale_markers.empty() && !prune) {
+    std::printf("(a job `cusnap dump` took to disk leaves these too: 'cusnap restore "
+                "--images-dir <dir>' brings it back from its images, with or without them)\n");
+  }
+}
+
+/// `status` without --json: the scan as lines on stdout.
+void PrintStatusLines(const StatusScan& scan, bool prune) {
+  PrintControlDirLines(scan);
+  for (const auto& e : scan.entries) PrintParticipantLines(e);
+  PrintLeftoverLines(scan, prune);
+}
+
 }  // namespace
 
 int StatusCommand(const Target& target, bool json, bool prune) {
-  const std::string control_dir = ControlDir();
-  std::vector<int> pids;
-  std::vector<StaleEndpoint> stale;  // listed, never an error; removed with --prune
-  std::vector<std::string> stale_markers;  // hold markers of processes that ended held, too
-  std::vector<std::string> stale_aliases;  // start-time aliases of restored processes that ended
-  std::vector<ForeignEndpoint> foreign;  // endpoints of jobs in PID namespaces of their own
-  if (target.pid > 0) {
-    if (const std::string problem = CheckTargetPid(target.pid, control_dir); !problem.empty()) {
-      std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
-      return kExitError;
-    }
-    pids = coord::EndpointPidsInTree(control_dir, target.pid);
-  } else {
-    if (const std::string problem = CheckControlDirReadable(control_dir); !problem.empty()) {
-      std::fprintf(stderr, "cusnap status: %s\n", problem.c_str());
-      return kExitError;
-    }
-    stale = StaleEndpoints(control_dir);
-    stale_markers = coord::StaleHoldMarkersBelow(control_dir);
-    stale_aliases = coord::StaleRestoredAliases(control_dir);
-    foreign = ForeignEndpoints(control_dir);
-    for (int pid : coord::EndpointPids(control_dir)) {
-      const bool reused = std::any_of(stale.begin(), stale.end(),
-                                      [&](const StaleEndpoint& s) { return !s.job_dir && s.pid == pid; });
-      if (!reused) pids.push_back(pid);
-    }
+  StatusScan scan;
+  scan.control_dir = ControlDir();
+  const int found = target.pid > 0 ? FindTreeEndpoints(target.pid, scan) : FindAllEndpoints(scan);
+  if (found != kExitOk) return found;
+  if (prune) {
+    scan.removed = Prune(scan.control_dir, scan.stale, scan.stale_markers, scan.stale_aliases,
+                         scan.errors);
   }
-  std::vector<std::string> errors;
-  const std::vector<std::string> removed = prune ? Prune(control_dir, stale, stale_markers, stale_aliases, errors)
-                                                 : std::vector<std::string>{};
-  std::vector<std::unique_ptr<coord::Participant>> participants;
-  for (int pid : pids) participants.push_back(coord::ConnectEndpoint(control_dir, pid));
-  const auto entries = coord::CollectStatus(participants, errors);
-  // Nobody here: where the user's cusnap processes are instead (another CUSNAP_CONTROL_DIR
-  // or XDG_RUNTIME_DIR), rather than "no participants" alone.
-  const auto elsewhere = entries.empty() && target.pid <= 0
-                             ? coord::OtherShimControlDirs(control_dir)
-                             : std::map<std::string, std::vector<int>>{};
-
+  AskParticipants(target, scan);
   if (json) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& e : entries) {
-      if (!e.unreachable.empty()) {
-        list.push_back({{"pid", e.identity.pid},
-                        {"start_time", e.identity.start_time},
-                        {"phase", "unreachable"},
-                        {"unreachable", e.unreachable}});
-        continue;
-      }
-      list.push_back({{"pid", e.identity.pid},
-                      {"start_time", e.identity.start_time},
-                      {"phase", coord::Lowercase(proto::ShimStateName(e.identity.state))},
-                      {"allocations", e.allocations},
-                      {"created", e.created},
-                      {"mappings", e.mappings},
-                      {"untracked_imports", e.identity.untracked_imports},
-                      {"tracked_bytes", e.identity.tracked_bytes},
-                      {"created_total", e.identity.created_total},
-                      {"created_host_numa", e.identity.created_host_numa},
-                      {"failure", e.identity.failure},
-                      {"inspect_error", e.inspect_error},
-                      {"held", !e.held.empty()},
-                      {"shim", ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid))}});
-    }
-    nlohmann::json stale_list = nlohmann::json::array(), stale_reasons = nlohmann::json::object();
-    for (const auto& st : stale) {
-      stale_list.push_back(st.path);
-      stale_reasons[st.path] = StaleReason(st);
-    }
-    std::printf("%s\n", nlohmann::json{{"control_dir", control_dir},
-                                       {"participants", list},
-                                       {"stale_endpoints", stale_list},
-                                       {"stale_reasons", stale_reasons},
-                                       {"stale_hold_markers", stale_markers},
-                                       {"stale_restored_aliases", stale_aliases},
-                                       {"other_pid_namespaces", OtherNamespacesJson(foreign)},
-                                       {"other_control_dirs", elsewhere},
-                                       {"pruned", removed},
-                                       {"errors", errors}}.dump(2).c_str());
+    PrintStatusJson(scan);
   } else {
-    std::printf("control dir: %s\n", control_dir.c_str());
-    struct stat dir_stat {};
-    if (entries.empty()) {
-      std::printf("no participants%s\n", ::stat(control_dir.c_str(), &dir_stat) == 0
-                                              ? "" : " (the control directory does not exist)");
-    }
-    for (const auto& [dir, dir_pids] : elsewhere) {
-      std::printf("cusnap processes in another control directory: %s (pid %s): run "
-                  "'CUSNAP_CONTROL_DIR=%s cusnap status'\n", dir.c_str(),
-                  coord::PidListText(dir_pids).c_str(), dir.c_str());
-    }
-    for (const auto& e : entries) {
-      if (!e.unreachable.empty()) {
-        std::printf("pid %-8d %-20s %-12s its endpoint did not answer (its error line on stderr says why)\n",
-                    e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), "unreachable");
-        continue;
-      }
-      const std::string state = coord::Lowercase(proto::ShimStateName(e.identity.state));
-      if (!e.held.empty()) {
-        std::printf("pid %-8d %-20s %-12s %s\n", e.identity.pid,
-                    coord::ProcessName(e.identity.pid).c_str(), state.c_str(), e.held.c_str());
-        continue;
-      }
-      std::printf("pid %-8d %-20s %-12s %zu allocations (%zu created)  %zu mappings  %s tracked",
-                  e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), state.c_str(),
-                  e.allocations, e.created,
-                  e.mappings, FormatBytes(e.identity.tracked_bytes).c_str());
-      std::printf("  %u tracked creates over its life (%u of them in host NUMA memory)",
-                  e.identity.created_total, e.identity.created_host_numa);
-      if (e.identity.untracked_imports > 0) {
-        std::printf("  %llu untracked imports",
-                    static_cast<unsigned long long>(e.identity.untracked_imports));
-      }
-      std::printf("\n");
-      if (!e.identity.failure.empty()) std::printf("    failure: %s\n", e.identity.failure.c_str());
-      if (!e.inspect_error.empty()) std::printf("    inspect: %s\n", e.inspect_error.c_str());
-      const std::string shim = ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid));
-      std::printf("    shim: %s\n", shim.empty() ? "unknown (its library file cannot be read)"
-                                                    : shim.c_str());
-    }
-    for (const auto& st : stale) {
-      const bool gone = std::find(removed.begin(), removed.end(), st.path) != removed.end();
-      std::printf("stale endpoint %s: %s (%s)\n", st.path.c_str(), StaleReason(st).c_str(),
-                  gone ? "removed" : "safe to remove");
-    }
-    for (const auto& f : foreign) {
-      std::printf("endpoint %s: pid %d of a job in a PID namespace of its own, pid %d here: "
-                  "see 'cusnap status --pid %d'\n", f.path.c_str(), f.pid_there, f.pid_here,
-                  f.pid_here);
-    }
-    for (const auto& marker : stale_markers) {
-      const bool gone = std::find(removed.begin(), removed.end(), marker) != removed.end();
-      std::printf("stale hold marker %s: its process ended while held (%s)\n", marker.c_str(),
-                  gone ? "removed" : "safe to remove");
-    }
-    for (const auto& alias : stale_aliases) {
-      const bool gone = std::find(removed.begin(), removed.end(), alias) != removed.end();
-      std::printf("stale start-time alias %s: the restored process it names ended (%s)\n",
-                  alias.c_str(), gone ? "removed" : "safe to remove");
-    }
-    // A `cusnap dump` leaves both behind when it takes a held job away; its images are what
-    // a restore needs, not these files.
-    if (!stale_markers.empty() && !prune) {
-      std::printf("(a job `cusnap dump` took to disk leaves these too: 'cusnap restore "
-                  "--images-dir <dir>' brings it back from its images, with or without them)\n");
-    }
+    PrintStatusLines(scan, prune);
   }
-  for (const auto& e : errors) std::fprintf(stderr, "cusnap status: %s\n", e.c_str());
-  return errors.empty() ? kExitOk : kExitError;
+  for (const auto& e : scan.errors) std::fprintf(stderr, "cusnap status: %s\n", e.c_str());
+  return scan.errors.empty() ? kExitOk : kExitError;
 }
 
 }  // namespace cusnap::cli

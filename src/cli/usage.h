@@ -1,4 +1,4 @@
-// How `cusnap` words its own usage errors (issue 17): every one starts "cusnap <command>:",
+// How `cusnap` words its own usage errors: every one starts "cusnap <command>:",
 // an unknown command is named with the commands there are, and a --pid that is not a pid
 // says what a pid is.
 #pragma once

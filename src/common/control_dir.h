@@ -1,4 +1,4 @@
-// Trust in the control directory (issue 12): endpoints are found by path, so whoever owns
+// Trust in the control directory: endpoints are found by path, so whoever owns
 // the directory decides who answers. A directory someone else pre-created (the default
 // /tmp/cusnap-<uid> when XDG_RUNTIME_DIR is unset), one others can enter, or a symbolic link
 // is refused by the shim (no endpoint is started there) and by every client (no request is

@@ -81,7 +81,7 @@ struct IdentifyReply {
   std::vector<Record> untracked;
   /// The entry points this process used whose memory cusnap cannot carry (managed memory,
   /// shared memory pools, dma-buf, legacy IPC handles from outside cusnap), one per line in
-  /// the order first used; "" when none (issue 14: the checkpoint refuses it by name).
+  /// the order first used; "" when none (the checkpoint refuses it by name).
   std::string unsupported;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.

@@ -115,7 +115,7 @@ Result<UniqueFd> ListenSeqpacket(const std::string& path, int backlog) {
   if (!fd.valid()) return SystemError(errno, "socket");
   // Linux creates the socket file with the socket inode's mode (less the umask): set 0600 on
   // the descriptor before bind, so the file never exists with another mode and no chmod by
-  // path follows bind (a symlink swapped in between would have been followed; issue 12).
+  // path follows bind (a symlink swapped in between would be followed).
   if (fchmod(fd.get(), 0600) != 0) return SystemError(errno, "fchmod socket for " + path);
   if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     return SystemError(errno, "bind " + path);

@@ -78,8 +78,9 @@ Status SendMessage(int fd, const proto::Message& message, Deadline deadline);
 
 /// Receives one message (all its packets) and validates magic, version, packet sizes, that
 /// every packet carries the first one's op, and that the payload stays within `max_bytes`
-/// (an endpoint reading requests passes a small bound: issue 12). A peer of another protocol version is EPROTONOSUPPORT, naming
-/// both versions; anything else wrong is EPROTO, naming what.
+/// (an endpoint reading requests passes a small bound: a peer cannot make it hold much). A
+/// peer of another protocol version is EPROTONOSUPPORT, naming both versions; anything else
+/// wrong is EPROTO, naming what.
 Result<proto::Message> ReceiveMessage(int fd, Deadline deadline,
                                       size_t max_bytes = proto::kMaxMessage);
 

@@ -25,7 +25,7 @@ namespace {
 struct Restorer {
   HostCarrier carrier;
   UnicastSteps steps;
-  MulticastSteps multicast;  // issue 5: multicast teams (multicast_steps.h)
+  MulticastSteps multicast;  // multicast teams (multicast_steps.h)
   StepsWithMulticast all;    // both, as the one LifecycleSteps the lifecycle drives
   Lifecycle lifecycle;
   Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,

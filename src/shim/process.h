@@ -118,7 +118,7 @@ class PinScope {
 
 /// First statement of every hook (tracked or only gated): makes sure this process has its
 /// endpoint (one atomic load once it has: a process forked before CUDA use gets one at its
-/// first driver call, whatever entry point that is, issue 14), then waits while the shim is
+/// first driver call, whatever entry point that is), then waits while the shim is
 /// quiesced and returns the gate's error from the hook when the wait bound passes.
 #define CUSNAP_QUIESCE_GATE()                                        \
   ::cusnap::shim::EnsureEndpoint();                                  \

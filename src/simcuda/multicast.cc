@@ -152,7 +152,7 @@ extern "C" {
 
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop) {
   SIMCUDA_CALL_INITIALIZED("cuMulticastCreate");
-  // Rejected arguments leave *mcHandle untouched (issue 12 compared the real driver; the CUDA
+  // Rejected arguments leave *mcHandle untouched, as the real driver does (the CUDA
   // documentation says nothing of a failed call's output).
   if (mcHandle == nullptr || prop == nullptr || prop->flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (prop->numDevices == 0 || prop->numDevices > static_cast<unsigned>(simcuda::devices::count()))

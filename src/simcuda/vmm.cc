@@ -184,8 +184,8 @@ CUresult release(CUmemGenericAllocationHandle handle) {
   State &s = state();
   std::lock_guard lock(s.mutex);
   Allocation *a = find_allocation(s, handle);
-  // A released or unknown handle: CUDA_ERROR_INVALID_VALUE, as the shim must pass on (issue 12
-  // saw the real driver answer 1; `gpu_driver_facts odd-args` records it).
+  // A released or unknown handle: CUDA_ERROR_INVALID_VALUE, as the shim must pass on (the
+  // real driver answers 1; `gpu_driver_facts odd-args` records it).
   if (a == nullptr) return CUDA_ERROR_INVALID_VALUE;
   --a->handle_refs;
   free_if_unused(s, a);  // memory stays while mapped (CUDA: freed when handles and mappings are gone)
@@ -325,7 +325,7 @@ CUresult get_access(unsigned long long *flags, const CUmemLocation *location, CU
 CUresult export_handle(void *shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
                        unsigned long long flags) {
   // flags "must be 0" (CUDA Driver API); a type the allocation did not request, FABRIC, NONE
-  // or WIN32 included, is CUDA_ERROR_INVALID_VALUE (issue 12 saw 1 from the real driver), and
+  // or WIN32 included, is CUDA_ERROR_INVALID_VALUE (the real driver answers 1), and
   // the output is left as it was.
   if (shareable == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   State &s = state();

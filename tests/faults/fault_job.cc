@@ -457,7 +457,7 @@ Verdict FaultJob::RunCase(const Case& c) {
   }
   // An interrupted command stops and exits 128+SIGINT, or finishes (0, or 4 when what it
   // finished failed); a refusal's exit (3, 5) would say a check refused it (README, exit
-  // codes; a fresh user saw a dump interrupted after `save` exit 3).
+  // codes: a dump interrupted after `save` must not exit 3).
   if (c.kind == Kind::kCliSigint && (run.status == 3 || run.status == 5)) {
     v.problems.push_back("cusnap " + c.command + " exited " + std::to_string(run.status) +
                          " after SIGINT, not 130: " + LastLine(run.err));

@@ -1,4 +1,4 @@
-// The fault matrix (issue 11, "Must show (CI)"): for every phase of `cusnap checkpoint`,
+// The fault matrix: for every phase of `cusnap checkpoint`,
 // `cusnap restore`, `cusnap dump` and `cusnap restore --images-dir` (these two when CRIU runs
 // here, else skipped with the reason), SIGINT and SIGKILL of the CLI, SIGKILL of each participant, and an
 // injected error in each driver call the phase makes (in each participant, and in the CLI);

@@ -1,4 +1,4 @@
-# The fault matrix (issue 11, "Must show (CI)"; tests/faults/fault_matrix_test.cc): every
+# The fault matrix (tests/faults/fault_matrix_test.cc): every
 # phase of checkpoint, restore, dump and restore --images-dir under SIGINT/SIGKILL of the CLI,
 # SIGKILL of each participant and an error in each driver call, on the job_worker jobs of
 # tests/integration (its JobTest harness) and its criu_job (the dump cases, when CRIU runs). One CTest entry, label `faults`, that runs the cases on a process pool of its own;

@@ -1,4 +1,4 @@
-// libFuzzer target (issue 12): the endpoint protocol's decoder as a peer meets it. The input
+// libFuzzer target: the endpoint protocol's decoder as a peer meets it. The input
 // is split into packets (each led by a 2-byte little-endian length), sent over a
 // SOCK_SEQPACKET pair and read back with ReceiveMessage (framing, version, continuation and
 // size checks), and every message that comes through is decoded as every request and reply

@@ -1,4 +1,4 @@
-// libFuzzer target (issue 12): the state-file reader. The input is written as
+// libFuzzer target: the state-file reader. The input is written as
 // cusnap-state.json in a private directory and read with ReadStateFile (safe open, size cap,
 // JSON parse, structure and range checks); the document is also parsed straight through
 // StateFromJson. Nothing may crash, and what is accepted has its numbers in range.

@@ -1,4 +1,4 @@
-// libFuzzer target (issue 12): the ticket parser (ticket.h, ReadTicket) on a memfd holding the
+// libFuzzer target: the ticket parser (ticket.h, ReadTicket) on a memfd holding the
 // input, sealed with the ticket's seals when the first byte is even (so both "not a ticket"
 // and the full validation are reached). Nothing may crash or accept a malformed ticket.
 #include <fcntl.h>

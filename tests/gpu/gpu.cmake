@@ -1,6 +1,6 @@
 # Real-GPU test programs (tests/gpu): built only with -DCUSNAP_BUILD_GPU_TESTS=ON, never run
-# by ctest. tests/gpu/run_all.sh runs them on a GPU machine (issues 2 and 3, "Must show
-# (GPU)"). They use the CUDA driver API only (no kernels), link against the driver stub
+# by ctest. tests/gpu/run_all.sh runs them on a GPU machine. They use the CUDA driver API
+# only (no kernels), link against the driver stub
 # (libcuda.so, SONAME libcuda.so.1) at build time and load the real libcuda.so.1 at run time;
 # pointing LD_LIBRARY_PATH at the simulated driver's folder runs them without a GPU.
 option(CUSNAP_BUILD_GPU_TESTS "Build the real-GPU test programs in tests/gpu" OFF)
@@ -38,17 +38,17 @@ if(CUSNAP_BUILD_GPU_TESTS)
     set_target_properties(${name} PROPERTIES SKIP_BUILD_RPATH ON)
   endfunction()
 
-  cusnap_gpu_program(gpu_vmm_basic gpu_vmm_basic.cc)            # issue 2 (a)
-  cusnap_gpu_program(gpu_ticket_pair gpu_ticket_pair.cc)        # issue 2 (b)
+  cusnap_gpu_program(gpu_vmm_basic gpu_vmm_basic.cc)
+  cusnap_gpu_program(gpu_ticket_pair gpu_ticket_pair.cc)
   target_link_libraries(gpu_ticket_pair PRIVATE cusnap_common)  # reads the ticket it receives
-  cusnap_gpu_program(gpu_share_checkpoint gpu_share_checkpoint.cc)  # issue 3 (d)
-  cusnap_gpu_program(gpu_pinned_baseline gpu_pinned_baseline.cc)    # issue 3 (f)
-  cusnap_gpu_program(gpu_share_ring gpu_share_ring.cc)          # issue 6: 2, 4, 8 processes
+  cusnap_gpu_program(gpu_share_checkpoint gpu_share_checkpoint.cc)
+  cusnap_gpu_program(gpu_pinned_baseline gpu_pinned_baseline.cc)
+  cusnap_gpu_program(gpu_share_ring gpu_share_ring.cc)          # 2, 4, 8 processes
   cusnap_gpu_program(gpu_meminfo gpu_meminfo.cc)                # memory used per GPU
   cusnap_gpu_program(gpu_multicast_forward gpu_multicast_forward.cc)  # CUSNAP_ALLOW_MULTICAST=1 only
   cusnap_gpu_program(gpu_driver_facts gpu_driver_facts.cc)      # FACT lines for DRIVER-FACTS.md
-  cusnap_gpu_program(gpu_carry_hold gpu_carry_hold.cc)          # issue 15: the suspend/resume bench
-  cusnap_gpu_program(gpu_legacy_ipc gpu_legacy_ipc.cc)          # issue 14: cuIpc* under cusnap
+  cusnap_gpu_program(gpu_carry_hold gpu_carry_hold.cc)          # the suspend/resume bench
+  cusnap_gpu_program(gpu_legacy_ipc gpu_legacy_ipc.cc)          # cuIpc* under cusnap
 
   # Starts two roles of a program joined by a socket pair; links no CUDA (it is the parent
   # of the job that `cusnap checkpoint --pid` walks).
@@ -61,7 +61,7 @@ if(CUSNAP_BUILD_GPU_TESTS)
   target_link_libraries(gpu_inspect PRIVATE cusnap_common)
 
   # The interception table against the real driver: every row's `since` and flag resolve to
-  # the row's own exported symbol (issue 11; loads libcuda.so.1 itself, links no stub).
+  # the row's own exported symbol (loads libcuda.so.1 itself, links no stub).
   add_executable(gpu_abi_table ${_gpu_dir}/gpu_abi_table.cc)
   cusnap_warnings(gpu_abi_table)
   target_include_directories(gpu_abi_table PRIVATE ${CMAKE_SOURCE_DIR}/src)

@@ -1,4 +1,4 @@
-// gpu_abi_table: checks the interception table against the real driver (issue 11). For every
+// gpu_abi_table: checks the interception table against the real driver. For every
 // driver row of entry_points.def and of the generated gated_entry_points.def, the driver's
 // own resolver is asked for the row's api_name at the row's `since` version (with the
 // per-thread flag for PTSZ rows), and its answer compared with the row's exported symbol

@@ -1,4 +1,4 @@
-// gpu_carry_hold (issue 15, GPU bench): one process holding GPU memory for the suspend/resume
+// gpu_carry_hold (GPU bench): one process holding GPU memory for the suspend/resume
 // bench (bench/gpu_suspend_vs_native.py). On its device 0 (CUDA_VISIBLE_DEVICES applies) it
 // creates --bytes of VMM memory in allocations of at most --allocation bytes, private
 // (handle type NONE) or, with --shared, POSIX-capable (what cusnap must carry, DRIVER-FACTS

@@ -1,29 +1,29 @@
-// Measures what the real driver does in the scenarios the open issues ask about, and prints
+// Measures what the real driver does in the scenarios cusnap relies on, and prints
 // one FACT line per observation for docs/DRIVER-FACTS.md. Not a pass/fail test: it exits 0
 // when every probe ran, whatever the driver answered. Calls cuMulticastCreate (odd-args, with
 // arguments the driver must reject) only when CUSNAP_ALLOW_MULTICAST=1.
 //
 //   gpu_driver_facts access     HOST vs HOST_NUMA access descriptors on one HOST_NUMA
-//                               allocation (issue 12: does the driver merge the two?)
+//                               allocation (does the driver merge the two?)
 //   gpu_driver_facts access-device  the same on a DEVICE allocation, and both host kinds in
-//                               one cuMemSetAccess (issue 12, the record's replay)
-//   gpu_driver_facts odd-args   issue 12's bad arguments (second release, export flags 1,
+//                               one cuMemSetAccess (the record's replay)
+//   gpu_driver_facts odd-args   bad arguments (second release, export flags 1,
 //                               FABRIC/NONE/WIN32 export of a POSIX-only allocation, rejected
 //                               cuMemSetAccess, failing cuMulticastCreate): results and
 //                               whether outputs are left untouched
 //   gpu_driver_facts visible    cuDeviceGetCount / cuDeviceGetUuid / PCI bus id under
 //                               CUDA_VISIBLE_DEVICES subsets, orders, UUID and invalid
-//                               entries, CUDA_DEVICE_ORDER (issue 13)
-//   gpu_driver_facts visible-one  the same on a machine with ONE GPU (issue 13): "0", the
+//                               entries, CUDA_DEVICE_ORDER
+//   gpu_driver_facts visible-one  the same on a machine with ONE GPU: "0", the
 //                               GPU's UUID, "1" (no such GPU), "0,1", "", "garbage" and more;
 //                               prints one ROW line per case, a docs/DRIVER-FACTS.md table row
 //   gpu_driver_facts pairs      native restore of a process pinned to one GPU with
-//                               incomplete, many-to-one and full gpuPairs (issue 13)
+//                               incomplete, many-to-one and full gpuPairs
 //   gpu_driver_facts ipc-event  an interprocess event opened by a second process through
-//                               cuIpcOpenEventHandle, across a native cycle of both (issue 14)
+//                               cuIpcOpenEventHandle, across a native cycle of both
 //   gpu_driver_facts ipc-mem    cuMemAlloc memory opened by a second process through
-//                               cuIpcOpenMemHandle, across a native cycle of both (F11, issue
-//                               14), and what cuPointerGetAttribute(s) / cuMemGetAddressRange
+//                               cuIpcOpenMemHandle, across a native cycle of both (F11),
+//                               and what cuPointerGetAttribute(s) / cuMemGetAddressRange
 //                               answer for cuMemAlloc memory (the shim must answer the same)
 //
 // Children are this program again (exec of /proc/self/exe with a role), joined to the
@@ -181,8 +181,8 @@ void SetAndQuery(CUdeviceptr va, size_t size, const char* order, const AccessSte
 // Three orders of access descriptors on a fresh 2 MiB HOST_NUMA allocation each: A and B set
 // the host access through HOST and HOST_NUMA in turn; C (two GPUs) gives only device 1
 // access first, to tell whether HOST's answer without host access follows device 0.
-// The orders above on a fresh allocation at `where` (HOST_NUMA 0 for F12; DEVICE 0 for
-// issue 12: is the host access one value on device memory too, and what does one call with
+// The orders above on a fresh allocation at `where` (HOST_NUMA 0 for F12; DEVICE 0 for the
+// record's replay: is the host access one value on device memory too, and what does one call with
 // both a HOST and a HOST_NUMA descriptor leave, as a replay of two record entries would?).
 int ProbeAccessOn(CUmemLocationType where, const char* label) {
   gpu::UsePrimaryContext(0);
@@ -242,7 +242,7 @@ int ProbeAccessOn(CUmemLocationType where, const char* label) {
 
 // ---- odd-args ----------------------------------------------------------------------------
 
-// Issue 12's odd calls on the real driver, for the simulated driver to copy: the result of
+// Odd calls on the real driver, for the simulated driver to copy: the result of
 // each, and whether the caller's output kept its sentinel ("kept") or was written.
 int ProbeOddArgs() {
   gpu::UsePrimaryContext(0);
@@ -390,7 +390,7 @@ int ProbeVisible() {
   return 0;
 }
 
-// One GPU is enough (issue 13): what a process is given for each CUDA_VISIBLE_DEVICES value
+// One GPU is enough: what a process is given for each CUDA_VISIBLE_DEVICES value
 // a launcher may set on a one-GPU machine, the GPU's UUID named as nvidia-smi writes it.
 // Each case is a fresh process (the driver reads the variables once, at cuInit). The ROW
 // lines are docs/DRIVER-FACTS.md table rows ("| CVD | cuInit | count | ordinal 0 |").

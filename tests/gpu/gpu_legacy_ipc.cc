@@ -1,4 +1,4 @@
-// gpu_legacy_ipc (issue 14, GPU): cuMemAlloc memory shared by legacy CUDA IPC survives
+// gpu_legacy_ipc (GPU): cuMemAlloc memory shared by legacy CUDA IPC survives
 // `cusnap checkpoint` + `cusnap restore`, three cycles, with every byte and every pointer kept.
 // Natively the opener's restore fails and it stays stuck (DRIVER-FACTS F11).
 //

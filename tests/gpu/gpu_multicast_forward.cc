@@ -1,4 +1,4 @@
-// gpu_multicast_forward (issue 2, GPU, multicast): the shim forwards the multicast entry
+// gpu_multicast_forward (GPU, multicast): the shim forwards the multicast entry
 // points unchanged. NEVER run on this project's machines: cuMulticastCreate can take the
 // shared host's GPUs out of service (DRIVER-FACTS F9). The program refuses to do anything
 // (exit 77, "skipped") unless CUSNAP_ALLOW_MULTICAST=1; run_all.sh skips it the same way.

@@ -1,4 +1,4 @@
-// gpu_pinned_baseline (issue 3, GPU): the pinned-copy limit the host carrier is compared
+// gpu_pinned_baseline (GPU): the pinned-copy limit the host carrier is compared
 // with, measured in the same command as the carrier. Per GPU: cuMemcpyDtoHAsync and
 // cuMemcpyHtoDAsync of --bytes (default 4 GiB) between cuMemAlloc memory and
 // cuMemHostAlloc'd (pinned) host memory on a stream of its own, timed on the wall clock

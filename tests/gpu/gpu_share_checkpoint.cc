@@ -1,4 +1,4 @@
-// gpu_share_checkpoint (issue 3, GPU): the job that test_share_checkpoint.py checkpoints and
+// gpu_share_checkpoint (GPU): the job that test_share_checkpoint.py checkpoints and
 // restores with `cusnap`. Two roles started by gpu_pair_launcher, one GPU each:
 //
 //   role a (GPU 0) creates one POSIX-capable allocation per --sizes entry (default 64 MiB,

@@ -1,4 +1,4 @@
-// gpu_share_ring (issue 6, GPU): the N-process job that test_share_ring.py checkpoints and
+// gpu_share_ring (GPU): the N-process job that test_share_ring.py checkpoints and
 // restores with `cusnap` to see how the phases scale with the number of processes. Started
 // by `gpu_pair_launcher --ranks N`, every two ranks joined by a socket pair; rank r runs on
 // GPU r % <device count> (2, 4 or 8 processes on however many GPUs the machine has):

@@ -1,4 +1,4 @@
-// gpu_ticket_pair (issue 2, GPU): the two-process ticket test with real bytes on two GPUs.
+// gpu_ticket_pair (GPU): the two-process ticket test with real bytes on two GPUs.
 // Started by gpu_pair_launcher, which runs role a and role b joined by a socket pair.
 //
 //   role a (GPU 0): creates a POSIX-capable allocation, fills its first half with pattern A,

@@ -1,4 +1,4 @@
-// gpu_vmm_basic (issue 2, GPU): a plain CUDA driver-API program (no kernels) that must
+// gpu_vmm_basic (GPU): a plain CUDA driver-API program (no kernels) that must
 // print the same RESULT lines with and without the shim preloaded. On every GPU it creates
 // a POSIX-capable VMM allocation, maps it, grants access, writes and reads patterns, asks
 // for its address range, properties and handle by address, copies to and from cuMemAlloc

@@ -1,5 +1,5 @@
 """One rank of the 2-rank PyTorch + NCCL all_reduce that test_nccl_allreduce.py runs with and
-without the shim (issue 2, GPU). Rendezvous through the environment (MASTER_ADDR,
+without the shim (GPU). Rendezvous through the environment (MASTER_ADDR,
 MASTER_PORT, RANK, WORLD_SIZE); rank r uses GPU r.
 
 Prints "RESULT ..." lines that must be identical with and without the shim (exact integer

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one entry point of the real-GPU tests (issues 2 and 3, "Must show (GPU,
-# nvidia-h200-x2)"). Runs every test in order, each under `timeout`, carries on after a
+# The one entry point of the real-GPU tests (a machine of two GPUs, nvidia-h200-x2). Runs
+# every test in order, each under `timeout`, carries on after a
 # failure, and ends with one result line per test and the summary line
 #   GPU SUMMARY: <passed> passed, <failed> failed, <skipped> skipped
 #
@@ -174,7 +174,7 @@ t_preflight() {
   [[ $preload == *libcusnap.so* ]] || { echo "cusnap run did not preload libcusnap.so"; exit 1; }
 }
 
-# Issue 13: cuDeviceGetCount / cuDeviceGetUuid under CUDA_VISIBLE_DEVICES values a launcher
+# cuDeviceGetCount / cuDeviceGetUuid under CUDA_VISIBLE_DEVICES values a launcher
 # may set, on one GPU; ROW lines for docs/DRIVER-FACTS.md go to $OUT/driver_facts_visible.rows.
 t_driver_facts_visible() {
   [[ $CUSNAP_GPU_SIM == 1 ]] && echo "(simulated driver: the rows are simcuda's, not a GPU's)"
@@ -249,7 +249,7 @@ t_share_checkpoint_tree() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_share_checkpoint.py"
 }
 
-# Issue 6: phase times at 2, 4 and 8 processes (rank r on GPU r % <GPU count>), every process
+# Phase times at 2, 4 and 8 processes (rank r on GPU r % <GPU count>), every process
 # sharing GPU_RING_ALLOCATIONS allocations with every other; one "RING N=..." line per count.
 t_share_ring() {
   local n rc=0
@@ -266,7 +266,7 @@ t_cusnap_demo() {
   "$BIN/cusnap" demo
 }
 
-# The PyTorch workloads of issue 4 (workload_common.py, workload_rank.py): unmodified torchrun
+# The PyTorch workloads (workload_common.py, workload_rank.py): unmodified torchrun
 # jobs under `cusnap run`, checkpointed and restored while their ranks idle.
 t_workload_nccl() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_nccl.py"
@@ -280,7 +280,7 @@ t_workload_private_memory() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_private_memory.py"
 }
 
-# Issue 11, long suspends (docs/LONG-SUSPEND.md): the NCCL job held checkpointed for longer
+# Long suspends (docs/LONG-SUSPEND.md): the NCCL job held checkpointed for longer
 # than its heartbeat, collective and store timeouts (30 s each; held 75 s, stopped, then
 # runnable), restored, exact, exit 0. One GPU is enough (one rank per GPU).
 t_workload_long_suspend() {
@@ -294,7 +294,7 @@ t_workload_killed_restore() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_killed_restore.py"
 }
 
-# Issue 16: the NCCL job dumped to disk with `cusnap dump` (CRIU), the processes gone, then
+# The NCCL job dumped to disk with `cusnap dump` (CRIU), the processes gone, then
 # `cusnap restore --images-dir` in new processes; again from /dev/shm (C -> R -> C -> R); the
 # O_DIRECT rate of the same bytes on the same filesystem beside (IMAGES RATE lines). One GPU
 # is enough. CRIU: CUSNAP_CRIU, else <source>/.criu (scripts/fetch_criu.sh, carried along).
@@ -302,7 +302,7 @@ t_workload_images() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_images.py"
 }
 
-# Issue 16: the same, with the launcher's pid taken by another process before the second
+# The same, with the launcher's pid taken by another process before the second
 # restore: the job comes back in a PID namespace of its own, and a checkpoint + restore in
 # place through its pid here keeps it exact (test_workload_images.py, GPU_IMAGES_TAKE_PID=1).
 t_workload_images_pidns() {
@@ -310,7 +310,7 @@ t_workload_images_pidns() {
     -k "not torchrun"
 }
 
-# Issue 16: the same C -> R -> C -> R with PyTorch symmetric memory in the ranks as well
+# The same C -> R -> C -> R with PyTorch symmetric memory in the ranks as well
 # (workload_rank.py --parts nccl,symm; multicast off), checked exact after each restore.
 t_workload_images_symm() {
   GPU_IMAGES_PARTS=nccl,symm $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_images.py" \
@@ -327,14 +327,14 @@ t_multicast_forward() {
 }
 
 # Symmetric memory with multicast (multimem_all_reduce_): only ever run under
-# Issue 14: what a native cycle does to legacy IPC memory (F11) and events (F15) on the bare
+# What a native cycle does to legacy IPC memory (F11) and events (F15) on the bare
 # driver, two processes on GPU 0, and what the driver answers about cuMemAlloc memory: FACT
 # lines for docs/DRIVER-FACTS.md (not pass/fail beyond the probes running).
 t_driver_facts_ipc() {
   env -u LD_PRELOAD "$BIN/gpu_driver_facts" ipc-mem && env -u LD_PRELOAD "$BIN/gpu_driver_facts" ipc-event
 }
 
-# Issue 14: cuMemAlloc memory shared by cuIpcGetMemHandle / cuIpcOpenMemHandle between two
+# cuMemAlloc memory shared by cuIpcGetMemHandle / cuIpcOpenMemHandle between two
 # processes survives three cusnap checkpoint + restore cycles, every byte and pointer checked
 # (GPU_LEGACY_IPC_GPUS=2 on a two-GPU machine: the opener on GPU 1, the third restore swapped).
 t_legacy_ipc_shim() {
@@ -344,7 +344,7 @@ t_legacy_ipc_shim() {
     --gpus "${GPU_LEGACY_IPC_GPUS:-1}"
 }
 
-# Issue 14, PyTorch: a producer under `cusnap run` passes CUDA tensors (default caching
+# PyTorch: a producer under `cusnap run` passes CUDA tensors (default caching
 # allocator: legacy IPC of cudaMalloc segments) to a consumer it spawned through a
 # torch.multiprocessing Queue; two checkpoint + restore cycles of the tree, both sides read the
 # kept values and each other's writes exactly, every process exits 0. One GPU is enough.
@@ -357,7 +357,7 @@ t_torch_ipc() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_torch_ipc.py"
 }
 
-# Issue 11, a held job survives its shell: the same job started in the background by a bash
+# A held job survives its shell: the same job started in the background by a bash
 # with job control (`cusnap run ... &`), and the shell killed while the job is held (its
 # orphaned process group gets SIGHUP + SIGCONT from the kernel): both processes stay stopped,
 # the restore brings back every value (test_torch_ipc.py, GPU_TORCH_IPC_SHELL=1).
@@ -368,7 +368,7 @@ t_torch_ipc_hangup() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_torch_ipc.py"
 }
 
-# Issue 15: the shim's running cost on a PyTorch job (docs/MEASURED.md M14): training step time
+# The shim's running cost on a PyTorch job (docs/MEASURED.md M14): training step time
 # and cudaMalloc / cudaFree latency, plain and under `cusnap run`, in one command; every child
 # under a timeout; one "SHIM OVERHEAD:" line. Exit 77 (SKIP) without torch or a GPU.
 t_shim_overhead() {
@@ -376,7 +376,7 @@ t_shim_overhead() {
   python3 "$CUSNAP_GPU_SRC/bench/gpu_shim_overhead.py" --build "$CUSNAP_GPU_BUILD" ${GPU_OVERHEAD_ARGS:-}
 }
 
-# Issue 14: GPU memory of the NCCL workload (nccl + private parts, one rank per GPU, at most
+# GPU memory of the NCCL workload (nccl + private parts, one rank per GPU, at most
 # two) plainly and under `cusnap run`, where every cuMemAlloc is a VMM allocation of the
 # shim's; one "NCCL MEMORY:" line. Exit 77 (SKIP) without torch or nvidia-smi.
 t_nccl_memory() {
@@ -404,7 +404,7 @@ if not torch.cuda.is_available():
 t_workload_multicast() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_multicast.py"
 }
-# Issue 15: suspend + resume of two processes on one GPU, native checkpoint of private memory
+# Suspend + resume of two processes on one GPU, native checkpoint of private memory
 # vs cusnap on the same bytes POSIX-capable and private (bench/gpu_suspend_vs_native.py: cold
 # and warm cycles, ratios); then the shared job with half of its memory zero (the zero scan),
 # with each other pinning mode, with the carrier freed after restore, and eager (docs/MEASURED.md

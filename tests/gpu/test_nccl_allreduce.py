@@ -1,4 +1,4 @@
-"""Issue 2, GPU: the shim preloaded into a 2-rank PyTorch + NCCL all_reduce changes no result,
+"""GPU: the shim preloaded into a 2-rank PyTorch + NCCL all_reduce changes no result,
 and its tables show the NCCL allocations tracked (DRIVER-FACTS: about 147 cuMemCreate per
 rank, all POSIX-capable, 2 of them HOST_NUMA).
 

@@ -1,4 +1,4 @@
-"""Issue 3, GPU: checkpoint and restore with `cusnap` of a two-process job that shares VMM
+"""GPU: checkpoint and restore with `cusnap` of a two-process job that shares VMM
 memory across two GPUs.
 
 The job (gpu_pair_launcher -> gpu_share_checkpoint roles a and b, under `cusnap run`):

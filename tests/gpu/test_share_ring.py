@@ -1,4 +1,4 @@
-"""Issue 6, GPU: how the checkpoint and restore phases scale with the number of processes
+"""GPU: how the checkpoint and restore phases scale with the number of processes
 that share VMM memory.
 
 The job (gpu_pair_launcher --ranks N -> gpu_share_ring, each rank under `cusnap run`):

@@ -1,4 +1,4 @@
-"""Issue 16 (GPU): the NCCL workload (workload_rank.py --parts nccl: an eager all_reduce and one
+"""GPU: the NCCL workload (workload_rank.py --parts nccl: an eager all_reduce and one
 captured in a CUDA graph) written to disk with `cusnap dump` and brought back in new processes
 with `cusnap restore --images-dir`, twice (C -> R -> C -> R): the first images directory on the
 disk, the second on /dev/shm. One rank per GPU; one GPU is enough (a one-rank job has the

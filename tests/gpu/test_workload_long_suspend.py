@@ -1,4 +1,4 @@
-"""Issue 11, long suspends (GPU): the NCCL workload (workload_rank.py --parts nccl) held
+"""Long suspends (GPU): the NCCL workload (workload_rank.py --parts nccl) held
 checkpointed for longer than its PyTorch timeouts, then restored: it runs on and exits 0 with
 exact results (docs/LONG-SUSPEND.md).
 

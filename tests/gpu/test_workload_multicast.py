@@ -1,4 +1,4 @@
-"""Issue 5 (GPU): PyTorch symmetric memory WITH multicast, one rank per GPU under torchrun started
+"""GPU: PyTorch symmetric memory WITH multicast, one rank per GPU under torchrun started
 unmodified with `cusnap run`, checkpointed and restored while its ranks idle.
 
 Runs ONLY when CUSNAP_ALLOW_MULTICAST=1, which is never set on this project's machines:

@@ -1,4 +1,4 @@
-"""Issue 4, workloads 1 and 3 (GPU): a PyTorch + NCCL job with one rank per GPU (2 on our
+"""Workloads 1 and 3 (GPU): a PyTorch + NCCL job with one rank per GPU (2 on our
 machines), started unmodified under `cusnap run` (torchrun), checkpointed and restored three
 times while its ranks idle: in place, onto rotated GPUs by index (`--device-map
 0=1,1=2,...,n-1=0`: with two GPUs `0=1,1=0`, a swap), and rotated back by UUID

@@ -1,4 +1,4 @@
-"""Issue 4, workload 1 without cusnap (GPU): the same PyTorch + NCCL job as
+"""Workload 1 without cusnap (GPU): the same PyTorch + NCCL job as
 test_workload_nccl.py, started WITHOUT the shim, and only the native checkpoint API called on
 both ranks (workload_native.py: cuCheckpointProcessLock, Checkpoint, Restore, Unlock through
 libcuda, nothing else). DRIVER-FACTS F8 measured what happens: lock and checkpoint succeed,

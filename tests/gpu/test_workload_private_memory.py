@@ -1,4 +1,4 @@
-"""Issue 4, workload 4 (GPU): a PyTorch + NCCL job (one rank per GPU) that also holds private GPU memory,
+"""Workload 4 (GPU): a PyTorch + NCCL job (one rank per GPU) that also holds private GPU memory,
 started unmodified under `cusnap run`, checkpointed and restored once while its ranks idle.
 
 Besides the NCCL buffers and the captured all_reduce of test_workload_nccl.py, each rank holds

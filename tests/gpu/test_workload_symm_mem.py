@@ -1,4 +1,4 @@
-"""Issue 4, workloads 2 and 3 (GPU): PyTorch symmetric memory with multicast disabled
+"""Workloads 2 and 3 (GPU): PyTorch symmetric memory with multicast disabled
 (TORCH_SYMM_MEM_DISABLE_MULTICAST=1), one rank per GPU under torchrun started unmodified with
 `cusnap run`, checkpointed and restored three times while its ranks idle: in place, onto
 rotated GPUs by index (`--device-map 0=1,1=2,...,n-1=0`: with two GPUs a swap), and rotated

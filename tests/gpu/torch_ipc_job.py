@@ -1,5 +1,5 @@
-"""The job of tests/gpu/test_torch_ipc.py (issue 14, "PyTorch: a producer process passes CUDA
-tensors to a consumer through torch.multiprocessing"). An ordinary PyTorch script: it knows
+"""The job of tests/gpu/test_torch_ipc.py (a producer process passes CUDA tensors to a
+consumer through torch.multiprocessing). An ordinary PyTorch script: it knows
 nothing of cusnap; under `cusnap run` its cudaMalloc memory is served by the shim and its
 legacy CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle, what torch.multiprocessing uses
 for CUDA tensors) goes over the producer's endpoint.

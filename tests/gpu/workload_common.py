@@ -1,4 +1,4 @@
-"""What the PyTorch workload tests (tests/gpu/test_workload_*.py, issue 4) share: a torchrun job
+"""What the PyTorch workload tests (tests/gpu/test_workload_*.py) share: a torchrun job
 of workload_rank.py with one rank per GPU (GPU_WORKLOAD_RANKS overrides; 2 on our machines) (under `cusnap run`, or bare for the native-only baseline),
 the READY / go handshake with its ranks, the per-round check lines, `cusnap checkpoint` and
 `cusnap restore` with their phase lines quoted, GPU memory and placement from nvidia-smi.

@@ -1,4 +1,4 @@
-"""One rank of the PyTorch workloads of issue 4 (tests/gpu/test_workload_*.py, and the README
+"""One rank of the PyTorch workloads (tests/gpu/test_workload_*.py, and the README
 section "Checkpointing a PyTorch job"). An ordinary torchrun script: it knows nothing of
 cusnap; the only difference between a checkpointed run and a plain one is `cusnap run` in
 front of the launcher.

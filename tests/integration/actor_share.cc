@@ -165,7 +165,7 @@ int Importer(const std::string& transport, const char* fd_arg) {
   Check(given.ok() && given->has_value(), "the creator's ticket reads back");
   const cusnap::Ticket real_ticket = **given;
 
-  // Tickets are capabilities (issue 12): the creator's id with any other capability (a
+  // Tickets are capabilities: the creator's id with any other capability (a
   // guess, or one bit off) gets nothing, through a forged ticket or a bare kExport request.
   {
     cusnap::Ticket guessed = real_ticket;
@@ -319,12 +319,12 @@ int Basics() {
   CU_EXPECT(CUDA_ERROR_INVALID_VALUE,
             cuMemExportToShareableHandle(nullptr, tracked, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   int not_posix = -1;
-  // A FABRIC export of a POSIX-only allocation: the driver's own answer (issue 12).
+  // A FABRIC export of a POSIX-only allocation: the driver's own answer.
   CU_EXPECT(CUDA_ERROR_INVALID_VALUE,
             cuMemExportToShareableHandle(&not_posix, tracked, CU_MEM_HANDLE_TYPE_FABRIC, 0));
 
-  // Unknown tagged handles get the driver's own answer for a handle it does not know
-  // (issue 12: the shim used to answer CUDA_ERROR_INVALID_HANDLE where the driver says 1).
+  // Unknown tagged handles get the driver's own answer for a handle it does not know (1,
+  // CUDA_ERROR_INVALID_VALUE, not CUDA_ERROR_INVALID_HANDLE).
   CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemRelease(unknown));
   CUdeviceptr va = 0;
   CU(cuMemAddressReserve(&va, size, 0, 0, 0));
@@ -336,7 +336,7 @@ int Basics() {
   CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemGetAllocationPropertiesFromHandle(&got, unknown));
 
   // Without POSIX handle types: tracked as well under CUSNAP_CARRY=all (the default: the
-  // carrier moves private bytes too, issue 15); under CUSNAP_CARRY=shared untracked, the
+  // carrier moves private bytes too); under CUSNAP_CARRY=shared untracked, the
   // driver's own handle comes back. A retain inside its mapping gives that same handle.
   const char* carry = getenv("CUSNAP_CARRY");
   const bool carry_all = carry == nullptr || std::string(carry) != "shared";

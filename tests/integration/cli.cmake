@@ -1,5 +1,5 @@
-# End-to-end tests of the real `cusnap` binary on the simulated driver (issue 3, "Must show
-# (CI)"): multi-process jobs of job_worker processes started through `cusnap run`, checkpointed
+# End-to-end tests of the real `cusnap` binary on the simulated driver, in CI: multi-process
+# jobs of job_worker processes started through `cusnap run`, checkpointed
 # and restored with every byte and VA checked; refusals that leave the job intact; the
 # native-only baseline (DRIVER-FACTS F5); the binary's own options, the demo, and a job
 # under a non-CUDA launcher. Label: integration.
@@ -73,7 +73,7 @@ cusnap_add_gtest(cli_tree_test
   LABELS integration)
 add_dependencies(cli_tree_test cusnap cusnap_shim simcuda_driver cli_tree_launcher lifecycle_cycle_peer)
 
-# The in-flight-work test (issue 11): two processes writing and verifying shared memory through
+# The in-flight-work test: two processes writing and verifying shared memory through
 # async copies, memsets and launches on their own streams across ten checkpoint/restore cycles.
 cusnap_add_gtest(cli_inflight_test
   SOURCES
@@ -84,7 +84,7 @@ cusnap_add_gtest(cli_inflight_test
 target_include_directories(cli_inflight_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 add_dependencies(cli_inflight_test cusnap cusnap_shim simcuda_driver job_worker)
 
-# Every process under the shim has an endpoint whatever entry point it calls first (issue 14).
+# Every process under the shim has an endpoint whatever entry point it calls first.
 add_executable(endpoint_fork_child ${CMAKE_CURRENT_LIST_DIR}/endpoint_fork_child.cc)
 cusnap_warnings(endpoint_fork_child)
 target_link_libraries(endpoint_fork_child PRIVATE simcuda_driver cusnap_cuda_headers)
@@ -93,7 +93,7 @@ cusnap_add_gtest(cli_endpoint_test
   LIBS cusnap_cuda_headers
   LABELS integration)
 add_dependencies(cli_endpoint_test cusnap cusnap_shim simcuda_driver endpoint_fork_child)
-# `cusnap dump` / `restore --images-dir` / `inspect` of an images directory (issue 16):
+# `cusnap dump` / `restore --images-dir` / `inspect` of an images directory:
 # refusals with nothing changed (no CRIU needed), and a round trip of criu_job through CRIU
 # in new processes when CRIU runs here (scripts/fetch_criu.sh builds it into .criu/; else
 # `criu` on PATH; the test skips with CRIU's own words when it cannot run).

@@ -1,6 +1,6 @@
 // A --device-map that the driver would reject is refused before the restore changes anything
-// (issue 17: "0=1" for a job on GPUs 0 and 1, or "1=0", was accepted and failed after the job
-// was changed, exit 4, CUDA_ERROR_INVALID_VALUE). Through the real `cusnap`: exit 5, the
+// ("0=1" for a job on GPUs 0 and 1, or "1=0", would otherwise fail after the job was
+// changed, exit 4, CUDA_ERROR_INVALID_VALUE). Through the real `cusnap`: exit 5, the
 // device the map leaves out named, the job still suspended, and the complete map then works.
 #include <gmock/gmock.h>
 
@@ -30,7 +30,7 @@ TEST_F(CliDeviceMapRefusal, IncompleteOrManyToOneMapIsRefusedBeforeAnyChange) {
   const std::string state = dir_ + "/state";
   const Snapshot before = Suspend(state);
   ASSERT_FALSE(HasFatalFailure());
-  // inspect says where each allocation lives in words (issue 17: "location 1:0").
+  // inspect says where each allocation lives in words (not "location 1:0").
   const Ran in = Cusnap({"inspect", state});
   EXPECT_THAT(in.out, HasSubstr("2.00 MiB, created here, in device 0, "));
   EXPECT_THAT(in.out, HasSubstr("2.00 MiB, imported, in device 0, "));

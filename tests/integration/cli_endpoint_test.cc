@@ -1,6 +1,6 @@
 // Every process under the shim gets an endpoint at its first driver call, whatever entry point
-// that is (issue 14: a process that only used cuMemAlloc and legacy IPC was refused as "a CUDA
-// process without a cusnap endpoint"). A child forked by a non-CUDA parent under `cusnap run`
+// that is (a process that only uses cuMemAlloc and legacy IPC is not "a CUDA process without
+// a cusnap endpoint"). A child forked by a non-CUDA parent under `cusnap run`
 // makes one driver call that is not cuInit; its endpoint must then exist.
 #include <cuda.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-// `cusnap dump` / `cusnap restore --images-dir` / `cusnap inspect` of an images directory
-// (issue 16), through the real `cusnap` on the simulated driver.
+// `cusnap dump` / `cusnap restore --images-dir` / `cusnap inspect` of an images directory,
+// through the real `cusnap` on the simulated driver.
 //
 // Refusals need no CRIU: the test writes a manifest and image files itself, and every
 // refusal must leave the directory exactly as it was (no CRIU run, no file touched), exit 5,
@@ -336,9 +336,9 @@ TEST_F(CliImages, ACorruptImageFileIsRefused) {
   ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its SHA-256 is ");
 }
 
-// The manifest decides what a restore checks (files, driver, GPUs): a change to it is found
-// by its digest (an edited criu_version went through: found by a fresh user). A manifest
-// written before the digest has none and is read as it is.
+// The manifest decides what a restore checks (files, driver, GPUs): a change to it, an
+// edited criu_version too, is found by its digest. A manifest written before the digest has
+// none and is read as it is.
 TEST_F(CliImages, AnEditedManifestIsRefused) {
   const std::string images = MakeImages();
   const std::string path = images + "/" + coord::kManifestFileName;
@@ -362,7 +362,7 @@ TEST_F(CliImages, AMissingImageFileIsRefused) {
 }
 
 // CRIU binds the job's endpoint sockets in its control directory again: without it, CRIU
-// failed with "Can't bind" (found by a fresh user who had removed it). Named first.
+// fails with "Can't bind". Named first.
 TEST_F(CliImages, ADumpWhoseControlDirectoryIsGoneIsRefused) {
   const std::string gone = dir_ + "/removed-control-dir", job = gone + "/pidns-AbC123";
   ExpectRefused(MakeImages([&](coord::Manifest& m) { m.control_dir = job; }),
@@ -393,8 +393,8 @@ TEST_F(CliImages, ADumpOfAJobStillRunningIsRefused) {
 
 TEST_F(CliImages, ADumpWhoseRootEndedButWhoseChildRunsIsRefused) {
   // A --leave-running dump whose root was killed while a child runs on: restoring it would
-  // copy that child (found by a fresh user: the restore went into a PID namespace of its own
-  // and left the old child running beside the new tree).
+  // copy that child (the restore would go into a PID namespace of its own and leave the old
+  // child running beside the new tree).
   const int self = static_cast<int>(::getpid());
   ExpectRefused(MakeImages([&](coord::Manifest& m) {
                   m.left_running = true;  // root 4'194'000: no such process
@@ -428,8 +428,8 @@ TEST_F(CliImages, APidHeldByALiveCusnapProcessIsRefusedNotNamespaced) {
   const std::string images = MakeImages([&](coord::Manifest& m) {
     m.participants[1].pid = worker;  // recorded with another start time
   });
-  // Not in a namespace of its own either, asked or not: its endpoint would be taken over
-  // (found by a fresh user with --pid-namespace).
+  // Not in a namespace of its own either, asked (--pid-namespace) or not: its endpoint would
+  // be taken over.
   for (const std::vector<std::string>& extra : {std::vector<std::string>{}, {"--pid-namespace"}}) {
     const auto before = Contents(images);
     std::vector<std::string> args = {"restore", "--images-dir", images};
@@ -470,8 +470,8 @@ TEST_F(CliImages, AnInterruptedDumpThatCriuDidNotFinishIsNamedAndRefused) {
 }
 
 // CRIU stopped half way (killed with the dump) and the job's processes run on, checkpointed
-// in place: the restore names the command that resumes them (it said only 'cusnap recover',
-// where the README promised 'restore --pid P --state-dir D': found by a fresh user), once.
+// in place: the restore names the command that resumes them, 'restore --pid P --state-dir
+// D' as the README promises (not 'cusnap recover' alone), once.
 TEST_F(CliImages, AnInterruptedDumpOfAJobStillCheckpointedInPlaceNamesTheRestoreInPlace) {
   const std::string images = MakeInterruptedDump(false);
   coord::StateFile state;  // this process stands for the job's one process
@@ -634,9 +634,9 @@ TEST_F(CliImages, ADumpOfAJobOutsideItsSessionIsRefusedBeforeAnythingChanges) {
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kManifestFileName));
 }
 
-// A second job dumped into the directory that holds the first one's dump replaced it, and
-// the first job (its processes gone) was lost for good (found by a fresh user). Refused,
-// whether that job runs or not; the same job's own earlier dump is replaced (RoundTrip).
+// A second job dumped into the directory that holds the first one's dump would replace it,
+// and the first job (its processes gone) would be lost for good. Refused, whether that job
+// runs or not; the same job's own earlier dump is replaced (RoundTrip).
 TEST_F(CliImages, ADumpIntoTheDumpOfAnotherJobIsRefusedBeforeAnythingChanges) {
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
   const std::string images = MakeImages();  // another job, gone: only its images remain
@@ -656,9 +656,9 @@ TEST_F(CliImages, ADumpIntoTheDumpOfAnotherJobIsRefusedBeforeAnythingChanges) {
   ExpectEveryByteOnceTold(job_dir, log);  // the job ran on, and ends having checked every byte
 }
 
-// A dump keeps its state file in the images directory, and its refusals spoke of a "state
-// directory" and of --state-dir, which `dump` does not take (found by a fresh user): they
-// name the images directory and --images-dir.
+// A dump keeps its state file in the images directory, so its refusals name the images
+// directory and --images-dir, not a "state directory" nor --state-dir, which `dump` does not
+// take.
 TEST_F(CliImages, ADumpIntoAnUnusableDirectoryNamesTheImagesDirectory) {
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
   const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log";
@@ -738,9 +738,9 @@ TEST_F(CliImages, ADumpOfAJobHoldingAFileOfAnotherMountNamespaceIsRefusedBeforeA
   EXPECT_FALSE(HasFailure()) << "descriptor " << named->fd;
 }
 
-// The same for a file the job maps (its program, a library: found by a fresh user whose job,
-// started through `nsenter --wd`, ran a program of the outer namespace); CRIU failed on it
-// after the checkpoint ("Can't lookup mount=27 ... criu_job").
+// The same for a file the job maps (its program, a library: a job started through `nsenter
+// --wd` runs a program of the outer namespace); CRIU would fail on it after the checkpoint
+// ("Can't lookup mount=27 ... criu_job").
 TEST_F(CliImages, ADumpOfAJobMappingAFileOfAnotherMountNamespaceIsRefusedBeforeAnythingChanges) {
   if (const std::string why = CriuProblem(); !why.empty()) GTEST_SKIP() << why;
   const std::string mapped = dir_ + "/mapped.bin";
@@ -816,8 +816,8 @@ TEST_F(CliImages, ADumpOfAJobWritingAPipeReadOutsideItIsRefusedBeforeAnythingCha
 
 // The same pipe seen from inside a PID namespace of the job's own (`unshare -pf --mount-proc`,
 // as the README suggests), its reader outside: that /proc does not show the reader, so the
-// pipe itself is asked whether a reader is left (found by a fresh user: such a dump went
-// through and its restore would have died of SIGPIPE). A pipe whose reader is gone is none.
+// pipe itself is asked whether a reader is left (otherwise such a dump would go through and
+// its restore die of SIGPIPE). A pipe whose reader is gone is none.
 TEST(PipesWrittenOutside, AReaderInAnotherPidNamespaceIsFoundThroughThePipe) {
   int out[2];
   ASSERT_EQ(::pipe(out), 0);  // this test keeps the read end, outside the namespace
@@ -1199,8 +1199,8 @@ void CliImages::FullDiskCase(bool criu_fills) {
 }
 
 // The disk fills up once CRIU is done: write_manifest fails, and the job is on disk only. The
-// dump said to `recover`, which found no process (found by a fresh user): it names the
-// restore, which completes the dump once there is space.
+// dump names the restore, which completes the dump once there is space (not `recover`,
+// which would find no process).
 TEST_F(CliImages, ADumpWhoseDiskFillsUpAfterCriuNamesTheRestoreThatCompletesIt) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string full = SmallDisk("64m");
@@ -1293,8 +1293,8 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   EXPECT_TRUE(coord::ReadManifest(images)->own_pid_namespace);
   EXPECT_EQ(coord::ReadManifest(images)->control_dir, job_control);
   // What the dumped job left in its control directory (endpoint sockets, hold markers) is
-  // stale: listed and pruned (found by a fresh user: status did not look there); the
-  // directory stays, as the restore binds the endpoints there again.
+  // stale: listed and pruned (status looks there too); the directory stays, as the restore
+  // binds the endpoints there again.
   const auto job_init_gone = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!coord::StaleHoldMarkersOfJobDir(job_control).size() &&
          std::chrono::steady_clock::now() < job_init_gone) {
@@ -1318,8 +1318,8 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
                                                            "(\\d+) here"))) << back.err;
   EXPECT_EQ(here[1], pid);
   // Restoring the same images again, or a copy of them, would make a second copy of the job,
-  // which runs in a PID namespace of its own (a fresh user made one): refused, naming its
-  // root as this machine numbers it.
+  // which runs in a PID namespace of its own: refused, naming its root as this machine
+  // numbers it.
   const std::string copy = dir_ + "/images-copy";
   std::filesystem::copy(images, copy);
   for (const std::string& from : {images, copy}) {
@@ -1338,7 +1338,7 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
-// A held job one of whose processes is killed (found by a fresh user): the child of a held,
+// A held job one of whose processes is killed: the child of a held,
 // stopped root dies and stays a zombie (its parent cannot reap it while stopped). `restore`
 // recovers the root without it, naming it, instead of refusing because the zombie is "not a
 // participant now" (README: a checkpointed process that exited is not a refusal).
@@ -1376,10 +1376,10 @@ TEST_F(CliImages, AHeldJobWhoseChildWasKilledIsRestoredWithoutIt) {
   ::waitpid(child, nullptr, WNOHANG);
 }
 
-// Once CRIU has brought the job back, a restore that fails ends those processes (a fresh
-// user saw "refused; nothing was changed" printed over a stopped copy that no command could
-// finish), and a restore killed there is finished by the next one (the job stayed stopped
-// for good). The control directory's `restored` being a file fails the identities; a CRIU
+// Once CRIU has brought the job back, a restore that fails ends those processes (never
+// "refused; nothing was changed" printed over a stopped copy that no command could finish),
+// and a restore killed there is finished by the next one (otherwise the job would stay
+// stopped for good). The control directory's `restored` being a file fails the identities; a CRIU
 // wrapper kills the restore once CRIU is done.
 TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
@@ -1430,8 +1430,8 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
   EXPECT_EQ(killed.status, 128 + SIGKILL) << killed.out << killed.err;
   EXPECT_EQ(cusnap::testing::ProcState(manifest->root_pid), 'T') << "CRIU brought the job back stopped";
-  // status names the restore to run again (it advised 'kill -CONT' and called the markers
-  // stale, found by a fresh user), and --prune keeps the markers.
+  // status names the restore to run again (not 'kill -CONT', and the markers are not
+  // stale), and --prune keeps the markers.
   const Ran st = Cusnap({"status", "--all", "--prune"});
   EXPECT_THAT(st.out + st.err, HasSubstr("pid " + std::to_string(manifest->root_pid) +
                                          " (criu_job) is stopped with the hold marker of the "
@@ -1455,8 +1455,8 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
 }
 
 // A dump killed between its checkpoint and CRIU leaves the job checkpointed in place, held:
-// `dump` said "restore it first" and `restore --images-dir` "no images", neither naming the
-// command that resumes it (found by a fresh user). Both name it now, and it works.
+// `dump` and `restore --images-dir` both name the command that resumes it (not just "restore
+// it first" and "no images"), and it works.
 TEST_F(CliImages, ADumpKilledBeforeCriuNamesTheRestoreInPlace) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
@@ -1513,13 +1513,13 @@ TEST_F(CliImages, ADumpUnderTheHoldRecordsTheGpuModels) {
 
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
 
-// Issue 16: restore while another process holds the job's pid. The job comes back in a PID
+// Restore while another process holds the job's pid. The job comes back in a PID
 // namespace of its own, keeps its pids there, and later commands name it by its pids here.
 TEST_F(CliImages, ARestoreWhosePidIsTakenMakesANamespaceOfItsOwn) { RoundTrip("", true); }
 
 // A dump with --leave-running resumed the job in place (its hold markers went with that), but
-// CRIU wrote its processes as the hold had stopped them: restored, they must run again (found
-// by a fresh user: they came back stopped and the restore timed out at discover).
+// CRIU wrote its processes as the hold had stopped them: restored, they must run again (left
+// stopped, the restore would time out at discover).
 TEST_F(CliImages, ALeaveRunningDumpRestoresOnceTheJobIsGone) { RoundTrip("", false, true); }
 
 // CRIU wrote the whole dump (its log says it finished), then exited with an error: the
@@ -1530,8 +1530,8 @@ TEST_F(CliImages, ACriuThatFailsAfterFinishingTheDumpLeavesAGoodDump) {
 }
 
 TEST_F(CliImages, ADumpWhoseCliDiedOnceCriuFinishedIsCompletedByTheRestore) {
-  // The tree is gone once CRIU ran; the manifest was not written yet (issue 11 applied to
-  // the dump): the pending manifest lets the restore finish the dump.
+  // The tree is gone once CRIU ran; the manifest was not written yet (the dump, too, never
+  // strands a job): the pending manifest lets the restore finish the dump.
   RoundTrip("criu_dump:after");
 }
 

@@ -1,4 +1,4 @@
-// The in-flight-work test (issue 11, "Must show (CI)"): two processes sharing one allocation
+// The in-flight-work test: two processes sharing one allocation
 // (one creates and exports it, the other imports the ticket), each writing its half and
 // verifying it, and reading the other half, in a loop of async memsets, copies, launches and
 // graph replays on its own streams (job_workload.h), through ten `cusnap checkpoint` / `cusnap restore`

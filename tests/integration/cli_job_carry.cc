@@ -1,4 +1,4 @@
-// What the host carrier carries (issue 15), through the real `cusnap` binary and job_worker
+// What the host carrier carries, through the real `cusnap` binary and job_worker
 // processes on the simulated driver: with CUSNAP_CARRY=all (the default) private allocations
 // travel through the carrier beside POSIX-capable ones; with CUSNAP_CARRY=shared only the
 // POSIX-capable ones do and the private bytes go through the native checkpoint; both come

@@ -239,11 +239,11 @@ TEST_F(CliJobHold, StoppedHeldJobOutlivesItsHeartbeatMonitor) {
   CheckEveryByte();
 }
 
-// The fresh-user case of session 7: a job started in the background by a shell with job
-// control (`cusnap run -- ... &`: a process group of its own in the shell's session), and
-// the shell exits while the job is held. The job's group is then orphaned with a stopped
-// member, and the kernel sends every member SIGHUP, then SIGCONT: with SIGHUP's default
-// disposition the held job died (shim/lifecycle/hold_guard.h). It must stay held, and the
+// A job started in the background by a shell with job control (`cusnap run -- ... &`: a
+// process group of its own in the shell's session), and the shell exits while the job is
+// held. The job's group is then orphaned with a stopped member, and the kernel sends every
+// member SIGHUP, then SIGCONT: with SIGHUP's default disposition the held job would die
+// (shim/lifecycle/hold_guard.h). It must stay held, and the
 // restore must bring back every byte.
 TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
   pid_t shell = 0;
@@ -284,8 +284,8 @@ TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
 
 // What cusnap cannot keep: a shell with job control whose `wait` returns when the job stops
 // (the hold) exits, and bash sends the stopped jobs it lists SIGTERM (terminate_stopped_jobs).
-// The checkpoint must say that the process ended, not that it would not stop (found by a
-// fresh user; README, CUSNAP_HOLD: setsid or disown).
+// The checkpoint must say that the process ended, not that it would not stop (README,
+// CUSNAP_HOLD: setsid or disown).
 TEST_F(CliJobHold, AJobItsExitingShellEndsIsNamedAsEnded) {
   pid_t shell = 0;
   Worker& job = StartUnderShell("wait", shell);
@@ -367,10 +367,10 @@ TEST_F(CliJobHold, PlainContinueLeavesTheJobHeld) {
   EXPECT_EQ(OkValue(Ask(w, "pid")), std::to_string(w.pid));
 }
 
-// A second command on a job another command is at work on (found by a fresh user: a
-// restore run while a checkpoint was between release and its native checkpoint restored the
-// job under it, the checkpoint then went on, and nothing could bring the job back): refused,
-// naming the process, before anything changes; the first command ends as if alone.
+// A second command on a job another command is at work on (a restore run while a checkpoint
+// is between release and its native checkpoint would restore the job under it, the
+// checkpoint would go on, and nothing could bring the job back): refused, naming the
+// process, before anything changes; the first command ends as if alone.
 TEST_F(CliJobHold, ACommandOnAJobAnotherCommandIsAtWorkOnIsRefused) {
   Worker& w = StartFilled("worker", 2, "0");
   ASSERT_FALSE(HasFailure());
@@ -402,8 +402,8 @@ TEST_F(CliJobHold, ACommandOnAJobAnotherCommandIsAtWorkOnIsRefused) {
 }
 
 // A restore from a shell whose control directory is another one (another XDG_RUNTIME_DIR,
-// an ssh login) asked the driver about the held, stopped processes and waited for ever
-// (found by a fresh user): it names the directory their shims use, at once.
+// an ssh login) must not ask the driver about the held, stopped processes, which waits for
+// ever: it names the directory their shims use, at once.
 TEST_F(CliJobHold, ARestoreWithAnotherControlDirectoryNamesTheJobsAtOnce) {
   Worker& w = StartFilled("worker", 2, "0");
   ASSERT_FALSE(HasFailure());
@@ -509,9 +509,9 @@ TEST_F(CliJobHold, RefusedRestoreLeavesTheJobHeld) {
   CheckEveryByte();
 }
 
-// A restore killed after it continued the held job (session 11's fresh user: before it
-// changed anything, the job ran on with its memory gone until the next restore, and a
-// heartbeat monitor could end it meanwhile): each participant stops itself again once it
+// A restore killed after it continued the held job, before it changed anything (the job
+// would run on with its memory gone until the next restore, and a heartbeat monitor could
+// end it meanwhile): each participant stops itself again once it
 // ran a lease with no command at work (shim/lifecycle/lifecycle.h, the hold after a
 // command), and the next restore brings every byte back. Killed before discovery (no lease
 // yet), after match (the lease running, nothing changed) and after reallocate (half way).
@@ -543,7 +543,7 @@ TEST_F(CliJobHold, ARestoreKilledAfterItContinuedTheJobLeavesItHeldAgain) {
     EXPECT_THAT(st.out, HasSubstr("held: stopped again by itself")) << st.out << st.err;
     if (point == "restore:reallocate:after") {  // where it stopped, not "released"
       EXPECT_THAT(st.out, HasSubstr("reallocated")) << st.out;
-      // ... and not "its memory is released" (found by a fresh user)
+      // ... and not "its memory is released"
       EXPECT_THAT(st.out, HasSubstr("its memory is back on the GPU, the restore unfinished")) << st.out;
       EXPECT_THAT(st.out, ::testing::Not(HasSubstr("memory is released"))) << st.out;
     }
@@ -556,8 +556,8 @@ TEST_F(CliJobHold, ARestoreKilledAfterItContinuedTheJobLeavesItHeldAgain) {
 
 // A restore about a (short) lease after the checkpoint: the processes were stopped for less
 // than the watcher could see, while the checkpoint's lease ran out, and stopped themselves
-// again as the restore continued them; the restore was refused (found by a fresh user with
-// CUSNAP_LEASE_MS=1000 and a pause of 0.9-1.1 s). Each restore works now.
+// again as the restore continued them (as with CUSNAP_LEASE_MS=1000 and a pause of 0.9-1.1
+// s). Each restore works, none is refused.
 TEST_F(CliJobHold, ARestoreAboutALeaseAfterTheCheckpointIsNotRefused) {
   StartSharingPair();
   ASSERT_FALSE(HasFailure());
@@ -595,8 +595,8 @@ TEST_F(CliJobHold, ARestoreKilledInRunModeLeavesTheJobRunnable) {
 }
 
 // A participant stopped (SIGSTOP, Ctrl-Z, a debugger) in the middle of a command answers
-// nothing: the command waited up to its 10-minute bound, silently (session 11's fresh
-// user). It names the process within seconds. Stopped during the checkpoint's save (before
+// nothing, and the command would wait up to its 10-minute bound, silently: it names the
+// process within seconds. Stopped during the checkpoint's save (before
 // anything was changed) the checkpoint is refused and, once continued, the process runs
 // what it was asked and ends ACTIVE; stopped during a restore's reallocate the restore
 // stops (exit 4) and `recover` finishes it once the process is continued. Every byte comes
@@ -650,8 +650,8 @@ TEST_F(CliJobHold, AParticipantStoppedInTheMiddleOfACommandIsNamedAtOnce) {
 }
 
 // The same during a native step, which the driver runs through the process itself and which
-// cannot be interrupted: the restore waited in silence until the process was continued (a
-// fresh user saw 620 s). It says, within seconds and once, what it waits for; continued, the
+// cannot be interrupted: the restore waits until the process is continued (minutes, maybe),
+// and says, within seconds and once, what it waits for; continued, the
 // process lets the restore finish, every byte back.
 TEST_F(CliJobHold, ANativeStepWaitingForAStoppedProcessSaysSo) {
   const auto [creator, importer] = StartSharingPair();

@@ -1,4 +1,4 @@
-// Never strand a job (issue 11), through the real `cusnap` (simulated driver, job_worker
+// Never strand a job, through the real `cusnap` (simulated driver, job_worker
 // processes through `cusnap run`): a `cusnap checkpoint` or `cusnap restore` killed with
 // SIGKILL at a stage (SIMCUDA_DELAYS makes the stage long), then `cusnap status` naming the
 // state and one `cusnap recover` gives back a running job with every byte intact; a command
@@ -141,7 +141,7 @@ TEST_P(CliJobKill9, StatusNamesTheStateAndRecoverBringsTheJobBack) {
                             HasSubstr("rolling every participant back")));
   if (rc.err.find("rolling every participant forward") != std::string::npos) {
     // The job has no multicast object: recover's multicast phases say so, as restore's do
-    // (they said "2 participants": found by a fresh user).
+    // (not "2 participants").
     EXPECT_THAT(rc.out, ::testing::ContainsRegex("multicast_bind +[0-9.]+ ms  \\(no multicast objects\\)"));
   }
   ExpectRunningWhole(state);

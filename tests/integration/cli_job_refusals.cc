@@ -281,9 +281,9 @@ TEST_F(CliJobRefusal, RestoreFromCorruptStateFile) {
   ASSERT_NO_FATAL_FAILURE(Resume(state, before));
 }
 
-// A state file changed after the checkpoint wrote it, its checkpoint id kept (a fresh user
-// edited a record's address): every restore went through the native restore and failed its
-// verify, and again, the job changed each time. Now the restore is refused at read_state,
+// A state file changed after the checkpoint wrote it, its checkpoint id kept (a record's
+// address edited): unrefused, every restore would go through the native restore and fail its
+// verify, the job changed each time. The restore is refused at read_state,
 // nothing changed; `recover` brings the job back from what its processes hold, saying that
 // it did not use the file; every byte is there.
 TEST_F(CliJobRefusal, AStateFileChangedAfterTheCheckpointIsRefusedBeforeAnythingChanges) {
@@ -522,7 +522,7 @@ TEST_F(CliJobRefusal, EndpointThatRefusesConnections) {
   ASSERT_NO_FATAL_FAILURE(Cycle(dir_ + "/state"));
 }
 
-// The participant set must be closed (issue 11): `--pid` of the creator alone leaves out the
+// The participant set must be closed: `--pid` of the creator alone leaves out the
 // live importer of its allocation (the creator's endpoint remembered who fetched a
 // descriptor); `--pid` of the importer alone leaves out its live creator. An importer that
 // has exited does not count. Each is refused before anything changes, naming the missing
@@ -573,7 +573,7 @@ long long NumberAfter(const std::string& text, const std::string& prefix) {
   return std::stoll(text.substr(at + prefix.size()));
 }
 
-// Resources checked before the first destructive step (issue 11): the importer's soft
+// Resources checked before the first destructive step: the importer's soft
 // RLIMIT_NOFILE leaves fewer free descriptors than its restore's one import plus the 16
 // spare. Refused, naming the process, the resource, the descriptors needed and available;
 // with the limit back the job checkpoints.

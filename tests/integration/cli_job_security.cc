@@ -1,4 +1,4 @@
-// Issue 12's attacks on a running job, with the real `cusnap` and shim on the simulated
+// Attacks on a running job, with the real `cusnap` and shim on the simulated
 // driver: idle connections held open on every endpoint while `status`, `checkpoint` and
 // `restore` run (one thread per connection: nothing waits behind them); a control directory
 // that is not private, is a symbolic link or belongs to another user, refused by the CLI and
@@ -55,8 +55,8 @@ TEST_F(CliJobSecurity, IdleConnectionsBlockNeitherStatusNorCheckpointNorRestore)
   ASSERT_NO_FATAL_FAILURE(Fill(importer, "h"));
   for (Worker* w : {&creator, &importer}) ASSERT_NO_FATAL_FAILURE(HoldIdle(w->pid, 6));
 
-  // Before issue 12 one thread served every connection with a 5 s read deadline: four idle
-  // ones made `status` fail.
+  // With one thread for every connection and a 5 s read deadline, four idle ones would make
+  // `status` fail.
   const auto started = std::chrono::steady_clock::now();
   const Ran status = Cusnap({"status", "--all"});
   EXPECT_EQ(status.status, 0) << status.err;
@@ -161,8 +161,8 @@ TEST_F(CliJobSecurity, AnOversizedRequestIsRefusedAndTheEndpointServesOn) {
 }
 
 
-// Issue 12: a cuMemSetAccess the driver rejected changed nothing, in the driver and in the
-// shim's record (it used to poison it: every later checkpoint refused); and HOST / HOST_NUMA
+// A cuMemSetAccess the driver rejected changed nothing, in the driver and in the shim's
+// record (a poisoned record would refuse every later checkpoint); and HOST / HOST_NUMA
 // descriptors, one host access in the driver (F12), read the same after a restore.
 TEST_F(CliJobSecurity, RejectedAccessLeavesNoTraceAndHostAccessSurvivesARestore) {
   Worker& w = Start("worker", 0);
@@ -175,7 +175,7 @@ TEST_F(CliJobSecurity, RejectedAccessLeavesNoTraceAndHostAccessSurvivesARestore)
   const std::string device = std::to_string(CU_MEM_LOCATION_TYPE_DEVICE);
   EXPECT_EQ(Ask(w, "access h " + device + " 0 7"), "ok 1");   // flags 7: INVALID_VALUE
   EXPECT_EQ(Ask(w, "access h " + device + " 99 1"), "ok 1");  // INVALID_VALUE (F12b)
-  // The order of issue 12: HOST READ, HOST_NUMA RW, HOST NONE.
+  // HOST READ, HOST_NUMA RW, HOST NONE: the last one is what every read answers.
   EXPECT_EQ(Ask(w, "access h " + host + " 0 1"), "ok 0");
   EXPECT_EQ(Ask(w, "access h " + numa + " 0 " + rw), "ok 0");
   EXPECT_EQ(Ask(w, "access h " + host + " 0 0"), "ok 0");

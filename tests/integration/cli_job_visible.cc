@@ -1,4 +1,4 @@
-// Jobs whose processes each see their own GPUs (issue 13): ranks pinned to one GPU each by
+// Jobs whose processes each see their own GPUs: ranks pinned to one GPU each by
 // CUDA_VISIBLE_DEVICES (each calls its GPU "device 0"), a process that sees both GPUs in
 // reversed order ("1,0"), one pinned by a UUID entry. Three checkpoint/restore cycles each,
 // swapped by GPU index, back by UUID, swapped again (the CLI itself running with a
@@ -45,8 +45,8 @@ class CliJobVisible : public JobTest {
   }
 
   /// Two ranks pinned to GPU 0 and GPU 1 by CUDA_VISIBLE_DEVICES (each calls its GPU device
-  /// 0): rank0 creates A (`a_mib`), rank1 B (`b_mib`), each maps the other's too (the issue's
-  /// ring of two, sharing both ways). Returns the machine's GPU UUIDs.
+  /// 0): rank0 creates A (`a_mib`), rank1 B (`b_mib`), each maps the other's too (a ring of
+  /// two, sharing both ways). Returns the machine's GPU UUIDs.
   std::vector<std::string> PinnedPair(size_t a_mib, size_t b_mib) {
     const std::vector<std::string> gpu = MachineUuids();
     EXPECT_EQ(gpu.size(), 2u);
@@ -89,7 +89,7 @@ class CliJobVisible : public JobTest {
 
 const std::map<int, int> kSwap = {{0, 1}, {1, 0}};
 
-// Two ranks, each pinned to one GPU, sharing memory both ways (the issue's ring of two).
+// Two ranks, each pinned to one GPU, sharing memory both ways (a ring of two).
 TEST_F(CliJobVisible, RanksPinnedToOneGpuEachSwappedThreeTimes) {
   const std::vector<std::string> gpu = PinnedPair(4, 6);
   ASSERT_FALSE(HasFailure());

@@ -1,4 +1,4 @@
-// cuMemAlloc memory shared by legacy CUDA IPC under the shim (issue 14): the shim serves
+// cuMemAlloc memory shared by legacy CUDA IPC under the shim: the shim serves
 // cuMemAlloc from VMM allocations it owns and cuIpc* mem handles over the creators' endpoints,
 // so a job sharing memory this way checkpoints and restores (natively it cannot:
 // DRIVER-FACTS F11) with every byte and every pointer kept, between 2 and 4 processes and

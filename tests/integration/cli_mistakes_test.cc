@@ -1,4 +1,4 @@
-// A new user's mistakes, met through the real `cusnap` binary (issue 17): each is named before
+// A new user's mistakes, met through the real `cusnap` binary: each is named before
 // anything changes, and the exit status says so. Bad settings (CUSNAP_LOG, CUSNAP_CARRIER,
 // SIMCUDA_DELAYS, an empty --state-dir, --pid 1) exit 2 naming the setting and the values it
 // takes; a --pid that is a thread, another user's process, a missing process, or a process
@@ -116,8 +116,8 @@ unsigned ModeOf(const std::string& path) {
 
 // ---- The automatic driver probe ----
 
-// Issue: with the simulated libcuda.so.1 on the library path and CUSNAP_DRIVER unset, the
-// probe unloaded a driver whose thread still ran; `cusnap run` crashed in 1 of 4 runs.
+// With the simulated libcuda.so.1 on the library path and CUSNAP_DRIVER unset, the probe
+// must not unload a driver whose thread still runs (`cusnap run` would crash now and then).
 TEST_F(CliMistakes, AutoProbeOfASimulatedDriverOnTheLibraryPathNeverCrashesAndSaysSimulated) {
   ::unsetenv("CUSNAP_DRIVER");
   ::setenv("LD_LIBRARY_PATH", Env("CUSNAP_TEST_SIMCUDA_DIR").c_str(), 1);
@@ -338,8 +338,8 @@ TEST_F(CliMistakes, InspectJsonOfACorruptStateFileIsStillJson) {
 }
 
 // Under --json every answer is one document with a report's keys: a usage error and a
-// refusal before any phase too (they printed only text, or JSON without "phases": found by
-// a fresh user whose script read "phases").
+// refusal before any phase too (not text alone, nor JSON without "phases": a script reads
+// "phases").
 TEST_F(CliMistakes, EveryAnswerUnderJsonIsADocumentWithAReportsKeys) {
   const Ran usage = Cusnap({"checkpoint", "--json", "--pid", "abc"});
   EXPECT_EQ(usage.status, 2);
@@ -430,7 +430,7 @@ TEST_F(CliMistakes, CompletionBashListsEveryCommandsOptionsAndParses) {
 }
 
 
-// ---- A fresh user's second round (after issue 17): each kind of mistake named ----
+// ---- More kinds of mistake, each named ----
 
 // A --device-map naming a device twice (two onto one target, or one source twice) is a wrong
 // map, refused with the restore (exit 5, nothing changed), not a syntax error (exit 2); and a

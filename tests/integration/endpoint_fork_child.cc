@@ -5,7 +5,7 @@
 //   endpoint_fork_child driver-version|ipc-get
 //
 // cli_endpoint_test checks that the child has an endpoint: every process under the shim gets
-// one at its first driver call, whatever entry point that is (issue 14).
+// one at its first driver call, whatever entry point that is.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <sys/wait.h>

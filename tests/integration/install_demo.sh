@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `cmake --install <build dir>` into <prefix> (emptied first), then the installed tree on its
 # own: `cusnap --version` names the installed shim, the bash completion is there, and
-# `cusnap demo` passes on the simulated driver found under libexec/ (issue 17, "Must show").
+# `cusnap demo` passes on the simulated driver found under libexec/.
 set -euo pipefail
 build=$1 prefix=$2
 rm -rf "$prefix"

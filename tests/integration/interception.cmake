@@ -1,4 +1,4 @@
-# The shim's interception layer (issue 2, items 3 and 4): every table symbol through every
+# The shim's interception layer: every table symbol through every
 # resolver path. interception_test runs interception_probe with and without the shim
 # preloaded and compares what each path answers. The build check of libcusnap.so:
 # tests/unit/build_check.cmake.
@@ -49,7 +49,7 @@ target_include_directories(gate_probe PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(gate_probe PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver dl pthread)
 target_compile_definitions(interception_test PRIVATE CUSNAP_TEST_GATE_PROBE="$<TARGET_FILE:gate_probe>")
 add_dependencies(interception_test gate_probe)
-# Transparency to bad arguments (issue 12): transparency_probe calls every hand-written hook
+# Transparency to bad arguments: transparency_probe calls every hand-written hook
 # with odd arguments; transparency_test compares its answers with and without the shim.
 add_executable(transparency_probe ${CMAKE_CURRENT_LIST_DIR}/transparency_probe.cc)
 cusnap_warnings(transparency_probe)

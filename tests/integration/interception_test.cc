@@ -1,5 +1,5 @@
 // Every intercepted symbol through every resolver path lands in the shim's wrapper; every
-// other answer is the driver's own (issue 2, "Must show"). interception_probe does the
+// other answer is the driver's own. interception_probe does the
 // lookups in a child process on the simulated driver, once without the shim (the baseline:
 // what the driver and runtime answer) and once with the shim preloaded; this test compares
 // the two line by line:
@@ -333,7 +333,7 @@ TEST(Interception, CuGetProcAddressResolvesToTheShimsResolver) {
 }
 
 // Entry points the shim does not track are gated wrappers too, per-thread forms included,
-// each the wrapper of the ABI the driver returned (issue 11: the whole application is held).
+// each the wrapper of the ABI the driver returned (the whole application is held).
 TEST(Interception, UntrackedNamesLandInGatedWrappers) {
   Answers shim;
   compare_with_baseline("13010", &shim);
@@ -406,7 +406,7 @@ TEST(Interception, ConcurrentFirstUseResolvesOnce) {
   }
 }
 
-// No driver entry point bypasses the gate (issue 11): in a process with the shim preloaded,
+// No driver entry point bypasses the gate: in a process with the shim preloaded,
 // every generated wrapper is what the global scope finds, and a call of each made while the
 // process is quiesced through its own endpoint waits until kResume; then the held async
 // memset and launch write their words (gate_probe.cc).

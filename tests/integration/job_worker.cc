@@ -220,7 +220,7 @@ std::string Map(const std::string& view, const std::string& name, size_t offset_
   return "ok " + Hex(v.va);
 }
 
-// ---- Legacy device memory and legacy IPC (issue 14) ----
+// ---- Legacy device memory and legacy IPC ----
 
 std::string Malloc(const std::string& view, size_t bytes) {
   View v;

@@ -1,8 +1,8 @@
 // The in-flight workload of job_worker (job_worker.cc, commands "workload" and
 // "workload-stop"): a thread that keeps writing its part of a shared view and verifying it,
 // and reading the other parts, through async memsets, copies and launches on streams of its
-// own, while `cusnap checkpoint` / `cusnap restore` cycles run (issue 11: the whole
-// application is held, no write that returned success is lost, no call fails).
+// own, while `cusnap checkpoint` / `cusnap restore` cycles run (the whole application is
+// held, no write that returned success is lost, no call fails).
 #pragma once
 
 #include <cuda.h>

@@ -1,4 +1,4 @@
-# Scale on the simulated driver (issue 6, the part the CPUs allow): 8 processes on 8 simulated
+# Scale on the simulated driver (the part the CPUs allow): 8 processes on 8 simulated
 # devices (SIMCUDA_DEVICE_COUNT=8, set by the fixture), through the real `cusnap` CLI and the
 # CLI integration harness (job_harness.cc): all-to-all sharing, cycles in a row, a rotated
 # device map, an 8-rank multicast team, phase cost against allocations, and refused checkpoints

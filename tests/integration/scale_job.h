@@ -1,4 +1,4 @@
-// The scale suite's fixture (issue 6, the simulated part): the CLI integration harness
+// The scale suite's fixture (the simulated part): the CLI integration harness
 // (job_harness.h) on a simulated machine of 8 devices, one process per device, plus the
 // shapes every scale scenario builds (ranks, a ring of imports, all-to-all imports).
 #pragma once

@@ -1,4 +1,4 @@
-// 8-process jobs on 8 simulated devices through the real `cusnap` CLI (issue 6, the part the
+// 8-process jobs on 8 simulated devices through the real `cusnap` CLI (scale, the part the
 // CPUs allow): all-to-all sharing (56 imports) with HOST_NUMA allocations, access for two
 // devices and an allocation mapped at two VAs; three cycles in a row; a restore onto a
 // rotated device map and back by UUID. Each cycle (job_harness.h, Cycle/Resume) checks the

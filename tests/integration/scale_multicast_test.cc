@@ -1,4 +1,4 @@
-// An 8-rank multicast team (issue 6, simulated): multicast_rank processes under `cusnap run`,
+// An 8-rank multicast team (simulated): multicast_rank processes under `cusnap run`,
 // rank r on device r, every member bound with cuMulticastBindMem; checkpointed and restored
 // through the real `cusnap` CLI, with the data through the team checked by the simulated
 // driver's multimem all-reduce (simcuda_test_multimem_all_reduce) before and after.

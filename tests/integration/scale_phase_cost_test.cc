@@ -1,8 +1,8 @@
-// Phase cost against the size of the job (issue 6, "phase times at 2, 4 and 8 ranks (goal:
-// topology phases grow no faster than the number of allocations)"), on the simulated driver:
+// Phase cost against the size of the job (phase times at 2, 4 and 8 ranks; goal: topology
+// phases grow no faster than the number of allocations), on the simulated driver:
 // rings of 2, 4 and 8 ranks with 8 allocations per rank, and 8 ranks with 64, each
 // checkpointed and restored twice through the real `cusnap` CLI (`--json`), the best of the
-// two kept per phase. Prints one line per job (the table the issue's note quotes) and asserts
+// two kept per phase. Prints one line per job (a table for the notes) and asserts
 // that the topology phases (inspect, validate, quiesce, release, import, verify) grow less than
 // twice as fast as the allocations from 8 to 64 per rank. Time bounds are deliberately loose
 // (a factor 16 for 8x the allocations, over a 5 ms floor) so a loaded CI machine cannot fail

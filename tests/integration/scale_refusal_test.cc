@@ -1,5 +1,5 @@
-// Refused checkpoints of an 8-process job on 8 simulated devices (issue 6 at the scale of the
-// end-to-end refusals, cli_job_refusals.cc): one process holds something cusnap must refuse;
+// Refused checkpoints of an 8-process job on 8 simulated devices (the end-to-end refusals of
+// cli_job_refusals.cc at scale): one process holds something cusnap must refuse;
 // `cusnap checkpoint` exits 3 naming that process and writes no state file; all 8 ranks keep
 // running untouched (every shim ACTIVE, every process RUNNING for the native API, the same
 // driver facts at every view: VAs, allocations, handles, access; every byte; device memory

@@ -1,4 +1,4 @@
-// Issue 12, "a failed call must leave no trace": every hand-written hook (src/shim/hooks)
+// A failed call must leave no trace: every hand-written hook (src/shim/hooks)
 // called with odd arguments, one line per call: "<case>|<result>|<outputs>". Outputs are
 // described, not printed (a logical handle or a ticket differs from the raw value by design):
 // "kept" when the call left the caller's sentinel, "written" otherwise, and values that must

@@ -1,4 +1,4 @@
-// Issue 12: the shim returns exactly what the driver returns for calls it rejects, and leaves
+// The shim returns exactly what the driver returns for calls it rejects, and leaves
 // the driver's outputs as they are. transparency_probe (a table of odd calls to every
 // hand-written hook) runs on the simulated driver without and with the shim preloaded; every
 // line (result and outputs) must match.
@@ -52,7 +52,7 @@ TEST(Transparency, EveryOddCallAnswersAsTheDriverDoes) {
   ASSERT_GE(bare.size(), 50u);
   ASSERT_EQ(shimmed.size(), bare.size());
   for (size_t i = 0; i < bare.size(); ++i) EXPECT_EQ(shimmed[i], bare[i]) << "line " << i;
-  // The issue's cases, as the simulated driver answers them (CUDA_ERROR_INVALID_VALUE = 1).
+  // The odd calls, as the simulated driver answers them (CUDA_ERROR_INVALID_VALUE = 1).
   EXPECT_THAT(bare, ::testing::Contains("release released|1|-"));
   EXPECT_THAT(bare, ::testing::Contains("export flags 1|1|kept"));
   EXPECT_THAT(bare, ::testing::Contains("export fabric of posix-only|1|kept"));

@@ -1,4 +1,4 @@
-# A new user's path through the real `cusnap` (issue 17): mistakes named before anything
+# A new user's path through the real `cusnap`: mistakes named before anything
 # changes (cli_mistakes_test.cc), and the installed tree: `cmake --install` into a scratch
 # prefix, then `cusnap demo` from there (install_demo.sh). Label: integration.
 

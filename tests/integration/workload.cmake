@@ -1,8 +1,8 @@
-# The kinds of VMM use real workloads bring (issue 4): NCCL's proxy-thread export of a handle
+# The kinds of VMM use real workloads bring: NCCL's proxy-thread export of a handle
 # value a peer sent back, PyTorch's retains by address, HOST_NUMA allocations, allocations
 # created with no current context, cuMemGetAddressRange on tracked mappings, hundreds of
 # allocations per rank; each through the real shim, `cusnap run` and `cusnap checkpoint` /
-# `restore` on the simulated driver, at 2 ranks and at 8 ranks on 8 simulated devices (issue 6),
+# `restore` on the simulated driver, at 2 ranks and at 8 ranks on 8 simulated devices,
 # plus a restore onto a rotated device map. Label: integration.
 
 # One rank of a ring, driven by a command language on stdin (workload_kinds_worker.cc). Linked against

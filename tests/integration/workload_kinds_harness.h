@@ -1,5 +1,5 @@
 // Harness of the workload-kind tests (workload_kinds_test.cc): a job of N ranks (the test's
-// parameter: 2, or 8 for issue 6's scale runs), each a workload_kinds_worker on its own
+// parameter: 2, or 8 for the scale runs), each a workload_kinds_worker on its own
 // simulated device (SIMCUDA_DEVICE_COUNT = N), started through the real `cusnap run`, joined
 // in a ring of SOCK_SEQPACKET channels (rank r to rank r+1), driven line by line with bounded
 // waits, and the real `cusnap` checkpoint / restore on the test's own process tree. Each test

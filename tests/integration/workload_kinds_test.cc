@@ -1,6 +1,6 @@
-// The kinds of VMM use that real workloads bring (issue 4; DRIVER-FACTS, "How NCCL 2.28.9 and
+// The kinds of VMM use that real workloads bring (DRIVER-FACTS, "How NCCL 2.28.9 and
 // PyTorch 2.11 call the VMM API"), each on the simulated driver through the real shim and the
-// real `cusnap checkpoint` / `restore`, at 2 ranks and at 8 (issue 6, the part the CPUs
+// real `cusnap checkpoint` / `restore`, at 2 ranks and at 8 (scale, the part the CPUs
 // allow): rank r (workload_kinds_worker on device r, started with `cusnap run`) creates,
 // exports to rank r+1 and imports from rank r-1, as in NCCL's ring; every byte sample, handle
 // value, VA and the sharing are checked after restore.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build check of libcusnap.so (DESIGN.md "Shim"; issue 2, item 4).
+"""Build check of libcusnap.so (DESIGN.md "Shim").
 
 Asserts, on the built library:
   1. its exported dynamic symbols are exactly the rows of src/shim/intercept/entry_points.def and

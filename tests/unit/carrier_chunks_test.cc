@@ -1,4 +1,4 @@
-// The host carrier's chunks (issue 15), on the simulated driver in the test process: a fault
+// The host carrier's chunks, on the simulated driver in the test process: a fault
 // at a chunk boundary names the chunk and loses nothing (the step runs again); the zero scan
 // finds all-zero chunks, which are not copied and come back as zeros; every pinning mode
 // carries the same bytes; the arena is freed or capped after a cycle when asked.

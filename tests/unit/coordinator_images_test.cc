@@ -100,8 +100,8 @@ TEST_F(ImageChecksumTest, HashImageFilesAgreesWithImageChecksumOnOneThreadAndMan
   }
 }
 
-// The manifest lists what the dump wrote, nothing else (found by a fresh user: a notes file
-// kept beside the images became part of the dump): CRIU's images and stats-dump, the
+// The manifest lists what the dump wrote, nothing else (a notes file kept beside the images
+// is no part of the dump): CRIU's images and stats-dump, the
 // carrier files and the state file; not a restore's files, CRIU's logs, temporary files or
 // the user's own.
 TEST_F(ImageChecksumTest, OnlyTheFilesADumpWritesAreImageFiles) {

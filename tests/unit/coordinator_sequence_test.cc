@@ -126,7 +126,7 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
   EXPECT_EQ(state->participants[0].saved_bytes, kMiB2);
   EXPECT_EQ(state->participants[1].records.size(), 2u);
   // The importer's GPUs: its access from device 1 only; the imported allocation's location
-  // is the creator's GPU, which the importer may not see (issue 13: the creator names it).
+  // is the creator's GPU, which the importer may not see (the creator names it).
   ASSERT_EQ(state->participants[1].gpus.size(), 1u);
   EXPECT_EQ(state->participants[1].gpus[0].ordinal, 1);
   EXPECT_EQ(state->participants[1].gpus[0].uuid, "GPU-11111111-1111-1111-1111-111111111111");
@@ -138,7 +138,7 @@ TEST_F(SequenceTest, CheckpointRunsEveryPhaseInOrder) {
 
 // A participant that reports its own device list (CUDA_VISIBLE_DEVICES="2,1": its device 1
 // is the machine's GPU 1 only by chance of the list) has its GPUs named through that list,
-// not through the coordinator's numbering (issue 13).
+// not through the coordinator's numbering.
 TEST_F(SequenceTest, CheckpointNamesGpusThroughEachParticipantsOwnList) {
   const std::string gpu2 = "GPU-22222222-2222-2222-2222-222222222222";
   const std::string gpu9 = "GPU-99999999-9999-9999-9999-999999999999";

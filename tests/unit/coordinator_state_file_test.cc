@@ -290,7 +290,7 @@ TEST_F(StateFileTest, PrepareRefusesAnUnwritableDirectory) {
   const auto status = AsUnprivileged([&] { return coord::PrepareStateDir(dir_); });
   ASSERT_FALSE(status.ok());
   // As root the attempt runs as nobody on root's directory: refused as not ours before any
-  // write is tried (issue 17); otherwise the directory is ours and the write probe fails.
+  // write is tried; otherwise the directory is ours and the write probe fails.
   const std::string expected =
       ::geteuid() == 0 ? "state directory " + dir_ + " is unsafe: it is owned by uid 0, not by this user"
                        : "cannot create a file in state directory " + dir_ + ": Permission denied";
@@ -318,7 +318,7 @@ TEST(StateDirPreflight, RefusesADirectoryNobodyCanWrite) {
 }
 
 
-// Issue 12: the state file is read without trusting what is at its name.
+// The state file is read without trusting what is at its name.
 TEST_F(StateFileTest, ASymlinkIsNeverFollowedOutOfTheStateDirectory) {
   const std::string outside = dir_ + "-outside.json";
   {

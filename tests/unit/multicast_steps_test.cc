@@ -1,6 +1,6 @@
 // The multicast lifecycle steps (src/shim/lifecycle/multicast_steps.h) on the simulated
 // driver, in the test process: a rebuild step that failed on a driver error runs again
-// (issue 11, "every step runnable again"), without tripping over what the failed attempt left.
+// (every step runnable again), without tripping over what the failed attempt left.
 #include "shim/lifecycle/multicast_steps.h"
 
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-// Issue 12, the common pieces: the control directory's checks (owner, mode 0700, never a
+// Trust, the common pieces: the control directory's checks (owner, mode 0700, never a
 // followed symbolic link), the socket created 0600 whatever the umask, and clients that check
 // who answers (SO_PEERCRED: uid, and the pid an endpoint's name promises).
 #include <gmock/gmock.h>
@@ -156,8 +156,8 @@ TEST(ControlDir, ALinkedParentIsFollowedOnlyWhenOursAndChecked) {
   rmdir(real.c_str());
 }
 
-// Found by a fresh user: "link/" and "link/." opened the link's target although O_NOFOLLOW
-// was given, and "missing/../x" stopped the walk of the parents at the missing part.
+// "link/" and "link/." must not open the link's target (O_NOFOLLOW alone would), and
+// "missing/../x" must not stop the walk of the parents at the missing part.
 TEST(ControlDir, TrailingSlashesDotsAndParentsDoNotGetAround) {
   EXPECT_EQ(LexicalControlPath("/a//b/./"), "/a/b");
   EXPECT_EQ(LexicalControlPath("/a/b/."), "/a/b");

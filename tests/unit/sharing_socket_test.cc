@@ -327,7 +327,7 @@ TEST(Socket, ConnectToNobodyFails) {
 
 TEST(EndpointClient, RequestRoundTripWithDescriptorAndStatus) {
   const std::string dir = TempDir();
-  // Served by this process, so named after it: a client checks who answers (issue 12).
+  // Served by this process, so named after it: a client checks who answers.
   const std::string path = EndpointPath(dir, getpid());
   EXPECT_EQ(path, dir + "/" + std::to_string(getpid()) + ".sock");
   auto listener = ListenSeqpacket(path, 8);

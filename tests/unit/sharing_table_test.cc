@@ -512,7 +512,7 @@ TEST(SharingTable, ImportedPropertiesAreTheImportTimeAnswer) {
 namespace cusnap::shim {
 namespace {
 
-// Issue 12 / DRIVER-FACTS F12: the driver keeps one host access per mapping, set by HOST and
+// DRIVER-FACTS F12: the driver keeps one host access per mapping, set by HOST and
 // HOST_NUMA descriptors alike (the last one wins). One record entry stands for it, so a
 // replay after restore sets what the application last set, whatever the order.
 struct AccessOnly {

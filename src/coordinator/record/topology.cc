@@ -242,6 +242,8 @@ struct MulticastFacts {
   uint64_t extent = 0;  ///< largest extent any participant's driver accepted (or the size)
 };
 
+using MulticastObjects = std::map<proto::ObjectId, MulticastFacts, IdLess>;
+
 std::string Properties(const Record& r) {
   return "size " + std::to_string(r.object_size) + ", " + std::to_string(r.num_devices) +
          " devices, handle types " + std::to_string(r.handle_types) + ", flags " +
@@ -262,16 +264,17 @@ std::string DeviceList(const std::vector<std::pair<int, int>>& devices) {
   return text;
 }
 
-/// Complete teams only (SPEC-REFERENCE H.1 rules 3-6 and the whole-topology rules): exactly
-/// one creator; every member reports the same requested properties; the distinct (process,
-/// device) adds number exactly the object's numDevices (a member outside the participants,
-/// e.g. one started without cusnap, leaves the team partial); every added device is bound;
-/// binds and maps lie within the largest extent any participant's driver accepted (a driver
-/// may round capacity up and libraries bind past the requested size: DRIVER-FACTS, public
-/// reports; SPEC-REFERENCE K.3 #2).
-void CheckMulticast(std::span<const ParticipantView> participants,
-                    std::vector<std::string>& problems) {
-  std::map<proto::ObjectId, MulticastFacts, IdLess> objects;
+/// A record of a team member's part: a device added, a binding, a multicast mapping.
+bool IsTeamRecord(const Record& r) {
+  return Is(r, RecordKind::kMulticastDevice) || Is(r, RecordKind::kMulticastBinding) ||
+         Is(r, RecordKind::kMulticastMapping);
+}
+
+/// Every multicast object a participant reports, with its creators, reports and largest
+/// extent. The rule "a creator record's id names its own process" is checked on the way.
+MulticastObjects CollectMulticastObjects(std::span<const ParticipantView> participants,
+                                         std::vector<std::string>& problems) {
+  MulticastObjects objects;
   for (const auto& p : participants) {
     for (const auto& r : p.records) {
       if (!Is(r, RecordKind::kMulticast)) continue;
@@ -287,145 +290,231 @@ void CheckMulticast(std::span<const ParticipantView> participants,
       }
     }
   }
+  return objects;
+}
+
+/// Adds each distinct (process, device) add of a reported object to its facts; an add of an
+/// object nobody reports is CheckUnreportedObjects's.
+void CollectTeamDevices(std::span<const ParticipantView> participants, MulticastObjects& objects) {
   for (const auto& p : participants) {
     for (const auto& r : p.records) {
-      const bool member = Is(r, RecordKind::kMulticastDevice) ||
-                          Is(r, RecordKind::kMulticastBinding) ||
-                          Is(r, RecordKind::kMulticastMapping);
-      if (!member) continue;
+      if (!Is(r, RecordKind::kMulticastDevice)) continue;
       const auto it = objects.find(r.id);
-      if (it == objects.end()) continue;  // reported after the per-object rules
-      if (Is(r, RecordKind::kMulticastDevice)) {
-        const std::pair<int, int> add{p.pid, r.device};
-        auto& devices = it->second.devices;
-        if (std::find(devices.begin(), devices.end(), add) == devices.end()) devices.push_back(add);
-      }
+      if (it == objects.end()) continue;
+      const std::pair<int, int> add{p.pid, r.device};
+      auto& devices = it->second.devices;
+      if (std::find(devices.begin(), devices.end(), add) == devices.end()) devices.push_back(add);
     }
   }
+}
 
-  for (const auto& [id, facts] : objects) {
-    if (facts.creators.size() > 1) {
-      problems.push_back(MulticastName(id) + " is reported as created by " +
-                         ProcessText(facts.creators[0]) + " and " + ProcessText(facts.creators[1]) +
-                         "; exactly one creator per multicast object");
-      continue;
-    }
-    if (facts.creators.empty()) {
-      const bool creator_participates =
-          std::any_of(participants.begin(), participants.end(), [&](const ParticipantView& p) {
-            return p.pid == id.creator_pid && p.start_time == id.creator_start;
-          });
-      if (creator_participates) {
-        // Rebuilding the team needs its creator (it creates the object again).
-        problems.push_back(ProcessText(id.creator_pid) + ": " + MulticastName(id) + " is still used by " +
-                           ProcessText(facts.reports.front().first) + ", but its creator released every "
-                           "handle and mapping of it; keep a handle or a mapping in the creator "
-                           "while others use it");
-      } else {
-        problems.push_back(CreatorLeftOut(facts.reports.front().first, MulticastName(id), id.creator_pid));
-      }
-      continue;
-    }
-    const Record& first = *facts.reports.front().second;
-    bool consistent = true;
-    for (const auto& [pid, r] : facts.reports) {
-      if (SameProperties(first, *r)) continue;
-      problems.push_back(MulticastName(id) + ": " + ProcessText(facts.reports.front().first) +
-                         " reports " + Properties(first) + ", but " + ProcessText(pid) + " reports " +
-                         Properties(*r) + "; every member must agree");
-      consistent = false;
-    }
-    if (!consistent) continue;
-    if (first.num_devices == 0 || first.object_size == 0) {
-      problems.push_back(MulticastName(id) + " has " + Properties(first) +
-                         " (size and device count must be nonzero)");
-      continue;
-    }
-    if (facts.devices.size() < first.num_devices) {
-      std::string members;
-      for (const auto& [pid, r] : facts.reports) members += (members.empty() ? "" : ", ") + ProcessText(pid);
-      problems.push_back(MulticastName(id) + " is a partial team: its " +
-                         std::to_string(first.num_devices) + " devices were not all added by "
-                         "participants (added: " + DeviceList(facts.devices) + "; members "
-                         "checkpointed: " + members + "). Another process of the team is not a "
-                         "participant (started without cusnap, or outside the checkpointed "
-                         "tree); checkpoint every member of the team together");
-    } else if (facts.devices.size() > first.num_devices) {
-      problems.push_back(MulticastName(id) + " has " + std::to_string(facts.devices.size()) +
-                         " devices added (" + DeviceList(facts.devices) + ") but was created for " +
-                         std::to_string(first.num_devices));
-    }
+/// The rule "exactly one creator, and it takes part while others use the object" (rebuilding
+/// the team needs its creator: it creates the object again). False when broken.
+bool CheckOneCreator(std::span<const ParticipantView> participants, const proto::ObjectId& id,
+                     const MulticastFacts& facts, std::vector<std::string>& problems) {
+  if (facts.creators.size() > 1) {
+    problems.push_back(MulticastName(id) + " is reported as created by " +
+                       ProcessText(facts.creators[0]) + " and " + ProcessText(facts.creators[1]) +
+                       "; exactly one creator per multicast object");
+    return false;
   }
+  if (!facts.creators.empty()) return true;
+  const int user = facts.reports.front().first;
+  if (CreatedByParticipant(participants, id)) {
+    problems.push_back(ProcessText(id.creator_pid) + ": " + MulticastName(id) + " is still used by " +
+                       ProcessText(user) + ", but its creator released every "
+                       "handle and mapping of it; keep a handle or a mapping in the creator "
+                       "while others use it");
+  } else {
+    problems.push_back(CreatorLeftOut(user, MulticastName(id), id.creator_pid));
+  }
+  return false;
+}
 
+/// The rule "every member reports the same requested properties". False when broken.
+bool CheckSameProperties(const proto::ObjectId& id, const MulticastFacts& facts,
+                         std::vector<std::string>& problems) {
+  const auto& [first_pid, first] = facts.reports.front();
+  bool consistent = true;
+  for (const auto& [pid, r] : facts.reports) {
+    if (SameProperties(*first, *r)) continue;
+    problems.push_back(MulticastName(id) + ": " + ProcessText(first_pid) + " reports " +
+                       Properties(*first) + ", but " + ProcessText(pid) + " reports " +
+                       Properties(*r) + "; every member must agree");
+    consistent = false;
+  }
+  return consistent;
+}
+
+/// The rule "size and device count are nonzero". False when broken.
+bool CheckNonzeroProperties(const proto::ObjectId& id, const Record& properties,
+                            std::vector<std::string>& problems) {
+  if (properties.num_devices != 0 && properties.object_size != 0) return true;
+  problems.push_back(MulticastName(id) + " has " + Properties(properties) +
+                     " (size and device count must be nonzero)");
+  return false;
+}
+
+/// The rule "the distinct (process, device) adds number exactly the object's numDevices": a
+/// member outside the participants (e.g. one started without cusnap) leaves the team partial.
+void CheckTeamComplete(const proto::ObjectId& id, const MulticastFacts& facts,
+                       const Record& properties, std::vector<std::string>& problems) {
+  if (facts.devices.size() < properties.num_devices) {
+    std::string members;
+    for (const auto& [pid, r] : facts.reports) members += (members.empty() ? "" : ", ") + ProcessText(pid);
+    problems.push_back(MulticastName(id) + " is a partial team: its " +
+                       std::to_string(properties.num_devices) + " devices were not all added by "
+                       "participants (added: " + DeviceList(facts.devices) + "; members "
+                       "checkpointed: " + members + "). Another process of the team is not a "
+                       "participant (started without cusnap, or outside the checkpointed "
+                       "tree); checkpoint every member of the team together");
+  } else if (facts.devices.size() > properties.num_devices) {
+    problems.push_back(MulticastName(id) + " has " + std::to_string(facts.devices.size()) +
+                       " devices added (" + DeviceList(facts.devices) + ") but was created for " +
+                       std::to_string(properties.num_devices));
+  }
+}
+
+/// One object's team rules, each checked only when the ones before it hold.
+void CheckTeam(std::span<const ParticipantView> participants, const proto::ObjectId& id,
+               const MulticastFacts& facts, std::vector<std::string>& problems) {
+  if (!CheckOneCreator(participants, id, facts, problems)) return;
+  if (!CheckSameProperties(id, facts, problems)) return;
+  const Record& properties = *facts.reports.front().second;
+  if (!CheckNonzeroProperties(id, properties, problems)) return;
+  CheckTeamComplete(id, facts, properties, problems);
+}
+
+/// The rule "a device add, binding or multicast mapping names an object a participant reports".
+void CheckUnreportedObjects(std::span<const ParticipantView> participants,
+                            const MulticastObjects& objects, std::vector<std::string>& problems) {
   for (const auto& p : participants) {
     for (const auto& r : p.records) {
-      const bool member = Is(r, RecordKind::kMulticastDevice) ||
-                          Is(r, RecordKind::kMulticastBinding) ||
-                          Is(r, RecordKind::kMulticastMapping);
-      if (member && !objects.contains(r.id)) {
+      if (IsTeamRecord(r) && !objects.contains(r.id)) {
         problems.push_back(ProcessText(p.pid) + ": " + KindName(r.kind) + " record names " +
                            MulticastName(r.id) + ", which no participant reports");
       }
     }
   }
+}
 
-  // Bindings and multicast mappings, against their object's team and extent.
-  for (const auto& p : participants) {
-    std::vector<std::pair<proto::ObjectId, int>> bound;  // (object, device) of this pid
-    for (const auto& r : p.records) {
-      const auto it = objects.find(r.id);
-      if (it == objects.end() || it->second.creators.size() != 1) continue;
-      const MulticastFacts& facts = it->second;
-      if (Is(r, RecordKind::kMulticastBinding)) {
-        bound.emplace_back(r.id, r.device);
-        const std::string what = ProcessText(p.pid) + ": binding of device " + std::to_string(r.device) +
-                                 " at offset " + std::to_string(r.offset) + " of " + MulticastName(r.id);
-        if (r.size == 0 || r.offset > facts.extent || r.size > facts.extent - r.offset) {
-          problems.push_back(what + " (" + std::to_string(r.size) + " bytes) lies outside the " +
-                             "object's extent (" + std::to_string(facts.extent) + " bytes)");
-        }
-        if ((r.bind_kind != 1 && r.bind_kind != 2) || (r.bind_api != 1 && r.bind_api != 2)) {
-          problems.push_back(what + " has bind kind " + std::to_string(r.bind_kind) + " and ABI " +
-                             std::to_string(r.bind_api) + " (each must be 1 or 2)");
-        }
-        if (r.bind_kind == 2 && r.address == 0) problems.push_back(what + " binds address 0");
-        const bool tracked_member = r.member.local_id != 0;
-        if (r.bind_kind == 1 && tracked_member) {
-          const bool held = std::any_of(p.records.begin(), p.records.end(), [&](const Record& a) {
-            return Is(a, RecordKind::kAllocation) && a.id == r.member;
-          });
-          if (!held) {
-            problems.push_back(what + " binds " + ObjectName(r.member) + ", which this process " +
-                               "no longer holds; keep a handle of every bound member");
-          }
-        }
-        const bool added = std::any_of(facts.devices.begin(), facts.devices.end(),
-                                       [&](const auto& d) { return d.second == r.device; });
-        if (!added) problems.push_back(what + ": that device was never added to the team");
-      } else if (Is(r, RecordKind::kMulticastMapping)) {
-        if (r.offset > facts.extent || r.size > facts.extent - r.offset) {
-          problems.push_back(ProcessText(p.pid) + ": multicast mapping " + Range(r.address, r.size) +
-                             " of " + MulticastName(r.id) + " at offset " + std::to_string(r.offset) +
-                             " lies outside the object's extent (" + std::to_string(facts.extent) +
-                             " bytes)");
-        }
-      }
-    }
-    for (const auto& r : p.records) {
-      if (!Is(r, RecordKind::kMulticastDevice)) continue;
-      const auto it = objects.find(r.id);
-      if (it == objects.end() || it->second.creators.size() != 1) continue;
-      const std::pair<proto::ObjectId, int> key{r.id, r.device};
-      const bool is_bound = std::any_of(bound.begin(), bound.end(), [&](const auto& b) {
-        return b.first == key.first && b.second == key.second;
-      });
-      if (!is_bound) {
-        problems.push_back(ProcessText(p.pid) + ": device " + std::to_string(r.device) + " of " +
-                           MulticastName(r.id) + " was added but nothing is bound for it; a "
-                           "checkpoint needs every device of a team bound");
-      }
+/// The binding's problem with the object's extent ("" when none): a binding lies within the
+/// largest extent any participant's driver accepted.
+std::string BindingOutsideExtent(const std::string& what, const Record& r, uint64_t extent) {
+  if (r.size != 0 && r.offset <= extent && r.size <= extent - r.offset) return "";
+  return what + " (" + std::to_string(r.size) + " bytes) lies outside the " +
+         "object's extent (" + std::to_string(extent) + " bytes)";
+}
+
+/// The binding's problem with its kind and ABI ("" when none): each is 1 or 2.
+std::string BindingKindUnknown(const std::string& what, const Record& r) {
+  if ((r.bind_kind == 1 || r.bind_kind == 2) && (r.bind_api == 1 || r.bind_api == 2)) return "";
+  return what + " has bind kind " + std::to_string(r.bind_kind) + " and ABI " +
+         std::to_string(r.bind_api) + " (each must be 1 or 2)";
+}
+
+/// The binding's problem with its address ("" when none): an address binding has one.
+std::string BindingAtAddressZero(const std::string& what, const Record& r) {
+  return r.bind_kind == 2 && r.address == 0 ? what + " binds address 0" : "";
+}
+
+/// The binding's problem with its member ("" when none): the tracked allocation a handle
+/// binding binds is one the process still holds.
+std::string BoundMemberReleased(const std::string& what, const ParticipantView& p,
+                                const Record& r) {
+  const bool tracked_member = r.member.local_id != 0;
+  if (r.bind_kind != 1 || !tracked_member) return "";
+  const bool held = std::any_of(p.records.begin(), p.records.end(), [&](const Record& a) {
+    return Is(a, RecordKind::kAllocation) && a.id == r.member;
+  });
+  if (held) return "";
+  return what + " binds " + ObjectName(r.member) + ", which this process " +
+         "no longer holds; keep a handle of every bound member";
+}
+
+/// The binding's problem with its device ("" when none): the device was added to the team.
+std::string BindingDeviceNotAdded(const std::string& what, const Record& r,
+                                  const MulticastFacts& facts) {
+  const bool added = std::any_of(facts.devices.begin(), facts.devices.end(),
+                                 [&](const auto& d) { return d.second == r.device; });
+  return added ? "" : what + ": that device was never added to the team";
+}
+
+/// The binding rules, in order, for one binding record of `p`.
+void CheckBinding(const ParticipantView& p, const Record& r, const MulticastFacts& facts,
+                  std::vector<std::string>& problems) {
+  const std::string what = ProcessText(p.pid) + ": binding of device " + std::to_string(r.device) +
+                           " at offset " + std::to_string(r.offset) + " of " + MulticastName(r.id);
+  for (std::string problem : {BindingOutsideExtent(what, r, facts.extent),
+                              BindingKindUnknown(what, r), BindingAtAddressZero(what, r),
+                              BoundMemberReleased(what, p, r),
+                              BindingDeviceNotAdded(what, r, facts)}) {
+    if (!problem.empty()) problems.push_back(std::move(problem));
+  }
+}
+
+/// The rule "a multicast mapping lies within the object's extent".
+void CheckMulticastMapping(const ParticipantView& p, const Record& r, uint64_t extent,
+                           std::vector<std::string>& problems) {
+  if (r.offset <= extent && r.size <= extent - r.offset) return;
+  problems.push_back(ProcessText(p.pid) + ": multicast mapping " + Range(r.address, r.size) +
+                     " of " + MulticastName(r.id) + " at offset " + std::to_string(r.offset) +
+                     " lies outside the object's extent (" + std::to_string(extent) + " bytes)");
+}
+
+/// The facts of the object `r` names when its team has exactly one creator; null otherwise
+/// (the team rules reported it already).
+const MulticastFacts* OneCreatorTeam(const MulticastObjects& objects, const Record& r) {
+  const auto it = objects.find(r.id);
+  return it == objects.end() || it->second.creators.size() != 1 ? nullptr : &it->second;
+}
+
+/// The rule "every device `p` added is bound": a checkpoint needs every device of a team bound.
+void CheckDevicesBound(const ParticipantView& p, const MulticastObjects& objects,
+                       std::vector<std::string>& problems) {
+  for (const auto& r : p.records) {
+    if (!Is(r, RecordKind::kMulticastDevice) || OneCreatorTeam(objects, r) == nullptr) continue;
+    const bool is_bound = std::any_of(p.records.begin(), p.records.end(), [&](const Record& b) {
+      return Is(b, RecordKind::kMulticastBinding) && b.id == r.id && b.device == r.device;
+    });
+    if (!is_bound) {
+      problems.push_back(ProcessText(p.pid) + ": device " + std::to_string(r.device) + " of " +
+                         MulticastName(r.id) + " was added but nothing is bound for it; a "
+                         "checkpoint needs every device of a team bound");
     }
   }
+}
+
+/// Bindings and multicast mappings of `p`, against their object's team and extent; then its
+/// device adds, against its bindings.
+void CheckTeamMember(const ParticipantView& p, const MulticastObjects& objects,
+                     std::vector<std::string>& problems) {
+  for (const auto& r : p.records) {
+    const MulticastFacts* facts = OneCreatorTeam(objects, r);
+    if (facts == nullptr) continue;
+    if (Is(r, RecordKind::kMulticastBinding)) {
+      CheckBinding(p, r, *facts, problems);
+    } else if (Is(r, RecordKind::kMulticastMapping)) {
+      CheckMulticastMapping(p, r, facts->extent, problems);
+    }
+  }
+  CheckDevicesBound(p, objects, problems);
+}
+
+/// Complete teams only (SPEC-REFERENCE H.1 rules 3-6 and the whole-topology rules): exactly
+/// one creator; every member reports the same requested properties; the distinct (process,
+/// device) adds number exactly the object's numDevices (a member outside the participants,
+/// e.g. one started without cusnap, leaves the team partial); every added device is bound;
+/// binds and maps lie within the largest extent any participant's driver accepted (a driver
+/// may round capacity up and libraries bind past the requested size: DRIVER-FACTS, public
+/// reports; SPEC-REFERENCE K.3 #2).
+void CheckMulticast(std::span<const ParticipantView> participants,
+                    std::vector<std::string>& problems) {
+  MulticastObjects objects = CollectMulticastObjects(participants, problems);
+  CollectTeamDevices(participants, objects);
+  for (const auto& [id, facts] : objects) CheckTeam(participants, id, facts, problems);
+  CheckUnreportedObjects(participants, objects, problems);
+  for (const auto& p : participants) CheckTeamMember(p, objects, problems);
 }
 
 }  // namespace

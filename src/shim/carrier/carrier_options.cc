@@ -23,7 +23,7 @@ const char* Setting(const char* name) {
   return value == nullptr || *value == '\0' ? nullptr : value;
 }
 
-// Error level: a mistyped setting must be seen at the default log level (issue 17).
+// Error level: a mistyped setting must be seen at the default log level.
 void Unreadable(const char* name, const char* value, const char* used) {
   CUSNAP_LOG_ERROR("%s=%s cannot be read; using %s", name, value, used);
 }

@@ -1,7 +1,7 @@
 // The zero-chunk scan: which chunks of a device allocation hold only zero bytes, found on
 // the device itself (reading at device memory speed) so those chunks are neither copied
-// nor kept in host memory; restore recreates them with a memset (issue 15: native
-// checkpoint copies empty KV-cache pools byte for byte; the carrier must not). The kernel
+// nor kept in host memory; restore recreates them with a memset (native checkpoint copies
+// empty KV-cache pools byte for byte; the carrier must not). The kernel
 // is a PTX string loaded with cuModuleLoadData: no compiler is needed at run time, and the
 // simulated driver runs the same calls (src/simcuda/kernels.cc, chunk_nonzero_u64).
 #pragma once

@@ -43,7 +43,7 @@ proto::Message HandleControlRequest(const proto::Message& request) {
     case proto::Op::kInspect: {
       proto::InspectReply reply;
       reply.records = table().Inspect();
-      // Multicast objects, devices, bindings and multicast mappings follow (issue 5).
+      // Multicast objects, devices, bindings and multicast mappings follow.
       std::vector<proto::Record> multicast = multicast_table().Inspect();
       reply.records.insert(reply.records.end(), multicast.begin(), multicast.end());
       // Who fetched descriptors of what this process created: every one of them must be a

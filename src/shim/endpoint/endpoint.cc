@@ -141,7 +141,7 @@ struct ConnectionJob {
 }  // namespace
 
 void Endpoint::Dispatch(UniqueFd connection) {
-  // One thread per connection (issue 12): a client that connects and sends nothing holds its
+  // One thread per connection: a client that connects and sends nothing holds its
   // own thread until kRequestTimeoutMs, never the next client's request.
   if (connections_.fetch_add(1, std::memory_order_acq_rel) >= kMaxConnections) {
     connections_.fetch_sub(1, std::memory_order_acq_rel);
@@ -225,7 +225,7 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
     return;
   }
   const auto kind = static_cast<TicketKind>(asked->kind);
-  // The capability, not the guessable id, is what grants the descriptor (issue 12).
+  // The capability, not the guessable id, is what grants the descriptor.
   if (!IsCapabilityOf(asked->capability, kind, id.local_id)) {
     refuse("pid " + std::to_string(self.pid) + ": the request for " + DescribeObject(id) +
            " does not carry its ticket's capability (only a process given a ticket of it "

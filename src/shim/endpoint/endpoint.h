@@ -6,7 +6,7 @@
 //    kMaxConnections at once), which reads the request and answers kExport itself, from the
 //    export cache (a dup() sent by SCM_RIGHTS; no table lock, no CUDA call), so importers are
 //    served while application threads sit in long driver calls, and idle or slow clients
-//    block no one else (issue 12);
+//    block no one else;
 //  - the control thread runs every other request, one at a time (control.h), handed over by
 //    the peer thread through a bounded queue (full: refused at once, nothing changed).
 #pragma once

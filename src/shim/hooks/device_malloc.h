@@ -1,5 +1,5 @@
-// cuMemAlloc / cuMemAllocPitch / cuMemFree served by VMM allocations the shim owns (issue 14,
-// DESIGN.md "What the carrier carries"): each is a tracked POSIX-capable cuMemCreate on the
+// cuMemAlloc / cuMemAllocPitch / cuMemFree served by VMM allocations the shim owns (DESIGN.md
+// "What the carrier carries"): each is a tracked POSIX-capable cuMemCreate on the
 // current context's device, mapped read-write there at a VA the shim reserved, so its bytes
 // go through the host carrier and it can be shared again after a restore (DRIVER-FACTS F3,
 // F11). The application sees what the driver shows for cuMemAlloc memory: one range per

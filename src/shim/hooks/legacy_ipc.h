@@ -1,4 +1,4 @@
-// Legacy CUDA IPC of device memory served over the creators' endpoints (issue 14), like a VMM
+// Legacy CUDA IPC of device memory served over the creators' endpoints, like a VMM
 // ticket import: cuIpcGetMemHandle of memory the shim serves (device_malloc.h) returns a
 // cusnap CUipcMemHandle naming the creator (pid + start time), the allocation id and size and
 // a random 128-bit secret the creator checks on every export request; cuIpcOpenMemHandle of

@@ -1,4 +1,4 @@
-// Hooks of legacy device memory and legacy IPC (issue 14): thin wrappers that pass the gate and
+// Hooks of legacy device memory and legacy IPC: thin wrappers that pass the gate and
 // forward to device_malloc.h and legacy_ipc.h; and the entry points whose memory cusnap cannot
 // carry, each noted when the driver accepted it (the checkpoint refuses the process by name).
 #include "shim/hooks/device_malloc.h"

@@ -232,7 +232,7 @@ CUresult MulticastSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc*
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   // Recorded only when the driver accepted it: a rejected call (bad flags, an unknown device)
-  // changed nothing (issue 12; the driver validates every descriptor before applying any).
+  // changed nothing (the driver validates every descriptor before applying any).
   const CUresult rc = real_set(ptr, size, desc, count);
   if (rc == CUDA_SUCCESS) multicast_table().MergeAccess(ptr, size, desc, count);
   return rc;
@@ -278,8 +278,8 @@ CUresult cuMulticastCreate(CUmemGenericAllocationHandle* mcHandle, const CUmulti
     return real(mcHandle, prop);  // the driver's answer; not shareable as a descriptor: untracked
   }
   CUSNAP_QUIESCE_GATE();
-  // The caller's own output: a failed call leaves in it exactly what the driver left (issue
-  // 12: writing 0 there changed what the application saw).
+  // The caller's own output: a failed call leaves in it exactly what the driver left
+  // (writing 0 there would change what the application sees).
   const CUresult rc = real(mcHandle, prop);
   if (rc != CUDA_SUCCESS) return rc;
   const CUmemGenericAllocationHandle created = *mcHandle;

@@ -106,8 +106,8 @@ CUresult FetchDescriptor(const Ticket& ticket, UniqueFd* raw_fd, uint64_t* size)
 }
 
 // What the driver says of exporting `real` as `type` with `flags` when that is not the plain
-// POSIX export a ticket stands for (issue 12: flags=1 got a ticket, FABRIC of a POSIX-only
-// allocation 801, where the driver returns CUDA_ERROR_INVALID_VALUE). The driver's error as
+// POSIX export a ticket stands for (flags=1, or FABRIC of a POSIX-only allocation, is the
+// driver's CUDA_ERROR_INVALID_VALUE, not a ticket nor 801). The driver's error as
 // it is; CUDA_SUCCESS to go on with a ticket (POSIX with flags the driver accepted); for
 // another type the driver accepts, CUDA_ERROR_NOT_SUPPORTED (that handle would share the
 // allocation behind cusnap's back), what the driver made discarded.

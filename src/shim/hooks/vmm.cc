@@ -82,8 +82,8 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     CUSNAP_QUIESCE_GATE();
     std::optional<Dropped> dropped;
     if (!table().ReleaseHandle(handle, &dropped)) {
-      // Released already, or never ours: whatever the driver says of such a value (issue 12:
-      // a second release returned 400 where the driver returns 1).
+      // Released already, or never ours: whatever the driver says of such a value (1 for a
+      // second release, not the shim's own 400).
       CUSNAP_REAL(cuMemRelease);
       return real_cuMemRelease(handle);
     }
@@ -203,7 +203,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   // Recorded only when the driver accepted it: a rejected call (bad flags, an unknown device)
-  // changed nothing (issue 12; the driver validates every descriptor before applying any).
+  // changed nothing (the driver validates every descriptor before applying any).
   const CUresult rc = real_cuMemSetAccess(ptr, size, desc, count);
   if (rc == CUDA_SUCCESS) table().MergeAccess(ptr, size, desc, count);
   return rc;

@@ -1,5 +1,5 @@
 // A held job stays held, whatever its shell, its terminal or a user does with signals
-// (issue 11: never strand a job). The long-suspend hold stops each participant with SIGSTOP
+// (a job is never stranded). The long-suspend hold stops each participant with SIGSTOP
 // (coordinator/hold.h) while its GPU memory is released; a process that runs on then faults
 // on the first access to that memory. Two signals continue a stopped process:
 // - SIGHUP then SIGCONT, when the shell that started the job in the background exits (the

@@ -23,8 +23,8 @@ using proto::Op;
 using Phase = proto::ShimState;
 
 // What a failed step leaves behind. Either way the state stays where it was (the step undid
-// its partial work or can be run again: SPEC-REFERENCE K.3 #15 made FAILED sticky, which
-// stranded jobs, issue 11) and the failure is kept for `status`.
+// its partial work or can be run again: a sticky FAILED, as in SPEC-REFERENCE K.3 #15, would
+// strand the job) and the failure is kept for `status`.
 enum class OnFailure {
   kStateKept,    // nothing changed in the application's memory
   kDestructive,  // memory may have been changed: kResume is refused from now on

@@ -23,7 +23,7 @@
 // gate stays closed meanwhile. Once a destructive step (release; detach once it destroyed
 // a multicast team) was attempted, kResume is refused: only rolling forward finishes.
 //
-// The lease (issue 11): every request may carry one (StepRequest::lease_ms). While the shim
+// The lease: every request may carry one (StepRequest::lease_ms). While the shim
 // is QUIESCED or SAVED, before kCommit and before anything destructive, a lease that runs
 // out (no request for lease_ms after the last one ended: a command killed with SIGKILL)
 // rolls the shim back by itself: saved bytes discarded, gate open, ACTIVE, and failure()
@@ -109,7 +109,7 @@ class LifecycleSteps {
   }
   /// Importers: fresh descriptors from the creators, mapped at the old VAs, access re-applied.
   virtual Status Import() = 0;
-  /// Multicast rebuild (issue 5; nothing for unicast memory).
+  /// Multicast rebuild (nothing for unicast memory).
   virtual Status MulticastCreate() { return Ok{}; }
   virtual Status MulticastImport() { return Ok{}; }
   virtual Status MulticastJoin() { return Ok{}; }

@@ -82,7 +82,7 @@ class MulticastSteps {
   std::vector<MulticastObjectInfo> held_;   // from Detach until Discard (real = now behind it)
   std::vector<MulticastMapping> mappings_;  // the multicast mappings at Detach
   bool destroyed_ = false;
-  // This cycle's progress, so that each rebuild step can be run again (issue 11): per held_
+  // This cycle's progress, so that each rebuild step can be run again: per held_
   // object, per device added and per binding bound; per mappings_ entry, mapped.
   std::vector<std::vector<char>> joined_;
   std::vector<std::vector<char>> bound_;

@@ -69,7 +69,7 @@ class UnicastSteps final : public LifecycleSteps {
     bool saved = false;  // its bytes are in the carrier (slot order = order in held_)
     CUmemGenericAllocationHandle real = 0;  // the driver handle now behind it
     // What this cycle did to it so far: each step skips what an earlier, failed attempt
-    // of it already did (issue 11: every step can be run again).
+    // of it already did (every step can be run again).
     bool released = false;   // its handle was released (kRelease)
     bool restored = false;   // created or imported again and mapped at every VA
     bool exported = false;   // its fresh descriptor is in the export cache

@@ -1,4 +1,4 @@
-// The process's legacy-memory table (issue 14): the cuMemAlloc / cuMemAllocPitch allocations
+// The process's legacy-memory table: the cuMemAlloc / cuMemAllocPitch allocations
 // the shim serves from VMM allocations of its own (each a tracked allocation of the sharing
 // table, mapped at a VA the shim reserved; the application never sees its logical handle),
 // the legacy IPC secret of each one exported with cuIpcGetMemHandle, the memory this process

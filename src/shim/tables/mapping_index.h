@@ -32,8 +32,8 @@ bool MergeAccessDescriptor(Mapping& mapping, const CUmemAccessDesc& d) {
   const auto type = static_cast<int32_t>(d.location.type);
   // The driver keeps one host access per mapping: a HOST and a HOST_NUMA descriptor set the
   // same value, the last one wins (DRIVER-FACTS F12). So one entry stands for both, and it
-  // names the last descriptor's kind: replaying two entries in another order changed what
-  // cuMemGetAccess(HOST) answered after a restore (issue 12).
+  // names the last descriptor's kind: replaying two entries in another order would change
+  // what cuMemGetAccess(HOST) answers after a restore.
   const auto is_host = [](int32_t t) {
     return t == CU_MEM_LOCATION_TYPE_HOST || t == CU_MEM_LOCATION_TYPE_HOST_NUMA;
   };
