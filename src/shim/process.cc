@@ -21,20 +21,22 @@
 namespace cusnap::shim {
 namespace {
 
-// The carrier and the lifecycle over this root's tables and the real driver.
+// The carrier and the lifecycle over this root's tables and the real driver: what a
+// checkpoint and its restore run on.
 struct Restorer {
   HostCarrier carrier;
-  UnicastSteps steps;
-  MulticastSteps multicast;  // issue 5: multicast teams (multicast_steps.h)
-  StepsWithMulticast all;    // both, as the one LifecycleSteps the lifecycle drives
-  Lifecycle lifecycle;
+  DrainSteps drain;
+  UnicastSteps unicast;
+  MulticastSteps multicast;
+  Lifecycle lifecycle;  // drives the three step sets in this order
   Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
            QuiesceGate& gate, DeviceWork& device_work)
       : carrier(driver(), CarrierOptionsFromEnvironment()),
-        steps(driver(), table, cache, carrier, &FetchFromCreator),
+        drain(driver(), device_work),
+        unicast(driver(), table, cache, carrier, &FetchFromCreator),
         multicast(driver(), table, multicast_table, cache, &FetchFromCreator),
-        all(steps, multicast, &driver(), &device_work),
-        lifecycle(all, gate, HeldMarkerPath(ControlDir(), static_cast<int>(::getpid()))) {}
+        lifecycle({&drain, &unicast, &multicast}, gate,
+                  HeldMarkerPath(ControlDir(), static_cast<int>(::getpid()))) {}
 };
 
 // Endpoint start, without locks (a fork child must never wait on a lock a vanished thread
