@@ -43,10 +43,10 @@ struct Restorer {
 // held): one thread wins kNeeded -> kStarting and starts it; others carry on without it.
 enum EndpointState : int { kNeeded = 0, kStarting = 1, kRunning = 2, kFailedToStart = 3 };
 
-// Everything a process tracks. Never destroyed: application and endpoint threads may still
-// use it while exit handlers run; a fork child leaks the parent's (nothing freed through
-// CUDA: the parent still owns those allocations).
-struct Process {
+// Everything a process tracks, and what its endpoint serves. Never destroyed: application
+// and endpoint threads may still use it while exit handlers run; a fork child leaks the
+// parent's (nothing freed through CUDA: the parent still owns those allocations).
+struct Process final : ServedProcess {
   SharingTable table;
   MulticastTable multicast;
   MallocTable malloc;
@@ -64,6 +64,28 @@ struct Process {
     if (restorer.compare_exchange_strong(built, fresh, std::memory_order_acq_rel)) return *fresh;
     delete fresh;  // another thread published first
     return *built;
+  }
+
+  SharingTable& sharing_table() override { return table; }
+  MulticastTable& multicast_table() override { return multicast; }
+  MallocTable& malloc_table() override { return malloc; }
+  ExportCache& export_cache() override { return cache; }
+  proto::ShimState LifecycleState() const override {
+    const Restorer* built = restorer.load(std::memory_order_acquire);
+    return built != nullptr ? built->lifecycle.phase() : proto::ShimState::kActive;
+  }
+  std::string LifecycleFailure() const override {
+    const Restorer* built = restorer.load(std::memory_order_acquire);
+    return built != nullptr ? built->lifecycle.failure() : std::string();
+  }
+  std::string LifecycleCheckpointId() const override {
+    const Restorer* built = restorer.load(std::memory_order_acquire);
+    return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
+  }
+  uint64_t CarrierGrowthFor(size_t bytes) override { return Restore().carrier.GrowthFor(bytes); }
+  Result<proto::StepReply> RunStep(const proto::StepRequest& request) override {
+    GateBypass bypass;
+    return Restore().lifecycle.Handle(request);
   }
 };
 
@@ -145,7 +167,7 @@ void EnsureEndpoint() {
     return;
   }
   const std::string dir = ControlDir();
-  Result<Endpoint*> endpoint = Endpoint::Start(dir);
+  Result<Endpoint*> endpoint = Endpoint::Start(dir, process);
   if (!endpoint.ok()) {
     CUSNAP_LOG_ERROR("no endpoint for this process (checkpoint will refuse it): %s",
                      endpoint.error().message.c_str());
@@ -159,27 +181,6 @@ void EnsureEndpoint() {
 const char* EndpointSocketPath() {
   Endpoint* endpoint = Root().endpoint.load(std::memory_order_acquire);
   return endpoint != nullptr ? endpoint->path().c_str() : "";
-}
-
-Result<proto::StepReply> HandleLifecycleRequest(const proto::StepRequest& request) {
-  // Lifecycle work may pass through the shim's own hooks while the gate is closed.
-  GateBypass bypass;
-  return Root().Restore().lifecycle.Handle(request);
-}
-
-proto::ShimState LifecycleState() {
-  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
-  return built != nullptr ? built->lifecycle.phase() : proto::ShimState::kActive;
-}
-
-std::string LifecycleFailure() {
-  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
-  return built != nullptr ? built->lifecycle.failure() : std::string();
-}
-
-std::string LifecycleCheckpointId() {
-  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
-  return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
 }
 
 CarryScope carry_scope() {
