@@ -48,8 +48,8 @@ Result<UniqueFd> OpenControlDir(const std::string& dir);
 std::string UnsafeControlDir(const std::string& dir);
 
 /// The hold marker of process `pid` in control directory `dir`: "<dir>/<pid>.held". It
-/// exists while `cusnap checkpoint` holds the process stopped (coordinator/participants/hold.h); the
-/// shim's hold guard reads it (shim/lifecycle/hold_guard.h).
+/// exists while `cusnap checkpoint` holds the process stopped (coordinator/participants/hold.h);
+/// the shim's hold guard reads it (shim/hold/hold_guard.h).
 std::string HeldMarkerPath(const std::string& dir, int pid);
 
 /// The shim's side: refuses (EPERM) when a parent fails ControlDirAncestorsProblem, then

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace cusnap::proto {
 
@@ -29,9 +30,10 @@ inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// (socket.h, ReceiveMessage).
 inline constexpr uint16_t kVersion = 6;
 
-/// Requests a client can send: X(enumerator, value, name). Lifecycle operations run on the
-/// shim's control thread, one at a time; kExport is served by the peer thread from the export
-/// cache (no table lock).
+/// Requests a client can send: X(enumerator, value, name, kind), the kind an OpKind (below):
+/// kStep ops run on the shim's control thread, one at a time, as lifecycle steps; kQuery ops
+/// there too, answered from the tables; kExport (kPeer) is served by the peer thread from the
+/// export cache (no table lock).
 ///  kExport: a fresh raw POSIX descriptor for (creator id, allocation id)
 ///  kIdentify: pid, start time, state, counts, failure text, untracked imports
 ///  kInspect: the sharing table as Records (read-only)
@@ -61,26 +63,26 @@ inline constexpr uint16_t kVersion = 6;
 ///    directory StepRequest::carrier_path names, back into the arena (nothing when the
 ///    carrier was not written out); kReallocate refuses until then
 #define CUSNAP_PROTO_OPS(X)                          \
-  X(kExport, 1, "EXPORT")                            \
-  X(kIdentify, 2, "IDENTIFY")                        \
-  X(kInspect, 3, "INSPECT")                          \
-  X(kQuiesce, 4, "QUIESCE")                          \
-  X(kDetachMulticast, 5, "DETACH_MULTICAST")         \
-  X(kSave, 6, "SAVE")                                \
-  X(kRelease, 7, "RELEASE")                          \
-  X(kReallocate, 8, "REALLOCATE")                    \
-  X(kImport, 9, "IMPORT")                            \
-  X(kMulticastCreate, 10, "MULTICAST_CREATE")        \
-  X(kMulticastImport, 11, "MULTICAST_IMPORT")        \
-  X(kMulticastJoin, 12, "MULTICAST_JOIN")            \
-  X(kMulticastBind, 13, "MULTICAST_BIND")            \
-  X(kResume, 14, "RESUME")                           \
-  X(kActivate, 15, "ACTIVATE")                       \
-  X(kCheckResources, 16, "CHECK_RESOURCES")         \
-  X(kRenew, 17, "RENEW")                             \
-  X(kCommit, 18, "COMMIT")                           \
-  X(kWriteCarrier, 19, "WRITE_CARRIER")              \
-  X(kReadCarrier, 20, "READ_CARRIER")
+  X(kExport, 1, "EXPORT", kPeer)                     \
+  X(kIdentify, 2, "IDENTIFY", kQuery)                \
+  X(kInspect, 3, "INSPECT", kQuery)                  \
+  X(kQuiesce, 4, "QUIESCE", kStep)                   \
+  X(kDetachMulticast, 5, "DETACH_MULTICAST", kStep)  \
+  X(kSave, 6, "SAVE", kStep)                         \
+  X(kRelease, 7, "RELEASE", kStep)                   \
+  X(kReallocate, 8, "REALLOCATE", kStep)             \
+  X(kImport, 9, "IMPORT", kStep)                     \
+  X(kMulticastCreate, 10, "MULTICAST_CREATE", kStep) \
+  X(kMulticastImport, 11, "MULTICAST_IMPORT", kStep) \
+  X(kMulticastJoin, 12, "MULTICAST_JOIN", kStep)     \
+  X(kMulticastBind, 13, "MULTICAST_BIND", kStep)     \
+  X(kResume, 14, "RESUME", kStep)                    \
+  X(kActivate, 15, "ACTIVATE", kStep)                \
+  X(kCheckResources, 16, "CHECK_RESOURCES", kQuery)  \
+  X(kRenew, 17, "RENEW", kStep)                      \
+  X(kCommit, 18, "COMMIT", kStep)                    \
+  X(kWriteCarrier, 19, "WRITE_CARRIER", kStep)       \
+  X(kReadCarrier, 20, "READ_CARRIER", kStep)
 
 /// The shim's lifecycle states (DESIGN.md, "Lifecycle"): X(enumerator, value, name).
 /// kRestored: the multicast rebuild is done and the coordinator still compares INSPECT with
@@ -103,8 +105,15 @@ inline constexpr uint16_t kVersion = 6;
 #define CUSNAP_PROTO_NAME_CASE(name, value, text) \
   case name:                                      \
     return text;
+#define CUSNAP_PROTO_OP_ENUMERATOR(name, value, text, kind) name = value,
+#define CUSNAP_PROTO_OP_NAME_CASE(name, value, text, kind) \
+  case name:                                               \
+    return text;
+#define CUSNAP_PROTO_OP_KIND_CASE(name, value, text, kind) \
+  case name:                                               \
+    return OpKind::kind;
 
-enum class Op : uint16_t { CUSNAP_PROTO_OPS(CUSNAP_PROTO_ENUMERATOR) };
+enum class Op : uint16_t { CUSNAP_PROTO_OPS(CUSNAP_PROTO_OP_ENUMERATOR) };
 enum class ShimState : uint32_t { CUSNAP_PROTO_SHIM_STATES(CUSNAP_PROTO_ENUMERATOR) };
 
 /// Name of a value outside the lists below.
@@ -114,8 +123,20 @@ inline constexpr const char* kUnknownName = "UNKNOWN";
 /// outside the list.
 constexpr const char* OpName(Op op) {
   using enum Op;
-  switch (op) { CUSNAP_PROTO_OPS(CUSNAP_PROTO_NAME_CASE) }
+  switch (op) { CUSNAP_PROTO_OPS(CUSNAP_PROTO_OP_NAME_CASE) }
   return kUnknownName;
+}
+
+/// Who answers an op in the shim (the kind column of CUSNAP_PROTO_OPS): kPeer, the endpoint's
+/// peer thread, from the export cache; kQuery, the control thread, from the tables, changing
+/// nothing; kStep, the control thread, a lifecycle step (StepRequest in, StepReply out).
+enum class OpKind : uint8_t { kPeer, kQuery, kStep };
+
+/// The op's kind; nullopt for a value outside the list.
+constexpr std::optional<OpKind> KindOf(Op op) {
+  using enum Op;
+  switch (op) { CUSNAP_PROTO_OPS(CUSNAP_PROTO_OP_KIND_CASE) }
+  return std::nullopt;
 }
 
 /// The state's name as DESIGN.md writes it ("ACTIVE", "QUIESCED", ...); kUnknownName for a
@@ -128,6 +149,9 @@ constexpr const char* ShimStateName(ShimState state) {
 
 #undef CUSNAP_PROTO_ENUMERATOR
 #undef CUSNAP_PROTO_NAME_CASE
+#undef CUSNAP_PROTO_OP_ENUMERATOR
+#undef CUSNAP_PROTO_OP_NAME_CASE
+#undef CUSNAP_PROTO_OP_KIND_CASE
 
 /// FrameHeader flags.
 inline constexpr uint32_t kMore = 1u << 0;  ///< more packets of this message follow

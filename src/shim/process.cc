@@ -21,47 +21,71 @@
 namespace cusnap::shim {
 namespace {
 
-// The carrier and the lifecycle over this root's tables and the real driver.
-struct Restorer {
+// The carrier and the lifecycle over this root's tables and the real driver: what a
+// checkpoint and its restore run on.
+struct CheckpointWork {
   HostCarrier carrier;
-  UnicastSteps steps;
-  MulticastSteps multicast;  // multicast teams (multicast_steps.h)
-  StepsWithMulticast all;    // both, as the one LifecycleSteps the lifecycle drives
-  Lifecycle lifecycle;
-  Restorer(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
+  DrainSteps drain;
+  UnicastSteps unicast;
+  MulticastSteps multicast;
+  Lifecycle lifecycle;  // drives the three step sets in this order
+  CheckpointWork(SharingTable& table, MulticastTable& multicast_table, ExportCache& cache,
            QuiesceGate& gate, DeviceWork& device_work)
       : carrier(driver(), CarrierOptionsFromEnvironment()),
-        steps(driver(), table, cache, carrier, &FetchFromCreator),
+        drain(driver(), device_work),
+        unicast(driver(), table, cache, carrier, &FetchFromCreator),
         multicast(driver(), table, multicast_table, cache, &FetchFromCreator),
-        all(steps, multicast, &driver(), &device_work),
-        lifecycle(all, gate, HeldMarkerPath(ControlDir(), static_cast<int>(::getpid()))) {}
+        lifecycle({&drain, &unicast, &multicast}, gate,
+                  HeldMarkerPath(ControlDir(), static_cast<int>(::getpid()))) {}
 };
 
 // Endpoint start, without locks (a fork child must never wait on a lock a vanished thread
 // held): one thread wins kNeeded -> kStarting and starts it; others carry on without it.
 enum EndpointState : int { kNeeded = 0, kStarting = 1, kRunning = 2, kFailedToStart = 3 };
 
-// Everything a process tracks. Never destroyed: application and endpoint threads may still
-// use it while exit handlers run; a fork child leaks the parent's (nothing freed through
-// CUDA: the parent still owns those allocations).
-struct Process {
+// Everything a process tracks, and what its endpoint serves. Never destroyed: application
+// and endpoint threads may still use it while exit handlers run; a fork child leaks the
+// parent's (nothing freed through CUDA: the parent still owns those allocations).
+struct Process final : ServedProcess {
   SharingTable table;
   MulticastTable multicast;
   MallocTable malloc;
   ExportCache cache;
   QuiesceGate gate;
   DeviceWork device_work;
-  std::atomic<Restorer*> restorer{nullptr};  // built at first use (Restore())
+  std::atomic<CheckpointWork*> checkpoint_work{nullptr};  // built at first use (Work())
   std::atomic<int> endpoint_state{kNeeded};
   std::atomic<Endpoint*> endpoint{nullptr};
 
-  Restorer& Restore() {
-    Restorer* built = restorer.load(std::memory_order_acquire);
+  CheckpointWork& Work() {
+    CheckpointWork* built = checkpoint_work.load(std::memory_order_acquire);
     if (built != nullptr) return *built;
-    auto* fresh = new Restorer(table, multicast, cache, gate, device_work);
-    if (restorer.compare_exchange_strong(built, fresh, std::memory_order_acq_rel)) return *fresh;
+    auto* fresh = new CheckpointWork(table, multicast, cache, gate, device_work);
+    if (checkpoint_work.compare_exchange_strong(built, fresh, std::memory_order_acq_rel)) return *fresh;
     delete fresh;  // another thread published first
     return *built;
+  }
+
+  SharingTable& sharing_table() override { return table; }
+  MulticastTable& multicast_table() override { return multicast; }
+  MallocTable& malloc_table() override { return malloc; }
+  ExportCache& export_cache() override { return cache; }
+  proto::ShimState LifecycleState() const override {
+    const CheckpointWork* built = checkpoint_work.load(std::memory_order_acquire);
+    return built != nullptr ? built->lifecycle.phase() : proto::ShimState::kActive;
+  }
+  std::string LifecycleFailure() const override {
+    const CheckpointWork* built = checkpoint_work.load(std::memory_order_acquire);
+    return built != nullptr ? built->lifecycle.failure() : std::string();
+  }
+  std::string LifecycleCheckpointId() const override {
+    const CheckpointWork* built = checkpoint_work.load(std::memory_order_acquire);
+    return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
+  }
+  uint64_t CarrierGrowthFor(size_t bytes) override { return Work().carrier.GrowthFor(bytes); }
+  Result<proto::StepReply> RunStep(const proto::StepRequest& request) override {
+    GateBypass bypass;
+    return Work().lifecycle.Handle(request);
   }
 };
 
@@ -132,7 +156,7 @@ QuiesceGate& gate() { return Root().gate; }
 
 DeviceWork& device_work() { return Root().device_work; }
 
-HostCarrier& carrier() { return Root().Restore().carrier; }
+HostCarrier& carrier() { return Root().Work().carrier; }
 
 void EnsureEndpoint() {
   Process& process = Root();
@@ -143,7 +167,7 @@ void EnsureEndpoint() {
     return;
   }
   const std::string dir = ControlDir();
-  Result<Endpoint*> endpoint = Endpoint::Start(dir);
+  Result<Endpoint*> endpoint = Endpoint::Start(dir, process);
   if (!endpoint.ok()) {
     CUSNAP_LOG_ERROR("no endpoint for this process (checkpoint will refuse it): %s",
                      endpoint.error().message.c_str());
@@ -157,27 +181,6 @@ void EnsureEndpoint() {
 const char* EndpointSocketPath() {
   Endpoint* endpoint = Root().endpoint.load(std::memory_order_acquire);
   return endpoint != nullptr ? endpoint->path().c_str() : "";
-}
-
-Result<proto::StepReply> HandleLifecycleRequest(const proto::StepRequest& request) {
-  // Lifecycle work may pass through the shim's own hooks while the gate is closed.
-  GateBypass bypass;
-  return Root().Restore().lifecycle.Handle(request);
-}
-
-proto::ShimState LifecycleState() {
-  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
-  return built != nullptr ? built->lifecycle.phase() : proto::ShimState::kActive;
-}
-
-std::string LifecycleFailure() {
-  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
-  return built != nullptr ? built->lifecycle.failure() : std::string();
-}
-
-std::string LifecycleCheckpointId() {
-  const Restorer* built = Root().restorer.load(std::memory_order_acquire);
-  return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
 }
 
 CarryScope carry_scope() {

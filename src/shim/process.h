@@ -63,21 +63,6 @@ void EnsureEndpoint();
 /// The path of this process's endpoint socket ("" when none runs).
 const char* EndpointSocketPath();
 
-/// Runs one lifecycle request (kQuiesce .. kActivate; Lifecycle::Handle) on the control
-/// thread, past the gate (lifecycle work may go through the shim's own hooks while the gate
-/// is closed). Builds the lifecycle at the first request.
-Result<proto::StepReply> HandleLifecycleRequest(const proto::StepRequest& request);
-
-/// The lifecycle's state now: ACTIVE until the first lifecycle request (reading it never
-/// builds the lifecycle, so kIdentify does not load libcuda into a process without CUDA).
-proto::ShimState LifecycleState();
-
-/// Why the shim is FAILED ("" otherwise).
-std::string LifecycleFailure();
-
-/// The checkpoint whose bytes the shim holds (Lifecycle::checkpoint_id; "" when none).
-std::string LifecycleCheckpointId();
-
 /// Which cuMemCreate allocations the shim tracks and carries (CUSNAP_CARRY, read once):
 /// every one (kAll, the default) or only POSIX-capable ones (kShared).
 CarryScope carry_scope();

@@ -243,7 +243,7 @@ TEST_F(CliJobHold, StoppedHeldJobOutlivesItsHeartbeatMonitor) {
 // process group of its own in the shell's session), and the shell exits while the job is
 // held. The job's group is then orphaned with a stopped member, and the kernel sends every
 // member SIGHUP, then SIGCONT: with SIGHUP's default disposition the held job would die
-// (shim/lifecycle/hold_guard.h). It must stay held, and the
+// (shim/hold/hold_guard.h). It must stay held, and the
 // restore must bring back every byte.
 TEST_F(CliJobHold, HeldJobOutlivesTheShellThatStartedIt) {
   pid_t shell = 0;

@@ -7,11 +7,14 @@ cusnap_add_gtest(lifecycle_state_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_drain_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_gate_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/lifecycle_lease_watch_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_state_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/lifecycle_threads_test.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/drain.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lifecycle.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/hold_guard.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lease_watch.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/hold/hold_again.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/hold/hold_guard.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/quiesce.cc
   LIBS cusnap_common pthread
   LABELS unit)

@@ -8,7 +8,9 @@ cusnap_add_gtest(multicast_unit_test
     ${CMAKE_SOURCE_DIR}/src/shim/tables/capabilities.cc
     ${CMAKE_SOURCE_DIR}/src/shim/tables/handles.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lifecycle.cc
-    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/hold_guard.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/lease_watch.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/hold/hold_again.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/hold/hold_guard.cc
     ${CMAKE_SOURCE_DIR}/src/shim/lifecycle/quiesce.cc
   LIBS cusnap_common cusnap_cuda_headers pthread
   LABELS unit)

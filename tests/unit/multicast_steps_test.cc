@@ -100,18 +100,18 @@ TEST_F(MulticastStepsTest, BindFailedOnAccessRunsAgainAndMapsTheVaOnce) {
       test::SimSymbol("simcuda_test_inject_fault"));
   ASSERT_NE(inject, nullptr);
   MulticastSteps steps(api, sharing_, table_, cache_, NoFetch);
-  ASSERT_TRUE(steps.Detach().ok());
-  ASSERT_TRUE(steps.Create().ok());
-  ASSERT_TRUE(steps.Join().ok());
+  ASSERT_TRUE(steps.DetachMulticast().ok());
+  ASSERT_TRUE(steps.MulticastCreate().ok());
+  ASSERT_TRUE(steps.MulticastJoin().ok());
 
   inject("cuMemSetAccess", 1, CUDA_ERROR_OUT_OF_MEMORY);
-  Status failed = steps.Bind();
+  Status failed = steps.MulticastBind();
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_THAT(failed.error().message, HasSubstr("cuMemSetAccess at"));
 
   // The failed attempt's mapping was undone: the retry maps the VA again, with its access.
-  Status again = steps.Bind();
+  Status again = steps.MulticastBind();
   ASSERT_TRUE(again.ok()) << again.error().message;
   CUmemLocation location{};
   location.type = CU_MEM_LOCATION_TYPE_DEVICE;

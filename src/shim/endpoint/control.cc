@@ -1,13 +1,12 @@
-// The control thread's dispatch (control.h).
+// The control thread's dispatch (control.h): an op's kind (protocol.h) says where it goes.
 #include "shim/endpoint/control.h"
 
 #include "common/durations.h"
 #include "common/ids.h"
 #include "common/text.h"
 #include "shim/endpoint/resources.h"
-#include "shim/process.h"
+#include "shim/intercept/driver_api.h"
 #include "shim/tables/gpu_identity.h"
-#include "shim/tables/multicast_table.h"
 
 namespace cusnap::shim {
 namespace {
@@ -16,87 +15,88 @@ proto::Message Refuse(proto::Op op, const std::string& why) {
   return proto::EncodeError(op, Error{-1, ProcessText(SelfIdentity().pid) + ": " + why});
 }
 
+proto::Message Identify(ServedProcess& served) {
+  const ProcessIdentity self = SelfIdentity();
+  const TableCounts counts = served.sharing_table().Counts();
+  proto::IdentifyReply reply;
+  reply.pid = self.pid;
+  reply.start_time = self.start_time;
+  reply.state = served.LifecycleState();
+  reply.records = counts.records + served.multicast_table().RecordCount();
+  reply.untracked_imports = counts.untracked_imports;
+  reply.tracked_bytes = counts.tracked_bytes;
+  reply.created_total = counts.created_total;
+  reply.created_host_numa = counts.created_host_numa;
+  // What the checkpoint's refusal names: each untracked import's location and VA ranges.
+  reply.untracked = served.sharing_table().UntrackedRecords();
+  for (const std::string& api : served.malloc_table().Unsupported()) {
+    reply.unsupported += api + "\n";
+  }
+  reply.failure = served.LifecycleFailure();
+  reply.checkpoint_id = served.LifecycleCheckpointId();
+  return reply.Encode();
+}
+
+proto::Message Inspect(ServedProcess& served) {
+  proto::InspectReply reply;
+  reply.records = served.sharing_table().Inspect();
+  // Multicast objects, devices, bindings and multicast mappings follow.
+  std::vector<proto::Record> multicast = served.multicast_table().Inspect();
+  reply.records.insert(reply.records.end(), multicast.begin(), multicast.end());
+  // Who fetched descriptors of what this process created: every one of them must be a
+  // participant too (the coordinator's topology validation).
+  reply.importers = served.export_cache().LiveImporters(SelfIdentity());
+  // What the records' ordinals name. Only a process with records has used CUDA: asking
+  // never loads the driver into one that did not (a launcher). RELEASED: the process may
+  // be natively locked, where every driver call blocks; the list from before serves.
+  if (!reply.records.empty()) {
+    reply.device_uuids =
+        JoinedGpuUuids(driver(), served.LifecycleState() != proto::ShimState::kReleased);
+  }
+  return reply.Encode();
+}
+
+proto::Message CheckResourcesOf(ServedProcess& served, const proto::Message& request) {
+  Result<proto::ResourcesRequest> need = proto::ResourcesRequest::Decode(request);
+  if (!need.ok()) return proto::EncodeError(request.op, need.error());
+  // Only a creator has a carrier to grow (asking builds it, resolving the driver).
+  const uint64_t growth =
+      need->carrier_bytes == 0 ? 0 : served.CarrierGrowthFor(static_cast<size_t>(need->carrier_bytes));
+  Result<proto::ResourcesReply> have = CheckResources(*need, growth);
+  return have.ok() ? have->Encode() : proto::EncodeError(request.op, have.error());
+}
+
+proto::Message Step(ServedProcess& served, const proto::Message& request) {
+  Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
+  if (!step.ok()) return proto::EncodeError(request.op, step.error());
+  // Refused before anything, the lease included, changes: the lease watch waits only on a
+  // duration in range.
+  if (std::string bad = StepDurationsProblem(*step); !bad.empty()) {
+    return Refuse(request.op, std::string(proto::OpName(request.op)) + " refused: " + bad);
+  }
+  Result<proto::StepReply> reply = served.RunStep(*step);
+  return reply.ok() ? reply->Encode(request.op) : proto::EncodeError(request.op, reply.error());
+}
+
 }  // namespace
 
-proto::Message HandleControlRequest(const proto::Message& request) {
+proto::Message HandleControlRequest(ServedProcess& served, const proto::Message& request) {
   const proto::Op op = request.op;
+  const std::optional<proto::OpKind> kind = proto::KindOf(op);
+  if (kind == proto::OpKind::kStep) return Step(served, request);
+  if (kind == proto::OpKind::kPeer) {
+    return Refuse(op, std::string(proto::OpName(op)) +
+                          " is served by the peer thread, not the control thread");
+  }
   switch (op) {
-    case proto::Op::kIdentify: {
-      const ProcessIdentity self = SelfIdentity();
-      const TableCounts counts = table().Counts();
-      proto::IdentifyReply reply;
-      reply.pid = self.pid;
-      reply.start_time = self.start_time;
-      reply.state = LifecycleState();
-      reply.records = counts.records + multicast_table().RecordCount();
-      reply.untracked_imports = counts.untracked_imports;
-      reply.tracked_bytes = counts.tracked_bytes;
-      reply.created_total = counts.created_total;
-      reply.created_host_numa = counts.created_host_numa;
-      // What the checkpoint's refusal names: each untracked import's location and VA ranges.
-      reply.untracked = table().UntrackedRecords();
-      for (const std::string& api : malloc_table().Unsupported()) reply.unsupported += api + "\n";
-      reply.failure = LifecycleFailure();
-      reply.checkpoint_id = LifecycleCheckpointId();
-      return reply.Encode();
-    }
-    case proto::Op::kInspect: {
-      proto::InspectReply reply;
-      reply.records = table().Inspect();
-      // Multicast objects, devices, bindings and multicast mappings follow.
-      std::vector<proto::Record> multicast = multicast_table().Inspect();
-      reply.records.insert(reply.records.end(), multicast.begin(), multicast.end());
-      // Who fetched descriptors of what this process created: every one of them must be a
-      // participant too (the coordinator's topology validation).
-      reply.importers = export_cache().LiveImporters(SelfIdentity());
-      // What the records' ordinals name. Only a process with records has used CUDA: asking
-      // never loads the driver into one that did not (a launcher). RELEASED: the process may
-      // be natively locked, where every driver call blocks; the list from before serves.
-      if (!reply.records.empty()) {
-        reply.device_uuids =
-            JoinedGpuUuids(driver(), LifecycleState() != proto::ShimState::kReleased);
-      }
-      return reply.Encode();
-    }
-    case proto::Op::kCheckResources: {
-      Result<proto::ResourcesRequest> need = proto::ResourcesRequest::Decode(request);
-      if (!need.ok()) return proto::EncodeError(op, need.error());
-      // Only a creator has a carrier to grow (asking builds it, resolving the driver).
-      const uint64_t growth =
-          need->carrier_bytes == 0
-              ? 0
-              : carrier().GrowthFor(static_cast<size_t>(need->carrier_bytes));
-      Result<proto::ResourcesReply> have = CheckResources(*need, growth);
-      return have.ok() ? have->Encode() : proto::EncodeError(op, have.error());
-    }
-    case proto::Op::kExport:
-      return Refuse(op, "kExport is served by the peer thread, not the control thread");
-    case proto::Op::kQuiesce:
-    case proto::Op::kDetachMulticast:
-    case proto::Op::kSave:
-    case proto::Op::kRelease:
-    case proto::Op::kReallocate:
-    case proto::Op::kImport:
-    case proto::Op::kMulticastCreate:
-    case proto::Op::kMulticastImport:
-    case proto::Op::kMulticastJoin:
-    case proto::Op::kMulticastBind:
-    case proto::Op::kResume:
-    case proto::Op::kActivate:
-    case proto::Op::kRenew:
-    case proto::Op::kCommit:
-    case proto::Op::kWriteCarrier:
-    case proto::Op::kReadCarrier: {
-      Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
-      if (!step.ok()) return proto::EncodeError(op, step.error());
-      // Refused before anything, the lease included, changes: the watcher waits only on a
-      // duration in range.
-      if (std::string bad = StepDurationsProblem(*step); !bad.empty()) {
-        return Refuse(op, std::string(proto::OpName(op)) + " refused: " + bad);
-      }
-      Result<proto::StepReply> reply = HandleLifecycleRequest(*step);
-      return reply.ok() ? reply->Encode(op) : proto::EncodeError(op, reply.error());
-    }
+    case proto::Op::kIdentify:
+      return Identify(served);
+    case proto::Op::kInspect:
+      return Inspect(served);
+    case proto::Op::kCheckResources:
+      return CheckResourcesOf(served, request);
+    default:  // a step or a peer op (above), or a value outside the list
+      break;
   }
   return Refuse(op, "unknown control operation " + std::to_string(static_cast<unsigned>(op)));
 }

@@ -20,7 +20,6 @@
 #include "common/socket.h"
 #include "shim/endpoint/control.h"
 #include "shim/intercept/cuda_abi.h"
-#include "shim/process.h"
 #include "shim/quiet_thread.h"
 #include "shim/tables/capabilities.h"
 
@@ -72,7 +71,7 @@ bool StartThread(void* (*main)(void*), void* arg, const char* name, size_t stack
 
 }  // namespace
 
-Result<Endpoint*> Endpoint::Start(const std::string& control_dir) {
+Result<Endpoint*> Endpoint::Start(const std::string& control_dir, ServedProcess& served) {
   // Not ours, not 0700, or a symbolic link: no endpoint there (control_dir.h).
   Result<UniqueFd> dir = MakeControlDir(control_dir);
   if (!dir.ok()) return dir.error();
@@ -93,7 +92,7 @@ Result<Endpoint*> Endpoint::Start(const std::string& control_dir) {
   Result<UniqueFd> listener = ListenSeqpacket(path, 16);
   if (!listener.ok()) return listener.error();
 
-  auto* endpoint = new Endpoint();
+  auto* endpoint = new Endpoint(served);
   endpoint->path_ = path;
   endpoint->owner_pid_ = self.pid;
   endpoint->listener_ = std::move(*listener);
@@ -233,7 +232,7 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
     return;
   }
   proto::ExportReply reply{id, asked->kind, 0, {}};
-  reply.fd.reset(export_cache().Dup(kind, id.local_id, &reply.size));
+  reply.fd.reset(served_.export_cache().Dup(kind, id.local_id, &reply.size));
   if (!reply.fd.valid()) {
     refuse("pid " + std::to_string(self.pid) + ": " + DescribeObject(id) +
            " is not exported (released, or never exported)");
@@ -252,7 +251,7 @@ void Endpoint::NoteImporter(int connection, TicketKind kind, const proto::Object
   // A start time of 0: the importer is gone already, and a gone importer does not count.
   const uint64_t start = ProcessStartTime(peer.pid);
   if (start == 0) return;
-  if (!export_cache().NoteImporter(kind, id.local_id, peer.pid, start)) {
+  if (!served_.export_cache().NoteImporter(kind, id.local_id, peer.pid, start)) {
     CUSNAP_LOG_WARN("endpoint %s: %s has more than %u live importers; pid %d is not "
                     "remembered, and a checkpoint cannot check that it is a participant",
                     path_.c_str(), DescribeObject(id).c_str(), proto::kMaxImportersPerObject,
@@ -286,7 +285,8 @@ void* Endpoint::ControlMain(void* arg) {
       next = std::move(self->queue_.front());
       self->queue_.pop_front();
     }
-    self->Reply(next.connection.get(), HandleControlRequest(next.request), kReplyTimeoutMs);
+    self->Reply(next.connection.get(), HandleControlRequest(self->served_, next.request),
+                kReplyTimeoutMs);
   }
 }
 

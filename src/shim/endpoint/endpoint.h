@@ -22,6 +22,7 @@
 #include "common/messages.h"
 #include "common/ticket.h"
 #include "common/unique_fd.h"
+#include "shim/endpoint/served.h"
 
 namespace cusnap::shim {
 
@@ -42,8 +43,9 @@ class Endpoint {
   /// Creates `control_dir` (mode 0700) if needed, removes sockets of dead processes there
   /// (including a stale one at this pid's path), listens at EndpointPath(control_dir, pid)
   /// and starts both threads. The Endpoint is never destroyed (threads may outlive exit
-  /// handlers). Errors name the path.
-  static Result<Endpoint*> Start(const std::string& control_dir);
+  /// handlers). Errors name the path. `served`: what its requests are answered from; it
+  /// outlives the endpoint's threads.
+  static Result<Endpoint*> Start(const std::string& control_dir, ServedProcess& served);
 
   /// Fork child only: closes the inherited listener (the threads do not exist in the child)
   /// without touching the parent's socket file or any lock.
@@ -60,7 +62,7 @@ class Endpoint {
     proto::Message request;
   };
 
-  Endpoint() = default;
+  explicit Endpoint(ServedProcess& served) : served_(served) {}
   static void* PeerMain(void* self);
   static void* ControlMain(void* self);
   /// Serves one connection (ServeConnection) on a thread of its own.
@@ -76,6 +78,7 @@ class Endpoint {
   /// Sends `reply` on `connection`; a failure is logged (the client sees its own error).
   void Reply(int connection, const proto::Message& reply, int timeout_ms);
 
+  ServedProcess& served_;
   std::string path_;
   int owner_pid_ = 0;
   UniqueFd listener_;

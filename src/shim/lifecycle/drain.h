@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "shim/intercept/driver_api.h"
+#include "shim/lifecycle/lifecycle.h"
 
 namespace cusnap::shim {
 
@@ -45,6 +46,18 @@ class DeviceWork {
   mutable std::mutex mutex_;
   std::map<CUstream, pid_t> captures_;  // open captures: stream -> thread that began it
   std::set<CUcontext> created_;
+};
+
+/// The drain as a step set of the lifecycle (LifecycleSteps): kQuiesce drains `work` over
+/// `api`; every other step is nothing. Both references stay in use for its lifetime.
+class DrainSteps final : public LifecycleSteps {
+ public:
+  DrainSteps(const DriverApi& api, DeviceWork& work) : api_(api), work_(work) {}
+  Status DrainDeviceWork(int64_t deadline_ms) override { return work_.Drain(api_, deadline_ms); }
+
+ private:
+  const DriverApi& api_;
+  DeviceWork& work_;
 };
 
 }  // namespace cusnap::shim

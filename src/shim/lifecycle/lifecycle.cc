@@ -3,18 +3,12 @@
 // whether a request may run now, runs it, and moves the state.
 #include "shim/lifecycle/lifecycle.h"
 
-#include <pthread.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <utility>
 
 #include "common/log.h"
-#include "shim/lifecycle/hold_guard.h"
+#include "shim/hold/hold_guard.h"
 #include "shim/lifecycle/lifecycle_common.h"
-#include "shim/quiet_thread.h"
 
 namespace cusnap::shim {
 namespace {
@@ -23,8 +17,8 @@ using proto::Op;
 using Phase = proto::ShimState;
 
 // What a failed step leaves behind. Either way the state stays where it was (the step undid
-// its partial work or can be run again: a sticky FAILED, as in SPEC-REFERENCE K.3 #15, would
-// strand the job) and the failure is kept for `status`.
+// its partial work or can be run again: a sticky FAILED state would strand the job) and the
+// failure is kept for `status`.
 enum class OnFailure {
   kStateKept,    // nothing changed in the application's memory
   kDestructive,  // memory may have been changed: kResume is refused from now on
@@ -105,19 +99,9 @@ constexpr Lifecycle::Transition Lifecycle::kTransitions[] = {
      &Lifecycle::Resume, true, kResumeRefusal},
 };
 
-Lifecycle::Lifecycle(LifecycleSteps& steps, QuiesceGate& gate, std::string held_marker)
-    : steps_(steps), gate_(gate), held_marker_(std::move(held_marker)) {}
-
-Lifecycle::~Lifecycle() {
-  bool started = false;
-  {
-    std::lock_guard lock(lease_mutex_);
-    stop_ = true;
-    started = watcher_started_;
-    lease_changed_.notify_all();
-  }
-  if (started) pthread_join(watcher_, nullptr);
-}
+Lifecycle::Lifecycle(std::vector<LifecycleSteps*> step_sets, QuiesceGate& gate,
+                     std::string held_marker)
+    : sets_(std::move(step_sets)), gate_(gate), held_marker_(std::move(held_marker)) {}
 
 std::string Lifecycle::failure() const {
   std::lock_guard lock(mutex_);
@@ -141,11 +125,11 @@ void Lifecycle::SetFailure(const std::string& message) {
 
 Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
   std::lock_guard run(run_mutex_);
-  SuspendLease();
+  watch_.RequestStarted();
   const uint64_t start = MonotonicNs();
   Result<StepResult> result = request.op == Op::kRenew ? Result<StepResult>(StepResult{})
                                                        : Run(request);
-  RenewLease(request.lease_ms);
+  watch_.RequestEnded(request.lease_ms);
   if (!result) return result.error();
   const proto::StepReply reply{phase(), result->bytes, result->copy_ns, result->zero_bytes};
   CUSNAP_LOG_INFO("%s done: phase %s, %llu bytes in %llu ns", OpName(request.op),
@@ -177,7 +161,9 @@ Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
 
   if (row->on_failure == OnFailure::kDestructive) destroyed_ = true;
   Result<StepResult> result = (this->*row->step)(request);
-  if (row->on_failure == OnFailure::kDestructiveIfDestroyed && steps_.MulticastDestroyed()) {
+  if (row->on_failure == OnFailure::kDestructiveIfDestroyed &&
+      std::any_of(sets_.begin(), sets_.end(),
+                  [](const LifecycleSteps* set) { return set->MulticastDestroyed(); })) {
     destroyed_ = true;
   }
   if (!result) {
@@ -207,136 +193,27 @@ Result<StepResult> Lifecycle::Run(const proto::StepRequest& request) {
   return result;
 }
 
-void Lifecycle::SuspendLease() {
-  std::lock_guard lock(lease_mutex_);
-  lease_deadline_ns_ = 0;
-  ++lease_generation_;
-  request_running_ = true;
-  activity_ns_ = MonotonicNs();
-}
-
-void Lifecycle::RenewLease(uint64_t lease_ms) {
-  std::lock_guard lock(lease_mutex_);
-  ++lease_generation_;
-  request_running_ = false;
-  activity_ns_ = MonotonicNs();
-  if (lease_ms == 0) return;  // no lease: held until a request moves the state
-  lease_ms_ = lease_ms;
-  lease_deadline_ns_ = MonotonicNs() + lease_ms * 1'000'000;
-  StartWatcher();
-  lease_changed_.notify_all();
-}
-
-void Lifecycle::StartWatcher() {
-  if (watcher_started_) return;
-  watcher_started_ = StartQuietThread(
-      &watcher_,
-      [](void* self) -> void* {
-        static_cast<Lifecycle*>(self)->WatchLease();
-        return nullptr;
-      },
-      this);
-  // Without the watcher a lease never runs out: the job stays as the last command left it
-  // (nothing is lost) but is not held again should the CLI vanish. Said, and retried at the
-  // next renewal or arming.
-  if (!watcher_started_) {
-    CUSNAP_LOG_WARN("%s: no thread could be started to watch the lease; the job is not held "
-                    "again on its own until one can",
-                    ThisProcess().c_str());
-  }
-}
-
-void Lifecycle::WatchLease() {
-  std::unique_lock lock(lease_mutex_);
-  while (!stop_) {
-    const uint64_t now = MonotonicNs();
-    if (hold_armed_ && HoldDue(now)) {
-      lock.unlock();
-      HoldAgain();
-      lock.lock();
-      continue;
-    }
-    if (lease_deadline_ns_ != 0 && now >= lease_deadline_ns_) {
-      const uint64_t generation = lease_generation_;
-      lease_deadline_ns_ = 0;
-      lock.unlock();
-      ExpireLease(generation);
-      lock.lock();
-      continue;
-    }
-    uint64_t wake = lease_deadline_ns_;  // 0: no bound
-    if (hold_armed_) {
-      const uint64_t tick = now + HoldTickNs();
-      wake = wake == 0 ? tick : std::min(wake, tick);
-    }
-    planned_wake_ns_ = wake;
-    if (wake == 0) {
-      lease_changed_.wait(lock);
-    } else {
-      lease_changed_.wait_for(lock, std::chrono::nanoseconds(wake - now));
-    }
-  }
-}
-
-void Lifecycle::ArmHold(bool held) {
-  std::lock_guard lock(lease_mutex_);
-  hold_armed_ = held && !held_marker_.empty();
-  activity_ns_ = MonotonicNs();
-  if (hold_armed_) StartWatcher();
-  lease_changed_.notify_all();
-}
-
-uint64_t Lifecycle::HoldGraceNs() const {
-  return (lease_ms_ != 0 ? lease_ms_ : kDefaultHoldGraceMs) * 1'000'000;
-}
-
-uint64_t Lifecycle::HoldGapNs() const {
-  // An eighth of the lease, within [50 ms, 1 s]: a stop this short goes unseen, and the lease
-  // left to a command that just continued the process is then still 0.75 - 3/16 of it (a
-  // renewal comes every quarter lease, the tick is half the gap).
-  const uint64_t eighth = HoldGraceNs() / 8;
-  return std::clamp<uint64_t>(eighth, 50'000'000, 1'000'000'000);
-}
-
-uint64_t Lifecycle::HoldTickNs() const { return HoldGapNs() / 2; }
-
-bool Lifecycle::HoldDue(uint64_t now_ns) {
-  // A tick later than the gap: the process was stopped in between and someone (a command, or
-  // a user) continued it just now; a command that did is at work from then on.
-  if (planned_wake_ns_ != 0 && now_ns > planned_wake_ns_ + HoldGapNs()) activity_ns_ = now_ns;
-  return !request_running_ && now_ns >= activity_ns_ + HoldGraceNs();
-}
-
-void Lifecycle::HoldAgain() {
+void Lifecycle::HoldDue() {
   std::lock_guard run(run_mutex_);  // never in the middle of a request
-  uint64_t quiet_ms = 0;
-  {
-    std::lock_guard lock(lease_mutex_);
-    // A request that came while this waited for run_mutex_ is activity.
-    const uint64_t now = MonotonicNs();
-    if (!hold_armed_ || request_running_ || now < activity_ns_ + HoldGraceNs()) return;
-    quiet_ms = (now - activity_ns_) / 1'000'000;
-    activity_ns_ = now;
-  }
+  // A request that came while this waited for run_mutex_ is activity.
+  const std::optional<uint64_t> quiet_ms = watch_.TakeHold();
+  if (!quiet_ms) return;
   const Phase now = phase();
   if (now == Phase::kActive) return;
   CUSNAP_LOG_WARN("%s is checkpointed (phase %s) and ran %llu ms with no cusnap command at work "
                   "(the command at work on it ended before activate): stopped "
                   "again to hold the job; 'cusnap restore' continues it and goes on",
                   ThisProcess().c_str(), ShimStateName(now),
-                  static_cast<unsigned long long>(quiet_ms));
+                  static_cast<unsigned long long>(*quiet_ms));
   if (Status held = HoldThisProcess(held_marker_, ShimStateName(now)); !held) {
     CUSNAP_LOG_ERROR("%s: cannot hold it again: %s", ThisProcess().c_str(),
                      held.error().message.c_str());
   }
 }
 
-void Lifecycle::ExpireLease(uint64_t generation) {
+void Lifecycle::LeaseRanOut(uint64_t generation) {
   std::lock_guard run(run_mutex_);
-  {
-    std::lock_guard lock(lease_mutex_);
-    if (generation != lease_generation_) return;  // a request came meanwhile
-  }
+  if (!watch_.StillRanOut(generation)) return;  // a request came meanwhile
   const Phase now = phase();
   if (now != Phase::kQuiesced && now != Phase::kSaved) return;
   if (committed_ || destroyed_) {
@@ -346,10 +223,10 @@ void Lifecycle::ExpireLease(uint64_t generation) {
     return;
   }
   GateBypass bypass;  // Discard may pass through the shim's own hooks
-  steps_.Discard();
+  DiscardAll();
   SetCheckpointId("");
   const std::string why = ThisProcess() + ": the command holding this process sent nothing for " +
-                          std::to_string(lease_ms_) + " ms (its lease expired) in phase " +
+                          std::to_string(watch_.lease_ms()) + " ms (its lease expired) in phase " +
                           ShimStateName(now) + ", before anything was changed: rolled back "
                           "by itself to ACTIVE, the application goes on";
   SetFailure(why);
@@ -365,8 +242,26 @@ Result<StepResult> Moved(Status status) {
   if (!status) return status.error();
   return StepResult{};
 }
+Result<StepResult> Moved(Result<StepResult> result) { return result; }
 
 }  // namespace
+
+template <typename Step>
+Result<StepResult> Lifecycle::OnEachSet(Step step) {
+  StepResult total;
+  for (LifecycleSteps* set : sets_) {
+    Result<StepResult> one = Moved(step(*set));
+    if (!one) return one;
+    total.bytes += one->bytes;
+    total.copy_ns += one->copy_ns;
+    total.zero_bytes += one->zero_bytes;
+  }
+  return total;
+}
+
+void Lifecycle::DiscardAll() {
+  for (LifecycleSteps* set : sets_) set->Discard();
+}
 
 Result<StepResult> Lifecycle::Quiesce(const proto::StepRequest& request) {
   const int64_t drain_ms =
@@ -374,7 +269,9 @@ Result<StepResult> Lifecycle::Quiesce(const proto::StepRequest& request) {
   if (Status closed = gate_.Close(drain_ms); !closed) return closed.error();
   // No new call passes now; the work already queued on the devices must finish before SAVE
   // reads memory. When it does not, nothing was changed: the gate reopens.
-  if (Status drained = steps_.DrainDeviceWork(drain_ms); !drained) {
+  if (Result<StepResult> drained =
+          OnEachSet([&](LifecycleSteps& set) { return set.DrainDeviceWork(drain_ms); });
+      !drained) {
     gate_.Open();
     return drained.error();
   }
@@ -382,13 +279,13 @@ Result<StepResult> Lifecycle::Quiesce(const proto::StepRequest& request) {
 }
 
 Result<StepResult> Lifecycle::DetachMulticast(const proto::StepRequest&) {
-  return Moved(steps_.DetachMulticast());
+  return OnEachSet([](LifecycleSteps& set) { return set.DetachMulticast(); });
 }
 
 Result<StepResult> Lifecycle::Save(const proto::StepRequest& request) {
-  Result<StepResult> result = steps_.Save();
+  Result<StepResult> result = OnEachSet([](LifecycleSteps& set) { return set.Save(); });
   if (!result) {
-    steps_.Discard();
+    DiscardAll();
     return result;
   }
   SetCheckpointId(request.checkpoint_id);
@@ -399,51 +296,64 @@ Result<StepResult> Lifecycle::Release(const proto::StepRequest& request) {
   // From here until activate the process is checkpointed and may be held stopped: a
   // hangup or a stray SIGCONT must not end or continue it (hold_guard.h).
   if (!held_marker_.empty()) ArmHoldGuard(held_marker_);
-  ArmHold(request.held);
-  return Moved(steps_.Release());
+  watch_.ArmHold(request.held && !held_marker_.empty());
+  return OnEachSet([](LifecycleSteps& set) { return set.Release(); });
 }
 
 Result<StepResult> Lifecycle::Reallocate(const proto::StepRequest& request) {
   // Onto other GPUs: the steps rebuild on the recorded ordinals, so each must name the GPU
   // the map moved its old GPU to (the driver keeps ordinals, DRIVER-FACTS F7b).
   if (!request.device_map.empty()) {
-    if (Status moved = steps_.CheckDevicesAfterMove(request.device_map); !moved) {
+    if (Result<StepResult> moved = OnEachSet([&](LifecycleSteps& set) {
+          return set.CheckDevicesAfterMove(request.device_map);
+        });
+        !moved) {
       return moved.error();
     }
   }
-  return steps_.Reallocate();
+  return OnEachSet([](LifecycleSteps& set) { return set.Reallocate(); });
 }
 
 Result<StepResult> Lifecycle::WriteCarrier(const proto::StepRequest& request) {
   if (request.carrier_path.empty()) return Error{EINVAL, ThisProcess() + ": WRITE_CARRIER names no file"};
-  return steps_.WriteCarrier(request.carrier_path);
+  return OnEachSet([&](LifecycleSteps& set) { return set.WriteCarrier(request.carrier_path); });
 }
 
 Result<StepResult> Lifecycle::ReadCarrier(const proto::StepRequest& request) {
   // "": from where the files were written.
-  return steps_.ReadCarrier(request.carrier_path);
+  return OnEachSet([&](LifecycleSteps& set) { return set.ReadCarrier(request.carrier_path); });
 }
 
-Result<StepResult> Lifecycle::Import(const proto::StepRequest&) { return Moved(steps_.Import()); }
+Result<StepResult> Lifecycle::Import(const proto::StepRequest&) {
+  return OnEachSet([](LifecycleSteps& set) { return set.Import(); });
+}
 
 Result<StepResult> Lifecycle::MulticastCreate(const proto::StepRequest& request) {
-  steps_.DropMulticast(request.dropped_multicast);
-  return Moved(steps_.MulticastCreate());
+  return OnEachSet([&](LifecycleSteps& set) {
+    set.DropMulticast(request.dropped_multicast);
+    return set.MulticastCreate();
+  });
 }
 
 Result<StepResult> Lifecycle::MulticastImport(const proto::StepRequest& request) {
-  steps_.DropMulticast(request.dropped_multicast);
-  return Moved(steps_.MulticastImport());
+  return OnEachSet([&](LifecycleSteps& set) {
+    set.DropMulticast(request.dropped_multicast);
+    return set.MulticastImport();
+  });
 }
 
 Result<StepResult> Lifecycle::MulticastJoin(const proto::StepRequest& request) {
-  steps_.DropMulticast(request.dropped_multicast);
-  return Moved(steps_.MulticastJoin());
+  return OnEachSet([&](LifecycleSteps& set) {
+    set.DropMulticast(request.dropped_multicast);
+    return set.MulticastJoin();
+  });
 }
 
 Result<StepResult> Lifecycle::MulticastBind(const proto::StepRequest& request) {
-  steps_.DropMulticast(request.dropped_multicast);
-  return Moved(steps_.MulticastBind());
+  return OnEachSet([&](LifecycleSteps& set) {
+    set.DropMulticast(request.dropped_multicast);
+    return set.MulticastBind();
+  });
 }
 
 Result<StepResult> Lifecycle::Commit(const proto::StepRequest&) {
@@ -455,15 +365,15 @@ Result<StepResult> Lifecycle::Resume(const proto::StepRequest&) {
   // Detach took a multicast team apart, or a release began: only a roll forward can put
   // them back (destroyed_ covers this cycle only).
   if (destroyed_) return Refused(Op::kResume, phase(), kResumeRefusal);
-  steps_.Discard();
+  DiscardAll();
   SetCheckpointId("");
   return StepResult{};
 }
 
 Result<StepResult> Lifecycle::Activate(const proto::StepRequest&) {
   DisarmHoldGuard();
-  ArmHold(false);
-  steps_.Discard();
+  watch_.ArmHold(false);
+  DiscardAll();
   SetCheckpointId("");
   return StepResult{};
 }

@@ -35,26 +35,26 @@
 // half way) would leave the job running with its memory gone until the next restore: the
 // threads that never call CUDA run on, and PyTorch's heartbeat monitor aborts the process
 // once its watchdog has waited long enough (docs/LONG-SUSPEND.md). So from release to
-// activate the lease watcher holds the process again once no request came for a lease (the
-// last request's lease_ms, kDefaultHoldGraceMs without one) since its last activity: a
-// request's start or end (a renewal too), or a continue it saw. A continue is seen as a tick
-// of the watcher that comes late (while armed it ticks every sixteenth of a lease, within
-// 25 ms and 0.5 s; a tick an eighth of a lease late, within 50 ms and 1 s, means the process
-// was stopped in between): whoever continued it gets a whole lease to send its first request. Then the shim writes its
-// hold marker, with its phase, and stops itself (HoldThisProcess, hold_guard.h): held again,
-// as the checkpoint left it, and `cusnap restore` continues it and goes on. A process whose
-// command died is thus held again one lease after the command's last request.
+// activate the lease watch holds the process again once no request came for a lease since
+// its last activity (hold/hold_again.h has the timing): the shim writes its hold marker,
+// with its phase, and stops itself (HoldThisProcess, hold/hold_guard.h): held again, as the
+// checkpoint left it, and `cusnap restore` continues it and goes on. A process whose command
+// died is thus held again one lease after the command's last request.
+//
+// The lease's thread and timing are the lease watch's (lease_watch.h); it calls back here to
+// roll back or hold.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <pthread.h>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/messages.h"
+#include "shim/lifecycle/lease_watch.h"
 #include "shim/lifecycle/quiesce.h"
 
 namespace cusnap::shim {
@@ -66,9 +66,11 @@ struct StepResult {
   uint64_t zero_bytes = 0;  ///< of `bytes`, all-zero chunks: not copied (memset at restore)
 };
 
-/// The work behind each step, on this process's tracked allocations. The real one is
-/// UnicastSteps (unicast_steps.h); tests substitute their own. Called on the control
-/// thread only, one at a time, with the quiesce gate closed.
+/// The work behind each step, on this process's tracked allocations: one set of steps per
+/// kind of memory, each doing nothing where its memory has no part (the default of every
+/// step). A process's lifecycle drives three: the drain (drain.h), the unicast steps
+/// (unicast_steps.h) and the multicast steps (multicast_steps.h); tests substitute their own.
+/// Called on the control thread only, one at a time, with the quiesce gate closed.
 class LifecycleSteps {
  public:
   virtual ~LifecycleSteps() = default;
@@ -79,15 +81,15 @@ class LifecycleSteps {
   virtual bool MulticastDestroyed() const { return false; }
   /// Carrier D2H of every tracked allocation this process created that still has a handle
   /// or a mapping.
-  virtual Result<StepResult> Save() = 0;
+  virtual Result<StepResult> Save() { return StepResult{}; }
   /// Unmaps every tracked mapping (keeping the VA reservation) and releases every real
   /// handle; drops export cache entries.
-  virtual Status Release() = 0;
+  virtual Status Release() { return Ok{}; }
   /// Creators: fresh allocations at the same VAs, carrier H2D, access re-applied, logical
   /// handles repointed, export cache refilled. The recorded ordinals are used as they are:
   /// a restore onto other GPUs keeps the process's ordinals and changes the physical GPU
   /// behind them (DRIVER-FACTS F7).
-  virtual Result<StepResult> Reallocate() = 0;
+  virtual Result<StepResult> Reallocate() { return StepResult{}; }
   /// kWriteCarrier (a dump, RELEASED): the carrier's saved bytes to the file `path`, the
   /// arena given back. Nothing without a carrier.
   virtual Result<StepResult> WriteCarrier(const std::string& path) {
@@ -108,7 +110,7 @@ class LifecycleSteps {
     return Ok{};
   }
   /// Importers: fresh descriptors from the creators, mapped at the old VAs, access re-applied.
-  virtual Status Import() = 0;
+  virtual Status Import() { return Ok{}; }
   /// Multicast rebuild (nothing for unicast memory).
   virtual Status MulticastCreate() { return Ok{}; }
   virtual Status MulticastImport() { return Ok{}; }
@@ -129,20 +131,22 @@ class LifecycleSteps {
 };
 
 /// The state machine of one process. Thread-safe: Handle() runs on the control thread;
-/// phase() and failure() may be read from any thread (kIdentify). A lease watcher thread
+/// phase() and failure() may be read from any thread (kIdentify). The lease watch's thread
 /// starts with the first request that carries a lease; the destructor stops it.
-class Lifecycle {
+class Lifecycle final : private LeaseWatch::Owner {
  public:
   /// How long kQuiesce waits for tracked calls in flight when the request gives no bound.
   static constexpr int64_t kDefaultDrainMs = 10'000;
-  /// The hold after a command: how long a held process runs with no command at work before it
-  /// stops itself again, when no request gave a lease (ms).
-  static constexpr uint64_t kDefaultHoldGraceMs = 10'000;
 
-  /// `held_marker`: this process's hold marker (HeldMarkerPath); when given, the release
-  /// step arms the hold guard and activate disarms it (hold_guard.h). "" (tests): none.
-  Lifecycle(LifecycleSteps& steps, QuiesceGate& gate, std::string held_marker = "");
-  ~Lifecycle();
+  /// `step_sets`: the sets each step runs on, in this order, stopping at the first that
+  /// fails (what they moved adds up); each must outlive the lifecycle. `held_marker`: this
+  /// process's hold marker (HeldMarkerPath); when given, the release step arms the hold
+  /// guard and activate disarms it (hold/hold_guard.h). "" (tests): none.
+  Lifecycle(std::vector<LifecycleSteps*> step_sets, QuiesceGate& gate,
+            std::string held_marker = "");
+  /// One set of steps.
+  Lifecycle(LifecycleSteps& steps, QuiesceGate& gate, std::string held_marker = "")
+      : Lifecycle(std::vector<LifecycleSteps*>{&steps}, gate, std::move(held_marker)) {}
   Lifecycle(const Lifecycle&) = delete;
   Lifecycle& operator=(const Lifecycle&) = delete;
 
@@ -171,24 +175,15 @@ class Lifecycle {
   Result<StepResult> Run(const proto::StepRequest& request);
   void SetFailure(const std::string& message);
   void SetCheckpointId(const std::string& id);
-  // The lease: suspended while a request runs, renewed when it ends; the watcher thread
-  // rolls back when it runs out (ExpireLease, unless a request came since `generation`).
-  void SuspendLease();
-  void RenewLease(uint64_t lease_ms);
-  void StartWatcher();  // lease_mutex_ held
-  void WatchLease();
-  void ExpireLease(uint64_t generation);
-  // The hold after a command (above): armed by a release request that says `held`, disarmed
-  // at activate; HoldDue (lease_mutex_ held) notes a continue and says when to hold (no
-  // request running, none for HoldGraceNs since the last activity); HoldAgain stops the
-  // process. The grace is the lease; HoldGapNs, how late a tick must be to say that the
-  // process was stopped in between, and HoldTickNs follow from it.
-  void ArmHold(bool held);
-  bool HoldDue(uint64_t now_ns);
-  uint64_t HoldGraceNs() const;
-  uint64_t HoldGapNs() const;
-  uint64_t HoldTickNs() const;
-  void HoldAgain();
+  // The lease watch's callbacks: roll back when the lease ran out with no request since
+  // `generation` (QUIESCED or SAVED, before the commit and anything destructive); hold the
+  // process again. Both wait for the request running now.
+  void LeaseRanOut(uint64_t generation) override;
+  void HoldDue() override;
+  // Runs `step` on every step set in order (the constructor's).
+  template <typename Step>
+  Result<StepResult> OnEachSet(Step step);
+  void DiscardAll();
 
   // The steps the rows run; each returns the step's error, or what it moved.
   Result<StepResult> Quiesce(const proto::StepRequest& request);
@@ -207,28 +202,17 @@ class Lifecycle {
   Result<StepResult> Resume(const proto::StepRequest& request);
   Result<StepResult> Activate(const proto::StepRequest& request);
 
-  LifecycleSteps& steps_;
+  const std::vector<LifecycleSteps*> sets_;
   QuiesceGate& gate_;
   const std::string held_marker_;
   std::atomic<proto::ShimState> phase_{proto::ShimState::kActive};
   mutable std::mutex mutex_;  // failure_, checkpoint_id_
   std::string failure_;
   std::string checkpoint_id_;
-  std::mutex run_mutex_;      // one request (or lease expiry) at a time; guards the next two
+  std::mutex run_mutex_;      // one request (or lease callback) at a time; guards the next two
   bool committed_ = false;    // kCommit came in this cycle: the lease no longer rolls back
   bool destroyed_ = false;    // a destructive step was attempted in this cycle
-  std::mutex lease_mutex_;    // the lease fields and stop_
-  std::condition_variable lease_changed_;
-  uint64_t lease_ms_ = 0;
-  uint64_t lease_deadline_ns_ = 0;  // MonotonicNs; 0: no lease running
-  uint64_t lease_generation_ = 0;   // bumped when a request starts and ends
-  bool request_running_ = false;    // between SuspendLease and RenewLease
-  bool hold_armed_ = false;         // the hold after a command (above)
-  uint64_t activity_ns_ = 0;        // last request start or end, continue seen, or arming
-  uint64_t planned_wake_ns_ = 0;    // when the watcher meant to wake (0: no bound)
-  bool stop_ = false;
-  pthread_t watcher_{};
-  bool watcher_started_ = false;  // lease_mutex_; a failed start is retried at the next renewal
+  LeaseWatch watch_{*this};   // last: its thread stops before anything it calls back into goes
 };
 
 }  // namespace cusnap::shim

@@ -154,7 +154,7 @@ bool MulticastSteps::Undo(
   return ok;
 }
 
-Status MulticastSteps::Detach() {
+Status MulticastSteps::DetachMulticast() {
   // A retry after a failure that released something: the mappings and bindings are gone
   // already, only the handles still held are left to release.
   if (destroyed_ && !held_.empty()) return ReleaseHeld();
@@ -224,7 +224,7 @@ void MulticastSteps::ResetProgress() {
   mapped_.assign(mappings_.size(), 0);
 }
 
-Status MulticastSteps::Create() {
+Status MulticastSteps::MulticastCreate() {
   // Resumable: objects an earlier attempt created (and exported) are kept.
   for (MulticastObjectInfo& o : held_) {
     if (!o.creator || o.has_real) continue;
@@ -252,7 +252,7 @@ Status MulticastSteps::Create() {
   return Ok{};
 }
 
-Status MulticastSteps::Import() {
+Status MulticastSteps::MulticastImport() {
   for (MulticastObjectInfo& o : held_) {
     if (o.creator || o.has_real) continue;  // has_real: imported by an earlier attempt
     Result<UniqueFd> fd = fetch_(o.id, TicketKind::kMulticast, o.capability);
@@ -272,7 +272,7 @@ Status MulticastSteps::Import() {
   return Ok{};
 }
 
-Status MulticastSteps::Join() {
+Status MulticastSteps::MulticastJoin() {
   // Resumable: devices an earlier attempt added are not added twice.
   for (size_t i = 0; i < held_.size(); ++i) {
     const MulticastObjectInfo& o = held_[i];
@@ -288,7 +288,7 @@ Status MulticastSteps::Join() {
   return Ok{};
 }
 
-Status MulticastSteps::Bind() {
+Status MulticastSteps::MulticastBind() {
   // Binds wait until the whole team was added: the coordinator ran kMulticastJoin in every
   // member first (its barrier). Resumable: what an earlier attempt bound or mapped is kept.
   for (size_t i = 0; i < held_.size(); ++i) {
@@ -308,7 +308,7 @@ Status MulticastSteps::Bind() {
   return Ok{};
 }
 
-void MulticastSteps::Drop(const std::vector<proto::ObjectId>& teams) {
+void MulticastSteps::DropMulticast(const std::vector<proto::ObjectId>& teams) {
   for (size_t i = held_.size(); i-- > 0;) {
     MulticastObjectInfo& o = held_[i];
     if (std::none_of(teams.begin(), teams.end(),
@@ -341,7 +341,7 @@ void MulticastSteps::Discard() {
   held_.clear();
   mappings_.clear();
   ResetProgress();
-  // destroyed_ stays until the next Detach: a failed SAVE also discards, and the kResume
+  // destroyed_ stays until the next DetachMulticast: a failed SAVE also discards, and the kResume
   // that follows must still be refused when the team was taken apart.
 }
 

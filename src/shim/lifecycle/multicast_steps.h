@@ -26,7 +26,6 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "shim/intercept/driver_api.h"
-#include "shim/lifecycle/drain.h"
 #include "shim/tables/export_cache.h"
 #include "shim/lifecycle/lifecycle.h"
 #include "shim/lifecycle/lifecycle_common.h"
@@ -35,33 +34,34 @@
 
 namespace cusnap::shim {
 
-class MulticastSteps {
+/// The multicast step set (LifecycleSteps): every step a multicast team takes part in.
+class MulticastSteps final : public LifecycleSteps {
  public:
   /// Every reference stays in use for the object's lifetime.
   MulticastSteps(const DriverApi& api, SharingTable& table, MulticastTable& multicast,
                  ExportCache& cache, ExportFetcher fetch);
 
   /// kDetachMulticast (see the file comment). Errors name the process, the object and the
-  /// step; destroyed() says whether the failure left anything taken apart.
-  Status Detach();
+  /// step; MulticastDestroyed() says whether the failure left anything taken apart.
+  Status DetachMulticast() override;
   /// True once this cycle released a multicast handle (the team cannot be put back in
   /// place: kResume is refused, a failure is final).
-  bool destroyed() const { return destroyed_; }
-  Status Create();
-  Status Import();
-  Status Join();
-  Status Bind();
+  bool MulticastDestroyed() const override { return destroyed_; }
+  Status MulticastCreate() override;
+  Status MulticastImport() override;
+  Status MulticastJoin() override;
+  Status MulticastBind() override;
   /// Recover, before each rebuild step: the objects in `teams` lost a member (it exited),
   /// so this process's part of each is dropped: its handle released, its devices, bindings
   /// and mappings forgotten (the multicast VAs stay reserved, unmapped), named in the log.
   /// The rest is rebuilt as usual.
-  void Drop(const std::vector<proto::ObjectId>& teams);
-  /// Forgets this cycle. destroyed() keeps its value until the next Detach.
-  void Discard();
+  void DropMulticast(const std::vector<proto::ObjectId>& teams) override;
+  /// Forgets this cycle. MulticastDestroyed() keeps its value until the next detach.
+  void Discard() override;
 
  private:
   const MulticastObjectInfo* Find(MulticastKey key) const;
-  // Releases every held object that still has a driver handle (Detach, and its retry).
+  // Releases every held object that still has a driver handle (DetachMulticast, and its retry).
   Status ReleaseHeld();
   // Forgets which devices were added and what was bound and mapped in this cycle.
   void ResetProgress();
@@ -79,60 +79,14 @@ class MulticastSteps {
   MulticastTable& multicast_;
   ExportCache& cache_;
   ExportFetcher fetch_;
-  std::vector<MulticastObjectInfo> held_;   // from Detach until Discard (real = now behind it)
-  std::vector<MulticastMapping> mappings_;  // the multicast mappings at Detach
+  std::vector<MulticastObjectInfo> held_;   // from DetachMulticast until Discard (real = now behind it)
+  std::vector<MulticastMapping> mappings_;  // the multicast mappings at DetachMulticast
   bool destroyed_ = false;
   // This cycle's progress, so that each rebuild step can be run again: per held_
   // object, per device added and per binding bound; per mappings_ entry, mapped.
   std::vector<std::vector<char>> joined_;
   std::vector<std::vector<char>> bound_;
   std::vector<char> mapped_;
-};
-
-/// The whole lifecycle of a process: unicast steps (unicast_steps.h) plus the multicast
-/// steps above, as one LifecycleSteps.
-class StepsWithMulticast final : public LifecycleSteps {
- public:
-  /// `device_work`, when given, is drained at kQuiesce (drain.h).
-  StepsWithMulticast(LifecycleSteps& unicast, MulticastSteps& multicast,
-                     const DriverApi* api = nullptr, DeviceWork* device_work = nullptr)
-      : unicast_(unicast), multicast_(multicast), api_(api), device_work_(device_work) {}
-  Status DetachMulticast() override { return multicast_.Detach(); }
-  bool MulticastDestroyed() const override { return multicast_.destroyed(); }
-  Result<StepResult> Save() override { return unicast_.Save(); }
-  Status Release() override { return unicast_.Release(); }
-  Result<StepResult> Reallocate() override { return unicast_.Reallocate(); }
-  Result<StepResult> WriteCarrier(const std::string& path) override {
-    return unicast_.WriteCarrier(path);
-  }
-  Result<StepResult> ReadCarrier(const std::string& dir) override {
-    return unicast_.ReadCarrier(dir);
-  }
-  Status CheckDevicesAfterMove(const std::string& device_map) override {
-    return unicast_.CheckDevicesAfterMove(device_map);
-  }
-  Status Import() override { return unicast_.Import(); }
-  Status MulticastCreate() override { return multicast_.Create(); }
-  Status MulticastImport() override { return multicast_.Import(); }
-  Status MulticastJoin() override { return multicast_.Join(); }
-  Status MulticastBind() override { return multicast_.Bind(); }
-  void DropMulticast(const std::vector<proto::ObjectId>& teams) override {
-    multicast_.Drop(teams);
-  }
-  void Discard() override {
-    unicast_.Discard();
-    multicast_.Discard();
-  }
-  Status DrainDeviceWork(int64_t deadline_ms) override {
-    if (device_work_ == nullptr || api_ == nullptr) return Ok{};
-    return device_work_->Drain(*api_, deadline_ms);
-  }
-
- private:
-  LifecycleSteps& unicast_;
-  MulticastSteps& multicast_;
-  const DriverApi* api_;
-  DeviceWork* device_work_;
 };
 
 }  // namespace cusnap::shim

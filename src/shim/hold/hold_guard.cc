@@ -1,7 +1,7 @@
 // The hold guard (hold_guard.h). Its state is one per process, as a signal disposition is;
 // it is only changed on the endpoint's control thread (Arm, Disarm) and read by the handler,
 // which uses async-signal-safe calls only.
-#include "shim/lifecycle/hold_guard.h"
+#include "shim/hold/hold_guard.h"
 
 #include <signal.h>
 #include <unistd.h>
