@@ -27,8 +27,8 @@ done
 # libcuda or libcudart; 13.0 is the version it is built and tested with.
 min_cuda=13000
 cuda_help="cusnap needs cuda.h of CUDA 13.0 or newer (only the header: nothing is linked).
-  Debian 12, from NVIDIA's apt repository (https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/,
-  after installing its cuda-keyring package):  apt-get install cuda-driver-dev-13-0 cuda-cudart-dev-13-0
+  Debian 12, from NVIDIA's CUDA apt repository for debian12/x86_64 (NVIDIA's CUDA installation
+  guide names it; install its cuda-keyring package first):  apt-get install cuda-driver-dev-13-0 cuda-cudart-dev-13-0
   (cuda.h lands in /usr/local/cuda-13.0/include), or point CUDA_HOME at a CUDA toolkit 13.x."
 if [[ -z "$cuda_include" ]]; then
   echo "bootstrap: cuda.h not found (looked in \$CUDA_HOME/include, /usr/local/cuda/include, /usr/local/cuda-13.0/include, /usr/include)" >&2

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Fetches CRIU with apt and builds it into .criu/ (ignored by git), for `cusnap dump` and
-# `cusnap restore --images-dir` (cusnap finds it through CUSNAP_CRIU, else PATH; this script
-# prints the CUSNAP_CRIU to export). Safe to run again: it does nothing when .criu/bin/criu
-# already runs.
+# Fetches CRIU's source with apt and builds it into .criu/ (ignored by git): the `criu` program
+# for `cusnap dump` and `cusnap restore --images-dir` (cusnap finds it through CUSNAP_CRIU,
+# else PATH; this script prints the CUSNAP_CRIU to export), CRIU's plugin header for
+# libcusnap_criu.so (src/criu_plugin), and CRIU's own CUDA plugin for the test that runs both
+# plugins side by side:
+#   .criu/bin/criu                   criu with its libraries (.criu/lib)
+#   .criu/include/criu-plugin.h      CRIU's plugin API
+#   .criu/plugins/cuda_plugin.so     CRIU's CUDA plugin (plugins/cuda of CRIU's tree)
+# CUSNAP_CRIU_DIR sets another folder. Safe to run again: it does nothing when all three are
+# there and criu runs.
 #
 # Which CRIU, and why (README, "Checkpoint to disk"): every machine of this project runs kernel
 # 6.18. Debian 12's criu 3.17 fails there ("vdso: Unexpected rt vDSO area bounds"); trixie's
@@ -11,22 +17,75 @@
 # 4.3 work, but their binary packages need glibc 2.38 and the CPU machines have Debian 12's
 # 2.36. So this script takes sid's *source* package (the upstream tarball) with apt-get source
 # through a private source list and state directory (the machine's own apt setup is left
-# alone), installs the build dependencies from the machine's own suite, and builds only the
-# `criu` binary (no documentation, no plugins). The libraries it links (libprotobuf-c, libnl,
-# libnet, libnftables, gnutls, ...) are copied next to it in .criu/lib, so the folder can be
-# carried to a machine that lacks them (tests/gpu/README.md): the binary needs glibc >= 2.36.
+# alone), installs the build dependencies from the machine's own suite, and builds the `criu`
+# binary and the CUDA plugin (no documentation, no other plugins). The libraries criu links
+# (libprotobuf-c, libnl, libnet, libnftables, gnutls, ...) are copied next to it in .criu/lib,
+# so the folder can be carried to a machine that lacks them (tests/gpu/README.md): the binary
+# needs glibc >= 2.36.
+#
+# The mirror is the machine's own: the first Debian archive its apt configuration names
+# (one-line *.list entries and deb822 *.sources, in apt's order), asked for the sid suite;
+# CUSNAP_CRIU_MIRROR overrides it, CUSNAP_CRIU_SUITE the suite (sid or newer: experimental).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest="${CUSNAP_CRIU_DIR:-$root/.criu}"
 version="${CUSNAP_CRIU_VERSION:-4.2.1}"
-mirror="${CUSNAP_CRIU_MIRROR:-http://deb.debian.org/debian}"
 suite="${CUSNAP_CRIU_SUITE:-sid}"
 
-if [[ -x "$dest/bin/criu" ]] && "$dest/bin/criu" --version >/dev/null 2>&1; then
+# The URI of the first enabled entry of apt's sources whose suite is one of Debian's releases
+# (a security or updates archive, or a third party's suite, does not serve sid).
+apt_debian_mirror() {
+  local sourcelist="" sourceparts="" files=() f
+  eval "$(apt-config shell sourcelist Dir::Etc::sourcelist/f sourceparts Dir::Etc::sourceparts/d)"
+  [[ -n $sourcelist && -f $sourcelist ]] && files+=("$sourcelist")
+  if [[ -n $sourceparts && -d $sourceparts ]]; then
+    for f in "$sourceparts"/*.list "$sourceparts"/*.sources; do [[ -f $f ]] && files+=("$f"); done
+  fi
+  ((${#files[@]})) || return 1
+  awk '
+    function debian_suite(s) {
+      return s ~ /^(oldoldstable|oldstable|stable|testing|unstable|sid|experimental|buster|bullseye|bookworm|trixie|forky|duke)$/
+    }
+    function flush() {  # one deb822 paragraph
+      if (types ~ /(^|[ \t])deb(-src)?([ \t]|$)/ && enabled != "no" && uris != "") {
+        n = split(suites, s, /[ \t]+/)
+        for (i = 1; i <= n; i++) if (debian_suite(s[i])) { split(uris, u, /[ \t]+/); print u[1]; exit }
+      }
+      types = uris = suites = enabled = ""
+    }
+    FNR == 1 { flush() }
+    FILENAME ~ /\.sources$/ {
+      if ($0 ~ /^[ \t]*$/) { flush(); next }
+      if ($0 ~ /^#/) next
+      key = tolower($1); sub(/:$/, "", key); $1 = ""; sub(/^[ \t]+/, "")
+      if (key == "types") types = $0
+      else if (key == "uris") uris = $0
+      else if (key == "suites") suites = $0
+      else if (key == "enabled") enabled = tolower($0)
+      next
+    }
+    /^[ \t]*deb(-src)?[ \t]/ {
+      sub(/#.*/, ""); sub(/^[ \t]*deb(-src)?[ \t]+/, "")
+      if ($0 ~ /^\[/) sub(/^\[[^]]*\][ \t]*/, "")  # [arch=... signed-by=...]
+      if (debian_suite($2)) { print $1; exit }
+    }
+    END { flush() }
+  ' "${files[@]}" | sed 's:/*$::' | head -1
+}
+
+if [[ -x "$dest/bin/criu" ]] && "$dest/bin/criu" --version >/dev/null 2>&1 &&
+   [[ -f "$dest/include/criu-plugin.h" && -f "$dest/plugins/cuda_plugin.so" ]]; then
   echo "fetch_criu: $("$dest/bin/criu" --version | head -1) already in $dest/bin"
   echo "export CUSNAP_CRIU=$dest/bin/criu"
   exit 0
+fi
+
+mirror="${CUSNAP_CRIU_MIRROR:-$(apt_debian_mirror || true)}"
+if [[ -z $mirror ]]; then
+  echo "fetch_criu: no Debian archive in apt's sources (/etc/apt/sources.list," \
+       "/etc/apt/sources.list.d/*.list or *.sources); set CUSNAP_CRIU_MIRROR to one" >&2
+  exit 1
 fi
 
 sudo_cmd=""
@@ -51,7 +110,7 @@ echo "deb-src $mirror $suite main" > "$work/sources.list"
 apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
           -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
           -o APT::Sandbox::User=root)
-echo "fetch_criu: criu $version source from $suite"
+echo "fetch_criu: criu $version source from $suite on $mirror"
 apt-get "${apt_opts[@]}" update -qq
 # Only the upstream tarball is needed (Debian's packaging builds documentation we skip); the
 # .debian.tar.xz is not always on the mirror, so its failure is not fatal.
@@ -59,15 +118,19 @@ apt-get "${apt_opts[@]}" update -qq
 tarball=$(ls "$work"/src/criu_"$version".orig.tar.* 2>/dev/null | head -1)
 if [[ -z $tarball ]]; then
   echo "fetch_criu: the source of criu $version is not in $suite on $mirror" \
-       "(set CUSNAP_CRIU_VERSION / CUSNAP_CRIU_SUITE)" >&2
+       "(set CUSNAP_CRIU_VERSION / CUSNAP_CRIU_SUITE / CUSNAP_CRIU_MIRROR)" >&2
   exit 1
 fi
 tar -xf "$tarball" -C "$work/src"
-echo "fetch_criu: building (a few minutes on 2 cores)"
-make -C "$work/src/criu-$version" -j"$(nproc)" criu > "$work/build.log" 2>&1 ||
+tree="$work/src/criu-$version"
+echo "fetch_criu: building criu and its CUDA plugin (a few minutes on 2 cores)"
+# cuda_plugin depends on criu in CRIU's Makefile, so one target builds both.
+make -C "$tree" -j"$(nproc)" cuda_plugin > "$work/build.log" 2>&1 ||
   { tail -30 "$work/build.log" >&2; echo "fetch_criu: build failed" >&2; exit 1; }
-mkdir -p "$dest/bin" "$dest/lib"
-install -m 0755 "$work/src/criu-$version/criu/criu" "$dest/bin/criu.real"
+mkdir -p "$dest/bin" "$dest/lib" "$dest/include" "$dest/plugins"
+install -m 0755 "$tree/criu/criu" "$dest/bin/criu.real"
+install -m 0644 "$tree/criu/include/criu-plugin.h" "$dest/include/criu-plugin.h"
+install -m 0755 "$tree/plugins/cuda/cuda_plugin.so" "$dest/plugins/cuda_plugin.so"
 # The libraries it links, except glibc's own, so that the folder runs where they are missing.
 ldd "$dest/bin/criu.real" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|ld-linux*) continue;; esac
@@ -80,6 +143,7 @@ here=$(dirname "$(readlink -f "$0")")
 LD_LIBRARY_PATH="$here/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/criu.real" "$@"
 WRAP
 chmod 0755 "$dest/bin/criu"
-echo "fetch_criu: $("$dest/bin/criu" --version | head -1) in $dest/bin; criu check says:"
+echo "fetch_criu: $("$dest/bin/criu" --version | head -1) in $dest/bin, criu-plugin.h in" \
+     "$dest/include, cuda_plugin.so in $dest/plugins; criu check says:"
 "$dest/bin/criu" check 2>&1 | grep -v RLIMIT_NOFILE | tail -3 || true
 echo "export CUSNAP_CRIU=$dest/bin/criu"
