@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "common/ids.h"
@@ -109,6 +110,17 @@ std::pair<std::string, std::string> CgroupSources() {
   return {test_root, std::string(test_root) + "/cgroup"};
 }
 
+// Whether the comma-separated controller list of a cgroup v1 line names `controller`.
+bool NamesController(std::string_view list, std::string_view controller) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    if (list.substr(0, comma) == controller) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
 }  // namespace
 
 uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgroup_root) {
@@ -125,11 +137,11 @@ uint64_t FreeCgroupMemory(const std::string& membership, const std::string& cgro
     const size_t first = entry.find(':');
     const size_t second = first == std::string::npos ? first : entry.find(':', first + 1);
     if (second == std::string::npos) continue;
-    const std::string controllers = "," + entry.substr(first + 1, second - first - 1) + ",";
+    const std::string_view controllers = std::string_view(entry).substr(first + 1, second - first - 1);
     const std::string path = entry.substr(second + 1);
     if (entry.rfind("0::", 0) == 0) {
       least = std::min(least, LeastFree(cgroup_root, path, "memory.max", "memory.current"));
-    } else if (controllers.find(",memory,") != std::string::npos) {
+    } else if (NamesController(controllers, "memory")) {
       least = std::min(least, LeastFree(cgroup_root + "/memory", path, "memory.limit_in_bytes",
                                         "memory.usage_in_bytes"));
     }
