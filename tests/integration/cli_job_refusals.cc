@@ -483,17 +483,8 @@ TEST_F(CliJobRefusal, EndpointThatRefusesConnections) {
   bare_ = &Start("bare", 0, /*bare=*/true);
   const std::string control = dir_ + "/control";
   // A bound socket that was never listened on: connect() gets ECONNREFUSED.
-  auto dead_socket = [](const std::string& path) {
-    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << path;
-    ::close(fd);
-  };
   const std::string socket = control + "/" + std::to_string(bare_->pid) + ".sock";
-  ASSERT_NO_FATAL_FAILURE(dead_socket(socket));
+  ASSERT_NO_FATAL_FAILURE(BindDeadSocket(socket));
   const std::string meaning = "pid " + std::to_string(bare_->pid) + " (job_worker): its cusnap "
                               "endpoint " + socket + " does not answer (connection refused): "
                               "the process runs without the cusnap shim; start the job with "
@@ -512,7 +503,7 @@ TEST_F(CliJobRefusal, EndpointThatRefusesConnections) {
   if (gone == 0) ::_exit(0);
   ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
   const std::string stale = control + "/" + std::to_string(gone) + ".sock";
-  ASSERT_NO_FATAL_FAILURE(dead_socket(stale));
+  ASSERT_NO_FATAL_FAILURE(BindDeadSocket(stale));
   const Ran clean = Cusnap({"status", "--all"});
   EXPECT_EQ(clean.status, 0) << clean.out << clean.err;
   EXPECT_THAT(clean.out, HasSubstr("stale endpoint " + stale + ": its process no longer exists "

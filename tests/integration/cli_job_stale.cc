@@ -34,18 +34,6 @@ class CliJobStale : public JobTest {
     JobTest::TearDown();
   }
 
-  /// A socket file at `path` that nothing listens on (bound, then closed).
-  static void DeadSocket(const std::string& path) {
-    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    ASSERT_LT(path.size(), sizeof address.sun_path);
-    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0)
-        << std::strerror(errno);
-    ::close(fd);
-  }
 
   pid_t sleeper_ = -1;
 };
@@ -59,7 +47,7 @@ TEST_F(CliJobStale, PruneRemovesTheSocketOfAReusedPidAndCheckpointAllThenWorks) 
   ASSERT_GT(sleeper_, 0);
   const std::string stale = std::string(::getenv("CUSNAP_CONTROL_DIR")) + "/" +
                             std::to_string(sleeper_) + ".sock";
-  ASSERT_NO_FATAL_FAILURE(DeadSocket(stale));
+  ASSERT_NO_FATAL_FAILURE(BindDeadSocket(stale));
   target_ = {"--all"};
   const std::string state = dir_ + "/state";
 

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -684,6 +686,19 @@ void JobTest::ExpectResumed(const Snapshot& before, const std::map<int, int>& de
       if (overlap) CrossWrite(*a.worker, a.view, *b.worker, b.view);
     }
   }
+}
+
+void BindDeadSocket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof address.sun_path) << path;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int error = errno;
+  ::close(fd);
+  ASSERT_EQ(bound, 0) << path << ": " << std::strerror(error);
 }
 
 }  // namespace jobtest

@@ -74,6 +74,10 @@ struct ViewFacts {
 
 using Snapshot = std::vector<ViewFacts>;  ///< one per views_ entry, same order
 
+/// Makes a socket file at `path` that nothing listens on (bound, then closed): what a shim
+/// leaves when it ends without removing its endpoint, or a socket without a listener.
+void BindDeadSocket(const std::string& path);
+
 class JobTest : public ::testing::Test {
  protected:
   void SetUp() override;
