@@ -116,6 +116,30 @@ Result<ExportReply> ExportReply::Decode(Message& message) {
   return reply;
 }
 
+// ---- kHeldAllocations -------------------------------------------------------------------
+
+Message HeldAllocationsRequest::Encode() const {
+  Message message;
+  message.op = Op::kHeldAllocations;
+  Writer out(message.payload);
+  out.Put(ids);
+  return message;
+}
+
+Result<HeldAllocationsRequest> HeldAllocationsRequest::Decode(const Message& message) {
+  return ReadRequest<HeldAllocationsRequest>(
+      message, [](Reader& in, HeldAllocationsRequest& r) { in.Get(r.ids); });
+}
+
+Message HeldAllocationsReply::Encode() const {
+  return Reply(Op::kHeldAllocations, [&](Writer& out) { out.Put(held); });
+}
+
+Result<HeldAllocationsReply> HeldAllocationsReply::Decode(const Message& message) {
+  return ReadReply<HeldAllocationsReply>(
+      message, Op::kHeldAllocations, [](Reader& in, HeldAllocationsReply& r) { in.Get(r.held); });
+}
+
 // ---- kIdentify --------------------------------------------------------------------------
 
 Message IdentifyRequest::Encode() const {

@@ -54,6 +54,26 @@ struct ExportReply {
   static Result<ExportReply> Decode(Message& message);
 };
 
+// ---- kHeldAllocations (served by the peer thread, read-only) -----------------------------
+
+/// Asks a process which of these allocations (named by their creator's identity) it holds a
+/// driver handle of.
+struct HeldAllocationsRequest {
+  std::vector<ObjectId> ids;
+  Message Encode() const;
+  /// EPROTO when the payload is not such a request.
+  static Result<HeldAllocationsRequest> Decode(const Message& message);
+};
+
+/// Those of the request's allocations the process holds a driver handle of (an import not
+/// released, or its own allocation), in the request's order.
+struct HeldAllocationsReply {
+  std::vector<ObjectId> held;
+  Message Encode() const;
+  /// An error reply comes back as its Error; EPROTO when malformed or for another op.
+  static Result<HeldAllocationsReply> Decode(const Message& message);
+};
+
 // ---- kIdentify and kInspect (control thread, read-only) ---------------------------------
 
 struct IdentifyRequest {

@@ -26,14 +26,16 @@ inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// failed destructive step keeps its state (it can be run again) instead of FAILED. Version 5:
 /// lifecycle requests say whether the command holds the process stopped once checkpointed
 /// (StepRequest::held). Version 6: kWriteCarrier and kReadCarrier (a dump writes the carrier
-/// beside CRIU's images, StepRequest::carrier_path). A peer speaking another version is refused with both versions named
-/// (socket.h, ReceiveMessage).
-inline constexpr uint16_t kVersion = 6;
+/// beside CRIU's images, StepRequest::carrier_path). Version 7: kHeldAllocations (a creator's
+/// REALLOCATE asks its importers what they still hold). A peer speaking another version is
+/// refused with both versions named (socket.h, ReceiveMessage).
+inline constexpr uint16_t kVersion = 7;
 
 /// Requests a client can send: X(enumerator, value, name, kind), the kind an OpKind (below):
 /// kStep ops run on the shim's control thread, one at a time, as lifecycle steps; kQuery ops
-/// there too, answered from the tables; kExport (kPeer) is served by the peer thread from the
-/// export cache (no table lock).
+/// there too, answered from the tables; kPeer ops are served by the peer thread without the
+/// control thread (kExport from the export cache, no table lock), so that two shims asking
+/// each other in the middle of their own steps never wait on each other.
 ///  kExport: a fresh raw POSIX descriptor for (creator id, allocation id)
 ///  kIdentify: pid, start time, state, counts, failure text, untracked imports
 ///  kInspect: the sharing table as Records (read-only)
@@ -62,6 +64,10 @@ inline constexpr uint16_t kVersion = 6;
 ///  kReadCarrier: RELEASED -> RELEASED: the files written by kWriteCarrier, now in the
 ///    directory StepRequest::carrier_path names, back into the arena (nothing when the
 ///    carrier was not written out); kReallocate refuses until then
+///  kHeldAllocations (kPeer, read-only): which of the given allocations this process holds a
+///    driver handle of, from the sharing table; a creator's kReallocate asks each of its
+///    importers first (a fresh allocation is not what an importer still holding the old
+///    one maps)
 #define CUSNAP_PROTO_OPS(X)                          \
   X(kExport, 1, "EXPORT", kPeer)                     \
   X(kIdentify, 2, "IDENTIFY", kQuery)                \
@@ -82,7 +88,8 @@ inline constexpr uint16_t kVersion = 6;
   X(kRenew, 17, "RENEW", kStep)                      \
   X(kCommit, 18, "COMMIT", kStep)                    \
   X(kWriteCarrier, 19, "WRITE_CARRIER", kStep)       \
-  X(kReadCarrier, 20, "READ_CARRIER", kStep)
+  X(kReadCarrier, 20, "READ_CARRIER", kStep)        \
+  X(kHeldAllocations, 21, "HELD_ALLOCATIONS", kPeer)
 
 /// The shim's lifecycle states (DESIGN.md, "Lifecycle"): X(enumerator, value, name).
 /// kRestored: the multicast rebuild is done and the coordinator still compares INSPECT with

@@ -33,7 +33,7 @@ struct CheckpointWork {
            QuiesceGate& gate, DeviceWork& device_work)
       : carrier(driver(), CarrierOptionsFromEnvironment()),
         drain(driver(), device_work),
-        unicast(driver(), table, cache, carrier, &FetchFromCreator),
+        unicast(driver(), table, cache, carrier, &FetchFromCreator, &AskHeldAllocations),
         multicast(driver(), table, multicast_table, cache, &FetchFromCreator),
         lifecycle({&drain, &unicast, &multicast}, gate,
                   HeldMarkerPath(ControlDir(), static_cast<int>(::getpid()))) {}

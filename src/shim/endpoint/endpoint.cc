@@ -203,6 +203,10 @@ void Endpoint::ServeConnection(UniqueFd connection) {
     ServeExport(connection.get(), *request);
     return;
   }
+  if (request->op == proto::Op::kHeldAllocations) {
+    ServeHeldAllocations(connection.get(), *request);
+    return;
+  }
   Enqueue(std::move(connection), std::move(*request));
 }
 
@@ -241,6 +245,14 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
   // Noted before the reply: once the importer holds the descriptor, a checkpoint must see it.
   NoteImporter(connection, kind, id);
   Reply(connection, std::move(reply).Encode(), kRequestTimeoutMs);
+}
+
+void Endpoint::ServeHeldAllocations(int connection, const proto::Message& request) {
+  Result<proto::HeldAllocationsRequest> asked = proto::HeldAllocationsRequest::Decode(request);
+  Reply(connection,
+        asked.ok() ? proto::HeldAllocationsReply{served_.sharing_table().Held(asked->ids)}.Encode()
+                   : proto::EncodeError(proto::Op::kHeldAllocations, asked.error()),
+        kRequestTimeoutMs);
 }
 
 void Endpoint::NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id) {

@@ -6,7 +6,9 @@
 //    kMaxConnections at once), which reads the request and answers kExport itself, from the
 //    export cache (a dup() sent by SCM_RIGHTS; no table lock, no CUDA call), so importers are
 //    served while application threads sit in long driver calls, and idle or slow clients
-//    block no one else;
+//    block no one else; and kHeldAllocations, from the sharing table (its lock, never held
+//    across a driver call), so a creator's step can ask an importer whose own control thread
+//    is busy with a step of its own;
 //  - the control thread runs every other request, one at a time (control.h), handed over by
 //    the peer thread through a bounded queue (full: refused at once, nothing changed).
 #pragma once
@@ -70,6 +72,8 @@ class Endpoint {
   void Dispatch(UniqueFd connection);
   void ServeConnection(UniqueFd connection);
   void ServeExport(int connection, const proto::Message& request);
+  /// kHeldAllocations: which of the request's allocations this process holds (sharing table).
+  void ServeHeldAllocations(int connection, const proto::Message& request);
   /// Remembers the process at the other end of `connection` (SO_PEERCRED) as an importer of
   /// `id` in the export cache (INSPECT reports it; the coordinator refuses a checkpoint that
   /// leaves a live importer out).

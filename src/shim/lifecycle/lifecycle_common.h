@@ -1,9 +1,11 @@
-// What the lifecycle and its unicast and multicast steps share: a recorded mapping's access
-// as the driver takes it (and, for them, the clock and the process name of common/).
+// What the lifecycle and its unicast and multicast steps share: the requests to peer
+// endpoints (fetch.cc), a recorded mapping's access as the driver takes it (and, for them,
+// the clock and the process name of common/).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -25,6 +27,16 @@ using ExportFetcher = Result<UniqueFd> (*)(const proto::ObjectId& id, TicketKind
 /// directory (endpoint_client.h, RequestExport), waiting at most 10 s for the reply.
 Result<UniqueFd> FetchFromCreator(const proto::ObjectId& id, TicketKind kind,
                                   const proto::Capability& capability);
+
+/// Asks process `pid` which of the allocations `ids` it holds a driver handle of
+/// (kHeldAllocations). Returns those it holds, or an Error naming this process and `pid`.
+using HeldAsker = Result<std::vector<proto::ObjectId>> (*)(int pid,
+                                                          const std::vector<proto::ObjectId>& ids);
+
+/// The HeldAsker of a running process: kHeldAllocations to `pid`'s endpoint in the control
+/// directory, waiting at most 10 s for each reply (a long list goes in several requests).
+Result<std::vector<proto::ObjectId>> AskHeldAllocations(int pid,
+                                                        const std::vector<proto::ObjectId>& ids);
 
 /// The first `m.access_count` access records of a recorded mapping (unicast or multicast) as
 /// cuMemSetAccess takes them. CUmemAccessDesc is not the wire's AccessRecord (SPEC-REFERENCE

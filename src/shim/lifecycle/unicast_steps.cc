@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "common/endpoint_client.h"
@@ -29,8 +30,13 @@ StepResult FromTransfer(const CarrierTransfer& transfer) {
 }  // namespace
 
 UnicastSteps::UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
-                           HostCarrier& carrier, ExportFetcher fetch)
-    : api_(api), table_(table), cache_(cache), carrier_(carrier), fetch_(fetch) {}
+                           HostCarrier& carrier, ExportFetcher fetch, HeldAsker ask_held)
+    : api_(api),
+      table_(table),
+      cache_(cache),
+      carrier_(carrier),
+      fetch_(fetch),
+      ask_held_(ask_held) {}
 
 Result<CUdevice> UnicastSteps::DeviceOf(CUcontext context) {
   ContextScope scope(api_, context);
@@ -158,7 +164,9 @@ Status UnicastSteps::Release() {
     h.released = true;
     table_.SetRealHandle(h.key, std::nullopt);
   }
-  // The cached descriptors keep the allocations alive in the driver.
+  // The cached descriptors keep the allocations alive in the driver; who fetched them is
+  // what Reallocate asks.
+  importers_ = cache_.LiveImporters(SelfIdentity());
   cache_.Clear();
   CUSNAP_LOG_INFO("release: %zu mappings unmapped in %.1f ms, %zu handles released in %.1f ms",
                   mappings_.size(), static_cast<double>(unmapped - start) / 1e6, held_.size(),
@@ -220,6 +228,7 @@ Status UnicastSteps::Rebuild(Held& held, CUmemGenericAllocationHandle real) {
 Result<StepResult> UnicastSteps::Reallocate() {
   // Bytes a dump wrote out come back first (kReadCarrier): nothing is rebuilt before.
   if (Status in_memory = carrier_.SavedBytesInMemory(); !in_memory) return in_memory.error();
+  if (Status released = ImportersReleased(); !released) return released.error();
   // Resumable: allocations an earlier, failed attempt rebuilt are kept; the carrier's bytes
   // are copied into every one again (the copy is idempotent), then exported once each.
   std::vector<CarrierSlot> slots;
@@ -261,6 +270,41 @@ Result<StepResult> UnicastSteps::Reallocate() {
     h.exported = true;
   }
   return FromTransfer(*transfer);
+}
+
+Status UnicastSteps::ImportersReleased() {
+  // An importer that did not release its import in this cycle (it resumed, or was never
+  // quiesced: any client may send a creator its steps alone) still maps the old allocation,
+  // which its handle keeps alive. A fresh one would split the pair: each process with memory
+  // of its own, writes no longer seen across, and nothing a later step could join again.
+  std::map<int, std::vector<proto::ObjectId>> asked;  // importer pid -> allocations
+  std::map<int, uint64_t> started;                    // importer pid -> its start time
+  for (const proto::Importer& importer : importers_) {
+    if (importer.kind != static_cast<uint32_t>(TicketKind::kUnicast)) continue;
+    for (const Held& h : held_) {
+      if (!h.saved || !h.shared || h.restored || h.id.local_id != importer.id.local_id) continue;
+      asked[importer.pid].push_back(h.id);
+      started[importer.pid] = importer.start_time;
+    }
+  }
+  for (const auto& [pid, ids] : asked) {
+    Result<uint64_t> start = ProcessStartTimeOrShortage(pid);
+    if (!start) {
+      return Error{start.error().code, ThisProcess() + ": cannot tell whether its importer " +
+                                           ProcessText(pid) + " still runs: " +
+                                           start.error().message + "; nothing was created"};
+    }
+    if (*start != started[pid]) continue;  // exited: it holds nothing
+    Result<std::vector<proto::ObjectId>> held = ask_held_(pid, ids);
+    if (!held) return Error{held.error().code, held.error().message + "; nothing was created"};
+    if (held->empty()) continue;
+    return Error{-1, ThisProcess() + ": its importer " + ProcessText(pid) + " still holds " +
+                         DescribeObject(held->front()) + " from before this process released it "
+                         "(it was not released with it): a fresh allocation would not be the "
+                         "memory it maps; nothing was created: take " + ProcessText(pid) +
+                         " through the checkpoint too ('cusnap recover' does), then reallocate"};
+  }
+  return Ok{};
 }
 
 Result<StepResult> UnicastSteps::WriteCarrier(const std::string& path) {
@@ -354,6 +398,7 @@ void UnicastSteps::Discard() {
   held_.clear();
   mappings_.clear();
   unmapped_.clear();
+  importers_.clear();
 }
 
 }  // namespace cusnap::shim

@@ -27,20 +27,23 @@ class UnicastSteps final : public LifecycleSteps {
  public:
   /// Every reference stays in use for the object's lifetime.
   UnicastSteps(const DriverApi& api, SharingTable& table, ExportCache& cache,
-               HostCarrier& carrier, ExportFetcher fetch);
+               HostCarrier& carrier, ExportFetcher fetch, HeldAsker ask_held);
 
   /// Refuses (CUDA_ERROR_INVALID_VALUE, nothing changed) a mapping whose access is
   /// unknown; otherwise copies every allocation this process created that still has a
   /// logical handle or a mapping into the carrier.
   Result<StepResult> Save() override;
   /// Unmaps every tracked mapping, releases every real handle (creator and importer), and
-  /// closes the export cache's descriptors. Reservations stay: they are the application's.
+  /// closes the export cache's descriptors, keeping who imported them (Reallocate asks them).
+  /// Reservations stay: they are the application's.
   Status Release() override;
   /// Creators: fresh allocations with the recorded properties, mapped at the recorded VAs
   /// and offsets, carrier H2D, access re-applied, logical handles repointed, export cache
   /// refilled for the allocations that were shared. Locations and access use the recorded
   /// ordinals: after a restore onto other GPUs they name the GPUs the process now runs on
-  /// (DRIVER-FACTS F7).
+  /// (DRIVER-FACTS F7). Refused first, nothing created (status -1, naming the importer and
+  /// the allocation), while a live importer of an allocation to be created again still holds
+  /// it from before the release: the fresh allocation would not be the memory it maps.
   Result<StepResult> Reallocate() override;
   /// The carrier's WriteFile / ReadFile (carrier.h).
   Result<StepResult> WriteCarrier(const std::string& path) override;
@@ -91,12 +94,16 @@ class UnicastSteps final : public LifecycleSteps {
   static Result<bool> CreatorAlive(const proto::ObjectId& id);
   // An import whose creator exited: its mappings leave the table, named in the log.
   void Orphan(Held& held);
+  // Reallocate's precondition: no live importer holds an allocation about to be created again.
+  Status ImportersReleased();
 
   const DriverApi& api_;
   SharingTable& table_;
   ExportCache& cache_;
   HostCarrier& carrier_;
   ExportFetcher fetch_;
+  HeldAsker ask_held_;
+  std::vector<proto::Importer> importers_;  // of what the export cache held at kRelease
   std::vector<Held> held_;                 // from Save until Discard
   std::vector<MappingInfo> mappings_;      // the tracked mappings at Save
   std::vector<char> unmapped_;             // per mappings_ index: unmapped by kRelease

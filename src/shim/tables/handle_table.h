@@ -261,6 +261,12 @@ class HandleTable {
     return key ? &objects_.at(*key).info : nullptr;
   }
 
+  /// The object named `id`, or null.
+  const Info* FindByIdLocked(const proto::ObjectId& id) const {
+    auto it = by_id_.find(id);
+    return it == by_id_.end() ? nullptr : &objects_.at(it->second).info;
+  }
+
   /// The object of `key`, or null.
   Info* InfoLocked(Key key) {
     auto it = objects_.find(key);

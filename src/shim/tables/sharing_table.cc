@@ -197,4 +197,14 @@ std::vector<AllocationInfo> SharingTable::Allocations() const {
   return out;
 }
 
+std::vector<proto::ObjectId> SharingTable::Held(const std::vector<proto::ObjectId>& ids) const {
+  std::lock_guard lock(mutex_);
+  std::vector<proto::ObjectId> held;
+  for (const proto::ObjectId& id : ids) {
+    const AllocationInfo* a = FindByIdLocked(id);
+    if (a != nullptr && a->has_real) held.push_back(id);
+  }
+  return held;
+}
+
 }  // namespace cusnap::shim

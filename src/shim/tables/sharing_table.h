@@ -161,6 +161,10 @@ class SharingTable : public HandleTable<AllocationInfo, MappingInfo> {
   /// Copies of every allocation (the lifecycle iterates these; Mappings() the mappings).
   std::vector<AllocationInfo> Allocations() const;
 
+  /// Those of `ids` this process holds a real handle of, in the order given (kHeldAllocations:
+  /// an import is held from its import until the lifecycle's release or its last reference).
+  std::vector<proto::ObjectId> Held(const std::vector<proto::ObjectId>& ids) const;
+
  private:
   static AllocationInfo NewAllocation(const proto::ObjectId& id, CUmemGenericAllocationHandle real,
                                       size_t size, const CUmemAllocationProp& prop,
