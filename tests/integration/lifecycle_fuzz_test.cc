@@ -5,7 +5,8 @@
 // No shim may wedge (every request is answered within a bound, `cusnap status` answers after
 // each seed) or spin (over an idle window after the fuzzing each worker's CPU time stays
 // under half the window); `cusnap recover` then brings the job back to running with every
-// byte, and a full checkpoint and restore works.
+// byte, and a full checkpoint and restore works. A failure prints every step that succeeded,
+// in the order the shims answered, with its seed and client: the sequence to reproduce.
 #include <gmock/gmock.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -115,6 +117,21 @@ class RandomSteps {
   std::mt19937 rng_;
 };
 
+/// The steps that succeeded, in the order the shims answered: printed when the test failed
+/// (on any return), the sequence to reproduce.
+struct StepsDone {
+  pid_t creator;
+  pid_t importer;
+  std::vector<std::string> steps{};
+  ~StepsDone() {
+    if (!::testing::Test::HasFailure()) return;
+    std::string text;
+    for (const std::string& line : steps) text += line + "\n";
+    ADD_FAILURE() << "creator pid " << creator << ", importer pid " << importer
+                  << "; the steps that succeeded:\n" << text;
+  }
+};
+
 using LifecycleFuzz = JobTest;
 
 TEST_F(LifecycleFuzz, RandomStepRequestsNeitherWedgeNorSpinAShimAndTheJobComesBack) {
@@ -128,6 +145,8 @@ TEST_F(LifecycleFuzz, RandomStepRequestsNeitherWedgeNorSpinAShimAndTheJobComesBa
   const std::vector<pid_t> shims = {creator.pid, importer.pid};
   const std::string control = cusnap::ControlDir();
   const std::string state = dir_ + "/state";
+  std::mutex done_mutex;
+  StepsDone done{creator.pid, importer.pid};
 
   for (const uint32_t seed : kSeeds) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -141,6 +160,14 @@ TEST_F(LifecycleFuzz, RandomStepRequestsNeitherWedgeNorSpinAShimAndTheJobComesBa
           const cusnap::proto::StepRequest request = steps.Next();
           auto reply = cusnap::Request<cusnap::proto::StepReply>(
               cusnap::EndpointPath(control, to), request.Encode(), kAnswerMs, request.op);
+          if (reply.ok()) {
+            std::lock_guard lock(done_mutex);
+            done.steps.push_back("seed " + std::to_string(seed) + " client " +
+                                 std::to_string(c) + ": pid " + std::to_string(to) + " " +
+                                 cusnap::proto::OpName(request.op) + " (lease " +
+                                 std::to_string(request.lease_ms) + " ms) -> " +
+                                 cusnap::proto::ShimStateName(reply->state));
+          }
           // A refusal is an answer; no answer at all within the bound is a wedge.
           if (!reply.ok() && reply.error().code == ETIMEDOUT) {
             wedged[c] = "pid " + std::to_string(to) + " did not answer " +
