@@ -27,7 +27,7 @@
 #include <map>
 #include <string>
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 #ifdef CUSNAP_HAVE_BENCHMARK
 #include <benchmark/benchmark.h>

@@ -15,20 +15,20 @@ add_library(cusnap_cuda_headers INTERFACE)
 target_include_directories(cusnap_cuda_headers SYSTEM INTERFACE ${CUSNAP_CUDA_INCLUDE_DIR})
 
 # The gated table: every driver entry point cuda.h declares that the hand-written interception
-# table (src/shim/intercept/entry_points.def) does not list, generated at build time from these
-# headers (src/shim/intercept/gen_gated_entry_points.py). Targets that include
-# shim/intercept/gated_entry_points.def link cusnap_gated_table.
+# table (src/shim/driver/entry_points.def) does not list, generated at build time from these
+# headers (src/shim/driver/gen_gated_entry_points.py). Targets that include
+# shim/driver/gated_entry_points.def link cusnap_gated_table.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 set(CUSNAP_GATED_TABLE_DIR ${CMAKE_BINARY_DIR}/generated)
-set(CUSNAP_GATED_TABLE ${CUSNAP_GATED_TABLE_DIR}/shim/intercept/gated_entry_points.def)
-set(_cusnap_gen ${CMAKE_SOURCE_DIR}/src/shim/intercept/gen_gated_entry_points.py)
+set(CUSNAP_GATED_TABLE ${CUSNAP_GATED_TABLE_DIR}/shim/driver/gated_entry_points.def)
+set(_cusnap_gen ${CMAKE_SOURCE_DIR}/src/shim/driver/gen_gated_entry_points.py)
 add_custom_command(OUTPUT ${CUSNAP_GATED_TABLE}
-  COMMAND ${CMAKE_COMMAND} -E make_directory ${CUSNAP_GATED_TABLE_DIR}/shim/intercept
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${CUSNAP_GATED_TABLE_DIR}/shim/driver
   COMMAND Python3::Interpreter ${_cusnap_gen} --cxx ${CMAKE_CXX_COMPILER}
           --cuda-include ${CUSNAP_CUDA_INCLUDE_DIR}
-          --table ${CMAKE_SOURCE_DIR}/src/shim/intercept/entry_points.def
+          --table ${CMAKE_SOURCE_DIR}/src/shim/driver/entry_points.def
           --output ${CUSNAP_GATED_TABLE}
-  DEPENDS ${_cusnap_gen} ${CMAKE_SOURCE_DIR}/src/shim/intercept/entry_points.def
+  DEPENDS ${_cusnap_gen} ${CMAKE_SOURCE_DIR}/src/shim/driver/entry_points.def
           ${CUSNAP_CUDA_INCLUDE_DIR}/cuda.h ${CUSNAP_CUDA_INCLUDE_DIR}/cudaTypedefs.h
   COMMENT "Generating the gated entry-point table from the CUDA headers"
   VERBATIM)

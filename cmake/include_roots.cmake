@@ -34,3 +34,26 @@ foreach(room IN LISTS CUSNAP_COORDINATOR_ROOMS)
 endforeach()
 cusnap_include_root(demo common demo coordinator)
 cusnap_include_root(cli common coordinator demo cli)
+
+# The shim's floors, bottom first (src/shim/CMakeLists.txt; DESIGN.md, "Layout"). A floor is a
+# folder of src/shim, except `process`: the root's process.h. Each floor compiles against
+# <build>/include_roots/shim_<floor>, which holds common/ and, under shim/, quiet_thread.h and
+# the floors up to its own (CUSNAP_INCLUDE_ROOT_shim_<floor>): a file that includes a higher
+# floor does not build (tests/unit/include_roots.cmake, BuildCheck.shim_floor_*).
+set(CUSNAP_SHIM_FLOORS driver tables carrier hold lifecycle endpoint process hooks intercept)
+set(_cusnap_floors_so_far)
+foreach(floor IN LISTS CUSNAP_SHIM_FLOORS)
+  list(APPEND _cusnap_floors_so_far ${floor})
+  set(_cusnap_root ${CMAKE_BINARY_DIR}/include_roots/shim_${floor})
+  file(MAKE_DIRECTORY ${_cusnap_root}/shim)
+  file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/common ${_cusnap_root}/common SYMBOLIC)
+  file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/shim/quiet_thread.h ${_cusnap_root}/shim/quiet_thread.h SYMBOLIC)
+  foreach(below IN LISTS _cusnap_floors_so_far)
+    if(below STREQUAL "process")
+      file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/shim/process.h ${_cusnap_root}/shim/process.h SYMBOLIC)
+    else()
+      file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/shim/${below} ${_cusnap_root}/shim/${below} SYMBOLIC)
+    endif()
+  endforeach()
+  set(CUSNAP_INCLUDE_ROOT_shim_${floor} ${_cusnap_root})
+endforeach()

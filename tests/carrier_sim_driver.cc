@@ -41,9 +41,9 @@ const shim::DriverApi& SimDriver() {
   static const shim::DriverApi api = [] {
     shim::DriverApi a{};
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) Load(a.symbol, #symbol);
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) Load(a.symbol, #symbol);
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
     auto init = reinterpret_cast<CUresult (*)(unsigned)>(SimSymbol("cuInit"));
     if (init == nullptr || init(0) != CUDA_SUCCESS) {
       std::fprintf(stderr, "cuInit of the simulated driver failed\n");

@@ -1,10 +1,10 @@
-// The simulated driver as a DriverApi (src/shim/intercept/driver_api.h) for tests that run shim code
+// The simulated driver as a DriverApi (src/shim/driver/driver_api.h) for tests that run shim code
 // in the test process itself: libcuda.so.1 from CUSNAP_TEST_SIMCUDA_DIR, every row of the
 // interception table and of the generated gated_entry_points.def looked up by its exported name. Test binaries
 // that link shim sources get cusnap::shim::driver() from here.
 #pragma once
 
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 
 namespace cusnap::test {
 

@@ -21,7 +21,7 @@ std::string ThisProcess();
 /// "CUDA_ERROR_NOT_SUPPORTED (801)" for CUresult `result`: `driver_name` is what the driver's
 /// cuGetErrorName gave (null when it gave nothing); without it, the name of a common
 /// CUresult, else "CUresult 801". (An int: this header stays free of cuda.h, which the shim
-/// includes its own way, shim/intercept/cuda_abi.h.)
+/// includes its own way, shim/driver/cuda_abi.h.)
 std::string CuResultText(int result, const char* driver_name = nullptr);
 
 /// "[0x320000000, +536870912)": the VA range of `size` bytes at `address`.

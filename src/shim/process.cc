@@ -12,7 +12,7 @@
 #include "common/endpoint_client.h"
 #include "common/log.h"
 #include "shim/endpoint/endpoint.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/lifecycle/lifecycle.h"
 #include "shim/lifecycle/multicast_steps.h"
 #include "shim/lifecycle/unicast_steps.h"

@@ -23,12 +23,12 @@ set_tests_properties(fault_matrix PROPERTIES LABELS faults TIMEOUT 900 PROCESSOR
 
 # The case lines and their enumeration, without a job (fast: every preset runs it).
 cusnap_add_gtest(fault_case_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/fault_case.cc ${CMAKE_CURRENT_LIST_DIR}/fault_case_test.cc
+  SOURCES fault_case.cc fault_case_test.cc
   LABELS unit)
 
 # The pause knob (src/cli/test_pause.h) on its own, on the matrix's job (every preset runs it).
 cusnap_add_gtest(pause_knob_test
-  SOURCES ${CUSNAP_FAULT_JOB_SOURCES} ${CMAKE_CURRENT_LIST_DIR}/pause_knob_test.cc
+  SOURCES ${CUSNAP_FAULT_JOB_SOURCES} pause_knob_test.cc
   LIBS cusnap_coordinator nlohmann_json::nlohmann_json
   LABELS integration)
 target_include_directories(pause_knob_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../integration)

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <iterator>
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace {
 
@@ -27,10 +27,10 @@ constexpr bool kPerThread_PTSZ = true;
 constexpr Row kRows[] = {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, since, kPerThread_##variant},
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, since, kPerThread_##variant},
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 };
 
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);

@@ -5,7 +5,7 @@
 # tests (tests/criu_problem.h).
 if(TARGET cusnap_criu)
   cusnap_add_gtest(criu_plugin_test
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/criu_plugin_test.cc
+    SOURCES criu_plugin_test.cc
     LIBS cusnap_coordinator
     LABELS integration)
   add_dependencies(criu_plugin_test cusnap_criu)

@@ -31,7 +31,7 @@
 
 #include "common/endpoint_client.h"
 #include "common/messages.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ struct Row {
 };
 constexpr Row kRows[] = {
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) {#symbol},
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 };
 
 [[noreturn]] void Fail(const std::string& why) {

@@ -15,7 +15,7 @@ cusnap_warnings(interception_interposer)
 target_include_directories(interception_interposer PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(interception_interposer PRIVATE cusnap_cuda_headers dl)
 
-cusnap_add_gtest(interception_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/interception_test.cc LABELS integration)
+cusnap_add_gtest(interception_test SOURCES interception_test.cc LABELS integration)
 target_compile_definitions(interception_test PRIVATE
   CUSNAP_TEST_PROBE="$<TARGET_FILE:interception_probe>"
   CUSNAP_TEST_INTERPOSER="$<TARGET_FILE:interception_interposer>")
@@ -54,7 +54,7 @@ add_dependencies(interception_test gate_probe)
 add_executable(transparency_probe ${CMAKE_CURRENT_LIST_DIR}/transparency_probe.cc)
 cusnap_warnings(transparency_probe)
 target_link_libraries(transparency_probe PRIVATE simcuda_driver cusnap_cuda_headers)
-cusnap_add_gtest(transparency_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/transparency_test.cc LABELS integration)
+cusnap_add_gtest(transparency_test SOURCES transparency_test.cc LABELS integration)
 target_compile_definitions(transparency_test PRIVATE
   CUSNAP_TEST_TRANSPARENCY_PROBE="$<TARGET_FILE:transparency_probe>")
 add_dependencies(transparency_test transparency_probe cusnap_shim simcuda_driver)

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <initializer_list>
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 int main() {
   const char* shim_path = std::getenv("CUSNAP_TEST_SHIM");

@@ -2,7 +2,7 @@
 // a function that is none of the ABIs the interception table knows (a future cuMemCreate_v2,
 // say). The shim must fail closed on it (SPEC-REFERENCE C.5 (2)): answer "not found" rather
 // than hand out a pointer that would bypass it. Used only by interception_failclosed.
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 #include <cstring>
 

@@ -5,7 +5,7 @@
 // the shim whose dlsym is in between).
 #include <dlfcn.h>
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 /// dlsym(RTLD_NEXT, name) as this library's own code asks it.
 extern "C" __attribute__((visibility("default"))) void* interposer_next(const char* name) {

@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 // The table's exported names, linked directly (libcuda.so.1 and libcudart.so.13 of the
 // simulated driver, or the shim's wrappers when it is preloaded).
@@ -42,7 +42,7 @@
 extern "C" {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) CUresult symbol params;
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) cudaError_t symbol params;
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 }
 
 namespace {
@@ -60,10 +60,10 @@ const std::vector<Row>& rows() {
   {#symbol, api_name, false, reinterpret_cast<void*>(&::symbol)},
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, true, reinterpret_cast<void*>(&::symbol)},
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, false, nullptr},
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
   };
   return kRows;
 }

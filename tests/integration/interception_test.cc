@@ -43,9 +43,9 @@ struct TableRow {
 const std::vector<TableRow> kTable = {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) {#symbol, api_name, false, false},
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) {#symbol, api_name, true, false},
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) {#symbol, api_name, false, true},
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 };
 
 bool is_table_symbol(const std::string& name) {

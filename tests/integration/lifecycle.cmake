@@ -6,9 +6,7 @@ cusnap_warnings(lifecycle_cycle_peer)
 # cusnap_common: the tickets travel over descriptor 3 in common/socket.h's packets.
 target_link_libraries(lifecycle_cycle_peer PRIVATE simcuda_driver cusnap_cuda_headers cusnap_common)
 cusnap_add_gtest(lifecycle_cycle_test
-  SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/lifecycle_cycle_test.cc
-    ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
+  SOURCES lifecycle_cycle_test.cc ${CMAKE_SOURCE_DIR}/tests/carrier_sim_driver.cc
   LIBS cusnap_common dl pthread
   LABELS integration)
 add_dependencies(lifecycle_cycle_test lifecycle_cycle_peer cusnap_shim simcuda_driver)

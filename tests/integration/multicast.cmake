@@ -9,7 +9,7 @@ target_include_directories(multicast_rank PRIVATE ${CMAKE_SOURCE_DIR}/src/simcud
 target_link_libraries(multicast_rank PRIVATE simcuda_driver cusnap_cuda_headers cusnap_common dl)
 
 cusnap_add_gtest(multicast_cycle_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/multicast_cycle_test.cc
+  SOURCES multicast_cycle_test.cc
   LIBS cusnap_common
   LABELS integration)
 add_dependencies(multicast_cycle_test multicast_rank cusnap cusnap_shim simcuda_driver)

@@ -9,7 +9,7 @@ target_include_directories(actor_share PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_C
 target_link_libraries(actor_share PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver pthread)
 
 cusnap_add_gtest(sharing_multiprocess_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/sharing_multiprocess_test.cc
+  SOURCES sharing_multiprocess_test.cc
   LIBS cusnap_common cusnap_cuda_headers
   LABELS integration)
 add_dependencies(sharing_multiprocess_test actor_share cusnap_shim)

@@ -3,7 +3,7 @@
 # prefix, then `cusnap demo` from there (install_demo.sh). Label: integration.
 
 cusnap_add_gtest(cli_mistakes_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_mistakes_test.cc
+  SOURCES cli_mistakes_test.cc
   LIBS GTest::gmock nlohmann_json::nlohmann_json
   LABELS integration
   TIMEOUT 300)

@@ -13,9 +13,7 @@ target_include_directories(workload_kinds_worker PRIVATE ${CMAKE_SOURCE_DIR}/src
 target_link_libraries(workload_kinds_worker PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver pthread)
 
 cusnap_add_gtest(workload_kinds_test
-  SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/workload_kinds_harness.cc
-    ${CMAKE_CURRENT_LIST_DIR}/workload_kinds_test.cc
+  SOURCES workload_kinds_harness.cc workload_kinds_test.cc
   LIBS nlohmann_json::nlohmann_json cusnap_cuda_headers
   LABELS integration
   TIMEOUT 300)

@@ -5,7 +5,7 @@
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 set(_cusnap_build_check_args
   --library=$<TARGET_FILE:cusnap_shim>
-  --table=${CMAKE_SOURCE_DIR}/src/shim/intercept/entry_points.def
+  --table=${CMAKE_SOURCE_DIR}/src/shim/driver/entry_points.def
   --table=${CUSNAP_GATED_TABLE}
   "--link-options=$<JOIN:$<TARGET_PROPERTY:cusnap_shim,LINK_OPTIONS>, >")
 if(CUSNAP_SANITIZE)

@@ -2,7 +2,7 @@
 """Build check of libcusnap.so (DESIGN.md "Shim").
 
 Asserts, on the built library:
-  1. its exported dynamic symbols are exactly the rows of src/shim/intercept/entry_points.def and
+  1. its exported dynamic symbols are exactly the rows of src/shim/driver/entry_points.def and
      of the generated gated_entry_points.def (every other driver entry point of cuda.h; parsed
      here, independently of the version script generated from the same file) plus `dlsym`
      and `cusnap_build_info`;

@@ -2,14 +2,9 @@
 # checkpoint/restore sequences over fake participants and a fake native driver (discovery
 # forks idle children only so that /proc has a process tree to read).
 cusnap_add_gtest(coordinator_unit_test
-  SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_topology_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_state_file_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_device_map_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_native_driver_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_sequence_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_hold_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_images_test.cc
+  SOURCES coordinator_topology_test.cc coordinator_state_file_test.cc
+    coordinator_device_map_test.cc coordinator_native_driver_test.cc
+    coordinator_sequence_test.cc coordinator_hold_test.cc coordinator_images_test.cc
   LIBS cusnap_coordinator
   LABELS unit)
 
@@ -17,6 +12,6 @@ cusnap_add_gtest(coordinator_unit_test
 # fakes: bytes fed to the progress bar, and no native calls for a participant the driver
 # does not know (end to end: tests/integration/cli.cmake).
 cusnap_add_gtest(coordinator_progress_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/coordinator_progress_test.cc
+  SOURCES coordinator_progress_test.cc
   LIBS cusnap_coordinator
   LABELS unit)

@@ -1,9 +1,6 @@
 # The tests' own support code: the enum printers every suite's failures read through
 # (tests/printers.h and its per-layer headers) and PhaseNamed (tests/unit/coordinator_phases.h).
 cusnap_add_gtest(test_support_test
-  SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/printers_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/printers_shim_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/coordinator_phases_test.cc
+  SOURCES printers_test.cc printers_shim_test.cc coordinator_phases_test.cc
   LIBS cusnap_cuda_headers
   LABELS unit)

@@ -27,7 +27,7 @@ std::string MarkerPath(const std::string& control_dir, int pid) {
 }
 
 /// A marker while ContinueHeld continues its process: renamed to this before SIGCONT, so
-/// that the process's hold guard (shim/lifecycle/hold_guard.h), which stops it again
+/// that the process's hold guard (shim/hold/hold_guard.h), which stops it again
 /// while the marker exists, cannot undo the continue.
 constexpr const char* kContinuingSuffix = ".continuing";
 
@@ -175,7 +175,7 @@ Status SendContinue(const std::string& control_dir, int pid) {
 
 /// After SendContinue: waits (at most `wait_ms`) until `pid` runs and stays running. Its
 /// hold guard may stop it once more right after (a thread that found the marker before it
-/// was renamed, shim/lifecycle/hold_guard.h): with no marker left it is ours to continue
+/// was renamed, shim/hold/hold_guard.h): with no marker left it is ours to continue
 /// again. Error (ETIMEDOUT) naming the pid when it is still stopped.
 Status KeepContinued(const std::string& control_dir, int pid, int wait_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);

@@ -51,8 +51,8 @@ Status ContinueHeld(const std::string& control_dir, int pid, int wait_ms = 5000)
 
 /// Continues `pid`, a process a CRIU restore just brought back as it was dumped (stopped
 /// by the hold, or stopped with no marker by a --leave-running dump): its marker, if any, is
-/// renamed away before SIGCONT (so that the process's hold guard, shim/lifecycle/
-/// hold_guard.h, does not stop it again) and removed after, whatever start time or PID
+/// renamed away before SIGCONT (so that the process's hold guard, shim/hold/hold_guard.h,
+/// does not stop it again) and removed after, whatever start time or PID
 /// namespace it records (it describes the dumped process, which this one replaces). A process
 /// that is not stopped: nothing done. Errors (code errno) name the pid.
 Status ContinueRestored(const std::string& control_dir, int pid);

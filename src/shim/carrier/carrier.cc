@@ -17,7 +17,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "shim/carrier/chunk_pinner.h"
-#include "shim/intercept/context_scope.h"
+#include "shim/driver/context_scope.h"
 #include "shim/quiet_thread.h"
 
 namespace cusnap::shim {

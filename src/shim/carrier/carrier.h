@@ -36,8 +36,8 @@
 #include "shim/carrier/carrier_file.h"
 #include "shim/carrier/host_arena.h"
 #include "shim/carrier/zero_scan.h"
-#include "shim/intercept/cuda_abi.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/cuda_abi.h"
+#include "shim/driver/driver_api.h"
 
 namespace cusnap::shim {
 

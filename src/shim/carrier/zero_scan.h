@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "shim/intercept/cuda_abi.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/cuda_abi.h"
+#include "shim/driver/driver_api.h"
 
 namespace cusnap::shim {
 

@@ -5,7 +5,7 @@
 #include "common/ids.h"
 #include "common/text.h"
 #include "shim/endpoint/resources.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/tables/gpu_identity.h"
 
 namespace cusnap::shim {

@@ -19,7 +19,7 @@
 #include "common/log.h"
 #include "common/socket.h"
 #include "shim/endpoint/control.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 #include "shim/quiet_thread.h"
 #include "shim/tables/capabilities.h"
 

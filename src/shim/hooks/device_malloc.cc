@@ -5,7 +5,7 @@
 
 #include "common/log.h"
 #include "shim/hooks/hooks.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/process.h"
 
 namespace cusnap::shim {

@@ -9,7 +9,7 @@
 // exported entry points here.
 #pragma once
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim {
 

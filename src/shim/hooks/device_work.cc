@@ -3,7 +3,7 @@
 // captures it opens and closes and the contexts it creates and destroys. Each passes the gate,
 // forwards, and notes the driver's answer; the result is exactly the driver's.
 #include "shim/hooks/hooks.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/process.h"
 
 namespace cusnap::shim::hook {

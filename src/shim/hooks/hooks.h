@@ -4,10 +4,10 @@
 // the file that owns their subject: vmm.cc (unicast VMM), multicast.cc, resolvers.cc.
 #pragma once
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim::hook {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) CUresult symbol params;
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) cudaError_t symbol params;
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 }  // namespace cusnap::shim::hook

@@ -8,7 +8,7 @@
 // to the driver (an open of one is noted, and the checkpoint refuses the process by name).
 #pragma once
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim {
 

@@ -4,7 +4,7 @@
 #include "shim/hooks/device_malloc.h"
 #include "shim/hooks/hooks.h"
 #include "shim/hooks/legacy_ipc.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/process.h"
 
 namespace cusnap::shim::hook {

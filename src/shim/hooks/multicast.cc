@@ -14,7 +14,7 @@
 
 #include "common/ids.h"
 #include "common/log.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/tables/handles.h"
 #include "shim/hooks/hooks.h"
 #include "shim/tables/multicast_table.h"

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 #include "shim/tables/multicast_table.h"
 
 namespace cusnap::shim {

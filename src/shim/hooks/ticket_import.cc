@@ -12,7 +12,7 @@
 #include "common/log.h"
 #include "common/ticket.h"
 #include "common/unique_fd.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/tables/handles.h"
 #include "shim/tables/multicast_table.h"
 #include "shim/hooks/multicast_vmm.h"

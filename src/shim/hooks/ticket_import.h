@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "common/protocol.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 #include "shim/tables/sharing_table.h"
 
 namespace cusnap::shim {

@@ -1,6 +1,6 @@
 // cusnap_build_info: which shim a process has loaded, for bug reports and `cusnap status`.
 // The values come from CMake (src/shim/CMakeLists.txt) and from cuda.h.
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 #ifndef CUSNAP_VERSION
 #define CUSNAP_VERSION "unknown"

@@ -7,4 +7,4 @@
   CUSNAP_EXPORT CUresult symbol params { return cusnap::shim::hook::symbol args; }
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) \
   CUSNAP_EXPORT cudaError_t symbol params { return cusnap::shim::hook::symbol args; }
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"

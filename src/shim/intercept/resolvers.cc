@@ -5,9 +5,9 @@
 // sufficient" status reaches the program unchanged (DRIVER-FACTS F10). Which wrapper is
 // decided by replacement_for (replacement.h) from the pointer the driver returned.
 #include "common/log.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/hooks/hooks.h"
-#include "shim/intercept/replacement.h"
+#include "shim/driver/replacement.h"
 
 namespace cusnap::shim::hook {
 namespace {

@@ -16,7 +16,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/lifecycle/lifecycle.h"
 
 namespace cusnap::shim {

@@ -13,7 +13,7 @@
 #include "common/text.h"
 #include "common/ticket.h"
 #include "common/unique_fd.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim {
 

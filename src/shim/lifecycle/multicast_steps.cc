@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "common/ticket.h"
-#include "shim/intercept/context_scope.h"
+#include "shim/driver/context_scope.h"
 #include "shim/lifecycle/lifecycle_common.h"
 
 namespace cusnap::shim {

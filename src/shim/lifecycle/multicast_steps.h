@@ -25,7 +25,7 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/tables/export_cache.h"
 #include "shim/lifecycle/lifecycle.h"
 #include "shim/lifecycle/lifecycle_common.h"

@@ -17,7 +17,7 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim {
 

@@ -11,7 +11,7 @@
 #include "common/endpoint_client.h"
 #include "common/ids.h"
 #include "common/log.h"
-#include "shim/intercept/context_scope.h"
+#include "shim/driver/context_scope.h"
 #include "shim/lifecycle/lifecycle_common.h"
 #include "shim/tables/gpu_identity.h"
 

@@ -15,7 +15,7 @@
 #include "common/protocol.h"
 #include "common/unique_fd.h"
 #include "shim/carrier/carrier.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 #include "shim/tables/export_cache.h"
 #include "shim/lifecycle/lifecycle.h"
 #include "shim/lifecycle/lifecycle_common.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 
 namespace cusnap::shim {
 

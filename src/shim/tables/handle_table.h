@@ -19,7 +19,7 @@
 
 #include "common/ids.h"
 #include "common/protocol.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 #include "shim/tables/handles.h"
 #include "shim/tables/mapping_index.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/protocol.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim {
 

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "common/protocol.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim {
 

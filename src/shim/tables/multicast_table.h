@@ -18,7 +18,7 @@
 
 #include "common/ids.h"
 #include "common/protocol.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 #include "shim/tables/handle_table.h"
 #include "shim/tables/handles.h"
 

@@ -21,7 +21,7 @@
 
 #include "common/ids.h"
 #include "common/protocol.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 #include "shim/tables/handle_table.h"
 #include "shim/tables/mapping_index.h"
 #include "shim/tables/untracked_imports.h"

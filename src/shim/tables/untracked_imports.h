@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/protocol.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 #include "shim/tables/mapping_index.h"
 
 namespace cusnap::shim {

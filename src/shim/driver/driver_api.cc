@@ -4,7 +4,7 @@
 // thread, so first use from inside a library constructor (loader lock held) cannot deadlock
 // against a thread that is resolving and needs the loader lock for dlopen (SPEC-REFERENCE
 // C.5: a pthread_once here has deadlocked before).
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 
 #include <dlfcn.h>
 
@@ -13,8 +13,8 @@
 #include <cstring>
 #include <new>
 
-#include "shim/intercept/dlsym.h"
-#include "shim/intercept/replacement.h"
+#include "shim/driver/libraries.h"
+#include "shim/driver/replacement.h"
 
 namespace cusnap::shim {
 namespace {
@@ -64,10 +64,10 @@ constexpr bool kPerThread_PTSZ = true;
 constexpr RowSlot kSlots[] = {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) \
   {api_name, since, kPerThread_##variant, offsetof(DriverApi, symbol)},
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
   {api_name, since, kPerThread_##variant, offsetof(DriverApi, symbol)},
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 };
 
 void*& slot_of(DriverApi& table, const RowSlot& slot) {
@@ -102,11 +102,11 @@ void fill_driver(DriverApi& table) {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) \
   table.symbol = reinterpret_cast<decltype(table.symbol)>(                 \
       resolve_row(get_proc_address, api_name, since, kDriverFlags_##variant));
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
   table.symbol = reinterpret_cast<decltype(table.symbol)>(                 \
       resolve_row(get_proc_address, api_name, since, kDriverFlags_##variant));
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
   drop_older_abis(table);
 }
 
@@ -130,7 +130,7 @@ bool fill_runtime(RuntimeApi& table) {
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args)           \
   table.symbol = reinterpret_cast<decltype(table.symbol)>(lookup(libcudart, #symbol)); \
   found = found || table.symbol != nullptr;
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
   using RuntimeGetVersion = cudaError_t (*)(int*);
   auto get_version = reinterpret_cast<RuntimeGetVersion>(lookup(libcudart, "cudaRuntimeGetVersion"));
   int version = 0;

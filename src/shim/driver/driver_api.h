@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/text.h"
-#include "shim/intercept/cuda_abi.h"
+#include "shim/driver/cuda_abi.h"
 
 namespace cusnap::shim {
 
@@ -18,16 +18,16 @@ namespace cusnap::shim {
 /// CUDA_ERROR_INVALID_VALUE for version 13010), or when no libcuda could be found at all.
 struct DriverApi {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) CUresult(*symbol) params;
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) CUresult(*symbol) params;
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 };
 
 /// Real runtime entry points (libcudart). A member is nullptr when the runtime lacks it (the
 /// _ptsz and ByVersion forms are newer than CUDA 12.0) or no runtime is loaded yet.
 struct RuntimeApi {
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) cudaError_t(*symbol) params;
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
   /// CUDART_VERSION of that runtime (e.g. 13000), 0 when unknown. Below 12000 the runtime's
   /// cudaGetDriverEntryPoint has no status argument (SPEC-REFERENCE C.5 (5)).
   int version = 0;

@@ -1,6 +1,7 @@
-// What the rest of the shim needs from the dlsym interposer (dlsym.cc): glibc's own dlsym
-// (the shim exports a `dlsym`, so a plain call would come back to the shim), and the
-// libcuda / libcudart handles the program opened itself, kept for real-symbol lookups.
+// How the shim finds the real CUDA libraries: glibc's own dlsym (the shim exports a `dlsym`,
+// intercept/dlsym.cc, so a plain call would come back to the shim), and the libcuda /
+// libcudart handles the program opened itself, which that interposer remembers here and the
+// real tables (driver_api.h) are resolved from.
 #pragma once
 
 namespace cusnap::shim {
@@ -15,6 +16,11 @@ DlsymFunction real_dlsym();
 /// Which CUDA library a file is, from its basename ("libcuda.so*" / "libcudart.so*").
 enum class CudaLibrary { kNone, kDriver, kRuntime };
 CudaLibrary cuda_library_of(const char* path);
+
+/// Keeps `handle` (one the program passed to dlsym) when it is the first libcuda or
+/// libcudart seen, with a reference of the shim's own (an RTLD_NOLOAD dlopen of the same
+/// file) so a later dlclose by the program cannot unload the library under the real tables.
+void RememberIfCuda(void* handle);
 
 /// The libcuda (kDriver) or libcudart (kRuntime) handle the program passed to dlsym, with a
 /// reference of the shim's own so it stays loaded; nullptr until the program used one.

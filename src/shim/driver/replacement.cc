@@ -4,11 +4,11 @@
 // e.g. cuGraphInstantiateWithFlags for "cuGraphInstantiate"). Row data is a
 // constexpr array and the pointers come from generated switches, so nothing here needs a
 // dynamic initializer: a resolver may run before the shim's constructors have.
-#include "shim/intercept/replacement.h"
+#include "shim/driver/replacement.h"
 
 #include <cstring>
 
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/driver_api.h"
 
 // The exported wrappers (exports.cc), declared here to take their addresses. The runtime
 // header marks cudaGetDriverEntryPoint deprecated; naming our own wrapper is not a use of it.
@@ -17,9 +17,9 @@
 extern "C" {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) CUresult symbol params;
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) cudaError_t symbol params;
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) CUresult symbol params;
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 }
 
 namespace cusnap::shim {
@@ -28,9 +28,9 @@ namespace {
 enum Row : int {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) kRow_##symbol,
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) kRow_##symbol,
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) kRow_##symbol,
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
   kRowCount
 };
 
@@ -49,10 +49,10 @@ constexpr RowInfo kRows[kRowCount] = {
   {#symbol, api_name, kPerThread_##variant, false},
 #define CUSNAP_RUNTIME_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, kPerThread_##variant, true},
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
   {#symbol, api_name, kPerThread_##variant, false},
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 };
 
 // A name a resolver answers with the entry point of another row (cuda.h's `#define cuX cuY`).
@@ -62,7 +62,7 @@ struct Alias {
 };
 constexpr Alias kAliases[] = {
 #define CUSNAP_API_ALIAS(api_name, symbol) {api_name, kRow_##symbol},
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
 };
 
 const void* wrapper_of(int row) {
@@ -71,11 +71,11 @@ const void* wrapper_of(int row) {
   case kRow_##symbol:                                                      \
     return reinterpret_cast<const void*>(&::symbol);
 #define CUSNAP_RUNTIME_ENTRY CUSNAP_DRIVER_ENTRY
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
   case kRow_##symbol:                                                     \
     return reinterpret_cast<const void*>(&::symbol);
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
     default:
       return nullptr;
   }
@@ -88,11 +88,11 @@ const void* real_of(int row) {
 #define CUSNAP_DRIVER_ENTRY(symbol, api_name, since, variant, params, args) \
   case kRow_##symbol:                                                      \
     return reinterpret_cast<const void*>(real.symbol);
-#include "shim/intercept/entry_points.def"
+#include "shim/driver/entry_points.def"
 #define CUSNAP_GATED_ENTRY(symbol, api_name, since, variant, params, args) \
   case kRow_##symbol:                                                     \
     return reinterpret_cast<const void*>(real.symbol);
-#include "shim/intercept/gated_entry_points.def"
+#include "shim/driver/gated_entry_points.def"
     default:
       return nullptr;
   }

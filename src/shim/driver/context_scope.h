@@ -4,8 +4,8 @@
 // export, else its device's primary context, is recorded and used).
 #pragma once
 
-#include "shim/intercept/cuda_abi.h"
-#include "shim/intercept/driver_api.h"
+#include "shim/driver/cuda_abi.h"
+#include "shim/driver/driver_api.h"
 
 namespace cusnap::shim {
 
