@@ -32,6 +32,7 @@
 #include "cli/version.h"
 #include "common/ids.h"
 #include "common/unique_fd.h"
+#include "coordinator/images/carrier_files.h"
 #include "coordinator/images/manifest.h"
 #include "coordinator/participants/endpoints.h"
 #include "coordinator/participants/lease.h"
@@ -106,27 +107,53 @@ int CheckpointForCriu(const CriuPluginArgs& args, int root) {
   return rc;
 }
 
+/// A folder of its own that holds what an in-place restore of the job reads: a copy of the
+/// state file, and the carrier files of `images_dir` (write_carriers gave their memory back),
+/// hard links on the images directory's filesystem (beside it) where it can, copies elsewhere: a failed
+/// dump removes them from the images directory, and a container engine removes or archives
+/// that one. "" when it cannot be made.
+std::string ResumeFolderBeside(const std::string& images_dir) {
+  std::error_code ec;
+  const auto real = std::filesystem::canonical(images_dir, ec);
+  std::string folder = ((ec ? std::filesystem::temp_directory_path() : real.parent_path()) /
+                        ".cusnap-resume.XXXXXX").string();
+  if (::mkdtemp(folder.data()) == nullptr) {
+    folder = (std::filesystem::temp_directory_path() / "cusnap-resume.XXXXXX").string();
+    if (::mkdtemp(folder.data()) == nullptr) return "";
+  }
+  for (const auto& e : std::filesystem::directory_iterator(images_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != coord::kStateFileName && !coord::IsCarrierFile(name)) continue;
+    const std::string to = folder + "/" + name;
+    // The state file is copied: cusnap reads no state file with a second link.
+    const bool state = name == coord::kStateFileName;
+    if ((state || ::link(e.path().c_str(), to.c_str()) != 0) &&
+        !std::filesystem::copy_file(e.path(), to, ec)) {
+      std::filesystem::remove_all(folder, ec);
+      return "";
+    }
+  }
+  return folder;
+}
+
 /// Waits (in a process of its own, detached from CRIU and outside the job's namespaces, so
 /// that CRIU neither dumps it nor waits for it) for the CRIU that called the plugin to end;
 /// then, when the job's root still runs (CRIU failed, was killed, or left the job running),
-/// restores the job in place with `cusnap restore` from a copy of the checkpoint's state file
-/// (the images directory may be gone by then: a container engine removes or archives it).
-/// Its output goes to resume.log in the copy's folder, which is removed once the restore
-/// succeeded or the job is gone.
+/// restores the job in place with `cusnap restore` from ResumeFolderBeside's folder. Its
+/// output goes to resume.log there; the folder is removed once the restore succeeded or the
+/// job is gone.
 void WatchCriuThenResume(const std::string& images_dir, int root) {
   const int criu_pid = ::getppid();
   UniqueFd criu(static_cast<int>(::syscall(SYS_pidfd_open, criu_pid, 0)));
   const uint64_t root_start = KernelStartTime(root);
-  std::string folder = (std::filesystem::temp_directory_path() / "cusnap-criu-resume.XXXXXX").string();
-  if (!criu.valid() || root_start == 0 || ::mkdtemp(folder.data()) == nullptr) {
+  std::string folder = ResumeFolderBeside(images_dir);
+  if (!criu.valid() || root_start == 0 || folder.empty()) {
     std::fprintf(stderr, "cusnap %s: cannot watch CRIU (pid %d): should it fail, run 'cusnap "
                  "restore --pid %d --state-dir %s' to resume the job in place\n", kCommand,
                  criu_pid, root, images_dir.c_str());
     return;
   }
   std::error_code ec;
-  std::filesystem::copy_file(coord::StateFilePath(images_dir),
-                             coord::StateFilePath(folder), ec);
   std::printf("resume watch: if CRIU fails or leaves the job running, cusnap restores it in "
               "place once CRIU ends (log: %s/resume.log)\n", folder.c_str());
   std::fflush(nullptr);
