@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +39,9 @@ std::string CusnapProgram() {
   if (const char* env = std::getenv("CUSNAP_BIN"); env != nullptr && *env != '\0') return env;
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(&CusnapProgram), &info) != 0 && info.dli_fname != nullptr) {
-    std::string path = info.dli_fname;
+    // Through a link (the plugin linked into CRIU's plugin directory): where it really is.
+    char real[PATH_MAX];
+    std::string path = ::realpath(info.dli_fname, real) != nullptr ? real : info.dli_fname;
     for (int up = 0; up < 2 && path.rfind('/') != std::string::npos; ++up) {
       path.erase(path.rfind('/'));
     }

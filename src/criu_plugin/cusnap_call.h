@@ -17,7 +17,7 @@ struct CusnapAnswer {
 };
 
 /// The cusnap program: $CUSNAP_BIN when set, else bin/cusnap beside the folder of the
-/// plugin's folder (lib/criu/libcusnap_criu.so, as the build and `cmake --install` lay them
+/// plugin's folder (the plugin's own, links followed) (lib/criu/libcusnap_criu.so, as the build and `cmake --install` lay them
 /// out), else `cusnap` on PATH.
 std::string CusnapProgram();
 
