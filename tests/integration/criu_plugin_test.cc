@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli_runner.h"
 #include "criu_job_harness.h"
@@ -54,6 +55,7 @@ class CriuPlugin : public OwnMachineTest {
   void StartJob() {
     root_ = StartCriuJob(job_dir_, log_);
     ASSERT_GT(root_, 0);
+    tree_ = coord::ProcessTree(root_);
   }
 
   /// criu <action> on <dir_>/<images> with the plugin's folder as CRIU's plugin directory,
@@ -81,17 +83,21 @@ class CriuPlugin : public OwnMachineTest {
     return ReadAll(dir_ + "/" + images + "/" + action + ".log");
   }
 
-  /// Waits until the job's processes CRIU killed after a dump are gone (reaped: their pids
-  /// must be free for the restore).
+  /// Waits until every process of the job (as StartJob found it) is gone and reaped: CRIU
+  /// kills them after a dump, and their pids must be free for the restore.
   void AwaitJobGone() {
-    for (int i = 0; i < 1000 && !coord::ProcessExited(root_); ++i) {
+    const auto gone = [&] {
+      for (const int pid : tree_) {
+        if (::kill(pid, 0) == 0) return false;
+      }
+      return true;
+    };
+    for (int i = 0; i < 2000 && !gone(); ++i) {
       while (::waitpid(-1, nullptr, WNOHANG) > 0) {
       }
       ::usleep(5'000);
     }
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    ASSERT_TRUE(coord::ProcessExited(root_));
+    ASSERT_TRUE(gone()) << "the job's processes are still there";
   }
 
   /// `cusnap status --pid root_` until it says every participant is active (a job the
@@ -115,6 +121,7 @@ class CriuPlugin : public OwnMachineTest {
 
   std::string criu_, plugin_dir_, job_dir_, log_;
   pid_t root_ = -1;
+  std::vector<int> tree_;  // the job's processes (StartJob)
 };
 
 // Dumped by a plain `criu dump` (the job checkpointed in the plugin's init, its carriers in
@@ -265,6 +272,53 @@ TEST_F(CriuPlugin, AJobCriuRestoredWithoutThePluginIsAJobCusnapKnows) {
   ASSERT_EQ(again.status, 0) << again.out << again.err;
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
+
+// A driver error at a native step of the plugin's checkpoint (SIMCUDA_FAULTS in CRIU's
+// environment, which the plugin's command inherits): CRIU's dump fails with cusnap's message
+// in its log, and the job runs on as it was, every byte kept.
+class CriuPluginDumpFault : public CriuPlugin, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CriuPluginDumpFault, FailsTheDumpAndTheJobRunsOn) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  ::setenv("SIMCUDA_FAULTS", (std::string(GetParam()) + ":1:999").c_str(), 1);
+  const Ran dump = Dump("images");
+  ::unsetenv("SIMCUDA_FAULTS");
+  EXPECT_NE(dump.status, 0);
+  const std::string log = Log("images", "dump");
+  EXPECT_THAT(log, HasSubstr("Error: cusnap_criu: cusnap criu-plugin dump failed"));
+  EXPECT_THAT(log, HasSubstr("CUDA_ERROR_UNKNOWN (999)"));
+  ASSERT_NO_FATAL_FAILURE(AwaitActive());
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+INSTANTIATE_TEST_SUITE_P(NativeSteps, CriuPluginDumpFault,
+                         ::testing::Values("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint"));
+
+// A driver error at a native step of the plugin's restore (CRIU has brought the processes
+// back, and cannot be failed any more): the processes wait in the shim, CRIU's log names the
+// command that finishes the restore, and that command brings every byte back.
+class CriuPluginRestoreFault : public CriuPlugin, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CriuPluginRestoreFault, IsNamedAndRecoverFinishesTheRestore) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const Ran dump = Dump("images");
+  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
+  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ::setenv("SIMCUDA_FAULTS", (std::string(GetParam()) + ":1:999").c_str(), 1);
+  const Ran restore = Restore("images");
+  ::unsetenv("SIMCUDA_FAULTS");
+  const std::string log = Log("images", "restore");
+  EXPECT_THAT(log, HasSubstr("CUDA_ERROR_UNKNOWN (999)"));
+  EXPECT_THAT(log, HasSubstr("'cusnap recover --pid " + std::to_string(root_) + "' finishes the restore"));
+  const Ran recover = Cusnap({"recover", "--pid", std::to_string(root_), "--state-dir", dir_ + "/images"});
+  EXPECT_EQ(recover.status, 0) << recover.out << recover.err;
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+INSTANTIATE_TEST_SUITE_P(NativeSteps, CriuPluginRestoreFault,
+                         ::testing::Values("cuCheckpointProcessRestore", "cuCheckpointProcessUnlock"));
 
 }  // namespace
 }  // namespace cusnap::testing
