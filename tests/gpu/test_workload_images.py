@@ -231,8 +231,12 @@ class ImagesJob:
     def criu(self, action, images, *args):
         """Plain `criu <action>` with cusnap's plugin; returns (exit status, CRIU's log, s)."""
         os.makedirs(images, exist_ok=True)
+        # The options `cusnap dump` gives CRIU (coordinator/images/criu.cc, CommonOptions): the
+        # ranks' TCPStore connections, unix sockets, file locks.
+        network_lock = [] if shutil.which("iptables") else ["--network-lock", "nftables"]
         command = [criu_path(), action, "-D", images, "-L", str(Path(h.program("cusnap")).parent.parent / "lib" / "criu"),
-                   "-v4", "-o", f"{action}.log", *args]
+                   "-v4", "-o", f"{action}.log", "--tcp-established", "--ext-unix-sk", "--file-locks",
+                   "--link-remap", "--shell-job", *network_lock, *args]
         started = time.monotonic()
         ran = subprocess.run(command, env=self.cli_env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                              timeout=wc.CLI_TIMEOUT_S)
