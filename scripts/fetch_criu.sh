@@ -7,6 +7,11 @@
 #   .criu/bin/criu                   criu with its libraries (.criu/lib)
 #   .criu/include/criu-plugin.h      CRIU's plugin API
 #   .criu/plugins/cuda_plugin.so     CRIU's CUDA plugin (plugins/cuda of CRIU's tree)
+#   .criu/include/cusnap-criu-opts.h where the options a plugin must read (the dumped tree's
+#                                    root, --leave-running, pre-dump's memory tracking, lazy
+#                                    pages, the image streamer) lie in that CRIU's global
+#                                    `opts`, and its version: CRIU hands a plugin nothing but
+#                                    the stage, and runc passes these over RPC, not argv
 # CUSNAP_CRIU_DIR sets another folder. Safe to run again: it does nothing when all three are
 # there and criu runs.
 #
@@ -75,7 +80,8 @@ apt_debian_mirror() {
 }
 
 if [[ -x "$dest/bin/criu" ]] && "$dest/bin/criu" --version >/dev/null 2>&1 &&
-   [[ -f "$dest/include/criu-plugin.h" && -f "$dest/plugins/cuda_plugin.so" ]]; then
+   [[ -f "$dest/include/criu-plugin.h" && -f "$dest/include/cusnap-criu-opts.h" &&
+      -f "$dest/plugins/cuda_plugin.so" ]]; then
   echo "fetch_criu: $("$dest/bin/criu" --version | head -1) already in $dest/bin"
   echo "export CUSNAP_CRIU=$dest/bin/criu"
   exit 0
@@ -131,6 +137,39 @@ mkdir -p "$dest/bin" "$dest/lib" "$dest/include" "$dest/plugins"
 install -m 0755 "$tree/criu/criu" "$dest/bin/criu.real"
 install -m 0644 "$tree/criu/include/criu-plugin.h" "$dest/include/criu-plugin.h"
 install -m 0755 "$tree/plugins/cuda/cuda_plugin.so" "$dest/plugins/cuda_plugin.so"
+# The offsets come from the compiler, on the tree just built (its generated headers included),
+# with the include folders CRIU's own plugins are built with.
+cat > "$work/opts_probe.c" <<'PROBE'
+#include <stddef.h>
+#include <stdio.h>
+#include "cr_options.h"
+#include "version.h"
+#include "pid.h"
+#define FIELD(name, field) \
+  printf("#define CUSNAP_CRIU_OPTS_%s_OFFSET %zu\n#define CUSNAP_CRIU_OPTS_%s_SIZE %zu\n", name, \
+         offsetof(struct cr_options, field), name, sizeof(((struct cr_options *)0)->field))
+int main(void) {
+  printf("#define CUSNAP_CRIU_VERSION \"%s\"\n", CRIU_VERSION);
+  FIELD("TREE_ID", tree_id);
+  FIELD("FINAL_STATE", final_state);
+  FIELD("TRACK_MEM", track_mem);
+  FIELD("LAZY_PAGES", lazy_pages);
+  FIELD("STREAM", stream);
+  printf("#define CUSNAP_CRIU_TASK_ALIVE %d\n", TASK_ALIVE);
+  return 0;
+}
+PROBE
+arch="$(uname -m | sed 's/x86_64/x86/')"
+gcc -o "$work/opts_probe" "$work/opts_probe.c" $("$tree/compel/compel-host" includes) \
+    -iquote "$tree/include" -iquote "$tree/criu/include" -iquote "$tree/criu/arch/$arch/include" \
+    -iquote "$tree" >"$work/probe.log" 2>&1 ||
+  { tail -20 "$work/probe.log" >&2; echo "fetch_criu: the options probe did not build" >&2; exit 1; }
+{
+  echo "// Written by scripts/fetch_criu.sh from CRIU $version's cr_options.h: where a plugin"
+  echo "// finds what it must read in the running criu's global \`opts\` (valid for that version only)."
+  echo "#pragma once"
+  "$work/opts_probe"
+} > "$dest/include/cusnap-criu-opts.h"
 # The libraries it links, except glibc's own, so that the folder runs where they are missing.
 ldd "$dest/bin/criu.real" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|ld-linux*) continue;; esac

@@ -29,12 +29,12 @@ fi
 # on the non-sanitised build; a failure of it is reported after the asan suite has run.
 faults_rc=0
 if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 && $# -eq 0 ]]; then
-  # CRIU cannot dump sanitised processes (their shadow mappings), so the round trip through
-  # CRIU (CliImages) runs here; under the asan preset it skips itself.
+  # CRIU cannot dump sanitised processes (their shadow mappings), so the round trips through
+  # CRIU (CliImages, and CriuPlugin: plain CRIU with cusnap's plugin) run here; under the asan preset it skips itself.
   # Each pattern must name at least one test: a renamed suite would otherwise run nothing here
   # and skip under asan, unseen (ShimResources.CarrierGrowthPastRlimitAsIsNamed did).
   release_only=('ShimResources\.CarrierGrowthPastRlimitAsIsNamed' 'ShimThreads\.'
-                'CarrierWithoutThreads\.' 'CliImages\.')
+                'CarrierWithoutThreads\.' 'CliImages\.' 'CriuPlugin\.' 'NativeSteps/CriuPlugin')
   for pattern in "${release_only[@]}"; do
     if ctest --preset release -N -R "^$pattern" | grep -q '^Total Tests: 0'; then
       echo "test: no release test matches ^$pattern" >&2

@@ -19,6 +19,10 @@ namespace cusnap::cli {
 /// stopped unless CUSNAP_HOLD=run (coordinator/participants/hold.h); a bad CUSNAP_HOLD is an error.
 Result<std::unique_ptr<coord::CheckpointDriver>> LoadChosenDriver();
 
+/// Maps the driver libraries CUSNAP_DRIVER chooses (coord::KeepDriverLibrariesMapped) before
+/// this process joins a job's mount namespace: LoadChosenDriver there loads this machine's.
+void KeepChosenDriverMapped();
+
 /// The exit status (exit_codes.h) of a coordinator command's outcome.
 int ExitFor(coord::Outcome outcome);
 

@@ -52,6 +52,23 @@ struct DumpArgs {
 /// tree into D with a manifest (coordinator/sequences/dump.h). Exit 3 refused (nothing changed).
 int DumpCommand(const DumpArgs& args);
 
+/// `criu-plugin <action>`: what libcusnap_criu.so runs from CRIU's hooks (cli/criu_plugin.cc).
+struct CriuPluginArgs {
+  std::string action;        ///< dump, dump-end, check, restore
+  int pid = 0;               ///< dump, restore: the tree's root, as CRIU's PID namespace numbers it
+  std::string images_dir;    ///< CRIU's images directory (/proc/self/fd/<n>)
+  std::string criu_version;  ///< dump: CRIU's version line, for the manifest
+  std::string criu_mode;     ///< dump: a CRIU mode a job cannot take (pre-dump, lazy-pages, ...)
+  int criu_ret = 0;          ///< dump-end: the dump's result
+  std::string device_map;    ///< check, restore: as restore --device-map
+};
+
+/// Runs one `criu-plugin` action; the last stdout line of dump and check names the job's
+/// participants ("participants: <pid>..." as the job's PID namespace numbers them; none: a
+/// tree without cusnap, which the plugin leaves alone). Exit codes as the commands they stand
+/// for: 3 (dump) and 5 (check) refused, nothing changed.
+int CriuPluginCommand(const CriuPluginArgs& args);
+
 /// `restore --images-dir D [--device-map M] [--pid-namespace]`: checks D, CRIU brings the
 /// tree back, then every restore phase (coordinator/sequences/dump.h). In a PID namespace of its own
 /// (cli/pid_namespace.h) when `pid_namespace` is set or a pid of the dump is held by another

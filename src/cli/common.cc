@@ -13,10 +13,21 @@
 namespace cusnap::cli {
 
 std::string SelfDir() {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return ".";
-  return exe.parent_path().string();
+  // Read once: in another mount namespace (a container's, pid_namespace.h) /proc/self/exe
+  // names a path that does not exist there.
+  static const std::string dir = [] {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string(".") : exe.parent_path().string();
+  }();
+  return dir;
+}
+
+void KeepChosenDriverMapped() {
+  const char* env = std::getenv("CUSNAP_DRIVER");
+  if (auto choice = coord::ParseDriverChoice(env ? env : ""); choice) {
+    coord::KeepDriverLibrariesMapped(*choice, SelfDir());
+  }
 }
 
 std::string StateDir(const std::string& given) {

@@ -35,7 +35,7 @@ std::string LongOptions(CLI::App& app) {
 
 std::string BashCompletion(CLI::App& app) {
   std::string commands, cases;  // cases: one `case` arm per command
-  for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_name().empty(); })) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_name().empty() && !s->get_group().empty(); })) {
     commands += " " + sub->get_name();
     // `completion` takes a shell name: offer them with its options.
     std::string words;

@@ -313,6 +313,26 @@ class DumpSubcommand final : public Subcommand {
   cusnap::cli::DumpArgs args_;
 };
 
+/// `cusnap criu-plugin <action> ...`: run by libcusnap_criu.so, not by people (not in --help).
+class CriuPluginSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    cmd_ = app.add_subcommand("criu-plugin", "what the CRIU plugin runs from CRIU's hooks");
+    cmd_->group("");
+    cmd_->add_option("action", args_.action, "dump, dump-end, check or restore")->required();
+    cmd_->add_option("--pid", args_.pid, "the tree's root");
+    cmd_->add_option("--images-dir", args_.images_dir, "CRIU's images directory")->required();
+    cmd_->add_option("--criu-version", args_.criu_version, "CRIU's version line");
+    cmd_->add_option("--criu-mode", args_.criu_mode, "a CRIU mode the plugin cannot serve");
+    cmd_->add_option("--criu-ret", args_.criu_ret, "the dump's result");
+    cmd_->add_option("--device-map", args_.device_map, kDeviceMapHelp);
+  }
+  int Run(CLI::App&) override { return cusnap::cli::CriuPluginCommand(args_); }
+
+ private:
+  cusnap::cli::CriuPluginArgs args_;
+};
+
 /// `cusnap recover (--pid P | --all)`.
 class RecoverSubcommand final : public Subcommand {
  public:
@@ -491,9 +511,10 @@ int main(int argc, char** argv) {
   InspectSubcommand inspect;
   DemoSubcommand demo;
   CompletionSubcommand completion;
-  // In the order --help and the completion script list them.
-  Subcommand* const subcommands[] = {&run,    &checkpoint, &restore, &dump,      &recover,
-                                     &status, &inspect,    &demo,    &completion};
+  CriuPluginSubcommand criu_plugin;
+  // In the order --help and the completion script list them (criu-plugin is in neither).
+  Subcommand* const subcommands[] = {&run,    &checkpoint, &restore, &dump,       &recover,
+                                     &status, &inspect,    &demo,    &completion, &criu_plugin};
   for (Subcommand* subcommand : subcommands) subcommand->Define(app);
 
   const std::string word = cusnap::cli::CommandWord(argc, argv);

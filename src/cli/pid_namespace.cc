@@ -18,6 +18,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/cli_common.h"
 #include "cli/exit_codes.h"
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
@@ -45,15 +46,6 @@ void ForwardSignalsTo(pid_t child) {
   ::sigaction(SIGTERM, &forward, nullptr);
 }
 
-/// waitpid of `child` as an exit status: its own, or 128+N when signal N ended it.
-int ExitStatusOf(pid_t child) {
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) return kExitError;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitError;
-}
 
 /// The parent of `pid` (/proc/<pid>/status PPid, in this process's numbering); 0 when
 /// unreadable.
@@ -182,6 +174,15 @@ int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid,
   return rc;
 }
 
+int ExitStatusOf(pid_t child) {
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return kExitError;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitError;
+}
+
 int HostPidOf(int init_pid, int ns_pid) {
   for (const int pid : coord::ProcessTree(init_pid)) {
     const std::vector<int> pids = coord::NamespacePids(pid);
@@ -222,6 +223,8 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
   UniqueFd mnt_ns(::open((ns + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
   char cwd[4096];
   const bool have_cwd = ::getcwd(cwd, sizeof cwd) != nullptr;
+  UniqueFd cwd_fd(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  KeepChosenDriverMapped();
   if (pids.size() < 2 || !pid_ns.valid() || !mnt_ns.valid() || !have_cwd ||
       ::setns(pid_ns.get(), CLONE_NEWPID) != 0) {
     std::fprintf(stderr, "cusnap %s: pid %d runs in another PID namespace, which cusnap cannot "
@@ -237,7 +240,11 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
   if (child == 0) {
     // Its /proc shows the job's pids; the working directory is the same path there (relative
     // --state-dir and --images-dir keep their meaning).
-    if (::setns(mnt_ns.get(), CLONE_NEWNS) != 0 || ::chdir(cwd) != 0) {
+    // The same working directory by path when the namespace has it (a job of `cusnap run
+    // --pid-namespace`), else this one through its descriptor (a container's root has
+    // other folders: relative paths given to the command keep naming this machine's).
+    if (::setns(mnt_ns.get(), CLONE_NEWNS) != 0 ||
+        (::chdir(cwd) != 0 && ::fchdir(cwd_fd.get()) != 0)) {
       std::fprintf(stderr, "cusnap %s: cannot join the mount namespace of pid %d: %s\n",
                    command_name, pid, std::strerror(errno));
       ::_exit(kExitError);

@@ -14,6 +14,8 @@
 #include <functional>
 #include <string>
 
+#include <sys/types.h>
+
 namespace cusnap::cli {
 
 /// A new PID namespace (with a mount namespace whose /proc shows it), `command` run in it as
@@ -41,9 +43,14 @@ int JobRootUnder(int pid);
 /// this command's CUSNAP_CONTROL_DIR. Anything else changes nothing.
 void AdoptJobControlDir(int pid);
 
+/// waitpid of `child` as an exit status: its own, or 128+N when signal N ended it.
+int ExitStatusOf(pid_t child);
+
 /// When `pid` (as this process sees it) runs in another PID namespace than this process:
 /// `command(its pid there)` in a child that joined its PID and mount namespaces (working
-/// directory kept), SIGINT and SIGTERM passed on; returns the child's exit status (128+N
+/// directory kept: the same path when it exists there, else this one through a descriptor;
+/// the driver's libraries are this machine's, mapped before the join), SIGINT and SIGTERM
+/// passed on; returns the child's exit status (128+N
 /// when signal N ended it), or kExitError after saying on stderr why the namespaces cannot be
 /// joined. Otherwise `command(pid)` here. Call it with no other thread running.
 int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(int)>& command);

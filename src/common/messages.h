@@ -176,9 +176,10 @@ struct StepRequest {
   /// whenever it runs for a lease with no command at work (a restore that continued it was
   /// killed), so that the job stays held (shim/lifecycle/lifecycle.h).
   bool held = false;
-  /// kWriteCarrier: "<dir>/<stem>" (absolute): the carrier's bytes go to part files
-  /// "<stem>-<k>.bin" there. kReadCarrier: the directory that holds them now (an images
-  /// directory may have been moved; "": where they were written). "" for other ops.
+  /// kWriteCarrier: "<stem>": the carrier's bytes go to part files "<stem>-<k>.bin" in the
+  /// folder whose descriptor comes with the request (SCM_RIGHTS). kReadCarrier: "", the
+  /// folder that holds them now coming the same way (an images directory may have moved).
+  /// Without a descriptor, absolute paths: "<dir>/<stem>" and the folder. "" for other ops.
   std::string carrier_path{};
   Message Encode() const;
   /// EPROTO when the payload is malformed.

@@ -2,15 +2,33 @@
 // container engine that runs them: Podman, CRI-O, containerd, all through runc) checkpoint a
 // cusnap job (DESIGN.md, "Containers"). This file owns the plugin's descriptor and its hooks;
 // docs/CONTAINERS.md ("How CRIU drives a device plugin") says when CRIU calls each one and in
-// which state the tasks are then.
+// which state the tasks are then. The work is cusnap's own sequences, run as `cusnap
+// criu-plugin <action>` (cusnap_call.h):
 //
-// Each hook returns -ENOTSUP, CRIU's "not mine": CRIU calls a hook's plugins in the order it
-// loaded them (the plugin directory's readdir order) and stops at the first that answers
-// anything else, so answering 0 would keep CRIU's CUDA plugin from the task.
+//   init (dump)          the whole job checkpointed while every task still runs (CRIU has
+//                        neither frozen nor seized anything yet, whatever the order in which
+//                        it loaded its plugins); a refusal fails the dump, the job untouched
+//   PAUSE_DEVICES,
+//   CHECKPOINT_DEVICES   nothing left to do: -ENOTSUP, so that CRIU's CUDA plugin, when
+//                        installed too, asks each participant and finds it checkpointed
+//   exit (dump)          the manifest, or the failed dump removed; a watch started at init
+//                        restores the job in place once CRIU ends, if its processes are
+//                        still there (a failure, --leave-running)
+//   init (restore)       the images checked before CRIU restores anything
+//   RESUME_DEVICES_LATE  0 for a participant (its GPU state is cusnap's to restore), the
+//                        tasks are still stopped: nothing can be asked of them yet
+//   exit (restore)       every restore phase, once CRIU released the tasks
+#include <fcntl.h>
+
 #include <cerrno>
+#include <cstdlib>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "criu_plugin/criu_api.h"
+#include "criu_plugin/cusnap_call.h"
+#include "common/unique_fd.h"
 
 extern "C" {
 #include <criu-plugin.h>
@@ -23,56 +41,131 @@ using cusnap::criu_plugin::CriuLogLevel;
 
 constexpr const char* kPluginName = "cusnap_criu";
 
-const char* StageName(int stage) {
-  switch (stage) {
-    case CR_PLUGIN_STAGE__DUMP: return "dump";
-    case CR_PLUGIN_STAGE__PRE_DUMP: return "pre-dump";
-    case CR_PLUGIN_STAGE__RESTORE: return "restore";
-    default: return "unknown stage";
+/// The job this CRIU run moves: its participants as its own PID namespace numbers them
+/// (empty: CRIU's run holds no cusnap job, and the plugin stays out of it).
+struct Job {
+  /// CRIU's images directory, a copy taken at init: CRIU closes its own before exit.
+  cusnap::UniqueFd images;
+  std::set<int> participants;
+  int root = 0;  ///< restore: the restored tree's root (CRIU's namespace), its first task
+};
+
+Job& TheJob() {
+  static Job job;
+  return job;
+}
+
+bool IsParticipant(int pid) {
+  return TheJob().participants.contains(cusnap::criu_plugin::InnermostPid(pid));
+}
+
+/// Runs `cusnap criu-plugin <args>`; true when it exited 0 (its participants become the
+/// job's). A failure is named in CRIU's log.
+bool Ask(const std::vector<std::string>& args) {
+  const int images = TheJob().images.get();
+  if (images < 0) {
+    CriuLog(CriuLogLevel::kError, "CRIU has no images directory to give cusnap");
+    return false;
   }
+  const auto answer = cusnap::criu_plugin::RunCusnap(args, images);
+  if (answer.status != 0) {
+    CriuLog(CriuLogLevel::kError, "cusnap criu-plugin " + args.front() + " failed (exit " +
+                                      std::to_string(answer.status) + ", above)");
+    return false;
+  }
+  TheJob().participants = {answer.participants.begin(), answer.participants.end()};
+  return true;
 }
 
-void LogHook(const char* hook, int pid) {
-  CriuLog(CriuLogLevel::kInfo, std::string(hook) + " pid " + std::to_string(pid));
+/// The mode of this CRIU run that cannot move a job's GPU memory ("" when none).
+std::string UnservedMode(int stage, const cusnap::criu_plugin::CriuRunOptions& o) {
+  if (stage == CR_PLUGIN_STAGE__PRE_DUMP) return "pre-dump";
+  if (o.track_mem) return "--track-mem";
+  if (o.lazy_pages) return "--lazy-pages";
+  if (o.stream) return "--stream";
+  return "";
 }
 
-int Init(int stage) {
-  if (const std::string missing = cusnap::criu_plugin::ResolveCriuApi(); !missing.empty()) {
-    CriuLog(CriuLogLevel::kError, std::string("this criu lacks ") + missing +
-                                      ", which the plugin needs (a CRIU older than 4.2?)");
+int InitDump(int stage) {
+  const auto options = cusnap::criu_plugin::ReadRunOptions();
+  std::vector<std::string> args = {"dump", "--pid", std::to_string(options.tree_id),
+                                   "--criu-version",
+                                   std::string("Version: ") + cusnap::criu_plugin::BuiltForCriuVersion()};
+  if (const std::string mode = UnservedMode(stage, options); !mode.empty()) {
+    args.insert(args.end(), {"--criu-mode", mode});
+  }
+  if (!Ask(args)) return -1;
+  if (TheJob().participants.empty()) {
+    CriuLog(CriuLogLevel::kInfo, "pid " + std::to_string(options.tree_id) +
+                                     "'s tree holds no cusnap participant: left to CRIU");
+    return 0;
+  }
+  if (!cusnap::criu_plugin::AddToInventory(kPluginName)) {
+    CriuLog(CriuLogLevel::kError, "CRIU did not take the plugin into the images' inventory");
     return -1;
   }
-  std::string line = std::string("init ") + StageName(stage);
-  if (stage == CR_PLUGIN_STAGE__RESTORE) {
-    line += cusnap::criu_plugin::InventoryNames(kPluginName) ? " (the images name this plugin)"
-                                                             : " (the images do not name this plugin)";
-  }
-  CriuLog(CriuLogLevel::kInfo, line);
   return 0;
 }
 
+int InitRestore() {
+  if (!cusnap::criu_plugin::InventoryNames(kPluginName)) {
+    CriuLog(CriuLogLevel::kInfo, "the images hold no cusnap job: nothing to do here");
+    return 0;
+  }
+  std::vector<std::string> args = {"check"};
+  if (const char* map = std::getenv("CUSNAP_DEVICE_MAP"); map != nullptr && *map != '\0') {
+    args.insert(args.end(), {"--device-map", map});
+  }
+  return Ask(args) ? 0 : -1;
+}
+
+int Init(int stage) {
+  // `cusnap dump` and `restore --images-dir` run CRIU themselves (coordinator/images/criu.h,
+  // kCusnapRunsCriuVariable).
+  if (std::getenv("CUSNAP_DUMP_RUNS_CRIU") != nullptr) {
+    CriuLog(CriuLogLevel::kInfo, "this criu runs for cusnap itself: nothing to do here");
+    return 0;
+  }
+  if (const std::string problem = cusnap::criu_plugin::ResolveCriuApi(); !problem.empty()) {
+    CriuLog(CriuLogLevel::kError, problem);
+    return -1;
+  }
+  if (const int images = cusnap::criu_plugin::ImagesDirFd(); images >= 0) {
+    TheJob().images.reset(::fcntl(images, F_DUPFD_CLOEXEC, 0));
+  }
+  return stage == CR_PLUGIN_STAGE__RESTORE ? InitRestore() : InitDump(stage);
+}
+
 void Exit(int stage, int ret) {
-  CriuLog(CriuLogLevel::kInfo, std::string("exit ") + StageName(stage) + " ret " + std::to_string(ret));
+  if (TheJob().participants.empty()) return;
+  if (stage == CR_PLUGIN_STAGE__DUMP) {
+    (void)Ask({"dump-end", "--criu-ret", std::to_string(ret)});
+  } else if (stage == CR_PLUGIN_STAGE__RESTORE && ret == 0 && TheJob().root > 0) {
+    std::vector<std::string> args = {"restore", "--pid", std::to_string(TheJob().root)};
+    if (const char* map = std::getenv("CUSNAP_DEVICE_MAP"); map != nullptr && *map != '\0') {
+      args.insert(args.end(), {"--device-map", map});
+    }
+    if (!Ask(args)) {
+      CriuLog(CriuLogLevel::kError, "the job's processes are back but its GPU state is not: "
+                                    "'cusnap recover --pid " + std::to_string(TheJob().root) +
+                                    "' finishes the restore");
+    }
+  }
 }
 
 int PauseDevices(int pid) {
-  LogHook("PAUSE_DEVICES", pid);
+  if (IsParticipant(pid)) {
+    CriuLog(CriuLogLevel::kInfo, "pid " + std::to_string(pid) + ": checkpointed by cusnap");
+  }
   return -ENOTSUP;
 }
 
-int CheckpointDevices(int pid) {
-  LogHook("CHECKPOINT_DEVICES", pid);
-  return -ENOTSUP;
-}
-
-int PostForking() {
-  CriuLog(CriuLogLevel::kInfo, "POST_FORKING");
-  return -ENOTSUP;
-}
+int CheckpointDevices(int) { return -ENOTSUP; }
 
 int ResumeDevicesLate(int pid) {
-  LogHook("RESUME_DEVICES_LATE", pid);
-  return -ENOTSUP;
+  if (TheJob().participants.empty()) return -ENOTSUP;
+  if (TheJob().root == 0) TheJob().root = pid;  // CRIU calls the tree's root first
+  return IsParticipant(pid) ? 0 : -ENOTSUP;
 }
 
 }  // namespace
@@ -83,5 +176,4 @@ CR_PLUGIN_REGISTER(kPluginName, Init, Exit)
 
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__PAUSE_DEVICES, PauseDevices)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, CheckpointDevices)
-CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__POST_FORKING, PostForking)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, ResumeDevicesLate)

@@ -12,7 +12,7 @@
 #   ticket_pair_plain ticket_pair_shim nccl_allreduce share_checkpoint
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-#   workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_nccl_native multicast_forward workload_multicast carry_bench
+#   workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_images_criu workload_nccl_native multicast_forward workload_multicast carry_bench
 #   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead nccl_memory
 #   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc and
 #   shim_overhead need one GPU and PyTorch, and skip (77) without them)
@@ -75,7 +75,7 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            share_checkpoint share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
-           workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_nccl_native multicast_forward workload_multicast carry_bench
+           workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_images_criu workload_nccl_native multicast_forward workload_multicast carry_bench
            driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead nccl_memory)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
@@ -317,6 +317,13 @@ t_workload_images_symm() {
     -k "not torchrun"
 }
 
+# The same C -> R -> C -> R through plain `criu dump` / `criu restore` with cusnap's CRIU plugin
+# (<build>/lib/criu), as a container engine runs CRIU (test_workload_images.py,
+# GPU_IMAGES_VIA=criu).
+t_workload_images_criu() {
+  GPU_IMAGES_VIA=criu $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_images.py" -k "not torchrun"
+}
+
 # Native checkpoint only (no shim): leaves the ranks stuck (DRIVER-FACTS F8), so it runs last.
 t_workload_nccl_native() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_workload_nccl_native.py"
@@ -425,7 +432,7 @@ export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
   t_cusnap_demo t_workload_nccl t_workload_symm_mem t_workload_private_memory t_workload_long_suspend \
-  t_workload_killed_restore t_workload_images t_workload_images_pidns t_workload_images_symm t_workload_nccl_native \
+  t_workload_killed_restore t_workload_images t_workload_images_pidns t_workload_images_symm t_workload_images_criu t_workload_nccl_native \
   t_multicast_forward t_workload_multicast t_driver_facts_visible t_driver_facts_ipc t_legacy_ipc_shim
 
 say "GPU tests: build $BUILD, source $SRC, log $LOG, driver $CUSNAP_DRIVER, budget ${BUDGET_S} s"
@@ -447,7 +454,7 @@ selected share_checkpoint_swapped && run_test share_checkpoint_swapped 240 t_sha
 selected share_checkpoint_tree && run_test share_checkpoint_tree 240 t_share_checkpoint_tree
 selected share_ring && run_test share_ring 240 t_share_ring
 selected cusnap_demo && run_test cusnap_demo 300 t_cusnap_demo
-for name in workload_nccl workload_symm_mem workload_private_memory workload_long_suspend workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_nccl_native; do
+for name in workload_nccl workload_symm_mem workload_private_memory workload_long_suspend workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_images_criu workload_nccl_native; do
   selected "$name" || continue
   if [[ $CUSNAP_GPU_SIM == 1 ]]; then
     record "$name" SKIP "PyTorch workloads need real GPUs (CUSNAP_GPU_SIM=1)"
@@ -458,7 +465,7 @@ for name in workload_nccl workload_symm_mem workload_private_memory workload_lon
     workload_private_memory) limit=180 ;;
     workload_long_suspend) limit=420 ;;
     workload_killed_restore) limit=300 ;;
-    workload_images | workload_images_pidns | workload_images_symm) limit=420 ;;
+    workload_images | workload_images_pidns | workload_images_symm | workload_images_criu) limit=420 ;;
     *) limit=150 ;;
   esac
   run_test "$name" "$limit" "t_$name"

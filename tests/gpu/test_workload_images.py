@@ -33,6 +33,12 @@ PyTorch symmetric memory (workload_rank.py --parts symm: symm_mem.empty + rendez
 one_shot_all_reduce eager and captured in a graph, multicast off), checked the same way after
 each cycle; the torchrun refusal is left to the plain run (-k "not torchrun").
 
+With GPU_IMAGES_VIA=criu (run_all.sh's workload_images_criu), each cycle is a plain `criu
+dump -t <launcher>` and `criu restore` with cusnap's CRIU plugin (<build>/lib/criu as CRIU's
+plugin directory), as a container engine runs CRIU: the plugin checkpoints the job in its
+init and restores it in its exit; the same checks after each restore, and the wall time of
+each CRIU command (IMAGES VIA CRIU lines).
+
 CRIU: CUSNAP_CRIU, else <source>/.criu/bin/criu (scripts/fetch_criu.sh, carried to the GPU
 machine), else `criu` on PATH; the test skips (exit 77 in run_all.sh) naming what is missing.
 """
@@ -50,6 +56,7 @@ import pytest
 
 TAKE_PID = os.environ.get("GPU_IMAGES_TAKE_PID", "0") == "1"
 PARTS = os.environ.get("GPU_IMAGES_PARTS", "nccl")
+VIA_CRIU = os.environ.get("GPU_IMAGES_VIA", "cusnap") == "criu"
 NAMESPACE_LINE = re.compile(r"its root is pid (\d+) there and pid (\d+) here")
 
 
@@ -221,7 +228,44 @@ class ImagesJob:
             time.sleep(0.5)
         raise AssertionError(f"job processes still exist after the dump: {alive}")
 
+    def criu(self, action, images, *args):
+        """Plain `criu <action>` with cusnap's plugin; returns (exit status, CRIU's log, s)."""
+        os.makedirs(images, exist_ok=True)
+        # The options `cusnap dump` gives CRIU (coordinator/images/criu.cc, CommonOptions): the
+        # ranks' TCPStore connections, unix sockets, file locks.
+        network_lock = [] if shutil.which("iptables") else ["--network-lock", "nftables"]
+        command = [criu_path(), action, "-D", images, "-L", str(Path(h.program("cusnap")).parent.parent / "lib" / "criu"),
+                   "-v4", "-o", f"{action}.log", "--tcp-established", "--ext-unix-sk", "--file-locks",
+                   "--link-remap", "--shell-job", *network_lock, *args]
+        started = time.monotonic()
+        ran = subprocess.run(command, env=self.cli_env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=wc.CLI_TIMEOUT_S)
+        took = time.monotonic() - started
+        log = Path(images, f"{action}.log").read_text(errors="replace")
+        h.log(f"criu {action}: exit {ran.returncode} in {took:.2f} s; plugin lines:\n" +
+              "\n".join(line for line in log.splitlines() if "cusnap_criu" in line))
+        return ran.returncode, log, took
+
+    def cycle_via_criu(self, k, images):
+        label = f"images cycle {k} via criu ({images})"
+        rc, log, dump_s = self.criu("dump", images, "-t", str(self.root))
+        assert rc == 0, f"{label}: criu dump exited with {rc}:\n{log[-3000:]}"
+        assert "cusnap_criu: cusnap: dump-end: the manifest lists every image file" in log, log[-3000:]
+        self.gone()
+        during, _ = h.memory_used_mib(self.cli_env)
+        job_mib = [d - b for d, b in zip(during, self.baseline)]
+        assert all(m < 64 for m in job_mib), f"{label}: GPU memory still in use after the dump: {job_mib} MiB"
+        rc, log, restore_s = self.criu("restore", images, "-d", "--pidfile", str(Path(images) / "restored.pid"))
+        assert rc == 0, f"{label}: criu restore exited with {rc}:\n{log[-3000:]}"
+        assert "cusnap_criu: cusnap: activate" in log and "Error: cusnap_criu" not in log, log[-3000:]
+        print(f"IMAGES VIA CRIU {images} images {image_data_bytes(images) / 2**30:.2f} GiB criu dump {dump_s:.2f} s "
+              f"criu restore {restore_s:.2f} s", flush=True)
+        self.go_and_check(k, label)
+
     def cycle(self, k, images):
+        if VIA_CRIU:
+            self.cycle_via_criu(k, images)
+            return
         label = f"images cycle {k} ({images})"
         dump = wc.cusnap(["dump", "--pid", self.root, "--images-dir", images], self.cli_env, f"{label} dump")
         assert dump.returncode == 0, f"{label}: cusnap dump exited with {dump.returncode}:\n{dump.stdout}"
@@ -255,6 +299,10 @@ class ImagesJob:
         print(f"IMAGES RATE {images} images {image_bytes / 2**30:.2f} GiB dump {dump_gbs:.2f} GB/s "
               f"restore {restore_gbs:.2f} GB/s disk write {write_gbs:.2f} GB/s read {read_gbs:.2f} GB/s "
               f"ratio {dump_gbs / write_gbs:.2f}/{restore_gbs / read_gbs:.2f}", flush=True)
+        self.go_and_check(k, label)
+
+    def go_and_check(self, k, label):
+        """go-k: every check the ranks print for round k must pass, each part's among them."""
         (self.go_dir / f"go-{k}").touch()
         if k < 2:
             self.wait_for(rf"WL rank=(?P<rank>\d+) pid=(?P<pid>\d+) READY {k + 1}\b", wc.ROUND_TIMEOUT_S)
@@ -268,7 +316,7 @@ class ImagesJob:
         names = sorted({m.group("name") for m in checks})
         for part in PARTS.split(","):
             assert any(n.startswith(part + "_") for n in names), f"{label}: no {part} check in round {k}: {names}"
-        print(f"IMAGES CHECKS {images} round {k}: {len(checks)} PASS: {' '.join(names)}", flush=True)
+        print(f"IMAGES CHECKS {label} round {k}: {len(checks)} PASS: {' '.join(names)}", flush=True)
 
     def _check_namespace(self, label, output):
         """The job came back in a PID namespace of its own: named here by another pid, and a

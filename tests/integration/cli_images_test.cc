@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "cli_runner.h"
+#include "criu_job_harness.h"
 #include "common/ids.h"
 #include "criu_problem.h"
 #include "coordinator/images/carrier_files.h"
@@ -49,19 +50,6 @@ constexpr int kExitRestoreRefused = 5;
 // The simulated driver's GPUs (src/simcuda/devices.cc: "SIMCUDA-GPU-0<n>." as UUID bytes).
 const char* const kSimGpu0 = "GPU-53494d43-5544-412d-4750-552d30302e2e";
 const char* const kSimGpu1 = "GPU-53494d43-5544-412d-4750-552d30312e2e";
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// The state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z', ...); '?' when unreadable.
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
 
 /// Every file of `dir` with its contents: "nothing changed" compares two of these.
 std::map<std::string, std::string> Contents(const std::string& dir) {
@@ -87,24 +75,6 @@ pid_t HoldPid(pid_t pid) {
   }
   return static_cast<pid_t>(child);
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
-/// Skips a test that takes jobs through CRIU where it cannot: under AddressSanitizer (CRIU
-/// would have to dump the shadow mappings of every job process; these run on the release
-/// build, scripts/test.sh), and where CRIU does not run (CriuProblem names why).
-#define SKIP_UNLESS_CRIU_ROUND_TRIPS()                                                       \
-  do {                                                                                      \
-    if (kSanitized) GTEST_SKIP() << "runs on the release build (scripts/test.sh), not under " \
-                                    "AddressSanitizer";                                     \
-    if (const std::string why = CriuProblem(); !why.empty()) {                              \
-      GTEST_SKIP() << "CRIU cannot run here: " << why;                                      \
-    }                                                                                       \
-  } while (0)
 
 class CliImages : public OwnMachineTest {
  protected:
@@ -154,57 +124,6 @@ class CliImages : public OwnMachineTest {
     if (edit) edit(m);
     EXPECT_TRUE(coord::WriteManifest(images, m).ok());
     return images;
-  }
-
-  /// criu_job under `cusnap run` (a root and its child, 4 MiB each), its output in `log`;
-  /// returns the root's pid once both said READY (-1 after a failed assertion). This process
-  /// becomes a subreaper: the child is orphaned when CRIU kills the root, its pid must be
-  /// free for the restore, and whoever adopts it may not reap (ctest as PID 1 of the
-  /// namespace CI runs in): we do.
-  pid_t StartCriuJob(const std::string& job_dir, const std::string& log) {
-    ::mkdir(job_dir.c_str(), 0700);
-    KeepInheritedDescriptorsFromChildren();
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    EXPECT_GE(out, 0);
-    const pid_t job = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--",
-                             Env("CUSNAP_TEST_BIN_DIR") + "/criu_job", job_dir, "4"},
-                            {{in, 0}, {out, 1}, {out, 2}});
-    ::close(out);
-    ::close(in);
-    EXPECT_GT(job, 0);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (Count(log, "READY") < 2 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    EXPECT_EQ(Count(log, "READY"), 2u) << ReadAll(log);
-    return Count(log, "READY") == 2 ? job : -1;
-  }
-
-  /// Tells criu_job's processes to go on (<job_dir>/go): each checks its bytes, says PASS or
-  /// FAIL in `log`; both must pass within 30 s. Then reaps what ended (the namespace's init,
-  /// restored processes adopted by this subreaper).
-  void ExpectEveryByteOnceTold(const std::string& job_dir, const std::string& log) {
-    WriteAll(job_dir + "/go", "");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (Count(log, "PASS") + Count(log, "FAIL") < 2 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    const std::string text = ReadAll(log);
-    EXPECT_THAT(text, HasSubstr("PASS root 4194304"));
-    EXPECT_THAT(text, HasSubstr("PASS child 8388608"));
-    EXPECT_THAT(text, ::testing::Not(HasSubstr("FAIL")));
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-  }
-
-  /// How often `word` occurs in the file at `path`.
-  static size_t Count(const std::string& path, const std::string& word) {
-    const std::string text = ReadAll(path);
-    size_t n = 0;
-    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
-    return n;
   }
 
   /// A dump onto a full disk (below).
@@ -922,7 +841,7 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
   const pid_t job = StartCriuJob(job_dir, log);
   ASSERT_GT(job, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  auto count = [&](const std::string& word) { return Count(log, word); };
+  auto count = [&](const std::string& word) { return CountIn(log, word); };
 
   if (cli_dies_at.empty()) {
     std::vector<std::string> args = {"dump", "--pid", std::to_string(job), "--images-dir", images};
@@ -1256,10 +1175,10 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
   ::close(in);
   ASSERT_GT(outer, 0);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (Count(log, "READY") < 2 && std::chrono::steady_clock::now() < deadline) {
+  while (CountIn(log, "READY") < 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_EQ(Count(log, "READY"), 2u) << ReadAll(log);
+  ASSERT_EQ(CountIn(log, "READY"), 2u) << ReadAll(log);
   // Its root's pid there is the `cusnap run`'s here.
   EXPECT_THAT(ReadAll(log), HasSubstr("PID root " + std::to_string(outer) + "\n"));
   const std::string pid = std::to_string(outer);

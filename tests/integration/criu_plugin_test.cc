@@ -1,48 +1,34 @@
 // libcusnap_criu.so as CRIU loads it (src/criu_plugin): a plain `criu dump` and `criu restore`
-// of a two-process tree with the plugin's folder as CRIU's plugin directory (-L). CRIU's log
-// shows the plugin loaded and each of its hooks called for each process, at the point of the
-// dump and the restore the plugin's design stands on (docs/CONTAINERS.md, "How CRIU drives a
-// device plugin"). CRIU comes from scripts/fetch_criu.sh (or CUSNAP_CRIU, or PATH); this test
-// is built only with the plugin, which is built only where CRIU's plugin header is, so a CRIU
-// that cannot run fails it: it never skips.
+// of criu_job (two processes that share GPU memory, under `cusnap run`) with the plugin's
+// folder as CRIU's plugin directory (-L), the way every container engine runs CRIU. Every
+// byte is checked by the job itself once restored; refusals and failures must leave the job
+// running as it was, named in CRIU's log. CRIU comes from scripts/fetch_criu.sh (or
+// CUSNAP_CRIU, or PATH); these run on the release build (scripts/test.sh), as CRIU cannot dump
+// sanitised processes.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_runner.h"
+#include "criu_job_harness.h"
 #include "criu_problem.h"
+#include "coordinator/images/criu.h"
+#include "coordinator/images/manifest.h"
+#include "coordinator/proc/processes.h"
 
 namespace cusnap::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// The first pid in /proc/<pid>/task/<pid>/children, or -1 when it has none yet.
-pid_t FirstChild(pid_t pid) {
-  const std::string p = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children";
-  pid_t child = -1;
-  std::ifstream(p) >> child;
-  return child;
-}
-
-/// /proc/<pid>/comm without its newline.
-std::string Comm(pid_t pid) {
-  std::string comm;
-  std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/comm"), comm);
-  return comm;
-}
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 class CriuPlugin : public OwnMachineTest {
  protected:
@@ -50,111 +36,289 @@ class CriuPlugin : public OwnMachineTest {
 
   void SetUp() override {
     OwnMachineTest::SetUp();
-    // The restored tree's root is criu's child until criu (restore -d) exits; it then comes
-    // to this process, which reaps it.
-    ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-    KeepInheritedDescriptorsFromChildren();
     ASSERT_EQ(CriuProblem(), "") << "CRIU must run here (scripts/fetch_criu.sh)";
     criu_ = *coord::FindCriu();
     plugin_dir_ = Env("CUSNAP_TEST_CRIU_PLUGIN_DIR");
     ASSERT_FALSE(plugin_dir_.empty());
-    std::filesystem::create_directory(dir_ + "/images");
+    job_dir_ = dir_ + "/job";
+    log_ = dir_ + "/job.log";
   }
 
   void TearDown() override {
-    // The root first: its child then comes to this process (the subreaper), which reaps it.
-    for (const pid_t pid : {root_, grandchild_}) {
-      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    for (const int pid : coord::ProcessTree(root_)) ::kill(pid, SIGKILL);
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
     }
     OwnMachineTest::TearDown();
   }
 
-  /// Starts `sleep` with a `sleep` child, in a session of its own (CRIU dumps a session
-  /// leader without --shell-job), and waits until both run `sleep`.
-  void StartTree() {
-    root_ = ::fork();
-    ASSERT_GE(root_, 0);
-    if (root_ == 0) {
-      ::setsid();
-      const int null = ::open("/dev/null", O_RDWR);
-      for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
-      ::execl("/bin/sh", "sh", "-c", "sleep 1000 & exec sleep 1000", nullptr);
-      ::_exit(127);
-    }
-    // Until the shell has forked its child and replaced itself with `sleep`: a condition,
-    // not a time.
-    while (Comm(root_) != "sleep" || (grandchild_ = FirstChild(root_)) < 0 || Comm(grandchild_) != "sleep") {
-      ASSERT_NE(ProcState(root_), 'Z') << "the tree's shell exited";
-      ::usleep(1000);
-    }
+  /// criu_job started (its root in root_).
+  void StartJob() {
+    root_ = StartCriuJob(job_dir_, log_);
+    ASSERT_GT(root_, 0);
+    tree_ = coord::ProcessTree(root_);
   }
 
-  /// criu <action> on the images folder with the plugin's folder as CRIU's plugin directory,
-  /// CRIU's log at -v4 in images/<action>.log.
-  Ran Criu(const std::string& action, const std::string& args) {
-    return RunCommand(criu_ + " " + action + " -D " + dir_ + "/images -L " + plugin_dir_ +
-                          " -v4 -o " + action + ".log " + args,
+  /// criu <action> on <dir_>/<images> with the plugin's folder as CRIU's plugin directory,
+  /// CRIU's log at -v4 in <images>/<action>.log; --shell-job: the job's root is no session
+  /// leader.
+  Ran Criu(const std::string& action, const std::string& images, const std::string& args = "",
+           const std::string& plugins = "") {
+    std::filesystem::create_directories(dir_ + "/" + images);
+    return RunCommand(criu_ + " " + action + " -D " + dir_ + "/" + images + " -L " +
+                          (plugins.empty() ? plugin_dir_ : plugins) + " -v4 --shell-job -o " +
+                          action + ".log " + args,
                       dir_);
   }
 
-  std::string Log(const std::string& action) { return ReadFile(dir_ + "/images/" + action + ".log"); }
+  Ran Dump(const std::string& images, const std::string& args = "") {
+    return Criu("dump", images, "-t " + std::to_string(root_) + " " + args);
+  }
 
-  std::string criu_, plugin_dir_;
-  pid_t root_ = -1, grandchild_ = -1;
+  Ran Restore(const std::string& images) {
+    ::unlink((dir_ + "/restored.pid").c_str());
+    return Criu("restore", images, "-d --pidfile " + dir_ + "/restored.pid");
+  }
+
+  std::string Log(const std::string& images, const std::string& action) {
+    return ReadAll(dir_ + "/" + images + "/" + action + ".log");
+  }
+
+  /// Waits until every process of the job (as StartJob found it) is gone and reaped: CRIU
+  /// kills them after a dump, and their pids must be free for the restore.
+  void AwaitJobGone() {
+    const auto gone = [&] {
+      for (const int pid : tree_) {
+        if (::kill(pid, 0) == 0) return false;
+      }
+      return true;
+    };
+    for (int i = 0; i < 2000 && !gone(); ++i) {
+      while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+      ::usleep(5'000);
+    }
+    ASSERT_TRUE(gone()) << "the job's processes are still there";
+  }
+
+  /// `cusnap status --pid root_` until it says every participant is active (a job the
+  /// plugin's watch restores in place once CRIU ended), within 30 s.
+  void AwaitActive() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    Ran status;
+    while (std::chrono::steady_clock::now() < deadline) {
+      status = Cusnap({"status", "--pid", std::to_string(root_)});
+      if (status.status == 0 && CountText(status.out, " active ") == 2) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "the job did not come back to active: " << status.out << status.err;
+  }
+
+  static size_t CountText(const std::string& text, const std::string& word) {
+    size_t n = 0;
+    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+    return n;
+  }
+
+  std::string criu_, plugin_dir_, job_dir_, log_;
+  pid_t root_ = -1;
+  std::vector<int> tree_;  // the job's processes (StartJob)
 };
 
-/// Where `needle` starts in `log`, failing the test when it is not there.
-size_t At(const std::string& log, const std::string& needle) {
-  const size_t at = log.find(needle);
-  EXPECT_NE(at, std::string::npos) << "CRIU's log lacks \"" << needle << "\"";
-  return at;
+// Dumped by a plain `criu dump` (the job checkpointed in the plugin's init, its carriers in
+// CRIU's images directory, the manifest at exit), restored by `criu restore` (checked before
+// anything is restored, every restore phase once CRIU released the tasks), then the restored
+// job again: every byte read back by the job itself.
+TEST_F(CriuPlugin, PlainCriuDumpsAndRestoresAJobTwiceWithEveryByte) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  for (const std::string images : {"images1", "images2"}) {
+    const Ran dump = Dump(images);
+    ASSERT_EQ(dump.status, 0) << dump.err << Log(images, "dump");
+    const std::string dumped = Log(images, "dump");
+    EXPECT_THAT(dumped, HasSubstr("cusnap_criu: cusnap: release "));
+    EXPECT_THAT(dumped, HasSubstr("cusnap_criu: cusnap: write_carriers "));
+    EXPECT_THAT(dumped, HasSubstr("cusnap_criu: cusnap: hand_over_to_criu "));
+    EXPECT_THAT(dumped, HasSubstr("cusnap_criu: cusnap: dump-end: the manifest lists every image file"));
+    const std::string dir = dir_ + "/" + images;
+    auto manifest = coord::ReadManifest(dir);
+    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+    EXPECT_EQ(manifest->participants.size(), 2u);
+    EXPECT_EQ(manifest->root_pid, root_);
+    EXPECT_TRUE(std::filesystem::exists(dir + "/carrier-" + std::to_string(root_) + "-0.bin"));
+    ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+
+    const Ran restore = Restore(images);
+    ASSERT_EQ(restore.status, 0) << restore.err << Log(images, "restore");
+    const std::string restored = Log(images, "restore");
+    EXPECT_THAT(restored, HasSubstr("cusnap_criu: cusnap: check_images "));
+    EXPECT_THAT(restored, HasSubstr("cusnap_criu: cusnap: reallocate "));
+    EXPECT_THAT(restored, HasSubstr("cusnap_criu: cusnap: activate "));
+    EXPECT_THAT(restored, Not(HasSubstr("Error: cusnap_criu")));
+    EXPECT_EQ(ReadAll(dir_ + "/restored.pid"), std::to_string(root_));
+  }
+  ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
-TEST_F(CriuPlugin, CriuLoadsItAndCallsEachHookForEachProcessOnDumpAndRestore) {
-  ASSERT_NO_FATAL_FAILURE(StartTree());
-  const std::string root = std::to_string(root_), grandchild = std::to_string(grandchild_);
-
-  const Ran dump = Criu("dump", "-t " + root);
-  ASSERT_EQ(dump.status, 0) << dump.err << Log("dump");
-  // CRIU killed the tree after the dump: reap both, so their pids are free for the restore.
-  ASSERT_EQ(::waitpid(root_, nullptr, 0), root_);
-  ASSERT_EQ(::waitpid(grandchild_, nullptr, 0), grandchild_);
-  const std::string dumped = Log("dump");
-  At(dumped, "Plugin \"cusnap_criu\"");
-  const size_t init = At(dumped, "cusnap_criu: init dump");
-  const size_t pause_root = At(dumped, "cusnap_criu: PAUSE_DEVICES pid " + root + "\n");
-  const size_t pause_child = At(dumped, "cusnap_criu: PAUSE_DEVICES pid " + grandchild + "\n");
-  const size_t checkpoint_root = At(dumped, "cusnap_criu: CHECKPOINT_DEVICES pid " + root + "\n");
-  const size_t checkpoint_child = At(dumped, "cusnap_criu: CHECKPOINT_DEVICES pid " + grandchild + "\n");
-  const size_t inventory = At(dumped, "Writing image inventory");
-  const size_t exit = At(dumped, "cusnap_criu: exit dump ret 0");
-  // The order the plugin's design stands on: each process is paused before CRIU seizes it
-  // (the root while the whole tree still runs), devices are checkpointed once every process
-  // is seized and before CRIU writes any image of it, and exit comes after the inventory.
-  EXPECT_LT(init, pause_root);
-  EXPECT_LT(pause_root, At(dumped, "Seized task " + root + ","));
-  EXPECT_LT(pause_child, At(dumped, "Seized task " + grandchild + ","));
-  EXPECT_LT(std::max(pause_root, pause_child), std::min(checkpoint_root, checkpoint_child));
-  EXPECT_LT(std::max(checkpoint_root, checkpoint_child), At(dumped, "Dumping task (pid: " + root + " "));
-  EXPECT_LT(inventory, exit);
-
-  const Ran restore = Criu("restore", "-d --pidfile " + dir_ + "/restored.pid");
-  ASSERT_EQ(restore.status, 0) << restore.err << Log("restore");
-  const std::string restored = Log("restore");
-  At(restored, "cusnap_criu: init restore (the images do not name this plugin)");
-  const size_t forking = At(restored, "cusnap_criu: POST_FORKING\n");
-  const size_t resume_root = At(restored, "cusnap_criu: RESUME_DEVICES_LATE pid " + root + "\n");
-  const size_t resume_child = At(restored, "cusnap_criu: RESUME_DEVICES_LATE pid " + grandchild + "\n");
-  const size_t resumed = At(restored, "Restore finished successfully. Tasks resumed.");
-  EXPECT_LT(forking, std::min(resume_root, resume_child));
-  EXPECT_LT(std::max(resume_root, resume_child), resumed);
-  At(restored, "cusnap_criu: exit restore ret 0");
-
-  // The same tree runs again, under the same pids.
-  EXPECT_EQ(ReadFile(dir_ + "/restored.pid"), root);
-  EXPECT_EQ(Comm(root_), "sleep");
-  EXPECT_EQ(FirstChild(root_), grandchild_);
+// `--leave-running` (Podman's, and the kubelet's checkpoint, which always leaves the container
+// running): the job goes on in place once CRIU ended, and the images restore it later.
+TEST_F(CriuPlugin, ALeaveRunningDumpGoesOnInPlaceAndItsImagesRestoreTheJob) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const Ran dump = Dump("images", "--leave-running");
+  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
+  ASSERT_NO_FATAL_FAILURE(AwaitActive());
+  for (const int pid : coord::ProcessTree(root_)) ::kill(pid, SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  const Ran restore = Restore("images");
+  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
+  ExpectEveryByteOnceTold(job_dir_, log_);
 }
+
+// CRIU fails after the plugin checkpointed the job (here: a freezer cgroup that does not
+// exist, met once the root was paused): the dump fails, its files go, and the job comes back
+// in place with every byte.
+TEST_F(CriuPlugin, ACriuThatFailsAfterTheCheckpointLeavesTheJobRunningInPlace) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const Ran dump = Dump("images", "--freeze-cgroup /sys/fs/cgroup/freezer/no-such-cusnap-group");
+  EXPECT_NE(dump.status, 0);
+  const std::string dumped = Log("images", "dump");
+  EXPECT_THAT(dumped, HasSubstr("cusnap_criu: cusnap: release "));
+  EXPECT_THAT(dumped, HasSubstr("dump-end: CRIU failed"));
+  ASSERT_NO_FATAL_FAILURE(AwaitActive());
+  EXPECT_FALSE(coord::HasManifest(dir_ + "/images"));
+  EXPECT_FALSE(coord::HasPendingManifest(dir_ + "/images"));
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+// Modes that cannot move GPU memory are refused by name before anything changes.
+TEST_F(CriuPlugin, APreDumpOfAJobIsRefusedAndTheJobRunsOn) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const Ran pre = Criu("pre-dump", "images", "-t " + std::to_string(root_));
+  EXPECT_NE(pre.status, 0);
+  const std::string log = Log("images", "pre-dump");
+  EXPECT_THAT(log, HasSubstr("criu pre-dump cannot take a cusnap job"));
+  EXPECT_THAT(log, HasSubstr("refused; nothing was changed"));
+  const Ran status = Cusnap({"status", "--pid", std::to_string(root_)});
+  EXPECT_EQ(CountText(status.out, " active "), 2u) << status.out << status.err;
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+// A job checkpointed in place and held stopped (cusnap's default hold) met by CRIU: refused
+// at once (a dump would find it stopped in a frozen cgroup and wait for ever), named; the
+// job is restored by cusnap as usual afterwards.
+TEST_F(CriuPlugin, AJobCheckpointedInPlaceIsRefusedAndRestoresAfter) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const std::string pid = std::to_string(root_), state = dir_ + "/state";
+  const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(checkpoint.status, 0) << checkpoint.out << checkpoint.err;
+  const Ran dump = Dump("images");
+  EXPECT_NE(dump.status, 0);
+  EXPECT_THAT(Log("images", "dump"), HasSubstr("cusnap_criu: cusnap: cusnap dump: "));
+  EXPECT_THAT(Log("images", "dump"), HasSubstr("Failed in init(0) of \"cusnap_criu\""));
+  const Ran restore = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+  EXPECT_EQ(restore.status, 0) << restore.out << restore.err;
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+// A carrier file changed before the restore: CRIU's restore fails in the plugin's init, before
+// any process is restored, naming the file; the images stay as they were, and restore once
+// the file is back.
+TEST_F(CriuPlugin, AChangedCarrierFileStopsTheRestoreBeforeAnyProcessRuns) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const Ran dump = Dump("images");
+  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
+  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  const std::string carrier = dir_ + "/images/carrier-" + std::to_string(root_) + "-0.bin";
+  const std::string bytes = ReadAll(carrier);
+  std::string changed = bytes;
+  changed[changed.size() / 2] ^= 1;
+  WriteAll(carrier, changed);
+  const Ran refused = Restore("images");
+  EXPECT_NE(refused.status, 0);
+  const std::string log = Log("images", "restore");
+  EXPECT_THAT(log, HasSubstr("carrier-" + std::to_string(root_) + "-0.bin is corrupt"));
+  EXPECT_THAT(log, HasSubstr("Failed in init(2) of \"cusnap_criu\""));
+  EXPECT_TRUE(coord::ProcessExited(root_));
+  WriteAll(carrier, bytes);
+  const Ran restore = Restore("images");
+  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+// CRIU without the plugin (an engine where it is not installed): on the simulated driver the
+// "GPU" memory is shared memory CRIU copies itself. The restored processes are new to the
+// kernel but their shims name the processes they were: cusnap adopts them, and checkpoints
+// and restores the job as before.
+TEST_F(CriuPlugin, AJobCriuRestoredWithoutThePluginIsAJobCusnapKnows) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const std::string none = dir_ + "/no-plugins";
+  std::filesystem::create_directory(none);
+  const Ran dump = Criu("dump", "images", "-t " + std::to_string(root_), none);
+  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
+  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ::unlink((dir_ + "/restored.pid").c_str());
+  const Ran restore = Criu("restore", "images", "-d --pidfile " + dir_ + "/restored.pid", none);
+  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
+  const std::string pid = std::to_string(root_), state = dir_ + "/state";
+  const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(checkpoint.status, 0) << checkpoint.out << checkpoint.err;
+  EXPECT_THAT(checkpoint.err + checkpoint.out, HasSubstr("was restored by CRIU without cusnap"));
+  const Ran again = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(again.status, 0) << again.out << again.err;
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+// A driver error at a native step of the plugin's checkpoint (SIMCUDA_FAULTS in CRIU's
+// environment, which the plugin's command inherits): CRIU's dump fails with cusnap's message
+// in its log, and the job runs on as it was, every byte kept.
+class CriuPluginDumpFault : public CriuPlugin, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CriuPluginDumpFault, FailsTheDumpAndTheJobRunsOn) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  ::setenv("SIMCUDA_FAULTS", (std::string(GetParam()) + ":1:999").c_str(), 1);
+  const Ran dump = Dump("images");
+  ::unsetenv("SIMCUDA_FAULTS");
+  EXPECT_NE(dump.status, 0);
+  const std::string log = Log("images", "dump");
+  EXPECT_THAT(log, HasSubstr("Error: cusnap_criu: cusnap criu-plugin dump failed"));
+  EXPECT_THAT(log, HasSubstr("CUDA_ERROR_UNKNOWN (999)"));
+  ASSERT_NO_FATAL_FAILURE(AwaitActive());
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+INSTANTIATE_TEST_SUITE_P(NativeSteps, CriuPluginDumpFault,
+                         ::testing::Values("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint"));
+
+// A driver error at a native step of the plugin's restore (CRIU has brought the processes
+// back, and cannot be failed any more): the processes wait in the shim, CRIU's log names the
+// command that finishes the restore, and that command brings every byte back.
+class CriuPluginRestoreFault : public CriuPlugin, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CriuPluginRestoreFault, IsNamedAndRecoverFinishesTheRestore) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const Ran dump = Dump("images");
+  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
+  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ::setenv("SIMCUDA_FAULTS", (std::string(GetParam()) + ":1:999").c_str(), 1);
+  const Ran restore = Restore("images");
+  ::unsetenv("SIMCUDA_FAULTS");
+  const std::string log = Log("images", "restore");
+  EXPECT_THAT(log, HasSubstr("CUDA_ERROR_UNKNOWN (999)"));
+  EXPECT_THAT(log, HasSubstr("'cusnap recover --pid " + std::to_string(root_) + "' finishes the restore"));
+  const Ran recover = Cusnap({"recover", "--pid", std::to_string(root_), "--state-dir", dir_ + "/images"});
+  EXPECT_EQ(recover.status, 0) << recover.out << recover.err;
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+INSTANTIATE_TEST_SUITE_P(NativeSteps, CriuPluginRestoreFault,
+                         ::testing::Values("cuCheckpointProcessRestore", "cuCheckpointProcessUnlock"));
 
 }  // namespace
 }  // namespace cusnap::testing

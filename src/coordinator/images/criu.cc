@@ -45,8 +45,15 @@ int Spawn(const std::vector<std::string>& argv, const std::string& out_path) {
   std::vector<char*> args;
   for (auto& a : owned) args.push_back(a.data());
   args.push_back(nullptr);
+  // CRIU loads every plugin of its plugin directory, cusnap's own among them: this tells
+  // libcusnap_criu.so that cusnap drives this CRIU run (the job is checkpointed already).
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  std::string driven = std::string(kCusnapRunsCriuVariable) + "=1";
+  env.push_back(driven.data());
+  env.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  const int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return -rc;

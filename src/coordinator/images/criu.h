@@ -10,6 +10,11 @@
 
 namespace cusnap::coord {
 
+/// Set (to 1) in the environment of every CRIU that cusnap runs: libcusnap_criu.so, the
+/// CRIU plugin, then leaves the run to cusnap (a job is driven by `cusnap dump` or by the
+/// plugin, never both).
+inline constexpr const char* kCusnapRunsCriuVariable = "CUSNAP_DUMP_RUNS_CRIU";
+
 /// What CRIU prints (stdout and stderr) in an images directory: the only trace of a CRIU that
 /// failed before it opened its own log (RunCriu).
 inline constexpr const char* kCriuOutputLogName = "criu-output.log";

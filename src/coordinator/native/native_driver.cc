@@ -271,6 +271,14 @@ Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
   return Error{-1, "unknown driver choice"};
 }
 
+void KeepDriverLibrariesMapped(DriverChoice choice, const std::string& bin_dir) {
+  constexpr int kMapOnly = RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE;
+  if (choice != DriverChoice::kSimulated) (void)::dlopen("libcuda.so.1", kMapOnly);
+  if (choice != DriverChoice::kReal) {
+    (void)::dlopen((SimulatedDriverDir(bin_dir) + "/libcuda.so.1").c_str(), kMapOnly);
+  }
+}
+
 Result<bool> WouldUseSimulated(DriverChoice choice, const std::string& bin_dir) {
   if (choice != DriverChoice::kAuto) return choice == DriverChoice::kSimulated;
   // The probed library stays loaded (Open); a simulated one found on the library path (it

@@ -80,6 +80,14 @@ std::string SimulatedDriverDir(const std::string& bin_dir);
 Result<std::unique_ptr<CheckpointDriver>> LoadDriver(DriverChoice choice,
                                                      const std::string& bin_dir);
 
+/// Maps the libraries LoadDriver(choice, bin_dir) may open, without initialising them, and
+/// keeps them mapped (RTLD_NODELETE): a LoadDriver after this process joined another mount
+/// namespace (a container's, cli/pid_namespace.h) then finds them by name among the loaded
+/// ones instead of in that namespace's files, which are the container's (not trusted, and
+/// without the simulated driver). A library that cannot be mapped is left out silently:
+/// LoadDriver then names it.
+void KeepDriverLibrariesMapped(DriverChoice choice, const std::string& bin_dir);
+
 /// Decides which driver `choice` means (used by `cusnap run`, which only needs to know
 /// whether to put the simulated driver on LD_LIBRARY_PATH). Auto mode probes the library
 /// found as libcuda.so.1 as LoadDriver does (and keeps it loaded: see LoadDriver); true when

@@ -1,6 +1,11 @@
 // Participants over the endpoint protocol (participant.h).
 #include "coordinator/participants/participant.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <cerrno>
 
 #include "common/text.h"
@@ -140,9 +145,17 @@ Result<proto::StepReply> Step(Participant& participant, proto::Op op) {
   return Step(participant, proto::StepRequest{op, 0, ""});
 }
 
-Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request) {
-  return Ask<proto::StepReply>(participant, request.op, request.Encode(), kLifecycleTimeoutMs,
-                               request.op);
+Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request,
+                              int pass_fd) {
+  proto::Message message = request.Encode();
+  if (pass_fd >= 0) {
+    message.fd.reset(::fcntl(pass_fd, F_DUPFD_CLOEXEC, 0));
+    if (!message.fd.valid()) {
+      return Named(participant, request.op, Error{errno, std::string("cannot pass the carrier "
+                                                                     "folder: ") + std::strerror(errno)});
+    }
+  }
+  return Ask<proto::StepReply>(participant, request.op, message, kLifecycleTimeoutMs, request.op);
 }
 
 }  // namespace cusnap::coord

@@ -78,8 +78,10 @@ Result<proto::ResourcesReply> CheckResources(Participant& participant,
 /// message is "pid P: <op> failed: <shim text>" (the shim's text names the resource; the
 /// process is said once, error.h InContext).
 Result<proto::StepReply> Step(Participant& participant, proto::Op op);
-/// Step with the request's fields given (kSave: the checkpoint id).
-Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request);
+/// Step with the request's fields given (kSave: the checkpoint id); `pass_fd` (>= 0, a
+/// carrier step's folder) travels with it as a copy (SCM_RIGHTS).
+Result<proto::StepReply> Step(Participant& participant, const proto::StepRequest& request,
+                              int pass_fd = -1);
 
 /// Finds the participants. Tree mode refuses (Error naming the pid) when a process of the
 /// tree is a CUDA process (cuCheckpointProcessGetState succeeds) without an endpoint, or

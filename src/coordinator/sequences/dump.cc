@@ -33,6 +33,7 @@
 #include "coordinator/participants/endpoints.h"
 #include "coordinator/images/criu_preconditions.h"
 #include "coordinator/images/restore_record.h"
+#include "coordinator/images/restored_aliases.h"
 #include "coordinator/sequences/sequence.h"
 #include "coordinator/record/state_file.h"
 
@@ -67,38 +68,6 @@ Result<MachineView> ViewMachine(CheckpointDriver& driver) {
   return view;
 }
 
-/// The start times of `pids` as a process in the time namespace of `ns_pid` reads them in
-/// /proc (CRIU restores a tree into a time namespace of its own, and /proc shifts start
-/// times by the reader's boot-time offset: common/ids.h). Read by a forked child that joins
-/// that namespace (setns needs a single-threaded caller); 0 for each one it could not read.
-std::vector<uint64_t> StartTimesSeenFrom(int ns_pid, const std::vector<int>& pids) {
-  std::vector<uint64_t> out(pids.size(), 0);
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return out;
-  const pid_t child = ::fork();
-  if (child == 0) {
-    const std::string ns = "/proc/" + std::to_string(ns_pid) + "/ns/time";
-    const int fd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 && ::setns(fd, CLONE_NEWTIME) == 0) {
-      for (int pid : pids) {
-        const uint64_t seen = KernelStartTime(pid);
-        if (::write(pipe_fds[1], &seen, sizeof seen) != sizeof seen) break;
-      }
-    }
-    ::_exit(0);
-  }
-  ::close(pipe_fds[1]);
-  if (child > 0) {
-    for (auto& v : out) {
-      if (::read(pipe_fds[0], &v, sizeof v) != sizeof v) break;
-    }
-    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
-  ::close(pipe_fds[0]);
-  return out;
-}
-
 class DumpSequence : Sequence {
  public:
   DumpSequence(const DumpOptions& options, const Discoverer& discover, CheckpointDriver& driver,
@@ -111,8 +80,12 @@ class DumpSequence : Sequence {
   /// check_images (read-only) -> the checkpoint (its own phases) -> criu_dump (the processes
   /// are gone, or run on with --leave-running) -> write_manifest -> [the restore's phases].
   static const Stage<DumpSequence> kStages[];
+  /// CRIU run by the caller (DumpOptions::caller_criu_version): check_images -> the
+  /// checkpoint -> hand_over_to_criu.
+  static const Stage<DumpSequence> kStagesForCriu[];
 
  private:
+  bool ByCriu() const { return !options_.caller_criu_version.empty(); }
   const std::string& Dir() const { return options_.checkpoint.state_dir; }
   Outcome Refused() { return Outcome::kRefused; }
   Outcome Nested() { return nested_; }
@@ -132,8 +105,8 @@ class DumpSequence : Sequence {
   /// CRIU failed: its processes run on (CRIU resumes a tree it could not dump), released;
   /// they are restored in place.
   Outcome RestoreInPlace() {
-    report_.notes.push_back("criu dump failed: restoring the job in place from what each "
-                            "process holds");
+    report_.notes.push_back("the dump failed once the job was checkpointed: restoring it in "
+                            "place from what each process holds");
     if (!ResumeJob()) return Outcome::kFailedAfterChange;  // the state file stays, for recover
     RemoveFailedDump();
     return Outcome::kRolledForward;
@@ -143,13 +116,9 @@ class DumpSequence : Sequence {
   /// images directory is no dump (and the state file no longer the job's state), so it goes;
   /// CRIU's logs (*.log) stay, and `inspect` names the directory as a failed dump by them.
   void RemoveFailedDump() {
-    std::error_code ec;
-    if (auto s = RemovePreviousDump(Dir()); !s) report_.notes.push_back(s.error().message);
-    if (auto s = RemoveCarrierFiles(Dir()); !s) report_.notes.push_back(s.error().message);
-    if (!std::filesystem::remove(StateFilePath(Dir()), ec) && ec) {
-      report_.notes.push_back("cannot remove " + StateFilePath(Dir()) + ": " + ec.message());
-    }
+    for (auto& left : DiscardFailedDump(Dir())) report_.notes.push_back(std::move(left));
   }
+
 
   /// check_images: CRIU is there and runs, and the images directory holds no dump of
   /// another job that still runs (its restore would make a second copy of that job).
@@ -157,16 +126,12 @@ class DumpSequence : Sequence {
   bool CheckTarget() {
     CheckSummary summary;
     return CheckPhase("check_images", [&]() -> std::vector<std::string> {
-      auto criu = FindCriu();
-      if (!criu) return {criu.error().message};
-      criu_ = *criu;
-      auto version = CriuVersion(criu_);
-      if (!version) return {version.error().message};
-      criu_version_ = *version;
-      summary.note = "CRIU " + CriuVersionNumber(criu_version_) + " at " + criu_;
-      std::vector<std::string> problems = PipesWrittenOutsideProblems();
-      if (std::string why = CriuCannotDump(); !why.empty()) problems.insert(problems.begin(), why);
-      if (!problems.empty()) return problems;
+      if (ByCriu()) {
+        criu_version_ = options_.caller_criu_version;
+        summary.note = "CRIU " + CriuVersionNumber(criu_version_) + ", which called cusnap";
+      } else if (auto problems = CheckOwnCriu(summary); !problems.empty()) {
+        return problems;
+      }
       if (std::string why = AnotherJobsDump(); !why.empty()) return {why};
       if (IsHeld(options_.control_dir, options_.root_pid)) {
         if (std::string in_place = CheckpointedInPlaceText(Dir()); !in_place.empty()) {
@@ -176,6 +141,21 @@ class DumpSequence : Sequence {
       job_control_dir_ = ShimControlDir(options_.root_pid).value_or(options_.control_dir);
       return {};
     }, &summary);
+  }
+
+  /// The CRIU cusnap runs is there and runs, and can dump the job's tree as far as cusnap can
+  /// tell (CriuCannotDump, PipesWrittenOutsideProblems); its line names it.
+  std::vector<std::string> CheckOwnCriu(CheckSummary& summary) {
+    auto criu = FindCriu();
+    if (!criu) return {criu.error().message};
+    criu_ = *criu;
+    auto version = CriuVersion(criu_);
+    if (!version) return {version.error().message};
+    criu_version_ = *version;
+    summary.note = "CRIU " + CriuVersionNumber(criu_version_) + " at " + criu_;
+    std::vector<std::string> problems = PipesWrittenOutsideProblems();
+    if (std::string why = CriuCannotDump(); !why.empty()) problems.insert(problems.begin(), why);
+    return problems;
   }
 
   /// Why the images directory cannot take this dump, "" when it can: it holds the dump of
@@ -314,6 +294,19 @@ class DumpSequence : Sequence {
     });
   }
 
+  /// hand_over_to_criu: the pending manifest (images.h) beside the carrier files, for the
+  /// CRIU that called cusnap to dump the processes next; CompleteDumpByCriu makes it the
+  /// manifest once CRIU is done.
+  bool HandOverToCriu() {
+    return LocalPhase("hand_over_to_criu", [&]() -> Result<uint64_t> {
+      auto pending = DescribeDump();
+      if (!pending) return pending.error();
+      if (auto s = RemovePreviousDump(Dir()); !s) return s.error();
+      if (auto s = WritePendingManifest(Dir(), *pending); !s) return s.error();
+      return uint64_t{0};
+    });
+  }
+
   /// Whether every participant the checkpoint found still runs (the same process: start
   /// time).
   bool TreeRuns() const {
@@ -408,10 +401,18 @@ constexpr Stage<DumpSequence> DumpSequence::kStages[] = {
     {&DumpSequence::ResumeIfLeftRunning, &DumpSequence::Failed, true},
 };
 
+// A failure after the checkpoint rolls the job forward in place: CRIU, which called cusnap,
+// has not seized anything yet.
+constexpr Stage<DumpSequence> DumpSequence::kStagesForCriu[] = {
+    {&DumpSequence::CheckTarget, &DumpSequence::Refused, false},
+    {&DumpSequence::CheckpointJob, &DumpSequence::Nested, false, PhaseLines::kNested},
+    {&DumpSequence::HandOverToCriu, &DumpSequence::RestoreInPlace, true},
+};
+
 CommandReport DumpSequence::Run() {
   report_.state_file = StateFilePath(Dir());
   report_.images_dir = Dir();
-  return Finish(RunStages(*this, kStages));
+  return Finish(ByCriu() ? RunStages(*this, kStagesForCriu) : RunStages(*this, kStages));
 }
 
 class ImagesRestoreSequence : Sequence {
@@ -426,6 +427,8 @@ class ImagesRestoreSequence : Sequence {
   /// check_images (read-only: a refusal changes nothing) -> criu_restore -> every restore
   /// phase on the tree CRIU brought back.
   static const Stage<ImagesRestoreSequence> kStages[];
+  /// check_images alone (ImagesRestoreOptions::check_only).
+  static const Stage<ImagesRestoreSequence> kCheckStages[];
 
  private:
   Outcome Refused() { return Outcome::kRestoreRefused; }
@@ -461,6 +464,7 @@ class ImagesRestoreSequence : Sequence {
         return {manifest.error().message + (in_place.empty() ? "" : "; " + in_place)};
       }
       manifest_ = std::move(*manifest);
+      if (options_.criu_restored_root > 0) return {};  // checked before CRIU restored it
       auto machine = ViewMachine(driver_);
       if (!machine) return {machine.error().message};
       std::vector<UuidPair> pairs;
@@ -490,6 +494,10 @@ class ImagesRestoreSequence : Sequence {
         if (auto s = WriteManifest(options_.images_dir, manifest_); !s) return s.error();
         if (auto s = RemovePendingManifest(options_.images_dir); !s) return s.error();
       }
+      if (options_.criu_restored_root > 0) {
+        root_pid_ = options_.criu_restored_root;
+        return NoteIdentities() ? Result<uint64_t>(manifest_.CriuBytes()) : Result<uint64_t>(identity_error_);
+      }
       const bool resuming = options_.resume_root > 0;
       auto record = BeginRestoreRecord(options_.images_dir, resuming);
       if (!record) return record.error();
@@ -515,26 +523,34 @@ class ImagesRestoreSequence : Sequence {
         if (!root) return EndRestoredTree(root.error());
         root_pid_ = *root;
       }
-      std::vector<int> pids;
-      for (const auto& p : manifest_.participants) pids.push_back(p.pid);
-      const std::vector<uint64_t> inside = StartTimesSeenFrom(root_pid_, pids);
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (IsZombie(pids[i])) {
-          // It died after the checkpoint and CRIU dumped it as the zombie it was. Without its
-          // identity back it reads as exited, and the restore recovers the others without it.
-          report_.notes.push_back("pid " + std::to_string(pids[i]) + " of the dump had exited "
-                                  "before CRIU dumped it: the job is restored without it");
-          continue;
-        }
-        if (auto s = NoteRestored(pids[i], inside[i], manifest_.participants[i].start_time); !s) {
-          return EndRestoredTree(s.error());
-        }
-      }
+      if (!NoteIdentities()) return EndRestoredTree(identity_error_);
       if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
         report_.notes.push_back(s.error().message);
       }
       return resuming ? uint64_t{0} : manifest_.CriuBytes();
     });
+  }
+
+  /// Gives each participant CRIU brought back its checkpointed identity (NoteRestored);
+  /// false with identity_error_ set when one did not come back or cannot be given it.
+  bool NoteIdentities() {
+    std::vector<int> pids;
+    for (const auto& p : manifest_.participants) pids.push_back(p.pid);
+    const std::vector<uint64_t> inside = StartTimesSeenFrom(root_pid_, pids);
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (IsZombie(pids[i])) {
+        // It died after the checkpoint and CRIU dumped it as the zombie it was. Without its
+        // identity back it reads as exited, and the restore recovers the others without it.
+        report_.notes.push_back("pid " + std::to_string(pids[i]) + " of the dump had exited "
+                                "before CRIU dumped it: the job is restored without it");
+        continue;
+      }
+      if (auto s = NoteRestored(pids[i], inside[i], manifest_.participants[i].start_time); !s) {
+        identity_error_ = s.error();
+        return false;
+      }
+    }
+    return true;
   }
 
   /// Ends the processes CRIU brought back, before any restore phase ran on them (they are
@@ -570,19 +586,13 @@ class ImagesRestoreSequence : Sequence {
   /// Writes the alias that gives restored process `pid` its checkpointed identity back
   /// (common/ids.h, ProcessStartTime): "<its new start time> <as the tree sees it> <original>".
   Status NoteRestored(int pid, uint64_t inside, uint64_t original) {
-    const uint64_t now = KernelStartTime(pid);
-    if (now == 0) {
+    if (KernelStartTime(pid) == 0) {
       return Error{ESRCH, "pid " + std::to_string(pid) + " of the dump did not come back " +
                               "from criu restore"};
     }
-    const std::string dir = RestoredJobControlDir() + "/restored";
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Error{errno, "cannot create " + dir + ": " + std::strerror(errno)};
-    }
-    return WriteFileDurably(dir, std::to_string(pid),
-                            std::to_string(now) + " " + std::to_string(inside) + " " +
-                                std::to_string(original) + "\n");
+    return WriteRestoredAlias(RestoredJobControlDir(), pid, inside, original);
   }
+
 
   /// Every restore phase (coordinator.h) on the restored tree, its report merged.
   bool RestoreJob() {
@@ -599,6 +609,7 @@ class ImagesRestoreSequence : Sequence {
   bool complete_dump_ = false;  // manifest_ completes an interrupted dump (CheckAll)
   std::string criu_;
   UniqueFd record_;        // the restore record's lock (criu_restore)
+  Error identity_error_;   // why NoteIdentities failed
   uint64_t started_ = 0;   // this process's kernel start time (the fresh record's)
   int root_pid_ = 0;
   Outcome nested_ = Outcome::kOk;
@@ -610,10 +621,15 @@ constexpr Stage<ImagesRestoreSequence> ImagesRestoreSequence::kStages[] = {
     {&ImagesRestoreSequence::RestoreJob, &ImagesRestoreSequence::Nested, true, PhaseLines::kNested},
 };
 
+// The plugin's check, before CRIU restores anything.
+constexpr Stage<ImagesRestoreSequence> ImagesRestoreSequence::kCheckStages[] = {
+    {&ImagesRestoreSequence::CheckAll, &ImagesRestoreSequence::Refused, false},
+};
+
 CommandReport ImagesRestoreSequence::Run() {
   report_.state_file = StateFilePath(options_.images_dir);
   report_.images_dir = options_.images_dir;
-  return Finish(RunStages(*this, kStages));
+  return Finish(options_.check_only ? RunStages(*this, kCheckStages) : RunStages(*this, kStages));
 }
 
 }  // namespace
@@ -626,6 +642,28 @@ const size_t kImagesRestorePhaseCount =
 CommandReport Dump(const DumpOptions& options, const Discoverer& discover,
                    CheckpointDriver& driver, PhaseObserver& observer, Interrupt* interrupt) {
   return DumpSequence(options, discover, driver, observer, interrupt).Run();
+}
+
+Status CompleteDumpByCriu(const std::string& images_dir) {
+  auto pending = ReadPendingManifest(images_dir);
+  if (!pending) return pending.error();
+  auto files = HashImageFiles(images_dir, pending->format_version);
+  if (!files) return files.error();
+  pending->files = std::move(*files);
+  if (auto s = WriteManifest(images_dir, *pending); !s) return s;
+  return RemovePendingManifest(images_dir);
+}
+
+std::vector<std::string> DiscardFailedDump(const std::string& images_dir) {
+  std::vector<std::string> left;
+  if (auto s = RemovePendingManifest(images_dir); !s) left.push_back(s.error().message);
+  if (auto s = RemovePreviousDump(images_dir); !s) left.push_back(s.error().message);
+  if (auto s = RemoveCarrierFiles(images_dir); !s) left.push_back(s.error().message);
+  std::error_code ec;
+  if (!std::filesystem::remove(StateFilePath(images_dir), ec) && ec) {
+    left.push_back("cannot remove " + StateFilePath(images_dir) + ": " + ec.message());
+  }
+  return left;
 }
 
 CommandReport RestoreImages(const ImagesRestoreOptions& options, CheckpointDriver& driver,

@@ -2,14 +2,21 @@
 #include "coordinator/sequences/sequence.h"
 
 #include <atomic>
+#include <fcntl.h>
+
 #include <cerrno>
+#include <cstring>
 
 #include <algorithm>
+#include <filesystem>
+#include <mutex>
 #include <cstdio>
 #include <iterator>
 
 #include "common/ids.h"
+#include "common/unique_fd.h"
 #include "common/text.h"
+#include "coordinator/images/restored_aliases.h"
 #include "coordinator/record/records.h"
 
 namespace cusnap::coord {
@@ -33,6 +40,30 @@ void MergeInto(CommandReport& report, CommandReport later) {
 }
 
 std::string ExitedMemoryText(int pid) { return ProcessText(pid) + "'s own memory (it exited)"; }
+
+Status Sequence::IsTheProcessItsEndpointNames(Participant& participant, const Identity& id) {
+  const auto start = participant.start_time();
+  if (start && *start == id.start_time) return Ok{};
+  // Its own pid answered (the endpoint client checks the peer): CRIU brought it back
+  // without cusnap, or it is a stale endpoint.
+  if (start && !participant.endpoint().empty()) {
+    const std::string control_dir = std::filesystem::path(participant.endpoint()).parent_path();
+    auto adopted = AdoptRestoredProcess(control_dir, id.pid, id.start_time);
+    if (!adopted) return adopted.error();
+    if (*adopted) {
+      std::lock_guard lock(notes_mutex_);
+      report_.notes.push_back(ProcessText(id.pid) + " was restored by CRIU without cusnap (its "
+                              "shim names the process it was, started at " +
+                              std::to_string(id.start_time) + "): cusnap knows it as that "
+                              "process again");
+      return Ok{};
+    }
+  }
+  return Error{-1, ProcessText(id.pid) + ": its endpoint reports start time " +
+                       std::to_string(id.start_time) + " but the process started at " +
+                       (start ? std::to_string(*start) : std::string("(gone)")) +
+                       " (a stale endpoint of a reused pid?)"};
+}
 
 void Sequence::NameExitedDuringCommand() {
   for (size_t i = 0; i < dead_.size() && i < participants_.size(); ++i) {
@@ -64,12 +95,12 @@ bool Sequence::Exited(size_t index) const {
   return !now || *now != identities_[index].start_time;
 }
 
-Result<proto::StepReply> Sequence::Ask(size_t index, proto::StepRequest request) {
+Result<proto::StepReply> Sequence::Ask(size_t index, proto::StepRequest request, int pass_fd) {
   request.lease_ms = lease_ms_;
   // Only a process the native checkpoint stopped is held (a launcher that never used CUDA
   // runs on: found on the GPU, where torchrun's agent stopped itself).
   request.held = driver_.HoldsStopped() && index < native_.size() && native_[index] != 0;
-  auto step = Step(*participants_[index], request);
+  auto step = Step(*participants_[index], request, pass_fd);
   if (!step && Exited(index)) {
     dead_[index] = 1;
     return Error{ESRCH, ProcessText(participants_[index]->pid()) + " exited during the command (" +
@@ -164,12 +195,23 @@ bool Sequence::CarrierFilePhase(proto::Op op,
   // and a `recover` of a job checkpointed in place finds every carrier still in memory.
   const char* name = write ? "write_carriers" : "read_carriers";
   const char* idle = write ? "no carrier to write" : "no carrier on file";
+  // The folder goes to each shim as a descriptor, its files by name: a shim in another mount
+  // namespace (a container) cannot see this command's path, and CRIU hands its plugin the
+  // images directory as a descriptor only.
+  UniqueFd folder;
   return Phase(name, [&](size_t i) -> Result<uint64_t> {
     const std::optional<std::string> path = path_of(i);
     if (!path) return uint64_t{0};
+    const std::filesystem::path where(*path);
+    const std::string dir = write ? where.parent_path().string() : *path;
+    {
+      std::lock_guard lock(notes_mutex_);
+      if (!folder.valid()) folder.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!folder.valid()) return Error{errno, "cannot open " + dir + ": " + std::strerror(errno)};
+    }
     proto::StepRequest request{op, 0, ""};
-    request.carrier_path = *path;
-    auto step = Ask(i, request);
+    request.carrier_path = write ? where.filename().string() : "";
+    auto step = Ask(i, request, folder.get());
     if (!step) return step.error();
     // File I/O, not copies: the phase's own rate says it; zero chunks were not written.
     NoteCopy(0, step->zero_bytes);
@@ -200,12 +242,8 @@ bool Sequence::DiscoverPhase() {
     PhaseReport identify = RunPhase("identify", participants_.size(), [&](size_t i) -> Result<uint64_t> {
       auto id = Identify(*participants_[i]);
       if (!id) return id.error();
-      const auto start = participants_[i]->start_time();
-      if (!start || *start != id->start_time) {
-        return Error{-1, ProcessText(id->pid) + ": its endpoint reports start time " +
-                             std::to_string(id->start_time) + " but the process started at " +
-                             (start ? std::to_string(*start) : std::string("(gone)")) +
-                             " (a stale endpoint of a reused pid?)"};
+      if (auto same = IsTheProcessItsEndpointNames(*participants_[i], *id); !same) {
+        return same.error();
       }
       // Decided now, before anything changes: a process the driver does not know (it never
       // initialized CUDA) gets no native calls. The driver refuses such a process every time

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -106,8 +107,8 @@ class Sequence {
 
   /// Sends lifecycle `request` to participant `index` with the command's lease (lease_ms_).
   /// A participant that exited since discovery is named as such (code ESRCH) and marked in
-  /// dead_; other errors are Step's.
-  Result<proto::StepReply> Ask(size_t index, proto::StepRequest request);
+  /// dead_; other errors are Step's. `pass_fd` as Step's.
+  Result<proto::StepReply> Ask(size_t index, proto::StepRequest request, int pass_fd = -1);
   /// Ask with only the op.
   Result<proto::StepReply> Ask(size_t index, proto::Op op) {
     return Ask(index, proto::StepRequest{op, 0, ""});
@@ -205,6 +206,11 @@ class Sequence {
   /// Each participant that exited during the command, into report_.lost.
   void NameExitedDuringCommand();
 
+  /// Whether `participant` is the process that its endpoint's identity `id` names: the same
+  /// identity start time, or a process CRIU restored without cusnap, which is adopted
+  /// (AdoptRestoredProcess) with a note. Error (-1) naming a stale endpoint otherwise.
+  Status IsTheProcessItsEndpointNames(Participant& participant, const Identity& id);
+
   CommandReport Finish(Outcome outcome) {
     StopLease();
     NameExitedDuringCommand();
@@ -230,6 +236,7 @@ class Sequence {
   /// several threads.
   std::vector<char> native_;
   CommandReport report_;
+  std::mutex notes_mutex_;  // report_.notes from phases that run on several threads
   std::atomic<uint64_t> phase_copy_ns_{0};  // NoteCopy's maximum for the phase being run
   std::atomic<uint64_t> phase_zero_bytes_{0};  // NoteCopy's sum for the phase being run
   /// The lease every lifecycle request carries, in ms (0: none; lease.h).

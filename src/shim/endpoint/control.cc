@@ -74,6 +74,13 @@ proto::Message Step(ServedProcess& served, const proto::Message& request) {
   if (std::string bad = StepDurationsProblem(*step); !bad.empty()) {
     return Refuse(request.op, std::string(proto::OpName(request.op)) + " refused: " + bad);
   }
+  // A carrier step comes with the images directory as a descriptor (the coordinator may see
+  // it where this process cannot: a job in a container, CRIU's own folder): its path names a
+  // file in that folder, reached through the descriptor.
+  if (request.fd.valid()) {
+    step->carrier_path = "/proc/self/fd/" + std::to_string(request.fd.get()) +
+                         (step->carrier_path.empty() ? "" : "/" + step->carrier_path);
+  }
   Result<proto::StepReply> reply = served.RunStep(*step);
   return reply.ok() ? reply->Encode(request.op) : proto::EncodeError(request.op, reply.error());
 }

@@ -198,7 +198,10 @@ void Endpoint::ServeConnection(UniqueFd connection) {
     }
     return;
   }
-  request->fd.reset();  // no request carries a descriptor
+  // Only a carrier step carries a descriptor (its folder, control.cc); any other is closed.
+  if (request->op != proto::Op::kWriteCarrier && request->op != proto::Op::kReadCarrier) {
+    request->fd.reset();
+  }
   if (request->op == proto::Op::kExport) {
     ServeExport(connection.get(), *request);
     return;
