@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "scratch_dir.h"
+
 extern char** environ;
 
 namespace cusnap::testing {
@@ -38,13 +40,6 @@ inline char ProcState(pid_t pid) {
 inline std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
-}
-
-/// Makes a fresh directory /tmp/cusnap-<name>.XXXXXX and returns its path ("" when mkdtemp
-/// fails).
-inline std::string MakeScratchDir(const std::string& name) {
-  std::string templ = "/tmp/cusnap-" + name + ".XXXXXX";
-  return ::mkdtemp(templ.data()) != nullptr ? templ : "";
 }
 
 /// Points everything this test process starts at a control directory and a simulated machine
@@ -128,25 +123,16 @@ inline Ran RunCusnap(const std::vector<std::string>& args, const std::string& sc
 /// A test on a machine of its own: SetUp makes the scratch directory dir_
 /// (/tmp/cusnap-<name>.XXXXXX) and points everything the test starts at it (UseOwnMachine);
 /// TearDown removes it. A derived fixture's SetUp calls this one first, its TearDown last.
-class OwnMachineTest : public ::testing::Test {
+class OwnMachineTest : public ScratchDirTest {
  protected:
-  explicit OwnMachineTest(std::string name) : name_(std::move(name)) {}
+  explicit OwnMachineTest(std::string name) : ScratchDirTest(std::move(name)) {}
   void SetUp() override {
-    dir_ = MakeScratchDir(name_);
-    ASSERT_FALSE(dir_.empty()) << "mkdtemp /tmp/cusnap-" << name_;
+    ScratchDirTest::SetUp();
+    if (HasFatalFailure()) return;
     UseOwnMachine(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
   }
   /// The built `cusnap` with `args` (RunCusnap), its stderr captured under dir_.
   Ran Cusnap(const std::vector<std::string>& args) { return RunCusnap(args, dir_); }
-
-  std::string dir_;
-
- private:
-  std::string name_;
 };
 
 /// A child's command channel: one request line in, one answer line out.

@@ -23,11 +23,12 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-class CliDemoTest : public ::testing::Test {
+class CliDemoTest : public cusnap::testing::ScratchDirTest {
  protected:
+  CliDemoTest() : ScratchDirTest("demo-test") {}
   void SetUp() override {
-    dir_ = cusnap::testing::MakeScratchDir("demo-test");
-    ASSERT_FALSE(dir_.empty());
+    ScratchDirTest::SetUp();
+    if (HasFatalFailure()) return;
     // The demo makes its own control directory and simulated machine; its temporary
     // directory goes under ours, so the test can see that it was removed.
     ::setenv("TMPDIR", dir_.c_str(), 1);
@@ -36,7 +37,6 @@ class CliDemoTest : public ::testing::Test {
     ::unsetenv("LD_PRELOAD");
     ::setenv("CUSNAP_DRIVER", "sim", 1);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   Ran Demo(const std::string& args) {
     return RunCommand(Env("CUSNAP_TEST_BIN_DIR") + "/cusnap demo " + args, dir_);
@@ -48,8 +48,6 @@ class CliDemoTest : public ::testing::Test {
     for (const auto& entry : fs::directory_iterator(dir_)) n += entry.path().filename() != "stderr";
     return n;
   }
-
-  std::string dir_;
 };
 
 // The default sizes on the simulated driver (2 MiB, 64 MiB, 256 MiB): the product as shipped.

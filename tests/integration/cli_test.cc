@@ -16,6 +16,7 @@
 
 #include "coordinator/record/state_file.h"
 #include "unit/coordinator_fixtures.h"
+#include "scratch_dir.h"
 
 namespace cusnap::testing {
 namespace {
@@ -79,18 +80,16 @@ Outcome RunCusnap(const std::vector<std::string>& args,
   return o;
 }
 
-class CliTest : public ::testing::Test {
+class CliTest : public ScratchDirTest {
  protected:
+  CliTest() : ScratchDirTest("cli-test") {}
   void SetUp() override {
-    char templ[] = "/tmp/cusnap-cli-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
+    ScratchDirTest::SetUp();
+    if (HasFatalFailure()) return;
     ::mkdir((dir_ + "/control").c_str(), 0700);  // a control directory must be private
     env_ = {{"CUSNAP_CONTROL_DIR", dir_ + "/control"}, {"CUSNAP_DRIVER", "sim"},
             {"CUSNAP_STATE_DIR", ""}};
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir_;
   std::map<std::string, std::string> env_;
 };
 

@@ -88,8 +88,8 @@ std::string OkValue(const std::string& reply) {
 void JobTest::SetUp() {
   // A worker that died must fail the test, not kill it with SIGPIPE (the test process only).
   ::signal(SIGPIPE, SIG_IGN);
-  dir_ = cusnap::testing::MakeScratchDir("job-test");
-  ASSERT_FALSE(dir_.empty());
+  ScratchDirTest::SetUp();
+  if (HasFatalFailure()) return;
   // Everything this test starts shares one simulated machine and one control directory.
   cusnap::testing::UseOwnMachine(dir_);
   ::unsetenv("SIMCUDA_FAULTS");
@@ -112,9 +112,7 @@ void JobTest::TearDown() {
           << name << " ended with wait status " << status;
     }
   }
-  // A failed assertion may leave state directories read-only or odd: best effort.
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
+  ScratchDirTest::TearDown();
 }
 
 Worker& JobTest::Start(const std::string& name, int device, bool bare,

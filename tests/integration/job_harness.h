@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.h"
+
 namespace jobtest {
 
 /// Bound on every wait for a child (a reply line, an exit, a `cusnap` command), ms. Generous:
@@ -78,8 +80,11 @@ using Snapshot = std::vector<ViewFacts>;  ///< one per views_ entry, same order
 /// leaves when it ends without removing its endpoint, or a socket without a listener.
 void BindDeadSocket(const std::string& path);
 
-class JobTest : public ::testing::Test {
+/// A job of job_worker processes on a machine of its own (scratch directory dir_, with its
+/// control directory and simulated machine).
+class JobTest : public cusnap::testing::ScratchDirTest {
  protected:
+  JobTest() : ScratchDirTest("job-test") {}
   void SetUp() override;
   void TearDown() override;
 
@@ -202,7 +207,6 @@ class JobTest : public ::testing::Test {
   /// Environment entries ("NAME=value") every `cusnap` command runs with, on top of ours.
   std::vector<std::string> cusnap_env_;
 
-  std::string dir_;
   std::deque<Worker> workers_;  // deque: references stay valid as workers are added
   std::map<std::string, uint32_t> seeds_;
   /// Live device allocations: name -> (MiB, device now). Resume moves them by the device map.

@@ -27,6 +27,7 @@
 #include "carrier_sim_driver.h"
 #include "common/endpoint_client.h"
 #include "printers.h"
+#include "scratch_dir.h"
 #include "simcuda/introspection.h"
 
 extern char** environ;
@@ -45,12 +46,6 @@ constexpr int kRequestTimeoutMs = 60'000;
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr ? value : "";
-}
-
-std::string MakeTempDir(const char* tag) {
-  std::string pattern = "/tmp/cusnap-" + std::string(tag) + "-XXXXXX";
-  char* made = mkdtemp(pattern.data());
-  return made != nullptr ? made : "";
 }
 
 // One peer process and the pipes to its stdin and stdout.
@@ -85,8 +80,8 @@ struct Peer {
 class LifecycleCycleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    control_dir_ = MakeTempDir("ctl");
-    sim_dir_ = MakeTempDir("sim");
+    control_dir_ = testing::MakeScratchDir("ctl");
+    sim_dir_ = testing::MakeScratchDir("sim");
     ASSERT_FALSE(control_dir_.empty());
     ASSERT_FALSE(sim_dir_.empty());
     // This process talks to the peers' simulated drivers (checkpoint service, ledger).

@@ -1,7 +1,8 @@
-// Fake participants and a fake native driver for the coordinator's sequence tests. Every
-// request and driver call is appended to one shared log, in the order it happened, so tests
-// can check phase order and barriers; a rendezvous proves that work inside a phase runs
-// concurrently (it only completes when every participant is inside the phase at once).
+// Fake participants and a fake native driver for the coordinator's sequence tests, and the
+// fixture that runs a command over them (FakeJobTest). Every request and driver call is
+// appended to one shared log, in the order it happened, so tests can check phase order and
+// barriers; a rendezvous proves that work inside a phase runs concurrently (it only completes
+// when every participant is inside the phase at once).
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,8 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/record/records.h"
+#include "scratch_dir.h"
+#include "unit/coordinator_fixtures.h"
 
 namespace cusnap::testing {
 
@@ -253,6 +256,32 @@ class RecordingObserver final : public coord::PhaseObserver {
   coord::Interrupt* interrupt = nullptr;
   std::string interrupt_after;
   std::optional<coord::Interrupt::Answer> answer;
+};
+
+/// A command over the fakes of the valid job (ValidJob), with a scratch directory (dir_) for its
+/// state file: SetUp makes a fake process of each participant, every one running on the fake
+/// driver, pid 100 saving the 2 MiB allocation it created. A derived fixture's SetUp calls
+/// this one first (and returns on a fatal failure).
+class FakeJobTest : public ScratchDirTest {
+ protected:
+  explicit FakeJobTest(std::string name) : ScratchDirTest(std::move(name)) {}
+  void SetUp() override {
+    ScratchDirTest::SetUp();
+    if (HasFatalFailure()) return;
+    for (const auto& v : ValidJob()) {
+      FakeProcess p;
+      p.pid = v.pid;
+      p.start = v.start_time;
+      p.records = v.records;
+      processes_.push_back(p);
+      driver_.states[v.pid] = CU_PROCESS_STATE_RUNNING;
+    }
+    processes_[0].bytes[proto::Op::kSave] = kMiB2;
+  }
+
+  std::vector<FakeProcess> processes_;
+  FakeJob job_;
+  FakeDriver driver_{job_};
 };
 
 }  // namespace cusnap::testing

@@ -20,6 +20,7 @@
 #include "common/ids.h"
 #include "coordinator/images/manifest.h"
 #include "coordinator/images/restored_aliases.h"
+#include "scratch_dir.h"
 
 namespace {
 
@@ -30,14 +31,9 @@ namespace fs = std::filesystem;
 constexpr const char* kSha256OfAbc =
     "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 
-class ImageChecksumTest : public ::testing::Test {
+class ImageChecksumTest : public cusnap::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    char templ[] = "/tmp/cusnap-images-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  ImageChecksumTest() : ScratchDirTest("images-test") {}
 
   /// Writes `text` to <dir_>/<name>; returns the path.
   std::string Write(const std::string& name, const std::string& text) {
@@ -54,8 +50,6 @@ class ImageChecksumTest : public ::testing::Test {
     }
     return raw;
   }
-
-  std::string dir_;
 };
 
 TEST_F(ImageChecksumTest, ASmallFilesChecksumIsItsSha256InEitherFormat) {

@@ -32,29 +32,14 @@ class BytesObserver final : public coord::PhaseObserver {
   std::vector<std::string> calls;
 };
 
-class ProgressTest : public ::testing::Test {
+class ProgressTest : public FakeJobTest {
  protected:
+  ProgressTest() : FakeJobTest("progress-test") {}
   void SetUp() override {
-    char templ[] = "/tmp/cusnap-progress-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
-    for (const auto& v : ValidJob()) {
-      FakeProcess p;
-      p.pid = v.pid;
-      p.start = v.start_time;
-      p.records = v.records;
-      processes_.push_back(p);
-      driver_.states[v.pid] = CU_PROCESS_STATE_RUNNING;
-    }
-    processes_[0].bytes[proto::Op::kSave] = kMiB2;        // pid 100 created 2 MiB
-    processes_[0].bytes[proto::Op::kReallocate] = kMiB2;
+    FakeJobTest::SetUp();
+    if (HasFatalFailure()) return;
+    processes_[0].bytes[proto::Op::kReallocate] = kMiB2;  // and reallocates it
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string dir_;
-  std::vector<FakeProcess> processes_;
-  FakeJob job_;
-  FakeDriver driver_{job_};
 };
 
 TEST_F(ProgressTest, SaveAndReallocateReportBytesPerParticipant) {

@@ -33,24 +33,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-class SequenceTest : public ::testing::Test {
+class SequenceTest : public FakeJobTest {
  protected:
-  void SetUp() override {
-    char templ[] = "/tmp/cusnap-seq-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
-    auto job = ValidJob();
-    for (const auto& v : job) {
-      FakeProcess p;
-      p.pid = v.pid;
-      p.start = v.start_time;
-      p.records = v.records;
-      processes_.push_back(p);
-      driver_.states[v.pid] = CU_PROCESS_STATE_RUNNING;
-    }
-    processes_[0].bytes[proto::Op::kSave] = kMiB2;  // pid 100 created the 2 MiB allocation
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  SequenceTest() : FakeJobTest("seq-test") {}
 
   coord::CommandReport RunCheckpoint(unsigned lock_timeout_ms = 0) {
     return coord::Checkpoint({dir_, lock_timeout_ms, target_}, FakeDiscoverer(processes_, job_), driver_,
@@ -77,11 +62,7 @@ class SequenceTest : public ::testing::Test {
     return last_first < first_second;
   }
 
-  std::string dir_;
   std::string target_;  ///< CheckpointOptions::target
-  std::vector<FakeProcess> processes_;
-  FakeJob job_;
-  FakeDriver driver_{job_};
   RecordingObserver observer_;
 };
 

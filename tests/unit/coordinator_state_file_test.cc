@@ -15,6 +15,7 @@
 #include "coordinator/record/state_file.h"
 #include "unit/coordinator_fixtures.h"
 #include "unit/coordinator_phases.h"
+#include "scratch_dir.h"
 
 namespace cusnap::testing {
 namespace {
@@ -23,22 +24,12 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 namespace fs = std::filesystem;
 
-class StateFileTest : public ::testing::Test {
+class StateFileTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    char templ[] = "/tmp/cusnap-state-test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(dir_, fs::perms::owner_all, ec);
-    fs::remove_all(dir_, ec);
-  }
+  StateFileTest() : ScratchDirTest("state-test") {}
   void WriteRaw(const std::string& text) {
     std::ofstream(coord::StateFilePath(dir_)) << text;
   }
-  std::string dir_;
 };
 
 // Read and execute, no write, for the owner and for others (others: the unprivileged user

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "shim/endpoint/resources.h"
+#include "scratch_dir.h"
 
 namespace cusnap::shim {
 namespace {
@@ -19,43 +20,37 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using proto::ResourcesReply;
 
-class CgroupTree : public ::testing::Test {
+class CgroupTree : public cusnap::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    char templ[] = "/tmp/cusnap-cgroup-XXXXXX";
-    ASSERT_NE(::mkdtemp(templ), nullptr);
-    root_ = templ;
-  }
-  void TearDown() override { fs::remove_all(root_); }
+  CgroupTree() : ScratchDirTest("cgroup") {}
   /// memory.max and memory.current of cgroup `path` ("" for the root).
   void Level(const std::string& path, const std::string& max, const std::string& current) {
-    fs::create_directories(root_ + path);
-    std::ofstream(root_ + path + "/memory.max") << max << "\n";
-    std::ofstream(root_ + path + "/memory.current") << current << "\n";
+    fs::create_directories(dir_ + path);
+    std::ofstream(dir_ + path + "/memory.max") << max << "\n";
+    std::ofstream(dir_ + path + "/memory.current") << current << "\n";
   }
-  std::string root_;
 };
 
 TEST_F(CgroupTree, TheTightestLevelUpTheHierarchyCounts) {
   Level("", "max", "900000000");
   Level("/job", "1000000", "400000");           // 600000 left: the tightest
   Level("/job/rank0", "max", "300000");         // no limit of its own
-  EXPECT_EQ(FreeCgroupMemory("12:pids:/x\n0::/job/rank0\n", root_), 600000u);
+  EXPECT_EQ(FreeCgroupMemory("12:pids:/x\n0::/job/rank0\n", dir_), 600000u);
   Level("/job/rank0", "700000", "500000");      // now 200000 left here
-  EXPECT_EQ(FreeCgroupMemory("0::/job/rank0\n", root_), 200000u);
+  EXPECT_EQ(FreeCgroupMemory("0::/job/rank0\n", dir_), 200000u);
 }
 
 TEST_F(CgroupTree, OverTheLimitLeavesNothing) {
   Level("/full", "1000", "4096");
-  EXPECT_EQ(FreeCgroupMemory("0::/full\n", root_), 0u);
+  EXPECT_EQ(FreeCgroupMemory("0::/full\n", dir_), 0u);
 }
 
 TEST_F(CgroupTree, NoCgroupV2OrNoLimitIsUnlimited) {
   Level("", "max", "123");
-  EXPECT_EQ(FreeCgroupMemory("4:memory:/a\n1:cpu:/\n", root_), ResourcesReply::kUnlimited);
-  EXPECT_EQ(FreeCgroupMemory("0::/\n", root_), ResourcesReply::kUnlimited);
-  EXPECT_EQ(FreeCgroupMemory("0::/not/there\n", root_), ResourcesReply::kUnlimited);
-  EXPECT_EQ(FreeCgroupMemory("", root_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("4:memory:/a\n1:cpu:/\n", dir_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("0::/\n", dir_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("0::/not/there\n", dir_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("", dir_), ResourcesReply::kUnlimited);
 }
 
 // With the soft RLIMIT_NOFILE at its current use + 10, 0 imports (16 spare) fall short; the
@@ -103,24 +98,24 @@ TEST(ShimResources, FreeDescriptorsAreCountedRightAtEveryLimit) {
 // level up its hierarchy (under <root>/memory), together with a v2 limit where both exist.
 TEST_F(CgroupTree, CgroupV1MemoryLimitCounts) {
   const auto v1 = [&](const std::string& path, const std::string& limit, const std::string& usage) {
-    fs::create_directories(root_ + "/memory" + path);
-    std::ofstream(root_ + "/memory" + path + "/memory.limit_in_bytes") << limit << "\n";
-    std::ofstream(root_ + "/memory" + path + "/memory.usage_in_bytes") << usage << "\n";
+    fs::create_directories(dir_ + "/memory" + path);
+    std::ofstream(dir_ + "/memory" + path + "/memory.limit_in_bytes") << limit << "\n";
+    std::ofstream(dir_ + "/memory" + path + "/memory.usage_in_bytes") << usage << "\n";
   };
   v1("", "9223372036854771712", "900000000");  // v1's "no limit"
   v1("/job", "1000000", "400000");              // 600000 left: the tightest
   v1("/job/rank0", "9223372036854771712", "300000");
-  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n1:cpu:/\n", root_), 600000u);
-  EXPECT_EQ(FreeCgroupMemory("4:cpuacct,memory:/job/rank0\n", root_), 600000u);
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n1:cpu:/\n", dir_), 600000u);
+  EXPECT_EQ(FreeCgroupMemory("4:cpuacct,memory:/job/rank0\n", dir_), 600000u);
   v1("/job/rank0", "700000", "500000");
-  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n", root_), 200000u);
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n", dir_), 200000u);
   v1("/full", "1000", "4096");
-  EXPECT_EQ(FreeCgroupMemory("11:memory:/full\n", root_), 0u);
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/full\n", dir_), 0u);
   // A hybrid host: the v2 limit is tighter here.
   Level("/job/rank0", "150000", "0");
-  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n0::/job/rank0\n", root_), 150000u);
+  EXPECT_EQ(FreeCgroupMemory("11:memory:/job/rank0\n0::/job/rank0\n", dir_), 150000u);
   // Another controller's line, or none, is no memory limit.
-  EXPECT_EQ(FreeCgroupMemory("11:memoryx:/job\n3:pids:/job\n", root_), ResourcesReply::kUnlimited);
+  EXPECT_EQ(FreeCgroupMemory("11:memoryx:/job\n3:pids:/job\n", dir_), ResourcesReply::kUnlimited);
 }
 
 TEST(ShimResources, CarrierGrowthPastRlimitAsIsNamed) {
