@@ -105,8 +105,9 @@ class DumpSequence : Sequence {
   /// CRIU failed: its processes run on (CRIU resumes a tree it could not dump), released;
   /// they are restored in place.
   Outcome RestoreInPlace() {
-    report_.notes.push_back("the dump failed once the job was checkpointed: restoring it in "
-                            "place from what each process holds");
+    report_.notes.push_back(std::string(ByCriu() ? "the hand-over to CRIU failed"
+                                                 : "criu dump failed") +
+                            ": restoring the job in place from what each process holds");
     if (!ResumeJob()) return Outcome::kFailedAfterChange;  // the state file stays, for recover
     RemoveFailedDump();
     return Outcome::kRolledForward;

@@ -202,6 +202,9 @@ bool Sequence::CarrierFilePhase(proto::Op op,
   return Phase(name, [&](size_t i) -> Result<uint64_t> {
     const std::optional<std::string> path = path_of(i);
     if (!path) return uint64_t{0};
+    proto::StepRequest request{op, 0, ""};
+    // "" (a read): where the shim wrote them; it needs no folder.
+    if (path->empty()) return CarrierStep(i, request, -1);
     const std::filesystem::path where(*path);
     const std::string dir = write ? where.parent_path().string() : *path;
     {
@@ -209,14 +212,17 @@ bool Sequence::CarrierFilePhase(proto::Op op,
       if (!folder.valid()) folder.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
       if (!folder.valid()) return Error{errno, "cannot open " + dir + ": " + std::strerror(errno)};
     }
-    proto::StepRequest request{op, 0, ""};
     request.carrier_path = write ? where.filename().string() : "";
-    auto step = Ask(i, request, folder.get());
-    if (!step) return step.error();
-    // File I/O, not copies: the phase's own rate says it; zero chunks were not written.
-    NoteCopy(0, step->zero_bytes);
-    return step->bytes;
+    return CarrierStep(i, request, folder.get());
   }, expected_bytes, "", idle);
+}
+
+Result<uint64_t> Sequence::CarrierStep(size_t i, const proto::StepRequest& request, int folder) {
+  auto step = Ask(i, request, folder);
+  if (!step) return step.error();
+  // File I/O, not copies: the phase's own rate says it; zero chunks were not written.
+  NoteCopy(0, step->zero_bytes);
+  return step->bytes;
 }
 
 bool Sequence::DiscoverPhase() {

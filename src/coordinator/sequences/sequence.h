@@ -145,6 +145,8 @@ class Sequence {
   /// each participant for which `path_of(index)` gives a path to write its carrier there
   /// (StepRequest::carrier_path), or read it back from there; nullopt leaves it out. Bytes
   /// are the carriers' (holes included).
+  /// One participant's carrier step: `request` with `folder` (-1: none) passed along.
+  Result<uint64_t> CarrierStep(size_t i, const proto::StepRequest& request, int folder);
   bool CarrierFilePhase(proto::Op op,
                         const std::function<std::optional<std::string>(size_t)>& path_of,
                         uint64_t expected_bytes = 0);

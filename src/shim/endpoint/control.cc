@@ -1,6 +1,11 @@
 // The control thread's dispatch (control.h): an op's kind (protocol.h) says where it goes.
 #include "shim/endpoint/control.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+
 #include "common/durations.h"
 #include "common/ids.h"
 #include "common/text.h"
@@ -66,6 +71,24 @@ proto::Message CheckResourcesOf(ServedProcess& served, const proto::Message& req
   return have.ok() ? have->Encode() : proto::EncodeError(request.op, have.error());
 }
 
+/// The folder of descriptor `fd` by its own path when this process sees that path as the same
+/// folder (the carrier remembers where it wrote: a later `recover` without a state directory
+/// reads there), else through the descriptor (a folder outside this process's mount
+/// namespace).
+std::string FolderPath(int fd) {
+  const std::string by_fd = "/proc/self/fd/" + std::to_string(fd);
+  char link[PATH_MAX];
+  const ssize_t n = ::readlink(by_fd.c_str(), link, sizeof link - 1);
+  if (n <= 0 || link[0] != '/') return by_fd;
+  link[n] = '\0';
+  struct stat named {}, held {};
+  if (::stat(link, &named) != 0 || ::fstat(fd, &held) != 0 || named.st_dev != held.st_dev ||
+      named.st_ino != held.st_ino) {
+    return by_fd;
+  }
+  return link;
+}
+
 proto::Message Step(ServedProcess& served, const proto::Message& request) {
   Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
   if (!step.ok()) return proto::EncodeError(request.op, step.error());
@@ -78,7 +101,7 @@ proto::Message Step(ServedProcess& served, const proto::Message& request) {
   // it where this process cannot: a job in a container, CRIU's own folder): its path names a
   // file in that folder, reached through the descriptor.
   if (request.fd.valid()) {
-    step->carrier_path = "/proc/self/fd/" + std::to_string(request.fd.get()) +
+    step->carrier_path = FolderPath(request.fd.get()) +
                          (step->carrier_path.empty() ? "" : "/" + step->carrier_path);
   }
   Result<proto::StepReply> reply = served.RunStep(*step);
