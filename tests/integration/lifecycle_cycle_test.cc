@@ -401,9 +401,12 @@ class FailedReallocateCycleTest : public LifecycleCycleTest {
 
 TEST_F(FailedReallocateCycleTest, ReallocateRunAgainFinishesTheRestore) {
   Record();
-  for (Op op : {Op::kQuiesce, Op::kSave, Op::kDetachMulticast, Op::kRelease}) {
-    ASSERT_TRUE(Step(creator_, op).ok());
-  }
+  // Both released: an importer still holding the old allocations would refuse the creator's
+  // REALLOCATE before it creates anything (LifecyclePeerSteps).
+  DriveBoth(Op::kQuiesce, Phase::kQuiesced);
+  DriveBoth(Op::kSave, Phase::kSaved);
+  DriveBoth(Op::kDetachMulticast, Phase::kMulticastDetached);
+  DriveBoth(Op::kRelease, Phase::kReleased);
   Result<proto::StepReply> failed = Step(creator_, Op::kReallocate);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, CUDA_ERROR_OUT_OF_MEMORY);
@@ -417,13 +420,17 @@ TEST_F(FailedReallocateCycleTest, ReallocateRunAgainFinishesTheRestore) {
   EXPECT_THAT(refused.error().message, HasSubstr("refused in phase RELEASED"));
   for (Op op : {Op::kReallocate, Op::kImport, Op::kMulticastCreate, Op::kMulticastImport,
                 Op::kMulticastJoin, Op::kMulticastBind, Op::kActivate}) {
-    Result<proto::StepReply> step = Step(creator_, op);
-    ASSERT_TRUE(step.ok()) << proto::OpName(op) << ": " << step.error().message;
+    for (Peer* peer : {&creator_, &importer_}) {
+      Result<proto::StepReply> step = Step(*peer, op);
+      ASSERT_TRUE(step.ok()) << peer->name << " " << proto::OpName(op) << ": "
+                             << step.error().message;
+    }
   }
   EXPECT_EQ(Identify(creator_).state, Phase::kActive);
   EXPECT_EQ(Identify(creator_).failure, "");
   EXPECT_EQ(creator_.Ask("touch"), "ok 0");
   EXPECT_EQ(creator_.Ask("check"), "ok");
+  EXPECT_EQ(importer_.Ask("check"), "ok");
 }
 
 }  // namespace

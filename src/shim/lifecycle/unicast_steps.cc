@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -296,6 +297,9 @@ Status UnicastSteps::ImportersReleased() {
     }
     if (*start != started[pid]) continue;  // exited: it holds nothing
     Result<std::vector<proto::ObjectId>> held = ask_held_(pid, ids);
+    // Nothing listens where its endpoint was: its shim is gone with its address space (it
+    // was killed and not reaped yet, or exec'd), and so are its mappings.
+    if (!held && (held.error().code == ECONNREFUSED || held.error().code == ENOENT)) continue;
     if (!held) return Error{held.error().code, held.error().message + "; nothing was created"};
     if (held->empty()) continue;
     return Error{-1, ThisProcess() + ": its importer " + ProcessText(pid) + " still holds " +
