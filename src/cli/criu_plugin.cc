@@ -95,7 +95,9 @@ int CheckpointForCriu(const CriuPluginArgs& args, int root) {
   options.checkpoint.images_root = root;
   options.root_pid = root;
   options.control_dir = ControlDir();
-  options.own_pid_namespace = coord::NamespacePids(root).size() > 1;
+  // Run inside the job's namespace (a container's), this /proc shows one level only: a root
+  // numbered otherwise than CRIU numbers it runs in a namespace of its own too.
+  options.own_pid_namespace = root != args.pid || coord::NamespacePids(root).size() > 1;
   options.cusnap_version = CliBuildInfo();
   options.caller_criu_version = args.criu_version;
   const int rc = Drive("dump", Target{root, false}, false, coord::kDumpPhaseCount, kExitRefused,
@@ -197,6 +199,9 @@ int Dump(const CriuPluginArgs& args) {
     return CheckpointForCriu(args, root);
   });
   if (rc == kExitOk && ::access(coord::StateFilePath(args.images_dir).c_str(), F_OK) == 0) {
+    // The watch's `cusnap restore` finds the job's endpoints where its shims keep them, not
+    // where CRIU's caller's environment says (runc hands CRIU no CUSNAP_CONTROL_DIR).
+    UseShimControlDirOf(ShimProcessesUnder(args.pid));
     WatchCriuThenResume(args.images_dir, args.pid);
   }
   return rc;
