@@ -179,10 +179,15 @@ void WatchCriuThenResume(const std::string& images_dir, int root) {
     std::printf("CRIU (pid %d) ended with the job still running: restoring it in place\n", criu_pid);
     std::fflush(nullptr);
     const std::string pid = std::to_string(root);
+    // Handed down as a descriptor: the restore runs in the job's mount namespace (a
+    // container's), where this machine's path of the folder need not exist.
+    const int folder_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
+    const std::string state_dir =
+        folder_fd >= 0 ? "/proc/self/fd/" + std::to_string(folder_fd) : folder;
     const pid_t restore = ::fork();
     if (restore == 0) {
       ::execl("/proc/self/exe", "cusnap", "restore", "--pid", pid.c_str(), "--state-dir",
-              folder.c_str(), static_cast<char*>(nullptr));
+              state_dir.c_str(), static_cast<char*>(nullptr));
       ::_exit(kExitError);
     }
     rc = ExitStatusOf(restore);

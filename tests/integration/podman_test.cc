@@ -107,15 +107,23 @@ class Podman : public OwnMachineTest {
     FAIL() << "the job did not come back to active: " << status.out << status.err;
   }
 
-  /// Checkpoints the container into `archive` (Podman's export), removes it and restores it
-  /// from the archive.
-  void CheckpointRemoveAndImport(const std::string& archive) {
-    const Ran dump = Pod("container checkpoint --compress gzip --export " + archive + " " + name_);
+  /// `podman container checkpoint <options> --export <archive>` (gzip); the archive holds
+  /// cusnap's manifest and both participants' carrier files beside CRIU's images.
+  void Export(const std::string& archive, const std::string& options) {
+    const Ran dump = Pod("container checkpoint " + options + " --compress gzip --export " +
+                         archive + " " + name_);
     ASSERT_EQ(dump.status, 0) << dump.err;
     const Ran listed = Sh("tar -tzf " + archive);
     ASSERT_EQ(listed.status, 0) << listed.err;
     EXPECT_THAT(listed.out, HasSubstr("checkpoint/cusnap-images.json"));
-    EXPECT_THAT(listed.out, ::testing::ContainsRegex("checkpoint/carrier-[0-9]+-0\\.bin"));
+    EXPECT_THAT(listed.out, HasSubstr("checkpoint/carrier-1-0.bin"));  // the root, pid 1
+    EXPECT_THAT(listed.out, ::testing::ContainsRegex("checkpoint/carrier-([02-9]|[0-9][0-9]+)-0\\.bin"));
+  }
+
+  /// Checkpoints the container into `archive` (Podman's export), removes it and restores it
+  /// from the archive.
+  void CheckpointRemoveAndImport(const std::string& archive) {
+    ASSERT_NO_FATAL_FAILURE(Export(archive, ""));
     ASSERT_EQ(Pod("rm " + name_).status, 0);
     const Ran restore = Pod("container restore --import " + archive);
     ASSERT_EQ(restore.status, 0) << restore.err;
@@ -134,12 +142,13 @@ TEST_F(Podman, ExportedAndImportedTwiceTheJobKeepsEveryByte) {
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
-// `podman container checkpoint --leave-running`: the job goes on in place, active again.
+// `podman container checkpoint --leave-running` (the kubelet's checkpoint): the job goes on in
+// place, active again (`cusnap status --pid <host pid>` joins the container's namespaces), with
+// every byte.
 TEST_F(Podman, ALeaveRunningCheckpointLeavesTheJobActive) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartContainer());
-  const Ran dump = Pod("container checkpoint --leave-running --export " + dir_ + "/A.tar.gz " + name_);
-  ASSERT_EQ(dump.status, 0) << dump.err;
+  ASSERT_NO_FATAL_FAILURE(Export(dir_ + "/A.tar.gz", "--leave-running"));
   ASSERT_NO_FATAL_FAILURE(AwaitActive());
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
