@@ -54,14 +54,15 @@ class Podman : public OwnMachineTest {
   /// Starts the container: `cusnap run -- criu_job <job> 4`, its output in log_; returns
   /// once both processes said READY.
   void StartContainer() {
+    ASSERT_EQ(Pod("image exists localhost/cusnap-base").status, 0)
+        << "Podman and its image must be set up here (scripts/container_tools.sh, as root)";
     const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
     const std::string build = std::filesystem::path(bin).parent_path().string();
-    std::string mounts;
-    for (const std::string& host : {std::string("/usr/lib"), std::string("/usr/lib64")}) {
-      mounts += " -v " + host + ":" + host + ":ro";
-    }
-    mounts += " -v /usr/lib:/lib:ro -v /usr/lib64:/lib64:ro";
-    for (const std::string& d : {bin, build + "/lib", Env("CUSNAP_TEST_SIMCUDA_DIR")}) {
+    // The host's libraries (busybox's image has none; /lib and /lib64 are links into /usr on
+    // a merged-/usr system), and the build's folders, read-only at their own paths.
+    std::string mounts = " -v /usr/lib:/lib:ro -v /usr/lib64:/lib64:ro";
+    for (const std::string& d : {std::string("/usr/lib"), std::string("/usr/lib64"), bin,
+                                 build + "/lib", Env("CUSNAP_TEST_SIMCUDA_DIR")}) {
       mounts += " -v " + d + ":" + d + ":ro";
     }
     mounts += " -v " + dir_ + ":" + dir_;
@@ -84,7 +85,8 @@ class Podman : public OwnMachineTest {
     return CountIn(log_, word) >= count;
   }
 
-  /// The container's init (the job's `sh`) as the host numbers it.
+  /// The container's init (criu_job's root: `sh -c` and `cusnap run` exec it) as this
+  /// machine numbers it.
   int HostPid() {
     const Ran pid = Pod("inspect -f '{{.State.Pid}}' " + name_);
     return pid.status == 0 ? std::atoi(pid.out.c_str()) : 0;
