@@ -10,10 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <string>
-#include <thread>
 
 #include "cli_runner.h"
 #include "criu_job_harness.h"
@@ -74,15 +72,7 @@ class Podman : public OwnMachineTest {
                         bin + "/cusnap run -- " + bin + "/criu_job " + job_dir_ + " 4 >>" +
                         log_ + " 2>&1'");
     ASSERT_EQ(run.status, 0) << run.err;
-    ASSERT_TRUE(AwaitInLog("READY", 2)) << ReadAll(log_) << Pod("logs " + name_).err;
-  }
-
-  bool AwaitInLog(const std::string& word, size_t count) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (CountIn(log_, word) < count && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return CountIn(log_, word) >= count;
+    ASSERT_TRUE(AwaitInLog(log_, "READY", 2)) << ReadAll(log_) << Pod("logs " + name_).err;
   }
 
   /// The container's init (criu_job's root: `sh -c` and `cusnap run` exec it) as this
@@ -92,21 +82,10 @@ class Podman : public OwnMachineTest {
     return pid.status == 0 ? std::atoi(pid.out.c_str()) : 0;
   }
 
-  /// `cusnap status --pid <host pid>` until both participants are active, within 30 s.
+  /// `cusnap status --pid <host pid>` (joining the container's namespaces) until both
+  /// participants are active.
   void AwaitActive() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    Ran status;
-    while (std::chrono::steady_clock::now() < deadline) {
-      status = Cusnap({"status", "--pid", std::to_string(HostPid())});
-      size_t active = 0;
-      for (size_t at = status.out.find(" active "); at != std::string::npos;
-           at = status.out.find(" active ", at + 1)) {
-        ++active;
-      }
-      if (status.status == 0 && active == 2) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "the job did not come back to active: " << status.out << status.err;
+    AwaitBothActive([&] { return Cusnap({"status", "--pid", std::to_string(HostPid())}); });
   }
 
   /// `podman container checkpoint <options> --export <archive>` (gzip); the archive holds
