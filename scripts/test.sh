@@ -15,6 +15,14 @@ scripts/bootstrap.sh
 # (src/criu_plugin, tests/integration/criu_plugin_test.cc): CI fails when they cannot be set
 # up, and CUSNAP_CRIU_PLUGIN=ON makes a build without the plugin's header fail too.
 scripts/fetch_criu.sh
+# Podman, runc and the busybox image localhost/cusnap-base for the container tests
+# (tests/integration/podman_test.cc, on the release build): CI runs as root and fails when
+# they cannot be set up; the exports it prints (CUSNAP_PODMAN...) reach the tests.
+if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 ]]; then
+  container_exports=$(scripts/container_tools.sh) || { echo "test: scripts/container_tools.sh failed" >&2; exit 1; }
+  printf '%s\n' "$container_exports"
+  eval "$(grep '^export ' <<<"$container_exports")"
+fi
 cmake --preset asan -DCUSNAP_CRIU_PLUGIN=ON >/dev/null
 cmake --build --preset asan
 if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 ]]; then
@@ -30,11 +38,13 @@ fi
 faults_rc=0
 if [[ ${CUSNAP_SKIP_RELEASE:-0} != 1 && $# -eq 0 ]]; then
   # CRIU cannot dump sanitised processes (their shadow mappings), so the round trips through
-  # CRIU (CliImages, and CriuPlugin: plain CRIU with cusnap's plugin) run here; under the asan preset it skips itself.
+  # CRIU (CliImages; CriuPlugin: plain CRIU with cusnap's plugin; Podman: a container's
+  # checkpoint through runc and the plugin) run here; under the asan preset they skip themselves.
   # Each pattern must name at least one test: a renamed suite would otherwise run nothing here
   # and skip under asan, unseen (ShimResources.CarrierGrowthPastRlimitAsIsNamed did).
   release_only=('ShimResources\.CarrierGrowthPastRlimitAsIsNamed' 'ShimThreads\.'
-                'CarrierWithoutThreads\.' 'CliImages\.' 'CriuPlugin\.' 'NativeSteps/CriuPlugin')
+                'CarrierWithoutThreads\.' 'CliImages\.' 'CriuPlugin\.' 'NativeSteps/CriuPlugin'
+                'Podman\.')
   for pattern in "${release_only[@]}"; do
     if ctest --preset release -N -R "^$pattern" | grep -q '^Total Tests: 0'; then
       echo "test: no release test matches ^$pattern" >&2

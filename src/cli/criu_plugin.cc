@@ -95,7 +95,9 @@ int CheckpointForCriu(const CriuPluginArgs& args, int root) {
   options.checkpoint.images_root = root;
   options.root_pid = root;
   options.control_dir = ControlDir();
-  options.own_pid_namespace = coord::NamespacePids(root).size() > 1;
+  // Run inside the job's namespace (a container's), this /proc shows one level only: a root
+  // numbered otherwise than CRIU numbers it runs in a namespace of its own too.
+  options.own_pid_namespace = root != args.pid || coord::NamespacePids(root).size() > 1;
   options.cusnap_version = CliBuildInfo();
   options.caller_criu_version = args.criu_version;
   const int rc = Drive("dump", Target{root, false}, false, coord::kDumpPhaseCount, kExitRefused,
@@ -177,10 +179,15 @@ void WatchCriuThenResume(const std::string& images_dir, int root) {
     std::printf("CRIU (pid %d) ended with the job still running: restoring it in place\n", criu_pid);
     std::fflush(nullptr);
     const std::string pid = std::to_string(root);
+    // Handed down as a descriptor: the restore runs in the job's mount namespace (a
+    // container's), where this machine's path of the folder need not exist.
+    const int folder_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
+    const std::string state_dir =
+        folder_fd >= 0 ? "/proc/self/fd/" + std::to_string(folder_fd) : folder;
     const pid_t restore = ::fork();
     if (restore == 0) {
       ::execl("/proc/self/exe", "cusnap", "restore", "--pid", pid.c_str(), "--state-dir",
-              folder.c_str(), static_cast<char*>(nullptr));
+              state_dir.c_str(), static_cast<char*>(nullptr));
       ::_exit(kExitError);
     }
     rc = ExitStatusOf(restore);
@@ -197,6 +204,9 @@ int Dump(const CriuPluginArgs& args) {
     return CheckpointForCriu(args, root);
   });
   if (rc == kExitOk && ::access(coord::StateFilePath(args.images_dir).c_str(), F_OK) == 0) {
+    // The watch's `cusnap restore` finds the job's endpoints where its shims keep them, not
+    // where CRIU's caller's environment says (runc hands CRIU no CUSNAP_CONTROL_DIR).
+    UseShimControlDirOf(ShimProcessesUnder(args.pid));
     WatchCriuThenResume(args.images_dir, args.pid);
   }
   return rc;

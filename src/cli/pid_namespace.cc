@@ -221,18 +221,23 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
   const std::vector<int> pids = coord::NamespacePids(pid);
   UniqueFd pid_ns(::open((ns + "pid").c_str(), O_RDONLY | O_CLOEXEC));
   UniqueFd mnt_ns(::open((ns + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd own_pid_ns(::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC));
   char cwd[4096];
   const bool have_cwd = ::getcwd(cwd, sizeof cwd) != nullptr;
   UniqueFd cwd_fd(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC));
   KeepChosenDriverMapped();
-  if (pids.size() < 2 || !pid_ns.valid() || !mnt_ns.valid() || !have_cwd ||
-      ::setns(pid_ns.get(), CLONE_NEWPID) != 0) {
+  if (pids.size() < 2 || !pid_ns.valid() || !mnt_ns.valid() || !own_pid_ns.valid() ||
+      !have_cwd || ::setns(pid_ns.get(), CLONE_NEWPID) != 0) {
     std::fprintf(stderr, "cusnap %s: pid %d runs in another PID namespace, which cusnap cannot "
                  "join (%s): run cusnap inside it\n", command_name, pid, std::strerror(errno));
     return kExitError;
   }
   std::fflush(nullptr);
   const pid_t child = ::fork();
+  // This process's later children (a watch that outlives it) start in its own namespace
+  // again: one started in the job's would be orphaned to the job's init, inside the tree a
+  // checkpoint takes.
+  if (child != 0) ::setns(own_pid_ns.get(), CLONE_NEWPID);
   if (child < 0) {
     std::fprintf(stderr, "cusnap %s: fork: %s\n", command_name, std::strerror(errno));
     return kExitError;

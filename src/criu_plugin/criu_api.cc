@@ -24,6 +24,21 @@ struct CriuApi {
   AddInventoryPlugin add_inventory_plugin = nullptr;
   GetImageDir criu_get_image_dir = nullptr;
   const unsigned char* opts = nullptr;
+  const void* const* root_item = nullptr;  ///< CRIU's `struct pstree_item *root_item`
+};
+
+/// The leading fields of CRIU 4.2.1's `struct pstree_item` (include/pstree.h) and `struct
+/// pid` (include/pid.h), as far as the dumped root's pid; read only from the CRIU version
+/// ResolveCriuApi accepted.
+struct CriuPid {
+  const void* item;
+  int real;
+};
+struct CriuPstreeItem {
+  const void* parent;
+  const void* children[2];
+  const void* sibling[2];
+  const CriuPid* pid;
 };
 
 CriuApi& Api() {
@@ -84,6 +99,7 @@ std::string ResolveCriuApi() {
   Lookup("add_inventory_plugin", Api().add_inventory_plugin, missing);
   Lookup("criu_get_image_dir", Api().criu_get_image_dir, missing);
   Lookup("opts", Api().opts, missing);
+  Lookup("root_item", Api().root_item, missing);
   if (!missing.empty()) return "this criu lacks " + missing;
   // `opts` is read through offsets that hold for one CRIU version only.
   const std::string line = RunningVersionLine();
@@ -104,6 +120,13 @@ CriuRunOptions ReadRunOptions() {
   CriuRunOptions o;
   if (Api().opts == nullptr) return o;
   o.tree_id = OptsField<int>(CUSNAP_CRIU_OPTS_TREE_ID_OFFSET);
+  // A dump over CRIU's RPC (`criu swrk`: runc, Podman, containerd) takes the request's pid
+  // and leaves opts.tree_id 0; cr_dump_tasks has put the root in root_item before the
+  // plugin's init either way.
+  if (o.tree_id == 0 && Api().root_item != nullptr && *Api().root_item != nullptr) {
+    const auto* root = static_cast<const CriuPstreeItem*>(*Api().root_item);
+    if (root->pid != nullptr) o.tree_id = root->pid->real;
+  }
   o.leave_running = OptsField<int>(CUSNAP_CRIU_OPTS_FINAL_STATE_OFFSET) == CUSNAP_CRIU_TASK_ALIVE;
   o.track_mem = OptsField<int>(CUSNAP_CRIU_OPTS_TRACK_MEM_OFFSET) != 0;
   o.lazy_pages = OptsField<bool>(CUSNAP_CRIU_OPTS_LAZY_PAGES_OFFSET);

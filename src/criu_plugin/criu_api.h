@@ -26,7 +26,7 @@ std::string ResolveCriuApi();
 /// The options of this CRIU run that decide what the plugin can serve (read from CRIU's
 /// `opts` through the offsets of cusnap-criu-opts.h; only valid once ResolveCriuApi passed).
 struct CriuRunOptions {
-  int tree_id = 0;           ///< the dumped tree's root (criu dump -t), CRIU's PID namespace
+  int tree_id = 0;           ///< the dumped tree's root (criu dump -t, or the RPC request's pid), CRIU's PID namespace
   bool leave_running = false;///< --leave-running (final state: alive)
   bool track_mem = false;    ///< --track-mem (iterative pre-dumps)
   bool lazy_pages = false;   ///< --lazy-pages

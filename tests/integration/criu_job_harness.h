@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -33,12 +34,26 @@ inline void WriteAll(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
-/// How often `word` occurs in the file at `path`.
-inline size_t CountIn(const std::string& path, const std::string& word) {
-  const std::string text = ReadAll(path);
+/// How often `word` occurs in `text`.
+inline size_t CountText(const std::string& text, const std::string& word) {
   size_t n = 0;
   for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
   return n;
+}
+
+/// How often `word` occurs in the file at `path`.
+inline size_t CountIn(const std::string& path, const std::string& word) {
+  return CountText(ReadAll(path), word);
+}
+
+/// Waits until `word` occurs `count` times in the file at `path`, at most 30 s; true when it
+/// does.
+inline bool AwaitInLog(const std::string& path, const std::string& word, size_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (CountIn(path, word) < count && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return CountIn(path, word) >= count;
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -77,12 +92,22 @@ inline pid_t StartCriuJob(const std::string& job_dir, const std::string& log) {
   ::close(out);
   ::close(in);
   EXPECT_GT(job, 0);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (CountIn(log, "READY") < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  AwaitInLog(log, "READY", 2);
   EXPECT_EQ(CountIn(log, "READY"), 2u) << ReadAll(log);
   return CountIn(log, "READY") == 2 ? job : -1;
+}
+
+/// Runs `status` (a `cusnap status` of the job) until it says both participants are active
+/// (a job the plugin's watch restores in place once CRIU ended), within 30 s.
+inline void AwaitBothActive(const std::function<Ran()>& status) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  Ran said;
+  while (std::chrono::steady_clock::now() < deadline) {
+    said = status();
+    if (said.status == 0 && CountText(said.out, " active ") == 2) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  FAIL() << "the job did not come back to active: " << said.out << said.err;
 }
 
 /// Tells criu_job's processes to go on (<job_dir>/go): each checks its bytes, says PASS or

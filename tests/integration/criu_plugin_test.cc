@@ -100,23 +100,9 @@ class CriuPlugin : public OwnMachineTest {
     ASSERT_TRUE(gone()) << "the job's processes are still there";
   }
 
-  /// `cusnap status --pid root_` until it says every participant is active (a job the
-  /// plugin's watch restores in place once CRIU ended), within 30 s.
+  /// `cusnap status --pid root_` until both participants are active (AwaitBothActive).
   void AwaitActive() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    Ran status;
-    while (std::chrono::steady_clock::now() < deadline) {
-      status = Cusnap({"status", "--pid", std::to_string(root_)});
-      if (status.status == 0 && CountText(status.out, " active ") == 2) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "the job did not come back to active: " << status.out << status.err;
-  }
-
-  static size_t CountText(const std::string& text, const std::string& word) {
-    size_t n = 0;
-    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
-    return n;
+    AwaitBothActive([&] { return Cusnap({"status", "--pid", std::to_string(root_)}); });
   }
 
   std::string criu_, plugin_dir_, job_dir_, log_;

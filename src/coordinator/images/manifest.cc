@@ -525,7 +525,12 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
   }
   // The job's own processes hold its ids while it runs: said above, not as others' ids.
   const AliveCheck itself = [&](int pid, uint64_t start_time) { return running(pid, start_time) == pid; };
-  for (const TakenId& t : runs || resumed ? std::vector<TakenId>{} : DumpIdsTaken(dir, manifest, itself)) {
+  // A tree whose root was its PID namespace's init (a container's) comes back in a PID
+  // namespace CRIU makes anew, where every id of the dump is free.
+  const bool new_pid_namespace = manifest.own_pid_namespace && manifest.root_pid == 1;
+  for (const TakenId& t : runs || resumed || new_pid_namespace
+                              ? std::vector<TakenId>{}
+                              : DumpIdsTaken(dir, manifest, itself)) {
     problems.push_back((t.participant ? "pid " : "process or thread id ") +
                        std::to_string(t.id) + " of the dump is held by another " +
                        "process now; CRIU gives every process and thread its id back, so it "

@@ -1,0 +1,138 @@
+// A Podman container whose entry point is a cusnap job (criu_job: two processes sharing GPU
+// memory, under `cusnap run`), checkpointed and restored by Podman itself (runc, which runs
+// CRIU with cusnap's plugin, named by the container's org.criu.config annotation). The image
+// is localhost/cusnap-base (busybox, scripts/container_tools.sh); the host's libraries and the
+// build's bin, lib and simcuda folders are mounted read-only at their own paths, the test's
+// scratch directory (control directory, simulated machine, job folder and log) read-write.
+// Runs on the release build as root (scripts/test.sh), as the CRIU plugin's tests do.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_runner.h"
+#include "criu_job_harness.h"
+#include "criu_problem.h"
+
+namespace cusnap::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class Podman : public OwnMachineTest {
+ protected:
+  Podman() : OwnMachineTest("podman") {}
+
+  void SetUp() override {
+    OwnMachineTest::SetUp();
+    podman_ = Env("CUSNAP_PODMAN");
+    if (podman_.empty()) podman_ = "podman --cgroup-manager=cgroupfs --storage-driver=vfs --runtime=runc";
+    name_ = "cusnap-podman-" + std::to_string(::getpid());
+    job_dir_ = dir_ + "/job";
+    log_ = dir_ + "/job.log";
+    ::chmod(dir_.c_str(), 0755);  // the container's root reads the build's folders through it
+    std::filesystem::create_directory(job_dir_);
+    // CRIU's configuration for this container (runc reads the file the annotation names).
+    WriteAll(dir_ + "/criu.conf", "libdir " + Env("CUSNAP_TEST_CRIU_PLUGIN_DIR") + "\n");
+  }
+
+  void TearDown() override {
+    Sh(podman_ + " rm -f -t 0 " + name_);
+    OwnMachineTest::TearDown();
+  }
+
+  Ran Sh(const std::string& command) { return RunCommand(command, dir_); }
+
+  /// `podman <args>` with the options this machine needs.
+  Ran Pod(const std::string& args) { return Sh(podman_ + " " + args); }
+
+  /// Starts the container: `cusnap run -- criu_job <job> 4`, its output in log_; returns
+  /// once both processes said READY.
+  void StartContainer() {
+    ASSERT_EQ(Pod("image exists localhost/cusnap-base").status, 0)
+        << "Podman and its image must be set up here (scripts/container_tools.sh, as root)";
+    const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
+    const std::string build = std::filesystem::path(bin).parent_path().string();
+    // The host's libraries (busybox's image has none; /lib and /lib64 are links into /usr on
+    // a merged-/usr system), and the build's folders, read-only at their own paths.
+    std::string mounts = " -v /usr/lib:/lib:ro -v /usr/lib64:/lib64:ro";
+    for (const std::string& d : {std::string("/usr/lib"), std::string("/usr/lib64"), bin,
+                                 build + "/lib", Env("CUSNAP_TEST_SIMCUDA_DIR")}) {
+      mounts += " -v " + d + ":" + d + ":ro";
+    }
+    mounts += " -v " + dir_ + ":" + dir_;
+    const std::string env = " -e CUSNAP_DRIVER=sim -e CUSNAP_CONTROL_DIR=" + dir_ +
+                            "/control -e SIMCUDA_DIR=" + dir_ + "/sim -e CUSNAP_LOG=warn";
+    const Ran run = Pod("run -d --name " + name_ + " --annotation org.criu.config=" + dir_ +
+                        "/criu.conf --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 "
+                        "--network=none" + mounts + env + " localhost/cusnap-base sh -c '" +
+                        bin + "/cusnap run -- " + bin + "/criu_job " + job_dir_ + " 4 >>" +
+                        log_ + " 2>&1'");
+    ASSERT_EQ(run.status, 0) << run.err;
+    ASSERT_TRUE(AwaitInLog(log_, "READY", 2)) << ReadAll(log_) << Pod("logs " + name_).err;
+  }
+
+  /// The container's init (criu_job's root: `sh -c` and `cusnap run` exec it) as this
+  /// machine numbers it.
+  int HostPid() {
+    const Ran pid = Pod("inspect -f '{{.State.Pid}}' " + name_);
+    return pid.status == 0 ? std::atoi(pid.out.c_str()) : 0;
+  }
+
+  /// `cusnap status --pid <host pid>` (joining the container's namespaces) until both
+  /// participants are active.
+  void AwaitActive() {
+    AwaitBothActive([&] { return Cusnap({"status", "--pid", std::to_string(HostPid())}); });
+  }
+
+  /// `podman container checkpoint <options> --export <archive>` (gzip); the archive holds
+  /// cusnap's manifest and both participants' carrier files beside CRIU's images.
+  void Export(const std::string& archive, const std::string& options) {
+    const Ran dump = Pod("container checkpoint " + options + " --compress gzip --export " +
+                         archive + " " + name_);
+    ASSERT_EQ(dump.status, 0) << dump.err;
+    const Ran listed = Sh("tar -tzf " + archive);
+    ASSERT_EQ(listed.status, 0) << listed.err;
+    EXPECT_THAT(listed.out, HasSubstr("checkpoint/cusnap-images.json"));
+    EXPECT_THAT(listed.out, HasSubstr("checkpoint/carrier-1-0.bin"));  // the root, pid 1
+    EXPECT_THAT(listed.out, ::testing::ContainsRegex("checkpoint/carrier-([02-9]|[0-9][0-9]+)-0\\.bin"));
+  }
+
+  /// Checkpoints the container into `archive` (Podman's export), removes it and restores it
+  /// from the archive.
+  void CheckpointRemoveAndImport(const std::string& archive) {
+    ASSERT_NO_FATAL_FAILURE(Export(archive, ""));
+    ASSERT_EQ(Pod("rm " + name_).status, 0);
+    const Ran restore = Pod("container restore --import " + archive);
+    ASSERT_EQ(restore.status, 0) << restore.err;
+  }
+
+  std::string podman_, name_, job_dir_, log_;
+};
+
+// Podman's checkpoint --export, rm, restore --import, twice; then every byte read back by the
+// job itself.
+TEST_F(Podman, ExportedAndImportedTwiceTheJobKeepsEveryByte) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartContainer());
+  ASSERT_NO_FATAL_FAILURE(CheckpointRemoveAndImport(dir_ + "/A.tar.gz"));
+  ASSERT_NO_FATAL_FAILURE(CheckpointRemoveAndImport(dir_ + "/B.tar.gz"));
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+// `podman container checkpoint --leave-running` (the kubelet's checkpoint): the job goes on in
+// place, active again (`cusnap status --pid <host pid>` joins the container's namespaces), with
+// every byte.
+TEST_F(Podman, ALeaveRunningCheckpointLeavesTheJobActive) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartContainer());
+  ASSERT_NO_FATAL_FAILURE(Export(dir_ + "/A.tar.gz", "--leave-running"));
+  ASSERT_NO_FATAL_FAILURE(AwaitActive());
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+}  // namespace
+}  // namespace cusnap::testing
