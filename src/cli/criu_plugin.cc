@@ -175,7 +175,8 @@ void WatchCriuThenResume(const std::string& images_dir, int root) {
   while (::poll(&ended, 1, -1) < 0 && errno == EINTR) {
   }
   int rc = kExitOk;
-  if (KernelStartTime(root) == root_start) {
+  // A zombie is a job CRIU ended (its parent has not reaped it yet): nothing to restore.
+  if (KernelStartTime(root) == root_start && !coord::IsZombie(root)) {
     std::printf("CRIU (pid %d) ended with the job still running: restoring it in place\n", criu_pid);
     std::fflush(nullptr);
     const std::string pid = std::to_string(root);

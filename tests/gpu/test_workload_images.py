@@ -43,6 +43,7 @@ CRIU: CUSNAP_CRIU, else <source>/.criu/bin/criu (scripts/fetch_criu.sh, carried 
 machine), else `criu` on PATH; the test skips (exit 77 in run_all.sh) naming what is missing.
 """
 
+import ctypes
 import mmap
 import os
 import re
@@ -246,12 +247,29 @@ class ImagesJob:
               "\n".join(line for line in log.splitlines() if "cusnap_criu" in line))
         return ran.returncode, log, took
 
+    def reaped(self, timeout=60):
+        """Waits until no pid of the job is taken, not even by a zombie (CRIU gives the restored
+        processes their pids back): this process, a subreaper since the dump, reaps the orphans."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            except ChildProcessError:
+                pass
+            if all(h.proc_state(p) is None for p in self.all_pids()):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"pids of the job still taken: {[p for p in self.all_pids() if h.proc_state(p)]}")
+
     def cycle_via_criu(self, k, images):
         label = f"images cycle {k} via criu ({images})"
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans come here
         rc, log, dump_s = self.criu("dump", images, "-t", str(self.root))
         assert rc == 0, f"{label}: criu dump exited with {rc}:\n{log[-3000:]}"
         assert "cusnap_criu: cusnap: dump-end: the manifest lists every image file" in log, log[-3000:]
         self.gone()
+        self.reaped()
         during, _ = h.memory_used_mib(self.cli_env)
         job_mib = [d - b for d, b in zip(during, self.baseline)]
         assert all(m < 64 for m in job_mib), f"{label}: GPU memory still in use after the dump: {job_mib} MiB"
