@@ -471,7 +471,11 @@ void DefineApp(CLI::App& app) {
 int RefuseUnknownCommand(const CLI::App& app, const std::string& word) {
   std::vector<std::string> commands;
   const auto named = [](const CLI::App* sub) { return !sub->get_name().empty(); };
-  for (const CLI::App* sub : app.get_subcommands(named)) commands.push_back(sub->get_name());
+  for (const CLI::App* sub : app.get_subcommands(named)) {
+    if (sub->get_name() == word) return cusnap::cli::kExitOk;
+    // A hidden command (criu-plugin, run by the CRIU plugin) is not offered to people.
+    if (!sub->get_group().empty()) commands.push_back(sub->get_name());
+  }
   if (const std::string unknown = cusnap::cli::UnknownCommand(word, commands); !unknown.empty()) {
     std::fprintf(stderr, "cusnap: %s\n", unknown.c_str());
     return cusnap::cli::kExitUsage;
