@@ -15,6 +15,7 @@
 #include <fstream>
 #include <optional>
 
+#include "common/text.h"
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "common/socket.h"
@@ -140,13 +141,14 @@ std::string CheckControlDirLength(const std::string& control_dir) {
 std::string CheckTargetPid(int pid, const std::string& control_dir) {
   const std::string p = std::to_string(pid);
   const auto tgid = StatusField(pid, "Tgid");
-  if (!tgid) return "pid " + p + " does not exist";
+  if (!tgid) return ProcessText(pid) + " does not exist";
   if (*tgid != p) {
-    return "pid " + p + " is thread " + p + " of process " + *tgid + ", not a process: give --pid " +
-           *tgid;
+    const int process = std::stoi(*tgid);
+    return ProcessText(pid) + " is thread " + std::to_string(CallerPid(pid)) + " of process " +
+           std::to_string(CallerPid(process)) + ", not a process: give " + PidOption(process);
   }
   if (coord::IsZombie(pid)) {
-    return "pid " + p + " (" + coord::ProcessName(pid) + ") " + coord::ExitedText(pid) +
+    return ProcessText(pid, coord::ProcessName(pid)) + " " + coord::ExitedText(pid) +
            ": nothing of it runs any more";
   }
   if (const auto uid = StatusField(pid, "Uid")) {
@@ -154,7 +156,7 @@ std::string CheckTargetPid(int pid, const std::string& control_dir) {
     // Root may act on another user's job, when its endpoints are where root looks.
     if (real != std::to_string(::geteuid()) &&
         (::geteuid() != 0 || coord::EndpointPidsInTree(control_dir, pid).empty())) {
-      return "pid " + p + " (" + coord::ProcessName(pid) + ") belongs to uid " + real +
+      return ProcessText(pid, coord::ProcessName(pid)) + " belongs to uid " + real +
              ", not to this user (uid " + std::to_string(::geteuid()) + "); cusnap looks for " +
              "endpoints in " + control_dir + ", this user's control directory: run cusnap as " +
              "that user, or set CUSNAP_CONTROL_DIR to the control directory the job was " +
@@ -223,7 +225,7 @@ std::string StaleReason(const StaleEndpoint& stale) {
            "in a PID namespace of its own, is gone";
   }
   if (!stale.reused) return "its process " + coord::ExitedText(stale.pid);
-  return "pid " + std::to_string(stale.pid) + " was reused by a later process (" +
+  return ProcessText(stale.pid) + " was reused by a later process (" +
          coord::ProcessName(stale.pid) + ")";
 }
 

@@ -35,7 +35,7 @@ int DumpCommand(const DumpArgs& args) {
   const Target target{args.pid, false};
   coord::DumpOptions options;
   options.checkpoint = coord::CheckpointOptions{args.images_dir, 0,
-                                                "--pid " + std::to_string(args.pid)};
+                                                PidOption(args.pid)};
   options.checkpoint.lease_ms = coord::LeaseMsFromEnvironment();
   options.checkpoint.images_root = args.pid;
   options.root_pid = args.pid;

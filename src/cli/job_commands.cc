@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <set>
+#include <string_view>
 
 #include "cli/checks.h"
 #include "cli/cli_common.h"
@@ -17,6 +18,7 @@
 #include "cli/interrupt_watch.h"
 #include "cli/output.h"
 #include "common/endpoint_client.h"
+#include "common/text.h"
 #include "cli/test_pause.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/participants/hold.h"
@@ -72,10 +74,10 @@ int ExitAfter(const coord::CommandReport& report, int signo) {
 std::string RecoverTarget(const Target& target) {
   if (target.all || target.pid <= 0) return "--all";
   if (coord::ProcessExited(target.pid)) {
-    return "--all' (pid " + std::to_string(target.pid) + " has ended; the processes left are " +
+    return "--all' (" + ProcessText(target.pid) + " has ended; the processes left are " +
            "found by their endpoints) or 'cusnap recover --pid <a process left>";
   }
-  return "--pid " + std::to_string(target.pid);
+  return PidOption(target.pid);
 }
 
 /// After a refusal: the state the job is in, as its shims say now (a refusal changed
@@ -95,7 +97,7 @@ std::string JobStateTail(const Target& target, const std::string& control_dir) {
   for (int pid : pids) {
     auto lock = coord::CommandLock::Take(EndpointPath(control_dir, pid), ProcessText(pid));
     if (!lock && lock.error().code == EBUSY) {
-      return ", and another cusnap command is at work on the job (pid " + std::to_string(pid) +
+      return ", and another cusnap command is at work on the job (" + ProcessText(pid) +
              "): that command's own output says what state it leaves the job in";
     }
   }
@@ -103,7 +105,7 @@ std::string JobStateTail(const Target& target, const std::string& control_dir) {
   for (int pid : pids) {
     // Stopped by someone else, it cannot answer either: it stays as it was.
     if (coord::ProcessState(pid) == 'T') {
-      return ", its processes stay as they were (pid " + std::to_string(pid) + " stopped)";
+      return ", its processes stay as they were (" + ProcessText(pid) + " stopped)";
     }
     if (auto id = coord::Identify(*coord::ConnectEndpoint(control_dir, pid))) states.insert(id->state);
   }
@@ -242,6 +244,15 @@ void NoteNamespacedJobsLeftOut(const char* command, const std::string& control_d
   }
 }
 
+/// "job root pid N" (N as the user's PID namespace numbers it; scripts take the fourth
+/// word), with "(pid M in its PID namespace)" when the job numbers it otherwise.
+std::string JobRootLine(int root) {
+  const int here = CallerPid(root);
+  std::string line = "job root pid " + std::to_string(here);
+  if (here != root) line += " (pid " + std::to_string(root) + " in its PID namespace)";
+  return line;
+}
+
 }  // namespace
 
 int Drive(const char* command, const Target& target, bool json, size_t phases, int refused,
@@ -268,7 +279,19 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   const coord::CommandReport report = run(coord::EndpointDiscoverer(discovery), **driver,
                                           WithTestPause(command, printer, paused), interrupt);
   const int rc = ExitAfter(report, watch.signal());
-  if (json) std::printf("%s\n", ReportToJson(command, described, report, rc).dump(2).c_str());
+  // A restore names the job's root as the user acts on it (a namespaced job's pid here
+  // differs from its own): one line, or two JSON keys.
+  const int root = std::string_view(command) != "restore" ? 0
+                   : report.restored_root > 0             ? report.restored_root
+                                                          : target.pid;
+  if (json) {
+    nlohmann::json doc = ReportToJson(command, described, report, rc);
+    if (rc == kExitOk && root > 0) {
+      doc["root_pid"] = CallerPid(root);
+      doc["root_pid_in_job_namespace"] = root;
+    }
+    std::printf("%s\n", doc.dump(2).c_str());
+  }
   PrintErrors(command, report, target, control_dir, watch.signal());
   if (rc == kExitOk && !json) {
     if (!report.images_dir.empty()) {
@@ -278,6 +301,7 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
     } else {
       std::printf("%s: done (state file %s)\n", command, report.state_file.c_str());
     }
+    if (root > 0) std::printf("%s\n", JobRootLine(root).c_str());
     // Done, but not whole: the last word names what did not come back.
     if (!report.lost.empty()) {
       std::printf("%s: the job runs without what it lost: %s\n", command,
@@ -290,7 +314,7 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
 int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {
   coord::CheckpointOptions options{
-      state_dir, lock_timeout_ms, target.all ? "--all" : "--pid " + std::to_string(target.pid)};
+      state_dir, lock_timeout_ms, target.all ? "--all" : PidOption(target.pid)};
   options.lease_ms = coord::LeaseMsFromEnvironment();
   return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount, kExitRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,

@@ -496,6 +496,10 @@ bool AsksForJson(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The init of a job's PID namespace, run again once inside it (pid_namespace.h).
+  if (argc == 4 && std::string_view(argv[1]) == cusnap::cli::kNamespaceInitCommand) {
+    cusnap::cli::ServeAsNamespaceInit(argv[2], argv[3]);
+  }
   if (const std::string problem = cusnap::cli::CheckEnvironment(); !problem.empty()) {
     std::fprintf(stderr, "cusnap: %s\n", problem.c_str());
     return cusnap::cli::kExitUsage;

@@ -22,6 +22,7 @@
 #include "cli/exit_codes.h"
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
+#include "common/text.h"
 #include "common/unique_fd.h"
 #include "coordinator/proc/processes.h"
 #include "coordinator/participants/endpoints.h"
@@ -108,7 +109,36 @@ void NextPidIs(int first) {
   }
 }
 
+/// The init, once inside its namespaces, runs `cusnap` again from `program` (a path, read
+/// again in its own mount namespace): what it maps then, its executable and libraries, is on
+/// that namespace's mounts. Mapped before the unshare, they stay on the caller's mounts, and
+/// a process holding files there is one CRIU cannot dump ("Can't lookup mount"), should the
+/// init ever be in a tree it dumps. Serves as the init in this image when the exec fails.
+[[noreturn]] void ServeAsInitFromOwnMounts(const std::string& program, pid_t command,
+                                           int status_fd) {
+  const int flags = ::fcntl(status_fd, F_GETFD);
+  if (!program.empty() && flags >= 0 && ::fcntl(status_fd, F_SETFD, flags & ~FD_CLOEXEC) == 0) {
+    const std::string pid = std::to_string(command), fd = std::to_string(status_fd);
+    const char* argv[] = {program.c_str(), kNamespaceInitCommand, pid.c_str(), fd.c_str(), nullptr};
+    ::execv(program.c_str(), const_cast<char* const*>(argv));
+    ::fcntl(status_fd, F_SETFD, flags);
+  }
+  ServeAsInit(command, status_fd);
+}
+
+/// Makes this process's later pid messages name the user's pids (common/text.h): `proc_fd`
+/// is the /proc of the caller's PID namespace, opened before joining or making the job's.
+void NameCallerPids(int proc_fd) {
+  if (proc_fd < 0) return;
+  coord::KeepCallerProc(proc_fd);
+  SetCallerPidLookup(&coord::CallerPidOf);
+}
+
 }  // namespace
+
+void ServeAsNamespaceInit(const char* command, const char* status_fd) {
+  ServeAsInit(std::atoi(command), std::atoi(status_fd));
+}
 
 int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid, int& init_pid,
                          std::string& why) {
@@ -119,6 +149,7 @@ int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid,
     return kExitRestoreRefused;
   }
   UniqueFd read_end(status[0]), write_end(status[1]);
+  const std::string program = SelfDir() == "." ? "" : SelfDir() + "/cusnap";
   // This process stays where it is; its next child is pid 1 of the new namespace.
   if (::unshare(CLONE_NEWPID) != 0) {
     why = std::string("cannot make a PID namespace (unshare: ") + std::strerror(errno) +
@@ -133,6 +164,8 @@ int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid,
   }
   if (init == 0) {
     read_end.reset();
+    // The caller's /proc, kept for the command: what it prints names the caller's pids.
+    const int caller_proc = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     // A mount namespace of its own whose /proc shows the new PID namespace: the job and
     // cusnap read processes there by the pids the job knows. Mounts stay private to it.
     if (::unshare(CLONE_NEWNS) != 0 ||
@@ -153,11 +186,13 @@ int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid,
     if (worker < 0) ::_exit(kExitRestoreRefused);
     if (worker == 0) {
       write_end.reset();
+      NameCallerPids(caller_proc);
       const int rc = command();
       std::fflush(nullptr);
       ::_exit(rc);
     }
-    ServeAsInit(worker, write_end.get());
+    if (caller_proc >= 0) ::close(caller_proc);
+    ServeAsInitFromOwnMounts(program, worker, write_end.get());
   }
   write_end.reset();
   init_pid = init;
@@ -183,6 +218,29 @@ int ExitStatusOf(pid_t child) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitError;
 }
 
+namespace {
+
+/// Whether `pid` runs this very program (its executable is the same file as this process's).
+bool RunsThisProgram(int pid) {
+  struct stat theirs {}, ours {};
+  return ::stat(("/proc/" + std::to_string(pid) + "/exe").c_str(), &theirs) == 0 &&
+         ::stat("/proc/self/exe", &ours) == 0 && theirs.st_dev == ours.st_dev &&
+         theirs.st_ino == ours.st_ino;
+}
+
+/// When `pid` is the init cusnap made for a job's PID namespace (pid 1 there, this program):
+/// the job's root, its first child that is no cusnap of its own (a restore at work); else 0.
+int JobUnderOwnInit(int pid) {
+  const std::vector<int> pids = coord::NamespacePids(pid);
+  if (pids.size() < 2 || pids.back() != 1 || !RunsThisProgram(pid)) return 0;
+  for (const int q : coord::ProcessTree(pid)) {
+    if (q != pid && ParentOf(q) == pid && !RunsThisProgram(q)) return q;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int HostPidOf(int init_pid, int ns_pid) {
   for (const int pid : coord::ProcessTree(init_pid)) {
     const std::vector<int> pids = coord::NamespacePids(pid);
@@ -192,6 +250,7 @@ int HostPidOf(int init_pid, int ns_pid) {
 }
 
 int JobRootUnder(int pid) {
+  if (const int under = JobUnderOwnInit(pid); under > 0) return under;
   const std::vector<int> tree = coord::ProcessTree(pid);
   for (const int p : tree) {
     const std::vector<int> pids = coord::NamespacePids(p);
@@ -243,6 +302,7 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
     return kExitError;
   }
   if (child == 0) {
+    const int caller_proc = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     // Its /proc shows the job's pids; the working directory is the same path there (relative
     // --state-dir and --images-dir keep their meaning).
     // The same working directory by path when the namespace has it (a job of `cusnap run
@@ -254,11 +314,13 @@ int InPidNamespaceOf(const char* command_name, int pid, const std::function<int(
                    command_name, pid, std::strerror(errno));
       ::_exit(kExitError);
     }
-    // What the command prints names the job's pids as its namespace numbers them.
+    // What the command prints names the pids as the caller's namespace numbers them, the
+    // job's own beside them.
+    NameCallerPids(caller_proc);
     if (pids.back() != pid) {
       std::fprintf(stderr, "cusnap %s: note: pid %d here runs in a PID namespace of its own, "
-                   "where it is pid %d: the pids below are that namespace's\n", command_name,
-                   pid, pids.back());
+                   "where it is pid %d: the pids below are this machine's, each with the "
+                   "namespace's beside it\n", command_name, pid, pids.back());
     }
     const int rc = command(pids.back());
     std::fflush(nullptr);

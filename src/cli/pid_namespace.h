@@ -29,13 +29,23 @@ namespace cusnap::cli {
 int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid, int& init_pid,
                          std::string& why);
 
+/// The word `cusnap <word> <command pid> <status fd>` runs the init of a PID namespace
+/// RunInNewPidNamespace made with (it runs cusnap again once inside its namespaces).
+inline constexpr const char* kNamespaceInitCommand = "pid-namespace-init";
+
+/// The init RunInNewPidNamespace starts, in the program it runs again: waits for `command`
+/// (a pid, decimal), writes its exit status to descriptor `status_fd`, then reaps every
+/// orphan until the namespace is empty. Never returns.
+[[noreturn]] void ServeAsNamespaceInit(const char* command, const char* status_fd);
+
 /// The pid, as this process sees it, of the process that is `ns_pid` in the PID namespace
 /// whose init is `init_pid`; 0 when none is.
 int HostPidOf(int init_pid, int ns_pid);
 
-/// The job a `cusnap run --pid-namespace` process started: when a child of `pid` is the init
-/// of a PID namespace (pid 1 there), that init's first child, as this process numbers it;
-/// otherwise `pid` itself. `--pid` of the `cusnap run` (a shell's $!) names the job so.
+/// The job `pid` names: when `pid` is the init cusnap made for a job's PID namespace, the
+/// job's root under it; when a child of `pid` is the init of a PID namespace (pid 1 there:
+/// the `cusnap run --pid-namespace` process, a shell's $!), that init's first child;
+/// otherwise `pid` itself (each as this process numbers it).
 int JobRootUnder(int pid);
 
 /// When the processes of `pid`'s tree keep their endpoints in a job control directory below

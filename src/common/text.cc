@@ -34,11 +34,30 @@ const char* CommonCuResultName(int result) {
 
 std::string ThisProcess() { return ProcessText(static_cast<int>(getpid())); }
 
-std::string ProcessText(int pid) { return "pid " + std::to_string(pid); }
+namespace {
+int (*g_caller_pid_lookup)(int) = nullptr;
+}  // namespace
+
+void SetCallerPidLookup(int (*lookup)(int pid)) { g_caller_pid_lookup = lookup; }
+
+int CallerPid(int pid) {
+  if (g_caller_pid_lookup == nullptr || pid <= 0) return pid;
+  const int caller = g_caller_pid_lookup(pid);
+  return caller > 0 ? caller : pid;
+}
+
+std::string ProcessText(int pid) { return ProcessText(pid, ""); }
+
+std::string PidOption(int pid) { return "--pid " + std::to_string(CallerPid(pid)); }
 
 std::string ProcessText(int pid, std::string_view name) {
-  if (name.empty()) return ProcessText(pid);
-  return ProcessText(pid) + " (" + std::string(name) + ")";
+  const int caller = CallerPid(pid);
+  std::string beside(name);
+  if (caller != pid) {
+    beside += (beside.empty() ? "" : "; ") + std::string("pid ") + std::to_string(pid) +
+              " in the job's PID namespace";
+  }
+  return "pid " + std::to_string(caller) + (beside.empty() ? "" : " (" + beside + ")");
 }
 
 std::string CuResultText(int result, const char* driver_name) {

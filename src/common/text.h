@@ -9,10 +9,26 @@
 
 namespace cusnap {
 
-/// "pid 4121": how every message names a process.
+/// "pid 4121": how every message names a process. `pid` is as this process's /proc numbers
+/// it; where that is not how the user's PID namespace numbers it (a command working inside a
+/// job's PID namespace of its own, SetCallerPidLookup), the user's pid comes first and the
+/// job's beside it: "pid 15572 (pid 14764 in the job's PID namespace)".
 std::string ProcessText(int pid);
 
-/// "pid 4121 (python3)"; "pid 4121" when `name` is empty.
+/// The pid the user's PID namespace (where they ran the command) gives the process this
+/// process calls `pid`, for every pid a message offers to act on ("kill -CONT N", "--pid N");
+/// `pid` itself when no lookup is set or the lookup finds none.
+int CallerPid(int pid);
+
+/// "--pid N", N being CallerPid(pid): how a message names the option a command takes.
+std::string PidOption(int pid);
+
+/// Makes CallerPid ask `lookup` (returning 0 when it finds none): set once by a command that
+/// works inside a job's PID namespace; nullptr (the default) keeps every pid as it is.
+void SetCallerPidLookup(int (*lookup)(int pid));
+
+/// "pid 4121 (python3)"; "pid 4121" when `name` is empty; "pid 15572 (python3; pid 14764 in
+/// the job's PID namespace)" as ProcessText(pid) says.
 std::string ProcessText(int pid, std::string_view name);
 
 /// ProcessText of the calling process: how the shim's messages start (DESIGN.md, "Errors").

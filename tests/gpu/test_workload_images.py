@@ -97,6 +97,26 @@ def criu_path():
     return shutil.which("criu")
 
 
+def run_criu(action, images, env, *args):
+    """Plain `criu <action>` with cusnap's plugin (<build>/lib/criu), CRIU's log in
+    <images>/<action>.log; returns (exit status, CRIU's log, s)."""
+    os.makedirs(images, exist_ok=True)
+    # The options `cusnap dump` gives CRIU (coordinator/images/criu.cc, CommonOptions): the
+    # ranks' TCPStore connections, unix sockets, file locks.
+    network_lock = [] if shutil.which("iptables") else ["--network-lock", "nftables"]
+    command = [criu_path(), action, "-D", images, "-L", str(Path(h.program("cusnap")).parent.parent / "lib" / "criu"),
+               "-v4", "-o", f"{action}.log", "--tcp-established", "--ext-unix-sk", "--file-locks",
+               "--link-remap", "--shell-job", *network_lock, *args]
+    started = time.monotonic()
+    ran = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=wc.CLI_TIMEOUT_S)
+    took = time.monotonic() - started
+    log = Path(images, f"{action}.log").read_text(errors="replace")
+    h.log(f"criu {action}: exit {ran.returncode} in {took:.2f} s; plugin lines:\n" +
+          "\n".join(line for line in log.splitlines() if "cusnap_criu" in line))
+    return ran.returncode, log, took
+
+
 def direct_rate(directory, nbytes):
     """(write GB/s, read GB/s) of `nbytes` (rounded up to CHUNK) with O_DIRECT in `directory`
     (tmpfs has no O_DIRECT: there, buffered writes and reads)."""
@@ -230,22 +250,8 @@ class ImagesJob:
         raise AssertionError(f"job processes still exist after the dump: {alive}")
 
     def criu(self, action, images, *args):
-        """Plain `criu <action>` with cusnap's plugin; returns (exit status, CRIU's log, s)."""
-        os.makedirs(images, exist_ok=True)
-        # The options `cusnap dump` gives CRIU (coordinator/images/criu.cc, CommonOptions): the
-        # ranks' TCPStore connections, unix sockets, file locks.
-        network_lock = [] if shutil.which("iptables") else ["--network-lock", "nftables"]
-        command = [criu_path(), action, "-D", images, "-L", str(Path(h.program("cusnap")).parent.parent / "lib" / "criu"),
-                   "-v4", "-o", f"{action}.log", "--tcp-established", "--ext-unix-sk", "--file-locks",
-                   "--link-remap", "--shell-job", *network_lock, *args]
-        started = time.monotonic()
-        ran = subprocess.run(command, env=self.cli_env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                             timeout=wc.CLI_TIMEOUT_S)
-        took = time.monotonic() - started
-        log = Path(images, f"{action}.log").read_text(errors="replace")
-        h.log(f"criu {action}: exit {ran.returncode} in {took:.2f} s; plugin lines:\n" +
-              "\n".join(line for line in log.splitlines() if "cusnap_criu" in line))
-        return ran.returncode, log, took
+        """Plain `criu <action>` with cusnap's plugin (run_criu)."""
+        return run_criu(action, images, self.cli_env, *args)
 
     def reaped(self, timeout=60):
         """Waits until no pid of the job is taken, not even by a zombie (CRIU gives the restored

@@ -5,6 +5,7 @@ legacy CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle, what torch.multipro
 for CUDA tensors) goes over the producer's endpoint.
 
     [cusnap run --] python3 torch_ipc_job.py --control <folder> [--cycles 2] [--mib 64]
+                                             [--allocator default|expandable]
 
 The producer (this process) allocates CUDA tensors on --device with the default caching
 allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False is set when the variable is
@@ -14,7 +15,10 @@ Queue. Tensors: "large" (--mib MiB of int32, a cudaMalloc segment of its own), "
 (3 MiB + 4 KiB of float32, in a 20 MiB segment of the large pool), "small_a" (4000 bytes of
 int64) and "small_b" (4000 bytes of uint8), allocated one after the other in the small pool
 (usually one 2 MiB segment, small_b at a non-zero offset in it: torch shares the segment's
-handle plus an offset).
+handle plus an offset). With --allocator expandable the producer runs with
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True instead (the caller sets it; the producer
+refuses to run without it): its tensors are in VMM segments that torch.multiprocessing
+shares by POSIX file descriptor.
 
 Rounds: in round k (0 first, then k = 1..--cycles, each after the producer saw the file
 <control>/go-<k>), in this order, every step after the previous one finished
@@ -222,15 +226,19 @@ def main():
     parser.add_argument("--mib", type=int, default=64, help="size of the large tensor")
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--wait-s", type=float, default=600.0, help="longest wait for a go file or a message")
+    parser.add_argument("--allocator", choices=("default", "expandable"), default="default",
+                        help="the caching allocator the job is about (PYTORCH_CUDA_ALLOC_CONF must say so)")
     args = parser.parse_args()
     if torch is None:
         return skip(f"torch cannot be imported ({IMPORT_ERROR})")
     if not torch.cuda.is_available():
         return skip(f"torch {torch.__version__} sees no CUDA GPU")
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    if "expandable_segments:true" in conf.replace(" ", "").lower():
-        print(f"PYTORCH_CUDA_ALLOC_CONF={conf}: this job is about the default allocator "
-              f"(cudaMalloc segments), not expandable segments", flush=True)
+    expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    if expandable != (args.allocator == "expandable"):
+        print(f"PYTORCH_CUDA_ALLOC_CONF={conf or '(unset)'}: this job is about the "
+              f"{args.allocator} allocator ({'expandable segments' if args.allocator == 'expandable' else 'cudaMalloc segments'})",
+              flush=True)
         return 2
 
     role = Role("producer")

@@ -60,22 +60,6 @@ std::map<std::string, std::string> Contents(const std::string& dir) {
   return out;
 }
 
-/// Starts a process that holds pid `pid` (clone3 with set_tid: root only), or -1 (errno).
-pid_t HoldPid(pid_t pid) {
-  struct {  // struct clone_args, CLONE_ARGS_SIZE_VER1 (Linux 5.5)
-    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-        set_tid_size;
-  } args{};
-  args.exit_signal = SIGCHLD;
-  args.set_tid = reinterpret_cast<uint64_t>(&pid);
-  args.set_tid_size = 1;
-  const long child = ::syscall(SYS_clone3, &args, sizeof args);
-  if (child == 0) {
-    for (;;) ::pause();  // only async-signal-safe calls in this child of a threaded process
-  }
-  return static_cast<pid_t>(child);
-}
-
 class CliImages : public OwnMachineTest {
  protected:
   CliImages() : OwnMachineTest("images") {}

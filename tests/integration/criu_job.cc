@@ -3,7 +3,7 @@
 // outside their own tree, so that CRIU can take the tree to disk and bring it back
 // (`cusnap dump` / `cusnap restore --images-dir`). Started as
 //
-//   cusnap run -- criu_job <dir> <MiB>
+//   cusnap run -- criu_job <dir> <MiB> [<rounds>]
 //
 // The root forks a child before any CUDA call (each gets its own cusnap endpoint); each prints
 // "PID <role> <pid>" (a test that kills one needs the child's pid). The root creates a
@@ -16,12 +16,16 @@
 // read back; once the root has checked, the child writes a word into the shared allocation
 // and the root reads it back through its own mapping (the sharing is live again), and both print
 // "PASS <role> <bytes checked>" or "FAIL <role> <why>". The root exits 0 when both passed.
+// With <rounds> N > 1 (a job taken through several restores) it checks N times, round k
+// once <dir>/go-<k> exists, each PASS line ending in " round <k>"; the word the child wrote
+// is put back after each round, so that the next one finds every byte as made.
 #include <cuda.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -130,8 +134,8 @@ void ArmFault() {
   simcuda_test_inject_fault(f[1].c_str(), static_cast<unsigned>(std::stoul(f[2])), std::stoi(f[3]));
 }
 
-void WaitForGo(const std::string& dir) {
-  const std::string go = dir + "/go";
+void WaitForGo(const std::string& dir, int round, int rounds) {
+  const std::string go = dir + (rounds > 1 ? "/go-" + std::to_string(round) : "/go");
   while (::access(go.c_str(), F_OK) != 0) ::usleep(20000);
 }
 
@@ -148,11 +152,12 @@ CUcontext Start(int device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: criu_job <dir> <MiB>\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: criu_job <dir> <MiB> [<rounds>]\n");
     return 2;
   }
   const std::string dir = argv[1];
+  const int rounds = argc == 4 ? std::max(1, std::atoi(argv[3])) : 1;
   const uint64_t bytes = std::strtoull(argv[2], nullptr, 10) * kMiB;
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) return 1;
@@ -200,40 +205,50 @@ int main(int argc, char** argv) {
   }
   std::printf("READY %s\n", role.c_str());
   std::fflush(stdout);
-  WaitForGo(dir);
-  // After the restore: every byte (each allocation on its own: a lost one does not hide the
-  // others), then a write by the child seen by the root.
-  const uint64_t poke_word = 1024;
-  const uint32_t poke = 0xC0FFEE42u;
-  uint64_t checked = 0;
-  int lost = 0;
-  const auto check = [&](CUdeviceptr va, int which) {
-    if (const std::string why = Unlike(va, bytes, which); !why.empty()) {
-      std::printf("LOST %s %d %s\n", role.c_str(), which, why.c_str());
-      ++lost;
+  for (int round = 1; round <= rounds; ++round) {
+    WaitForGo(dir, round, rounds);
+    // After the restore: every byte (each allocation on its own: a lost one does not hide the
+    // others), then a write by the child seen by the root.
+    const uint64_t poke_word = 1024;
+    const uint32_t poke = 0xC0FFEE42u;
+    uint64_t checked = 0;
+    int lost = 0;
+    const auto check = [&](CUdeviceptr va, int which) {
+      if (const std::string why = Unlike(va, bytes, which); !why.empty()) {
+        std::printf("LOST %s %d %s\n", role.c_str(), which, why.c_str());
+        ++lost;
+      } else {
+        checked += bytes;
+      }
+    };
+    if (child == 0) check(own_va, 2);
+    check(shared_va, 1);
+    std::fflush(stdout);
+    if (lost > 0) Fail(std::to_string(lost) + " allocation(s) lost");
+    // The root has checked the shared bytes before the child writes into them ("c"), and the
+    // child has written before the root reads its word ("p").
+    if (child == 0) {
+      Await(sock, 'c');
+      Check(cuMemcpyHtoD(shared_va + poke_word * 4, &poke, 4), "cuMemcpyHtoD (poke)");
+      if (::write(sock, "p", 1) != 1) Fail("cannot tell the root");
     } else {
-      checked += bytes;
+      if (::write(sock, "c", 1) != 1) Fail("cannot tell the child");
+      Await(sock, 'p');
+      uint32_t seen = 0;
+      Check(cuMemcpyDtoH(&seen, shared_va + poke_word * 4, 4), "cuMemcpyDtoH (poke)");
+      if (seen != poke) Fail("the child's write is not seen: " + std::to_string(seen));
+      if (rounds > 1) {  // the word back as made, before the child goes on ("b")
+        const uint32_t made = Pattern(1, poke_word);
+        Check(cuMemcpyHtoD(shared_va + poke_word * 4, &made, 4), "cuMemcpyHtoD (put back)");
+        if (::write(sock, "b", 1) != 1) Fail("cannot tell the child");
+      }
     }
-  };
-  if (child == 0) check(own_va, 2);
-  check(shared_va, 1);
-  std::fflush(stdout);
-  if (lost > 0) Fail(std::to_string(lost) + " allocation(s) lost");
-  // The root has checked the shared bytes before the child writes into them ("c"), and the
-  // child has written before the root reads its word ("p").
-  if (child == 0) {
-    Await(sock, 'c');
-    Check(cuMemcpyHtoD(shared_va + poke_word * 4, &poke, 4), "cuMemcpyHtoD (poke)");
-    if (::write(sock, "p", 1) != 1) Fail("cannot tell the root");
-  } else {
-    if (::write(sock, "c", 1) != 1) Fail("cannot tell the child");
-    Await(sock, 'p');
-    uint32_t seen = 0;
-    Check(cuMemcpyDtoH(&seen, shared_va + poke_word * 4, 4), "cuMemcpyDtoH (poke)");
-    if (seen != poke) Fail("the child's write is not seen: " + std::to_string(seen));
+    if (child == 0 && rounds > 1) Await(sock, 'b');
+    const std::string which = rounds > 1 ? " round " + std::to_string(round) : "";
+    std::printf("PASS %s %llu%s\n", role.c_str(), static_cast<unsigned long long>(checked),
+                which.c_str());
+    std::fflush(stdout);
   }
-  std::printf("PASS %s %llu\n", role.c_str(), static_cast<unsigned long long>(checked));
-  std::fflush(stdout);
   if (child == 0) return 0;
   int status = 0;
   ::waitpid(child, &status, 0);

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,6 +58,22 @@ inline bool AwaitInLog(const std::string& path, const std::string& word, size_t 
   return CountIn(path, word) >= count;
 }
 
+/// Starts a process that holds pid `pid` (clone3 with set_tid: root only), or -1 (errno).
+inline pid_t HoldPid(pid_t pid) {
+  struct {  // struct clone_args, CLONE_ARGS_SIZE_VER1 (Linux 5.5)
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size;
+  } args{};
+  args.exit_signal = SIGCHLD;
+  args.set_tid = reinterpret_cast<uint64_t>(&pid);
+  args.set_tid_size = 1;
+  const long child = ::syscall(SYS_clone3, &args, sizeof args);
+  if (child == 0) {
+    for (;;) ::pause();  // only async-signal-safe calls in this child of a threaded process
+  }
+  return static_cast<pid_t>(child);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kSanitized = true;
 #else
@@ -74,21 +92,23 @@ inline constexpr bool kSanitized = false;
     }                                                                                       \
   } while (0)
 
-/// criu_job under `cusnap run` (a root and its child, 4 MiB each), its output in `log`;
+/// criu_job under `cusnap run` (a root and its child, 4 MiB each; `rounds` rounds of
+/// checks, criu_job.cc), its output in `log`;
 /// returns the root's pid once both said READY (-1 after a failed assertion). This process
 /// becomes a subreaper: the child is orphaned when CRIU kills the root, its pid must be
 /// free for the restore, and whoever adopts it may not reap (ctest as PID 1 of the
 /// namespace CI runs in): we do.
-inline pid_t StartCriuJob(const std::string& job_dir, const std::string& log) {
+inline pid_t StartCriuJob(const std::string& job_dir, const std::string& log, int rounds = 1) {
   ::mkdir(job_dir.c_str(), 0700);
   KeepInheritedDescriptorsFromChildren();
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   EXPECT_GE(out, 0);
-  const pid_t job = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--",
-                           Env("CUSNAP_TEST_BIN_DIR") + "/criu_job", job_dir, "4"},
-                          {{in, 0}, {out, 1}, {out, 2}});
+  std::vector<std::string> command = {Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--",
+                                      Env("CUSNAP_TEST_BIN_DIR") + "/criu_job", job_dir, "4"};
+  if (rounds > 1) command.push_back(std::to_string(rounds));
+  const pid_t job = Spawn(command, {{in, 0}, {out, 1}, {out, 2}});
   ::close(out);
   ::close(in);
   EXPECT_GT(job, 0);

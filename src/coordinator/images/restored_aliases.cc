@@ -69,7 +69,7 @@ std::vector<uint64_t> StartTimesSeenFrom(int ns_pid, const std::vector<int>& pid
 Status WriteRestoredAlias(const std::string& control_dir, int pid, uint64_t inside,
                           uint64_t original) {
   const uint64_t now = KernelStartTime(pid);
-  if (now == 0) return Error{ESRCH, "pid " + std::to_string(pid) + " is gone"};
+  if (now == 0) return Error{ESRCH, ProcessText(pid) + " is gone"};
   const std::string dir = control_dir + "/restored";
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Error{errno, "cannot create " + dir + ": " + std::strerror(errno)};

@@ -68,7 +68,7 @@ Result<Reply> Ask(Participant& participant, proto::Op op, const proto::Message& 
   Result<Reply> reply = Reply::Decode(*message, args...);
   if (!reply) return Named(participant, op, reply.error());
   if (message->fd.valid()) {
-    return Error{EPROTO, "pid " + std::to_string(participant.pid()) + ": " +
+    return Error{EPROTO, ProcessText(participant.pid()) + ": " +
                              Lowercase(proto::OpName(op)) + " reply carried a descriptor"};
   }
   return reply;
@@ -104,14 +104,14 @@ Result<Identity> Identify(Participant& participant) {
     } else {
       why = "the process runs without the cusnap shim; start the job with 'cusnap run'";
     }
-    return Error{ECONNREFUSED, "pid " + std::to_string(pid) + " (" + ProcessName(pid) +
-                                   "): its cusnap endpoint " +
+    return Error{ECONNREFUSED, ProcessText(pid, ProcessName(pid)) +
+                                   ": its cusnap endpoint " +
                                    (path.empty() ? std::string("socket") : path) +
                                    " does not answer (connection refused): " + why};
   }
   if (!id) return id.error();
   if (id->pid != participant.pid()) {
-    return Error{-1, "pid " + std::to_string(participant.pid()) +
+    return Error{-1, ProcessText(participant.pid()) +
                          ": its endpoint answers for pid " + std::to_string(id->pid) +
                          " (a stale socket?)"};
   }

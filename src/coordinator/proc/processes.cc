@@ -1,12 +1,15 @@
 // /proc readers (processes.h).
 #include "coordinator/proc/processes.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -132,6 +135,71 @@ std::vector<int> AllPids() {
   return pids;
 }
 
+namespace {
+
+int g_caller_proc = -1;  // KeepCallerProc's descriptor
+
+/// The NSpid values of entry `name` of the /proc at `proc_fd` (outermost first); empty when
+/// unreadable.
+std::vector<int> NamespacePidsAt(int proc_fd, const std::string& name) {
+  const int fd = ::openat(proc_fd, (name + "/status").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text(4096, '\0');
+  const ssize_t n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream words(line.substr(6));
+    std::vector<int> pids;
+    for (int p; words >> p;) pids.push_back(p);
+    return pids;
+  }
+  return {};
+}
+
+/// Whether entry `name` of the /proc at `proc_fd` is in this process's PID namespace.
+bool InOurPidNamespaceAt(int proc_fd, const std::string& name) {
+  struct stat theirs {}, ours {};
+  return ::fstatat(proc_fd, (name + "/ns/pid").c_str(), &theirs, 0) == 0 &&
+         ::stat("/proc/self/ns/pid", &ours) == 0 && theirs.st_dev == ours.st_dev &&
+         theirs.st_ino == ours.st_ino;
+}
+
+}  // namespace
+
+void KeepCallerProc(int proc_fd) {
+  if (g_caller_proc >= 0) ::close(g_caller_proc);
+  g_caller_proc = proc_fd;
+}
+
+int CallerPidOf(int pid) {
+  if (g_caller_proc < 0) return pid;
+  static std::map<int, int> found;
+  if (const auto it = found.find(pid); it != found.end()) return it->second;
+  const int dir_fd = ::dup(g_caller_proc);
+  DIR* dir = dir_fd >= 0 ? ::fdopendir(dir_fd) : nullptr;
+  if (dir == nullptr) {
+    if (dir_fd >= 0) ::close(dir_fd);
+    return 0;
+  }
+  ::rewinddir(dir);
+  int caller = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::vector<int> pids = NamespacePidsAt(g_caller_proc, name);
+    if (pids.size() >= 2 && pids.back() == pid && InOurPidNamespaceAt(g_caller_proc, name)) {
+      caller = pids.front();
+      break;
+    }
+  }
+  ::closedir(dir);
+  if (caller > 0) found[pid] = caller;
+  return caller;
+}
+
 std::vector<int> ProcessTree(int pid) {
   std::vector<int> out;
   if (!ProcessStartTime(pid)) return out;
@@ -193,7 +261,7 @@ std::string StoppedText(int pid, char state) {
   }
   return ProcessText(pid, ProcessName(pid)) + " is stopped (state " + std::string(1, state) +
          "), not by cusnap: its endpoint cannot answer; continue it ('kill -CONT " +
-         std::to_string(pid) + "')";
+         std::to_string(CallerPid(pid)) + "')";
 }
 
 std::string ProcessName(int pid) {

@@ -53,6 +53,16 @@ std::string PidListText(const std::vector<int>& pids);
 /// the walk are skipped. Empty when `pid` does not exist.
 std::vector<int> ProcessTree(int pid);
 
+/// Keeps `proc_fd`, a descriptor of the /proc of the PID namespace the user ran cusnap in,
+/// opened before this process joined or made a job's PID and mount namespaces (its /proc
+/// shows the job's pids from then on); CallerPidOf reads it. Takes ownership.
+void KeepCallerProc(int proc_fd);
+
+/// The pid the user's PID namespace (KeepCallerProc's /proc) gives the process of this PID
+/// namespace that this process's /proc calls `pid` (its NSpid there ends in `pid`); `pid`
+/// itself when no caller /proc is kept, 0 when none is found. Matches are remembered.
+int CallerPidOf(int pid);
+
 /// Every pid this process's /proc lists.
 std::vector<int> AllPids();
 

@@ -91,7 +91,7 @@ class CheckpointSequence : Sequence {
     if (id.state != proto::ShimState::kReleased) {
       // Between phases: a command was killed or failed there.
       return "; a checkpoint or restore stopped half way: run 'cusnap recover " +
-             (options_.target.empty() ? "--pid " + std::to_string(id.pid) : options_.target) +
+             (options_.target.empty() ? PidOption(id.pid) : options_.target) +
              "' to finish it";
     }
     std::string dir = "<the state directory of its checkpoint>";
@@ -101,7 +101,7 @@ class CheckpointSequence : Sequence {
       }
     }
     const std::string target =
-        options_.target.empty() ? "--pid " + std::to_string(id.pid) : options_.target;
+        options_.target.empty() ? PidOption(id.pid) : options_.target;
     return "; it is checkpointed: run 'cusnap restore " + target + " --state-dir " + dir + "'";
   }
 

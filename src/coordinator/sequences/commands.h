@@ -73,6 +73,9 @@ struct CommandReport {
   /// After kFailedAfterChange: the command that finishes the job, when it is not `recover`
   /// or `restore` with the same state directory (a dump whose job is only on disk now).
   std::string finish_with;
+  /// `restore --images-dir`: the root of the tree CRIU brought back, as this process's PID
+  /// namespace numbers it; 0 for the other commands.
+  int restored_root = 0;
 };
 
 struct CheckpointOptions {

@@ -190,7 +190,7 @@ class DumpSequence : Sequence {
   std::string CriuCannotDump() const {
     for (int pid : ProcessTree(options_.root_pid)) {
       if (std::string why = WhyCriuCannotDump(pid); !why.empty()) {
-        return "process " + ProcessName(pid) + " (pid " + std::to_string(pid) + ") " + why;
+        return "process " + ProcessName(pid) + " (" + ProcessText(pid) + ") " + why;
       }
     }
     return "";
@@ -542,7 +542,7 @@ class ImagesRestoreSequence : Sequence {
       if (IsZombie(pids[i])) {
         // It died after the checkpoint and CRIU dumped it as the zombie it was. Without its
         // identity back it reads as exited, and the restore recovers the others without it.
-        report_.notes.push_back("pid " + std::to_string(pids[i]) + " of the dump had exited "
+        report_.notes.push_back(ProcessText(pids[i]) + " of the dump had exited "
                                 "before CRIU dumped it: the job is restored without it");
         continue;
       }
@@ -588,7 +588,7 @@ class ImagesRestoreSequence : Sequence {
   /// (common/ids.h, ProcessStartTime): "<its new start time> <as the tree sees it> <original>".
   Status NoteRestored(int pid, uint64_t inside, uint64_t original) {
     if (KernelStartTime(pid) == 0) {
-      return Error{ESRCH, "pid " + std::to_string(pid) + " of the dump did not come back " +
+      return Error{ESRCH, ProcessText(pid) + " of the dump did not come back " +
                               "from criu restore"};
     }
     return WriteRestoredAlias(RestoredJobControlDir(), pid, inside, original);
@@ -600,6 +600,7 @@ class ImagesRestoreSequence : Sequence {
     const RestoreOptions restore{options_.images_dir, options_.device_map, options_.lease_ms};
     MergeInto(report_, Restore(restore, options_.discoverer_for(root_pid_), driver_, observer_,
                                nullptr));
+    report_.restored_root = root_pid_;
     nested_ = report_.outcome;
     return nested_ == Outcome::kOk;
   }
