@@ -13,9 +13,10 @@
 #   share_checkpoint_host_numa share_checkpoint_swapped share_checkpoint_tree share_ring
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
 #   workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_images_criu workload_nccl_native multicast_forward workload_multicast carry_bench
-#   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead nccl_memory
-#   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc and
-#   shim_overhead need one GPU and PyTorch, and skip (77) without them)
+#   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup
+#   torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu shim_overhead nccl_memory
+#   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc*
+#   and shim_overhead need one GPU and PyTorch, and skip (77) without them)
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -76,7 +77,8 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            cusnap_demo
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
            workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_images_criu workload_nccl_native multicast_forward workload_multicast carry_bench
-           driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup shim_overhead nccl_memory)
+           driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup
+           torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu shim_overhead nccl_memory)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -375,6 +377,28 @@ t_torch_ipc_hangup() {
   $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_torch_ipc.py"
 }
 
+# A trainer and an inference process sharing CUDA tensors through torch.multiprocessing
+# (torch_ipc_job.py): two checkpoint + restore cycles in place, then three dump / restore
+# --images-dir round trips in a row, the first restore with the trainer's pid taken (a PID
+# namespace of its own), every tensor exact and the inference process reading the trainer's
+# update after each restore (test_torch_ipc_images.py). The default caching allocator (legacy
+# CUDA IPC), expandable segments, and the round trips through plain criu dump / criu restore
+# with cusnap's CRIU plugin.
+t_torch_ipc_images() {
+  torch_gpu_or_skip || exit 77
+  export CUSNAP_CONTROL_DIR=$CUSNAP_GPU_CTL/torch_ipc_images
+  mkdir -p "$CUSNAP_CONTROL_DIR" && chmod 0700 "$CUSNAP_CONTROL_DIR"
+  GPU_TORCH_IMAGES_ALLOC=${GPU_TORCH_IMAGES_ALLOC:-default} $PYTEST "$CUSNAP_GPU_SRC/tests/gpu/test_torch_ipc_images.py"
+}
+
+t_torch_ipc_images_expandable() {
+  GPU_TORCH_IMAGES_ALLOC=expandable t_torch_ipc_images
+}
+
+t_torch_ipc_images_criu() {
+  GPU_IMAGES_VIA=criu t_torch_ipc_images
+}
+
 # The shim's running cost on a PyTorch job (docs/MEASURED.md M14): training step time
 # and cudaMalloc / cudaFree latency, plain and under `cusnap run`, in one command; every child
 # under a timeout; one "SHIM OVERHEAD:" line. Exit 77 (SKIP) without torch or a GPU.
@@ -428,6 +452,7 @@ t_carry_bench() {
 }
 export PYTEST
 export -f torch_gpu_or_skip t_torch_ipc t_torch_ipc_hangup t_shim_overhead t_nccl_memory
+export -f t_torch_ipc_images t_torch_ipc_images_expandable t_torch_ipc_images_criu
 export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
@@ -491,7 +516,8 @@ selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts
 
 selected driver_facts_ipc && run_test driver_facts_ipc 180 t_driver_facts_ipc
 selected legacy_ipc_shim && run_test legacy_ipc_shim 300 t_legacy_ipc_shim
-for name in torch_ipc torch_ipc_hangup shim_overhead nccl_memory; do
+for name in torch_ipc torch_ipc_hangup torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu \
+  shim_overhead nccl_memory; do
   selected "$name" || continue
   if [[ $CUSNAP_GPU_SIM == 1 ]]; then
     record "$name" SKIP "PyTorch needs real GPUs (CUSNAP_GPU_SIM=1)"
@@ -500,6 +526,9 @@ for name in torch_ipc torch_ipc_hangup shim_overhead nccl_memory; do
   case $name in
     torch_ipc) run_test torch_ipc 300 t_torch_ipc ;;
     torch_ipc_hangup) run_test torch_ipc_hangup 300 t_torch_ipc_hangup ;;
+    torch_ipc_images) run_test torch_ipc_images 420 t_torch_ipc_images ;;
+    torch_ipc_images_expandable) run_test torch_ipc_images_expandable 420 t_torch_ipc_images_expandable ;;
+    torch_ipc_images_criu) run_test torch_ipc_images_criu 420 t_torch_ipc_images_criu ;;
     shim_overhead) run_test shim_overhead 420 t_shim_overhead ;;
     nccl_memory) run_test nccl_memory 600 t_nccl_memory ;;
   esac

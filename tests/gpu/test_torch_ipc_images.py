@@ -132,6 +132,9 @@ class ImagesTorchJob:
 
     def start(self):
         self.baseline, _ = h.memory_used_mib(self.cli_env)
+        # The job's orphans (the consumer once CRIU ended the producer, a namespace's init)
+        # come here (PR_SET_CHILD_SUBREAPER) and are reaped (gone).
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1)
         command = [h.program("cusnap"), "run", "--", sys.executable, str(JOB_SCRIPT), "--control", str(self.go_dir),
                    "--cycles", str(CYCLES), "--mib", str(LARGE_MIB), "--allocator", ALLOCATOR]
         with open(self.log, "ab") as out:
@@ -161,7 +164,8 @@ class ImagesTorchJob:
         self.go(k, label)
 
     def gone(self, label, timeout=60):
-        """Every process of the job (self.tree) is gone; the launcher reaped if it is ours."""
+        """Every process of the job (self.tree) is gone and reaped (this process is their
+        subreaper since start): their pids are free, as CRIU needs them and take_pid too."""
         if self.process is not None:
             try:
                 self.process.wait(timeout=timeout)
@@ -175,7 +179,7 @@ class ImagesTorchJob:
                     pass
             except ChildProcessError:
                 pass
-            alive = [p for p in self.tree if h.proc_state(p) not in (None, "Z", "X")]
+            alive = [p for p in self.tree if h.proc_state(p) is not None]
             if not alive:
                 return
             time.sleep(0.5)
@@ -227,8 +231,6 @@ class ImagesTorchJob:
         assert st.returncode == 0, f"{label}: status --pid {self.root} exited with {st.returncode}"
 
     def via_criu(self, k, label, images):
-        # CRIU's orphans come here (PR_SET_CHILD_SUBREAPER) and are reaped (gone).
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1)
         rc, log, dump_s = run_criu("dump", images, self.cli_env, "-t", str(self.root))
         assert rc == 0, f"{label}: criu dump exited with {rc}:\n{log[-3000:]}"
         assert "cusnap_criu: cusnap: dump-end: the manifest lists every image file" in log, log[-3000:]
