@@ -142,8 +142,8 @@ void AskParticipants(const Target& target, StatusScan& scan) {
   }
 }
 
-/// One participant as a JSON object.
-nlohmann::json ParticipantJson(const coord::ParticipantStatus& e) {
+/// One participant's fields as a JSON object, its pid as the job numbers it.
+nlohmann::json ParticipantFieldsJson(const coord::ParticipantStatus& e) {
   if (!e.unreachable.empty()) {
     return {{"pid", e.identity.pid},
             {"start_time", e.identity.start_time},
@@ -164,6 +164,15 @@ nlohmann::json ParticipantJson(const coord::ParticipantStatus& e) {
           {"inspect_error", e.inspect_error},
           {"held", !e.held.empty()},
           {"shim", ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid))}};
+}
+
+/// One participant as a JSON object: "pid" as the caller's PID namespace numbers it, and
+/// "pid_in_job_namespace" beside it when the job's own namespace numbers it otherwise.
+nlohmann::json ParticipantJson(const coord::ParticipantStatus& e) {
+  nlohmann::json doc = ParticipantFieldsJson(e);
+  doc["pid"] = CallerPid(e.identity.pid);
+  if (CallerPid(e.identity.pid) != e.identity.pid) doc["pid_in_job_namespace"] = e.identity.pid;
+  return doc;
 }
 
 /// `status --json`: the whole scan as one JSON document on stdout.
@@ -204,20 +213,20 @@ void PrintControlDirLines(const StatusScan& scan) {
 }
 
 /// One participant's lines: unreachable, held, or its tables, failure and shim.
-void PrintParticipantLines(const coord::ParticipantStatus& e) {
+void PrintParticipantState(const coord::ParticipantStatus& e) {
   if (!e.unreachable.empty()) {
     std::printf("pid %-8d %-20s %-12s its endpoint did not answer (its error line on stderr says why)\n",
-                e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), "unreachable");
+                CallerPid(e.identity.pid), coord::ProcessName(e.identity.pid).c_str(), "unreachable");
     return;
   }
   const std::string state = coord::Lowercase(proto::ShimStateName(e.identity.state));
   if (!e.held.empty()) {
-    std::printf("pid %-8d %-20s %-12s %s\n", e.identity.pid,
+    std::printf("pid %-8d %-20s %-12s %s\n", CallerPid(e.identity.pid),
                 coord::ProcessName(e.identity.pid).c_str(), state.c_str(), e.held.c_str());
     return;
   }
   std::printf("pid %-8d %-20s %-12s %zu allocations (%zu created)  %zu mappings  %s tracked",
-              e.identity.pid, coord::ProcessName(e.identity.pid).c_str(), state.c_str(),
+              CallerPid(e.identity.pid), coord::ProcessName(e.identity.pid).c_str(), state.c_str(),
               e.allocations, e.created,
               e.mappings, FormatBytes(e.identity.tracked_bytes).c_str());
   std::printf("  %u tracked creates over its life (%u of them in host NUMA memory)",
@@ -232,6 +241,15 @@ void PrintParticipantLines(const coord::ParticipantStatus& e) {
   const std::string shim = ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid));
   std::printf("    shim: %s\n", shim.empty() ? "unknown (its library file cannot be read)"
                                                 : shim.c_str());
+}
+
+/// PrintParticipantState, and the pid the job's own PID namespace gives it when that is not
+/// the caller's.
+void PrintParticipantLines(const coord::ParticipantStatus& e) {
+  PrintParticipantState(e);
+  if (CallerPid(e.identity.pid) != e.identity.pid) {
+    std::printf("    pid %d in the job's PID namespace\n", e.identity.pid);
+  }
 }
 
 /// "removed" when --prune removed `path`, else "safe to remove".

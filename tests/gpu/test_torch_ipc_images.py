@@ -43,7 +43,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_harness as h  # noqa: E402
 import workload_common as wc  # noqa: E402
-from test_workload_images import criu_path, run_criu, take_pid  # noqa: E402
+from test_workload_images import criu_path, reap_launcher, run_criu, take_pid  # noqa: E402
 
 JOB_SCRIPT = Path(__file__).resolve().parent / "torch_ipc_job.py"
 ALLOCATOR = os.environ.get("GPU_TORCH_IMAGES_ALLOC", "default")
@@ -166,12 +166,7 @@ class ImagesTorchJob:
     def gone(self, label, timeout=60):
         """Every process of the job (self.tree) is gone and reaped (this process is their
         subreaper since start): their pids are free, as CRIU needs them and take_pid too."""
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-            self.process = None
+        self.process = reap_launcher(self.process, timeout)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

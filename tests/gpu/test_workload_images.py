@@ -117,6 +117,17 @@ def run_criu(action, images, env, *args):
     return ran.returncode, log, took
 
 
+def reap_launcher(process, timeout):
+    """Waits up to `timeout` s for `process` (a Popen, or None) to end, reaping it; returns
+    None (what the caller keeps as its launcher from then on)."""
+    if process is not None:
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    return None
+
+
 def direct_rate(directory, nbytes):
     """(write GB/s, read GB/s) of `nbytes` (rounded up to CHUNK) with O_DIRECT in `directory`
     (tmpfs has no O_DIRECT: there, buffered writes and reads)."""
@@ -235,12 +246,7 @@ class ImagesJob:
 
     def gone(self, timeout=60):
         """Waits until no process of the job exists (the launcher is reaped if it is ours)."""
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-            self.process = None
+        self.process = reap_launcher(self.process, timeout)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             alive = [p for p in self.all_pids() if h.proc_state(p) not in (None, "Z", "X")]

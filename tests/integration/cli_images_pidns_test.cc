@@ -12,6 +12,7 @@
 #include <sys/mount.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -162,7 +163,12 @@ TEST_F(CliImagesPidNamespace, ARestoredJobIsDumpedAndRestoredAgainFromABuildOnAn
     // The pid named is the job's: status and a checkpoint + restore in place take it.
     const Ran st = Cusnap({"status", "--pid", root, "--json"});
     ASSERT_EQ(st.status, 0) << st.out << st.err;
-    EXPECT_EQ(nlohmann::json::parse(st.out)["participants"].size(), 2u) << st.out;
+    const auto participants = nlohmann::json::parse(st.out)["participants"];
+    EXPECT_EQ(participants.size(), 2u) << st.out;
+    // Each named as this machine numbers it, the job's own pid beside it.
+    EXPECT_TRUE(std::any_of(participants.begin(), participants.end(), [&](const auto& p) {
+      return p.value("pid", 0) == std::stoi(root) && p.value("pid_in_job_namespace", 0) == job_root;
+    })) << st.out;
     if (round == 2) {
       const std::string state = dir_ + "/in-place";
       ASSERT_EQ(Cusnap({"checkpoint", "--pid", root, "--state-dir", state}).status, 0);

@@ -1169,9 +1169,10 @@ TEST_F(CliImages, AJobRunInAPidNamespaceOfItsOwnCheckpointsDumpsAndRestores) {
 
   const Ran st = Cusnap({"status", "--pid", pid, "--json"});
   ASSERT_EQ(st.status, 0) << st.out << st.err;
-  // What it prints names the namespace's pids, and it says so.
+  // What it prints names this machine's pids, the namespace's beside them, and it says so.
   EXPECT_THAT(st.err, HasSubstr("runs in a PID namespace of its own, where it is pid " + pid +
-                                ": the pids below are that namespace's"));
+                                ": the pids below are this machine's, each with the "
+                                "namespace's beside it"));
   const auto doc = nlohmann::json::parse(st.out);
   EXPECT_EQ(doc["participants"].size(), 2u) << st.out;
   const std::string job_control = doc.value("control_dir", "");

@@ -35,6 +35,18 @@ std::optional<std::vector<std::string>> StatFields(int pid) {
   return fields;
 }
 
+/// The NSpid values of a /proc/<pid>/status text (outermost first); empty without one.
+std::vector<int> NamespacePidsIn(std::istream& in) {
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream words(line.substr(6));
+    std::vector<int> pids;
+    for (int p; words >> p;) pids.push_back(p);
+    return pids;
+  }
+  return {};
+}
+
 /// Parent pid of `pid` (/proc/<pid>/stat field 4), or -1.
 int ParentPid(int pid) {
   const auto fields = StatFields(pid);
@@ -149,14 +161,7 @@ std::vector<int> NamespacePidsAt(int proc_fd, const std::string& name) {
   ::close(fd);
   text.resize(n > 0 ? static_cast<size_t>(n) : 0);
   std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream words(line.substr(6));
-    std::vector<int> pids;
-    for (int p; words >> p;) pids.push_back(p);
-    return pids;
-  }
-  return {};
+  return NamespacePidsIn(in);
 }
 
 /// Whether entry `name` of the /proc at `proc_fd` is in this process's PID namespace.
@@ -223,14 +228,7 @@ bool AliveHere(int pid, uint64_t start_time) {
 
 std::vector<int> NamespacePids(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream words(line.substr(6));
-    std::vector<int> pids;
-    for (int p; words >> p;) pids.push_back(p);
-    return pids;
-  }
-  return {};
+  return NamespacePidsIn(in);
 }
 
 int FindByInnermostPid(int pid, const std::function<bool(uint64_t start_time)>& started_ok) {
