@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -149,7 +150,9 @@ int RunInNewPidNamespace(const std::function<int()>& command, int first_own_pid,
     return kExitRestoreRefused;
   }
   UniqueFd read_end(status[0]), write_end(status[1]);
-  const std::string program = SelfDir() == "." ? "" : SelfDir() + "/cusnap";
+  // This program's path, read here: the init runs it again by that path in its namespace.
+  std::error_code ec;
+  const std::string program = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   // This process stays where it is; its next child is pid 1 of the new namespace.
   if (::unshare(CLONE_NEWPID) != 0) {
     why = std::string("cannot make a PID namespace (unshare: ") + std::strerror(errno) +
