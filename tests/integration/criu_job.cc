@@ -137,16 +137,21 @@ void ArmFault() {
   simcuda_test_inject_fault(f[1].c_str(), static_cast<unsigned>(std::stoul(f[2])), std::stoi(f[3]));
 }
 
+CUcontext Start(int device) {
+  Check(cuInit(0), "cuInit");
+  CUdevice dev = 0;
+  Check(cuDeviceGet(&dev, device), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  return ctx;
+}
+
 /// criu_job --raw-export <socket fd> <MiB>: allocation (3), filled, exported as the driver's
 /// own descriptor (no shim here) to the peer on `sock`; returns once the peer imported it.
 int RawExport(int sock, uint64_t bytes) {
   role = "raw";
-  Check(cuInit(0), "cuInit");
-  CUdevice dev = 0;
-  Check(cuDeviceGet(&dev, 1), "cuDeviceGet");
-  CUcontext ctx = nullptr;
-  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  Start(1);
   CUmemGenericAllocationHandle handle = 0;
   Create(1, bytes, true, &handle);
   Fill(Map(handle, bytes, 1), bytes, 3);
@@ -199,16 +204,6 @@ CUdeviceptr ImportUntracked(uint64_t bytes) {
 void WaitForGo(const std::string& dir) {
   const std::string go = dir + "/go";
   while (::access(go.c_str(), F_OK) != 0) ::usleep(20000);
-}
-
-CUcontext Start(int device) {
-  Check(cuInit(0), "cuInit");
-  CUdevice dev = 0;
-  Check(cuDeviceGet(&dev, device), "cuDeviceGet");
-  CUcontext ctx = nullptr;
-  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-  return ctx;
 }
 
 }  // namespace

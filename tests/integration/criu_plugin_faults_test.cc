@@ -168,9 +168,7 @@ TEST_F(CriuPluginFaults, AChildKilledAtDumpEndLeavesImagesOfTheWholeJob) {
   ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
   EXPECT_THAT(Log("images", "dump"), HasSubstr("dump-end: the manifest lists every image file"));
   ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
-  const Ran restore = Restore("images");
-  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
-  ExpectEveryByteOnceTold(job_dir_, log_);
+  RestoreWithEveryByte("images");
 }
 
 // The restored child killed at RESUME_DEVICES_LATE (restored, still stopped by CRIU): CRIU
@@ -180,17 +178,13 @@ TEST_F(CriuPluginFaults, AChildKilledAtResumeDevicesLateFailsTheRestoreAndTheIma
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
   const int child = PidOf("child");
-  const Ran dump = Dump("images");
-  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
-  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ASSERT_NO_FATAL_FAILURE(DumpAndAwaitGone("images"));
   const Ran failed = KilledAt("criu-plugin:resume-devices-late:before", child,
                               dir_ + "/images/restore.log", [&] { return Restore("images"); });
   EXPECT_NE(failed.status, 0);
   EXPECT_THAT(Log("images", "restore"), HasSubstr("Restoring FAILED"));
   ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
-  const Ran restore = Restore("images");
-  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
-  ExpectEveryByteOnceTold(job_dir_, log_);
+  RestoreWithEveryByte("images");
 }
 
 // The restored child killed at the restore's exit, before cusnap's restore phases: the root is
@@ -199,9 +193,7 @@ TEST_F(CriuPluginFaults, AChildKilledAtRestoreEndLeavesTheRootRestored) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
   const int child = PidOf("child");
-  const Ran dump = Dump("images");
-  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
-  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ASSERT_NO_FATAL_FAILURE(DumpAndAwaitGone("images"));
   const Ran restore = KilledAt("criu-plugin:restore-end:before", child,
                                dir_ + "/images/restore.log", [&] { return Restore("images"); });
   EXPECT_EQ(restore.status, 0) << restore.err;
@@ -210,26 +202,6 @@ TEST_F(CriuPluginFaults, AChildKilledAtRestoreEndLeavesTheRootRestored) {
                         "'s own memory (it exited)"));
   ASSERT_NO_FATAL_FAILURE(AwaitActive(1));
   ExpectRootRunsOnWithItsBytes();
-}
-
-// A job checkpointed in place by `cusnap checkpoint` and held running (CUSNAP_HOLD=run; held
-// stopped: criu_plugin_test.cc) met by CRIU: refused at once by name; `cusnap restore` brings
-// it back with every byte.
-TEST_F(CriuPluginFaults, AJobCheckpointedInPlaceHeldRunningIsRefusedAndRestoresAfter) {
-  SKIP_UNLESS_CRIU_ROUND_TRIPS();
-  ASSERT_NO_FATAL_FAILURE(StartJob());
-  const std::string pid = std::to_string(root_), state = dir_ + "/state";
-  ::setenv("CUSNAP_HOLD", "run", 1);
-  const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
-  ::unsetenv("CUSNAP_HOLD");
-  ASSERT_EQ(checkpoint.status, 0) << checkpoint.out << checkpoint.err;
-  const Ran dump = Dump("images");
-  EXPECT_NE(dump.status, 0);
-  EXPECT_THAT(Log("images", "dump"), HasSubstr("cusnap_criu: cusnap: cusnap dump: "));
-  EXPECT_THAT(Log("images", "dump"), HasSubstr("Failed in init(0) of \"cusnap_criu\""));
-  const Ran restore = Cusnap({"restore", "--pid", pid, "--state-dir", state});
-  EXPECT_EQ(restore.status, 0) << restore.out << restore.err;
-  ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
 }  // namespace

@@ -91,6 +91,21 @@ class CriuPlugin : public OwnMachineTest {
     ASSERT_TRUE(gone()) << "the job's processes are still there";
   }
 
+  /// A `criu dump` of the job into <dir_>/<images> that succeeds; returns once the job's
+  /// processes are gone.
+  void DumpAndAwaitGone(const std::string& images) {
+    const Ran dump = Dump(images);
+    ASSERT_EQ(dump.status, 0) << dump.err << Log(images, "dump");
+    AwaitJobGone();
+  }
+
+  /// A `criu restore` of <dir_>/<images> that succeeds, then every byte read back by the job.
+  void RestoreWithEveryByte(const std::string& images) {
+    const Ran restore = Restore(images);
+    ASSERT_EQ(restore.status, 0) << restore.err << Log(images, "restore");
+    ExpectEveryByteOnceTold(job_dir_, log_);
+  }
+
   /// `cusnap status --pid root_` until both participants are active (AwaitBothActive).
   void AwaitActive() {
     AwaitBothActive([&] { return Cusnap({"status", "--pid", std::to_string(root_)}); });

@@ -74,9 +74,7 @@ TEST_F(CriuPlugin, ALeaveRunningDumpGoesOnInPlaceAndItsImagesRestoreTheJob) {
   ASSERT_NO_FATAL_FAILURE(AwaitActive());
   for (const int pid : coord::ProcessTree(root_)) ::kill(pid, SIGKILL);
   ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
-  const Ran restore = Restore("images");
-  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
-  ExpectEveryByteOnceTold(job_dir_, log_);
+  RestoreWithEveryByte("images");
 }
 
 // CRIU fails after the plugin checkpointed the job (here: a freezer cgroup that does not
@@ -110,21 +108,26 @@ TEST_F(CriuPlugin, APreDumpOfAJobIsRefusedAndTheJobRunsOn) {
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
-// A job checkpointed in place and held stopped (cusnap's default hold) met by CRIU: refused
-// at once (a dump would find it stopped in a frozen cgroup and wait for ever), named; the
-// job is restored by cusnap as usual afterwards.
+// A job checkpointed in place by `cusnap checkpoint`, held stopped (cusnap's default hold)
+// and then held running (CUSNAP_HOLD=run), met by CRIU: refused at once (a dump would find a
+// stopped job in a frozen cgroup and wait for ever), named; the job is restored by cusnap as
+// usual afterwards.
 TEST_F(CriuPlugin, AJobCheckpointedInPlaceIsRefusedAndRestoresAfter) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
   const std::string pid = std::to_string(root_), state = dir_ + "/state";
-  const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
-  ASSERT_EQ(checkpoint.status, 0) << checkpoint.out << checkpoint.err;
-  const Ran dump = Dump("images");
-  EXPECT_NE(dump.status, 0);
-  EXPECT_THAT(Log("images", "dump"), HasSubstr("cusnap_criu: cusnap: cusnap dump: "));
-  EXPECT_THAT(Log("images", "dump"), HasSubstr("Failed in init(0) of \"cusnap_criu\""));
-  const Ran restore = Cusnap({"restore", "--pid", pid, "--state-dir", state});
-  EXPECT_EQ(restore.status, 0) << restore.out << restore.err;
+  for (const std::string hold : {"stop", "run"}) {
+    ::setenv("CUSNAP_HOLD", hold.c_str(), 1);
+    const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+    ::unsetenv("CUSNAP_HOLD");
+    ASSERT_EQ(checkpoint.status, 0) << hold << checkpoint.out << checkpoint.err;
+    const Ran dump = Dump("images-" + hold);
+    EXPECT_NE(dump.status, 0);
+    EXPECT_THAT(Log("images-" + hold, "dump"), HasSubstr("cusnap_criu: cusnap: cusnap dump: "));
+    EXPECT_THAT(Log("images-" + hold, "dump"), HasSubstr("Failed in init(0) of \"cusnap_criu\""));
+    const Ran restore = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+    ASSERT_EQ(restore.status, 0) << hold << restore.out << restore.err;
+  }
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
@@ -134,9 +137,7 @@ TEST_F(CriuPlugin, AJobCheckpointedInPlaceIsRefusedAndRestoresAfter) {
 TEST_F(CriuPlugin, AChangedCarrierFileStopsTheRestoreBeforeAnyProcessRuns) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
-  const Ran dump = Dump("images");
-  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
-  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ASSERT_NO_FATAL_FAILURE(DumpAndAwaitGone("images"));
   const std::string carrier = dir_ + "/images/carrier-" + std::to_string(root_) + "-0.bin";
   const std::string bytes = ReadAll(carrier);
   std::string changed = bytes;
@@ -149,9 +150,7 @@ TEST_F(CriuPlugin, AChangedCarrierFileStopsTheRestoreBeforeAnyProcessRuns) {
   EXPECT_THAT(log, HasSubstr("Failed in init(2) of \"cusnap_criu\""));
   EXPECT_TRUE(coord::ProcessExited(root_));
   WriteAll(carrier, bytes);
-  const Ran restore = Restore("images");
-  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
-  ExpectEveryByteOnceTold(job_dir_, log_);
+  RestoreWithEveryByte("images");
 }
 
 // CRIU without the plugin (an engine where it is not installed): on the simulated driver the
@@ -208,9 +207,7 @@ class CriuPluginRestoreFault : public CriuPlugin, public ::testing::WithParamInt
 TEST_P(CriuPluginRestoreFault, IsNamedAndRecoverFinishesTheRestore) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
-  const Ran dump = Dump("images");
-  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
-  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ASSERT_NO_FATAL_FAILURE(DumpAndAwaitGone("images"));
   ::setenv("SIMCUDA_FAULTS", (std::string(GetParam()) + ":1:999").c_str(), 1);
   const Ran restore = Restore("images");
   ::unsetenv("SIMCUDA_FAULTS");
