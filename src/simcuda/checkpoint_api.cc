@@ -78,7 +78,7 @@ CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
   SIMCUDA_CHECKPOINT_CALL("cuCheckpointProcessGetState");
   if (state == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ck::Reply reply;
-  const CUresult r = ck::simple(pid, ck::Op::kGetState, &reply);
+  const CUresult r = ck::published(pid, &reply);
   if (r == CUDA_SUCCESS) *state = static_cast<CUprocessState>(reply.state);
   return r;
 }
@@ -87,7 +87,7 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
   SIMCUDA_CHECKPOINT_CALL("cuCheckpointProcessGetRestoreThreadId");
   if (tid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ck::Reply reply;
-  const CUresult r = ck::simple(pid, ck::Op::kGetRestoreThreadId, &reply);
+  const CUresult r = ck::published(pid, &reply);
   if (r == CUDA_SUCCESS) *tid = reply.restore_thread_id;
   return r;
 }
