@@ -158,6 +158,29 @@ TEST_F(CriuPluginFaults, AChildKilledAtPauseDevicesFailsTheDumpAndTheRootRunsOn)
   ExpectRootRunsOnWithItsBytes();
 }
 
+// The root killed at its PAUSE_DEVICES (a zombie nobody reaps yet): CRIU cannot dump the
+// tree; the child, released for the dump, is not stranded: the watch restores it in place
+// (`cusnap restore --pid <child>`) once CRIU ended, with its own allocation; the root's, which
+// it imported, went with the root (named).
+TEST_F(CriuPluginFaults, TheRootKilledAtPauseDevicesFailsTheDumpAndTheChildRunsOn) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  const int child = PidOf("child");
+  const Ran dump = KilledAt("criu-plugin:pause-devices:before", root_, dir_ + "/images/dump.log",
+                            [&] { return Dump("images"); });
+  EXPECT_NE(dump.status, 0);
+  EXPECT_THAT(Log("images", "dump"), HasSubstr("cusnap_criu: pid " + std::to_string(root_) +
+                                               " (pid " + std::to_string(root_) + " of the job), "
+                                               "a cusnap participant, exited"));
+  root_ = child;  // what runs of the job now
+  ASSERT_NO_FATAL_FAILURE(AwaitActive(1));
+  WriteAll(job_dir_ + "/go", "");
+  EXPECT_TRUE(AwaitInLog(log_, "FAIL child", 1)) << ReadAll(log_);
+  const std::string text = ReadAll(log_);
+  EXPECT_THAT(text, HasSubstr("LOST child 1 "));  // the root's allocation, unmapped
+  EXPECT_THAT(text, Not(HasSubstr("LOST child 2")));
+}
+
 // The child killed at the dump's exit, after CRIU wrote every image (the tasks still seized):
 // the images hold the whole job, and restore it with every byte.
 TEST_F(CriuPluginFaults, AChildKilledAtDumpEndLeavesImagesOfTheWholeJob) {
