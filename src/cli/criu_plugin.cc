@@ -140,16 +140,19 @@ std::string ResumeFolderBeside(const std::string& images_dir) {
 
 /// Waits (in a process of its own, detached from CRIU and outside the job's namespaces, so
 /// that CRIU neither dumps it nor waits for it) for the CRIU that called the plugin to end;
-/// then, when the job's root still runs (CRIU failed, was killed, or left the job running),
-/// restores the job in place with `cusnap restore` from ResumeFolderBeside's folder. Its
-/// output goes to resume.log there; the folder is removed once the restore succeeded or the
-/// job is gone.
-void WatchCriuThenResume(const std::string& images_dir, int root) {
+/// then, when a process of the job still runs (CRIU failed, was killed, or left the job
+/// running), restores the job in place with `cusnap restore --pid` of the first of `job` (the
+/// root first, then its participants) still running, from ResumeFolderBeside's folder: a
+/// killed root must not strand the others. Its output goes to resume.log there; the folder is
+/// removed once the restore succeeded or the job is gone.
+void WatchCriuThenResume(const std::string& images_dir, const std::vector<int>& job) {
   const int criu_pid = ::getppid();
   UniqueFd criu(static_cast<int>(::syscall(SYS_pidfd_open, criu_pid, 0)));
-  const uint64_t root_start = KernelStartTime(root);
+  const int root = job.front();
+  std::vector<uint64_t> started;
+  for (const int pid : job) started.push_back(KernelStartTime(pid));
   std::string folder = ResumeFolderBeside(images_dir);
-  if (!criu.valid() || root_start == 0 || folder.empty()) {
+  if (!criu.valid() || started.front() == 0 || folder.empty()) {
     std::fprintf(stderr, "cusnap %s: cannot watch CRIU (pid %d): should it fail, run 'cusnap "
                  "restore --pid %d --state-dir %s' to resume the job in place\n", kCommand,
                  criu_pid, root, images_dir.c_str());
@@ -175,11 +178,18 @@ void WatchCriuThenResume(const std::string& images_dir, int root) {
   while (::poll(&ended, 1, -1) < 0 && errno == EINTR) {
   }
   int rc = kExitOk;
-  // A zombie is a job CRIU ended (its parent has not reaped it yet): nothing to restore.
-  if (KernelStartTime(root) == root_start && !coord::IsZombie(root)) {
-    std::printf("CRIU (pid %d) ended with the job still running: restoring it in place\n", criu_pid);
+  // A zombie is a process CRIU ended (its parent has not reaped it yet): nothing to restore.
+  int running = 0;
+  for (size_t i = 0; i < job.size() && running == 0; ++i) {
+    if (started[i] != 0 && KernelStartTime(job[i]) == started[i] && !coord::IsZombie(job[i])) {
+      running = job[i];
+    }
+  }
+  if (running != 0) {
+    std::printf("CRIU (pid %d) ended with the job still running: restoring it in place "
+                "(--pid %d)\n", criu_pid, running);
     std::fflush(nullptr);
-    const std::string pid = std::to_string(root);
+    const std::string pid = std::to_string(running);
     // Handed down as a descriptor: the restore runs in the job's mount namespace (a
     // container's), where this machine's path of the folder need not exist.
     const int folder_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
@@ -207,8 +217,11 @@ int Dump(const CriuPluginArgs& args) {
   if (rc == kExitOk && ::access(coord::StateFilePath(args.images_dir).c_str(), F_OK) == 0) {
     // The watch's `cusnap restore` finds the job's endpoints where its shims keep them, not
     // where CRIU's caller's environment says (runc hands CRIU no CUSNAP_CONTROL_DIR).
-    UseShimControlDirOf(ShimProcessesUnder(args.pid));
-    WatchCriuThenResume(args.images_dir, args.pid);
+    std::vector<int> job = ShimProcessesUnder(args.pid);
+    UseShimControlDirOf(job);
+    std::erase(job, args.pid);
+    job.insert(job.begin(), args.pid);
+    WatchCriuThenResume(args.images_dir, job);
   }
   return rc;
 }

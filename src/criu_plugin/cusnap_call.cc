@@ -137,4 +137,14 @@ int InnermostPid(int pid) {
   return 0;
 }
 
+bool HasExited(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return true;
+  const size_t name_end = line.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= line.size()) return true;
+  const char state = line[name_end + 2];
+  return state == 'Z' || state == 'X';
+}
+
 }  // namespace cusnap::criu_plugin

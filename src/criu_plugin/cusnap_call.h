@@ -31,4 +31,8 @@ CusnapAnswer RunCusnap(const std::vector<std::string>& args, int images_fd);
 /// 0 when it cannot be read.
 int InnermostPid(int pid);
 
+/// Whether process `pid` (CRIU's PID namespace) has exited: gone, or a zombie (state Z or X of
+/// /proc/<pid>/stat).
+bool HasExited(int pid);
+
 }  // namespace cusnap::criu_plugin

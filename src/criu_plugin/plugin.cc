@@ -10,7 +10,8 @@
 //                        it loaded its plugins); a refusal fails the dump, the job untouched
 //   PAUSE_DEVICES,
 //   CHECKPOINT_DEVICES   nothing left to do: -ENOTSUP, so that CRIU's CUDA plugin, when
-//                        installed too, asks each participant and finds it checkpointed
+//                        installed too, asks each participant and finds it checkpointed;
+//                        -1 (the dump fails) for a participant that exited since
 //   exit (dump)          the manifest, or the failed dump removed; a watch started at init
 //                        restores the job in place once CRIU ends, if its processes are
 //                        still there (a failure, --leave-running)
@@ -19,10 +20,12 @@
 //                        tasks are still stopped: nothing can be asked of them yet
 //   exit (restore)       every restore phase, once CRIU released the tasks
 #include <fcntl.h>
+#include <signal.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -75,6 +78,26 @@ bool Ask(const std::vector<std::string>& args) {
   }
   TheJob().participants = {answer.participants.begin(), answer.participants.end()};
   return true;
+}
+
+/// The fault tests' pause at a hook (as `cusnap`'s at a phase, cli/test_pause.h): when
+/// CUSNAP_TEST_PAUSE_AT lists "criu-plugin:<hook>:before", CRIU's log says
+/// "cusnap-test-pause: criu-plugin:<hook>:before" and CRIU stops itself (SIGSTOP) until the
+/// test, having killed a participant there, continues it; at the hook's first call only. Unset (always, but in tests): nothing.
+void MaybePauseForTest(const char* hook) {
+  const char* patterns = std::getenv("CUSNAP_TEST_PAUSE_AT");
+  if (patterns == nullptr || *patterns == '\0') return;
+  const std::string here = std::string("criu-plugin:") + hook + ":before";
+  static std::set<std::string> paused;  // once per hook: at its first task
+  if (paused.contains(here)) return;
+  std::istringstream items(patterns);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item != here) continue;
+    paused.insert(here);
+    CriuLog(CriuLogLevel::kError, "cusnap-test-pause: " + here);
+    ::raise(SIGSTOP);
+    return;
+  }
 }
 
 /// The mode of this CRIU run that cannot move a job's GPU memory ("" when none).
@@ -139,8 +162,10 @@ int Init(int stage) {
 void Exit(int stage, int ret) {
   if (TheJob().participants.empty()) return;
   if (stage == CR_PLUGIN_STAGE__DUMP) {
+    MaybePauseForTest("dump-end");
     (void)Ask({"dump-end", "--criu-ret", std::to_string(ret)});
   } else if (stage == CR_PLUGIN_STAGE__RESTORE && ret == 0 && TheJob().root > 0) {
+    MaybePauseForTest("restore-end");
     std::vector<std::string> args = {"restore", "--pid", std::to_string(TheJob().root)};
     if (const char* map = std::getenv("CUSNAP_DEVICE_MAP"); map != nullptr && *map != '\0') {
       args.insert(args.end(), {"--device-map", map});
@@ -153,18 +178,37 @@ void Exit(int stage, int ret) {
   }
 }
 
+/// -1, named in CRIU's log, when participant `pid` has exited since cusnap checkpointed the
+/// job: CRIU would dump a job without it (a zombie it takes as it is). The dump fails, and
+/// the job's survivors are restored in place once CRIU ends (the watch).
+int FailIfExited(int pid) {
+  if (!cusnap::criu_plugin::HasExited(pid)) return 0;
+  CriuLog(CriuLogLevel::kError, "pid " + std::to_string(pid) + " (pid " +
+                                    std::to_string(cusnap::criu_plugin::InnermostPid(pid)) +
+                                    " of the job), a cusnap participant, exited after cusnap "
+                                    "checkpointed the job: the dump fails; the job's other "
+                                    "processes are restored in place once CRIU ends");
+  return -1;
+}
+
 int PauseDevices(int pid) {
-  if (IsParticipant(pid)) {
-    CriuLog(CriuLogLevel::kInfo, "pid " + std::to_string(pid) + ": checkpointed by cusnap");
-  }
+  if (!IsParticipant(pid)) return -ENOTSUP;
+  MaybePauseForTest("pause-devices");
+  if (FailIfExited(pid) != 0) return -1;
+  CriuLog(CriuLogLevel::kInfo, "pid " + std::to_string(pid) + ": checkpointed by cusnap");
   return -ENOTSUP;
 }
 
-int CheckpointDevices(int) { return -ENOTSUP; }
+/// Every task is seized now: a participant killed since its PAUSE_DEVICES is a zombie here.
+int CheckpointDevices(int pid) {
+  if (IsParticipant(pid) && FailIfExited(pid) != 0) return -1;
+  return -ENOTSUP;
+}
 
 int ResumeDevicesLate(int pid) {
   if (TheJob().participants.empty()) return -ENOTSUP;
   if (TheJob().root == 0) TheJob().root = pid;  // CRIU calls the tree's root first
+  if (IsParticipant(pid)) MaybePauseForTest("resume-devices-late");
   return IsParticipant(pid) ? 0 : -ENOTSUP;
 }
 

@@ -63,6 +63,14 @@ CUresult simple(int pid, Op op, Reply *reply = nullptr) {
   return call(pid, req, reply);
 }
 
+// The state and restore thread: what `pid` published, without its help; asked of its service
+// when another process published them (CRIU restored `pid` from that one's memory).
+CUresult query(int pid, Op op, Reply *reply) {
+  bool current = false;
+  if (CUresult r = published(pid, reply, &current); r != CUDA_SUCCESS || current) return r;
+  return simple(pid, op, reply);
+}
+
 }  // namespace
 }  // namespace simcuda::checkpoint
 
@@ -78,7 +86,7 @@ CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
   SIMCUDA_CHECKPOINT_CALL("cuCheckpointProcessGetState");
   if (state == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ck::Reply reply;
-  const CUresult r = ck::simple(pid, ck::Op::kGetState, &reply);
+  const CUresult r = ck::query(pid, ck::Op::kGetState, &reply);
   if (r == CUDA_SUCCESS) *state = static_cast<CUprocessState>(reply.state);
   return r;
 }
@@ -87,7 +95,7 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
   SIMCUDA_CHECKPOINT_CALL("cuCheckpointProcessGetRestoreThreadId");
   if (tid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ck::Reply reply;
-  const CUresult r = ck::simple(pid, ck::Op::kGetRestoreThreadId, &reply);
+  const CUresult r = ck::query(pid, ck::Op::kGetRestoreThreadId, &reply);
   if (r == CUDA_SUCCESS) *tid = reply.restore_thread_id;
   return r;
 }

@@ -8,7 +8,10 @@
 #include "streams.h"
 #include "vmm_checkpoint.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <chrono>
@@ -111,6 +115,50 @@ CUresult lock_with_streams_idle(unsigned timeout_ms) {
   return CUDA_ERROR_TIMEOUT;
 }
 
+std::string state_path(int pid) { return config().dir + "/" + std::to_string(pid) + ".state"; }
+
+/// What published() reads: the state and restore thread of the process that started at
+/// `start_time`, whole (a new file renamed over the old one, so that no reader meets half of
+/// it).
+struct Published {
+  uint32_t magic = kRequestMagic;
+  int32_t state = CU_PROCESS_STATE_RUNNING;
+  int32_t restore_thread_id = 0;
+  uint64_t start_time = 0;
+};
+
+/// Field 22 of /proc/<pid>/stat (clock ticks after boot); 0 when it cannot be read.
+uint64_t start_time_of(int pid) {
+  char path[64], buf[1024];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *p = std::strrchr(buf, ')');
+  for (int field = 2; p != nullptr && field < 22; ++field) p = std::strchr(p + 1, ' ');
+  return p == nullptr ? 0 : std::strtoull(p + 1, nullptr, 10);
+}
+
+void publish(const Service &s) {
+  const int pid = static_cast<int>(getpid());
+  const std::string path = state_path(pid), temporary = path + ".new";
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    log_error(("publish " + temporary).c_str());
+    return;
+  }
+  Published p;
+  p.state = s.state;
+  p.restore_thread_id = s.thread_id;
+  p.start_time = start_time_of(pid);
+  const bool written = write(fd, &p, sizeof p) == static_cast<ssize_t>(sizeof p);
+  close(fd);
+  if (!written || rename(temporary.c_str(), path.c_str()) != 0) log_error(("publish " + path).c_str());
+}
+
 Reply handle(Service &s, const Request &req) {
   Reply reply;
   switch (req.op) {
@@ -147,6 +195,9 @@ Reply handle(Service &s, const Request &req) {
     default:
       reply.result = CUDA_ERROR_INVALID_VALUE;
   }
+  // Every answer republishes: a process CRIU restored keeps the published state of the one
+  // it was dumped from, which published() takes as stale (another start time) until then.
+  publish(s);
   reply.state = s.state;
   return reply;
 }
@@ -160,7 +211,11 @@ bool peer_allowed(int fd) {
 
 void serve(int listen_fd) {
   Service &s = service();
-  s.thread_id = static_cast<int>(syscall(SYS_gettid));
+  {
+    std::lock_guard lock(s.mutex);
+    s.thread_id = static_cast<int>(syscall(SYS_gettid));
+    publish(s);
+  }
   for (;;) {
     int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
@@ -188,12 +243,31 @@ void serve(int listen_fd) {
 
 __attribute__((destructor)) void remove_socket() {
   Service &s = service();
-  if (s.owner_pid != 0 && s.owner_pid == getpid()) unlink(socket_path(s.owner_pid).c_str());
+  if (s.owner_pid != 0 && s.owner_pid == getpid()) {
+    unlink(socket_path(s.owner_pid).c_str());
+    unlink(state_path(s.owner_pid).c_str());
+  }
 }
 
 }  // namespace
 
 std::string socket_path(int pid) { return config().dir + "/" + std::to_string(pid) + ".sock"; }
+
+CUresult published(int pid, Reply *reply, bool *current) {
+  struct stat st{};
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM) || stat(socket_path(pid).c_str(), &st) != 0)
+    return CUDA_ERROR_INVALID_VALUE;  // no driver in that process
+  const int fd = open(state_path(pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  Published p;
+  const bool read_whole = read(fd, &p, sizeof p) == static_cast<ssize_t>(sizeof p);
+  close(fd);
+  if (!read_whole || p.magic != kRequestMagic) return CUDA_ERROR_INVALID_VALUE;
+  reply->state = p.state;
+  reply->restore_thread_id = p.restore_thread_id;
+  *current = p.start_time != 0 && p.start_time == start_time_of(pid);
+  return CUDA_SUCCESS;
+}
 
 void start() {
   Service &s = service();

@@ -41,6 +41,15 @@ struct Reply {
 
 /// The service socket of process `pid`.
 std::string socket_path(int pid);
+/// cuCheckpointProcessGetState and GetRestoreThreadId answered without the process's help, as
+/// the real driver answers them (from its kernel side: also for a process that is frozen or
+/// stopped by ptrace, as CRIU holds it): what the service of `pid` last published in
+/// SIMCUDA_DIR/<pid>.state (its state and restore thread, rewritten at each request it
+/// answers), into reply->state and reply->restore_thread_id; *current is false when another
+/// process published them (one CRIU restored `pid` from: the caller asks the service).
+/// CUDA_ERROR_INVALID_VALUE when `pid` runs no service (no such process, or no published
+/// state beside its socket).
+CUresult published(int pid, Reply *reply, bool *current);
 /// Starts this process's service thread (once; cuInit calls it).
 void start();
 /// In a child after fork: the parent's service is not the child's (closes the listening socket).

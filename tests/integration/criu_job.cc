@@ -13,12 +13,19 @@
 // pattern. Both print "READY <role>" on stdout (a file) and wait for <dir>/go. Then each checks
 // every byte it can see (the child its own allocation first, then the shared one; the root the
 // shared one), printing "LOST <role> <allocation> <why>" for each allocation that does not
-// read back; once the root has checked, the child writes a word into the shared allocation
+// read back, then "CHECKED <role> <bytes checked>" (what a process whose peer was killed can
+// still show); once the root has checked, the child writes a word into the shared allocation
 // and the root reads it back through its own mapping (the sharing is live again), and both print
 // "PASS <role> <bytes checked>" or "FAIL <role> <why>". The root exits 0 when both passed.
 // With <rounds> N > 1 (a job taken through several restores) it checks N times, round k
 // once <dir>/go-<k> exists, each PASS line ending in " round <k>"; the word the child wrote
 // is put back after each round, so that the next one finds every byte as made.
+//
+// With CRIU_JOB_UNTRACKED=1 the child also holds an untracked import (a job cusnap refuses to
+// checkpoint): a process of its own without the shim (criu_job --raw-export, LD_PRELOAD
+// dropped) creates an allocation (3) of <MiB> on device 1 with a third pattern and sends its
+// raw descriptor, not a cusnap ticket; the child imports and maps it, the exporter exits, and
+// the child checks those bytes too.
 #include <cuda.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -149,9 +156,66 @@ CUcontext Start(int device) {
   return ctx;
 }
 
+/// criu_job --raw-export <socket fd> <MiB>: allocation (3), filled, exported as the driver's
+/// own descriptor (no shim here) to the peer on `sock`; returns once the peer imported it.
+int RawExport(int sock, uint64_t bytes) {
+  role = "raw";
+  Start(1);
+  CUmemGenericAllocationHandle handle = 0;
+  Create(1, bytes, true, &handle);
+  Fill(Map(handle, bytes, 1), bytes, 3);
+  int fd = -1;
+  Check(cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "cuMemExportToShareableHandle");
+  const char tag = 'r';
+  if (!cusnap::SendPacket(sock, &tag, 1, fd, cusnap::Deadline::AfterMs(10000)).ok()) {
+    Fail("cannot send the descriptor");
+  }
+  Await(sock, 'k');
+  return 0;
+}
+
+/// The child's untracked import (CRIU_JOB_UNTRACKED): allocation (3) from criu_job
+/// --raw-export, mapped on device 1; its VA.
+CUdeviceptr ImportUntracked(uint64_t bytes) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) Fail("socketpair failed");
+  const pid_t exporter = ::fork();
+  if (exporter < 0) Fail("fork failed");
+  if (exporter == 0) {
+    ::close(pair[0]);
+    ::unsetenv("LD_PRELOAD");
+    const std::string fd = std::to_string(pair[1]), mib = std::to_string(bytes / kMiB);
+    ::execl("/proc/self/exe", "criu_job", "--raw-export", fd.c_str(), mib.c_str(),
+            static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  ::close(pair[1]);
+  char tag = 0;
+  int fd = -1;
+  if (!cusnap::RecvPacket(pair[0], &tag, 1, &fd, cusnap::Deadline::AfterMs(10000)).ok() || fd < 0) {
+    Fail("no descriptor from the raw exporter");
+  }
+  CUmemGenericAllocationHandle handle = 0;
+  Check(cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "cuMemImportFromShareableHandle (untracked)");
+  ::close(fd);
+  const CUdeviceptr va = Map(handle, bytes, 1);
+  if (::write(pair[0], "k", 1) != 1) Fail("cannot tell the raw exporter");
+  int status = 0;
+  ::waitpid(exporter, &status, 0);
+  ::close(pair[0]);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Fail("the raw exporter failed");
+  return va;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--raw-export") {
+    return RawExport(std::atoi(argv[2]), std::strtoull(argv[3], nullptr, 10) * kMiB);
+  }
   if (argc != 3 && argc != 4) {
     std::fprintf(stderr, "usage: criu_job <dir> <MiB> [<rounds>]\n");
     return 2;
@@ -174,7 +238,7 @@ int main(int argc, char** argv) {
   const int device = child == 0 ? 1 : 0;
   Start(device);
   CUmemGenericAllocationHandle shared = 0, own = 0;
-  CUdeviceptr shared_va = 0, own_va = 0;
+  CUdeviceptr shared_va = 0, own_va = 0, untracked_va = 0;
   if (child != 0) {
     Create(device, bytes, true, &shared);
     shared_va = Map(shared, bytes, device);
@@ -202,6 +266,7 @@ int main(int argc, char** argv) {
     Create(device, bytes, false, &own);
     own_va = Map(own, bytes, device);
     Fill(own_va, bytes, 2);
+    if (std::getenv("CRIU_JOB_UNTRACKED") != nullptr) untracked_va = ImportUntracked(bytes);
   }
   std::printf("READY %s\n", role.c_str());
   std::fflush(stdout);
@@ -222,9 +287,11 @@ int main(int argc, char** argv) {
       }
     };
     if (child == 0) check(own_va, 2);
+    if (untracked_va != 0) check(untracked_va, 3);
     check(shared_va, 1);
-    std::fflush(stdout);
     if (lost > 0) Fail(std::to_string(lost) + " allocation(s) lost");
+    std::printf("CHECKED %s %llu\n", role.c_str(), static_cast<unsigned long long>(checked));
+    std::fflush(stdout);
     // The root has checked the shared bytes before the child writes into them ("c"), and the
     // child has written before the root reads its word ("p").
     if (child == 0) {

@@ -132,8 +132,10 @@ inline void AwaitBothActive(const std::function<Ran()>& status) {
 
 /// Tells criu_job's processes to go on (<job_dir>/go): each checks its bytes, says PASS or
 /// FAIL in `log`; both must pass within 30 s. Then reaps what ended (the namespace's init,
-/// restored processes adopted by this subreaper).
-inline void ExpectEveryByteOnceTold(const std::string& job_dir, const std::string& log) {
+/// restored processes adopted by this subreaper). `child_bytes`: what the child checks (8 MiB;
+/// 12 MiB with CRIU_JOB_UNTRACKED's import).
+inline void ExpectEveryByteOnceTold(const std::string& job_dir, const std::string& log,
+                                    const std::string& child_bytes = "8388608") {
   WriteAll(job_dir + "/go", "");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (CountIn(log, "PASS") + CountIn(log, "FAIL") < 2 &&
@@ -142,7 +144,7 @@ inline void ExpectEveryByteOnceTold(const std::string& job_dir, const std::strin
   }
   const std::string text = ReadAll(log);
   EXPECT_THAT(text, ::testing::HasSubstr("PASS root 4194304"));
-  EXPECT_THAT(text, ::testing::HasSubstr("PASS child 8388608"));
+  EXPECT_THAT(text, ::testing::HasSubstr("PASS child " + child_bytes));
   EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("FAIL")));
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }

@@ -19,8 +19,7 @@
 
 #include "cli_runner.h"
 #include "criu_job_harness.h"
-#include "criu_problem.h"
-#include "coordinator/images/criu.h"
+#include "criu_plugin_fixture.h"
 #include "coordinator/images/manifest.h"
 #include "coordinator/proc/processes.h"
 
@@ -29,86 +28,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-class CriuPlugin : public OwnMachineTest {
- protected:
-  CriuPlugin() : OwnMachineTest("criu-plugin") {}
-
-  void SetUp() override {
-    OwnMachineTest::SetUp();
-    ASSERT_EQ(CriuProblem(), "") << "CRIU must run here (scripts/fetch_criu.sh)";
-    criu_ = *coord::FindCriu();
-    plugin_dir_ = Env("CUSNAP_TEST_CRIU_PLUGIN_DIR");
-    ASSERT_FALSE(plugin_dir_.empty());
-    job_dir_ = dir_ + "/job";
-    log_ = dir_ + "/job.log";
-  }
-
-  void TearDown() override {
-    for (const int pid : coord::ProcessTree(root_)) ::kill(pid, SIGKILL);
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    OwnMachineTest::TearDown();
-  }
-
-  /// criu_job started (its root in root_).
-  void StartJob() {
-    root_ = StartCriuJob(job_dir_, log_);
-    ASSERT_GT(root_, 0);
-    tree_ = coord::ProcessTree(root_);
-  }
-
-  /// criu <action> on <dir_>/<images> with the plugin's folder as CRIU's plugin directory,
-  /// CRIU's log at -v4 in <images>/<action>.log; --shell-job: the job's root is no session
-  /// leader.
-  Ran Criu(const std::string& action, const std::string& images, const std::string& args = "",
-           const std::string& plugins = "") {
-    std::filesystem::create_directories(dir_ + "/" + images);
-    return RunCommand(criu_ + " " + action + " -D " + dir_ + "/" + images + " -L " +
-                          (plugins.empty() ? plugin_dir_ : plugins) + " -v4 --shell-job -o " +
-                          action + ".log " + args,
-                      dir_);
-  }
-
-  Ran Dump(const std::string& images, const std::string& args = "") {
-    return Criu("dump", images, "-t " + std::to_string(root_) + " " + args);
-  }
-
-  Ran Restore(const std::string& images) {
-    ::unlink((dir_ + "/restored.pid").c_str());
-    return Criu("restore", images, "-d --pidfile " + dir_ + "/restored.pid");
-  }
-
-  std::string Log(const std::string& images, const std::string& action) {
-    return ReadAll(dir_ + "/" + images + "/" + action + ".log");
-  }
-
-  /// Waits until every process of the job (as StartJob found it) is gone and reaped: CRIU
-  /// kills them after a dump, and their pids must be free for the restore.
-  void AwaitJobGone() {
-    const auto gone = [&] {
-      for (const int pid : tree_) {
-        if (::kill(pid, 0) == 0) return false;
-      }
-      return true;
-    };
-    for (int i = 0; i < 2000 && !gone(); ++i) {
-      while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-      }
-      ::usleep(5'000);
-    }
-    ASSERT_TRUE(gone()) << "the job's processes are still there";
-  }
-
-  /// `cusnap status --pid root_` until both participants are active (AwaitBothActive).
-  void AwaitActive() {
-    AwaitBothActive([&] { return Cusnap({"status", "--pid", std::to_string(root_)}); });
-  }
-
-  std::string criu_, plugin_dir_, job_dir_, log_;
-  pid_t root_ = -1;
-  std::vector<int> tree_;  // the job's processes (StartJob)
-};
 
 // Dumped by a plain `criu dump` (the job checkpointed in the plugin's init, its carriers in
 // CRIU's images directory, the manifest at exit), restored by `criu restore` (checked before
@@ -155,9 +74,7 @@ TEST_F(CriuPlugin, ALeaveRunningDumpGoesOnInPlaceAndItsImagesRestoreTheJob) {
   ASSERT_NO_FATAL_FAILURE(AwaitActive());
   for (const int pid : coord::ProcessTree(root_)) ::kill(pid, SIGKILL);
   ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
-  const Ran restore = Restore("images");
-  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
-  ExpectEveryByteOnceTold(job_dir_, log_);
+  RestoreWithEveryByte("images");
 }
 
 // CRIU fails after the plugin checkpointed the job (here: a freezer cgroup that does not
@@ -191,21 +108,26 @@ TEST_F(CriuPlugin, APreDumpOfAJobIsRefusedAndTheJobRunsOn) {
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
-// A job checkpointed in place and held stopped (cusnap's default hold) met by CRIU: refused
-// at once (a dump would find it stopped in a frozen cgroup and wait for ever), named; the
-// job is restored by cusnap as usual afterwards.
+// A job checkpointed in place by `cusnap checkpoint`, held stopped (cusnap's default hold)
+// and then held running (CUSNAP_HOLD=run), met by CRIU: refused at once (a dump would find a
+// stopped job in a frozen cgroup and wait for ever), named; the job is restored by cusnap as
+// usual afterwards.
 TEST_F(CriuPlugin, AJobCheckpointedInPlaceIsRefusedAndRestoresAfter) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
   const std::string pid = std::to_string(root_), state = dir_ + "/state";
-  const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
-  ASSERT_EQ(checkpoint.status, 0) << checkpoint.out << checkpoint.err;
-  const Ran dump = Dump("images");
-  EXPECT_NE(dump.status, 0);
-  EXPECT_THAT(Log("images", "dump"), HasSubstr("cusnap_criu: cusnap: cusnap dump: "));
-  EXPECT_THAT(Log("images", "dump"), HasSubstr("Failed in init(0) of \"cusnap_criu\""));
-  const Ran restore = Cusnap({"restore", "--pid", pid, "--state-dir", state});
-  EXPECT_EQ(restore.status, 0) << restore.out << restore.err;
+  for (const std::string hold : {"stop", "run"}) {
+    ::setenv("CUSNAP_HOLD", hold.c_str(), 1);
+    const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+    ::unsetenv("CUSNAP_HOLD");
+    ASSERT_EQ(checkpoint.status, 0) << hold << checkpoint.out << checkpoint.err;
+    const Ran dump = Dump("images-" + hold);
+    EXPECT_NE(dump.status, 0);
+    EXPECT_THAT(Log("images-" + hold, "dump"), HasSubstr("cusnap_criu: cusnap: cusnap dump: "));
+    EXPECT_THAT(Log("images-" + hold, "dump"), HasSubstr("Failed in init(0) of \"cusnap_criu\""));
+    const Ran restore = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+    ASSERT_EQ(restore.status, 0) << hold << restore.out << restore.err;
+  }
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
@@ -215,9 +137,7 @@ TEST_F(CriuPlugin, AJobCheckpointedInPlaceIsRefusedAndRestoresAfter) {
 TEST_F(CriuPlugin, AChangedCarrierFileStopsTheRestoreBeforeAnyProcessRuns) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
-  const Ran dump = Dump("images");
-  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
-  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ASSERT_NO_FATAL_FAILURE(DumpAndAwaitGone("images"));
   const std::string carrier = dir_ + "/images/carrier-" + std::to_string(root_) + "-0.bin";
   const std::string bytes = ReadAll(carrier);
   std::string changed = bytes;
@@ -230,9 +150,7 @@ TEST_F(CriuPlugin, AChangedCarrierFileStopsTheRestoreBeforeAnyProcessRuns) {
   EXPECT_THAT(log, HasSubstr("Failed in init(2) of \"cusnap_criu\""));
   EXPECT_TRUE(coord::ProcessExited(root_));
   WriteAll(carrier, bytes);
-  const Ran restore = Restore("images");
-  ASSERT_EQ(restore.status, 0) << restore.err << Log("images", "restore");
-  ExpectEveryByteOnceTold(job_dir_, log_);
+  RestoreWithEveryByte("images");
 }
 
 // CRIU without the plugin (an engine where it is not installed): on the simulated driver the
@@ -289,9 +207,7 @@ class CriuPluginRestoreFault : public CriuPlugin, public ::testing::WithParamInt
 TEST_P(CriuPluginRestoreFault, IsNamedAndRecoverFinishesTheRestore) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   ASSERT_NO_FATAL_FAILURE(StartJob());
-  const Ran dump = Dump("images");
-  ASSERT_EQ(dump.status, 0) << dump.err << Log("images", "dump");
-  ASSERT_NO_FATAL_FAILURE(AwaitJobGone());
+  ASSERT_NO_FATAL_FAILURE(DumpAndAwaitGone("images"));
   ::setenv("SIMCUDA_FAULTS", (std::string(GetParam()) + ":1:999").c_str(), 1);
   const Ran restore = Restore("images");
   ::unsetenv("SIMCUDA_FAULTS");

@@ -21,6 +21,7 @@ namespace cusnap::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class Podman : public OwnMachineTest {
  protected:
@@ -50,8 +51,8 @@ class Podman : public OwnMachineTest {
   Ran Pod(const std::string& args) { return Sh(podman_ + " " + args); }
 
   /// Starts the container: `cusnap run -- criu_job <job> 4`, its output in log_; returns
-  /// once both processes said READY.
-  void StartContainer() {
+  /// once both processes said READY. `env`: more " -e NAME=VALUE" options.
+  void StartContainer(const std::string& more_env = "") {
     ASSERT_EQ(Pod("image exists localhost/cusnap-base").status, 0)
         << "Podman and its image must be set up here (scripts/container_tools.sh, as root)";
     const std::string bin = Env("CUSNAP_TEST_BIN_DIR");
@@ -65,7 +66,7 @@ class Podman : public OwnMachineTest {
     }
     mounts += " -v " + dir_ + ":" + dir_;
     const std::string env = " -e CUSNAP_DRIVER=sim -e CUSNAP_CONTROL_DIR=" + dir_ +
-                            "/control -e SIMCUDA_DIR=" + dir_ + "/sim -e CUSNAP_LOG=warn";
+                            "/control -e SIMCUDA_DIR=" + dir_ + "/sim -e CUSNAP_LOG=warn" + more_env;
     const Ran run = Pod("run -d --name " + name_ + " --annotation org.criu.config=" + dir_ +
                         "/criu.conf --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 "
                         "--network=none" + mounts + env + " localhost/cusnap-base sh -c '" +
@@ -110,6 +111,17 @@ class Podman : public OwnMachineTest {
     ASSERT_EQ(restore.status, 0) << restore.err;
   }
 
+  /// The CRIU log Podman's error output names ("log file: <path>": runc passes on no more of
+  /// CRIU's failure than that), its text; "" when none is named.
+  std::string CriuLogNamedIn(const std::string& podman_err) {
+    const std::string tag = "log file: ";
+    const size_t at = podman_err.find(tag);
+    EXPECT_NE(at, std::string::npos) << "Podman's output names no CRIU log: " << podman_err;
+    if (at == std::string::npos) return "";
+    const size_t end = podman_err.find_first_of("\"\n", at);
+    return ReadAll(podman_err.substr(at + tag.size(), end - at - tag.size()));
+  }
+
   std::string podman_, name_, job_dir_, log_;
 };
 
@@ -133,6 +145,85 @@ TEST_F(Podman, ALeaveRunningCheckpointLeavesTheJobActive) {
   ASSERT_NO_FATAL_FAILURE(AwaitActive());
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
+
+// A job cusnap refuses (the child holds an untracked import): Podman's checkpoint fails, its
+// output naming CRIU's log (runc passes on no more) and that log cusnap's refusal, and the job runs on with every byte.
+TEST_F(Podman, AJobCusnapRefusesFailsTheCheckpointByNameAndRunsOn) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartContainer(" -e CRIU_JOB_UNTRACKED=1"));
+  const Ran dump = Pod("container checkpoint --keep " + name_);
+  EXPECT_NE(dump.status, 0);
+  const std::string log = CriuLogNamedIn(dump.err);
+  EXPECT_THAT(log, HasSubstr("was imported from a descriptor that is not a cusnap ticket"));
+  EXPECT_THAT(log, HasSubstr("refused; nothing was changed"));
+  EXPECT_THAT(log, HasSubstr("Failed in init(0) of \"cusnap_criu\""));
+  ASSERT_NO_FATAL_FAILURE(AwaitActive());
+  ExpectEveryByteOnceTold(job_dir_, log_, "12582912");
+}
+
+// A carrier file removed from the exported archive, then one changed: Podman's restore
+// --import is refused, CRIU's log (kept with --keep, named in Podman's output) naming the
+// file, nothing restored; the unchanged archive restores the
+// job with every byte afterwards.
+TEST_F(Podman, AnArchiveWithACarrierRemovedOrChangedIsRefusedAndTheUnchangedOneRestores) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartContainer());
+  const std::string archive = dir_ + "/A.tar.gz";
+  ASSERT_NO_FATAL_FAILURE(Export(archive, ""));
+  ASSERT_EQ(Pod("rm " + name_).status, 0);
+  const std::string tree = dir_ + "/unpacked", carrier = "checkpoint/carrier-1-0.bin";
+  std::filesystem::create_directory(tree);
+  ASSERT_EQ(Sh("tar -xzf " + archive + " -C " + tree).status, 0);
+  const std::string bytes = ReadAll(tree + "/" + carrier);
+  ASSERT_FALSE(bytes.empty());
+  std::filesystem::remove(tree + "/" + carrier);
+  ASSERT_EQ(Sh("tar -czf " + dir_ + "/removed.tar.gz -C " + tree + " .").status, 0);
+  std::string changed = bytes;
+  changed[changed.size() / 2] ^= 1;
+  WriteAll(tree + "/" + carrier, changed);
+  ASSERT_EQ(Sh("tar -czf " + dir_ + "/changed.tar.gz -C " + tree + " .").status, 0);
+  for (const std::string tampered : {"removed", "changed"}) {
+    const Ran refused = Pod("container restore --keep --import " + dir_ + "/" + tampered + ".tar.gz");
+    EXPECT_NE(refused.status, 0) << tampered;
+    const std::string log = CriuLogNamedIn(refused.err);
+    EXPECT_THAT(log, HasSubstr("/carrier-1-0.bin is " +
+                               std::string(tampered == "removed" ? "missing" : "corrupt")));
+    EXPECT_THAT(log, HasSubstr("cusnap restore: refused; nothing was changed"));
+    EXPECT_THAT(log, HasSubstr("Failed in init(2) of \"cusnap_criu\""));
+    EXPECT_THAT(log, Not(HasSubstr("Restore finished successfully")));
+    Pod("rm -f -t 0 " + name_);
+  }
+  const Ran restore = Pod("container restore --import " + archive);
+  ASSERT_EQ(restore.status, 0) << restore.err;
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+// A job checkpointed in place by `cusnap checkpoint` run on the host against the container's
+// pid (it joins the container's namespaces), held stopped (the default; the container's init,
+// which no signal from inside its namespace stops, is held running) or running, then met by
+// Podman's checkpoint: refused at once by name, never a hang; `cusnap restore` run on the host
+// brings the job back with every byte.
+class PodmanHeld : public Podman, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(PodmanHeld, CheckpointIsRefusedByNameAndCusnapRestoresTheJob) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartContainer());
+  const std::string pid = std::to_string(HostPid()), state = dir_ + "/state";
+  ::setenv("CUSNAP_HOLD", GetParam(), 1);
+  const Ran checkpoint = Cusnap({"checkpoint", "--pid", pid, "--state-dir", state});
+  ::unsetenv("CUSNAP_HOLD");
+  ASSERT_EQ(checkpoint.status, 0) << checkpoint.out << checkpoint.err;
+  const Ran dump = Pod("container checkpoint --keep " + name_);
+  EXPECT_NE(dump.status, 0);
+  const std::string log = CriuLogNamedIn(dump.err);
+  EXPECT_THAT(log, HasSubstr("cusnap_criu: cusnap: cusnap dump: "));
+  EXPECT_THAT(log, HasSubstr("Failed in init(0) of \"cusnap_criu\""));
+  const Ran restore = Cusnap({"restore", "--pid", pid, "--state-dir", state});
+  ASSERT_EQ(restore.status, 0) << restore.out << restore.err;
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
+INSTANTIATE_TEST_SUITE_P(Holds, PodmanHeld, ::testing::Values("stop", "run"));
 
 }  // namespace
 }  // namespace cusnap::testing

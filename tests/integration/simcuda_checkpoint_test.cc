@@ -114,6 +114,40 @@ TEST(SimcudaCheckpoint, F1PrivateAllocationSurvivesNativeCycle) {
   EXPECT_EQ(wait_child(c.pid), 0);
 }
 
+// The state and the restore thread are answered while the process is stopped (as CRIU holds a
+// process it seized or froze), without its help, as the real driver answers them; the
+// operations that need the process wait for it.
+TEST(SimcudaCheckpoint, StateAndRestoreThreadAreAnsweredForAStoppedProcess) {
+  Child c;
+  c.start([](const Pipe &command, const Pipe &reply) {
+    Owner o;
+    if (int e = o.setup(false, 3)) return e;
+    reply.send('R');
+    return command.receive() == 'Q' ? 0 : 1;
+  });
+  ASSERT_EQ(c.reply.receive(), 'R');
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  int running_tid = 0;
+  ASSERT_EQ(cuCheckpointProcessGetRestoreThreadId(c.pid, &running_tid), CUDA_SUCCESS);
+  full_cycle(c.pid);
+  CUcheckpointLockArgs lock{};
+  ASSERT_EQ(cuCheckpointProcessLock(c.pid, &lock), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessCheckpoint(c.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(kill(c.pid, SIGSTOP), 0);
+  int tid = 0;
+  EXPECT_EQ(cuCheckpointProcessGetRestoreThreadId(c.pid, &tid), CUDA_SUCCESS);
+  EXPECT_EQ(tid, running_tid);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_CHECKPOINTED);
+  ASSERT_EQ(kill(c.pid, SIGCONT), 0);
+  ASSERT_EQ(cuCheckpointProcessRestore(c.pid, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCheckpointProcessUnlock(c.pid, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(state_of(c.pid), CU_PROCESS_STATE_RUNNING);
+  c.command.send('Q');
+  EXPECT_EQ(wait_child(c.pid), 0);
+  CUprocessState state{};
+  EXPECT_EQ(cuCheckpointProcessGetState(c.pid, &state), CUDA_ERROR_INVALID_VALUE);  // gone
+}
+
 // F2 + F3: a POSIX-capable allocation never exported survives the cycle; exporting it
 // afterwards fails CUDA_ERROR_INVALID_VALUE; a fresh allocation still exports.
 TEST(SimcudaCheckpoint, F2F3PosixCapableSurvivesButCannotBeExportedAfterRestore) {

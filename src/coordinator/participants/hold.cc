@@ -347,6 +347,10 @@ class HoldingDriver final : public CheckpointDriver {
   Status Lock(int pid, unsigned timeout_ms) override { return inner_->Lock(pid, timeout_ms); }
   Status Checkpoint(int pid) override {
     if (auto s = inner_->Checkpoint(pid); !s) return s;
+    // Pid 1 here is the init of this command's own PID namespace (a container's entry point:
+    // cusnap joins the job's namespace), which ignores every signal sent from inside it,
+    // SIGSTOP too: it is held running, its CUDA calls waiting, as CUSNAP_HOLD=run holds.
+    if (pid == 1) return Ok{};
     if (auto s = StopHeld(control_dir_, pid); !s) {
       return Error{s.error().code, "the native checkpoint succeeded, but the hold did not: " +
                                        s.error().message};

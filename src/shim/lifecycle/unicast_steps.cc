@@ -1,11 +1,13 @@
 // Unicast lifecycle work (unicast_steps.h).
 #include "shim/lifecycle/unicast_steps.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -26,6 +28,21 @@ Error DriverError(CUresult result, const std::string& what) {
 
 StepResult FromTransfer(const CarrierTransfer& transfer) {
   return StepResult{transfer.bytes, transfer.copy_ns, transfer.zero_bytes};
+}
+
+// True when `pid` has exited and waits to be reaped (state Z or X): its start time still
+// reads, but nothing of it answers any more.
+bool Unreaped(int pid) {
+  char path[64], buf[512];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* name_end = std::strrchr(buf, ')');
+  return name_end != nullptr && name_end[1] == ' ' && (name_end[2] == 'Z' || name_end[2] == 'X');
 }
 
 }  // namespace
@@ -335,7 +352,7 @@ Result<bool> UnicastSteps::CreatorAlive(const proto::ObjectId& id) {
                                          start.error().message + "; nothing was dropped, retry "
                                          "once descriptors are free"};
   }
-  return *start == id.creator_start;
+  return *start == id.creator_start && !Unreaped(id.creator_pid);
 }
 
 void UnicastSteps::Orphan(Held& held) {

@@ -89,7 +89,8 @@ class UnicastSteps final : public LifecycleSteps {
   void UnmapAll(Held& held);
   // MapAll, then repoints the logical handles; on failure `real` is released again.
   Status Rebuild(Held& held, CUmemGenericAllocationHandle real);
-  // True when the process that created `id` still runs (same start time); an Error naming the
+  // True when the process that created `id` still runs (same start time, not a zombie left
+  // for its parent to reap); an Error naming the
   // allocation when this process cannot tell (no descriptor free to read /proc): no verdict.
   static Result<bool> CreatorAlive(const proto::ObjectId& id);
   // An import whose creator exited: its mappings leave the table, named in the log.
