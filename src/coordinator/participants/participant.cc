@@ -55,6 +55,9 @@ class EndpointParticipant final : public Participant {
 
 /// "pid P: <op> failed: <why>"; the shim's text is sent whole and names its process itself.
 Error Named(const Participant& p, proto::Op op, const Error& e) {
+  // A process that is gone now ended during the command, whatever its endpoint answered
+  // last (a reset connection, an early end of the stream): that is what the user must read.
+  if (!p.start_time()) return ExitedDuringCommand(p.pid(), Lowercase(proto::OpName(op)));
   return InContext(ProcessText(p.pid()), Lowercase(proto::OpName(op)) + " failed", e);
 }
 
@@ -75,6 +78,11 @@ Result<Reply> Ask(Participant& participant, proto::Op op, const proto::Message& 
 }
 
 }  // namespace
+
+Error ExitedDuringCommand(int pid, const std::string& step) {
+  return Error{ESRCH, ProcessText(pid) + " exited during the command (" + step +
+                          " not done): its own memory went with it"};
+}
 
 std::optional<char> StoppedTooLong(int pid, int& stopped_ms) {
   const auto state = StoppedState(pid);

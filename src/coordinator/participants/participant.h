@@ -26,6 +26,9 @@ inline constexpr int kLifecycleTimeoutMs = 600'000;
 /// the request fails naming it (EndpointParticipant), in ms.
 inline constexpr int kStoppedAnswerMs = 2'000;
 
+/// ESRCH: process `pid` exited during the command, `step` (a step's name) not done there.
+Error ExitedDuringCommand(int pid, const std::string& step);
+
 /// One of the checks, kReplyCheckMs apart, of a process a command waits for (an endpoint's
 /// reply, a native call): its state letter (StoppedState) once it has been stopped at
 /// kStoppedAnswerMs worth of checks in a row, nullopt before; `stopped_ms` carries the count

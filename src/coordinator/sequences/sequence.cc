@@ -103,9 +103,7 @@ Result<proto::StepReply> Sequence::Ask(size_t index, proto::StepRequest request,
   auto step = Step(*participants_[index], request, pass_fd);
   if (!step && Exited(index)) {
     dead_[index] = 1;
-    return Error{ESRCH, ProcessText(participants_[index]->pid()) + " exited during the command (" +
-                            Lowercase(proto::OpName(request.op)) + " not done): its own memory " +
-                            "went with it"};
+    return ExitedDuringCommand(participants_[index]->pid(), Lowercase(proto::OpName(request.op)));
   }
   return step;
 }
