@@ -71,4 +71,19 @@ TEST_F(CliEndpointTest, ForkedChildWhoseFirstCallIsLegacyIpcHasAnEndpoint) {
   EXPECT_TRUE(HasEndpoint(child)) << "no endpoint for the forked child " << child;
 }
 
+// The endpoint's threads run (each names itself once running) before the application's main
+// does: an application that forks at once must not fork while one of them is inside its
+// start, where the thread library and ASan's allocator hold locks the child inherits held
+// (criu_job's child deadlocked on its first allocation of that size under ASan).
+TEST_F(CliEndpointTest, TheEndpointThreadsRunBeforeTheApplicationsMain) {
+  const std::string bin = cusnap::testing::Env("CUSNAP_TEST_BIN_DIR");
+  for (int run = 0; run < 5; ++run) {
+    const cusnap::testing::Ran r = cusnap::testing::RunCommand(
+        bin + "/cusnap run -- " + bin + "/endpoint_fork_child threads", dir_);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(" cusnap-peer"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" cusnap-control"), std::string::npos) << r.out;
+  }
+}
+
 }  // namespace

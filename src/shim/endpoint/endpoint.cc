@@ -60,16 +60,39 @@ void RemoveDeadSockets(int dir_fd, int self) {
 // space, which may be tight (RLIMIT_AS; CliJobRefusal.AddressSpaceTooSmallForTheCarrier).
 constexpr size_t kConnectionStackBytes = 512 * 1024;
 
-// Starts a detached thread with every signal blocked; `stack_bytes` 0 means the default.
-bool StartThread(void* (*main)(void*), void* arg, const char* name, size_t stack_bytes = 0) {
+// How long Start waits for its two threads to run (ms): their start takes microseconds; a
+// machine too loaded to schedule them in this time gets the endpoint anyway.
+constexpr int kThreadsRunningTimeoutMs = 2'000;
+
+}  // namespace
+
+bool Endpoint::StartThread(ThreadStart* start, size_t stack_bytes) {
   pthread_t thread;
-  if (!StartQuietThread(&thread, main, arg, stack_bytes)) return false;
-  pthread_setname_np(thread, name);
+  if (!StartQuietThread(&thread, &Endpoint::RunThread, start, stack_bytes)) {
+    delete start;
+    return false;
+  }
   pthread_detach(thread);
   return true;
 }
 
-}  // namespace
+void* Endpoint::RunThread(void* arg) {
+  const ThreadStart start = *static_cast<ThreadStart*>(arg);
+  delete static_cast<ThreadStart*>(arg);
+  pthread_setname_np(pthread_self(), start.name);
+  if (Endpoint* counted = start.counted) {
+    std::lock_guard lock(counted->running_mutex_);
+    ++counted->running_;
+    counted->running_changed_.notify_all();
+  }
+  return start.main(start.arg);
+}
+
+bool Endpoint::AwaitRunning(int count, int timeout_ms) {
+  std::unique_lock lock(running_mutex_);
+  return running_changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                   [&] { return running_ >= count; });
+}
 
 Result<Endpoint*> Endpoint::Start(const std::string& control_dir, ServedProcess& served) {
   // Not ours, not 0700, or a symbolic link: no endpoint there (control_dir.h).
@@ -96,13 +119,17 @@ Result<Endpoint*> Endpoint::Start(const std::string& control_dir, ServedProcess&
   endpoint->path_ = path;
   endpoint->owner_pid_ = self.pid;
   endpoint->listener_ = std::move(*listener);
-  if (!StartThread(&Endpoint::PeerMain, endpoint, "cusnap-peer") ||
-      !StartThread(&Endpoint::ControlMain, endpoint, "cusnap-control")) {
+  if (!StartThread(new ThreadStart{&Endpoint::PeerMain, endpoint, "cusnap-peer", endpoint}) ||
+      !StartThread(new ThreadStart{&Endpoint::ControlMain, endpoint, "cusnap-control", endpoint})) {
     // A thread that did start keeps polling a closed descriptor harmlessly until exit; the
     // object is leaked on purpose so it never reads freed memory.
     endpoint->listener_.reset();
     unlink(path.c_str());
     return Error{EAGAIN, "cannot start the endpoint threads for " + path};
+  }
+  if (!endpoint->AwaitRunning(2, kThreadsRunningTimeoutMs)) {
+    CUSNAP_LOG_WARN("endpoint %s: its threads did not start within %d ms; going on",
+                    path.c_str(), kThreadsRunningTimeoutMs);
   }
   CUSNAP_LOG_INFO("endpoint listening at %s", path.c_str());
   return endpoint;
@@ -149,7 +176,8 @@ void Endpoint::Dispatch(UniqueFd connection) {
     return;
   }
   auto* job = new ConnectionJob{this, connection.get()};
-  if (!StartThread(&Endpoint::ConnectionMain, job, "cusnap-conn", kConnectionStackBytes)) {
+  if (!StartThread(new ThreadStart{&Endpoint::ConnectionMain, job, "cusnap-conn", nullptr},
+                   kConnectionStackBytes)) {
     delete job;
     connections_.fetch_sub(1, std::memory_order_acq_rel);
     // No thread (address space or thread limit reached): answer on this thread rather than

@@ -64,7 +64,22 @@ class Endpoint {
     proto::Message request;
   };
 
+  /// What a thread the endpoint starts runs first (RunThread).
+  struct ThreadStart {
+    void* (*main)(void*);
+    void* arg;
+    const char* name;
+    Endpoint* counted;  ///< counts itself running there; nullptr for a connection's thread
+  };
+
   explicit Endpoint(ServedProcess& served) : served_(served) {}
+  /// Starts a detached thread with every signal blocked that runs RunThread(`start`); false
+  /// when none could be started (`start` freed).
+  static bool StartThread(ThreadStart* start, size_t stack_bytes = 0);
+  /// Names the thread, counts it running when asked (running_), then runs its main.
+  static void* RunThread(void* start);
+  /// Waits until `count` threads counted themselves running, at most `timeout_ms`.
+  bool AwaitRunning(int count, int timeout_ms);
   static void* PeerMain(void* self);
   static void* ControlMain(void* self);
   /// Serves one connection (ServeConnection) on a thread of its own.
@@ -90,6 +105,13 @@ class Endpoint {
   std::condition_variable queue_changed_;
   std::deque<Pending> queue_;
   std::atomic<int> connections_{0};  ///< connection threads running
+  // Start returns once the peer and control threads run: an application that forks at once
+  // (a worker pool, tests/integration/criu_job.cc) must not fork while one of them is still
+  // inside its start, where the thread library and a sanitizer's allocator hold locks the
+  // child inherits held (an ASan child deadlocked on its first allocation of that size).
+  std::mutex running_mutex_;
+  std::condition_variable running_changed_;
+  int running_ = 0;
 };
 
 }  // namespace cusnap::shim
