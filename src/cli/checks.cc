@@ -101,6 +101,12 @@ void ForEachEndpointSocket(const std::string& control_dir, Visit visit) {
   ::closedir(dir);
 }
 
+/// Whether `listener` (SocketListenerPid's answer: the pid that called listen(), in this
+/// namespace) still serves its socket. A listener that exited may keep it open while it dies
+/// (the threads of a killed process leave after its leader shows as a zombie), and a process
+/// that inherited the descriptor may keep it open for good: neither answers as an endpoint.
+bool Listening(int listener) { return listener > 0 && !coord::ProcessExited(listener); }
+
 }  // namespace
 
 std::string CheckEnvironment() {
@@ -181,14 +187,15 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
   std::vector<StaleEndpoint> stale;
   ForEachEndpointSocket(control_dir, [&](int pid, const std::string& path) {
     if (!coord::HasEndpoint(control_dir, pid)) return;
-    // Served by a process of another PID namespace (a job restored in one of its own): live.
-    // A process that is its name's pid itself may still listen while it dies (the threads
-    // of a killed process leave after its leader shows as a zombie): that one is stale.
+    // Served by a live process of another PID namespace (a job restored in one of its own):
+    // live. A listener that exited (Listening) leaves it stale.
     const int listener = SocketListenerPid(path);
-    if (listener == -1 || (listener > 0 && listener != pid)) return;
+    if (listener == -1) return;  // no verdict
+    const bool listening = Listening(listener);
+    if (listening && listener != pid) return;
     if (coord::ProcessExited(pid)) {
       stale.push_back(StaleEndpoint{pid, path, false});
-    } else if (listener == 0 || OlderThanProcess(path, pid)) {
+    } else if (!listening || OlderThanProcess(path, pid)) {
       // Nothing listens on it while its pid runs: a shim listens from before its process
       // runs the application until it exits, so the process holding the pid is another one
       // (its socket may even be younger than it: the clocks say nothing then).
@@ -198,7 +205,10 @@ std::vector<StaleEndpoint> StaleEndpoints(const std::string& control_dir) {
   const std::vector<std::string> dirs = coord::JobControlDirs(control_dir);
   for (auto dir = dirs.begin() + 1; dir != dirs.end(); ++dir) {
     ForEachEndpointSocket(*dir, [&](int pid, const std::string& path) {
-      if (SocketListenerPid(path) == 0) stale.push_back(StaleEndpoint{pid, path, false, true});
+      const int listener = SocketListenerPid(path);
+      if (listener != -1 && !Listening(listener)) {
+        stale.push_back(StaleEndpoint{pid, path, false, true});
+      }
     });
   }
   return stale;
