@@ -118,7 +118,7 @@ class CliImages : public OwnMachineTest {
     m.root_start_time = 1;
     m.gpus = {{0, kSimGpu0, ""}, {1, kSimGpu1, ""}};
     m.participants = {{4'194'000, 1, 1 << 20, {kSimGpu0}}, {4'194'001, 1, 0, {kSimGpu1}}};
-    auto files = coord::HashImageFiles(images);
+    auto files = coord::DescribeImageFiles(images);
     EXPECT_TRUE(files.ok()) << files.error().message;
     if (files.ok()) m.files = *files;
     if (edit) edit(m);
@@ -217,7 +217,7 @@ TEST_F(CliImages, InspectPrintsTheManifest) {
   EXPECT_THAT(r.out, HasSubstr("pid 4194000: 1.00 MiB in its host carrier, on " +
                                std::string(kSimGpu0)));
   EXPECT_THAT(r.out, HasSubstr("3 files, "));
-  EXPECT_THAT(r.out, HasSubstr("pages-1.img                       1048576  sha256 "));
+  EXPECT_THAT(r.out, HasSubstr("pages-1.img                       1048576  xxh3-128 "));
   const Ran j = Cusnap({"inspect", images, "--json"});
   const auto doc = nlohmann::json::parse(j.out);
   EXPECT_EQ(doc["image_bytes"].get<uint64_t>(), (1u << 20) + 22 + 21);
@@ -252,7 +252,9 @@ TEST_F(CliImages, ACorruptImageFileIsRefused) {
   std::string bytes = ReadAll(images + "/pages-1.img");
   bytes[4096] = 'X';  // same size, one byte flipped
   WriteAll(images + "/pages-1.img", bytes);
-  ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its SHA-256 is ");
+  ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its bytes [0, 1048576) "
+                        "do not match their digest in the manifest (the first failing chunk is at "
+                        "offset 0)");
 }
 
 // The manifest decides what a restore checks (files, driver, GPUs): a change to it, an

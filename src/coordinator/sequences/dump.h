@@ -70,8 +70,9 @@ struct ImagesRestoreOptions {
 };
 
 /// The dump CRIU finished (exit status 0 of its dump, the plugin's exit hook): the pending
-/// manifest that hand_over_to_criu wrote becomes the manifest, with every image file's size
-/// and checksum (HashImageFiles). Errors: ReadPendingManifest's, HashImageFiles',
+/// manifest that hand_over_to_criu wrote (with the carrier files' digests) becomes the
+/// manifest, with every image file's size and digests (DescribeImageFiles). Errors:
+/// ReadPendingManifest's, DescribeImageFiles',
 /// WriteManifest's.
 Status CompleteDumpByCriu(const std::string& images_dir);
 
