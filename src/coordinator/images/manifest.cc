@@ -155,8 +155,7 @@ Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string&
       }
       m.files.push_back(std::move(file));
     }
-    // Manifests written before it have none (and are read as they are).
-    if (json.contains("digest") && json.at("digest").get<std::string>() != DocumentDigest(json)) {
+    if (json.at("digest").get<std::string>() != DocumentDigest(json)) {
       return Error{-1, origin + ": the manifest was changed after the dump wrote it (its digest "
                                 "does not match its content), so it no longer describes the "
                                 "images; restore from an unchanged copy"};
@@ -205,7 +204,15 @@ Result<Manifest> ReadManifestFile(const std::string& dir, const char* name,
   text << in.rdbuf();
   nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return Error{-1, path + ": corrupt manifest (not valid JSON)"};
-  return ManifestFromJson(json, path);
+  auto manifest = ManifestFromJson(json, path);
+  // Its digest covers its fields; the rest of its text (white space, the last newline) must
+  // be as the dump wrote it too, so that any byte changed, cut or added is found.
+  if (manifest && text.str() != ManifestToJson(*manifest).dump(2) + "\n") {
+    return Error{-1, path + ": corrupt manifest: its text is not the text the dump wrote (a "
+                            "byte changed, cut or added between its fields); restore from an "
+                            "unchanged copy of the images"};
+  }
+  return manifest;
 }
 
 }  // namespace
@@ -496,7 +503,7 @@ Result<std::vector<ImageFile>> DescribeImageFiles(const std::string& dir,
 }
 
 std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
-                                         unsigned threads) {
+                                         unsigned threads, bool carrier_chunks) {
   std::vector<std::string> problems;
   // The files the manifest lists, each of its size.
   std::vector<const ImageFile*> present;
@@ -520,7 +527,7 @@ std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest&
   // the job (CRIU reads every image it finds that the others name).
   if (auto listed = ListImageFiles(dir); listed) {
     for (const auto& f : *listed) {
-      if (!names.count(f.name)) {
+      if (!names.count(f.name) && f.name != "stats-dump") {
         problems.push_back("image file " + dir + "/" + f.name + " is not one the manifest lists "
                            "(a file of another dump, or one added since): remove it, or "
                            "restore from an unchanged copy of the images");
@@ -538,7 +545,7 @@ std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest&
   std::vector<Task> tasks;
   for (const ImageFile* f : present) {
     tasks.push_back({f, nullptr});
-    if (IsCarrierFile(f->name)) continue;
+    if (IsCarrierFile(f->name) && !carrier_chunks) continue;
     for (const auto& c : f->chunks) tasks.push_back({f, &c});
   }
   std::mutex mutex;
@@ -650,7 +657,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
                                      const RunningCheck& running, std::vector<UuidPair>& pairs,
-                                     bool resumed) {
+                                     bool resumed, bool carrier_chunks) {
   std::vector<std::string> problems;
   if (manifest.driver != machine.driver) {
     problems.push_back(dir + " was dumped under driver '" + manifest.driver +
@@ -743,7 +750,9 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
       }
     }
   }
-  for (auto& problem : CheckImageFiles(dir, manifest)) problems.push_back(std::move(problem));
+  for (auto& problem : CheckImageFiles(dir, manifest, 0, carrier_chunks)) {
+    problems.push_back(std::move(problem));
+  }
   return problems;
 }
 

@@ -205,9 +205,12 @@ uint64_t ImageBytes(const std::string& dir);
 /// digest (the first failing chunk of each file, by offset), bytes no chunk covers that are
 /// not zeros. Every file but the carriers is read (concurrently, `threads` as
 /// DescribeImageFiles); of a carrier only what no chunk covers, and only where the file
-/// holds data there (SEEK_DATA): its chunks are checked as its shim reads them back.
+/// holds data there (SEEK_DATA): its chunks are checked as its shim reads them back, or here
+/// too with `carrier_chunks` (a check that runs before CRIU, for a restore cusnap does not
+/// drive: the CRIU plugin's). CRIU's statistics (stats-dump) are no extra file: CRIU writes
+/// them after its plugins' last hook of a dump, so a manifest written there lacks them.
 std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
-                                         unsigned threads = 0);
+                                         unsigned threads = 0, bool carrier_chunks = false);
 
 /// What the machine offers a restore.
 struct MachineView {
@@ -267,11 +270,12 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
 /// second copy of it); a pid of the dump that another process holds now (CRIU gives
 /// every process its pid back and fails with "File exists" otherwise); with `resumed`, the
 /// last two are not asked (the tree an interrupted restore brought back holds the ids, and
-/// is the job). `pairs` receives the resolved device map. Empty: fine.
+/// is the job). `pairs` receives the resolved device map; `carrier_chunks` as for
+/// CheckImageFiles. Empty: fine.
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
                                      const RunningCheck& running, std::vector<UuidPair>& pairs,
-                                     bool resumed = false);
+                                     bool resumed = false, bool carrier_chunks = false);
 
 }  // namespace cusnap::coord

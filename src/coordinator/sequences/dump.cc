@@ -490,9 +490,9 @@ class ImagesRestoreSequence : Sequence {
       std::vector<UuidPair> pairs;
       auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
                                   RunningHere(options_.control_dir), pairs,
-                                  options_.resume_root > 0);
+                                  options_.resume_root > 0, options_.check_only);
       summary.note = std::to_string(manifest_.files.size()) + " files";
-      summary.bytes = manifest_.CriuBytes();
+      summary.bytes = options_.check_only ? manifest_.TotalBytes() : manifest_.CriuBytes();
       if (problems.empty()) {
         auto criu = FindCriu();
         if (!criu) return {criu.error().message};

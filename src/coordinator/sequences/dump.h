@@ -60,7 +60,9 @@ struct ImagesRestoreOptions {
   /// images_dir had CRIU bring back (restore_record.h): CRIU does not run again, the restore
   /// goes on with that tree.
   int resume_root = 0;
-  /// Only check_images: the plugin asks before CRIU restores anything.
+  /// Only check_images: the plugin asks before CRIU restores anything. The carriers' chunks
+  /// are read and checked then too: the shims read them only once CRIU restored the processes,
+  /// and then on the plugin's last hook, where a failure no longer stops CRIU.
   bool check_only = false;
   /// Not 0: CRIU (the plugin's caller) brought the tree back, with this root (pid in this PID
   /// namespace): criu_restore only gives its processes their identities, and check_images
