@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -168,6 +169,34 @@ class CliImages : public OwnMachineTest {
       WriteAll(images + "/criu-dump.log", "(00.001) Writing stats\n(00.002) Dumping finished successfully\n");
     }
     return images;
+  }
+
+  /// Starts criu_job (StartCriuJob), dumps it into `images` and waits until its processes
+  /// are gone; `manifest` gets the dump's manifest.
+  void DumpAway(const std::string& job_dir, const std::string& images, const std::string& log,
+                std::optional<coord::Manifest>& manifest) {
+    const pid_t job = StartCriuJob(job_dir, log);
+    ASSERT_GT(job, 0);
+    const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+    ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+    ASSERT_EQ(::waitpid(job, nullptr, 0), job);
+    auto read = coord::ReadManifest(images);
+    ASSERT_TRUE(read.ok()) << read.error().message;
+    manifest = std::move(*read);
+    AwaitGone(*manifest);
+  }
+
+  /// Waits (30 s at most) until no pid of the dump exists, reaping what this subreaper got.
+  static void AwaitGone(const coord::Manifest& manifest) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (const auto& p : manifest.participants) {
+      while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists";
+    }
   }
 
   /// `restore --images-dir images` must refuse (exit 5) naming `cause`, leaving every file
@@ -1309,25 +1338,9 @@ TEST_F(CliImages, AHeldJobWhoseChildWasKilledIsRestoredWithoutIt) {
 TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
-  const pid_t job = StartCriuJob(job_dir, log);
-  ASSERT_GT(job, 0);
-  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
-  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
-  ASSERT_EQ(::waitpid(job, nullptr, 0), job);
-  auto manifest = coord::ReadManifest(images);
-  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
-  const auto gone = [&] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (const auto& p : manifest->participants) {
-      while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
-        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists";
-    }
-  };
-  gone();
+  std::optional<coord::Manifest> manifest;
+  ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
+  const auto gone = [&] { AwaitGone(*manifest); };
   const std::string criu = Env("CUSNAP_CRIU"), control = Env("CUSNAP_CONTROL_DIR");
   const std::string wrapper = dir_ + "/criu-then";
   const auto wrap = [&](const std::string& then) {
@@ -1515,19 +1528,6 @@ class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<
     AwaitGone(manifest);
     EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName)) << what;
   }
-
-  /// Waits (30 s at most) until no pid of the dump exists, reaping what this subreaper got.
-  static void AwaitGone(const coord::Manifest& manifest) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (const auto& p : manifest.participants) {
-      while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
-        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists";
-    }
-  }
 };
 
 // A byte flipped at the first, a middle and the last offset of any image file (a carrier,
@@ -1538,14 +1538,8 @@ class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<
 TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRestores) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
-  const pid_t job = StartCriuJob(job_dir, log);
-  ASSERT_GT(job, 0);
-  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
-  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
-  ASSERT_EQ(::waitpid(job, nullptr, 0), job);
-  auto manifest = coord::ReadManifest(images);
-  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
-  AwaitGone(*manifest);
+  std::optional<coord::Manifest> manifest;
+  ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
   const std::string path = Victim(images);
   ASSERT_FALSE(path.empty()) << "no file of that kind in " << images;
   const std::string good = ReadAll(path);
