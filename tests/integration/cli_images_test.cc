@@ -1517,9 +1517,9 @@ class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<
   }
 
   /// `restore --images-dir` must refuse (exit 5) naming `path`, leave no process of the
-  /// dump behind and the images restorable.
-  void ExpectRefusedNaming(const std::string& images, const std::string& path,
-                           const coord::Manifest& manifest, const std::string& what) {
+  /// dump behind and the images restorable; returns what it printed.
+  Ran ExpectRefusedNaming(const std::string& images, const std::string& path,
+                          const coord::Manifest& manifest, const std::string& what) {
     const Ran r = Cusnap({"restore", "--images-dir", images});
     EXPECT_EQ(r.status, kExitRestoreRefused) << what << "\n" << r.out << r.err;
     EXPECT_THAT(r.err, HasSubstr(path)) << what;
@@ -1527,6 +1527,7 @@ class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<
     EXPECT_THAT(r.out, ::testing::Not(HasSubstr("reallocate"))) << what;
     AwaitGone(manifest);
     EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName)) << what;
+    return r;
   }
 };
 
@@ -1548,8 +1549,13 @@ TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRe
     std::string bad = good;
     bad[at] = static_cast<char>(bad[at] ^ 0xff);
     WriteAll(path, bad);
-    ExpectRefusedNaming(images, path, *manifest, "byte " + std::to_string(at) + " flipped");
+    const Ran r = ExpectRefusedNaming(images, path, *manifest, "byte " + std::to_string(at) + " flipped");
     if (GetParam() == FileKind::kCarrier) {
+      // Found as its shim read it back, the processes CRIU brought back ended unrun.
+      EXPECT_THAT(r.out, ::testing::ContainsRegex("read_carriers .*FAILED"));
+      EXPECT_THAT(r.err, HasSubstr("do not match the digest written with them"));
+      EXPECT_THAT(r.err, HasSubstr("processes CRIU brought back were ended before any of their "
+                                   "GPU memory was restored; " + images + " is as it was"));
       EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
     }
   }

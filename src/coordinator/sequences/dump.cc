@@ -533,6 +533,9 @@ class ImagesRestoreSequence : Sequence {
           return Error{err, "cannot remove " + options_.images_dir + "/restored.pid: " +
                                 std::strerror(err)};
         }
+        // The carriers are read once the processes are back (read_carriers): from a cold
+        // disk, they come into the page cache while CRIU restores the processes.
+        PrefetchCarrierFiles(options_.images_dir);
         if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
                              "criu-restore.log");
             !s) {
