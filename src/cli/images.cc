@@ -244,10 +244,22 @@ int InspectImagesCommand(const std::string& images_dir, bool json) {
     std::printf("%s\n", p.gpus.empty() ? " no GPU" : "");
   }
   if (pending) return kExitOk;  // its files are hashed when the dump is completed
-  std::printf("%zu files, %s:\n", m.files.size(), FormatBytes(m.TotalBytes()).c_str());
+  std::printf("%zu files, %s, digests %s per chunk of up to %s:\n", m.files.size(),
+              FormatBytes(m.TotalBytes()).c_str(), kChunkDigestName,
+              FormatBytes(m.chunk_bytes).c_str());
   for (const auto& f : m.files) {
-    std::printf("  %-28s %12llu  sha256 %s\n", f.name.c_str(),
-                static_cast<unsigned long long>(f.bytes), f.sha256.c_str());
+    uint64_t digested = 0;
+    for (const auto& c : f.chunks) digested += c.bytes;
+    // One chunk: its digest (xxh128sum of the whole file says the same); else the count, and
+    // the zeros (holes) no chunk covers.
+    const std::string what = f.chunks.size() == 1 && digested == f.bytes
+                                 ? "xxh3-128 " + DigestHex(f.chunks[0].digest)
+                                 : std::to_string(f.chunks.size()) + " chunks" +
+                                       (digested < f.bytes ? ", " + FormatBytes(f.bytes - digested) +
+                                                                 " of zeros"
+                                                           : "");
+    std::printf("  %-28s %12llu  %s\n", f.name.c_str(), static_cast<unsigned long long>(f.bytes),
+                what.c_str());
   }
   return kExitOk;
 }

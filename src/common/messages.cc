@@ -278,6 +278,12 @@ Message StepReply::Encode(Op op) const {
     out.Put(bytes);
     out.Put(copy_ns);
     out.Put(zero_bytes);
+    out.Put(static_cast<uint32_t>(files.size()));
+    for (const CarrierFile& f : files) {
+      out.Put(f.name);
+      out.Put(f.bytes);
+      out.Put(f.chunks);
+    }
   });
 }
 
@@ -287,6 +293,16 @@ Result<StepReply> StepReply::Decode(const Message& message, Op op) {
     in.Get(r.bytes);
     in.Get(r.copy_ns);
     in.Get(r.zero_bytes);
+    uint32_t count = 0;
+    in.Get(count);
+    // A count beyond the payload ends at the first read past it, allocating nothing for it.
+    for (uint32_t k = 0; k < count && in.ok(); ++k) {
+      CarrierFile f;
+      in.Get(f.name);
+      in.Get(f.bytes);
+      in.Get(f.chunks);
+      r.files.push_back(std::move(f));
+    }
   });
 }
 

@@ -190,11 +190,21 @@ struct StepRequest {
 /// kReallocate; kWriteCarrier and kReadCarrier: the file's bytes and I/O time) the bytes
 /// carried, the time of the copies, and the bytes of all-zero chunks
 /// among them (not copied: recreated with a memset).
+/// A carrier part file kWriteCarrier wrote: its name in the folder, its size, and the
+/// digest of every chunk written (ranges no chunk covers are holes: zeros).
+struct CarrierFile {
+  std::string name;
+  uint64_t bytes = 0;
+  std::vector<CarrierChunk> chunks;
+};
+
 struct StepReply {
   ShimState state = ShimState::kActive;
   uint64_t bytes = 0;
   uint64_t copy_ns = 0;
   uint64_t zero_bytes = 0;
+  /// kWriteCarrier: the part files written (empty for other ops).
+  std::vector<CarrierFile> files{};
   Message Encode(Op op) const;
   /// An error reply comes back as its Error; EPROTO when malformed or not an answer to `op`.
   static Result<StepReply> Decode(const Message& message, Op op);

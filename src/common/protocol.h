@@ -27,9 +27,10 @@ inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// lifecycle requests say whether the command holds the process stopped once checkpointed
 /// (StepRequest::held). Version 6: kWriteCarrier and kReadCarrier (a dump writes the carrier
 /// beside CRIU's images, StepRequest::carrier_path). Version 7: kHeldAllocations (a creator's
-/// REALLOCATE asks its importers what they still hold). A peer speaking another version is
+/// REALLOCATE asks its importers what they still hold). Version 8: kWriteCarrier replies
+/// carry each part file's chunk digests (StepReply::files). A peer speaking another version is
 /// refused with both versions named (socket.h, ReceiveMessage).
-inline constexpr uint16_t kVersion = 7;
+inline constexpr uint16_t kVersion = 8;
 
 /// Requests a client can send: X(enumerator, value, name, kind), the kind an OpKind (below):
 /// kStep ops run on the shim's control thread, one at a time, as lifecycle steps; kQuery ops
@@ -273,6 +274,16 @@ struct Importer {
   uint64_t start_time;  ///< its start time, clock ticks since boot
 };
 static_assert(sizeof(Importer) == 40);
+
+/// One chunk of a carrier part file as kWriteCarrier wrote it: its byte range in the file and
+/// its XXH3-128 digest (common/chunk_digest.h).
+struct CarrierChunk {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t digest_high = 0;
+  uint64_t digest_low = 0;
+};
+static_assert(sizeof(CarrierChunk) == 32);
 
 /// The export cache remembers at most this many importers per exported object (the dead are
 /// dropped first when it is full; past it a new importer is not remembered, and a warning is

@@ -43,7 +43,8 @@ class Writer {
   }
   /// A list of fixed-size wire structs: a u32 count and the structs as they lie in memory.
   template <typename T>
-    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer> || std::is_same_v<T, ObjectId>
+    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer> || std::is_same_v<T, ObjectId> ||
+             std::is_same_v<T, CarrierChunk>
   void Put(const std::vector<T>& items) {
     Put(static_cast<uint32_t>(items.size()));
     Bytes(items.data(), items.size() * sizeof(T));
@@ -88,7 +89,8 @@ class Reader {
     at_ += size;
   }
   template <typename T>
-    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer> || std::is_same_v<T, ObjectId>
+    requires std::is_same_v<T, Record> || std::is_same_v<T, Importer> || std::is_same_v<T, ObjectId> ||
+             std::is_same_v<T, CarrierChunk>
   void Get(std::vector<T>& items) {
     uint32_t count = 0;
     Get(count);
@@ -96,6 +98,8 @@ class Reader {
     items.resize(count);
     Bytes(items.data(), size_t{count} * sizeof(T));
   }
+  /// True while every read found its bytes and every value was valid.
+  bool ok() const { return ok_; }
   /// True when every read found its bytes and every value was valid, and nothing is left.
   bool Complete() const { return ok_ && at_ == in_.size(); }
 

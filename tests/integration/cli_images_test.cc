@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -102,7 +103,7 @@ class CliImages : public OwnMachineTest {
     m.root_start_time = 1;
     m.gpus = {{0, kSimGpu0, ""}, {1, kSimGpu1, ""}};
     m.participants = {{4'194'000, 1, 1 << 20, {kSimGpu0}}, {4'194'001, 1, 0, {kSimGpu1}}};
-    auto files = coord::HashImageFiles(images);
+    auto files = coord::DescribeImageFiles(images);
     EXPECT_TRUE(files.ok()) << files.error().message;
     if (files.ok()) m.files = *files;
     if (edit) edit(m);
@@ -154,6 +155,34 @@ class CliImages : public OwnMachineTest {
     return images;
   }
 
+  /// Starts criu_job (StartCriuJob), dumps it into `images` and waits until its processes
+  /// are gone; `manifest` gets the dump's manifest.
+  void DumpAway(const std::string& job_dir, const std::string& images, const std::string& log,
+                std::optional<coord::Manifest>& manifest) {
+    const pid_t job = StartCriuJob(job_dir, log);
+    ASSERT_GT(job, 0);
+    const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
+    ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
+    ASSERT_EQ(::waitpid(job, nullptr, 0), job);
+    auto read = coord::ReadManifest(images);
+    ASSERT_TRUE(read.ok()) << read.error().message;
+    manifest = std::move(*read);
+    AwaitGone(*manifest);
+  }
+
+  /// Waits (30 s at most) until no pid of the dump exists, reaping what this subreaper got.
+  static void AwaitGone(const coord::Manifest& manifest) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (const auto& p : manifest.participants) {
+      while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists";
+    }
+  }
+
   /// `restore --images-dir images` must refuse (exit 5) naming `cause`, leaving every file
   /// of the directory as it was and running no CRIU (it would have left its log).
   void ExpectRefused(const std::string& images, const std::string& cause,
@@ -201,7 +230,7 @@ TEST_F(CliImages, InspectPrintsTheManifest) {
   EXPECT_THAT(r.out, HasSubstr("pid 4194000: 1.00 MiB in its host carrier, on " +
                                std::string(kSimGpu0)));
   EXPECT_THAT(r.out, HasSubstr("3 files, "));
-  EXPECT_THAT(r.out, HasSubstr("pages-1.img                       1048576  sha256 "));
+  EXPECT_THAT(r.out, HasSubstr("pages-1.img                       1048576  xxh3-128 "));
   const Ran j = Cusnap({"inspect", images, "--json"});
   const auto doc = nlohmann::json::parse(j.out);
   EXPECT_EQ(doc["image_bytes"].get<uint64_t>(), (1u << 20) + 22 + 21);
@@ -236,12 +265,14 @@ TEST_F(CliImages, ACorruptImageFileIsRefused) {
   std::string bytes = ReadAll(images + "/pages-1.img");
   bytes[4096] = 'X';  // same size, one byte flipped
   WriteAll(images + "/pages-1.img", bytes);
-  ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its SHA-256 is ");
+  ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its bytes [0, 1048576) "
+                        "do not match their digest in the manifest (the first failing chunk is at "
+                        "offset 0)");
 }
 
 // The manifest decides what a restore checks (files, driver, GPUs): a change to it, an
-// edited criu_version too, is found by its digest. A manifest written before the digest has
-// none and is read as it is.
+// edited criu_version too, is found by its digest; one without its digest, or whose text is
+// not the dump's (white space edited), is corrupt too.
 TEST_F(CliImages, AnEditedManifestIsRefused) {
   const std::string images = MakeImages();
   const std::string path = images + "/" + coord::kManifestFileName;
@@ -252,10 +283,14 @@ TEST_F(CliImages, AnEditedManifestIsRefused) {
   ExpectRefused(images, path + ": the manifest was changed after the dump wrote it (its digest "
                         "does not match its content)");
   document.erase("digest");
-  WriteAll(path, document.dump(2));
-  auto older = coord::ReadManifest(images);
-  ASSERT_TRUE(older.ok()) << older.error().message;
-  EXPECT_EQ(older->criu_version, "Version: 9.9");
+  WriteAll(path, document.dump(2) + "\n");
+  auto undigested = coord::ReadManifest(images);
+  ASSERT_FALSE(undigested.ok());
+  EXPECT_THAT(undigested.error().message, HasSubstr(path + ": corrupt manifest: "));
+  auto fresh = coord::ReadManifest(MakeImages());
+  ASSERT_TRUE(fresh.ok()) << fresh.error().message;
+  WriteAll(path, coord::ManifestToJson(*fresh).dump(4) + "\n");
+  ExpectRefused(images, path + ": corrupt manifest: its text is not the text the dump wrote");
 }
 
 TEST_F(CliImages, AMissingImageFileIsRefused) {
@@ -1288,25 +1323,9 @@ TEST_F(CliImages, AHeldJobWhoseChildWasKilledIsRestoredWithoutIt) {
 TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
-  const pid_t job = StartCriuJob(job_dir, log);
-  ASSERT_GT(job, 0);
-  const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
-  ASSERT_EQ(dump.status, 0) << dump.out << dump.err;
-  ASSERT_EQ(::waitpid(job, nullptr, 0), job);
-  auto manifest = coord::ReadManifest(images);
-  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
-  const auto gone = [&] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (const auto& p : manifest->participants) {
-      while (KernelStartTime(p.pid) != 0 && std::chrono::steady_clock::now() < deadline) {
-        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      EXPECT_EQ(KernelStartTime(p.pid), 0u) << "pid " << p.pid << " still exists";
-    }
-  };
-  gone();
+  std::optional<coord::Manifest> manifest;
+  ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
+  const auto gone = [&] { AwaitGone(*manifest); };
   const std::string criu = Env("CUSNAP_CRIU"), control = Env("CUSNAP_CONTROL_DIR");
   const std::string wrapper = dir_ + "/criu-then";
   const auto wrap = [&](const std::string& then) {
@@ -1438,6 +1457,111 @@ TEST_F(CliImages, ADumpWhoseCliDiedOnceCriuFinishedIsCompletedByTheRestore) {
   // strands a job): the pending manifest lets the restore finish the dump.
   RoundTrip("criu_dump:after");
 }
+
+}  // namespace
+}  // namespace cusnap::testing
+
+namespace cusnap::testing {
+namespace {
+
+// Which image file a corruption case damages.
+enum class FileKind { kCarrier, kCriuImage, kStateFile, kManifest };
+
+std::string KindName(const ::testing::TestParamInfo<FileKind>& info) {
+  switch (info.param) {
+    case FileKind::kCarrier: return "Carrier";
+    case FileKind::kCriuImage: return "CriuImage";
+    case FileKind::kStateFile: return "StateFile";
+    case FileKind::kManifest: return "Manifest";
+  }
+  return "Unknown";
+}
+
+class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<FileKind> {
+ protected:
+  /// The file of `images` this case damages: the first carrier file, CRIU's largest image,
+  /// the state file or the manifest.
+  std::string Victim(const std::string& images) const {
+    std::string best;
+    uintmax_t most = 0;
+    for (const auto& e : std::filesystem::directory_iterator(images)) {
+      const std::string name = e.path().filename().string();
+      const bool fits = GetParam() == FileKind::kCarrier ? coord::IsCarrierFile(name)
+                        : GetParam() == FileKind::kCriuImage
+                            ? name.ends_with(".img")
+                            : name == (GetParam() == FileKind::kStateFile
+                                           ? std::string(coord::kStateFileName)
+                                           : std::string(coord::kManifestFileName));
+      if (!fits) continue;
+      if (GetParam() == FileKind::kCarrier && !best.empty() && name > best) continue;
+      if (GetParam() == FileKind::kCriuImage && e.file_size() <= most) continue;
+      best = name;
+      most = e.file_size();
+    }
+    return best.empty() ? "" : images + "/" + best;
+  }
+
+  /// `restore --images-dir` must refuse (exit 5) naming `path`, leave no process of the
+  /// dump behind and the images restorable; returns what it printed.
+  Ran ExpectRefusedNaming(const std::string& images, const std::string& path,
+                          const coord::Manifest& manifest, const std::string& what) {
+    const Ran r = Cusnap({"restore", "--images-dir", images});
+    EXPECT_EQ(r.status, kExitRestoreRefused) << what << "\n" << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(path)) << what;
+    EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed")) << what;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("reallocate"))) << what;
+    AwaitGone(manifest);
+    EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName)) << what;
+    return r;
+  }
+};
+
+// A byte flipped at the first, a middle and the last offset of any image file (a carrier,
+// CRIU's image, the state file, the manifest), the file truncated, and an extra dump file:
+// each refuses the restore before the job runs again, naming the file (a carrier's chunk is
+// found as its shim reads it: the processes CRIU brought back are ended, having run no CUDA
+// call); mended, the same images restore every byte.
+TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRestores) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  std::optional<coord::Manifest> manifest;
+  ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
+  const std::string path = Victim(images);
+  ASSERT_FALSE(path.empty()) << "no file of that kind in " << images;
+  const std::string good = ReadAll(path);
+  ASSERT_GT(good.size(), 2u);
+  for (const size_t at : {size_t{0}, good.size() / 2, good.size() - 1}) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0xff);
+    WriteAll(path, bad);
+    const Ran r = ExpectRefusedNaming(images, path, *manifest, "byte " + std::to_string(at) + " flipped");
+    if (GetParam() == FileKind::kCarrier) {
+      // Found as its shim read it back, the processes CRIU brought back ended unrun.
+      EXPECT_THAT(r.out, ::testing::ContainsRegex("read_carriers .*FAILED"));
+      EXPECT_THAT(r.err, HasSubstr("do not match the digest written with them"));
+      EXPECT_THAT(r.err, HasSubstr("processes CRIU brought back were ended before any of their "
+                                   "GPU memory was restored; " + images + " is as it was"));
+      EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
+    }
+  }
+  WriteAll(path, good.substr(0, good.size() - 1));
+  ExpectRefusedNaming(images, path, *manifest, "truncated");
+  WriteAll(path, good);
+  if (GetParam() == FileKind::kCriuImage) {
+    const std::string extra = images + "/core-4194303.img";
+    WriteAll(extra, "not of this dump");
+    ExpectRefusedNaming(images, extra, *manifest, "an extra file");
+    std::filesystem::remove(extra);
+  }
+  const Ran back = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(back.status, 0) << back.out << back.err;
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKind, CliImagesCorrupt,
+                         ::testing::Values(FileKind::kCarrier, FileKind::kCriuImage,
+                                           FileKind::kStateFile, FileKind::kManifest),
+                         KindName);
 
 }  // namespace
 }  // namespace cusnap::testing

@@ -211,5 +211,79 @@ TEST_F(CarrierOnDiskTest, NothingSavedIsNothingToWrite) {
   EXPECT_FALSE(fs::exists(Part(0)));
 }
 
+// Each unit is digested as it is written (the reply's chunks) and checked as it is read: a
+// byte flipped anywhere in a part file stops the read naming the file and the unit's byte
+// range, with the bytes still in the files; mended, the read runs again and every byte
+// comes back. Holes are in no chunk (never read back).
+TEST_F(CarrierOnDiskTest, EveryChunkIsDigestedAsWrittenAndCheckedAsRead) {
+  HostCarrier carrier(api, Chunked());
+  SaveTwo(carrier);
+  ASSERT_TRUE(carrier.WriteFile(Stem()).ok());
+  const std::vector<FilePart> parts = carrier.file_parts();
+  ASSERT_EQ(parts.size(), 3u);
+  ASSERT_EQ(parts[1].chunks.size(), 1u);
+  EXPECT_EQ(parts[1].chunks[0].offset, 2 * kMiB) << "its first half is the zero chunk, a hole";
+  EXPECT_EQ(parts[1].chunks[0].bytes, 2 * kMiB);
+  const std::vector<uint32_t> b_bytes = pattern_b_;
+  EXPECT_EQ(parts[2].chunks[0].digest, DigestOf(b_bytes.data(), 2 * kMiB));
+  for (const uint64_t at : {uint64_t{0}, kMiB, 2 * kMiB - 1}) {
+    FILE* f = std::fopen(Part(2).c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, static_cast<long>(at), SEEK_SET);
+    const int good = std::fgetc(f);
+    std::fseek(f, static_cast<long>(at), SEEK_SET);
+    std::fputc(good ^ 0x40, f);
+    std::fclose(f);
+    Result<CarrierTransfer> corrupt = carrier.ReadFile(dir_);
+    ASSERT_FALSE(corrupt.ok());
+    EXPECT_EQ(corrupt.error().code, EBADMSG);
+    EXPECT_THAT(corrupt.error().message,
+                HasSubstr("reading bytes [0, 2097152) of " + Part(2) + " failed: they do not "
+                          "match the digest written with them (the file is corrupt); the saved "
+                          "bytes stay in the files"));
+    f = std::fopen(Part(2).c_str(), "r+b");
+    std::fseek(f, static_cast<long>(at), SEEK_SET);
+    std::fputc(good, f);
+    std::fclose(f);
+  }
+  ASSERT_TRUE(carrier.ReadFile(dir_).ok());
+  ASSERT_TRUE(carrier.Load(ReplaceBoth()).ok());
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
+}
+
+// Faults in the streaming path (kCarrierIoFaultVariable): a short write is finished by the
+// next call; a disk that fills mid-stream fails the write naming ENOSPC and the file, removes
+// every part and keeps the bytes in memory; a read error names the file, keeps the bytes in
+// the files, and the read runs again.
+TEST_F(CarrierOnDiskTest, StreamingFaultsAreNamedAndLoseNothing) {
+  HostCarrier carrier(api, Chunked());
+  SaveTwo(carrier);
+  ::setenv(kCarrierIoFaultVariable, "write:enospc:1", 1);
+  Result<CarrierTransfer> full = carrier.WriteFile(Stem());
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().code, ENOSPC);
+  EXPECT_THAT(full.error().message, HasSubstr("writing bytes ["));
+  EXPECT_THAT(full.error().message, HasSubstr("failed: No space left on device"));
+  for (int k = 0; k < 3; ++k) EXPECT_FALSE(fs::exists(Part(k)));
+  EXPECT_EQ(carrier.file_name(), "");
+  ::setenv(kCarrierIoFaultVariable, "write:short:0", 1);
+  ASSERT_TRUE(carrier.WriteFile(Stem()).ok());
+  ::setenv(kCarrierIoFaultVariable, "read:eio:2", 1);
+  Result<CarrierTransfer> unreadable = carrier.ReadFile(dir_);
+  ASSERT_FALSE(unreadable.ok());
+  EXPECT_EQ(unreadable.error().code, EIO);
+  EXPECT_THAT(unreadable.error().message, HasSubstr("reading bytes ["));
+  EXPECT_THAT(unreadable.error().message, HasSubstr("failed: Input/output error; the saved bytes "
+                                                    "stay in the files"));
+  ::setenv(kCarrierIoFaultVariable, "read:short:1", 1);
+  Result<CarrierTransfer> read = carrier.ReadFile(dir_);
+  ::unsetenv(kCarrierIoFaultVariable);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  ASSERT_TRUE(carrier.Load(ReplaceBoth()).ok());
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
+}
+
 }  // namespace
 }  // namespace cusnap::shim

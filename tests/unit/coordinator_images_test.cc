@@ -1,10 +1,13 @@
-// The images manifest's file checksums (coordinator/images/manifest.h): a small file's is its SHA-256;
-// a file larger than kChecksumPieceBytes is checksummed piece by piece in manifest format 2
-// (SHA-256 over its pieces' digests), whole in format 1; HashImageFiles gives the same
-// answers on one thread as on many. DumpIdsTaken names every id of a dump (a participant's pid,
-// another process's or a thread's, read from CRIU's core-<tid>.img names) that is held here.
+// The images manifest's file digests (coordinator/images/manifest.h): every file but a
+// carrier in chunks of kImageChunkBytes, each its XXH3-128, the same on one thread as on
+// many; a carrier's chunks as its shim reported them; CheckImageFiles names the file and the
+// first failing chunk of a flipped byte, a truncated, missing or extra file and bytes where
+// the dump left zeros; a manifest of another format is refused naming it. DumpIdsTaken names
+// every id of a dump (a participant's pid, another process's or a thread's, read from CRIU's
+// core-<tid>.img names) that is held here.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,6 +20,7 @@
 #include <thread>
 #include <future>
 
+#include "common/chunk_digest.h"
 #include "common/ids.h"
 #include "coordinator/images/manifest.h"
 #include "coordinator/images/restored_aliases.h"
@@ -26,10 +30,12 @@ namespace {
 
 namespace coord = cusnap::coord;
 namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
-// SHA-256("abc"), FIPS 180-2 appendix B.1.
-constexpr const char* kSha256OfAbc =
-    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+// XXH3-128("abc"), as xxHash 0.8's xxh128sum prints it.
+constexpr const char* kXxh128OfAbc = "06b05ab6733a618578af5f94892f3950";
 
 class ImageChecksumTest : public cusnap::testing::ScratchDirTest {
  protected:
@@ -42,56 +48,126 @@ class ImageChecksumTest : public cusnap::testing::ScratchDirTest {
     return path;
   }
 
-  /// The raw 32 bytes a lowercase hex digest stands for.
-  static std::string Raw(const std::string& hex) {
-    std::string raw;
-    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-      raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-    }
-    return raw;
+  /// The manifest of the dump files in dir_ (DescribeImageFiles), `carriers` as their shims
+  /// reported them.
+  coord::Manifest Describe(const std::vector<coord::ImageFile>& carriers = {}) {
+    coord::Manifest m;
+    auto files = coord::DescribeImageFiles(dir_, carriers);
+    EXPECT_TRUE(files.ok()) << files.error().message;
+    if (files.ok()) m.files = *files;
+    return m;
   }
 };
 
-TEST_F(ImageChecksumTest, ASmallFilesChecksumIsItsSha256InEitherFormat) {
-  const std::string path = Write("core-1.img", "abc");
-  EXPECT_EQ(coord::ImageChecksum(path, 3, 1).value(), kSha256OfAbc);
-  EXPECT_EQ(coord::ImageChecksum(path, 3, 2).value(), kSha256OfAbc);
+TEST_F(ImageChecksumTest, TheChunkDigestIsXxh3Of128BitsInTheHexXxh128sumPrints) {
+  const cusnap::ChunkDigest abc = cusnap::DigestOf("abc", 3);
+  EXPECT_EQ(cusnap::DigestHex(abc), kXxh128OfAbc);
+  cusnap::ChunkDigest parsed;
+  ASSERT_TRUE(cusnap::ParseDigestHex(kXxh128OfAbc, parsed));
+  EXPECT_EQ(parsed, abc);
+  EXPECT_FALSE(cusnap::ParseDigestHex("06B05AB6733A618578AF5F94892F3950", parsed));
+  EXPECT_FALSE(cusnap::ParseDigestHex("06b05ab6", parsed));
+  cusnap::ChunkHasher pieces;  // piece by piece: the same digest
+  pieces.Update("a", 1);
+  pieces.Update("bc", 2);
+  EXPECT_EQ(pieces.Finish(), abc);
 }
 
-TEST_F(ImageChecksumTest, ALargeFileIsChecksummedPieceByPieceInFormatTwo) {
-  const std::string piece(coord::kChecksumPieceBytes, 'p');
-  const std::string whole = Write("pages-1.img", piece + "abc");
-  const uint64_t bytes = coord::kChecksumPieceBytes + 3;
-  // The pieces' digests, each a file's SHA-256 on its own (files of at most one piece).
-  const std::string first = coord::ImageChecksum(Write("piece0", piece), piece.size()).value();
-  const std::string joined = Write("joined", Raw(first) + Raw(kSha256OfAbc));
-  const std::string expected = coord::ImageChecksum(joined, 64).value();
-  EXPECT_EQ(coord::ImageChecksum(whole, bytes, 2).value(), expected);
-  // Format 1: the SHA-256 of the whole file, which is something else.
-  const std::string plain = coord::ImageChecksum(whole, bytes, 1).value();
-  EXPECT_NE(plain, expected);
-  EXPECT_EQ(plain.size(), 64u);
-}
-
-TEST_F(ImageChecksumTest, HashImageFilesAgreesWithImageChecksumOnOneThreadAndMany) {
-  const std::string big = std::string(coord::kChecksumPieceBytes * 2, 'x') + "tail";
+TEST_F(ImageChecksumTest, AFileIsDigestedInChunksTheSameOnOneThreadAndMany) {
+  const std::string big = std::string(coord::kImageChunkBytes * 2, 'x') + "tail";
   Write("pages-2.img", big);
   Write("core-2.img", "abc");
-  Write("criu-dump.log", "not hashed");
-  for (int format : {1, 2}) {
-    auto one = coord::HashImageFiles(dir_, format, 1);
-    auto many = coord::HashImageFiles(dir_, format, 8);
-    ASSERT_TRUE(one.ok()) << one.error().message;
-    ASSERT_TRUE(many.ok()) << many.error().message;
-    EXPECT_EQ(*one, *many);
-    ASSERT_EQ(one->size(), 2u);  // sorted by name, the log left out
-    EXPECT_EQ((*one)[0].name, "core-2.img");
-    EXPECT_EQ((*one)[0].sha256, kSha256OfAbc);
-    EXPECT_EQ((*one)[1].name, "pages-2.img");
-    EXPECT_EQ((*one)[1].bytes, big.size());
-    EXPECT_EQ((*one)[1].sha256,
-              coord::ImageChecksum(dir_ + "/pages-2.img", big.size(), format).value());
-  }
+  Write("empty.img", "");
+  Write("criu-dump.log", "not digested");
+  auto one = coord::DescribeImageFiles(dir_, {}, 1);
+  auto many = coord::DescribeImageFiles(dir_, {}, 8);
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  ASSERT_TRUE(many.ok()) << many.error().message;
+  EXPECT_EQ(*one, *many);
+  ASSERT_EQ(one->size(), 3u);  // sorted by name, the log left out
+  EXPECT_EQ((*one)[0].name, "core-2.img");
+  ASSERT_EQ((*one)[0].chunks.size(), 1u);
+  EXPECT_EQ(cusnap::DigestHex((*one)[0].chunks[0].digest), kXxh128OfAbc);
+  EXPECT_THAT((*one)[1].chunks, IsEmpty());  // empty.img
+  const coord::ImageFile& pages = (*one)[2];
+  ASSERT_EQ(pages.chunks.size(), 3u);
+  EXPECT_EQ(pages.chunks[2].offset, 2 * coord::kImageChunkBytes);
+  EXPECT_EQ(pages.chunks[2].bytes, 4u);
+  EXPECT_EQ(pages.chunks[2].digest, cusnap::DigestOf("tail", 4));
+  EXPECT_EQ(pages.chunks[1].digest, cusnap::DigestOf(big.data(), coord::kImageChunkBytes));
+}
+
+// A carrier file's chunks are its shim's (digested as it wrote them): taken as they are, its
+// holes in no chunk. A carrier file no shim reported cannot be vouched for.
+TEST_F(ImageChecksumTest, ACarriersChunksAreItsShimsAndAnUnreportedCarrierIsRefused) {
+  Write("carrier-7-0.bin", std::string(8192, '\0') + "data");
+  const coord::ImageFile written{"carrier-7-0.bin", 8196, {{8192, 4, cusnap::DigestOf("data", 4)}}};
+  const coord::Manifest m = Describe({written});
+  ASSERT_EQ(m.files.size(), 1u);
+  EXPECT_EQ(m.files[0], written);
+  auto unreported = coord::DescribeImageFiles(dir_, {});
+  ASSERT_FALSE(unreported.ok());
+  EXPECT_THAT(unreported.error().message, HasSubstr("carrier file " + dir_ + "/carrier-7-0.bin "
+                                                    "is not one this dump's shims wrote"));
+}
+
+// What the manifest lists, checked: a flipped byte names the file and its first failing
+// chunk; a truncated, missing or extra file is named; a carrier's bytes no chunk covers must
+// still be zeros (its chunks are checked as its shim reads them back, not here).
+TEST_F(ImageChecksumTest, CheckImageFilesNamesEachFileAndItsFirstFailingChunk) {
+  const std::string big = std::string(coord::kImageChunkBytes + 10, 'p');
+  Write("pages-1.img", big);
+  Write("core-1.img", "abc");
+  Write("carrier-7-0.bin", std::string(8192, '\0') + "data");
+  const coord::Manifest m =
+      Describe({{"carrier-7-0.bin", 8196, {{8192, 4, cusnap::DigestOf("data", 4)}}}});
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m), IsEmpty());
+  Write("pages-1.img", big.substr(0, coord::kImageChunkBytes + 9) + "X");
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m),
+              ElementsAre("image file " + dir_ + "/pages-1.img is corrupt: its bytes [67108864, "
+                          "67108874) do not match their digest in the manifest (the first failing "
+                          "chunk is at offset 67108864)"));
+  Write("pages-1.img", big);
+  Write("carrier-7-0.bin", std::string(100, '\0') + "Z" + std::string(8091, '\0') + "data");
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m),
+              ElementsAre("image file " + dir_ + "/carrier-7-0.bin is corrupt: byte 100 is not "
+                          "zero, where the dump left zeros (a hole)"));
+  Write("carrier-7-0.bin", std::string(8192, '\0') + "datX");  // checked by its shim
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m), IsEmpty());
+  Write("core-1.img", "ab");
+  Write("core-9.img", "extra");
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m),
+              ElementsAre("image file " + dir_ + "/core-1.img holds 2 bytes, the manifest says 3 "
+                          "(truncated)",
+                          "image file " + dir_ + "/core-9.img is not one the manifest lists (a "
+                          "file of another dump, or one added since): remove it, or restore from "
+                          "an unchanged copy of the images"));
+  fs::remove(dir_ + "/core-1.img");
+  fs::remove(dir_ + "/core-9.img");
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m),
+              ElementsAre("image file " + dir_ + "/core-1.img is missing"));
+}
+
+// Images of another manifest format (SHA-256 per file, before chunk digests) are refused,
+// naming their version, what wrote them and what to do.
+TEST_F(ImageChecksumTest, AManifestOfAnotherFormatIsRefusedNamingItsVersion) {
+  coord::Manifest m = Describe();
+  nlohmann::json doc = coord::ManifestToJson(m);
+  doc["format_version"] = 2;
+  doc["cusnap_version"] = "cusnap 0.1.0 (abc123)";
+  auto old = coord::ManifestFromJson(doc, "M");
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.error().message, "M: images of manifest format version 2 (written by cusnap 0.1.0 "
+                                 "(abc123)); this cusnap reads format 3 only: restore them with "
+                                 "the cusnap that wrote them, or dump the job again with this one");
+  doc["format_version"] = 4;
+  EXPECT_THAT(coord::ManifestFromJson(doc, "M").error().message,
+              HasSubstr("restore them with a cusnap that reads them (a newer one)"));
+  doc = coord::ManifestToJson(m);
+  auto same = coord::ManifestFromJson(doc, "M");
+  ASSERT_TRUE(same.ok()) << same.error().message;
+  EXPECT_EQ(same->files, m.files);
+  EXPECT_EQ(same->chunk_bytes, coord::kImageChunkBytes);
 }
 
 // The manifest lists what the dump wrote, nothing else (a notes file kept beside the images
@@ -112,40 +188,6 @@ TEST_F(ImageChecksumTest, OnlyTheFilesADumpWritesAreImageFiles) {
   EXPECT_THAT(names, ::testing::ElementsAre("carrier-7-0.bin", "core-7.img", "cusnap-state.json",
                                             "pages-1.img", "stats-dump"));
   EXPECT_EQ(coord::ImageBytes(dir_), 5u);
-}
-
-// A manifest written before that rule may list a file of the user's: the restore checks the
-// files the manifest lists, whatever their names, and only those (a file it does not list,
-// changed or not, refuses nothing).
-TEST_F(ImageChecksumTest, TheFilesAManifestListsAreCheckedWhateverTheirNames) {
-  // A thread id above pid_max: none here holds it.
-  int pid_max = 0;
-  std::ifstream("/proc/sys/kernel/pid_max") >> pid_max;
-  ASSERT_GT(pid_max, 0);
-  const std::string core = "core-" + std::to_string(pid_max + 1) + ".img";
-  Write("notes.txt", "abc");
-  Write(core, "abc");
-  Write("unlisted.img", "anything");
-  coord::Manifest manifest;
-  manifest.driver = "simulated";
-  manifest.files = {{core, 3, kSha256OfAbc}, {"notes.txt", 3, kSha256OfAbc}};
-  const coord::MachineView machine{"simulated", {}, {}};
-  const coord::RunningCheck none = [](int, uint64_t) { return 0; };
-  std::vector<coord::UuidPair> pairs;
-  EXPECT_THAT(coord::CheckImages(dir_, manifest, machine, {}, none, pairs), ::testing::IsEmpty());
-  Write("notes.txt", "abd");
-  EXPECT_THAT(coord::CheckImages(dir_, manifest, machine, {}, none, pairs),
-              ::testing::ElementsAre(::testing::StartsWith("image file " + dir_ + "/notes.txt is "
-                                                           "corrupt: its SHA-256 is ")));
-  fs::remove(dir_ + "/notes.txt");
-  EXPECT_THAT(coord::CheckImages(dir_, manifest, machine, {}, none, pairs),
-              ::testing::ElementsAre("image file " + dir_ + "/notes.txt is missing"));
-}
-
-TEST_F(ImageChecksumTest, AMissingFileIsNamed) {
-  auto sum = coord::ImageChecksum(dir_ + "/gone.img", 10);
-  ASSERT_FALSE(sum.ok());
-  EXPECT_THAT(sum.error().message, ::testing::HasSubstr(dir_ + "/gone.img"));
 }
 
 /// A thread of this process (not its main one) that lives until `done` is set; its id.

@@ -1,6 +1,9 @@
 // The carrier files of a dump (carrier_files.h).
 #include "coordinator/images/carrier_files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <functional>
 
@@ -67,6 +70,17 @@ Status RemoveCarrierFiles(const std::string& dir) {
     return true;
   });
   return status;
+}
+
+void PrefetchCarrierFiles(const std::string& dir) {
+  ForEachCarrierFile(dir, [](const std::filesystem::directory_entry& e) {
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+      (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+      ::close(fd);
+    }
+    return true;
+  });
 }
 
 std::string AbsoluteDir(const std::string& dir) {

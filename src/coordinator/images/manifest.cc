@@ -3,7 +3,6 @@
 
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -42,6 +44,14 @@ std::string GpuText(const std::string& uuid, const std::string& model) {
 
 }  // namespace
 
+ImageFile ImageFileOf(const proto::CarrierFile& written) {
+  ImageFile file{written.name, written.bytes, {}};
+  for (const proto::CarrierChunk& c : written.chunks) {
+    file.chunks.push_back({c.offset, c.bytes, ChunkDigest{c.digest_high, c.digest_low}});
+  }
+  return file;
+}
+
 uint64_t Manifest::TotalBytes() const {
   uint64_t total = 0;
   for (const auto& f : files) total += f.bytes;
@@ -64,10 +74,13 @@ nlohmann::json ManifestToJson(const Manifest& m) {
   }
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : m.files) {
-    files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+    nlohmann::json chunks = nlohmann::json::array();
+    for (const auto& c : f.chunks) chunks.push_back({c.offset, c.bytes, DigestHex(c.digest)});
+    files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"chunks", std::move(chunks)}});
   }
   nlohmann::json document = {
           {"format_version", m.format_version}, {"cusnap_version", m.cusnap_version},
+          {"chunk_digest", kChunkDigestName},   {"chunk_bytes", m.chunk_bytes},
           {"driver", m.driver},                 {"criu_version", m.criu_version},
           {"created_unix_s", m.created_unix_s}, {"checkpoint_id", m.checkpoint_id},
           {"root_pid", m.root_pid},             {"root_start_time", m.root_start_time},
@@ -86,12 +99,24 @@ Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string&
   try {
     Manifest m;
     m.format_version = IntegerField<int>(json, "format_version");
-    // Format 1 differs only in how large files are checksummed (HashImageFiles reads both).
-    if (m.format_version != kManifestFormatVersion && m.format_version != 1) {
-      return Error{-1, origin + ": manifest format version " + std::to_string(m.format_version) +
-                           ", this cusnap reads versions 1 to " +
-                           std::to_string(kManifestFormatVersion)};
+    if (m.format_version != kManifestFormatVersion) {
+      const std::string by = json.contains("cusnap_version") && json["cusnap_version"].is_string()
+                                 ? " (written by " + json["cusnap_version"].get<std::string>() + ")"
+                                 : "";
+      return Error{-1, origin + ": images of manifest format version " +
+                           std::to_string(m.format_version) + by + "; this cusnap reads format " +
+                           std::to_string(kManifestFormatVersion) + " only: restore them with " +
+                           (m.format_version < kManifestFormatVersion
+                                ? "the cusnap that wrote them"
+                                : "a cusnap that reads them (a newer one)") +
+                           ", or dump the job again with this one"};
     }
+    if (json.at("chunk_digest").get<std::string>() != kChunkDigestName) {
+      return Error{-1, origin + ": manifest digests its chunks with " +
+                           json.at("chunk_digest").get<std::string>() + ", this cusnap with " +
+                           kChunkDigestName};
+    }
+    m.chunk_bytes = IntegerField<uint64_t>(json, "chunk_bytes", 1);
     m.cusnap_version = json.at("cusnap_version").get<std::string>();
     m.driver = json.at("driver").get<std::string>();
     m.criu_version = json.at("criu_version").get<std::string>();
@@ -112,16 +137,25 @@ Result<Manifest> ManifestFromJson(const nlohmann::json& json, const std::string&
           IntegerField<uint64_t>(p, "saved_bytes"), p.at("gpus").get<std::vector<std::string>>()});
     }
     for (const auto& f : json.at("files")) {
-      ImageFile file{f.at("name").get<std::string>(), IntegerField<uint64_t>(f, "bytes"),
-                     f.at("sha256").get<std::string>()};
+      ImageFile file{f.at("name").get<std::string>(), IntegerField<uint64_t>(f, "bytes"), {}};
       if (file.name.empty() || file.name.find('/') != std::string::npos || file.name == "..") {
         return Error{-1, origin + ": manifest names a file outside the images directory: '" +
                              file.name + "'"};
       }
+      uint64_t end = 0;  // chunks in order, apart, inside the file
+      for (const auto& c : f.at("chunks")) {
+        ImageChunk chunk{c.at(0).get<uint64_t>(), c.at(1).get<uint64_t>(), {}};
+        if (!ParseDigestHex(c.at(2).get<std::string>(), chunk.digest) || chunk.bytes == 0 ||
+            chunk.offset < end || chunk.bytes > file.bytes || chunk.offset > file.bytes - chunk.bytes) {
+          return Error{-1, origin + ": corrupt manifest: a chunk of " + file.name + " (" + c.dump() +
+                               ") is not a digest of bytes inside the file, after its others"};
+        }
+        end = chunk.offset + chunk.bytes;
+        file.chunks.push_back(chunk);
+      }
       m.files.push_back(std::move(file));
     }
-    // Manifests written before it have none (and are read as they are).
-    if (json.contains("digest") && json.at("digest").get<std::string>() != DocumentDigest(json)) {
+    if (json.at("digest").get<std::string>() != DocumentDigest(json)) {
       return Error{-1, origin + ": the manifest was changed after the dump wrote it (its digest "
                                 "does not match its content), so it no longer describes the "
                                 "images; restore from an unchanged copy"};
@@ -170,7 +204,15 @@ Result<Manifest> ReadManifestFile(const std::string& dir, const char* name,
   text << in.rdbuf();
   nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return Error{-1, path + ": corrupt manifest (not valid JSON)"};
-  return ManifestFromJson(json, path);
+  auto manifest = ManifestFromJson(json, path);
+  // Its digest covers its fields; the rest of its text (white space, the last newline) must
+  // be as the dump wrote it too, so that any byte changed, cut or added is found.
+  if (manifest && text.str() != ManifestToJson(*manifest).dump(2) + "\n") {
+    return Error{-1, path + ": corrupt manifest: its text is not the text the dump wrote (a "
+                            "byte changed, cut or added between its fields); restore from an "
+                            "unchanged copy of the images"};
+  }
+  return manifest;
 }
 
 }  // namespace
@@ -262,88 +304,10 @@ Result<Manifest> CompleteInterruptedDump(const std::string& dir) {
                                               "their state and 'cusnap recover' brings them back"
                                             : in_place)};
   }
-  auto files = HashImageFiles(dir, pending->format_version);
+  auto files = DescribeImageFiles(dir, pending->files);
   if (!files) return files.error();
   pending->files = std::move(*files);
   return std::move(*pending);
-}
-
-namespace {
-
-/// The SHA-256 digest (raw bytes) of `length` bytes of `path` from `offset`; to the end of
-/// the file when `to_end`. An error when the file is shorter than that (it changed).
-Result<std::string> Sha256OfPiece(const std::string& path, uint64_t offset, uint64_t length,
-                                  bool to_end) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) {
-    const int err = errno;
-    return Error{err, "cannot open " + path + ": " + std::strerror(err)};
-  }
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    return Error{-1, "SHA-256 is not available (OpenSSL)"};
-  }
-  std::vector<unsigned char> buffer(size_t{4} << 20);
-  uint64_t done = 0;
-  while (to_end || done < length) {
-    const size_t want = to_end ? buffer.size()
-                               : static_cast<size_t>(std::min<uint64_t>(buffer.size(), length - done));
-    const ssize_t n = ::pread(fd.get(), buffer.data(), want, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      return Error{err, "cannot read " + path + ": " + std::strerror(err)};
-    }
-    if (n == 0) break;
-    EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n));
-    done += static_cast<uint64_t>(n);
-  }
-  if (!to_end && done < length) {
-    return Error{EIO, path + " is shorter than its " + std::to_string(offset + length) +
-                          " bytes: it changed while it was checksummed"};
-  }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned size = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &size);
-  return std::string(reinterpret_cast<const char*>(digest), size);
-}
-
-/// How many pieces ImageChecksum hashes a `bytes`-byte file in (1: the whole file at once).
-uint64_t PieceCount(uint64_t bytes, int format) {
-  if (format < 2 || bytes <= kChecksumPieceBytes) return 1;
-  return (bytes + kChecksumPieceBytes - 1) / kChecksumPieceBytes;
-}
-
-/// The digest of piece `k` of a file of `bytes` bytes hashed in `pieces` pieces.
-Result<std::string> PieceDigest(const std::string& path, uint64_t bytes, uint64_t pieces,
-                                uint64_t k) {
-  if (pieces == 1) return Sha256OfPiece(path, 0, 0, /*to_end=*/true);
-  const uint64_t offset = k * kChecksumPieceBytes;
-  return Sha256OfPiece(path, offset, std::min(kChecksumPieceBytes, bytes - offset), false);
-}
-
-/// The checksum of a file from its pieces' digests (ImageChecksum).
-std::string CombinedChecksum(const std::vector<std::string>& digests) {
-  if (digests.size() == 1) {
-    return HexBytes(reinterpret_cast<const unsigned char*>(digests[0].data()),
-                    static_cast<unsigned>(digests[0].size()));
-  }
-  std::string joined;
-  for (const auto& d : digests) joined += d;
-  return Sha256Hex(joined);
-}
-
-}  // namespace
-
-Result<std::string> ImageChecksum(const std::string& path, uint64_t bytes, int format) {
-  const uint64_t pieces = PieceCount(bytes, format);
-  std::vector<std::string> digests;
-  for (uint64_t k = 0; k < pieces; ++k) {
-    auto d = PieceDigest(path, bytes, pieces, k);
-    if (!d) return d.error();
-    digests.push_back(std::move(*d));
-  }
-  return CombinedChecksum(digests);
 }
 
 Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir) {
@@ -352,7 +316,7 @@ Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir) {
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file(ec) || !IsDumpFile(name)) continue;
-    files.push_back(ImageFile{name, static_cast<uint64_t>(entry.file_size(ec)), ""});
+    files.push_back(ImageFile{name, static_cast<uint64_t>(entry.file_size(ec)), {}});
   }
   if (ec) return Error{ec.value(), "cannot list " + dir + ": " + ec.message()};
   std::sort(files.begin(), files.end(),
@@ -369,54 +333,260 @@ uint64_t ImageBytes(const std::string& dir) {
   return total;
 }
 
-Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir, int format,
-                                              unsigned threads) {
-  auto listed = ListImageFiles(dir);
-  if (!listed) return listed.error();
-  return HashFiles(dir, std::move(*listed), format, threads);
+namespace {
+
+/// Runs `work(k)` for every k in [0, count) on up to `threads` threads (0: one per CPU, at
+/// most 16): one rank's page image holds most of CRIU's bytes.
+void RunConcurrently(size_t count, unsigned threads, const std::function<void(size_t)>& work) {
+  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(count, 1)));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t k; (k = next.fetch_add(1)) < count;) work(k);
+    });
+  }
+  for (auto& t : pool) t.join();
 }
 
-Result<std::vector<ImageFile>> HashFiles(const std::string& dir, std::vector<ImageFile> files,
-                                         int format, unsigned threads) {
-  // Every piece of every file is one task; larger files first, so that the last task to
+/// Bytes read at a time while digesting or checking a range.
+constexpr size_t kReadBlock = size_t{4} << 20;
+
+/// Reads [offset, offset + bytes) of `path` into `buffer` a block at a time, calling
+/// `each(data, n)` for every block read. An errno-coded Error naming the file when it cannot
+/// be opened or read, or ends first (it changed).
+Status ReadRange(const std::string& path, uint64_t offset, uint64_t bytes,
+                 const std::function<void(const unsigned char*, size_t)>& each) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    const int err = errno;
+    return Error{err, "cannot open " + path + ": " + std::strerror(err)};
+  }
+  std::vector<unsigned char> buffer(static_cast<size_t>(std::min<uint64_t>(kReadBlock, bytes)));
+  uint64_t done = 0;
+  while (done < bytes) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), bytes - done));
+    const ssize_t n = ::pread(fd.get(), buffer.data(), want, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      return Error{err, "cannot read " + path + ": " + std::strerror(err)};
+    }
+    if (n == 0) {
+      return Error{EIO, path + " is shorter than its " + std::to_string(offset + bytes) +
+                            " bytes: it changed while it was read"};
+    }
+    each(buffer.data(), static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
+  }
+  return Ok{};
+}
+
+/// The digest of [offset, offset + bytes) of `path` (ReadRange's errors).
+Result<ChunkDigest> DigestRange(const std::string& path, uint64_t offset, uint64_t bytes) {
+  ChunkHasher hasher;
+  if (Status s = ReadRange(path, offset, bytes, [&](const unsigned char* data, size_t n) {
+        hasher.Update(data, n);
+      });
+      !s) {
+    return s.error();
+  }
+  return hasher.Finish();
+}
+
+/// The first byte of [begin, end) of `path` that is not zero, nullopt when all are; only
+/// where the file holds data (SEEK_DATA: a hole is zeros without reading it). Errors name the
+/// file.
+Result<std::optional<uint64_t>> FirstNonZero(const std::string& path, uint64_t begin, uint64_t end) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    const int err = errno;
+    return Error{err, "cannot open " + path + ": " + std::strerror(err)};
+  }
+  for (uint64_t at = begin; at < end;) {
+    off_t data = ::lseek(fd.get(), static_cast<off_t>(at), SEEK_DATA);
+    if (data < 0 && errno == ENXIO) return std::optional<uint64_t>{};  // holes to the end
+    if (data < 0) data = static_cast<off_t>(at);  // no SEEK_DATA here: read it all
+    if (static_cast<uint64_t>(data) >= end) return std::optional<uint64_t>{};
+    off_t hole = ::lseek(fd.get(), data, SEEK_HOLE);
+    const uint64_t stop = hole < 0 ? end : std::min<uint64_t>(end, static_cast<uint64_t>(hole));
+    std::optional<uint64_t> found;
+    uint64_t seen = static_cast<uint64_t>(data);
+    if (Status s = ReadRange(path, seen, stop - seen, [&](const unsigned char* p, size_t n) {
+          for (size_t i = 0; i < n && !found; ++i) {
+            if (p[i] != 0) found = seen + i;
+          }
+          seen += n;
+        });
+        !s) {
+      return s.error();
+    }
+    if (found) return found;
+    at = stop;
+  }
+  return std::optional<uint64_t>{};
+}
+
+/// "[a, b)".
+std::string RangeText(uint64_t offset, uint64_t bytes) {
+  std::string text = "[";
+  text += std::to_string(offset);
+  text += ", ";
+  text += std::to_string(offset + bytes);
+  text += ")";
+  return text;
+}
+
+}  // namespace
+
+Result<std::vector<ImageFile>> DigestFiles(const std::string& dir, std::vector<ImageFile> files,
+                                           unsigned threads) {
+  // Every chunk of every file is one task; larger files first, so that the last task to
   // start is a small one.
   struct Task {
     size_t file;
-    uint64_t piece;
+    size_t chunk;
   };
-  std::vector<std::vector<std::string>> digests(files.size());
   std::vector<Task> tasks;
   for (size_t i = 0; i < files.size(); ++i) {
-    const uint64_t pieces = PieceCount(files[i].bytes, format);
-    digests[i].resize(pieces);
-    for (uint64_t k = 0; k < pieces; ++k) tasks.push_back({i, k});
+    files[i].chunks.clear();
+    for (uint64_t at = 0; at < files[i].bytes; at += kImageChunkBytes) {
+      tasks.push_back({i, files[i].chunks.size()});
+      files[i].chunks.push_back({at, std::min(kImageChunkBytes, files[i].bytes - at), {}});
+    }
   }
   std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& a, const Task& b) {
     return files[a.file].bytes > files[b.file].bytes;
   });
-  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
-  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(tasks.size(), 1)));
-  std::atomic<size_t> next{0};
   std::vector<std::string> errors(tasks.size());
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
-        const Task& task = tasks[k];
-        const ImageFile& f = files[task.file];
-        auto d = PieceDigest(dir + "/" + f.name, f.bytes, digests[task.file].size(), task.piece);
-        if (d) digests[task.file][task.piece] = std::move(*d); else errors[k] = d.error().message;
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
+  RunConcurrently(tasks.size(), threads, [&](size_t k) {
+    ImageChunk& c = files[tasks[k].file].chunks[tasks[k].chunk];
+    auto d = DigestRange(dir + "/" + files[tasks[k].file].name, c.offset, c.bytes);
+    if (d) c.digest = *d; else errors[k] = d.error().message;
+  });
   for (const auto& e : errors) {
     if (!e.empty()) return Error{-1, e};
   }
-  for (size_t i = 0; i < files.size(); ++i) files[i].sha256 = CombinedChecksum(digests[i]);
   return files;
 }
 
+Result<std::vector<ImageFile>> DescribeImageFiles(const std::string& dir,
+                                                  const std::vector<ImageFile>& carriers,
+                                                  unsigned threads) {
+  auto listed = ListImageFiles(dir);
+  if (!listed) return listed.error();
+  std::vector<ImageFile> digested, others;
+  for (ImageFile& f : *listed) {
+    if (!IsCarrierFile(f.name)) {
+      others.push_back(std::move(f));
+      continue;
+    }
+    const auto written = std::find_if(carriers.begin(), carriers.end(),
+                                      [&](const ImageFile& c) { return c.name == f.name; });
+    if (written == carriers.end() || written->bytes != f.bytes) {
+      return Error{EINVAL, "carrier file " + dir + "/" + f.name + " is not one this dump's "
+                           "shims wrote (" + (written == carriers.end()
+                                                   ? std::string("none reported it")
+                                                   : "they wrote " + std::to_string(written->bytes) +
+                                                         " bytes, it holds " + std::to_string(f.bytes)) +
+                           "): its bytes cannot be vouched for"};
+    }
+    digested.push_back(*written);
+  }
+  auto hashed = DigestFiles(dir, std::move(others), threads);
+  if (!hashed) return hashed.error();
+  for (ImageFile& f : *hashed) digested.push_back(std::move(f));
+  std::sort(digested.begin(), digested.end(),
+            [](const ImageFile& a, const ImageFile& b) { return a.name < b.name; });
+  return digested;
+}
+
+std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
+                                         unsigned threads, bool carrier_chunks) {
+  std::vector<std::string> problems;
+  // The files the manifest lists, each of its size.
+  std::vector<const ImageFile*> present;
+  std::set<std::string> names;
+  for (const auto& f : manifest.files) {
+    names.insert(f.name);
+    const std::string path = dir + "/" + f.name;
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    if (ec) {
+      problems.push_back("image file " + path + " is missing");
+    } else if (bytes != f.bytes) {
+      problems.push_back("image file " + path + " holds " + std::to_string(bytes) +
+                         " bytes, the manifest says " + std::to_string(f.bytes) +
+                         (bytes < f.bytes ? " (truncated)" : " (corrupt)"));
+    } else {
+      present.push_back(&f);
+    }
+  }
+  // A dump file it does not list (of another dump, or added since) would be restored with
+  // the job (CRIU reads every image it finds that the others name).
+  if (auto listed = ListImageFiles(dir); listed) {
+    for (const auto& f : *listed) {
+      if (!names.count(f.name) && f.name != "stats-dump") {
+        problems.push_back("image file " + dir + "/" + f.name + " is not one the manifest lists "
+                           "(a file of another dump, or one added since): remove it, or "
+                           "restore from an unchanged copy of the images");
+      }
+    }
+  } else {
+    problems.push_back(listed.error().message);
+  }
+  // Tasks: every chunk of every file but the carriers (their shims check them as they read
+  // them back), and per file its bytes no chunk covers (zeros, mostly holes).
+  struct Task {
+    const ImageFile* file;
+    const ImageChunk* chunk;  // null: the file's uncovered ranges
+  };
+  std::vector<Task> tasks;
+  for (const ImageFile* f : present) {
+    tasks.push_back({f, nullptr});
+    if (IsCarrierFile(f->name) && !carrier_chunks) continue;
+    for (const auto& c : f->chunks) tasks.push_back({f, &c});
+  }
+  std::mutex mutex;
+  std::map<std::string, std::pair<uint64_t, std::string>> first;  // file -> (offset, problem)
+  const auto found = [&](const ImageFile& f, uint64_t offset, std::string problem) {
+    std::lock_guard lock(mutex);
+    auto [at, fresh] = first.try_emplace(f.name, offset, problem);
+    if (!fresh && offset < at->second.first) at->second = {offset, std::move(problem)};
+  };
+  RunConcurrently(tasks.size(), threads, [&](size_t k) {
+    const ImageFile& f = *tasks[k].file;
+    const std::string path = dir + "/" + f.name;
+    if (const ImageChunk* c = tasks[k].chunk) {
+      auto d = DigestRange(path, c->offset, c->bytes);
+      if (!d) return found(f, c->offset, d.error().message);
+      if (*d != c->digest) {
+        found(f, c->offset, "image file " + path + " is corrupt: its bytes " +
+                                RangeText(c->offset, c->bytes) + " do not match their digest in "
+                                "the manifest (the first failing chunk is at offset " +
+                                std::to_string(c->offset) + ")");
+      }
+      return;
+    }
+    uint64_t at = 0;
+    for (size_t i = 0; i <= f.chunks.size(); ++i) {
+      const uint64_t end = i < f.chunks.size() ? f.chunks[i].offset : f.bytes;
+      if (at < end) {
+        auto nonzero = FirstNonZero(path, at, end);
+        if (!nonzero) return found(f, at, nonzero.error().message);
+        if (*nonzero) {
+          return found(f, **nonzero, "image file " + path + " is corrupt: byte " +
+                                         std::to_string(**nonzero) + " is not zero, where the "
+                                         "dump left zeros (a hole)");
+        }
+      }
+      if (i < f.chunks.size()) at = f.chunks[i].offset + f.chunks[i].bytes;
+    }
+  });
+  for (auto& [name, problem] : first) problems.push_back(std::move(problem.second));
+  return problems;
+}
 std::vector<int> DumpedIds(const std::string& dir, const Manifest& manifest) {
   std::vector<int> ids;
   for (const auto& p : manifest.participants) ids.push_back(p.pid);
@@ -487,7 +657,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
                                      const RunningCheck& running, std::vector<UuidPair>& pairs,
-                                     bool resumed) {
+                                     bool resumed, bool carrier_chunks) {
   std::vector<std::string> problems;
   if (manifest.driver != machine.driver) {
     problems.push_back(dir + " was dumped under driver '" + manifest.driver +
@@ -580,35 +750,8 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
       }
     }
   }
-  // The files the manifest lists, and only those: others in the directory are the user's
-  // (IsDumpFile), and a manifest written before that rule may list one of them.
-  std::vector<ImageFile> present;
-  std::vector<const ImageFile*> listed;  // present[k] is listed[k] in the manifest
-  for (const auto& f : manifest.files) {
-    const std::string path = dir + "/" + f.name;
-    std::error_code ec;
-    const auto bytes = std::filesystem::file_size(path, ec);
-    if (ec) {
-      problems.push_back("image file " + path + " is missing");
-    } else if (bytes != f.bytes) {
-      problems.push_back("image file " + path + " holds " + std::to_string(bytes) +
-                         " bytes, the manifest says " + std::to_string(f.bytes) + " (corrupt)");
-    } else {
-      present.push_back(ImageFile{f.name, f.bytes, ""});
-      listed.push_back(&f);
-    }
-  }
-  auto hashed = HashFiles(dir, present, manifest.format_version);
-  if (!hashed) {
-    problems.push_back(hashed.error().message);
-    return problems;
-  }
-  for (size_t k = 0; k < hashed->size(); ++k) {  // HashFiles keeps the order it was given
-    const ImageFile& f = (*hashed)[k];
-    if (f.sha256 != listed[k]->sha256) {
-      problems.push_back("image file " + dir + "/" + f.name + " is corrupt: its SHA-256 is " +
-                         f.sha256 + ", the manifest says " + listed[k]->sha256);
-    }
+  for (auto& problem : CheckImageFiles(dir, manifest, 0, carrier_chunks)) {
+    problems.push_back(std::move(problem));
   }
   return problems;
 }

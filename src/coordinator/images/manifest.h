@@ -1,8 +1,11 @@
 // The images directory of `cusnap dump` (DESIGN.md, "Main job"): CRIU's images of the job's
 // process tree, the cusnap state file, and a manifest (cusnap-images.json) that makes the
 // directory self-describing: who wrote it, for which driver and GPUs, how many bytes each
-// participant saved, and a SHA-256 of every file. `cusnap restore --images-dir` checks it
-// before anything changes (CheckImages); `cusnap inspect` prints it.
+// participant saved, and every file's size and chunk digests (XXH3-128 per chunk,
+// common/chunk_digest.h; a carrier file's chunks as its shim wrote them, its holes listed by
+// no chunk: zeros). `cusnap restore --images-dir` checks it before anything changes
+// (CheckImages: every file but the carriers read and checked, the carriers' holes checked;
+// each carrier chunk is checked as its shim reads it back); `cusnap inspect` prints it.
 //
 // A dump writes a pending manifest (cusnap-images.pending.json: the same document without
 // the files) before CRIU starts, and removes it once the manifest is written (or CRIU failed
@@ -19,17 +22,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/chunk_digest.h"
 #include "common/error.h"
+#include "common/messages.h"
 #include "coordinator/native/device_map.h"
 
 
 namespace cusnap::coord {
 
-/// 2: a file larger than kChecksumPieceBytes is checksummed piecewise (ImageChecksum);
-/// 1: every file's SHA-256 (still read and checked).
-inline constexpr int kManifestFormatVersion = 2;
-/// The pieces a large image file is checksummed in, concurrently (format 2): bytes.
-inline constexpr uint64_t kChecksumPieceBytes = uint64_t{64} << 20;
+/// 3: each file's chunks with their XXH3-128 digests, the carriers' from their shims. Other
+/// versions (1 and 2: a SHA-256 per file) are refused, naming theirs (ManifestFromJson).
+inline constexpr int kManifestFormatVersion = 3;
+/// The chunk the coordinator digests the files other than carriers in (CRIU's images, the
+/// state file), concurrently: bytes (Manifest::chunk_bytes records it).
+inline constexpr uint64_t kImageChunkBytes = uint64_t{64} << 20;
 inline constexpr const char* kManifestFileName = "cusnap-images.json";
 inline constexpr const char* kPendingManifestFileName = "cusnap-images.pending.json";
 /// CRIU's log of `cusnap dump` in the images directory, and the line it ends with when the
@@ -37,13 +43,26 @@ inline constexpr const char* kPendingManifestFileName = "cusnap-images.pending.j
 inline constexpr const char* kCriuDumpLogName = "criu-dump.log";
 inline constexpr const char* kCriuDumpFinished = "Dumping finished successfully";
 
-/// One file of the directory the manifest vouches for (CRIU's images and the state file).
+/// One chunk of an image file: its byte range and digest.
+struct ImageChunk {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  ChunkDigest digest;
+  bool operator==(const ImageChunk&) const = default;
+};
+
+/// One file of the directory the manifest vouches for (CRIU's images, the carrier files and
+/// the state file). Its chunks are in offset order and do not overlap; bytes no chunk covers
+/// are zeros (a carrier's holes: never read back).
 struct ImageFile {
   std::string name;    ///< relative to the images directory
   uint64_t bytes = 0;
-  std::string sha256;  ///< lowercase hex, ImageChecksum of the manifest's format
+  std::vector<ImageChunk> chunks;
   bool operator==(const ImageFile&) const = default;
 };
+
+/// The ImageFile of a carrier part file its shim wrote (kWriteCarrier's reply).
+ImageFile ImageFileOf(const proto::CarrierFile& written);
 
 /// A GPU of the machine, as the coordinator's driver numbers it.
 struct ImagesGpu {
@@ -63,6 +82,9 @@ struct ImagesParticipant {
 /// The whole manifest.
 struct Manifest {
   int format_version = kManifestFormatVersion;
+  /// The chunk files other than carriers are digested in (kImageChunkBytes); a carrier's
+  /// chunks are its shim's (CUSNAP_CARRIER_CHUNK_MIB, at most 64 MiB), each listed.
+  uint64_t chunk_bytes = kImageChunkBytes;
   std::string cusnap_version;   ///< the build that wrote it (`cusnap --version`'s first line)
   std::string driver;           ///< CheckpointDriver::Describe(): "simulated", "NVIDIA 580..."
   std::string criu_version;     ///< `criu --version`'s first line
@@ -147,41 +169,48 @@ bool IsFailedDump(const std::string& dir);
 std::string WhyCriuDumpIncomplete(const std::string& dir);
 
 /// The manifest of a dump interrupted after CRIU ran (pending manifest, no manifest): the
-/// pending one with every image file's size and SHA-256 (HashImageFiles). Error naming the
-/// cause: ENOENT when there is no pending manifest, EIO when CRIU's images are not complete
-/// (WhyCriuDumpIncomplete: the job was not taken to disk; the message names the command that
-/// brings the job back, CheckpointedInPlaceText's when it is still checkpointed in place),
-/// else ReadPendingManifest's or HashImageFiles'.
+/// pending one (which lists the carrier files) with every other image file's size and
+/// digests (DescribeImageFiles). Error naming the cause: ENOENT when there is no pending
+/// manifest, EIO when CRIU's images are not complete (WhyCriuDumpIncomplete: the job was not
+/// taken to disk; the message names the command that brings the job back,
+/// CheckpointedInPlaceText's when it is still checkpointed in place), else
+/// ReadPendingManifest's or DescribeImageFiles'.
 Result<Manifest> CompleteInterruptedDump(const std::string& dir);
 
-/// Every dump file of `dir` (IsDumpFile, regular files only), with its size and ImageChecksum
-/// for manifest format `format`, sorted by name.
-/// Every piece of every file is hashed concurrently, on up to `threads` threads (0: one per
-/// CPU, at most 16): one rank's page image holds most of a dump's bytes, and one thread
-/// hashes about 1 GB/s (docs/MEASURED.md M17). errno-coded Error naming the file that could
-/// not be read, or that changed size while it was hashed.
-Result<std::vector<ImageFile>> HashImageFiles(const std::string& dir,
-                                              int format = kManifestFormatVersion,
-                                              unsigned threads = 0);
+/// Every dump file of `dir` (IsDumpFile, regular files only), sorted by name, with its size
+/// and chunks: a carrier file's from `carriers` (its shim's digests, taken as they are), every
+/// other file digested here in chunks of kImageChunkBytes, every chunk of every file
+/// concurrently on up to `threads` threads (0: one per CPU, at most 16). errno-coded Error
+/// naming the file that could not be read or changed size while it was read, or a carrier
+/// file no shim reported (EINVAL).
+Result<std::vector<ImageFile>> DescribeImageFiles(const std::string& dir,
+                                                  const std::vector<ImageFile>& carriers = {},
+                                                  unsigned threads = 0);
 
-/// HashImageFiles for the `files` named (names and sizes; sha256 filled in), in their order.
-Result<std::vector<ImageFile>> HashFiles(const std::string& dir, std::vector<ImageFile> files,
-                                         int format = kManifestFormatVersion, unsigned threads = 0);
+/// DigestFiles' work for the `files` named (names and sizes; chunks filled in), in their
+/// order: each file in chunks of kImageChunkBytes.
+Result<std::vector<ImageFile>> DigestFiles(const std::string& dir, std::vector<ImageFile> files,
+                                           unsigned threads = 0);
 
-/// Every file of `dir` HashImageFiles would hash (IsDumpFile), with its size (sha256 left
-/// empty), sorted by name. errno-coded Error when `dir` cannot be listed.
+/// Every file of `dir` a dump lists (IsDumpFile), with its size (no chunks), sorted by name.
+/// errno-coded Error when `dir` cannot be listed.
 Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir);
 
 /// Sum of ListImageFiles' sizes (0 when the directory cannot be listed): what CRIU wrote.
 uint64_t ImageBytes(const std::string& dir);
 
-/// The checksum of the `bytes`-byte file at `path` that a manifest of format `format`
-/// records (lowercase hex): its SHA-256 in format 1, and in format 2 for a file of at most
-/// kChecksumPieceBytes; for a larger one in format 2, the SHA-256 of the SHA-256 digests
-/// (32 bytes each, in order) of its kChecksumPieceBytes pieces, the last one shorter.
-/// Computed on the calling thread (HashImageFiles spreads the pieces over threads).
-Result<std::string> ImageChecksum(const std::string& path, uint64_t bytes,
-                                  int format = kManifestFormatVersion);
+/// What is wrong with the image files of `dir` against the manifest's list, one sentence
+/// each naming the file: a file missing or of another size (truncated or grown), a dump
+/// file the manifest does not list (an extra file), a chunk whose bytes do not match its
+/// digest (the first failing chunk of each file, by offset), bytes no chunk covers that are
+/// not zeros. Every file but the carriers is read (concurrently, `threads` as
+/// DescribeImageFiles); of a carrier only what no chunk covers, and only where the file
+/// holds data there (SEEK_DATA): its chunks are checked as its shim reads them back, or here
+/// too with `carrier_chunks` (a check that runs before CRIU, for a restore cusnap does not
+/// drive: the CRIU plugin's). CRIU's statistics (stats-dump) are no extra file: CRIU writes
+/// them after its plugins' last hook of a dump, so a manifest written there lacks them.
+std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
+                                         unsigned threads = 0, bool carrier_chunks = false);
 
 /// What the machine offers a restore.
 struct MachineView {
@@ -232,8 +261,8 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
 // AliveHere (coordinator/proc/processes.h) is the AliveCheck of this machine.
 
 /// Everything that makes a restore from `dir` impossible, each as one sentence naming its
-/// cause, checked before anything changes: the manifest missing or unreadable; a file it
-/// lists missing, of another size, or whose SHA-256 differs (corrupt); another driver; fewer
+/// cause, checked before anything changes: the manifest missing or unreadable; the image
+/// files (CheckImageFiles); another driver; fewer
 /// GPUs than the job used, or a job GPU the machine does not have (without a `device_map`);
 /// a device map that is incomplete, names unknown GPUs or puts two on one
 /// (ResolveDeviceMap); a target GPU of another model than the one it replaces; the dumped
@@ -241,11 +270,12 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
 /// second copy of it); a pid of the dump that another process holds now (CRIU gives
 /// every process its pid back and fails with "File exists" otherwise); with `resumed`, the
 /// last two are not asked (the tree an interrupted restore brought back holds the ids, and
-/// is the job). `pairs` receives the resolved device map. Empty: fine.
+/// is the job). `pairs` receives the resolved device map; `carrier_chunks` as for
+/// CheckImageFiles. Empty: fine.
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
                                      const RunningCheck& running, std::vector<UuidPair>& pairs,
-                                     bool resumed = false);
+                                     bool resumed = false, bool carrier_chunks = false);
 
 }  // namespace cusnap::coord

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/messages.h"
 #include "coordinator/native/device_map.h"
 #include "coordinator/native/native_driver.h"
 #include "coordinator/participants/participant.h"
@@ -70,6 +71,9 @@ struct CommandReport {
   /// An Interrupt stopped the command at a phase boundary before its first destructive step
   /// (what it had done was undone: outcome kRefused or kRestoreRefused, unless undoing failed).
   bool interrupted = false;
+  /// write_carriers (`cusnap dump`): every carrier part file written, with the digest of each
+  /// chunk as its shim wrote it (the images manifest records them).
+  std::vector<proto::CarrierFile> carrier_files;
   /// After kFailedAfterChange: the command that finishes the job, when it is not `recover`
   /// or `restore` with the same state directory (a dump whose job is only on disk now).
   std::string finish_with;

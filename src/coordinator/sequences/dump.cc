@@ -246,6 +246,7 @@ class DumpSequence : Sequence {
       };
       auto pending = DescribeDump();
       if (!pending) return pending.error();
+      pending->files = CarrierFiles();
       // check_images made sure an earlier dump here is of this job, which runs: replaced.
       if (auto s = RemovePreviousDump(Dir()); !s) return s.error();
       if (auto s = WritePendingManifest(Dir(), *pending); !s) return s.error();
@@ -302,6 +303,7 @@ class DumpSequence : Sequence {
     return LocalPhase("hand_over_to_criu", [&]() -> Result<uint64_t> {
       auto pending = DescribeDump();
       if (!pending) return pending.error();
+      pending->files = CarrierFiles();
       if (auto s = RemovePreviousDump(Dir()); !s) return s.error();
       if (auto s = WritePendingManifest(Dir(), *pending); !s) return s.error();
       return uint64_t{0};
@@ -319,21 +321,35 @@ class DumpSequence : Sequence {
     return true;
   }
 
-  /// write_manifest: SHA-256 of every image file and the state file, the machine's GPUs and
-  /// driver, each participant's bytes; bytes are the ones hashed (read back from the page
-  /// cache or disk).
+  /// write_manifest: every image file's chunk digests (the carriers' as their shims wrote
+  /// them, CRIU's images and the state file read and digested here), the machine's GPUs and
+  /// driver, each participant's bytes; bytes are the ones read back to digest (CRIU's).
   bool WriteManifestPhase() {
     return LocalPhase("write_manifest", [&]() -> Result<uint64_t> {
       auto m = DescribeDump();
       if (!m) return m.error();
-      auto files = HashImageFiles(Dir());
+      auto files = DescribeImageFiles(Dir(), CarrierFiles());
       if (!files) return files.error();
       m->files = std::move(*files);
       if (auto s = WriteManifest(Dir(), *m); !s) return s.error();
       // The manifest supersedes it (a pending manifest left beside one is ignored).
       if (auto s = RemovePendingManifest(Dir()); !s) report_.notes.push_back(s.error().message);
-      return m->TotalBytes();
+      return m->TotalBytes() - CarrierBytes(m->files);
     });
+  }
+
+  /// The carrier files write_carriers wrote, with their shims' digests.
+  std::vector<ImageFile> CarrierFiles() const {
+    std::vector<ImageFile> files;
+    for (const auto& written : report_.carrier_files) files.push_back(ImageFileOf(written));
+    return files;
+  }
+
+  /// Bytes of the carrier files among `files`.
+  static uint64_t CarrierBytes(const std::vector<ImageFile>& files) {
+    uint64_t total = 0;
+    for (const auto& f : files) total += IsCarrierFile(f.name) ? f.bytes : 0;
+    return total;
   }
 
   /// The manifest of this dump without its files: the state file the checkpoint wrote, the
@@ -437,12 +453,15 @@ class ImagesRestoreSequence : Sequence {
   /// tree back: the job was changed (it runs again, released), and `cusnap restore` or
   /// `recover` with the images directory as state directory finishes it.
   Outcome Nested() {
+    if (carriers_refused_) return Outcome::kRestoreRefused;  // the tree was ended (RestoreJob)
     return nested_ == Outcome::kRestoreRefused ? Outcome::kFailedAfterChange : nested_;
   }
 
-  /// check_images: the manifest, every file's size and SHA-256, driver, GPU count and
-  /// models, the device map, and no running copy of the job (CheckImages). Its line counts
-  /// the files and the bytes hashed (SHA-256 of every file: seconds for a large job).
+  /// check_images: the manifest, every file's size, the digests of every file but the
+  /// carriers (CRIU's images and the state file: read here, before CRIU restores anything;
+  /// each carrier chunk is checked as read_carriers reads it), the carriers' holes, driver,
+  /// GPU count and models, the device map, and no running copy of the job (CheckImages). Its
+  /// line counts the files and the bytes read.
   bool CheckAll() {
     CheckSummary summary;
     return CheckPhase("check_images", [&]() -> std::vector<std::string> {
@@ -471,9 +490,9 @@ class ImagesRestoreSequence : Sequence {
       std::vector<UuidPair> pairs;
       auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
                                   RunningHere(options_.control_dir), pairs,
-                                  options_.resume_root > 0);
+                                  options_.resume_root > 0, options_.check_only);
       summary.note = std::to_string(manifest_.files.size()) + " files";
-      summary.bytes = manifest_.TotalBytes();
+      summary.bytes = options_.check_only ? manifest_.TotalBytes() : manifest_.CriuBytes();
       if (problems.empty()) {
         auto criu = FindCriu();
         if (!criu) return {criu.error().message};
@@ -514,6 +533,9 @@ class ImagesRestoreSequence : Sequence {
           return Error{err, "cannot remove " + options_.images_dir + "/restored.pid: " +
                                 std::strerror(err)};
         }
+        // The carriers are read once the processes are back (read_carriers): from a cold
+        // disk, they come into the page cache while CRIU restores the processes.
+        PrefetchCarrierFiles(options_.images_dir);
         if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
                              "criu-restore.log");
             !s) {
@@ -558,6 +580,16 @@ class ImagesRestoreSequence : Sequence {
   /// stopped, as CRIU restores a held job), and drops the restore record: the images are
   /// as they were, and the restore can be run again. Returns `why`, the failure.
   Error EndRestoredTree(Error why) {
+    EndTree("run the restore again");
+    if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
+      report_.notes.push_back(s.error().message);
+    }
+    return why;
+  }
+
+  /// Ends the processes CRIU brought back (SIGKILL, waited for), saying so and `then` (what
+  /// to do next) when there were any.
+  void EndTree(const std::string& then) {
     const int root = root_pid_ > 0 ? root_pid_ : InterruptedRestoreRoot(manifest_, started_);
     const std::vector<int> tree = root > 0 ? ProcessTree(root) : std::vector<int>{};
     for (const int pid : tree) ::kill(pid, SIGKILL);
@@ -567,13 +599,9 @@ class ImagesRestoreSequence : Sequence {
     if (!tree.empty()) {
       report_.notes.push_back("the " + std::to_string(tree.size()) + " processes CRIU brought "
                               "back were ended before any of their GPU memory was restored; " +
-                              options_.images_dir + " is as it was: run the restore again");
-    }
-    if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
-      report_.notes.push_back(s.error().message);
+                              options_.images_dir + " is as it was: " + then);
     }
     root_pid_ = 0;
-    return why;
   }
 
   /// The control directory of the restored job: the job control directory below ours its
@@ -602,6 +630,18 @@ class ImagesRestoreSequence : Sequence {
                                nullptr));
     report_.restored_root = root_pid_;
     nested_ = report_.outcome;
+    if (nested_ != Outcome::kOk && !report_.phases.empty() &&
+        report_.phases.back().name == "read_carriers" && !report_.phases.back().ok()) {
+      // A carrier file that cannot be read back whole and as written (a chunk whose bytes do
+      // not match their digest, a read error): no process got any GPU memory back, and no
+      // application call passed its gate. The images are the job: the tree goes, as a
+      // refusal of check_images would have left it, and the restore runs again once the
+      // file is mended.
+      EndTree("mend the carrier file named above (or restore from an unchanged copy of the "
+              "images) and run the restore again");
+      nested_ = Outcome::kRestoreRefused;
+      carriers_refused_ = true;
+    }
     return nested_ == Outcome::kOk;
   }
 
@@ -615,6 +655,7 @@ class ImagesRestoreSequence : Sequence {
   uint64_t started_ = 0;   // this process's kernel start time (the fresh record's)
   int root_pid_ = 0;
   Outcome nested_ = Outcome::kOk;
+  bool carriers_refused_ = false;  // read_carriers failed: the tree was ended (RestoreJob)
 };
 
 constexpr Stage<ImagesRestoreSequence> ImagesRestoreSequence::kStages[] = {
@@ -649,7 +690,7 @@ CommandReport Dump(const DumpOptions& options, const Discoverer& discover,
 Status CompleteDumpByCriu(const std::string& images_dir) {
   auto pending = ReadPendingManifest(images_dir);
   if (!pending) return pending.error();
-  auto files = HashImageFiles(images_dir, pending->format_version);
+  auto files = DescribeImageFiles(images_dir, pending->files);
   if (!files) return files.error();
   pending->files = std::move(*files);
   if (auto s = WriteManifest(images_dir, *pending); !s) return s;

@@ -60,7 +60,9 @@ struct ImagesRestoreOptions {
   /// images_dir had CRIU bring back (restore_record.h): CRIU does not run again, the restore
   /// goes on with that tree.
   int resume_root = 0;
-  /// Only check_images: the plugin asks before CRIU restores anything.
+  /// Only check_images: the plugin asks before CRIU restores anything. The carriers' chunks
+  /// are read and checked then too: the shims read them only once CRIU restored the processes,
+  /// and then on the plugin's last hook, where a failure no longer stops CRIU.
   bool check_only = false;
   /// Not 0: CRIU (the plugin's caller) brought the tree back, with this root (pid in this PID
   /// namespace): criu_restore only gives its processes their identities, and check_images
@@ -70,8 +72,9 @@ struct ImagesRestoreOptions {
 };
 
 /// The dump CRIU finished (exit status 0 of its dump, the plugin's exit hook): the pending
-/// manifest that hand_over_to_criu wrote becomes the manifest, with every image file's size
-/// and checksum (HashImageFiles). Errors: ReadPendingManifest's, HashImageFiles',
+/// manifest that hand_over_to_criu wrote (with the carrier files' digests) becomes the
+/// manifest, with every image file's size and digests (DescribeImageFiles). Errors:
+/// ReadPendingManifest's, DescribeImageFiles',
 /// WriteManifest's.
 Status CompleteDumpByCriu(const std::string& images_dir);
 

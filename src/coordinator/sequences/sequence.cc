@@ -28,6 +28,7 @@ void MergeInto(CommandReport& report, CommandReport later) {
   append(report.phases, later.phases);
   append(report.errors, later.errors);
   append(report.notes, later.notes);
+  append(report.carrier_files, later.carrier_files);
   for (std::string& lost : later.lost) {
     // A roll forward names again what the command it follows found lost.
     if (std::find(report.lost.begin(), report.lost.end(), lost) == report.lost.end()) {
@@ -220,6 +221,10 @@ Result<uint64_t> Sequence::CarrierStep(size_t i, const proto::StepRequest& reque
   if (!step) return step.error();
   // File I/O, not copies: the phase's own rate says it; zero chunks were not written.
   NoteCopy(0, step->zero_bytes);
+  if (!step->files.empty()) {
+    std::lock_guard lock(notes_mutex_);
+    for (auto& f : step->files) report_.carrier_files.push_back(std::move(f));
+  }
   return step->bytes;
 }
 

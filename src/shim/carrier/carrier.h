@@ -120,6 +120,9 @@ class HostCarrier {
   /// The names of the part files the saved bytes are in, joined by ", " ("" while they are
   /// in memory).
   std::string file_name() const;
+  /// The part files the saved bytes are in, with each chunk's digest (empty while they are
+  /// in memory).
+  std::vector<FilePart> file_parts() const;
   /// Ok while the saved bytes are in memory; else the error Load answers (CUDA_ERROR_INVALID_VALUE
   /// naming the file): a reallocate checks it before it rebuilds anything.
   Status SavedBytesInMemory() const;

@@ -9,19 +9,49 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 #include "shim/quiet_thread.h"
 
 namespace cusnap::shim {
 namespace {
 
-// One read or write call's worth: part `part`'s bytes at `offset` in its file.
+// One unit: part `part`'s bytes at `offset` in its file, digested as one chunk.
 struct Unit {
   std::byte* memory;
   size_t part;
   uint64_t offset;
   size_t bytes;
+};
+
+// Bytes digested and then written (or read and then digested) at a time: small enough to
+// stay in a core's cache between the two, so that each byte crosses memory once.
+constexpr size_t kDigestBlock = size_t{1} << 20;
+
+// CUSNAP_TEST_CARRIER_IO_FAULT (carrier_file.h), parsed for one transfer.
+struct IoFault {
+  enum class Kind { kNone, kShort, kNoSpace, kIo } kind = Kind::kNone;
+  size_t unit = 0;
+
+  static IoFault FromEnvironment(bool writing) {
+    const char* text = std::getenv(kCarrierIoFaultVariable);
+    if (text == nullptr) return {};
+    const std::string_view spec(text);
+    const std::string_view op = writing ? "write:" : "read:";
+    if (!spec.starts_with(op)) return {};
+    const std::string_view rest = spec.substr(op.size());
+    const size_t colon = rest.find(':');
+    if (colon == std::string_view::npos) return {};
+    const std::string_view kind = rest.substr(0, colon);
+    IoFault fault;
+    fault.unit = std::strtoull(std::string(rest.substr(colon + 1)).c_str(), nullptr, 10);
+    if (kind == "short") fault.kind = Kind::kShort;
+    if (kind == "enospc") fault.kind = Kind::kNoSpace;
+    if (kind == "eio") fault.kind = Kind::kIo;
+    return fault;
+  }
 };
 
 // The units of every piece, each inside one part, taken in turn from part to part so that
@@ -58,6 +88,8 @@ struct Io {
   bool writing = false;
   std::vector<int> fds;  // per part, -1 until opened
   std::vector<Unit> units;
+  std::vector<ChunkDigest> digests;  // per unit: what it wrote (a write)
+  IoFault fault;
   std::atomic<size_t> next{0};
   std::mutex mutex;
   Status first = Ok{};
@@ -66,7 +98,8 @@ struct Io {
   Io(const std::string& directory, std::span<const FilePart> part_list,
      std::span<const FilePiece> pieces, size_t unit_bytes, bool write)
       : dir(directory), parts(part_list), writing(write), fds(part_list.size(), -1),
-        units(Split(part_list, pieces, unit_bytes)) {}
+        units(Split(part_list, pieces, unit_bytes)), digests(units.size()),
+        fault(IoFault::FromEnvironment(write)) {}
 
   std::string PathOf(size_t part) const { return dir + "/" + parts[part].name; }
 
@@ -78,18 +111,65 @@ struct Io {
                              ") of " + PathOf(u.part) + " failed: " + what};
   }
 
-  // Moves one unit whole (pread/pwrite may move less than asked).
-  void Move(const Unit& u) {
-    const int fd = fds[u.part];
+  // One pread or pwrite call of unit `k`, or the fault injected there.
+  ssize_t Call(size_t k, int fd, std::byte* memory, size_t bytes, uint64_t offset, bool& faulted) {
+    if (fault.kind != IoFault::Kind::kNone && fault.unit == k && !faulted) {
+      faulted = true;
+      if (fault.kind == IoFault::Kind::kShort && bytes > 1) bytes /= 2;
+      if (fault.kind == IoFault::Kind::kNoSpace) return errno = ENOSPC, -1;
+      if (fault.kind == IoFault::Kind::kIo) return errno = EIO, -1;
+    }
+    return writing ? pwrite(fd, memory, bytes, static_cast<off_t>(offset))
+                   : pread(fd, memory, bytes, static_cast<off_t>(offset));
+  }
+
+  // Moves [at, at + bytes) of unit `k` whole (pread/pwrite may move less than asked); false
+  // once it failed (recorded).
+  bool MoveBlock(size_t k, size_t at, size_t bytes, bool& faulted) {
+    const Unit& u = units[k];
     size_t done = 0;
-    while (done < u.bytes) {
-      const ssize_t n = writing ? pwrite(fd, u.memory + done, u.bytes - done, u.offset + done)
-                                : pread(fd, u.memory + done, u.bytes - done, u.offset + done);
+    while (done < bytes) {
+      const ssize_t n = Call(k, fds[u.part], u.memory + at + done, bytes - done,
+                             u.offset + at + done, faulted);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Fail(u, errno, strerror(errno));
-      if (n == 0) return Fail(u, EIO, "the file ends early");
+      if (n < 0) return Fail(u, errno, strerror(errno)), false;
+      if (n == 0) return Fail(u, EIO, writing ? "the write moved nothing" : "the file ends early"), false;
       done += static_cast<size_t>(n);
     }
+    return true;
+  }
+
+  // Moves unit `k` whole, digesting it a block at a time beside its I/O; a read is checked
+  // against the digest its write recorded.
+  void Move(size_t k) {
+    const Unit& u = units[k];
+    ChunkHasher hasher;
+    bool faulted = false;
+    for (size_t at = 0; at < u.bytes; at += kDigestBlock) {
+      const size_t bytes = std::min(kDigestBlock, u.bytes - at);
+      if (writing) hasher.Update(u.memory + at, bytes);
+      if (!MoveBlock(k, at, bytes, faulted)) return;
+      if (!writing) hasher.Update(u.memory + at, bytes);
+    }
+    if (writing) {
+      digests[k] = hasher.Finish();
+      return;
+    }
+    const FileChunk* expected = Expected(u);
+    if (expected == nullptr) return Fail(u, EBADMSG, "no digest was recorded for these bytes");
+    if (expected->digest != hasher.Finish()) {
+      return Fail(u, EBADMSG, "they do not match the digest written with them (the file is "
+                              "corrupt)");
+    }
+  }
+
+  // The chunk WriteParts recorded for unit `u`'s bytes, or null.
+  const FileChunk* Expected(const Unit& u) const {
+    const auto& chunks = parts[u.part].chunks;
+    const auto at = std::lower_bound(chunks.begin(), chunks.end(), u.offset,
+                                     [](const FileChunk& c, uint64_t o) { return c.offset < o; });
+    if (at == chunks.end() || at->offset != u.offset || at->bytes != u.bytes) return nullptr;
+    return &*at;
   }
 
   void Work() {
@@ -98,7 +178,7 @@ struct Io {
         std::lock_guard lock(mutex);
         if (!first) return;  // one failure ends the transfer
       }
-      Move(units[k]);
+      Move(k);
     }
   }
 
@@ -159,13 +239,13 @@ std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
   uint64_t begin = 0;
   for (size_t k = 0; k <= cuts.size(); ++k) {
     const uint64_t end = k < cuts.size() ? cuts[k] : total_bytes;
-    planned.push_back({stem + "-" + std::to_string(k) + ".bin", begin, end - begin});
+    planned.push_back({stem + "-" + std::to_string(k) + ".bin", begin, end - begin, {}});
     begin = end;
   }
   return planned;
 }
 
-Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
+Status WriteParts(const std::string& dir, std::span<FilePart> parts,
                   std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
   Io io(dir, parts, pieces, unit_bytes, /*write=*/true);
   Status status = Ok{};
@@ -194,6 +274,16 @@ Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
   }
   if (!status) {
     for (size_t k = 0; k < parts.size(); ++k) unlink(io.PathOf(k).c_str());  // no carrier
+    return status;
+  }
+  for (FilePart& part : parts) part.chunks.clear();
+  for (size_t k = 0; k < io.units.size(); ++k) {
+    const Unit& u = io.units[k];
+    parts[u.part].chunks.push_back({u.offset, u.bytes, io.digests[k]});
+  }
+  for (FilePart& part : parts) {
+    std::sort(part.chunks.begin(), part.chunks.end(),
+              [](const FileChunk& a, const FileChunk& b) { return a.offset < b.offset; });
   }
   return status;
 }

@@ -4,10 +4,11 @@
 // medium (docs/MEASURED.md M19), neither writes nor reads those bytes again; the restore
 // reads them back the same way (kReadCarrier). The bytes go into several part files, one
 // thread each: tmpfs and ext4 serialise the writes into one file on its inode lock, so one
-// file would write at one thread's rate (M22). Through the page cache, flushed before the
-// write returns: the dump hashes every image file right after (write_manifest) and the
-// restore before it reads them (check_images), so the second read finds them in memory
-// (direct I/O read them from the disk twice: M22).
+// file would write at one thread's rate (M22). Each unit written is digested (XXH3-128,
+// common/chunk_digest.h) a block at a time right before the block is written, while it is
+// in the cache, and checked the same way right after it is read: no pass of its own over the
+// bytes at either end. The digests go to the images manifest (the coordinator's) and stay
+// with the part list here (this process's memory, which CRIU carries).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/chunk_digest.h"
 #include "common/error.h"
 
 namespace cusnap::shim {
@@ -31,12 +33,20 @@ struct FilePiece {
   size_t bytes = 0;
 };
 
+/// One unit of a part file as written: its byte range in the file and its digest.
+struct FileChunk {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  ChunkDigest digest;
+};
+
 /// One part file: the carrier's bytes [begin, begin + bytes), at file offset 0 on; ranges
-/// no piece covers are holes (read back as zeros).
+/// no piece covers are holes (read back as zeros), and no chunk lists them.
 struct FilePart {
   std::string name;  ///< "<stem>-<k>.bin", in the carrier's directory
   uint64_t begin = 0;
   uint64_t bytes = 0;
+  std::vector<FileChunk> chunks;  ///< every unit written, by offset (WriteParts fills it)
 };
 
 /// Divides [0, total_bytes) into at most `parts` contiguous parts holding about the same
@@ -49,16 +59,27 @@ std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
 
 /// Creates every part file in `dir` (mode 0600, replacing files there; a symbolic link there
 /// is refused, ELOOP) at its size, writes the
-/// pieces into them, at most `unit_bytes` per call, on up to `threads` threads, then makes the
+/// pieces into them, at most `unit_bytes` per unit, on up to `threads` threads, digesting
+/// each unit as it is written (parts[k].chunks), then makes the
 /// files and their directory entries durable (fdatasync, fsync of the directory). Errors:
-/// errno-coded, naming the file and the failing byte range; every part file is removed then.
-Status WriteParts(const std::string& dir, std::span<const FilePart> parts,
+/// errno-coded, naming the file and the failing byte range (ENOSPC for a full disk; a write
+/// that moves nothing at all: EIO); every part file is removed then.
+Status WriteParts(const std::string& dir, std::span<FilePart> parts,
                   std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes);
 
-/// Reads the pieces back from the part files in `dir` on up to `threads` threads. Errors:
-/// errno-coded naming the file (ENOENT when it is missing), EINVAL when its size is not the
-/// part's (both named), EIO naming the range when the file ends early.
+/// Reads the pieces back from the part files in `dir` on up to `threads` threads, checking
+/// each unit against the digest WriteParts recorded for it (parts[k].chunks) as it is read.
+/// Errors: errno-coded naming the file (ENOENT when it is missing), EINVAL when its size is
+/// not the part's (both named), EIO naming the range when the file ends early or a read
+/// fails, EBADMSG naming the file and the chunk's byte range when its bytes do not match
+/// their digest (the file is corrupt; the read stops there).
 Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
                  std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes);
+
+/// Test seam: CUSNAP_TEST_CARRIER_IO_FAULT="<write|read>:<short|enospc|eio>:<unit>" makes
+/// the `unit`th (0-based, in issue order) write or read call of every WriteParts / ReadParts
+/// in this process move half its bytes (short: the rest follows in the next call), or fail
+/// with ENOSPC or EIO. Unset: no fault. Read once per transfer.
+inline constexpr const char* kCarrierIoFaultVariable = "CUSNAP_TEST_CARRIER_IO_FAULT";
 
 }  // namespace cusnap::shim

@@ -107,6 +107,11 @@ std::string HostCarrier::file_name() const {
   return FileNamesLocked();
 }
 
+std::vector<FilePart> HostCarrier::file_parts() const {
+  std::lock_guard lock(mutex_);
+  return file_parts_;
+}
+
 std::string HostCarrier::FileNamesLocked() const {
   std::string names;
   for (const FilePart& part : file_parts_) names += (names.empty() ? "" : ", ") + part.name;

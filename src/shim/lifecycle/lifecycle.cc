@@ -131,7 +131,8 @@ Result<proto::StepReply> Lifecycle::Handle(const proto::StepRequest& request) {
                                                        : Run(request);
   watch_.RequestEnded(request.lease_ms);
   if (!result) return result.error();
-  const proto::StepReply reply{phase(), result->bytes, result->copy_ns, result->zero_bytes};
+  const proto::StepReply reply{phase(), result->bytes, result->copy_ns, result->zero_bytes,
+                               std::move(result->files)};
   CUSNAP_LOG_INFO("%s done: phase %s, %llu bytes in %llu ns", OpName(request.op),
                   ShimStateName(reply.state), static_cast<unsigned long long>(reply.bytes),
                   static_cast<unsigned long long>(MonotonicNs() - start));
@@ -255,6 +256,7 @@ Result<StepResult> Lifecycle::OnEachSet(Step step) {
     total.bytes += one->bytes;
     total.copy_ns += one->copy_ns;
     total.zero_bytes += one->zero_bytes;
+    for (auto& f : one->files) total.files.push_back(std::move(f));
   }
   return total;
 }

@@ -64,6 +64,7 @@ struct StepResult {
   uint64_t bytes = 0;    ///< bytes copied through the host carrier
   uint64_t copy_ns = 0;  ///< copies enqueued and synchronized
   uint64_t zero_bytes = 0;  ///< of `bytes`, all-zero chunks: not copied (memset at restore)
+  std::vector<proto::CarrierFile> files{};  ///< kWriteCarrier: the part files and digests
 };
 
 /// The work behind each step, on this process's tracked allocations: one set of steps per

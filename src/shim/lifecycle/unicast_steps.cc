@@ -331,7 +331,15 @@ Status UnicastSteps::ImportersReleased() {
 Result<StepResult> UnicastSteps::WriteCarrier(const std::string& path) {
   Result<CarrierTransfer> written = carrier_.WriteFile(path);
   if (!written) return written.error();
-  return FromTransfer(*written);
+  StepResult result = FromTransfer(*written);
+  for (const FilePart& part : carrier_.file_parts()) {
+    proto::CarrierFile file{part.name, part.bytes, {}};
+    for (const FileChunk& c : part.chunks) {
+      file.chunks.push_back({c.offset, c.bytes, c.digest.high, c.digest.low});
+    }
+    result.files.push_back(std::move(file));
+  }
+  return result;
 }
 
 Result<StepResult> UnicastSteps::ReadCarrier(const std::string& dir) {
