@@ -729,7 +729,7 @@ TEST_F(CliJobHold, BadHoldSettingChangesNothing) {
   ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 2, "dev", 0));
   ::setenv("CUSNAP_HOLD", "freeze", 1);
   const Ran ck = Checkpoint(dir_ + "/state");
-  EXPECT_EQ(ck.status, 1);
+  EXPECT_EQ(ck.status, 2);
   EXPECT_THAT(ck.err, HasSubstr("CUSNAP_HOLD='freeze' is not one of stop, run; nothing was changed"));
   EXPECT_EQ(Phases(), std::vector<std::string>(1, "active"));
 }
