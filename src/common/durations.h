@@ -1,6 +1,7 @@
 // Durations that come from outside a process (the environment, through the settings table
 // of settings.h; the wire) and the range each may take. A value is checked where it enters,
-// against its range, and refused with the range named: a shim converts milliseconds to nanoseconds on a signed 64-bit clock, so a
+// against its range, and refused with the range named: a shim converts milliseconds to
+// nanoseconds on a signed 64-bit clock, so a
 // value past its range must never reach a wait.
 #pragma once
 

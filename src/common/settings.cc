@@ -23,7 +23,9 @@ std::vector<std::string_view> Words(const char* list) {
 std::string Listed(const std::vector<std::string_view>& words, const char* last) {
   std::string text;
   for (size_t i = 0; i < words.size(); ++i) {
-    if (i > 0) text += (i + 1 == words.size() && *last != ',') ? std::string(" ") + last + " " : ", ";
+    if (i > 0) {
+      text += (i + 1 == words.size() && *last != ',') ? std::string(" ") + last + " " : ", ";
+    }
     text += words[i];
   }
   return text;

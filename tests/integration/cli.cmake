@@ -106,7 +106,7 @@ add_dependencies(cli_images_test cusnap cusnap_shim simcuda_driver criu_job)
 # A dump's disk-space check after an in-place cycle (cli_images_space_test.cc).
 cusnap_add_gtest(cli_images_space_test
   SOURCES cli_images_space_test.cc
-  LIBS nlohmann_json::nlohmann_json
+  LIBS cusnap_coordinator nlohmann_json::nlohmann_json
   LABELS integration)
 target_include_directories(cli_images_space_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 add_dependencies(cli_images_space_test cusnap cusnap_shim simcuda_driver criu_job)

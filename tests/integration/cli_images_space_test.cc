@@ -1,7 +1,7 @@
 // A dump's disk-space check, through the real `cusnap` and CRIU: the host memory the shims'
 // carriers keep between cycles is not job memory CRIU writes (a dump writes it to carrier
 // files and gives it back before CRIU runs), so a job needs the same bytes for its dump after
-// an in-place cycle as before its first.
+// an in-place cycle as before its first, give or take what else its processes hold.
 #include <gmock/gmock.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -60,7 +60,12 @@ TEST_F(CliImagesSpace, AfterAnInPlaceCycleADumpNeedsWhatTheFirstNeeded) {
   ASSERT_EQ(ck.status, 0) << ck.out << ck.err;
   const Ran rs = Cusnap({"restore", "--pid", std::to_string(job_), "--state-dir", state});
   ASSERT_EQ(rs.status, 0) << rs.out << rs.err;
-  EXPECT_EQ(DumpNeeds(), first);
+  // The carriers kept after the cycle hold 4 MiB in each of the two processes: counted as job
+  // memory they would add 8 MiB. What else the processes hold moves by less than 1 MiB
+  // between the two dumps (measured: 9,460,456 after the cycle, 10,447,592 before).
+  const unsigned long long after = DumpNeeds();
+  EXPECT_LE(after, first + (1u << 20));
+  EXPECT_GE(after + (2u << 20), first);
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ TEST_F(CliJobLeases, LeaseSettingPastItsRangeIsRefusedBeforeAnythingStarts) {
       const Ran r = Cusnap(args);
       EXPECT_EQ(r.status, 2) << args.front() << ": " << r.out << r.err;
       EXPECT_THAT(r.err, HasSubstr("CUSNAP_LEASE_MS='" + value + "'")) << args.front();
-      EXPECT_THAT(r.err, HasSubstr("is not a whole number of ms from 1 to 3600000")) << args.front();
+      EXPECT_THAT(r.err, HasSubstr("is not a whole number of ms from 1 to 3600000"))
+          << args.front();
       EXPECT_EQ(r.out, "") << args.front();
     }
     EXPECT_FALSE(fs::exists(marker));

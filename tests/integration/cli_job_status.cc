@@ -68,7 +68,8 @@ TEST_F(CliJobStatus, ACheckpointedJobShowsItsStateDirectoryAndAMissingParticipan
   ASSERT_EQ(js.status, 0) << js.err;
   auto doc = nlohmann::json::parse(js.out);
   EXPECT_EQ(doc["checkpoints"],
-            nlohmann::json::parse(R"([{"state_dir": ")" + state + R"(", "missing_participants": []}])"));
+            nlohmann::json::parse(R"([{"state_dir": ")" + state +
+                                  R"(", "missing_participants": []}])"));
 
   const int gone = other.pid;
   Kill(other);

@@ -1,6 +1,7 @@
 # A new user's path through the real `cusnap`: mistakes named before anything
-# changes (cli_mistakes_test.cc, cli_settings_test.cc), and the installed tree: `cmake --install` into a scratch
-# prefix, then `cusnap demo` from there (install_demo.sh). Label: integration.
+# changes (cli_mistakes_test.cc, cli_settings_test.cc), and the installed tree: `cmake
+# --install` into a scratch prefix, then `cusnap demo` from there (install_demo.sh). Label:
+# integration.
 
 cusnap_add_gtest(cli_mistakes_test
   SOURCES cli_mistakes_test.cc

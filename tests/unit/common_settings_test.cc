@@ -57,7 +57,8 @@ TEST(CommonSettings, EveryBadValueIsRefusedAndEveryDefaultIsTaken) {
     SCOPED_TRACE(setting->name);
     for (const std::string& bad : BadValues(*setting)) {
       EXPECT_FALSE(Accepts(*setting, bad)) << bad;
-      EXPECT_THAT(Refusal(*setting, bad), StartsWith(std::string(setting->name) + "='" + bad + "'"));
+      EXPECT_THAT(Refusal(*setting, bad),
+                  StartsWith(std::string(setting->name) + "='" + bad + "'"));
     }
     const std::string fallback = setting->fallback;
     if ((setting->kind == Kind::kChoice || setting->kind == Kind::kNumber) &&

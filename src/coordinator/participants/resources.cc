@@ -20,7 +20,8 @@ namespace {
 // Bytes free to an unprivileged writer in the filesystem of `dir`, or the test knob's value.
 Result<uint64_t> FreeBytes(const std::string& dir) {
   if (const char* knob = settings::Value(settings::kTestStateDirFreeBytes)) {
-    if (const auto bytes = settings::NumberOf(settings::kTestStateDirFreeBytes, knob)) return *bytes;
+    const auto bytes = settings::NumberOf(settings::kTestStateDirFreeBytes, knob);
+    if (bytes) return *bytes;
   }
   struct statvfs fs{};
   if (statvfs(dir.c_str(), &fs) != 0) {

@@ -40,7 +40,8 @@ uint64_t ImagesEstimate(int root, std::span<const ParticipantView> views, uint64
 
 /// Asks every participant whether it has what ResourcesNeeded says (kCheckResources) and the
 /// state directory's filesystem whether it has StateFileEstimate + kStateFileMargin bytes
-/// free (statvfs; CUSNAP_TEST_STATE_DIR_FREE_BYTES in tests, settings.h), plus ImagesEstimate(images_root) when
+/// free (statvfs; CUSNAP_TEST_STATE_DIR_FREE_BYTES in tests, settings.h), plus
+/// ImagesEstimate(images_root) when
 /// `images_root` > 0 (`cusnap dump`: the state directory is the images directory). One
 /// message per shortfall (empty: enough of everything). `participants` and `views` are in
 /// the same order.

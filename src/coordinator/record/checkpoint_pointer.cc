@@ -21,13 +21,16 @@ std::string CheckpointPointerPath(const std::string& control_dir, int pid) {
 Status WriteCheckpointPointer(const std::string& control_dir, int pid, uint64_t start_time,
                               const std::string& state_dir) {
   std::error_code ec;
-  const std::string absolute = std::filesystem::absolute(state_dir, ec).lexically_normal().string();
+  const std::string absolute =
+      std::filesystem::absolute(state_dir, ec).lexically_normal().string();
   const std::string path = CheckpointPointerPath(control_dir, pid);
   const std::string tmp = path + ".tmp";
   const std::string text = std::to_string(start_time) + " " + (ec ? state_dir : absolute) + "\n";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (fd.get() < 0 || ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-      ::rename(tmp.c_str(), path.c_str()) != 0) {
+  const bool written =
+      fd.get() >= 0 &&
+      ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
     const int why = errno;
     ::unlink(tmp.c_str());
     return Error{why, "cannot write " + path + ": " + std::strerror(why)};
