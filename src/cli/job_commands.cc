@@ -316,7 +316,7 @@ void ForgetCheckpoint(const std::string& state_dir) {
 }
 
 /// When `state_dir` holds no state file but a process of `target` points at its checkpoint
-/// elsewhere (coord::CheckpointStateDirOf): "no state file in D; the job's checkpoint is in E:
+/// elsewhere (coord::CheckpointStateDirOf): "no checkpoint in D; the job's checkpoint is in E:
 /// give --state-dir E". "" otherwise.
 std::string CheckpointElsewhere(const char* command, const Target& target,
                                 const std::string& state_dir) {
@@ -328,7 +328,7 @@ std::string CheckpointElsewhere(const char* command, const Target& target,
     const auto there = coord::CheckpointStateDirOf(control_dir, pid);
     if (!there) continue;
     const std::string how = target.all ? "--all" : "--pid " + std::to_string(target.pid);
-    return "no state file in " + state_dir + "; the job's checkpoint is in " + *there +
+    return "no checkpoint in " + state_dir + "; the job's checkpoint is in " + *there +
            ": run 'cusnap " + command + " " + how + " --state-dir " + *there + "'";
   }
   return "";

@@ -502,7 +502,7 @@ TEST_F(CliJobHold, RefusedRestoreLeavesTheJobHeld) {
   EXPECT_EQ(wrong.status, kExitRestoreRefused) << wrong.out << wrong.err;
   EXPECT_THAT(wrong.err, HasSubstr("nothing was changed"));
   // The checkpoint's own state directory is named before the held job is continued.
-  EXPECT_THAT(wrong.err, HasSubstr("no state file in " + dir_ + "/empty; the job's checkpoint "
+  EXPECT_THAT(wrong.err, HasSubstr("no checkpoint in " + dir_ + "/empty; the job's checkpoint "
                                    "is in " + state + ": run 'cusnap restore --pid "));
   EXPECT_EQ(ProcState(w.pid), 'T');
   EXPECT_TRUE(std::filesystem::exists(HeldMarker(w.pid)));

@@ -103,7 +103,7 @@ TEST_F(CliJobStatus, RestoreWithoutStateDirNamesTheCheckpointsOne) {
           "/cusnap restore --pid " + PidArg(),
       dir_);
   EXPECT_EQ(rs.status, 5) << rs.out << rs.err;
-  EXPECT_EQ(rs.err, "cusnap restore: no state file in ./cusnap-state; the job's checkpoint is "
+  EXPECT_EQ(rs.err, "cusnap restore: no checkpoint in ./cusnap-state; the job's checkpoint is "
                     "in " + state + ": run 'cusnap restore --pid " + PidArg() + " --state-dir " +
                     state + "'\ncusnap restore: refused; nothing was changed\n");
   const Ran again = Restore(state);
