@@ -12,33 +12,22 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <optional>
 
 #include "common/text.h"
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
+#include "common/settings.h"
 #include "common/socket.h"
 #include "common/unique_fd.h"
 #include "coordinator/native/native_driver.h"
 #include "coordinator/proc/processes.h"
 #include "coordinator/participants/endpoints.h"
-#include "coordinator/participants/lease.h"
 
 namespace cusnap::cli {
 namespace {
-
-/// "" when `name` is unset/empty or its value is one of `values`; else the refusal.
-std::string CheckChoice(const char* name, std::initializer_list<const char*> values) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return "";
-  std::string accepted;
-  for (const char* v : values) {
-    if (std::strcmp(value, v) == 0) return "";
-    accepted += (accepted.empty() ? "" : ", ") + std::string(v);
-  }
-  return std::string(name) + "='" + value + "' is not one of " + accepted;
-}
 
 /// The value of "<key>:" in /proc/<pid>/status, if present.
 std::optional<std::string> StatusField(int pid, const std::string& key) {
@@ -109,16 +98,13 @@ bool Listening(int listener) { return listener > 0 && !coord::ProcessExited(list
 
 }  // namespace
 
-std::string CheckEnvironment() {
-  for (const std::string& problem :
-       {CheckChoice("CUSNAP_LOG", {"error", "warn", "info", "debug"}),
-        CheckChoice("CUSNAP_CARRIER", {"lazy", "eager"}),
-        CheckChoice("CUSNAP_CARRIER_PIN", {"pipelined", "kept", "transfer"}),
-        CheckChoice("CUSNAP_CARRY", {"all", "shared"}),
-        CheckChoice("CUSNAP_ZERO_SCAN", {"on", "off"}), coord::LeaseEnvironmentProblem()}) {
-    if (!problem.empty()) return problem;
+std::vector<std::string> SettingsProblemsOf(const std::string& command) {
+  if (command == "run" || command == "demo") return settings::EnvironmentProblems(~0u);
+  uint32_t reader = 0;
+  for (size_t bit = 0; bit < std::size(settings::kReaderNames); ++bit) {
+    if (command == settings::kReaderNames[bit]) reader = 1u << bit;
   }
-  return "";
+  return reader == 0 ? std::vector<std::string>{} : settings::EnvironmentProblems(reader);
 }
 
 std::string CheckControlDirReadable(const std::string& control_dir) {

@@ -9,12 +9,12 @@
 
 namespace cusnap::cli {
 
-/// CUSNAP_LOG (error|warn|info|debug) and CUSNAP_CARRIER (lazy|eager): "" when each is unset,
-/// empty or one of its values; else a message naming the variable, its value and the values
-/// it accepts (the shim would silently fall back); CUSNAP_LEASE_MS a whole number of ms in
-/// its range (coord::LeaseEnvironmentProblem). CUSNAP_DRIVER is checked where it is read
-/// (coord::ParseDriverChoice).
-std::string CheckEnvironment();
+/// The settings `command` reads (common/settings.h: its readers) whose values in the
+/// environment the table does not take, each as "NAME='value' is not <what it takes>". `run`
+/// and `demo` check every setting of the table: the job they start inherits them all, and
+/// the shim and the cusnap commands it may run read them. None for a word that names no
+/// command.
+std::vector<std::string> SettingsProblemsOf(const std::string& command);
 
 /// The `--pid` of checkpoint/restore/status before any driver is loaded or endpoint is
 /// contacted: the pid exists, is a process and not one of its threads ("pid T is thread T of

@@ -26,7 +26,9 @@
 #include "coordinator/participants/lease.h"
 #include "coordinator/proc/processes.h"
 #include "coordinator/participants/endpoints.h"
+#include "coordinator/record/checkpoint_pointer.h"
 #include "coordinator/record/records.h"
+#include "coordinator/record/state_file.h"
 
 namespace cusnap::cli {
 
@@ -311,14 +313,63 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   return rc;
 }
 
+namespace {
+
+/// After a checkpoint into `state_dir` succeeded: each participant its state file records
+/// points at it (coord::WriteCheckpointPointer), for `status` and `restore`. A pointer that
+/// cannot be written is said, and changes nothing else.
+void PointAtCheckpoint(const std::string& state_dir) {
+  auto state = coord::ReadStateFile(state_dir);
+  if (!state) return;
+  for (const coord::ParticipantState& p : state->participants) {
+    if (auto written = coord::WriteCheckpointPointer(ControlDir(), p.pid, p.start_time, state_dir);
+        !written) {
+      std::fprintf(stderr, "cusnap checkpoint: note: %s (status will not show where the "
+                   "checkpoint is)\n", written.error().message.c_str());
+    }
+  }
+}
+
+/// After a restore or recover from `state_dir` finished the checkpoint: its pointers go.
+void ForgetCheckpoint(const std::string& state_dir) {
+  auto state = coord::ReadStateFile(state_dir);
+  if (!state) return;
+  std::vector<int> pids;
+  for (const coord::ParticipantState& p : state->participants) pids.push_back(p.pid);
+  coord::RemoveCheckpointPointers(ControlDir(), pids);
+}
+
+/// When `state_dir` holds no state file but a process of `target` points at its checkpoint
+/// elsewhere (coord::CheckpointStateDirOf): "no checkpoint in D; the job's checkpoint is in E:
+/// give --state-dir E". "" otherwise.
+std::string CheckpointElsewhere(const char* command, const Target& target,
+                                const std::string& state_dir) {
+  if (::access(coord::StateFilePath(state_dir).c_str(), F_OK) == 0) return "";
+  const std::string control_dir = ControlDir();
+  const std::vector<int> pids =
+      target.all ? coord::EndpointPids(control_dir) : coord::ProcessTree(target.pid);
+  for (int pid : pids) {
+    const auto there = coord::CheckpointStateDirOf(control_dir, pid);
+    if (!there) continue;
+    const std::string how = target.all ? "--all" : "--pid " + std::to_string(target.pid);
+    return "no checkpoint in " + state_dir + "; the job's checkpoint is in " + *there +
+           ": run 'cusnap " + command + " " + how + " --state-dir " + *there + "'";
+  }
+  return "";
+}
+
+}  // namespace
+
 int CheckpointCommand(const Target& target, const std::string& state_dir,
                       unsigned lock_timeout_ms, bool json) {
   coord::CheckpointOptions options{
       state_dir, lock_timeout_ms, target.all ? "--all" : PidOption(target.pid)};
   options.lease_ms = coord::LeaseMsFromEnvironment();
-  return Drive("checkpoint", target, json, coord::kCheckpointPhaseCount, kExitRefused,
+  const int rc = Drive("checkpoint", target, json, coord::kCheckpointPhaseCount, kExitRefused,
                [&](const coord::Discoverer& d, coord::CheckpointDriver& drv, coord::PhaseObserver& o,
                    coord::Interrupt& i) { return coord::Checkpoint(options, d, drv, o, &i); });
+  if (rc == kExitOk) PointAtCheckpoint(state_dir);
+  return rc;
 }
 
 bool ParseDeviceMapArg(const char* command, const std::string& text,
@@ -337,12 +388,17 @@ int RestoreCommand(const Target& target, const std::string& state_dir,
                    const std::string& device_map, bool json) {
   coord::RestoreOptions options{state_dir, {}, coord::LeaseMsFromEnvironment()};
   if (!ParseDeviceMapArg("restore", device_map, options.device_map)) return kExitUsage;
+  if (const std::string elsewhere = CheckpointElsewhere("restore", target, state_dir);
+      !elsewhere.empty()) {
+    return EndRefused("restore", json, elsewhere, kExitRestoreRefused);
+  }
   const std::vector<int> continued = ContinueHeld("restore", target);
   const int rc = Drive("restore", target, json, coord::kRestorePhaseCount, kExitRestoreRefused,
                        [&](const coord::Discoverer& d, coord::CheckpointDriver& drv,
                            coord::PhaseObserver& o, coord::Interrupt& i) {
                          return coord::Restore(options, d, drv, o, &i);
                        });
+  if (rc == kExitOk) ForgetCheckpoint(state_dir);
   return HoldAgainUnlessChanged("restore", continued, rc);
 }
 
@@ -356,6 +412,7 @@ int RecoverCommand(const Target& target, const std::string& state_dir,
                            coord::PhaseObserver& o, coord::Interrupt& i) {
                          return coord::Recover(options, d, drv, o, &i);
                        });
+  if (rc == kExitOk) ForgetCheckpoint(state_dir);
   return HoldAgainUnlessChanged("recover", continued, rc);
 }
 

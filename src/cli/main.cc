@@ -483,6 +483,17 @@ int RefuseUnknownCommand(const CLI::App& app, const std::string& word) {
   return cusnap::cli::kExitOk;
 }
 
+/// Refuses a bad value of a setting `command` reads (SettingsProblemsOf), each named on
+/// stderr with what it takes, before anything starts: kExitUsage, else kExitOk.
+int RefuseBadSettings(const std::string& command) {
+  const std::vector<std::string> problems = cusnap::cli::SettingsProblemsOf(command);
+  for (const std::string& problem : problems) {
+    std::fprintf(stderr, "cusnap %s: %s; %s\n", command.c_str(), problem.c_str(),
+                 command == "run" ? "the job was not started" : "nothing was changed");
+  }
+  return problems.empty() ? cusnap::cli::kExitOk : cusnap::cli::kExitUsage;
+}
+
 /// True when --json stands anywhere before the job's own arguments: a usage error is then
 /// answered as JSON too.
 bool AsksForJson(int argc, char** argv) {
@@ -500,11 +511,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string_view(argv[1]) == cusnap::cli::kNamespaceInitCommand) {
     cusnap::cli::ServeAsNamespaceInit(argv[2], argv[3]);
   }
-  if (const std::string problem = cusnap::cli::CheckEnvironment(); !problem.empty()) {
-    std::fprintf(stderr, "cusnap: %s\n", problem.c_str());
-    return cusnap::cli::kExitUsage;
-  }
   if (const int dashes = RunDashesIndex(argc, argv); dashes > 0) {
+    if (const int rc = RefuseBadSettings("run"); rc != cusnap::cli::kExitOk) return rc;
     return RunAfterDashes(argc, argv, dashes);
   }
 
@@ -533,7 +541,9 @@ int main(int argc, char** argv) {
     return cusnap::cli::ReportParseError(app, word, e, AsksForJson(argc, argv));
   }
   for (Subcommand* subcommand : subcommands) {
-    if (subcommand->Parsed()) return subcommand->Run(app);
+    if (!subcommand->Parsed()) continue;
+    if (const int rc = RefuseBadSettings(word); rc != cusnap::cli::kExitOk) return rc;
+    return subcommand->Run(app);
   }
   return cusnap::cli::kExitUsage;
 }

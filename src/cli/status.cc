@@ -22,7 +22,9 @@
 #include "coordinator/proc/processes.h"
 #include "coordinator/participants/endpoints.h"
 #include "coordinator/images/restored_aliases.h"
+#include "coordinator/record/checkpoint_pointer.h"
 #include "coordinator/record/records.h"
+#include "coordinator/record/state_file.h"
 #include "cli/version.h"
 
 namespace cusnap::cli {
@@ -75,6 +77,19 @@ std::vector<std::string> Prune(const std::string& control_dir,
   return removed;
 }
 
+/// The lines of `text` that are not empty, in order.
+std::vector<std::string> NonEmptyLines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    if (end > begin) lines.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return lines;
+}
+
 nlohmann::json OtherNamespacesJson(const std::vector<ForeignEndpoint>& foreign) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& f : foreign) {
@@ -93,6 +108,9 @@ struct StatusScan {
   std::vector<ForeignEndpoint> foreign;    ///< endpoints of jobs in PID namespaces of their own
   std::vector<std::string> removed;        ///< what --prune removed
   std::vector<coord::ParticipantStatus> entries;
+  /// The checkpoints the participants found are in (state directories, in order), each with
+  /// the participants its state file records whose processes no longer run.
+  std::vector<std::pair<std::string, std::vector<int>>> checkpoints;
   /// Other control directories with cusnap processes, when none answered here.
   std::map<std::string, std::vector<int>> elsewhere;
   std::vector<std::string> errors;
@@ -106,6 +124,14 @@ int FindTreeEndpoints(int pid, StatusScan& scan) {
     return kExitError;
   }
   scan.pids = coord::EndpointPidsInTree(scan.control_dir, pid);
+  if (scan.pids.empty()) {
+    // No shim in that tree, or a shim serving its endpoint in another control directory
+    // (named): nothing can be shown, which "no participants" alone would hide.
+    std::fprintf(stderr, "cusnap status: %s\n",
+                 coord::NoEndpointInTreeText(pid, coord::ProcessTree(pid), scan.control_dir)
+                     .c_str());
+    return kExitError;
+  }
   return kExitOk;
 }
 
@@ -130,6 +156,32 @@ int FindAllEndpoints(StatusScan& scan) {
   return kExitOk;
 }
 
+/// The checkpoint each checkpointed participant (held, or in a phase other than ACTIVE)
+/// points at (coord::CheckpointStateDirOf), and the participants each one's state file
+/// records that no longer run: each one an error (status cannot show the whole job).
+void FindCheckpoints(StatusScan& scan) {
+  for (const auto& e : scan.entries) {
+    if (!e.unreachable.empty()) continue;
+    if (e.held.empty() && e.identity.state == proto::ShimState::kActive) continue;
+    const auto dir = coord::CheckpointStateDirOf(scan.control_dir, e.identity.pid);
+    const bool known = dir && std::any_of(scan.checkpoints.begin(), scan.checkpoints.end(),
+                                          [&](const auto& c) { return c.first == *dir; });
+    if (!dir || known) continue;
+    std::vector<int> missing;
+    if (auto state = coord::ReadStateFile(*dir)) {
+      for (const coord::ParticipantState& p : state->participants) {
+        const bool runs =
+            coord::ProcessStartTime(p.pid) == p.start_time && !coord::ProcessExited(p.pid);
+        if (runs) continue;
+        missing.push_back(p.pid);
+        scan.errors.push_back(ProcessText(p.pid) + ", a participant of the checkpoint in " + *dir +
+                              ", no longer runs");
+      }
+    }
+    scan.checkpoints.emplace_back(*dir, missing);
+  }
+}
+
 /// Asks every endpoint found for its identity and tables. Nobody here: where the user's
 /// cusnap processes are instead (another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR), rather than
 /// "no participants" alone.
@@ -137,6 +189,7 @@ void AskParticipants(const Target& target, StatusScan& scan) {
   std::vector<std::unique_ptr<coord::Participant>> participants;
   for (int pid : scan.pids) participants.push_back(coord::ConnectEndpoint(scan.control_dir, pid));
   scan.entries = coord::CollectStatus(participants, scan.errors);
+  FindCheckpoints(scan);
   if (scan.entries.empty() && target.pid <= 0) {
     scan.elsewhere = coord::OtherShimControlDirs(scan.control_dir);
   }
@@ -163,6 +216,7 @@ nlohmann::json ParticipantFieldsJson(const coord::ParticipantStatus& e) {
           {"failure", e.identity.failure},
           {"inspect_error", e.inspect_error},
           {"held", !e.held.empty()},
+          {"settings_not_taken", NonEmptyLines(e.identity.settings)},
           {"shim", ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid))}};
 }
 
@@ -173,6 +227,15 @@ nlohmann::json ParticipantJson(const coord::ParticipantStatus& e) {
   doc["pid"] = CallerPid(e.identity.pid);
   if (CallerPid(e.identity.pid) != e.identity.pid) doc["pid_in_job_namespace"] = e.identity.pid;
   return doc;
+}
+
+/// The checkpoints found, each {"state_dir", "missing_participants"}.
+nlohmann::json CheckpointsJson(const StatusScan& scan) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [dir, missing] : scan.checkpoints) {
+    list.push_back({{"state_dir", dir}, {"missing_participants", missing}});
+  }
+  return list;
 }
 
 /// `status --json`: the whole scan as one JSON document on stdout.
@@ -192,6 +255,7 @@ void PrintStatusJson(const StatusScan& scan) {
                                      {"stale_restored_aliases", scan.stale_aliases},
                                      {"other_pid_namespaces", OtherNamespacesJson(scan.foreign)},
                                      {"other_control_dirs", scan.elsewhere},
+                                     {"checkpoints", CheckpointsJson(scan)},
                                      {"pruned", scan.removed},
                                      {"errors", scan.errors}}.dump(2).c_str());
 }
@@ -238,6 +302,9 @@ void PrintParticipantState(const coord::ParticipantStatus& e) {
   std::printf("\n");
   if (!e.identity.failure.empty()) std::printf("    failure: %s\n", e.identity.failure.c_str());
   if (!e.inspect_error.empty()) std::printf("    inspect: %s\n", e.inspect_error.c_str());
+  for (const std::string& line : NonEmptyLines(e.identity.settings)) {
+    std::printf("    setting not taken: %s\n", line.c_str());
+  }
   const std::string shim = ShimBuildInfoInFile(coord::MappedShimPath(e.identity.pid));
   std::printf("    shim: %s\n", shim.empty() ? "unknown (its library file cannot be read)"
                                                 : shim.c_str());
@@ -289,6 +356,13 @@ void PrintLeftoverLines(const StatusScan& scan, bool prune) {
 void PrintStatusLines(const StatusScan& scan, bool prune) {
   PrintControlDirLines(scan);
   for (const auto& e : scan.entries) PrintParticipantLines(e);
+  for (const auto& [dir, missing] : scan.checkpoints) {
+    std::printf("checkpoint: %s\n", dir.c_str());
+    for (int pid : missing) {
+      std::printf("missing participant: pid %d, recorded by that checkpoint, no longer runs\n",
+                  pid);
+    }
+  }
   PrintLeftoverLines(scan, prune);
 }
 

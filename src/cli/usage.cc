@@ -28,6 +28,49 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 
 constexpr long kMaxPid = 1L << 30;
 
+/// The long option names of `app` and of its option groups (nameless subcommands).
+void CollectLongNames(const CLI::App& app, std::vector<std::string>& names) {
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+  }
+  for (const CLI::App* group : app.get_subcommands([](const CLI::App* sub) {
+         return sub->get_name().empty();
+       })) {
+    CollectLongNames(*group, names);
+  }
+}
+
+/// "; did you mean '--x'?" for each unexpected option of `extras` within two edits of an
+/// option `command` has (of `app` itself when `command` is ""), "" when none is.
+std::string NearestOptions(CLI::App& app, const std::string& command,
+                           const std::vector<std::string>& extras) {
+  const CLI::App* owner = &app;
+  if (!command.empty()) {
+    const auto named = app.get_subcommands([&](const CLI::App* sub) {
+      return sub->get_name() == command;
+    });
+    if (named.empty()) return "";
+    owner = named.front();
+  }
+  std::vector<std::string> names;
+  CollectLongNames(*owner, names);
+  std::string text;
+  for (const std::string& extra : extras) {
+    if (extra.rfind("--", 0) != 0) continue;
+    const std::string given = extra.substr(0, extra.find('='));
+    std::string nearest;
+    size_t best = 3;  // at most two edits away counts as "close", as for commands
+    for (const std::string& name : names) {
+      if (const size_t d = EditDistance(given, name); d < best) {
+        best = d;
+        nearest = name;
+      }
+    }
+    if (!nearest.empty()) text += "; did you mean '" + nearest + "' for '" + given + "'?";
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string CommandWord(int argc, char** argv) {
@@ -78,11 +121,15 @@ int ReportParseError(CLI::App& app, const std::string& command, const CLI::Parse
     return kExitOk;
   }
   const std::string prefix = command.empty() ? "cusnap" : "cusnap " + command;
+  std::string what = e.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    what += NearestOptions(app, command, app.remaining(true));
+  }
   if (json) {
-    std::printf("%s\n", UntouchedToJson(command, kExitUsage, {e.what()}).dump(2).c_str());
+    std::printf("%s\n", UntouchedToJson(command, kExitUsage, {what}).dump(2).c_str());
   }
   std::fprintf(stderr, "%s: %s\nRun '%s --help' for more information.\n", prefix.c_str(),
-               e.what(), prefix.c_str());
+               what.c_str(), prefix.c_str());
   return kExitUsage;
 }
 

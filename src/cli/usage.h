@@ -23,7 +23,9 @@ std::string UnknownCommand(const std::string& word, const std::vector<std::strin
 CLI::Validator PidValidator();
 
 /// Prints CLI11's parse error `e` for `command` ("" before a command was named) as
-/// "cusnap <command>: <what>" plus where to find help, or help/version text when `e` asks
+/// "cusnap <command>: <what>" (for an unexpected option within two edits of one the command
+/// has, "; did you mean '--x' for '--y'?" after it) plus where to find help, or help/version
+/// text when `e` asks
 /// for it. Returns the exit status (0 for help and version, else 2). With `json` (the
 /// command line asked for --json), the error is also one JSON document on stdout
 /// (UntouchedToJson).

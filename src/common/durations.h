@@ -1,6 +1,7 @@
-// Durations that come from outside a process (the environment, the wire) and the range each
-// may take. A value is checked where it enters, against its range, and refused with the
-// range named: a shim converts milliseconds to nanoseconds on a signed 64-bit clock, so a
+// Durations that come from outside a process (the environment, through the settings table
+// of settings.h; the wire) and the range each may take. A value is checked where it enters,
+// against its range, and refused with the range named: a shim converts milliseconds to
+// nanoseconds on a signed 64-bit clock, so a
 // value past its range must never reach a wait.
 #pragma once
 
@@ -21,11 +22,6 @@ inline constexpr uint64_t kMaxLeaseMs = 3'600'000;
 /// The longest a quiesce may wait for tracked calls in flight, in ms (StepRequest::drain_ms):
 /// one hour.
 inline constexpr uint64_t kMaxDrainMs = 3'600'000;
-
-/// `text` (the value of setting `name`) as a whole number of ms from `min` to `max`; an Error
-/// (code EINVAL) naming the setting, the value and the range otherwise (not a number, signs,
-/// spaces, a fraction, or out of range).
-Result<uint64_t> ParseDurationMs(const char* name, const char* text, uint64_t min, uint64_t max);
 
 /// The durations a lifecycle request carries: "" when each is in its range (lease_ms 0 (no
 /// lease) to kMaxLeaseMs, drain_ms 0 (the shim's default) to kMaxDrainMs), else the refusal

@@ -9,17 +9,17 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/settings.h"
+
 namespace cusnap {
 namespace {
 
 std::atomic<int> g_level{-1};  // -1: CUSNAP_LOG not read yet
 
+// The table's values are in LogLevel's order: error, warn, info, debug.
 int ParseLevel(const char* text) {
   if (text == nullptr) return static_cast<int>(LogLevel::kError);
-  if (std::strcmp(text, "warn") == 0) return static_cast<int>(LogLevel::kWarn);
-  if (std::strcmp(text, "info") == 0) return static_cast<int>(LogLevel::kInfo);
-  if (std::strcmp(text, "debug") == 0) return static_cast<int>(LogLevel::kDebug);
-  return static_cast<int>(LogLevel::kError);
+  return static_cast<int>(settings::WordIndex(settings::kLog, text).value_or(0));
 }
 
 const char* LevelName(LogLevel level) {
@@ -37,7 +37,7 @@ const char* LevelName(LogLevel level) {
 LogLevel CurrentLogLevel() {
   int level = g_level.load(std::memory_order_relaxed);
   if (level < 0) {
-    level = ParseLevel(std::getenv("CUSNAP_LOG"));
+    level = ParseLevel(settings::Value(settings::kLog));
     g_level.store(level, std::memory_order_relaxed);
   }
   return static_cast<LogLevel>(level);

@@ -162,6 +162,7 @@ Message IdentifyReply::Encode() const {
     out.Put(checkpoint_id);
     out.Put(untracked);
     out.Put(unsupported);
+    out.Put(settings);
   });
 }
 
@@ -179,6 +180,7 @@ Result<IdentifyReply> IdentifyReply::Decode(const Message& message) {
     in.Get(r.checkpoint_id);
     in.Get(r.untracked);
     in.Get(r.unsupported);
+    in.Get(r.settings);
   });
 }
 
@@ -229,6 +231,7 @@ Message ResourcesReply::Encode() const {
     out.Put(descriptors_free);
     out.Put(cgroup_memory_free);
     out.Put(address_space_free);
+    out.Put(carrier_held);
   });
 }
 
@@ -238,6 +241,7 @@ Result<ResourcesReply> ResourcesReply::Decode(const Message& message) {
                                      in.Get(r.descriptors_free);
                                      in.Get(r.cgroup_memory_free);
                                      in.Get(r.address_space_free);
+                                     in.Get(r.carrier_held);
                                    });
 }
 

@@ -103,6 +103,9 @@ struct IdentifyReply {
   /// shared memory pools, dma-buf, legacy IPC handles from outside cusnap), one per line in
   /// the order first used; "" when none (the checkpoint refuses it by name).
   std::string unsupported;
+  /// The settings the shim read whose values it did not take, one line each with the
+  /// default it used (common/settings.h); "" when none.
+  std::string settings;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.
   static Result<IdentifyReply> Decode(const Message& message);
@@ -145,6 +148,10 @@ struct ResourcesReply {
   uint64_t descriptors_free = kUnlimited;    ///< RLIMIT_NOFILE (soft) minus open descriptors
   uint64_t cgroup_memory_free = kUnlimited;  ///< least memory.max - memory.current up the cgroup
   uint64_t address_space_free = kUnlimited;  ///< RLIMIT_AS (soft) minus the address space's size
+  /// Host memory the carrier's arena holds now, bytes (kept from an earlier cycle; 0 before
+  /// the first): part of the process's resident memory that a dump writes to carrier files
+  /// and gives back before CRIU runs, so no CRIU image carries it.
+  uint64_t carrier_held = 0;
   Message Encode() const;
   /// An error reply comes back as its Error; EPROTO when malformed or for another op.
   static Result<ResourcesReply> Decode(const Message& message);

@@ -28,9 +28,11 @@ inline constexpr uint32_t kMagic = 0x504e5343;  // "CSNP"
 /// (StepRequest::held). Version 6: kWriteCarrier and kReadCarrier (a dump writes the carrier
 /// beside CRIU's images, StepRequest::carrier_path). Version 7: kHeldAllocations (a creator's
 /// REALLOCATE asks its importers what they still hold). Version 8: kWriteCarrier replies
-/// carry each part file's chunk digests (StepReply::files). A peer speaking another version is
+/// carry each part file's chunk digests (StepReply::files). Version 9: kIdentify reports the
+/// settings the shim did not take (IdentifyReply::settings), kCheckResources the host memory
+/// the carrier holds (ResourcesReply::carrier_held). A peer speaking another version is
 /// refused with both versions named (socket.h, ReceiveMessage).
-inline constexpr uint16_t kVersion = 8;
+inline constexpr uint16_t kVersion = 9;
 
 /// Requests a client can send: X(enumerator, value, name, kind), the kind an OpKind (below):
 /// kStep ops run on the shim's control thread, one at a time, as lifecycle steps; kQuery ops

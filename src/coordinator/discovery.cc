@@ -11,27 +11,6 @@
 namespace cusnap::coord {
 namespace {
 
-/// What to do about a process of the tree that has no endpoint in `control_dir`: when its
-/// shim is loaded, the control directory its environment gives (the job was started with
-/// another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR); else start it with `cusnap run`. ""
-/// when no process of `pids` has the shim loaded.
-std::string ShimElsewhere(const std::vector<int>& pids, const std::string& control_dir) {
-  for (int pid : pids) {
-    const auto dir = ShimControlDir(pid);
-    if (!dir) continue;
-    if (*dir == control_dir) {
-      return ProcessText(pid, ProcessName(pid)) + " has the cusnap shim loaded but no " +
-             "endpoint in " + control_dir + " (the shim could not start it: its log is on the " +
-             "job's stderr)";
-    }
-    return ProcessText(pid, ProcessName(pid)) + " has the cusnap shim loaded, and its " +
-           "environment puts its endpoint in " + *dir + ", not in " + control_dir + " (the " +
-           "job was started with another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR): run the " +
-           "command with CUSNAP_CONTROL_DIR=" + *dir;
-  }
-  return "";
-}
-
 /// A held process (hold.h) is stopped: its endpoint cannot answer, and it is checkpointed
 /// already. Said at once, rather than after the endpoint's deadline.
 Error HeldRefusal(int pid) {
@@ -81,10 +60,7 @@ Result<std::vector<std::unique_ptr<Participant>>> DiscoverTree(const DiscoveryOp
     }
   }
   if (participants.empty()) {
-    const std::string elsewhere = ShimElsewhere(tree, options.control_dir);
-    return Error{-1, ProcessText(options.pid) + ": no process in its tree has a " +
-                         "cusnap endpoint in " + options.control_dir + "; " +
-                         (elsewhere.empty() ? "start the job with 'cusnap run'" : elsewhere)};
+    return Error{-1, NoEndpointInTreeText(options.pid, tree, options.control_dir)};
   }
   return participants;
 }

@@ -11,6 +11,7 @@
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "common/log.h"
+#include "common/settings.h"
 #include "shim/endpoint/endpoint.h"
 #include "shim/driver/driver_api.h"
 #include "shim/lifecycle/lifecycle.h"
@@ -82,7 +83,12 @@ struct Process final : ServedProcess {
     const CheckpointWork* built = checkpoint_work.load(std::memory_order_acquire);
     return built != nullptr ? built->lifecycle.checkpoint_id() : std::string();
   }
+  std::string SettingsProblems() const override;
   uint64_t CarrierGrowthFor(size_t bytes) override { return Work().carrier.GrowthFor(bytes); }
+  uint64_t CarrierHeldBytes() const override {
+    const CheckpointWork* built = checkpoint_work.load(std::memory_order_acquire);
+    return built != nullptr ? built->carrier.capacity() : 0;
+  }
   Result<proto::StepReply> RunStep(const proto::StepRequest& request) override {
     GateBypass bypass;
     return Work().lifecycle.Handle(request);
@@ -132,7 +138,31 @@ void ForkChild() {
   g_process.store(new Process(), std::memory_order_release);
 }
 
+// The settings the shim reads whose values the table does not take (common/settings.h),
+// one line each, logged once per process (a fork child inherits them): at error level, since a
+// mistyped setting must be seen at the default level.
+const std::string& LoggedSettingsProblems() {
+  static const std::string problems = [] {
+    std::string text;
+    for (const settings::Setting* setting : settings::kAll) {
+      const char* value = settings::Value(*setting);
+      if ((setting->readers & settings::kShim) == 0 || value == nullptr ||
+          settings::Accepts(*setting, value)) {
+        continue;
+      }
+      const std::string line = settings::DefaultUsed(*setting, value);
+      CUSNAP_LOG_ERROR("%s", line.c_str());
+      text += line + "\n";
+    }
+    return text;
+  }();
+  return problems;
+}
+
+std::string Process::SettingsProblems() const { return LoggedSettingsProblems(); }
+
 __attribute__((constructor)) void AttachProcess() {
+  LoggedSettingsProblems();
   Root();
   pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
   EnsureEndpoint();

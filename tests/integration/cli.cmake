@@ -32,6 +32,7 @@ cusnap_add_job_test(cli_job_test
   SOURCES cli_job_cycles.cc cli_job_carry.cc cli_job_hold.cc cli_device_map_refusals.cc
     cli_job_visible.cc cli_job_refusals.cc cli_job_transaction.cc cli_job_interrupts.cc
     cli_job_security.cc cli_job_recover.cc cli_native_baseline.cc cli_legacy_ipc.cc
+    cli_job_status.cc
   LIBS cusnap_coordinator
   # A recover test (workers whose every copy is delayed 700 ms, then a full cycle) takes
   # ~60 s under AddressSanitizer on CI's 2 cores and ~95 s on a loaded one.
@@ -102,3 +103,10 @@ cusnap_add_gtest(cli_images_test
   LABELS integration)
 target_include_directories(cli_images_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 add_dependencies(cli_images_test cusnap cusnap_shim simcuda_driver criu_job)
+# A dump's disk-space check after an in-place cycle (cli_images_space_test.cc).
+cusnap_add_gtest(cli_images_space_test
+  SOURCES cli_images_space_test.cc
+  LIBS cusnap_coordinator nlohmann_json::nlohmann_json
+  LABELS integration)
+target_include_directories(cli_images_space_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
+add_dependencies(cli_images_space_test cusnap cusnap_shim simcuda_driver criu_job)

@@ -501,7 +501,15 @@ TEST_F(CliJobHold, RefusedRestoreLeavesTheJobHeld) {
   const Ran wrong = Restore(dir_ + "/empty");
   EXPECT_EQ(wrong.status, kExitRestoreRefused) << wrong.out << wrong.err;
   EXPECT_THAT(wrong.err, HasSubstr("nothing was changed"));
-  EXPECT_THAT(wrong.err, HasSubstr("1 held process stopped again, as before the command"));
+  // The checkpoint's own state directory is named before the held job is continued.
+  EXPECT_THAT(wrong.err, HasSubstr("no checkpoint in " + dir_ + "/empty; the job's checkpoint "
+                                   "is in " + state + ": run 'cusnap restore --pid "));
+  EXPECT_EQ(ProcState(w.pid), 'T');
+  EXPECT_TRUE(std::filesystem::exists(HeldMarker(w.pid)));
+  // Refused once it continued the job: stopped again.
+  const Ran mapped = Restore(state, {"--device-map", "0=1,1=1"});
+  EXPECT_EQ(mapped.status, kExitRestoreRefused) << mapped.out << mapped.err;
+  EXPECT_THAT(mapped.err, HasSubstr("1 held process stopped again, as before the command"));
   EXPECT_EQ(ProcState(w.pid), 'T');
   EXPECT_TRUE(std::filesystem::exists(HeldMarker(w.pid)));
   const Ran rs = Restore(state);
@@ -729,7 +737,7 @@ TEST_F(CliJobHold, BadHoldSettingChangesNothing) {
   ASSERT_NO_FATAL_FAILURE(Create(creator, "A", 2, "dev", 0));
   ::setenv("CUSNAP_HOLD", "freeze", 1);
   const Ran ck = Checkpoint(dir_ + "/state");
-  EXPECT_EQ(ck.status, 1);
+  EXPECT_EQ(ck.status, 2);
   EXPECT_THAT(ck.err, HasSubstr("CUSNAP_HOLD='freeze' is not one of stop, run; nothing was changed"));
   EXPECT_EQ(Phases(), std::vector<std::string>(1, "active"));
 }

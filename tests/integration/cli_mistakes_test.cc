@@ -167,6 +167,27 @@ TEST_F(CliMistakes, BadSettingsAreRefusedNamingTheValuesTheyAccept) {
   EXPECT_FALSE(fs::exists(dir_ + "/state"));
 }
 
+// ---- A mistyped option: the nearest option named, as for a mistyped command ----
+
+TEST_F(CliMistakes, AMistypedOptionIsAnsweredWithTheNearestOne) {
+  Ran r = Cusnap({"checkpoint", "--statedir", "x", "--all"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, ::testing::StartsWith("cusnap checkpoint: The following arguments were not "
+                                           "expected: "));
+  EXPECT_THAT(r.err, HasSubstr("; did you mean '--state-dir' for '--statedir'?\nRun 'cusnap "
+                               "checkpoint --help' for more information.\n"));
+  EXPECT_FALSE(fs::exists("x"));
+  r = Cusnap({"restore", "--all", "--devicemap=0=1"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("did you mean '--device-map' for '--devicemap'?"));
+  r = Cusnap({"status", "--pdi", "5"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("did you mean '--pid' for '--pdi'?"));
+  r = Cusnap({"status", "--frobnicate"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, Not(HasSubstr("did you mean")));
+}
+
 // ---- Misleading messages replaced ----
 
 TEST_F(CliMistakes, AMissingPidIsNamedWithoutClaimingAJobKeepsRunning) {

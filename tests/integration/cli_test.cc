@@ -169,10 +169,12 @@ TEST_F(CliTest, BadDriverChoiceIsNamed) {
   env["CUSNAP_DRIVER"] = "quantum";
   const auto o = RunCusnap({"run", "--", "true"}, env);
   EXPECT_EQ(o.status, 2);
-  EXPECT_EQ(o.err, "cusnap run: CUSNAP_DRIVER='quantum' is not one of auto, real, sim\n");
+  EXPECT_EQ(o.err, "cusnap run: CUSNAP_DRIVER='quantum' is not one of auto, real, sim; the job "
+                   "was not started\n");
   const auto c = RunCusnap({"checkpoint", "--all"}, env);
-  EXPECT_EQ(c.status, 1);
-  EXPECT_THAT(c.err, HasSubstr("CUSNAP_DRIVER='quantum' is not one of auto, real, sim"));
+  EXPECT_EQ(c.status, 2);
+  EXPECT_EQ(c.err, "cusnap checkpoint: CUSNAP_DRIVER='quantum' is not one of auto, real, sim; "
+                   "nothing was changed\n");
 }
 
 // CUSNAP_DRIVER=real where no libcuda.so.1 can be loaded (this CI machine): exit 1, the

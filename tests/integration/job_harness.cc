@@ -599,7 +599,9 @@ std::vector<std::string> JobTest::MachineUuids() {
 
 std::vector<std::string> JobTest::Phases() {
   const Ran st = Cusnap({"status", "--all", "--json"});
-  EXPECT_EQ(st.status, 0) << st.err;
+  // Exit 1 only for participants of a checkpoint that a test ended (status names each).
+  const bool only_ended = st.status == 1 && st.err.find("no longer runs") != std::string::npos;
+  EXPECT_TRUE(st.status == 0 || only_ended) << st.err;
   std::vector<std::string> phases;
   const auto doc = nlohmann::json::parse(st.out, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc["participants"].is_array()) {

@@ -1,6 +1,7 @@
 # A new user's path through the real `cusnap`: mistakes named before anything
-# changes (cli_mistakes_test.cc), and the installed tree: `cmake --install` into a scratch
-# prefix, then `cusnap demo` from there (install_demo.sh). Label: integration.
+# changes (cli_mistakes_test.cc, cli_settings_test.cc), and the installed tree: `cmake
+# --install` into a scratch prefix, then `cusnap demo` from there (install_demo.sh). Label:
+# integration.
 
 cusnap_add_gtest(cli_mistakes_test
   SOURCES cli_mistakes_test.cc
@@ -8,6 +9,15 @@ cusnap_add_gtest(cli_mistakes_test
   LABELS integration
   TIMEOUT 300)
 add_dependencies(cli_mistakes_test cusnap cusnap_shim simcuda_driver)
+
+# Every setting of the settings table refused by `cusnap run` and each command that reads it,
+# and a preloaded shim's bad setting logged and shown by `status` (cli_settings_test.cc).
+cusnap_add_gtest(cli_settings_test
+  SOURCES cli_settings_test.cc
+  LIBS GTest::gmock nlohmann_json::nlohmann_json cusnap_common
+  LABELS integration
+  TIMEOUT 300)
+add_dependencies(cli_settings_test cusnap cusnap_shim simcuda_driver)
 
 add_test(NAME Install.DemoFromInstalledTree
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/install_demo.sh ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/install-test)

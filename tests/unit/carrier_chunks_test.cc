@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/settings.h"
 #include "carrier_fixture.h"
 #include "shim/carrier/carrier.h"
 #include "shim_printers.h"
@@ -330,6 +331,11 @@ TEST(CarrierOptions, ReadFromTheEnvironment) {
   EXPECT_TRUE(defaults.zero_scan);
   EXPECT_EQ(defaults.keep_bytes, SIZE_MAX);
   EXPECT_EQ(CarryScopeFromEnvironment(), CarryScope::kAll);
+  // The defaults the settings table (and so the README) names.
+  EXPECT_EQ("`" + std::to_string(defaults.chunk_bytes / kMiB) + "`",
+            cusnap::settings::kCarrierChunkMib.fallback);
+  EXPECT_EQ("`" + std::to_string(defaults.provision_threads) + "`",
+            cusnap::settings::kCarrierThreads.fallback);
 
   setenv("CUSNAP_CARRIER_PIN", "kept", 1);
   setenv("CUSNAP_CARRIER_CHUNK_MIB", "16", 1);

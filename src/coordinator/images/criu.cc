@@ -256,6 +256,9 @@ Status RunCriu(const std::string& criu, const std::vector<std::string>& args,
   const std::string log = dir + "/" + (logged ? log_name : kCriuOutputLogName);
   std::string why = ErrorLines(ReadText(log));
   if (why.empty() && logged) why = ErrorLines(ReadText(dir + "/" + kCriuOutputLogName));
+  // A disk that filled up may stop CRIU before its first log line: an empty excerpt says
+  // nothing, so the message says that there is none.
+  if (why.empty()) why = "its log is empty (CRIU wrote no reason)";
   return Error{rc, "criu " + args[0] + " failed (exit " + std::to_string(rc) + ", log " + log +
                        "): " + why};
 }

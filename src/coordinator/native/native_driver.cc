@@ -1,5 +1,6 @@
 // The native checkpoint API over a libcuda.so.1 loaded with dlopen (native_driver.h).
 #include "coordinator/native/native_driver.h"
+#include "common/settings.h"
 #include "common/text.h"
 
 #include <dlfcn.h>
@@ -238,10 +239,12 @@ Result<std::unique_ptr<CheckpointDriver>> Open(const std::string& path, bool nee
 }  // namespace
 
 Result<DriverChoice> ParseDriverChoice(const std::string& text) {
-  if (text.empty() || text == "auto") return DriverChoice::kAuto;
-  if (text == "real") return DriverChoice::kReal;
-  if (text == "sim" || text == "simulated") return DriverChoice::kSimulated;
-  return Error{-1, "CUSNAP_DRIVER='" + text + "' is not one of auto, real, sim"};
+  if (text.empty()) return DriverChoice::kAuto;
+  // The table's values are in DriverChoice's order: auto, real, sim.
+  if (const auto index = settings::WordIndex(settings::kDriver, text)) {
+    return static_cast<DriverChoice>(*index);
+  }
+  return Error{EINVAL, settings::Refusal(settings::kDriver, text)};
 }
 
 std::string SimulatedDriverDir(const std::string& bin_dir) {

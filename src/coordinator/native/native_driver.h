@@ -63,7 +63,8 @@ inline Error FreeBytesUnknown(const std::string& uuid) {
 /// Which driver to load (env CUSNAP_DRIVER).
 enum class DriverChoice { kAuto, kReal, kSimulated };
 
-/// Parses CUSNAP_DRIVER's value: "", "auto", "real", "sim" (or "simulated").
+/// Parses CUSNAP_DRIVER's value (common/settings.h): "" or "auto", "real", "sim"; an Error
+/// (code EINVAL) naming the value and the values taken otherwise.
 Result<DriverChoice> ParseDriverChoice(const std::string& text);
 
 /// Directory of the simulated driver for a cusnap binary in `bin_dir`: <bin_dir>/../simcuda

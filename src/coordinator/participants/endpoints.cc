@@ -11,6 +11,7 @@
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
 #include "common/socket.h"
+#include "common/text.h"
 #include "coordinator/proc/processes.h"
 
 namespace cusnap::coord {
@@ -59,6 +60,30 @@ std::map<std::string, std::vector<int>> OtherShimControlDirs(const std::string& 
     other[there].push_back(pid);
   }
   return other;
+}
+
+std::string ShimElsewhere(const std::vector<int>& pids, const std::string& control_dir) {
+  for (int pid : pids) {
+    const auto dir = ShimControlDir(pid);
+    if (!dir) continue;
+    if (*dir == control_dir) {
+      return ProcessText(pid, ProcessName(pid)) + " has the cusnap shim loaded but no " +
+             "endpoint in " + control_dir + " (the shim could not start it: its log is on the " +
+             "job's stderr)";
+    }
+    return ProcessText(pid, ProcessName(pid)) + " has the cusnap shim loaded, and its " +
+           "environment puts its endpoint in " + *dir + ", not in " + control_dir + " (the " +
+           "job was started with another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR): run the " +
+           "command with CUSNAP_CONTROL_DIR=" + *dir;
+  }
+  return "";
+}
+
+std::string NoEndpointInTreeText(int pid, const std::vector<int>& tree,
+                                 const std::string& control_dir) {
+  const std::string elsewhere = ShimElsewhere(tree, control_dir);
+  return ProcessText(pid) + ": no process in its tree has a cusnap endpoint in " + control_dir +
+         "; " + (elsewhere.empty() ? "start the job with 'cusnap run'" : elsewhere);
 }
 
 std::string OtherShimControlDirsText(const std::string& control_dir) {

@@ -26,6 +26,17 @@ std::optional<std::string> ShimControlDir(int pid);
 /// another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR, which "no participants" alone would hide.
 std::map<std::string, std::vector<int>> OtherShimControlDirs(const std::string& control_dir);
 
+/// What to do about processes of a tree (`pids`) that have no endpoint in `control_dir`: when
+/// one has the shim loaded, the control directory its environment gives (the job was started
+/// with another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR), or that its shim could not start its
+/// endpoint; "" when no process of `pids` has the shim loaded.
+std::string ShimElsewhere(const std::vector<int>& pids, const std::string& control_dir);
+
+/// "pid P: no process in its tree has a cusnap endpoint in D; <ShimElsewhere, else: start the
+/// job with 'cusnap run'>", for `pid` and its process tree `tree`.
+std::string NoEndpointInTreeText(int pid, const std::vector<int>& tree,
+                                 const std::string& control_dir);
+
 /// One line naming OtherShimControlDirs's directories and what to run there; "" when none.
 std::string OtherShimControlDirsText(const std::string& control_dir);
 

@@ -15,6 +15,7 @@
 
 #include "common/control_dir.h"
 #include "common/hold_marker.h"
+#include "common/settings.h"
 #include "common/text.h"
 #include "coordinator/participants/endpoints.h"
 #include "coordinator/proc/processes.h"
@@ -115,13 +116,16 @@ void AppendMarkerFiles(const std::string& control_dir, int pid, std::vector<std:
 }  // namespace
 
 Result<HoldMode> ParseHoldMode(const std::string& text) {
-  if (text.empty() || text == "stop") return HoldMode::kStop;
-  if (text == "run") return HoldMode::kRun;
-  return Error{EINVAL, "CUSNAP_HOLD='" + text + "' is not one of stop, run"};
+  if (text.empty()) return HoldMode::kStop;
+  // The table's values are in HoldMode's order: stop, run.
+  if (const auto index = settings::WordIndex(settings::kHold, text)) {
+    return static_cast<HoldMode>(*index);
+  }
+  return Error{EINVAL, settings::Refusal(settings::kHold, text)};
 }
 
 Result<HoldMode> HoldModeFromEnvironment() {
-  const char* text = std::getenv("CUSNAP_HOLD");
+  const char* text = settings::Value(settings::kHold);
   return ParseHoldMode(text ? text : "");
 }
 

@@ -31,7 +31,8 @@ enum class HoldMode {
   kRun,   ///< "run": processes stay runnable while checkpointed (their CUDA calls wait)
 };
 
-/// Parses CUSNAP_HOLD's value: "" or "stop", "run". Error (code EINVAL) names the value.
+/// Parses CUSNAP_HOLD's value (common/settings.h): "" or "stop", "run". Error (code EINVAL)
+/// names the value and the values taken.
 Result<HoldMode> ParseHoldMode(const std::string& text);
 
 /// The hold mode the environment chooses: ParseHoldMode of CUSNAP_HOLD (unset: kStop).

@@ -2,25 +2,16 @@
 #include "coordinator/participants/lease.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <string>
 
-#include "common/durations.h"
+#include "common/settings.h"
 
 namespace cusnap::coord {
 
 uint64_t LeaseMsFromEnvironment() {
-  const char* value = std::getenv(kLeaseEnv);
-  if (value == nullptr || *value == '\0') return kDefaultLeaseMs;
-  Result<uint64_t> ms = ParseDurationMs(kLeaseEnv, value, 1, kMaxLeaseMs);
-  return ms ? *ms : kDefaultLeaseMs;
-}
-
-std::string LeaseEnvironmentProblem() {
-  const char* value = std::getenv(kLeaseEnv);
-  if (value == nullptr || *value == '\0') return "";
-  Result<uint64_t> ms = ParseDurationMs(kLeaseEnv, value, 1, kMaxLeaseMs);
-  return ms ? "" : ms.error().message;
+  const char* value = settings::Value(settings::kLeaseMs);
+  if (value == nullptr) return kDefaultLeaseMs;
+  return settings::NumberOf(settings::kLeaseMs, value).value_or(kDefaultLeaseMs);
 }
 
 LeaseKeeper::LeaseKeeper(const std::vector<Participant*>& participants, uint64_t lease_ms)

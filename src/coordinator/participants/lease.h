@@ -19,17 +19,10 @@ namespace cusnap::coord {
 /// The lease when the environment gives none (CUSNAP_LEASE_MS), in ms.
 inline constexpr uint64_t kDefaultLeaseMs = 10'000;
 
-/// The setting that gives the lease.
-inline constexpr const char* kLeaseEnv = "CUSNAP_LEASE_MS";
-
-/// CUSNAP_LEASE_MS when it is a whole number of ms from 1 to kMaxLeaseMs (common/
-/// durations.h), else kDefaultLeaseMs (the CLI refuses such a value first:
-/// LeaseEnvironmentProblem).
+/// CUSNAP_LEASE_MS when it is a value the settings table takes (common/settings.h: a whole
+/// number of ms from 1 to kMaxLeaseMs), else kDefaultLeaseMs (the CLI refuses such a value
+/// before a command starts).
 uint64_t LeaseMsFromEnvironment();
-
-/// "" when CUSNAP_LEASE_MS is unset, empty or a whole number of ms from 1 to kMaxLeaseMs;
-/// else the refusal naming the variable, its value and the range.
-std::string LeaseEnvironmentProblem();
 
 /// Renews the lease of every participant given, every lease_ms / 4, from one thread per
 /// participant (a shim busy with a long step answers its renewal late; the others must not

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/settings.h"
 #include "common/text.h"
 #include "coordinator/proc/processes.h"
 #include "coordinator/record/records.h"
@@ -18,8 +19,9 @@ namespace {
 
 // Bytes free to an unprivileged writer in the filesystem of `dir`, or the test knob's value.
 Result<uint64_t> FreeBytes(const std::string& dir) {
-  if (const char* knob = std::getenv(kTestStateDirFreeBytesEnv); knob != nullptr && *knob) {
-    return std::strtoull(knob, nullptr, 10);
+  if (const char* knob = settings::Value(settings::kTestStateDirFreeBytes)) {
+    const auto bytes = settings::NumberOf(settings::kTestStateDirFreeBytes, knob);
+    if (bytes) return *bytes;
   }
   struct statvfs fs{};
   if (statvfs(dir.c_str(), &fs) != 0) {
@@ -64,23 +66,28 @@ uint64_t StateFileEstimate(std::span<const ParticipantView> views) {
   return bytes;
 }
 
-uint64_t ImagesEstimate(int root, std::span<const ParticipantView> views) {
+uint64_t ImagesEstimate(int root, std::span<const ParticipantView> views, uint64_t carrier_held) {
   uint64_t resident = 0, carried = 0;
   for (const int pid : ProcessTree(root)) resident += DumpedMemoryBytes(pid);
   for (const auto& v : views) carried += ResourcesNeeded(v).carrier_bytes;
-  return std::max(resident, carried);
+  return std::max(resident - std::min(resident, carrier_held), carried);
 }
 
 std::vector<std::string> CheckResourcesAll(
     std::span<const std::unique_ptr<Participant>> participants,
     std::span<const ParticipantView> views, const std::string& state_dir, int images_root) {
   std::vector<std::string> problems;
+  uint64_t carrier_held = 0;
   for (size_t i = 0; i < participants.size() && i < views.size(); ++i) {
     auto have = CheckResources(*participants[i], ResourcesNeeded(views[i]));
-    if (!have) problems.push_back(have.error().message);
+    if (!have) {
+      problems.push_back(have.error().message);
+    } else {
+      carrier_held += have->carrier_held;
+    }
   }
   const uint64_t needed = StateFileEstimate(views) + kStateFileMargin;
-  const uint64_t images = images_root > 0 ? ImagesEstimate(images_root, views) : 0;
+  const uint64_t images = images_root > 0 ? ImagesEstimate(images_root, views, carrier_held) : 0;
   Result<uint64_t> free = FreeBytes(state_dir);
   if (!free) {
     problems.push_back(free.error().message);

@@ -17,11 +17,6 @@
 
 namespace cusnap::coord {
 
-/// Environment knob for tests only: when set to a number, the state directory's filesystem
-/// is taken to have that many bytes free (statvfs is not asked). Lets a test show the disk
-/// space refusal without mounting a full filesystem.
-inline constexpr const char* kTestStateDirFreeBytesEnv = "CUSNAP_TEST_STATE_DIR_FREE_BYTES";
-
 /// Spare bytes the state directory must have beyond the state file's estimate.
 inline constexpr uint64_t kStateFileMargin = 1u << 20;
 
@@ -36,14 +31,17 @@ uint64_t StateFileEstimate(std::span<const ParticipantView> views);
 
 /// Bytes a CRIU dump of the tree of `root` will write at least, in bytes: the larger of the
 /// tree's anonymous and shared resident memory now (RssAnon + RssShmem of each process's
-/// /proc/<pid>/status, what CRIU writes as pages) and the carrier bytes the participants of
-/// `views` will hold (ResourcesNeeded; a carrier provisioned at the save is not resident
-/// yet). A lower bound: a shortfall below it is certain.
-uint64_t ImagesEstimate(int root, std::span<const ParticipantView> views);
+/// /proc/<pid>/status, what CRIU writes as pages) less `carrier_held`, the host memory the
+/// shims' carriers hold now (kept from an earlier cycle: the dump writes it to carrier files
+/// and gives it back before CRIU runs, ResourcesReply::carrier_held), and the carrier bytes the
+/// participants of `views` will hold (ResourcesNeeded; a carrier provisioned at the save is
+/// not resident yet). A lower bound: a shortfall below it is certain.
+uint64_t ImagesEstimate(int root, std::span<const ParticipantView> views, uint64_t carrier_held);
 
 /// Asks every participant whether it has what ResourcesNeeded says (kCheckResources) and the
 /// state directory's filesystem whether it has StateFileEstimate + kStateFileMargin bytes
-/// free (statvfs; kTestStateDirFreeBytesEnv in tests), plus ImagesEstimate(images_root) when
+/// free (statvfs; CUSNAP_TEST_STATE_DIR_FREE_BYTES in tests, settings.h), plus
+/// ImagesEstimate(images_root) when
 /// `images_root` > 0 (`cusnap dump`: the state directory is the images directory). One
 /// message per shortfall (empty: enough of everything). `participants` and `views` are in
 /// the same order.

@@ -46,14 +46,14 @@ struct CarrierOptions {
   unsigned provision_threads = 8;
 };
 
-/// The options as the environment sets them; a value that cannot be read is logged at
-/// error level and its default used.
+/// The options as the environment sets them (common/settings.h); a value the settings table
+/// does not take gives its default (the shim logs it once, when it attaches).
 CarrierOptions CarrierOptionsFromEnvironment();
 
-/// CUSNAP_CARRIER alone: "lazy" (default) or "eager"; anything else is logged and read as lazy.
+/// CUSNAP_CARRIER alone: "lazy" (default) or "eager"; anything else is read as lazy.
 CarrierMode CarrierModeFromEnvironment();
 
-/// CUSNAP_CARRY: "all" (default) or "shared"; anything else is logged and read as all.
+/// CUSNAP_CARRY: "all" (default) or "shared"; anything else is read as all.
 CarryScope CarryScopeFromEnvironment();
 
 }  // namespace cusnap::shim

@@ -39,6 +39,7 @@ proto::Message Identify(ServedProcess& served) {
   }
   reply.failure = served.LifecycleFailure();
   reply.checkpoint_id = served.LifecycleCheckpointId();
+  reply.settings = served.SettingsProblems();
   return reply.Encode();
 }
 
@@ -68,7 +69,9 @@ proto::Message CheckResourcesOf(ServedProcess& served, const proto::Message& req
   const uint64_t growth =
       need->carrier_bytes == 0 ? 0 : served.CarrierGrowthFor(static_cast<size_t>(need->carrier_bytes));
   Result<proto::ResourcesReply> have = CheckResources(*need, growth);
-  return have.ok() ? have->Encode() : proto::EncodeError(request.op, have.error());
+  if (!have.ok()) return proto::EncodeError(request.op, have.error());
+  have->carrier_held = served.CarrierHeldBytes();
+  return have->Encode();
 }
 
 /// The folder of descriptor `fd` by its own path when this process sees that path as the same

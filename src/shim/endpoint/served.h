@@ -31,9 +31,15 @@ class ServedProcess {
   virtual proto::ShimState LifecycleState() const = 0;
   virtual std::string LifecycleFailure() const = 0;
   virtual std::string LifecycleCheckpointId() const = 0;
+  /// The settings this process's shim read whose values it did not take, one "NAME='value'
+  /// is not ...; using the default, D" line each ("" when none: common/settings.h).
+  virtual std::string SettingsProblems() const = 0;
   /// The bytes the carrier's arena still has to grow by to hold `bytes`
   /// (HostCarrier::GrowthFor); builds the carrier, resolving the driver.
   virtual uint64_t CarrierGrowthFor(size_t bytes) = 0;
+  /// The host memory the carrier's arena holds now, bytes; 0 when no carrier was built (never
+  /// builds one).
+  virtual uint64_t CarrierHeldBytes() const = 0;
   /// Runs one lifecycle step (Lifecycle::Handle) past the quiesce gate: lifecycle work may go
   /// through the shim's own hooks while the gate is closed. Builds the lifecycle at the first.
   virtual Result<proto::StepReply> RunStep(const proto::StepRequest& request) = 0;
