@@ -133,12 +133,16 @@ std::vector<std::string> BadValues(const Setting& setting) {
   return {};
 }
 
-std::string DefaultUsed(const Setting& setting, std::string_view value) {
+std::string FallbackText(const Setting& setting) {
   std::string fallback;
   for (const char* c = setting.fallback; *c != '\0'; ++c) {
     if (*c != '`') fallback += *c;
   }
-  return Refusal(setting, value) + "; using the default, " + fallback;
+  return fallback;
+}
+
+std::string DefaultUsed(const Setting& setting, std::string_view value) {
+  return Refusal(setting, value) + "; using the default, " + FallbackText(setting);
 }
 
 std::string ReadmeRowStart(const Setting& setting) {

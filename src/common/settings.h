@@ -171,6 +171,9 @@ std::vector<std::string> EnvironmentProblems(uint32_t readers);
 /// A few values `setting` does not take, for tests and examples (none for kPath and kText).
 std::vector<std::string> BadValues(const Setting& setting);
 
+/// The default as plain text, without the README's backquotes: "64" for "`64`".
+std::string FallbackText(const Setting& setting);
+
 /// "NAME='value' is not <Takes>; using the default, <fallback>": how a shim logs and reports a
 /// value it does not take.
 std::string DefaultUsed(const Setting& setting, std::string_view value);

@@ -332,10 +332,10 @@ TEST(CarrierOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(defaults.keep_bytes, SIZE_MAX);
   EXPECT_EQ(CarryScopeFromEnvironment(), CarryScope::kAll);
   // The defaults the settings table (and so the README) names.
-  EXPECT_EQ("`" + std::to_string(defaults.chunk_bytes / kMiB) + "`",
-            cusnap::settings::kCarrierChunkMib.fallback);
-  EXPECT_EQ("`" + std::to_string(defaults.provision_threads) + "`",
-            cusnap::settings::kCarrierThreads.fallback);
+  EXPECT_EQ(cusnap::settings::FallbackText(cusnap::settings::kCarrierChunkMib),
+            std::to_string(defaults.chunk_bytes / kMiB));
+  EXPECT_EQ(cusnap::settings::FallbackText(cusnap::settings::kCarrierThreads),
+            std::to_string(defaults.provision_threads));
 
   setenv("CUSNAP_CARRIER_PIN", "kept", 1);
   setenv("CUSNAP_CARRIER_CHUNK_MIB", "16", 1);

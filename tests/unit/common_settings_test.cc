@@ -29,7 +29,7 @@ TEST(CommonSettings, ALeaseIsTakenFromItsMinimumToItsMaximumAndNothingElse) {
     EXPECT_EQ(Refusal(kLeaseMs, text), "CUSNAP_LEASE_MS='" + std::string(text) +
                                            "' is not a whole number of ms from 1 to 3600000");
   }
-  EXPECT_EQ("`" + std::to_string(coord::kDefaultLeaseMs) + "`", std::string(kLeaseMs.fallback));
+  EXPECT_EQ(FallbackText(kLeaseMs), std::to_string(coord::kDefaultLeaseMs));
 }
 
 TEST(CommonSettings, ChoicesAndNumbersWithWordsNameWhatTheyTake) {
