@@ -313,6 +313,13 @@ void JobTest::ShareMapped(Worker& from, const std::string& allocation, Worker& t
   ASSERT_NO_FATAL_FAILURE(Map(to, view, allocation, 0, mib, devices));
 }
 
+void JobTest::ShareBothWays(Worker& creator, Worker& importer) {
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "A", 2, "dev", 0, "a", "0"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "A", importer, "ai", 2, "1"));
+  ASSERT_NO_FATAL_FAILURE(CreateFilled(importer, "B", 2, "dev", 1, "b", "1"));
+  ASSERT_NO_FATAL_FAILURE(ShareMapped(importer, "B", creator, "bi", 2, "0"));
+}
+
 void JobTest::MulticastTeam(Worker& creator, Worker& member, const std::string& mc,
                             const std::string& creator_memory, const std::string& member_memory) {
   ASSERT_EQ(OkValue(Ask(creator, "mccreate " + mc + " 2 2")).rfind("0x", 0), 0u);

@@ -123,6 +123,10 @@ class JobTest : public cusnap::testing::ScratchDirTest {
   /// Share, then `to` Maps all `mib` of it at `view` (access for `devices`).
   void ShareMapped(Worker& from, const std::string& allocation, Worker& to,
                    const std::string& view, size_t mib, const std::string& devices);
+  /// Memory shared both ways: `creator` (on device 0) creates A (2 MiB, filled, its view "a"),
+  /// which `importer` maps at "ai"; `importer` (on device 1) creates B ("b"), which `creator`
+  /// maps at "bi".
+  void ShareBothWays(Worker& creator, Worker& importer);
   /// A multicast team `mc` of 2 MiB for 2 devices: `creator` creates it and shares it with
   /// `member`; `creator` adds device 0 and binds its `creator_memory`, `member` adds device 1
   /// and binds its `member_memory` (both 2 MiB, at offset 0).

@@ -137,10 +137,7 @@ using LifecycleFuzz = JobTest;
 TEST_F(LifecycleFuzz, RandomStepRequestsNeitherWedgeNorSpinAShimAndTheJobComesBack) {
   Worker& creator = Start("creator", 0);
   Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "A", 2, "dev", 0, "a", "0"));
-  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "A", importer, "ai", 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(CreateFilled(importer, "B", 2, "dev", 1, "b", "1"));
-  ASSERT_NO_FATAL_FAILURE(ShareMapped(importer, "B", creator, "bi", 2, "0"));
+  ASSERT_NO_FATAL_FAILURE(ShareBothWays(creator, importer));
   const Snapshot before = Snap();
   const std::vector<pid_t> shims = {creator.pid, importer.pid};
   const std::string control = cusnap::ControlDir();

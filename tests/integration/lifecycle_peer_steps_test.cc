@@ -35,10 +35,7 @@ class LifecyclePeerSteps : public JobTest {
 TEST_F(LifecyclePeerSteps, ACreatorWhoseImporterStillHoldsTheOldAllocationIsRefusedItsReallocate) {
   Worker& creator = Start("creator", 0);
   Worker& importer = Start("importer", 1);
-  ASSERT_NO_FATAL_FAILURE(CreateFilled(creator, "A", 2, "dev", 0, "a", "0"));
-  ASSERT_NO_FATAL_FAILURE(ShareMapped(creator, "A", importer, "ai", 2, "1"));
-  ASSERT_NO_FATAL_FAILURE(CreateFilled(importer, "B", 2, "dev", 1, "b", "1"));
-  ASSERT_NO_FATAL_FAILURE(ShareMapped(importer, "B", creator, "bi", 2, "0"));
+  ASSERT_NO_FATAL_FAILURE(ShareBothWays(creator, importer));
   const Snapshot before = Snap();
 
   // The creator's half of a checkpoint: every step is its own to take.
