@@ -31,3 +31,11 @@ add_test(NAME CliDocs.ManPageAndCompletionsNameEveryOptionAndNoOther
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/cli_docs_check.sh $<TARGET_FILE:cusnap> ${CMAKE_BINARY_DIR}/share)
 set_tests_properties(CliDocs.ManPageAndCompletionsNameEveryOptionAndNoOther PROPERTIES
   TIMEOUT 120 LABELS integration ENVIRONMENT "${CUSNAP_TEST_ENV}")
+
+# The documents installed under share/doc/cusnap are exactly README.md and those it links
+# (install_docs_check.sh).
+add_test(NAME Install.DocumentsAreTheReadmesLinks
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/install_docs_check.sh ${CMAKE_BINARY_DIR}
+    ${CMAKE_BINARY_DIR}/install-docs-test ${CMAKE_SOURCE_DIR})
+set_tests_properties(Install.DocumentsAreTheReadmesLinks PROPERTIES
+  TIMEOUT 120 LABELS integration)
