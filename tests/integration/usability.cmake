@@ -39,3 +39,11 @@ add_test(NAME Install.DocumentsAreTheReadmesLinks
     ${CMAKE_BINARY_DIR}/install-docs-test ${CMAKE_SOURCE_DIR})
 set_tests_properties(Install.DocumentsAreTheReadmesLinks PROPERTIES
   TIMEOUT 120 LABELS integration)
+
+# The README's first steps, job.py and its commands as written, on the simulated driver
+# (readme_first_steps.sh).
+add_test(NAME Readme.FirstStepsCheckpointAndRestoreTheUsersJob
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/readme_first_steps.sh ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}
+    ${CMAKE_SOURCE_DIR}/README.md)
+set_tests_properties(Readme.FirstStepsCheckpointAndRestoreTheUsersJob PROPERTIES
+  TIMEOUT 120 LABELS integration ENVIRONMENT "${CUSNAP_TEST_ENV}")
