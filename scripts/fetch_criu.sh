@@ -15,7 +15,7 @@
 # CUSNAP_CRIU_DIR sets another folder. Safe to run again: it does nothing when all three are
 # there and criu runs.
 #
-# Which CRIU, and why (README, "Checkpoint to disk"): every machine of this project runs kernel
+# Which CRIU, and why (docs/DUMP.md): every machine of this project runs kernel
 # 6.18. Debian 12's criu 3.17 fails there ("vdso: Unexpected rt vDSO area bounds"); trixie's
 # 4.1.1 fails dumping TCP sockets (getsockopt SO_PASSCRED/SO_PASSSEC answers EOPNOTSUPP on 6.18
 # for non-unix sockets; 4.2 asks only unix and netlink sockets); sid's 4.2.1 and experimental's

@@ -1,5 +1,7 @@
-// `cusnap completion bash`: a bash completion script made from the CLI's own option tables
-// (CLI11 2.1, the version Debian 12 ships, cannot print one).
+// `cusnap completion bash|zsh|fish`: shell completion scripts made from the CLI's own
+// definition (outline.h; CLI11 2.1, the version Debian 12 ships, cannot print one). The build
+// writes each one beside the man page (cmake/cli_docs.cmake) and installs them where each
+// shell looks.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,12 +12,23 @@
 namespace cusnap::cli {
 
 /// The shells `cusnap completion` prints a script for (its argument's values).
-inline const std::vector<std::string> kCompletionShells = {"bash"};
+inline const std::vector<std::string> kCompletionShells = {"bash", "zsh", "fish"};
 
-/// A bash script that completes `cusnap`'s subcommands and each one's options, listed from
-/// `app` (options of option groups included); the shells after `completion`, directories
-/// after --state-dir, directories and state files after `inspect`, files after `run`. Source it, or install it as
+/// A bash script that completes `cusnap`'s commands and each one's long options; the shells
+/// after `completion`, directories after --state-dir and --images-dir, directories and state
+/// files after `inspect`, files after `run`. Source it, or install it as
 /// share/bash-completion/completions/cusnap.
-std::string BashCompletion(CLI::App& app);
+std::string BashCompletion(const CLI::App& app);
+
+/// A zsh script (`#compdef cusnap`) completing the same, with each option's help: install it
+/// as `_cusnap` in a folder of `$fpath` (share/zsh/site-functions).
+std::string ZshCompletion(const CLI::App& app);
+
+/// A fish script completing the same, with each option's help: install it as
+/// share/fish/vendor_completions.d/cusnap.fish.
+std::string FishCompletion(const CLI::App& app);
+
+/// The script of `shell` (one of kCompletionShells).
+std::string CompletionScript(const CLI::App& app, const std::string& shell);
 
 }  // namespace cusnap::cli

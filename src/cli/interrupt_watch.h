@@ -13,15 +13,17 @@
 namespace cusnap::cli {
 
 /// While alive: SIGINT and SIGTERM are blocked in this thread and every thread started after
-/// it (the coordinator's phase threads), and a thread of its own takes them with
-/// sigtimedwait. The first one asks `interrupt` to stop and says on stderr what will happen;
-/// later ones are said to be ignored. Construct it before any other thread starts.
+/// it (the coordinator's phase threads), and a thread of its own takes them from a signalfd.
+/// The first one asks `interrupt` to stop and says on stderr what will happen; later ones are
+/// said to be ignored. Construct it before any other thread starts. Without descriptors for
+/// it (EMFILE, ENOMEM) nothing is blocked and the signals keep their default action.
 class InterruptWatch {
  public:
   /// `command`: "checkpoint" or "restore", for the messages.
   InterruptWatch(const char* command, coord::Interrupt& interrupt);
-  /// Stops the watching thread (within its 100 ms wait); from then on SIGINT and SIGTERM are
-  /// ignored (one still pending is dropped: the command has ended and said how) and the
+  /// Wakes the watching thread and joins it at once (it waits for a signal or for this, on
+  /// no timer: a command that is done ends without a wait); from then on SIGINT and SIGTERM
+  /// are ignored (one still pending is dropped: the command has ended and said how) and the
   /// signal mask is restored.
   ~InterruptWatch();
   InterruptWatch(const InterruptWatch&) = delete;
@@ -37,7 +39,8 @@ class InterruptWatch {
   std::string command_;
   coord::Interrupt& interrupt_;
   std::atomic<int> first_{0};
-  std::atomic<bool> done_{false};
+  int signals_ = -1;  ///< signalfd of SIGINT and SIGTERM
+  int wake_ = -1;     ///< eventfd the destructor writes to end the thread
   std::thread thread_;
 };
 

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/completion.h"
 #include "cli/exit_codes.h"
+#include "cli/man_page.h"
 #include "cli/pid_namespace.h"
 #include "cli/usage.h"
 #include "cli/version.h"
@@ -436,24 +437,37 @@ class DemoSubcommand final : public Subcommand {
   cusnap::cli::DemoOptions options_;
 };
 
-/// `cusnap completion bash`.
+/// `cusnap completion bash|zsh|fish`.
 class CompletionSubcommand final : public Subcommand {
  public:
   void Define(CLI::App& app) override {
     using namespace cusnap::cli;
     cmd_ = app.add_subcommand("completion", "print a shell completion script");
     cmd_->footer(ExitCodesHelp({kExitOk, kExitUsage}));
-    cmd_->add_option("shell", shell_, "the shell (bash)")
+    cmd_->add_option("shell", shell_, "the shell (bash, zsh or fish)")
         ->required()
         ->check(CLI::IsMember(kCompletionShells));
   }
   int Run(CLI::App& app) override {
-    std::fputs(cusnap::cli::BashCompletion(app).c_str(), stdout);
+    std::fputs(cusnap::cli::CompletionScript(app, shell_).c_str(), stdout);
     return cusnap::cli::kExitOk;
   }
 
  private:
   std::string shell_;
+};
+
+/// `cusnap man-page`: the manual page in roff, which the build installs (not in --help).
+class ManPageSubcommand final : public Subcommand {
+ public:
+  void Define(CLI::App& app) override {
+    cmd_ = app.add_subcommand("man-page", "print the manual page (roff)");
+    cmd_->group("");
+  }
+  int Run(CLI::App& app) override {
+    std::fputs(cusnap::cli::ManPage(app).c_str(), stdout);
+    return cusnap::cli::kExitOk;
+  }
 };
 
 /// The top-level options of `cusnap`: one subcommand, the exit codes, --version.
@@ -528,9 +542,12 @@ int main(int argc, char** argv) {
   DemoSubcommand demo;
   CompletionSubcommand completion;
   CriuPluginSubcommand criu_plugin;
-  // In the order --help and the completion script list them (criu-plugin is in neither).
-  Subcommand* const subcommands[] = {&run,    &checkpoint, &restore, &dump,       &recover,
-                                     &status, &inspect,    &demo,    &completion, &criu_plugin};
+  ManPageSubcommand man_page;
+  // In the order --help, the completion scripts and the man page list them (criu-plugin and
+  // man-page are in none).
+  Subcommand* const subcommands[] = {&run,    &checkpoint, &restore,    &dump,
+                                     &recover, &status,    &inspect,    &demo,
+                                     &completion, &criu_plugin, &man_page};
   for (Subcommand* subcommand : subcommands) subcommand->Define(app);
 
   const std::string word = cusnap::cli::CommandWord(argc, argv);

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/exit_codes.h"
+#include "cli/outline.h"
 #include "cli/output.h"
 
 namespace cusnap::cli {
@@ -28,18 +29,6 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 
 constexpr long kMaxPid = 1L << 30;
 
-/// The long option names of `app` and of its option groups (nameless subcommands).
-void CollectLongNames(const CLI::App& app, std::vector<std::string>& names) {
-  for (const CLI::Option* option : app.get_options()) {
-    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
-  }
-  for (const CLI::App* group : app.get_subcommands([](const CLI::App* sub) {
-         return sub->get_name().empty();
-       })) {
-    CollectLongNames(*group, names);
-  }
-}
-
 /// "; did you mean '--x'?" for each unexpected option of `extras` within two edits of an
 /// option `command` has (of `app` itself when `command` is ""), "" when none is.
 std::string NearestOptions(CLI::App& app, const std::string& command,
@@ -52,8 +41,7 @@ std::string NearestOptions(CLI::App& app, const std::string& command,
     if (named.empty()) return "";
     owner = named.front();
   }
-  std::vector<std::string> names;
-  CollectLongNames(*owner, names);
+  const std::vector<std::string> names = LongOptionNames(*owner);
   std::string text;
   for (const std::string& extra : extras) {
     if (extra.rfind("--", 0) != 0) continue;

@@ -1,6 +1,10 @@
 // Reading and checking the settings of the table (settings.h).
 #include "common/settings.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 
 namespace cusnap::settings {
@@ -40,6 +44,23 @@ std::string NumberPhrase(const Setting& setting) {
   return phrase;
 }
 
+/// Whether `path` names a file this process can append to: an existing one that is no
+/// directory and is writable, or a missing one whose folder is writable and searchable.
+bool Appendable(std::string_view path) {
+  const std::string file(path);
+  struct stat st {};
+  if (::stat(file.c_str(), &st) == 0) {
+    return !S_ISDIR(st.st_mode) && ::access(file.c_str(), W_OK) == 0;
+  }
+  if (errno != ENOENT) return false;
+  const size_t slash = file.rfind('/');
+  const std::string folder = slash == std::string::npos ? "."
+                             : slash == 0                ? "/"
+                                                         : file.substr(0, slash);
+  return ::stat(folder.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+         ::access(folder.c_str(), W_OK | X_OK) == 0;
+}
+
 }  // namespace
 
 const char* Value(const Setting& setting) {
@@ -74,6 +95,7 @@ bool Accepts(const Setting& setting, std::string_view value) {
     case Kind::kChoice: return WordIndex(setting, value).has_value();
     case Kind::kNumber:
       return NumberOf(setting, value).has_value() || WordIndex(setting, value).has_value();
+    case Kind::kFile: return Appendable(value);
     case Kind::kPath:
     case Kind::kText: return true;
   }
@@ -89,6 +111,8 @@ std::string Takes(const Setting& setting) {
       words.push_back(number);
       return words.size() == 1 ? number : Listed(words, "or");
     }
+    case Kind::kFile:
+      return "a file one can append to (a writable file, or a new one in a writable folder)";
     case Kind::kPath: return "a path";
     case Kind::kText: return "any text";
   }
@@ -127,6 +151,7 @@ std::vector<std::string> BadValues(const Setting& setting) {
       if (setting.multiple > 1) bad.push_back(std::to_string(setting.min + 1));
       return bad;
     }
+    case Kind::kFile: return {"/nonexistent-cusnap-folder/shim.log", "/"};
     case Kind::kPath:
     case Kind::kText: return {};
   }

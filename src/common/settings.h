@@ -22,6 +22,7 @@ enum class Kind : uint8_t {
   kChoice,  ///< one of `words`
   kNumber,  ///< a whole number from `min` to `max`, a multiple of `multiple`, or one of `words`
   kPath,    ///< any path (the control directory's own checks are control_dir.h's)
+  kFile,    ///< a file one can append to: a writable file, or a new one in a writable folder
   kText,    ///< any text
 };
 
@@ -73,7 +74,10 @@ inline constexpr Setting kStateDir{
     "the state directory when `--state-dir` is not given"};
 inline constexpr Setting kLog{
     "CUSNAP_LOG", Kind::kChoice, "error|warn|info|debug", 0, 0, 1, "", "`error`", kShim,
-    "how much the shim logs, to the job's stderr as `cusnap[pid]`"};
+    "how much the shim logs, as `cusnap[pid]` lines on the job's stderr or in `CUSNAP_LOG_FILE`"};
+inline constexpr Setting kLogFile{
+    "CUSNAP_LOG_FILE", Kind::kFile, "", 0, 0, 1, "", "the job's stderr", kShim,
+    "a file the shim appends its log lines to instead (created mode 0600 when missing)"};
 inline constexpr Setting kCarrier{
     "CUSNAP_CARRIER", Kind::kChoice, "lazy|eager", 0, 0, 1, "", "`lazy`", kShim,
     "when the host carrier's memory is provided"};
@@ -132,7 +136,7 @@ inline constexpr Setting kTestPauseAt{
 
 /// Every setting, in the README's order.
 inline constexpr const Setting* kAll[] = {
-    &kControlDir,  &kStateDir,         &kLog,        &kCarrier,   &kCarry,
+    &kControlDir,  &kStateDir,         &kLog,        &kLogFile,   &kCarrier,   &kCarry,
     &kCarrierPin,  &kCarrierChunkMib,  &kZeroScan,   &kCarrierKeep, &kCarrierThreads,
     &kLeaseMs,     &kDriver,           &kHold,       &kCriu,      &kCriuOpts,
     &kBin,         &kDeviceMap,        &kDumpRunsCriu, &kTestCgroupRoot,
@@ -150,7 +154,9 @@ std::optional<size_t> WordIndex(const Setting& setting, std::string_view value);
 /// its `multiple` (digits only: no sign, space or fraction); nullopt otherwise (words too).
 std::optional<uint64_t> NumberOf(const Setting& setting, std::string_view value);
 
-/// Whether `value` is taken: a kChoice's value, a kNumber's number or word, any kPath or kText.
+/// Whether `value` is taken: a kChoice's value, a kNumber's number or word, a kFile that is a
+/// writable file or a missing one in a writable folder (asked of the file system now), any
+/// kPath or kText.
 bool Accepts(const Setting& setting, std::string_view value);
 
 /// What `setting` takes, as a phrase: "one of error, warn, info, debug", "a whole number of
@@ -168,7 +174,8 @@ std::string ReadersText(uint32_t readers);
 /// taken, in kAll's order; empty when all are fine.
 std::vector<std::string> EnvironmentProblems(uint32_t readers);
 
-/// A few values `setting` does not take, for tests and examples (none for kPath and kText).
+/// A few values `setting` does not take, for tests and examples (none for kPath and kText; a
+/// kFile's are a file in a missing folder and a directory).
 std::vector<std::string> BadValues(const Setting& setting);
 
 /// The default as plain text, without the README's backquotes: "64" for "`64`".

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "common/control_dir.h"
 #include "common/endpoint_client.h"
@@ -140,17 +141,25 @@ void ForkChild() {
 
 // The settings the shim reads whose values the table does not take (common/settings.h),
 // one line each, logged once per process (a fork child inherits them): at error level, since a
-// mistyped setting must be seen at the default level.
+// mistyped setting must be seen at the default level. The log file is opened first, so that
+// these lines land in it too; a log file the table takes that still cannot be opened is one
+// of them, on stderr.
 const std::string& LoggedSettingsProblems() {
   static const std::string problems = [] {
+    const int log_file_error = LogToFileSetting();
     std::string text;
     for (const settings::Setting* setting : settings::kAll) {
       const char* value = settings::Value(*setting);
-      if ((setting->readers & settings::kShim) == 0 || value == nullptr ||
-          settings::Accepts(*setting, value)) {
+      if ((setting->readers & settings::kShim) == 0 || value == nullptr) continue;
+      std::string line;
+      if (!settings::Accepts(*setting, value)) {
+        line = settings::DefaultUsed(*setting, value);
+      } else if (setting == &settings::kLogFile && log_file_error != 0) {
+        line = std::string(setting->name) + "='" + value + "' cannot be opened: " +
+               std::strerror(log_file_error) + "; using the default, " + setting->fallback;
+      } else {
         continue;
       }
-      const std::string line = settings::DefaultUsed(*setting, value);
       CUSNAP_LOG_ERROR("%s", line.c_str());
       text += line + "\n";
     }

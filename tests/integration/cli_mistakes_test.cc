@@ -631,7 +631,7 @@ TEST_F(CliMistakes, CompletionOffersShellsAndDirectories) {
                           std::to_string(cword) + "; _cusnap; echo \"${COMPREPLY[*]}\"'",
                       dir_).out;
   };
-  EXPECT_EQ(complete("cusnap completion \"\"", 2), "bash --help\n");
+  EXPECT_EQ(complete("cusnap completion \"\"", 2), "bash zsh fish --help\n");
   EXPECT_EQ(complete("cusnap checkpoint --state-dir \"\"", 3), "states\n");
   EXPECT_EQ(complete("cusnap inspect \"\"", 2), "states\n");
 }

@@ -3,9 +3,11 @@
 // variable and the value, by `cusnap run` (which checks every setting: the job inherits
 // them) and by each command that reads it; a new setting of the table is covered here
 // without a new test. A shim preloaded without `cusnap run` logs a value it does not take with
-// the default it uses, and `cusnap status` shows it under the process.
+// the default it uses, and `cusnap status` shows it under the process. CUSNAP_LOG_FILE takes
+// the log lines of every process of a job, off the job's stderr.
 #include <fcntl.h>
 #include <gmock/gmock.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +32,13 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 constexpr int kExitUsage = 2;
+
+/// The whole of the file at `path` ("" when it cannot be read).
+std::string ReadFile(const std::string& path) {
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  return text.str();
+}
 
 class CliSettings : public OwnMachineTest {
  protected:
@@ -109,10 +118,12 @@ TEST_F(CliSettings, AShimPreloadedWithoutRunLogsABadValueAndStatusShowsIt) {
   ::setenv("LD_PRELOAD", Env("CUSNAP_TEST_SHIM").c_str(), 1);
   ::setenv("CUSNAP_CARRIER", "bogus", 1);
   ::setenv("CUSNAP_CARRIER_THREADS", "0", 1);
+  ::setenv("CUSNAP_LOG_FILE", "/nonexistent-cusnap-folder/shim.log", 1);
   job_ = Spawn({"/bin/sleep", "300"}, {{err, 2}});
   ::unsetenv("LD_PRELOAD");
   ::unsetenv("CUSNAP_CARRIER");
   ::unsetenv("CUSNAP_CARRIER_THREADS");
+  ::unsetenv("CUSNAP_LOG_FILE");
   ::close(err);
   ASSERT_GT(job_, 0);
   const std::string socket = dir_ + "/control/" + std::to_string(job_) + ".sock";
@@ -125,10 +136,13 @@ TEST_F(CliSettings, AShimPreloadedWithoutRunLogsABadValueAndStatusShowsIt) {
       "CUSNAP_CARRIER='bogus' is not one of lazy, eager; using the default, lazy";
   const std::string threads = "CUSNAP_CARRIER_THREADS='0' is not a whole number of threads "
                               "from 1 to 64; using the default, 8";
-  std::stringstream logged;
-  logged << std::ifstream(log).rdbuf();
-  EXPECT_THAT(logged.str(), HasSubstr("cusnap[" + std::to_string(job_) + "] error: " + carrier));
-  EXPECT_THAT(logged.str(), HasSubstr(threads));
+  const std::string log_file = "CUSNAP_LOG_FILE='/nonexistent-cusnap-folder/shim.log' is not a "
+                               "file one can append to (a writable file, or a new one in a "
+                               "writable folder); using the default, the job's stderr";
+  const std::string logged = ReadFile(log);
+  EXPECT_THAT(logged, HasSubstr("cusnap[" + std::to_string(job_) + "] error: " + carrier));
+  EXPECT_THAT(logged, HasSubstr(threads));
+  EXPECT_THAT(logged, HasSubstr("cusnap[" + std::to_string(job_) + "] error: " + log_file));
 
   const Ran st = Cusnap({"status", "--pid", std::to_string(job_)});
   EXPECT_EQ(st.status, 0) << st.err;
@@ -138,7 +152,54 @@ TEST_F(CliSettings, AShimPreloadedWithoutRunLogsABadValueAndStatusShowsIt) {
   ASSERT_EQ(js.status, 0) << js.err;
   const auto doc = nlohmann::json::parse(js.out);
   EXPECT_EQ(doc["participants"][0]["settings_not_taken"],
-            nlohmann::json::array({carrier, threads}));
+            nlohmann::json::array({log_file, carrier, threads}));
+}
+
+TEST_F(CliSettings, ALogFileTakesTheLinesOfEveryProcessOfTheJobOffItsStderr) {
+  const std::string file = dir_ + "/shim.log", err_path = dir_ + "/job.err";
+  const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(err, 0);
+  ::setenv("CUSNAP_LOG", "info", 1);
+  ::setenv("CUSNAP_LOG_FILE", file.c_str(), 1);
+  // The shell, the true it forks and runs, and the sleep the shell becomes: three shims, of
+  // two processes (the job's own pid is the shell's and the sleep's).
+  job_ = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--", "/bin/sh", "-c",
+                "/bin/true; exec /bin/sleep 300"},
+               {{err, 2}});
+  ::unsetenv("CUSNAP_LOG");
+  ::unsetenv("CUSNAP_LOG_FILE");
+  ::close(err);
+  ASSERT_GT(job_, 0);
+  const std::string listening = "] info: endpoint listening at ";
+  const auto Listening = [&] {
+    const std::string text = ReadFile(file);
+    size_t count = 0;
+    for (size_t at = text.find(listening); at != std::string::npos;
+         at = text.find(listening, at + 1)) {
+      ++count;
+    }
+    return count;
+  };
+  for (int i = 0; i < 600 && Listening() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(Listening(), 3u) << ReadFile(file);
+  const std::string text = ReadFile(file);
+  EXPECT_THAT(text, HasSubstr("cusnap[" + std::to_string(job_) + "] info: endpoint listening at " +
+                              dir_ + "/control/" + std::to_string(job_) + ".sock\n"));
+  std::istringstream lines(text);
+  size_t others = 0;
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_EQ(line.rfind("cusnap[", 0), 0u) << "a line of its own: " << line;
+    const bool own = line.rfind("cusnap[" + std::to_string(job_) + "]", 0) == 0;
+    others += !own && line.find(listening) != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(others, 1u) << "the true's line: " << text;
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string job_err = ReadFile(err_path);
+  EXPECT_THAT(job_err, ::testing::Not(HasSubstr("cusnap["))) << job_err;
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `cmake --install <build dir>` into <prefix> (emptied first), then the installed tree on its
-# own: `cusnap --version` names the installed shim, the bash completion is there, and
-# `cusnap demo` passes on the simulated driver found under libexec/.
+# own: `cusnap --version` names the installed shim, the man page and the bash, zsh and fish
+# completions are there, and `cusnap demo` passes on the simulated driver found under
+# libexec/.
 set -euo pipefail
 build=$1 prefix=$2
 rm -rf "$prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in bin/cusnap libexec/cusnap/cusnap-demo-worker lib/libcusnap.so libexec/cusnap/simcuda/libcuda.so.1 \
-         share/doc/cusnap/README.md share/bash-completion/completions/cusnap; do
+         share/doc/cusnap/README.md share/man/man1/cusnap.1 share/bash-completion/completions/cusnap \
+         share/zsh/site-functions/_cusnap share/fish/vendor_completions.d/cusnap.fish; do
   [[ -e $prefix/$f ]] || { echo "FAIL: $prefix/$f was not installed"; exit 1; }
 done
 [[ ! -e $prefix/bin/cusnap-demo-worker ]] ||

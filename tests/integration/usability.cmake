@@ -23,3 +23,27 @@ add_test(NAME Install.DemoFromInstalledTree
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/install_demo.sh ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/install-test)
 set_tests_properties(Install.DemoFromInstalledTree PROPERTIES
   TIMEOUT 300 LABELS integration ENVIRONMENT "${CUSNAP_TEST_ENV}")
+
+# The man page and the completion scripts the build wrote from cusnap's own options name every
+# option of every command and no other, and are what the built cusnap prints now
+# (cli_docs_check.sh).
+add_test(NAME CliDocs.ManPageAndCompletionsNameEveryOptionAndNoOther
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/cli_docs_check.sh $<TARGET_FILE:cusnap> ${CMAKE_BINARY_DIR}/share)
+set_tests_properties(CliDocs.ManPageAndCompletionsNameEveryOptionAndNoOther PROPERTIES
+  TIMEOUT 120 LABELS integration ENVIRONMENT "${CUSNAP_TEST_ENV}")
+
+# The documents installed under share/doc/cusnap are exactly README.md and those it links
+# (install_docs_check.sh).
+add_test(NAME Install.DocumentsAreTheReadmesLinks
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/install_docs_check.sh ${CMAKE_BINARY_DIR}
+    ${CMAKE_BINARY_DIR}/install-docs-test ${CMAKE_SOURCE_DIR})
+set_tests_properties(Install.DocumentsAreTheReadmesLinks PROPERTIES
+  TIMEOUT 120 LABELS integration)
+
+# The README's first steps, job.py and its commands as written, on the simulated driver
+# (readme_first_steps.sh).
+add_test(NAME Readme.FirstStepsCheckpointAndRestoreTheUsersJob
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/readme_first_steps.sh ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}
+    ${CMAKE_SOURCE_DIR}/README.md)
+set_tests_properties(Readme.FirstStepsCheckpointAndRestoreTheUsersJob PROPERTIES
+  TIMEOUT 120 LABELS integration ENVIRONMENT "${CUSNAP_TEST_ENV}")

@@ -1,6 +1,6 @@
 // CRIU, the program that writes a process tree to disk and brings it back (criu.org), as
 // `cusnap dump` and `cusnap restore --images-dir` run it: where it is found, and the options
-// cusnap sets for a job's tree (README, "Checkpoint to disk" says why each).
+// cusnap sets for a job's tree (docs/DUMP.md says why each).
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
 // What CRIU cannot dump, judged from /proc before anything changes: a session leader outside
 // the job's PID namespace, io_uring instances, pipes written to a reader outside the job, and
-// files on mounts the process's mount namespace does not have (README, "Checkpoint to disk").
+// files on mounts the process's mount namespace does not have (docs/DUMP.md).
 #pragma once
 
 #include <optional>

@@ -1,5 +1,5 @@
 // How the host carrier provides, pins and keeps its memory, and what it copies: read once
-// from the environment (README "Environment" lists the variables and their defaults).
+// from the environment (the README's "Settings" lists the variables and their defaults).
 #pragma once
 
 #include <cstddef>

@@ -15,7 +15,7 @@
 // stopped process when SIGCONT is sent, before any handler runs). What was dropped is logged
 // at activate. An application that installed its own handler for one of them is left alone
 // for that one: it decides. SIGTERM and SIGKILL still end a held process (bash sends SIGTERM
-// to the stopped jobs it still lists when it exits: README, "Long suspends"). `cusnap
+// to the stopped jobs it still lists when it exits: docs/LONG-SUSPEND.md). `cusnap
 // restore` and `recover` rename the marker away before their own SIGCONT, so the guard never
 // undoes those.
 #pragma once
