@@ -1,8 +1,8 @@
 # libcusnap_criu.so loaded by CRIU (src/criu_plugin), on the release build (scripts/test.sh):
 #   criu_plugin_test: `criu dump` / `criu restore` of criu_job (two processes sharing memory
 #     under `cusnap run`) with the plugin's folder as CRIU's plugin directory;
-#   criu_plugin_faults_test: the same with a job cusnap refuses, and a participant killed at
-#     each of the plugin's hooks;
+#   criu_plugin_faults_test: the same with a job cusnap refuses, a participant killed at each
+#     of the plugin's hooks, and a driver error at each step that calls the driver in the job;
 #   criu_cuda_plugin_test: the same with CRIU's CUDA plugin beside ours (scripts/fetch_criu.sh
 #     builds it), running cuda_checkpoint_standin as `cuda-checkpoint`;
 #   podman_test: a Podman container whose entry point is criu_job, checkpointed and restored
