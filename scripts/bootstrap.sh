@@ -5,7 +5,9 @@
 set -euo pipefail
 
 packages=(g++ cmake make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libcli11-dev nlohmann-json3-dev libssl-dev libxxhash-dev binutils python3 clang)  # clang: libFuzzer (scripts/fuzz.sh)
+          libcli11-dev nlohmann-json3-dev libssl-dev libxxhash-dev binutils python3 clang
+          zsh fish groff-base)  # clang: libFuzzer (scripts/fuzz.sh); zsh, fish, groff: the generated
+          # completions and man page are parsed by their own tools (tests/integration/cli_docs_check.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
