@@ -15,7 +15,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -Wall -Wextra -Werror -Isrc -isystem "$cuda_include")
 common=(src/common/messages.cc src/common/socket.cc src/common/ids.cc src/common/log.cc
         src/common/text.cc src/common/ticket.cc src/common/endpoint_client.cc
-        src/common/control_dir.cc)
+        src/common/control_dir.cc src/common/settings.cc)
 coordinator=(src/coordinator/record/state_file.cc src/coordinator/record/records.cc
              src/coordinator/record/state_guard.cc src/coordinator/proc/processes.cc
              src/coordinator/record/sha256.cc)
