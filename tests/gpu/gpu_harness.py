@@ -271,6 +271,25 @@ def proc_state(pid):
         return None
 
 
+def await_reaped(pids, timeout, what):
+    """Waits until none of `pids` exists, not even as a zombie, reaping what this process (a
+    subreaper) inherited meanwhile: CRIU gives restored processes their pids back. Raises
+    AssertionError "<what>: [pids left]" after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        left = [p for p in pids if proc_state(p) is not None]
+        if not left:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: {left}")
+        time.sleep(0.2)
+
+
 def parse_size(text):
     """'64M', '1G', '512K' or a plain byte count -> bytes."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -167,18 +167,7 @@ class ImagesTorchJob:
         """Every process of the job (self.tree) is gone and reaped (this process is their
         subreaper since start): their pids are free, as CRIU needs them and take_pid too."""
         self.process = reap_launcher(self.process, timeout)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                    pass
-            except ChildProcessError:
-                pass
-            alive = [p for p in self.tree if h.proc_state(p) is not None]
-            if not alive:
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"{label}: job processes still exist after the dump: {alive}")
+        h.await_reaped(self.tree, timeout, f"{label}: job processes still exist after the dump")
 
     def to_disk(self, k):
         label = f"torch images round {k} (to disk{' via criu' if VIA_CRIU else ''})"

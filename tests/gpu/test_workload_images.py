@@ -262,17 +262,7 @@ class ImagesJob:
     def reaped(self, timeout=60):
         """Waits until no pid of the job is taken, not even by a zombie (CRIU gives the restored
         processes their pids back): this process, a subreaper since the dump, reaps the orphans."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                    pass
-            except ChildProcessError:
-                pass
-            if all(h.proc_state(p) is None for p in self.all_pids()):
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"pids of the job still taken: {[p for p in self.all_pids() if h.proc_state(p)]}")
+        h.await_reaped(self.all_pids(), timeout, "pids of the job still taken")
 
     def cycle_via_criu(self, k, images):
         label = f"images cycle {k} via criu ({images})"
