@@ -6,6 +6,7 @@
 // (where a real GPU would fault). Every form needs a current context (CUDA_ERROR_INVALID_CONTEXT).
 #include "api_call.h"
 #include "contexts.h"
+#include "device_copy.h"
 #include "streams.h"
 #include "vmm.h"
 
@@ -35,7 +36,7 @@ CUresult copy(CUdeviceptr dst, Side dst_side, CUdeviceptr src, Side src_side, si
         check_side(src, bytes, src_side, false) != CUDA_SUCCESS) {
       return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
-    std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), bytes);
+    device_copy(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), bytes);
     return CUDA_SUCCESS;
   });
 }

@@ -17,6 +17,7 @@
 // wait_u32 models a collective that waits for its peer: it never finishes while the peer's
 // write is held back. The grid and block shape are validated and otherwise ignored.
 #include "api_call.h"
+#include "device_copy.h"
 #include "streams.h"
 #include "vmm.h"
 
@@ -112,7 +113,7 @@ CUresult launch(CUfunction f, unsigned grid, unsigned block, CUstream stream, vo
       if (!device_words(dst, count, true) || !device_words(src, count, false)) return CUDA_ERROR_INVALID_VALUE;
       work = [=] {
         if (!device_words(dst, count, true) || !device_words(src, count, false)) return CUDA_ERROR_ILLEGAL_ADDRESS;
-        std::memmove(words(dst), words(src), count * sizeof(uint32_t));
+        device_copy(words(dst), words(src), count * sizeof(uint32_t));
         return CUDA_SUCCESS;
       };
       break;

@@ -19,14 +19,14 @@ namespace {
 
 struct Counts {
   uint64_t iterations = 0, errors = 0, lost = 0;
-  std::string first_error;
+  std::string first_error, first_lost;
 };
 
 Counts Parse(const std::string& reply) {
   std::istringstream in(reply);
   std::string ok;
   Counts c;
-  in >> ok >> c.iterations >> c.errors >> c.lost >> c.first_error;
+  in >> ok >> c.iterations >> c.errors >> c.lost >> c.first_error >> c.first_lost;
   EXPECT_EQ(ok, "ok") << reply;
   return c;
 }
@@ -73,7 +73,7 @@ TEST_F(CliInflight, TenCyclesWhileBothProcessesWriteAndVerifySharedMemory) {
     const Counts c = Parse(Ask(*w, "workload-stop"));
     EXPECT_EQ(c.errors, 0u) << w->name << ": first failed call " << c.first_error;
     EXPECT_EQ(c.first_error, "-") << w->name;
-    EXPECT_EQ(c.lost, 0u) << w->name << ": words not as written";
+    EXPECT_EQ(c.lost, 0u) << w->name << ": words not as written, the first " << c.first_lost;
     EXPECT_GE(c.iterations, 40u) << w->name;
   }
   // The bytes are still shared: a word written by one process is read by the other.

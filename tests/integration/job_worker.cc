@@ -40,7 +40,7 @@
 //                                  process: "ok <CUresult>" ("ok <CUprocessState>" for state)
 //   pid                            "ok <pid>"
 //   workload V <part> <parts>      starts the in-flight workload on V (job_workload.h)
-//   workload-counts                "ok <iterations> <errors> <lost words> <first error>"
+//   workload-counts                "ok <iterations> <errors> <lost words> <first error> <first lost word>"
 //   workload-stop                  stops it and answers its counts
 //   heartbeat <ms>                 starts a watchdog (a driver call and a beat every 20 ms)
 //                                  and a heartbeat monitor that exits 97 when a sample, at

@@ -29,6 +29,7 @@ struct Workload {
   std::atomic<uint64_t> iterations{0}, errors{0}, lost{0};
   std::mutex mutex;
   std::string first_error = "-";  // guarded by mutex
+  std::string first_lost = "-";   // guarded by mutex
 };
 
 Workload* g_workload = nullptr;
@@ -45,6 +46,16 @@ bool Ok(Workload& w, CUresult rc, const char* call) {
 }
 
 #define WL(call) Ok(w, (call), #call)
+
+// Names the first word not as it must be, once (one word in the reply):
+// "<where>@<word index>=<read>/<due>,iteration=<i>" (due: the value written, or for a peer's
+// word the least it may be).
+void Lost(Workload& w, const char* where, size_t index, uint32_t read, uint32_t due, uint32_t iteration) {
+  std::lock_guard lock(w.mutex);
+  if (w.first_lost != "-") return;
+  w.first_lost = std::string(where) + "@" + std::to_string(index) + "=" + std::to_string(read) + "/" +
+                 std::to_string(due) + ",iteration=" + std::to_string(iteration);
+}
 
 void Run(Workload& w, CUcontext context, CUdeviceptr va, size_t size, int part, int parts) {
   const size_t part_words = size / sizeof(uint32_t) / static_cast<size_t>(parts);
@@ -100,14 +111,25 @@ void Run(Workload& w, CUcontext context, CUdeviceptr va, size_t size, int part, 
     WL(cuStreamSynchronize(s1));
     WL(cuMemcpyDtoH(host.data(), mine, part_words * sizeof(uint32_t)));
     uint64_t bad = 0;
-    for (uint32_t v : page) bad += v != expected;
-    for (uint32_t v : host) bad += v != expected;
+    for (size_t k = 0; k < page.size(); ++k) {
+      if (page[k] == expected) continue;
+      ++bad;
+      Lost(w, k < kPageWords ? "copied-page" : "kernel-copied-page", k, page[k], expected, i);
+    }
+    for (size_t k = 0; k < host.size(); ++k) {
+      if (host[k] == expected) continue;
+      ++bad;
+      Lost(w, "own", k, host[k], expected, i);
+    }
     for (int other = 0; other < parts; ++other) {
       if (other == part) continue;
       const size_t first = static_cast<size_t>(other) * part_words;
       WL(cuMemcpyDtoH(host.data(), va + first * sizeof(uint32_t), part_words * sizeof(uint32_t)));
       for (size_t k = 0; k < part_words; ++k) {
-        bad += host[k] < seen[first + k];
+        if (host[k] < seen[first + k]) {
+          ++bad;
+          Lost(w, "peer", first + k, host[k], seen[first + k], i);
+        }
         seen[first + k] = host[k];
       }
     }
@@ -141,7 +163,7 @@ std::string WorkloadCounts() {
   Workload& w = *g_workload;
   std::lock_guard lock(w.mutex);
   return "ok " + std::to_string(w.iterations.load()) + " " + std::to_string(w.errors.load()) + " " +
-         std::to_string(w.lost.load()) + " " + w.first_error;
+         std::to_string(w.lost.load()) + " " + w.first_error + " " + w.first_lost;
 }
 
 std::string StopWorkload() {

@@ -17,7 +17,8 @@ namespace jobworker {
 /// "bad <why>".
 std::string StartWorkload(CUcontext context, CUdeviceptr va, size_t size, int part, int parts);
 
-/// "ok <iterations> <errors> <lost words> <first error or ->" so far, the workload running on.
+/// "ok <iterations> <errors> <lost words> <first error or -> <first lost word or ->" so far,
+/// the workload running on.
 std::string WorkloadCounts();
 
 /// Stops the workload and answers WorkloadCounts() as it finished.

@@ -4,8 +4,11 @@
 // of running.
 #include <gmock/gmock.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "simcuda_test_util.h"
 
@@ -143,6 +146,55 @@ TEST_F(SimcudaStreams, NullStreamWorkStaysSynchronous) {
   EXPECT_EQ(word(kWords - 1), 9u);
   launch3(add_, at(0), 1u, kWords, nullptr);
   EXPECT_EQ(word(0), 10u);
+}
+
+// A GPU copies an aligned word that a kernel writes at the same time whole, old or new: a
+// copy that read half of each (0x2FF -> 0x300 read as 0x200) made a correct job's reader
+// report a lost write. A host thread flips the first half's words between all zero and all
+// ones bytes while copies (cuMemcpyDtoH, cuMemcpyDtoDAsync, copy_u32) read them.
+TEST_F(SimcudaStreams, CopiesReadEachAlignedWordWholeWhileItIsWritten) {
+  constexpr size_t kHalf = kGranularity / 8;  // words in half of the allocation
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    auto *words = reinterpret_cast<uint32_t *>(va_);
+    for (uint32_t value = ~0u; !stop.load(std::memory_order_relaxed); value = ~value) {
+      for (size_t i = 0; i < kHalf; ++i) __atomic_store_n(&words[i], value, __ATOMIC_RELAXED);
+    }
+  });
+  std::vector<uint32_t> host(kHalf);
+  size_t torn = 0, first_torn = 0;
+  auto count_torn = [&](const uint32_t *words) {
+    for (size_t i = 0; i < kHalf; ++i) {
+      if (words[i] == 0 || words[i] == ~0u) continue;
+      if (torn++ == 0) first_torn = words[i];
+    }
+  };
+  for (int round = 0; round < 40; ++round) {
+    ASSERT_EQ(cuMemcpyDtoH_v2(host.data(), va_, kHalf * 4), CUDA_SUCCESS);
+    count_torn(host.data());
+    if (round % 2 == 0) {
+      ASSERT_EQ(cuMemcpyDtoDAsync_v2(at(kHalf), va_, kHalf * 4, stream_), CUDA_SUCCESS);
+    } else {
+      launch3(copy_, at(kHalf), va_, kHalf, stream_);
+    }
+    ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+    std::vector<uint32_t> copied(kHalf);
+    std::memcpy(copied.data(), reinterpret_cast<const void *>(at(kHalf)), kHalf * 4);
+    count_torn(copied.data());
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(torn, 0u) << "the first torn word read 0x" << std::hex << first_torn;
+}
+
+TEST_F(SimcudaStreams, AnOverlappingDeviceCopyMovesAsMemmove) {
+  for (uint32_t i = 0; i < kWords; ++i) reinterpret_cast<uint32_t *>(va_)[i] = i;
+  ASSERT_EQ(cuMemcpyDtoD_v2(at(2), at(0), (kWords - 2) * 4), CUDA_SUCCESS);  // forwards overlap
+  EXPECT_EQ(word(2), 0u);
+  EXPECT_EQ(word(kWords - 1), kWords - 3);
+  ASSERT_EQ(cuMemcpyDtoD_v2(at(0), at(2), (kWords - 2) * 4), CUDA_SUCCESS);  // back again
+  EXPECT_EQ(word(0), 0u);
+  EXPECT_EQ(word(kWords - 3), kWords - 3);
 }
 
 }  // namespace
