@@ -2,7 +2,8 @@
 # How long `cusnap` takes to answer what needs no driver, beside a usage error's time, in the
 # same run: refusals of a --pid that does not exist (checkpoint, restore, recover, dump,
 # status), `status` of an empty control directory, `checkpoint --all` with no endpoint and
-# `restore --all` with no checkpoint (both load the driver), `completion` and `--help`, each
+# `restore --all` with no checkpoint (neither loads the driver: nothing to act on), `completion`
+# and `--help`, each
 # against
 # `cusnap checkpoint --bogus` (a usage error: parsing only). Prints each one's median of
 # <runs> and its ratio to the usage error's; the goal is 1.5x at most. No test times this

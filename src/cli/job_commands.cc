@@ -21,6 +21,7 @@
 #include "common/text.h"
 #include "cli/test_pause.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/native/lazy_driver.h"
 #include "coordinator/participants/hold.h"
 #include "coordinator/participants/command_lock.h"
 #include "coordinator/participants/lease.h"
@@ -269,16 +270,22 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
                                              : CheckControlDirReadable(control_dir);
   if (!problem.empty()) return EndUntouched(command, json, problem, refused);
   if (target.all) NoteNamespacedJobsLeftOut(command, control_dir);
-  auto driver = LoadChosenDriver();
-  // Nothing was touched yet (no participant was even contacted): the job is as it was.
-  if (!driver) return EndUntouched(command, json, driver.error().message, kExitError);
-  const std::string described = (*driver)->Describe();
-  if (!json) std::printf("driver: %s\n", described.c_str());
+  // With nothing to act on, the sequence refuses at discovery and never needs the driver;
+  // otherwise the driver is loaded now, so a driver that cannot load is named before any
+  // participant is contacted (the job is as it was).
+  coord::LazyDriver driver(LoadChosenDriver);
+  std::string described = "not loaded (no cusnap endpoint to act on)";
+  if (!target.all || !coord::EndpointPids(control_dir).empty()) {
+    auto loaded = driver.Load();
+    if (!loaded) return EndUntouched(command, json, loaded.error().message, kExitError);
+    described = (*loaded)->Describe();
+    if (!json) std::printf("driver: %s\n", described.c_str());
+  }
   std::fflush(stdout);  // a reader of the phase lines sees the command has started
   coord::DiscoveryOptions discovery{control_dir, target.pid, target.all};
   PhasePrinter printer(stdout, json, ::isatty(STDOUT_FILENO) == 1, phases);
   std::unique_ptr<coord::PhaseObserver> paused;  // the fault matrix's knob (test_pause.h)
-  const coord::CommandReport report = run(coord::EndpointDiscoverer(discovery), **driver,
+  const coord::CommandReport report = run(coord::EndpointDiscoverer(discovery), driver,
                                           WithTestPause(command, printer, paused), interrupt);
   const int rc = ExitAfter(report, watch.signal());
   // A restore names the job's root as the user acts on it (a namespaced job's pid here

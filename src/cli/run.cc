@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "cli/checks.h"
 #include "cli/pid_namespace.h"
@@ -146,6 +147,11 @@ int RunCommand(const std::vector<std::string>& command, bool pid_namespace) {
   // ("anon_inode:[io_uring]", DRIVER-FACTS "Machine notes"); USE_LIBUV=0 selects the classic
   // backend (UV_USE_IO_URING=0 and TORCH_TCPSTORE_USE_LIBUV=0 do not remove it).
   ::setenv("USE_LIBUV", "0", /*overwrite=*/0);
+  // One log file for the whole job: each process's shim would open a relative path from its
+  // own working directory, which the job's processes change.
+  if (const char* log_file = std::getenv("CUSNAP_LOG_FILE"); log_file && *log_file && *log_file != '/') {
+    ::setenv("CUSNAP_LOG_FILE", std::filesystem::absolute(log_file).c_str(), 1);
+  }
 
   // A session whose leader is outside this PID namespace (`docker exec`, a container
   // runtime, a CI runner) makes the job one CRIU refuses to dump (proc.h OwnSessionId): the

@@ -51,6 +51,8 @@ class CliSettings : public OwnMachineTest {
     OwnMachineTest::TearDown();
   }
 
+  void ExpectEveryProcessLogsToTheFile(const std::string& setting);
+
   /// A command line of `command` that would act if its settings were taken; "" for a reader
   /// that is no command (the shim, the CRIU plugin: `run` stands for the shim).
   std::vector<std::string> CommandLine(const std::string& command) const {
@@ -155,16 +157,18 @@ TEST_F(CliSettings, AShimPreloadedWithoutRunLogsABadValueAndStatusShowsIt) {
             nlohmann::json::array({log_file, carrier, threads}));
 }
 
-TEST_F(CliSettings, ALogFileTakesTheLinesOfEveryProcessOfTheJobOffItsStderr) {
+/// Starts a job with CUSNAP_LOG_FILE=`setting` from dir_ whose processes work in /, and
+/// expects the log lines of all of them in dir_/shim.log, none on the job's stderr.
+void CliSettings::ExpectEveryProcessLogsToTheFile(const std::string& setting) {
   const std::string file = dir_ + "/shim.log", err_path = dir_ + "/job.err";
   const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   ASSERT_GE(err, 0);
   ::setenv("CUSNAP_LOG", "info", 1);
-  ::setenv("CUSNAP_LOG_FILE", file.c_str(), 1);
+  ::setenv("CUSNAP_LOG_FILE", setting.c_str(), 1);
   // The shell, the true it forks and runs, and the sleep the shell becomes: three shims, of
   // two processes (the job's own pid is the shell's and the sleep's).
-  job_ = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "run", "--", "/bin/sh", "-c",
-                "/bin/true; exec /bin/sleep 300"},
+  job_ = Spawn({"/bin/sh", "-c", "cd \"$0\" && exec \"$1\" run -- /bin/sh -c 'cd /; /bin/true; exec /bin/sleep 300'",
+                dir_, Env("CUSNAP_TEST_BIN_DIR") + "/cusnap"},
                {{err, 2}});
   ::unsetenv("CUSNAP_LOG");
   ::unsetenv("CUSNAP_LOG_FILE");
@@ -200,6 +204,16 @@ TEST_F(CliSettings, ALogFileTakesTheLinesOfEveryProcessOfTheJobOffItsStderr) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   const std::string job_err = ReadFile(err_path);
   EXPECT_THAT(job_err, ::testing::Not(HasSubstr("cusnap["))) << job_err;
+}
+
+TEST_F(CliSettings, ALogFileTakesTheLinesOfEveryProcessOfTheJobOffItsStderr) {
+  ExpectEveryProcessLogsToTheFile(dir_ + "/shim.log");
+}
+
+// Relative to where `cusnap run` started, not to each process's working directory.
+TEST_F(CliSettings, ARelativeLogFileIsTheOneBesideCusnapRunForEveryProcess) {
+  ExpectEveryProcessLogsToTheFile("shim.log");
+  EXPECT_FALSE(fs::exists("/shim.log"));
 }
 
 }  // namespace

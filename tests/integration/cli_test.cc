@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 struct Outcome {
@@ -186,14 +187,16 @@ TEST_F(CliTest, UnloadableRealDriverSaysNothingChangedAndHowToUseTheSimulatedOne
   }
   auto env = env_;
   env["CUSNAP_DRIVER"] = "real";
-  const auto o = RunCusnap({"checkpoint", "--all", "--state-dir", dir_ + "/state"}, env);
+  // A --pid target: `--all` with no endpoint would refuse without loading any driver.
+  const std::string self = std::to_string(::getpid());
+  const auto o = RunCusnap({"checkpoint", "--pid", self, "--state-dir", dir_ + "/state"}, env);
   EXPECT_EQ(o.status, 1) << o.out << o.err;
   EXPECT_EQ(o.out, "");
   EXPECT_EQ(o.err, "cusnap checkpoint: cannot load the CUDA driver: libcuda.so.1: cannot open "
                    "shared object file: No such file or directory; set CUSNAP_DRIVER=sim to use "
                    "the simulated driver; nothing was changed\n");
   EXPECT_FALSE(fs::exists(dir_ + "/state"));
-  const auto json = RunCusnap({"restore", "--all", "--json"}, env);
+  const auto json = RunCusnap({"restore", "--pid", self, "--json"}, env);
   EXPECT_EQ(json.status, 1);
   const auto doc = nlohmann::json::parse(json.out);
   EXPECT_EQ(doc["exit_code"], 1);
@@ -285,10 +288,26 @@ TEST_F(CliTest, CheckpointOfATreeWithoutEndpointsIsRefused) {
   const auto doc = nlohmann::json::parse(json.out);
   EXPECT_EQ(doc["outcome"], "refused");
   EXPECT_EQ(doc["exit_code"], 3);
-  EXPECT_EQ(doc["driver"], "simulated");
+  EXPECT_EQ(doc["driver"], "not loaded (no cusnap endpoint to act on)");
   EXPECT_EQ(doc["phases"][0]["name"], "discover");
   EXPECT_THAT(doc["errors"][0].get<std::string>(),
               StartsWith("no live cusnap endpoint in " + dir_ + "/control"));
+}
+
+// `--all` with no endpoint needs no driver and loads none (cuInit would be most of the
+// answer's time on a GPU machine): with a driver whose cuInit fails, the refusal is the same;
+// a --pid target loads the driver first and names its failure (exit 1), untouched.
+TEST_F(CliTest, CheckpointOfAllWithoutEndpointsIsRefusedWithoutLoadingTheDriver) {
+  auto env = env_;
+  env["SIMCUDA_FAULTS"] = "cuInit:1:3";
+  const auto all = RunCusnap({"checkpoint", "--all", "--state-dir", dir_ + "/state"}, env);
+  EXPECT_EQ(all.status, 3) << all.out << all.err;
+  EXPECT_THAT(all.out, Not(HasSubstr("driver:")));
+  EXPECT_THAT(all.err, HasSubstr("no live cusnap endpoint in " + dir_ + "/control"));
+  const auto tree = RunCusnap({"checkpoint", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"}, env);
+  EXPECT_EQ(tree.status, 1) << tree.out << tree.err;
+  EXPECT_THAT(tree.err, HasSubstr("cuInit"));
+  EXPECT_FALSE(fs::exists(dir_ + "/state"));
 }
 
 TEST_F(CliTest, RestoreWithoutAStateFileIsRefused) {
