@@ -14,7 +14,8 @@
 #   cusnap_demo workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
 #   workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_images_criu workload_nccl_native multicast_forward workload_multicast carry_bench
 #   driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup
-#   torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu shim_overhead nccl_memory
+#   torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu
+#   torch_ipc_images_criu_expandable shim_overhead nccl_memory
 #   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc*
 #   and shim_overhead need one GPU and PyTorch, and skip (77) without them)
 #
@@ -78,7 +79,8 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            workload_nccl workload_symm_mem workload_private_memory workload_long_suspend
            workload_killed_restore workload_images workload_images_pidns workload_images_symm workload_images_criu workload_nccl_native multicast_forward workload_multicast carry_bench
            driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup
-           torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu shim_overhead nccl_memory)
+           torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu torch_ipc_images_criu_expandable
+           shim_overhead nccl_memory)
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
@@ -399,6 +401,10 @@ t_torch_ipc_images_criu() {
   GPU_IMAGES_VIA=criu t_torch_ipc_images
 }
 
+t_torch_ipc_images_criu_expandable() {
+  GPU_IMAGES_VIA=criu GPU_TORCH_IMAGES_ALLOC=expandable t_torch_ipc_images
+}
+
 # The shim's running cost on a PyTorch job (docs/MEASURED.md M14): training step time
 # and cudaMalloc / cudaFree latency, plain and under `cusnap run`, in one command; every child
 # under a timeout; one "SHIM OVERHEAD:" line. Exit 77 (SKIP) without torch or a GPU.
@@ -452,7 +458,7 @@ t_carry_bench() {
 }
 export PYTEST
 export -f torch_gpu_or_skip t_torch_ipc t_torch_ipc_hangup t_shim_overhead t_nccl_memory
-export -f t_torch_ipc_images t_torch_ipc_images_expandable t_torch_ipc_images_criu
+export -f t_torch_ipc_images t_torch_ipc_images_expandable t_torch_ipc_images_criu t_torch_ipc_images_criu_expandable
 export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
   t_share_checkpoint_tree t_share_ring \
@@ -517,6 +523,7 @@ selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts
 selected driver_facts_ipc && run_test driver_facts_ipc 180 t_driver_facts_ipc
 selected legacy_ipc_shim && run_test legacy_ipc_shim 300 t_legacy_ipc_shim
 for name in torch_ipc torch_ipc_hangup torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu \
+  torch_ipc_images_criu_expandable \
   shim_overhead nccl_memory; do
   selected "$name" || continue
   if [[ $CUSNAP_GPU_SIM == 1 ]]; then
@@ -529,6 +536,7 @@ for name in torch_ipc torch_ipc_hangup torch_ipc_images torch_ipc_images_expanda
     torch_ipc_images) run_test torch_ipc_images 420 t_torch_ipc_images ;;
     torch_ipc_images_expandable) run_test torch_ipc_images_expandable 420 t_torch_ipc_images_expandable ;;
     torch_ipc_images_criu) run_test torch_ipc_images_criu 420 t_torch_ipc_images_criu ;;
+    torch_ipc_images_criu_expandable) run_test torch_ipc_images_criu_expandable 420 t_torch_ipc_images_criu_expandable ;;
     shim_overhead) run_test shim_overhead 420 t_shim_overhead ;;
     nccl_memory) run_test nccl_memory 600 t_nccl_memory ;;
   esac

@@ -98,7 +98,7 @@ cusnap_warnings(criu_job)
 target_include_directories(criu_job PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/src/simcuda/include)
 target_link_libraries(criu_job PRIVATE cusnap_common cusnap_cuda_headers simcuda_driver)
 cusnap_add_gtest(cli_images_test
-  SOURCES cli_images_test.cc cli_images_pidns_test.cc
+  SOURCES cli_images_test.cc cli_images_pidns_test.cc cli_images_streaming_test.cc
   LIBS cusnap_coordinator nlohmann_json::nlohmann_json
   LABELS integration)
 target_include_directories(cli_images_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
