@@ -10,6 +10,8 @@
 # (timings on shared machines flake); run it by hand:
 #
 #   bench/cli_answer_time.sh build/release/bin/cusnap [runs]
+#
+# CUSNAP_DRIVER (default sim) picks the driver: real on a GPU machine, where cuInit costs.
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
   echo "usage: $0 <cusnap> [runs]" >&2
@@ -19,7 +21,7 @@ CUSNAP=$1 RUNS=${2:-30}
 scratch=$(mktemp -d /tmp/cusnap-answer-time.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -m 0700 "$scratch/control"
-export CUSNAP_CONTROL_DIR=$scratch/control SIMCUDA_DIR=$scratch/sim CUSNAP_DRIVER=sim
+export CUSNAP_CONTROL_DIR=$scratch/control SIMCUDA_DIR=$scratch/sim CUSNAP_DRIVER=${CUSNAP_DRIVER:-sim}
 mkdir "$scratch/sim"
 # A pid that does not exist: above every live one, below pid_max.
 gone=$(( $(cat /proc/sys/kernel/pid_max) - 1 ))
