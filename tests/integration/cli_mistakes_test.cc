@@ -125,7 +125,8 @@ TEST_F(CliMistakes, AutoProbeOfASimulatedDriverOnTheLibraryPathNeverCrashesAndSa
     const Ran r = Cusnap({"run", "--", "true"});
     ASSERT_EQ(r.status, 0) << "run " << i << ": " << r.err;
   }
-  const Ran ck = Cusnap({"checkpoint", "--all", "--state-dir", dir_ + "/state"});
+  // A --pid target (this test's tree, no endpoint): the command loads the driver first.
+  const Ran ck = Cusnap({"checkpoint", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"});
   EXPECT_THAT(ck.out, HasSubstr("driver: simulated\n"));
   EXPECT_THAT(ck.out, Not(HasSubstr("NVIDIA")));
   ::unsetenv("LD_LIBRARY_PATH");
@@ -148,7 +149,7 @@ TEST_F(CliMistakes, BadSettingsAreRefusedNamingTheValuesTheyAccept) {
   EXPECT_FALSE(fs::exists(marker)) << "the job must not start";
 
   ::setenv("SIMCUDA_DELAYS", "cuBogus:5", 1);
-  r = Cusnap({"checkpoint", "--all", "--state-dir", dir_ + "/state"});
+  r = Cusnap({"checkpoint", "--pid", std::to_string(::getpid()), "--state-dir", dir_ + "/state"});
   ::unsetenv("SIMCUDA_DELAYS");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("SIMCUDA_DELAYS='cuBogus:5': 'cuBogus' is not an entry point of "

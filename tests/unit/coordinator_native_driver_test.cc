@@ -3,7 +3,9 @@
 // line put "for" where the version was expected).
 #include <gtest/gtest.h>
 
+#include "coordinator/native/lazy_driver.h"
 #include "coordinator/native/native_driver.h"
+#include "coordinator_fakes.h"
 #include "coordinator_printers.h"
 
 namespace cusnap::coord {
@@ -34,6 +36,42 @@ TEST(DriverChoice, ParsesEveryDocumentedValue) {
   EXPECT_EQ(*ParseDriverChoice("sim"), DriverChoice::kSimulated);
   EXPECT_FALSE(ParseDriverChoice("simulated"));
   EXPECT_FALSE(ParseDriverChoice("gpu"));
+}
+
+// The lazy driver loads at its first use, once, and answers the load's error from then on.
+TEST(LazyDriver, LoadsAtTheFirstUseOnceAndForwards) {
+  testing::FakeJob job;
+  int loads = 0;
+  LazyDriver lazy([&]() -> Result<std::unique_ptr<CheckpointDriver>> {
+    ++loads;
+    auto driver = std::make_unique<testing::FakeDriver>(job);
+    driver->states[42] = CU_PROCESS_STATE_RUNNING;
+    return std::unique_ptr<CheckpointDriver>(std::move(driver));
+  });
+  EXPECT_EQ(loads, 0);
+  EXPECT_FALSE(lazy.loaded());
+  auto state = lazy.GetState(42);
+  ASSERT_TRUE(state) << state.error().message;
+  EXPECT_EQ(*state, CU_PROCESS_STATE_RUNNING);
+  EXPECT_EQ(lazy.Describe(), "fake");
+  EXPECT_TRUE(lazy.loaded());
+  EXPECT_EQ(loads, 1);
+}
+
+TEST(LazyDriver, ALoadThatFailsIsEveryCallsErrorAndIsNotTriedAgain) {
+  int loads = 0;
+  LazyDriver lazy([&]() -> Result<std::unique_ptr<CheckpointDriver>> {
+    ++loads;
+    return Error{CUDA_ERROR_NO_DEVICE, "cannot load the CUDA driver: no device"};
+  });
+  const Status locked = lazy.Lock(7, 0);
+  ASSERT_FALSE(locked);
+  EXPECT_EQ(locked.error().code, CUDA_ERROR_NO_DEVICE);
+  EXPECT_EQ(lazy.DeviceUuids().error().message, "cannot load the CUDA driver: no device");
+  EXPECT_EQ(lazy.Describe(), "not loaded: cannot load the CUDA driver: no device");
+  EXPECT_FALSE(lazy.simulated());
+  EXPECT_FALSE(lazy.loaded());
+  EXPECT_EQ(loads, 1);
 }
 
 }  // namespace
