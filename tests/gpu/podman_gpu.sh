@@ -20,13 +20,15 @@
 # checks, then `podman container checkpoint --leave-running` (the job active again, `cusnap
 # status --pid`), the last round, the container's exit status 0. Every step's command, exit
 # status, time and the tail of CRIU's log (userdata/dump.log, restore.log, kept by --keep) go
-# to $OUT/podman_gpu.log; the whole CRIU logs and the job's output to $OUT/podman_gpu/. The
+# to $OUT/podman_gpu.log; the whole CRIU logs (gzip) and the job's output to $OUT/podman_gpu/. The
 # last line is `PODMAN GPU: PASS` or `PODMAN GPU: FAIL at <step>: <why>`; exit status 77
 # (`PODMAN GPU: SKIP: <why>`) when something the attempt needs is missing.
 #
 # Environment: OUT (default ./gpu-out); CUSNAP_CRIU (default <source>/.criu/bin/criu);
 # CUSNAP_PODMAN_BUNDLE (default <source>/.podman); GPU_TORCH_IPC_MIB (default 64);
-# PODMAN_GPU_RUN_OPTS, more `podman run` options (e.g. --cgroup-parent=...).
+# PODMAN_GPU_RUN_OPTS, more `podman run` options (e.g. --cgroup-parent=...); PODMAN_GPU_BUDGET_S,
+# the seconds every step together may take (default 330: each step's timeout is cut to what is
+# left). When `podman run` fails, it is tried once more with --privileged.
 set -uo pipefail
 
 usage() { echo "usage: $0 <build dir> [--job torch|criu_job]" >&2; exit 2; }
@@ -53,6 +55,7 @@ mkdir -p "$KEEP"
 BUNDLE=${CUSNAP_PODMAN_BUNDLE:-$SRC/.podman}
 CRIU=${CUSNAP_CRIU:-$SRC/.criu/bin/criu}
 BIN=$BUILD/bin
+BUDGET_S=${PODMAN_GPU_BUDGET_S:-330}
 ROUNDS=3   # round 0 at the start, one after each of the three checkpoints
 
 # Never multicast on the project's machines; every child (the container too) gets these.
@@ -89,11 +92,20 @@ fail() {  # fail <step> <why>
   exit 1
 }
 
+# left <limit s>: the limit, or what is left of the budget when less (a step then fails by its
+# timeout inside the budget, its log kept).
+left() {
+  local rest=$((BUDGET_S - SECONDS))
+  ((rest < 1)) && rest=1
+  echo $(($1 < rest ? $1 : rest))
+}
+
 # run <step> <timeout s> <command...>: the command, its output and exit status (in RC) and
 # its time, in the log.
 RC=0
 run() {
-  local step=$1 limit=$2
+  local step=$1 limit
+  limit=$(left "$2")
   shift 2
   log ""
   log "==== $step $(date -u +%H:%M:%S): \$ $*"
@@ -117,8 +129,8 @@ criu_log() {
     log "---- $1: no CRIU log at $file"
     return
   fi
-  cp "$file" "$KEEP/$1.$2.log"
-  log "---- $1: the last 25 lines of CRIU's $file (whole: $KEEP/$1.$2.log)"
+  gzip -c "$file" >"$KEEP/$1.$2.log.gz"
+  log "---- $1: the last 25 lines of CRIU's $file (whole: $KEEP/$1.$2.log.gz)"
   tail -n 25 "$file" >>"$LOG"
   grep -h "cusnap_criu: " "$file" | tail -n 15 | sed 's/^/  | /' >>"$LOG"
 }
@@ -205,22 +217,8 @@ env_opts=(-e CUSNAP_CONTROL_DIR="$W/job/ctl" -e CUSNAP_DRIVER="$CUSNAP_DRIVER" -
 [[ -n ${CUDA_VISIBLE_DEVICES:-} ]] && env_opts+=(-e CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES")
 [[ -n ${LD_LIBRARY_PATH:-} ]] && env_opts+=(-e LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
 [[ -n ${PYTHONPATH:-} ]] && env_opts+=(-e PYTHONPATH="$PYTHONPATH")
-devices=()
-if [[ $CUSNAP_DRIVER == sim ]]; then
-  export SIMCUDA_DIR=$W/job/sim
-  env_opts+=(-e SIMCUDA_DIR="$SIMCUDA_DIR")
-else
-  for d in /dev/nvidiactl /dev/nvidia-uvm; do
-    [[ -c $d ]] || skip "no $d on this machine (the NVIDIA driver's device nodes)"
-  done
-  for d in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia-caps/*; do
-    [[ -c $d ]] && devices+=(--device "$d")
-  done
-  log "devices: ${devices[*]}"
-fi
-
 if [[ $JOB == torch ]]; then
-  where=$(python3 -c 'import os, sys, torch
+  where=$(timeout -k 10 120 python3 -c 'import os, sys, torch
 assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA GPU"
 print(os.path.realpath(sys.executable)); print(sys.prefix); print(sys.base_prefix)
 print(os.path.dirname(os.path.dirname(torch.__file__))); print(torch.__version__)' 2>"$W/torch.err") ||
@@ -240,6 +238,20 @@ else
   job=("$BIN/criu_job" "$W/job/go" 4 "$ROUNDS")
   start_timeout=60
 fi
+devices=()
+if [[ $CUSNAP_DRIVER == sim ]]; then
+  export SIMCUDA_DIR=$W/job/sim
+  env_opts+=(-e SIMCUDA_DIR="$SIMCUDA_DIR")
+else  # after torch's probe above, which makes the driver create /dev/nvidia-uvm when it is missing
+  for d in /dev/nvidiactl /dev/nvidia-uvm; do
+    [[ -c $d ]] || skip "no $d on this machine (the NVIDIA driver's device nodes)"
+  done
+  for d in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia-caps/*; do
+    [[ -c $d ]] && devices+=(--device "$d")
+  done
+  log "devices: ${devices[*]}"
+fi
+
 echo "libdir $BUILD/lib/criu" >"$W/criu.conf"
 
 # The container's limits no higher than this process's: runc cannot raise them where the
@@ -278,11 +290,12 @@ job_failed() {
 
 # await <step> <count function> <arg> <timeout s>: until the function counts 2 (both processes).
 await() {
-  local step=$1 fn=$2 arg=$3 limit=$4 began=$SECONDS bad
+  local step=$1 fn=$2 arg=$3 limit began=$SECONDS bad
+  limit=$(left "$4")
   while (($($fn "$arg") < 2)); do
     bad=$(job_failed)
     [[ -n $bad ]] && fail "$step" "the job says: $bad"
-    ((SECONDS - began < limit)) || fail "$step" "not both processes said so within $limit s"
+    ((SECONDS - began < limit)) || fail "$step" "not both processes said so within $limit s (PODMAN_GPU_BUDGET_S=$BUDGET_S)"
     if ! P container exists "$NAME" >/dev/null 2>&1; then fail "$step" "the container is gone"; fi
     sleep 0.5
   done
@@ -319,25 +332,37 @@ host_pid() { P inspect -f '{{.State.Pid}}' "$NAME" 2>/dev/null; }
 # place once CRIU ended), asked with `cusnap status --pid <host pid>` (it joins the container's
 # namespaces).
 await_active() {
-  local step=$1 began=$SECONDS said=""
-  while ((SECONDS - began < 120)); do
+  local step=$1 began=$SECONDS said="" limit
+  limit=$(left 120)
+  while ((SECONDS - began < limit)); do
     said=$("$BIN/cusnap" status --pid "$(host_pid)" 2>&1) &&
       (($(grep -c " active " <<<"$said") >= 2)) && ! grep -qE " (checkpointed|restoring|quiesced|saved) " <<<"$said" && {
         log "---- $step: cusnap status --pid $(host_pid) after $((SECONDS - began)) s:"; log "$said"; return; }
     sleep 0.5
   done
   log "$said"
-  fail "$step" "the job is not active again within 120 s (cusnap status above)"
+  fail "$step" "the job is not active again within $limit s (cusnap status above)"
 }
 
 # ---- the attempt --------------------------------------------------------------------------------
 
-run start 120 "$PODMAN" run -d --name "$NAME" --rootfs --annotation org.criu.config="$W/criu.conf" \
-  --network=none --security-opt label=disable --security-opt apparmor=unconfined \
-  --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc" "${devices[@]}" "${mounts[@]}" \
-  "${env_opts[@]}" ${PODMAN_GPU_RUN_OPTS:-} "$rootfs" \
-  /bin/sh -c 'exec "$0" run -- "$@" >>'"$JOBLOG"' 2>&1' "$BIN/cusnap" "${job[@]}"
-((RC == 0)) || fail start "podman run exited with $RC: $(tail -n 3 "$W/step.out" | tr '\n' ' ')"
+run_opts=(-d --name "$NAME" --rootfs --annotation org.criu.config="$W/criu.conf" --network=none
+          --security-opt label=disable --security-opt apparmor=unconfined
+          --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc" "${devices[@]}" "${mounts[@]}"
+          "${env_opts[@]}")
+# shellcheck disable=SC2206 # PODMAN_GPU_RUN_OPTS is a list of options
+run_opts+=(${PODMAN_GPU_RUN_OPTS:-})
+entry=(/bin/sh -c 'exec "$0" run -- "$@" >>'"$JOBLOG"' 2>&1' "$BIN/cusnap" "${job[@]}")
+run start 120 "$PODMAN" run "${run_opts[@]}" "$rootfs" "${entry[@]}"
+if ((RC != 0)); then
+  # Once more with --privileged (every device allowed, no seccomp filter): what a machine's
+  # cgroup setup refuses to runc (a device filter, say) may then pass; the log says which ran.
+  first=$(tail -n 3 "$W/step.out" | tr '\n' ' ')
+  P rm -f -t 0 "$NAME" >>"$LOG" 2>&1
+  run start-privileged 120 "$PODMAN" run --privileged "${run_opts[@]}" "$rootfs" "${entry[@]}"
+  ((RC == 0)) || fail start "podman run exited with $RC: $first; with --privileged: $(tail -n 3 "$W/step.out" | tr '\n' ' ')"
+  say "     started with --privileged; without it: $first"
+fi
 await ready ready_count 1 "$start_timeout"
 log "---- the container's init is pid $(host_pid) here"
 [[ $JOB == torch ]] && checks ready 0
