@@ -15,9 +15,10 @@
 # with another Podman of the machine), no registry, CNI as the network backend (no helper is
 # run with --network=none), no pids limit (runc would write pids.max, which a cgroup v2 tree
 # without the pids controller delegated lacks), no AppArmor profile or SELinux label (the
-# target may have neither the parser nor the policy). <unpack>/podman is the command line to
-# use (a script: the environment and global options below, then its arguments); the last line
-# of the output, PODMAN=<path>, names it.
+# target may have neither the parser nor the policy); conmon gets the same configuration for
+# the `podman container cleanup` it runs when a container exits (file locks on both sides).
+# <unpack>/podman is the command line to use (a script: the environment and global options
+# below, then its arguments); the last line of the output, PODMAN=<path>, names it.
 #
 # --criu: the CRIU runc runs for checkpoint and restore (runc's --criu option, and first on
 # PATH for Podman's own version check and conmon's runc); default: `criu` on PATH, else
@@ -52,7 +53,7 @@ criu=$(cd "$(dirname "$criu")" && pwd)/$(basename "$criu")
 
 sum=$(cksum <"$bundle/bundle.tar.xz")
 if [[ $(cat "$b/.unpacked" 2>/dev/null) != "$sum" ]]; then
-  rm -rf "$b/bin" "$b/lib" "$b/.unpacked"
+  rm -rf "${b:?}/bin" "${b:?}/lib" "${b:?}/.unpacked"
   if command -v xz >/dev/null; then
     tar -C "$b" -xJf "$bundle/bundle.tar.xz"
   else  # python3's lzma where the machine has no xz
@@ -103,7 +104,7 @@ tmp_dir = "$state/tmp"
 static_dir = "$state/root/libpod"
 volume_path = "$state/root/volumes"
 conmon_path = ["$b/bin/conmon"]
-conmon_env_vars = ["PATH=$path"]
+conmon_env_vars = ["PATH=$path", "CONTAINERS_CONF=$b/etc/containers.conf", "CONTAINERS_STORAGE_CONF=$b/etc/storage.conf", "CONTAINERS_REGISTRIES_CONF=$b/etc/registries.conf"]
 helper_binaries_dir = ["$b/bin"]
 runtime = "runc"
 
