@@ -138,8 +138,9 @@ criu_log() {
 # ---- what the attempt needs ------------------------------------------------------------------
 
 say "podman_gpu: job $JOB, driver $CUSNAP_DRIVER, build $BUILD, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-log "machine: $(uname -srm); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"
+log "machine: $(uname -srm); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); $(getconf GNU_LIBC_VERSION 2>/dev/null)"
 log "cgroups: $(stat -fc %T /sys/fs/cgroup 2>/dev/null) at /sys/fs/cgroup; this process in $(tr '\n' ' ' </proc/self/cgroup)"
+log "cgroup mounts (type, mount point, options): $(awk '{ for (i = 7; $i != "-"; i++); if ($(i + 1) ~ /^cgroup/) printf "%s %s %s; ", $(i + 1), $5, $6 }' /proc/self/mountinfo)"
 [[ $(id -u) -eq 0 ]] || skip "needs root (runc checkpoints as root only)"
 [[ -f $BUNDLE/setup.sh && -f $BUNDLE/bundle.tar.xz ]] || skip "no Podman bundle at $BUNDLE (scripts/podman_bundle.sh, carried as .podman)"
 [[ -x $CRIU ]] || skip "no CRIU at $CRIU (CUSNAP_CRIU, or <source>/.criu carried)"
@@ -151,6 +152,14 @@ command -v tar >/dev/null || skip "no tar"
 
 W=$(mktemp -d /tmp/cusnap-pg.XXXXXX)
 chmod 0755 "$W"
+if [[ $JOB == torch ]]; then
+  # Where python3 and torch are (the container needs those folders), and a GPU torch can use.
+  where=$(timeout -k 10 120 python3 -c 'import os, sys, torch
+assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA GPU"
+print(os.path.realpath(sys.executable)); print(sys.prefix); print(sys.base_prefix)
+print(os.path.dirname(os.path.dirname(torch.__file__))); print(torch.__version__)' 2>"$W/torch.err") ||
+    skip "python3 with torch and a GPU: $(tail -n 1 "$W/torch.err")"
+fi
 mkdir -p "$W/job/go" "$W/job/ctl" "$W/state"
 chmod 0700 "$W/job/ctl"
 export CUSNAP_CONTROL_DIR=$W/job/ctl
@@ -227,11 +236,6 @@ env_opts=(-e CUSNAP_CONTROL_DIR="$W/job/ctl" -e CUSNAP_DRIVER="$CUSNAP_DRIVER" -
 [[ -n ${LD_LIBRARY_PATH:-} ]] && env_opts+=(-e LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
 [[ -n ${PYTHONPATH:-} ]] && env_opts+=(-e PYTHONPATH="$PYTHONPATH")
 if [[ $JOB == torch ]]; then
-  where=$(timeout -k 10 120 python3 -c 'import os, sys, torch
-assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA GPU"
-print(os.path.realpath(sys.executable)); print(sys.prefix); print(sys.base_prefix)
-print(os.path.dirname(os.path.dirname(torch.__file__))); print(torch.__version__)' 2>"$W/torch.err") ||
-    skip "python3 with torch and a GPU: $(tail -n 1 "$W/torch.err")"
   mapfile -t py <<<"$where"
   log "python3 ${py[0]}, prefix ${py[1]}, base prefix ${py[2]}, torch ${py[4]} in ${py[3]}"
   add_mount "$(dirname "$(dirname "${py[0]}")")"
