@@ -265,7 +265,11 @@ else  # after torch's probe above, which makes the driver create /dev/nvidia-uvm
   log "devices: ${devices[*]}"
 fi
 
-echo "libdir $BUILD/lib/criu" >"$W/criu.conf"
+# CRIU's configuration for this container (runc reads the file the annotation names, for the
+# dump and the restore): cusnap's plugin, and the options `cusnap dump` and the plain-CRIU GPU
+# tests give CRIU for a PyTorch job (unix sockets, file locks, unlinked files still open) that
+# runc's defaults lack; no TCP connections here (--network=none).
+printf '%s\n' "libdir $BUILD/lib/criu" ext-unix-sk file-locks link-remap >"$W/criu.conf"
 
 # The container's limits no higher than this process's: runc cannot raise them where the
 # machine withholds CAP_SYS_RESOURCE ("error setting rlimit type 7: operation not permitted"),
