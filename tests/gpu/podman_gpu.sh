@@ -307,13 +307,16 @@ job_failed() {
 
 # await <step> <count function> <arg> <timeout s>: until the function counts 2 (both processes).
 await() {
-  local step=$1 fn=$2 arg=$3 limit began=$SECONDS bad
+  local step=$1 fn=$2 arg=$3 limit began=$SECONDS bad state ended=0
   limit=$(left "$4")
   while (($($fn "$arg") < 2)); do
     bad=$(job_failed)
     [[ -n $bad ]] && fail "$step" "the job says: $bad"
+    ((ended)) && fail "$step" "the container ended ($state: state, exit code) before both processes said so"
     ((SECONDS - began < limit)) || fail "$step" "not both processes said so within $limit s (PODMAN_GPU_BUDGET_S=$BUDGET_S)"
-    if ! P container exists "$NAME" >/dev/null 2>&1; then fail "$step" "the container is gone"; fi
+    state=$(P inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$NAME" 2>/dev/null) ||
+      fail "$step" "the container is gone"
+    [[ $state == running* ]] || ended=1  # its last lines are read once more first
     sleep 0.5
   done
   bad=$(job_failed)
@@ -398,7 +401,8 @@ for k in 1 2; do
   ((RC == 0)) || fail "checkpoint-$k" "podman container checkpoint exited with $RC: $(grep -m1 -E "Error|error" "$W/step.out")"
   status=$(P inspect -f '{{.State.Status}} checkpointed={{.State.Checkpointed}}' "$NAME" 2>&1)
   log "---- the container after the checkpoint: $status"
-  [[ $status == exited* ]] || fail "checkpoint-$k" "the container is '$status', not exited, after the checkpoint"
+  [[ $status == exited* || $status == stopped* ]] ||
+    fail "checkpoint-$k" "the container is '$status', not exited, after the checkpoint"
   run "restore-$k" 240 "$PODMAN" container restore --keep "$NAME"
   criu_log "restore-$k" restore
   ((RC == 0)) || fail "restore-$k" "podman container restore exited with $RC: $(grep -m1 -E "Error|error" "$W/step.out")"
