@@ -268,8 +268,10 @@ fi
 # CRIU's configuration for this container (runc reads the file the annotation names, for the
 # dump and the restore): cusnap's plugin, and the options `cusnap dump` and the plain-CRIU GPU
 # tests give CRIU for a PyTorch job (unix sockets, file locks, unlinked files still open) that
-# runc's defaults lack; no TCP connections here (--network=none).
-printf '%s\n' "libdir $BUILD/lib/criu" ext-unix-sk file-locks link-remap >"$W/criu.conf"
+# runc's defaults lack. No network lock: the container has no network (--network=none), and
+# CRIU's default lock runs iptables-restore, which a machine may lack ("net: Locking network
+# failed: iptables-restore returned -1").
+printf '%s\n' "libdir $BUILD/lib/criu" ext-unix-sk file-locks link-remap "network-lock skip" >"$W/criu.conf"
 
 # The container's limits no higher than this process's: runc cannot raise them where the
 # machine withholds CAP_SYS_RESOURCE ("error setting rlimit type 7: operation not permitted"),
