@@ -54,9 +54,9 @@ criu=$(cd "$(dirname "$criu")" && pwd)/$(basename "$criu")
 sum=$(cksum <"$bundle/bundle.tar.xz")
 if [[ $(cat "$b/.unpacked" 2>/dev/null) != "$sum" ]]; then
   rm -rf "${b:?}/bin" "${b:?}/lib" "${b:?}/.unpacked"
-  if command -v xz >/dev/null; then
+  if command -v xz >/dev/null && command -v tar >/dev/null; then
     tar -C "$b" -xJf "$bundle/bundle.tar.xz"
-  else  # python3's lzma where the machine has no xz
+  else  # python3's tarfile and lzma where the machine has no xz or tar
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle/bundle.tar.xz" "$b"
   fi
   ld=$b/lib/ld-linux-x86-64.so.2

@@ -148,7 +148,8 @@ for f in bin/cusnap lib/libcusnap.so lib/criu/libcusnap_criu.so; do
   [[ -e $BUILD/$f ]] || skip "$BUILD/$f is missing (a build with CRIU's header: scripts/fetch_criu.sh)"
 done
 [[ $JOB == torch || -x $BIN/criu_job ]] || skip "$BIN/criu_job is missing"
-command -v tar >/dev/null || skip "no tar"
+# CRIU dumps and restores the container's tmpfs mounts (/dev) with GNU tar and gzip.
+for tool in tar gzip; do command -v "$tool" >/dev/null || skip "no $tool (CRIU runs it for the container's /dev)"; done
 
 W=$(mktemp -d /tmp/cusnap-pg.XXXXXX)
 chmod 0755 "$W"
