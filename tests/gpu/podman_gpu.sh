@@ -84,6 +84,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap 'say "PODMAN GPU: FAIL at a signal: stopped from outside (a timeout?)"; exit 143' TERM INT HUP
 
 skip() { say "SKIP: $*"; say "PODMAN GPU: SKIP: $*"; exit 77; }
 fail() {  # fail <step> <why>
