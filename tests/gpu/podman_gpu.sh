@@ -359,8 +359,9 @@ await_active() {
   local step=$1 began=$SECONDS said="" limit
   limit=$(left 120)
   while ((SECONDS - began < limit)); do
+    # Every participant line ("pid <pid> <program> <state> ...") active, two at least.
     said=$("$BIN/cusnap" status --pid "$(host_pid)" 2>&1) &&
-      (($(grep -c " active " <<<"$said") >= 2)) && ! grep -qE " (checkpointed|restoring|quiesced|saved) " <<<"$said" && {
+      awk '/^pid / { n++; if (/ active /) a++ } END { exit !(n >= 2 && a == n) }' <<<"$said" && {
         log "---- $step: cusnap status --pid $(host_pid) after $((SECONDS - began)) s:"; log "$said"; return; }
     sleep 0.5
   done
