@@ -18,6 +18,10 @@
 #   torch_ipc_images_criu_expandable shim_overhead nccl_memory
 #   (driver_facts_visible needs one GPU only: run it alone on a one-GPU machine; torch_ipc*
 #   and shim_overhead need one GPU and PyTorch, and skip (77) without them)
+# Run only when named: podman_gpu (tests/gpu/podman_gpu.sh: the torch job in a Podman container
+#   checkpointed and restored by Podman + runc + CRIU with cusnap's plugin; one GPU, PyTorch,
+#   the Podman bundle carried as .podman and CRIU as .criu; the C++ criu_job on the simulated
+#   driver under CUSNAP_GPU_SIM=1)
 #
 # Environment:
 #   OUT                     where the logs go (default ./gpu-out): $OUT/gpu-tests.log is the
@@ -81,10 +85,12 @@ ALL_TESTS=(preflight pinned_baseline vmm_basic ticket_pair_plain ticket_pair_shi
            driver_facts_visible driver_facts_ipc legacy_ipc_shim torch_ipc torch_ipc_hangup
            torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu torch_ipc_images_criu_expandable
            shim_overhead nccl_memory)
+NAMED_ONLY=(podman_gpu)   # not in the default run: only when named
 SELECTED=("$@")
 ((${#SELECTED[@]})) || SELECTED=("${ALL_TESTS[@]}")
 for name in "${SELECTED[@]}"; do
-  [[ " ${ALL_TESTS[*]} " == *" $name "* ]] || { echo "unknown test '$name' (known: ${ALL_TESTS[*]})" >&2; exit 2; }
+  [[ " ${ALL_TESTS[*]} ${NAMED_ONLY[*]} " == *" $name "* ]] ||
+    { echo "unknown test '$name' (known: ${ALL_TESTS[*]} ${NAMED_ONLY[*]})" >&2; exit 2; }
 done
 
 # say: a line on the console and in the log.
@@ -420,6 +426,16 @@ t_nccl_memory() {
   python3 "$CUSNAP_GPU_SRC/bench/gpu_nccl_memory.py" --build "$CUSNAP_GPU_BUILD"
 }
 
+# The torch job in a Podman container: checkpoint + restore in place twice, then a
+# --leave-running checkpoint, through Podman, runc, CRIU and cusnap's plugin, with Podman,
+# runc and conmon from the bundle (scripts/podman_bundle.sh, carried as .podman); every step
+# and CRIU's log tails in $OUT/podman_gpu.log. On the simulated driver: criu_job instead.
+t_podman_gpu() {
+  local job=()
+  [[ $CUSNAP_GPU_SIM == 1 ]] && job=(--job criu_job)
+  OUT=$CUSNAP_GPU_OUT "$CUSNAP_GPU_SRC/tests/gpu/podman_gpu.sh" "$CUSNAP_GPU_BUILD" "${job[@]}"
+}
+
 # torch_gpu_or_skip: fails with a "SKIP: ..." line when python3 cannot import torch or torch
 # sees no GPU (bounded: never waits more than two minutes).
 torch_gpu_or_skip() {
@@ -457,7 +473,7 @@ t_carry_bench() {
   CUSNAP_CARRIER=eager $bench --bytes "$bytes" --cycles 1 --modes shared
 }
 export PYTEST
-export -f torch_gpu_or_skip t_torch_ipc t_torch_ipc_hangup t_shim_overhead t_nccl_memory
+export -f torch_gpu_or_skip t_torch_ipc t_torch_ipc_hangup t_shim_overhead t_nccl_memory t_podman_gpu
 export -f t_torch_ipc_images t_torch_ipc_images_expandable t_torch_ipc_images_criu t_torch_ipc_images_criu_expandable
 export -f t_carry_bench t_preflight t_pinned_baseline t_vmm_basic t_ticket_pair_plain t_ticket_pair_shim \
   t_nccl_allreduce t_share_checkpoint t_share_checkpoint_host_numa t_share_checkpoint_swapped \
@@ -522,6 +538,7 @@ selected driver_facts_visible && run_test driver_facts_visible 60 t_driver_facts
 
 selected driver_facts_ipc && run_test driver_facts_ipc 180 t_driver_facts_ipc
 selected legacy_ipc_shim && run_test legacy_ipc_shim 300 t_legacy_ipc_shim
+selected podman_gpu && run_test podman_gpu 300 t_podman_gpu
 for name in torch_ipc torch_ipc_hangup torch_ipc_images torch_ipc_images_expandable torch_ipc_images_criu \
   torch_ipc_images_criu_expandable \
   shim_overhead nccl_memory; do
