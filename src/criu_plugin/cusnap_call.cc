@@ -18,11 +18,35 @@
 namespace cusnap::criu_plugin {
 namespace {
 
+/// The images directory as the command names it (/proc/self/fd/<n>, the descriptor handed
+/// down) and as CRIU's log names it for the person who reads it: its path here.
+struct ShownName {
+  std::string handed;
+  std::string path;
+
+  /// `line` with the handed-down name replaced by the path (as it is when there is none).
+  std::string In(std::string line) const {
+    if (path.empty()) return line;
+    for (size_t at = line.find(handed); at != std::string::npos; at = line.find(handed, at + path.size())) {
+      line.replace(at, handed.size(), path);
+    }
+    return line;
+  }
+};
+
+ShownName ImagesDirName(int images_fd) {
+  ShownName name{"/proc/self/fd/" + std::to_string(images_fd), ""};
+  char path[PATH_MAX];
+  const ssize_t n = ::readlink(name.handed.c_str(), path, sizeof path - 1);
+  if (n > 0) name.path.assign(path, static_cast<size_t>(n));
+  return name;
+}
+
 /// Splits what came from one pipe into lines for CRIU's log, keeping an unfinished last line
 /// in `pending`; stdout's "participants:" lines go to `answer`.
-void TakeLines(std::string& pending, bool is_stderr, CusnapAnswer& answer) {
+void TakeLines(std::string& pending, bool is_stderr, const ShownName& images, CusnapAnswer& answer) {
   for (size_t end; (end = pending.find('\n')) != std::string::npos; pending.erase(0, end + 1)) {
-    const std::string line = pending.substr(0, end);
+    const std::string line = images.In(pending.substr(0, end));
     if (!is_stderr && line.rfind("participants:", 0) == 0) {
       answer.participants.clear();
       std::istringstream pids(line.substr(13));
@@ -55,8 +79,9 @@ CusnapAnswer RunCusnap(const std::vector<std::string>& args, int images_fd) {
   CusnapAnswer answer;
   std::vector<std::string> argv_text = {"cusnap", "criu-plugin"};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
+  const ShownName images = ImagesDirName(images_fd);
   argv_text.push_back("--images-dir");
-  argv_text.push_back("/proc/self/fd/" + std::to_string(images_fd));
+  argv_text.push_back(images.handed);
   std::vector<char*> argv;
   for (auto& a : argv_text) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -102,7 +127,7 @@ CusnapAnswer RunCusnap(const std::vector<std::string>& args, int images_fd) {
       const ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
       if (n > 0) {
         pending[i].append(buffer, static_cast<size_t>(n));
-        TakeLines(pending[i], i == 1, answer);
+        TakeLines(pending[i], i == 1, images, answer);
       } else if (n == 0 || errno != EINTR) {
         ::close(fds[i].fd);
         fds[i].fd = -1;
@@ -113,7 +138,7 @@ CusnapAnswer RunCusnap(const std::vector<std::string>& args, int images_fd) {
   for (int i = 0; i < 2; ++i) {
     if (!pending[i].empty()) {
       pending[i] += '\n';
-      TakeLines(pending[i], i == 1, answer);
+      TakeLines(pending[i], i == 1, images, answer);
     }
   }
   int status = 0;

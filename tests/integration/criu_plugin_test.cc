@@ -147,6 +147,9 @@ TEST_F(CriuPlugin, AChangedCarrierFileStopsTheRestoreBeforeAnyProcessRuns) {
   EXPECT_NE(refused.status, 0);
   const std::string log = Log("images", "restore");
   EXPECT_THAT(log, HasSubstr("carrier-" + std::to_string(root_) + "-0.bin is corrupt"));
+  // The images directory named by its path, not by the descriptor the command was handed.
+  EXPECT_THAT(log, HasSubstr(dir_ + "/images/carrier-"));
+  EXPECT_THAT(log, Not(HasSubstr("/proc/self/fd/")));
   EXPECT_THAT(log, HasSubstr("Failed in init(2) of \"cusnap_criu\""));
   EXPECT_TRUE(coord::ProcessExited(root_));
   WriteAll(carrier, bytes);
