@@ -18,7 +18,7 @@ LazyDriver::LazyDriver(DriverLoader load) : state_(std::make_unique<State>()) {
 
 LazyDriver::~LazyDriver() = default;
 
-Result<CheckpointDriver*> LazyDriver::Load() {
+Result<CheckpointDriver*> LazyDriver::Load() const {
   State& s = *state_;
   std::call_once(s.once, [&s] {
     auto loaded = s.load();
@@ -34,19 +34,18 @@ Result<CheckpointDriver*> LazyDriver::Load() {
 
 bool LazyDriver::loaded() const { return state_->driver != nullptr; }
 
-// The const members load too: what the driver is belongs to its first use, whichever it is.
 std::string LazyDriver::Describe() const {
-  auto driver = const_cast<LazyDriver*>(this)->Load();
+  auto driver = Load();
   return driver ? (*driver)->Describe() : "not loaded: " + driver.error().message;
 }
 
 bool LazyDriver::simulated() const {
-  auto driver = const_cast<LazyDriver*>(this)->Load();
+  auto driver = Load();
   return driver && (*driver)->simulated();
 }
 
 bool LazyDriver::HoldsStopped() const {
-  auto driver = const_cast<LazyDriver*>(this)->Load();
+  auto driver = Load();
   return driver && (*driver)->HoldsStopped();
 }
 

@@ -23,8 +23,9 @@ class LazyDriver final : public CheckpointDriver {
   explicit LazyDriver(DriverLoader load);
   ~LazyDriver() override;
 
-  /// Loads now (if not yet): the loaded driver, or the load's error.
-  Result<CheckpointDriver*> Load();
+  /// Loads now (if not yet): the loaded driver, or the load's error. Const: what the driver
+  /// is belongs to its first use, whichever member that is (Describe() too).
+  Result<CheckpointDriver*> Load() const;
   /// True once a load succeeded.
   bool loaded() const;
 
