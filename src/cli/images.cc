@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -96,6 +98,23 @@ std::optional<coord::Manifest> ManifestOf(const std::string& images_dir) {
   return std::move(*manifest);
 }
 
+/// `cusnap restore --images-dir <dir> --pid-namespace` in place of this process, which loaded
+/// the driver already (a process forked after cuInit, as the namespace's init would be, has
+/// no usable driver). Returns `rc` only when it cannot run, having said so.
+int RestoreAgainInOwnPidNamespace(const std::string& images_dir, const std::string& device_map, int rc) {
+  std::vector<std::string> args = {"cusnap", "restore", "--images-dir", images_dir, "--pid-namespace"};
+  if (!device_map.empty()) args.insert(args.end(), {"--device-map", device_map});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  // By its path, so that the process is named cusnap again (ps, /proc/<pid>/comm).
+  ::execv((SelfDir() + "/cusnap").c_str(), argv.data());
+  std::fprintf(stderr, "cusnap restore: cannot run the restore again (%s): run `cusnap restore "
+               "--images-dir %s --pid-namespace`\n", std::strerror(errno), images_dir.c_str());
+  return rc;
+}
+
 }  // namespace
 
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json,
@@ -159,11 +178,23 @@ int RestoreImagesCommand(const std::string& images_dir, const std::string& devic
   }
   // Ids held by other processes here are free in a namespace of the job's own.
   if (!pid_namespace) {
-    if (taken.empty()) return RestoreImagesHere(images_dir, device_map, json);
-    std::fprintf(stderr, "cusnap restore: note: %s %d of the dump is held by another process "
-                 "here: the job is restored in a PID namespace of its own, where it keeps its "
-                 "ids\n", taken.front().participant ? "pid" : "process or thread id",
-                 taken.front().id);
+    if (taken.empty()) {
+      const int rc = RestoreImagesHere(images_dir, device_map, json);
+      // A pid taken after the check above: CRIU failed before any process came back, so
+      // the restore changed nothing and runs again where the ids are free. With --json one
+      // document answers: its error says to run the restore again.
+      const int late = rc == kExitRestoreRefused && !json ? coord::CriuRestorePidTaken(images_dir) : 0;
+      if (late == 0) return rc;
+      std::fprintf(stderr, "cusnap restore: note: pid %d of the dump was taken by another process "
+                   "while CRIU restored the job: it is restored again, in a PID namespace of its "
+                   "own\n", late);
+      return RestoreAgainInOwnPidNamespace(images_dir, device_map, rc);
+    } else {
+      std::fprintf(stderr, "cusnap restore: note: %s %d of the dump is held by another process "
+                   "here: the job is restored in a PID namespace of its own, where it keeps its "
+                   "ids\n", taken.front().participant ? "pid" : "process or thread id",
+                   taken.front().id);
+    }
   }
   int init = 0;
   std::string why;

@@ -1457,6 +1457,62 @@ TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
 // namespace of its own, keeps its pids there, and later commands name it by its pids here.
 TEST_F(CliImages, ARestoreWhosePidIsTakenMakesANamespaceOfItsOwn) { RoundTrip("", true); }
 
+// The root's pid taken after the restore found it free, before CRIU forks it (the CLI paused
+// at criu_restore): CRIU fails ("Can't fork for <pid>: File exists") before any process came
+// back, and the restore runs again in a PID namespace of its own, with every byte.
+TEST_F(CliImages, APidTakenWhileCriuRestoresIsRestoredAgainInANamespaceOfItsOwn) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  std::optional<coord::Manifest> manifest;
+  ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
+  const std::string out_path = dir_ + "/restore.out", err_path = dir_ + "/restore.err";
+  const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  ASSERT_GE(err, 0);
+  ::setenv("CUSNAP_TEST_PAUSE_AT", "restore:criu_restore:before", 1);
+  const pid_t cli = Spawn({Env("CUSNAP_TEST_BIN_DIR") + "/cusnap", "restore", "--images-dir", images},
+                          {{out, 1}, {err, 2}});
+  ::unsetenv("CUSNAP_TEST_PAUSE_AT");
+  ::close(out);
+  ::close(err);
+  ASSERT_GT(cli, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ReadAll("/proc/" + std::to_string(cli) + "/status").find("(stopped)") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const pid_t holder = HoldPid(manifest->root_pid);
+  ::kill(cli, SIGCONT);
+  // The restore run again pauses at its criu_restore too (the same environment), in the
+  // init of its PID namespace: each cusnap of cli's tree that stopped itself goes on.
+  int status = 0;
+  while (::waitpid(cli, &status, WNOHANG) != cli) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << ReadAll(err_path);
+    for (const int pid : coord::ProcessTree(cli)) {
+      const std::string proc = "/proc/" + std::to_string(pid);
+      if (ReadAll(proc + "/comm") == "cusnap\n" &&
+          ReadAll(proc + "/status").find("(stopped)") != std::string::npos) {
+        ::kill(pid, SIGCONT);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (holder > 0) {
+    ::kill(holder, SIGKILL);
+    ::waitpid(holder, nullptr, 0);
+  }
+  ASSERT_EQ(holder, manifest->root_pid) << "cannot take pid " << manifest->root_pid;
+  const std::string said = ReadAll(err_path);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(out_path) << said;
+  EXPECT_THAT(said, HasSubstr("Can't fork for " + std::to_string(manifest->root_pid)));
+  EXPECT_THAT(said, HasSubstr("note: pid " + std::to_string(manifest->root_pid) + " of the dump was "
+                              "taken by another process while CRIU restored the job: it is "
+                              "restored again, in a PID namespace of its own"));
+  EXPECT_THAT(said, HasSubstr("its root is pid " + std::to_string(manifest->root_pid) + " there"));
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
 // A dump with --leave-running resumed the job in place (its hold markers went with that), but
 // CRIU wrote its processes as the hold had stopped them: restored, they must run again (left
 // stopped, the restore would time out at discover).

@@ -259,8 +259,27 @@ Status RunCriu(const std::string& criu, const std::vector<std::string>& args,
   // A disk that filled up may stop CRIU before its first log line: an empty excerpt says
   // nothing, so the message says that there is none.
   if (why.empty()) why = "its log is empty (CRIU wrote no reason)";
+  if (args[0] == "restore") {
+    if (const int taken = CriuRestorePidTaken(dir); taken > 0) {
+      why += "; pid " + std::to_string(taken) + " of the dump was taken by another process after "
+             "cusnap found it free: run the restore again (the job then comes back in a PID "
+             "namespace of its own)";
+    }
+  }
   return Error{rc, "criu " + args[0] + " failed (exit " + std::to_string(rc) + ", log " + log +
                        "): " + why};
+}
+
+int CriuRestorePidTaken(const std::string& dir) {
+  static constexpr std::string_view kFork = "Can't fork for ";
+  std::istringstream in(ReadText(dir + "/" + kCriuRestoreLogName));
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find(kFork);
+    if (at == std::string::npos || line.find("File exists") == std::string::npos) continue;
+    const int pid = std::atoi(line.c_str() + at + kFork.size());
+    if (pid > 0) return pid;
+  }
+  return 0;
 }
 
 Result<int> RestoredRootPid(const std::string& dir) {

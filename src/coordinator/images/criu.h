@@ -57,6 +57,15 @@ std::vector<std::string> CriuRestoreArgs(const std::string& dir);
 Status RunCriu(const std::string& criu, const std::vector<std::string>& args,
                const std::string& dir, const std::string& log_name);
 
+/// CRIU's log of a restore, in the images directory.
+inline constexpr const char* kCriuRestoreLogName = "criu-restore.log";
+
+/// The pid a failed `criu restore` from `dir` could not give back because another process
+/// took it after cusnap checked that it was free ("Can't fork for <pid>: File exists" in
+/// kCriuRestoreLogName), or 0. A restore run again then restores the job in a PID namespace
+/// of its own.
+int CriuRestorePidTaken(const std::string& dir);
+
 /// The pid <dir>/restored.pid names (the restored tree's root, in our PID namespace).
 Result<int> RestoredRootPid(const std::string& dir);
 

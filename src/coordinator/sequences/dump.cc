@@ -537,7 +537,7 @@ class ImagesRestoreSequence : Sequence {
         // disk, they come into the page cache while CRIU restores the processes.
         PrefetchCarrierFiles(options_.images_dir);
         if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
-                             "criu-restore.log");
+                             kCriuRestoreLogName);
             !s) {
           (void)EndRestoreRecord(options_.images_dir, record_);
           return s.error();
