@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -108,6 +109,10 @@ int RestoreAgainInOwnPidNamespace(const std::string& images_dir, const std::stri
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(nullptr);
+  // The first attempt's interrupt watch left SIGINT and SIGTERM ignored (interrupt_watch.cc),
+  // which an exec keeps: the restore run again, and CRIU under it, take them as usual.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   // By its path, so that the process is named cusnap again (ps, /proc/<pid>/comm).
   ::execv((SelfDir() + "/cusnap").c_str(), argv.data());
   std::fprintf(stderr, "cusnap restore: cannot run the restore again (%s): run `cusnap restore "
