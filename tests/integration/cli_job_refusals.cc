@@ -411,7 +411,8 @@ TEST_F(CliJobRefusal, StateDirectoryOfAnotherJob) {
   EXPECT_EQ(ck.status, kExitRefused) << ck.out << ck.err;
   EXPECT_EQ(ck.err, "cusnap checkpoint: state directory " + state + " holds the checkpoint of "
                     "another job (pid " + std::to_string(::getpid()) + ", still checkpointed or "
-                    "running); restore it first, or choose another --state-dir\n"
+                    "running); restore it first if it is checkpointed, end it if it runs, or "
+                    "choose another --state-dir\n"
                     "cusnap checkpoint: refused; nothing was changed, the job keeps running\n");
   EXPECT_EQ(Slurp(file), other);
   ExpectRunningIntact();

@@ -341,7 +341,8 @@ TEST_F(SequenceTest, StateDirOfAnotherLiveJobIsRefused) {
   EXPECT_THAT(report.errors,
               ElementsAre("state directory " + dir_ + " holds the checkpoint of another job (pid " +
                           std::to_string(::getpid()) + ", still checkpointed or running); restore "
-                          "it first, or choose another --state-dir"));
+                          "it first if it is checkpointed, end it if it runs, or choose another "
+                          "--state-dir"));
   EXPECT_EQ(Names(report), (std::vector<std::string>{"discover", "inspect", "validate"}));
   EXPECT_THAT(job_.Only("quiesce"), IsEmpty());
   EXPECT_EQ(Slurp(file), before);

@@ -44,8 +44,8 @@ Status CheckStateDirOwner(const std::string& state_dir, const std::vector<Proces
   if (alive.empty()) return Ok{};
   const std::string pids = (count == 1 ? "pid " : "pids ") + alive;
   return Error{-1, named + " holds the checkpoint of another job (" + pids +
-                       ", still checkpointed or running); restore it first, or choose another " +
-                       option};
+                       ", still checkpointed or running); restore it first if it is "
+                       "checkpointed, end it if it runs, or choose another " + option};
 }
 
 Status EnsureStateDir(const std::string& state_dir, std::vector<std::string>* created,
