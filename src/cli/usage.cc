@@ -110,8 +110,15 @@ int ReportParseError(CLI::App& app, const std::string& command, const CLI::Parse
   }
   const std::string prefix = command.empty() ? "cusnap" : "cusnap " + command;
   std::string what = e.what();
+  const std::vector<std::string> extras = app.remaining(true);
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
-    what += NearestOptions(app, command, app.remaining(true));
+    what += NearestOptions(app, command, extras);
+  } else if (const std::string nearest = NearestOptions(app, command, extras); !nearest.empty()) {
+    // A mistyped option reads first as a required one missing ("Exactly 1 option from
+    // [--pid,--all] is required" for `--pdi 123`): the typo is what to fix.
+    std::string given;
+    for (const std::string& x : extras) given += (given.empty() ? "" : " ") + x;
+    what = "The following arguments were not expected: " + given + nearest;
   }
   if (json) {
     std::printf("%s\n", UntouchedToJson(command, kExitUsage, {what}).dump(2).c_str());

@@ -187,6 +187,13 @@ TEST_F(CliMistakes, AMistypedOptionIsAnsweredWithTheNearestOne) {
   r = Cusnap({"status", "--frobnicate"});
   EXPECT_EQ(r.status, kExitUsage);
   EXPECT_THAT(r.err, Not(HasSubstr("did you mean")));
+  // The typo of the option a command requires one of (--pid or --all) is named, not the
+  // requirement it leaves unmet.
+  r = Cusnap({"checkpoint", "--pdi", "123"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_EQ(r.err, "cusnap checkpoint: The following arguments were not expected: --pdi 123; did "
+                   "you mean '--pid' for '--pdi'?\nRun 'cusnap checkpoint --help' for more "
+                   "information.\n");
 }
 
 // ---- Misleading messages replaced ----
