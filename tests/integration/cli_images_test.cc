@@ -1478,8 +1478,7 @@ TEST_F(CliImages, APidTakenWhileCriuRestoresIsRestoredAgainInANamespaceOfItsOwn)
   ::close(err);
   ASSERT_GT(cli, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ReadAll("/proc/" + std::to_string(cli) + "/status").find("(stopped)") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (coord::ProcessState(cli) != 'T' && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const pid_t holder = HoldPid(manifest->root_pid);
@@ -1490,11 +1489,7 @@ TEST_F(CliImages, APidTakenWhileCriuRestoresIsRestoredAgainInANamespaceOfItsOwn)
   while (::waitpid(cli, &status, WNOHANG) != cli) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << ReadAll(err_path);
     for (const int pid : coord::ProcessTree(cli)) {
-      const std::string proc = "/proc/" + std::to_string(pid);
-      if (ReadAll(proc + "/comm") == "cusnap\n" &&
-          ReadAll(proc + "/status").find("(stopped)") != std::string::npos) {
-        ::kill(pid, SIGCONT);
-      }
+      if (coord::ProcessName(pid) == "cusnap" && coord::ProcessState(pid) == 'T') ::kill(pid, SIGCONT);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
