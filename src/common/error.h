@@ -15,6 +15,13 @@ struct Error {
   std::string message;
 };
 
+/// Error::code of a carrier file that a restore could not read back whole and as written (a
+/// unit whose bytes do not match their digest, a read error, a file that ends early), whatever
+/// errno the read met (the message names the file, the range and the cause). The images are
+/// the job then: an images restore ends the processes CRIU brought back, the images as they
+/// were (coordinator/sequences/dump.cc).
+inline constexpr int kCarrierFileUnreadable = -2;
+
 /// A value or an Error (the shim is built without exceptions, so errors travel as values).
 /// [[nodiscard]]: an error dropped unread is a bug; a caller that means to ignore one says so
 /// with a cast to void and a comment.

@@ -183,8 +183,9 @@ struct StepRequest {
   /// whenever it runs for a lease with no command at work (a restore that continued it was
   /// killed), so that the job stays held (shim/lifecycle/lifecycle.h).
   bool held = false;
-  /// kWriteCarrier: "<stem>": the carrier's bytes go to part files "<stem>-<k>.bin" in the
-  /// folder whose descriptor comes with the request (SCM_RIGHTS). kReadCarrier: "", the
+  /// kWriteCarrier, and kSave of a dump: "<stem>": the carrier's bytes go to part files
+  /// "<stem>-<k>.bin" in the folder whose descriptor comes with the request (SCM_RIGHTS; a
+  /// save streams them there from the device, the write then only gives the arena back). kReadCarrier: "", the
   /// folder that holds them now coming the same way (an images directory may have moved).
   /// Without a descriptor, absolute paths: "<dir>/<stem>" and the folder. "" for other ops.
   std::string carrier_path{};

@@ -98,7 +98,10 @@ inline constexpr Setting kCarrierKeep{
     kShim, "host memory the carrier keeps once a cycle finished"};
 inline constexpr Setting kCarrierThreads{
     "CUSNAP_CARRIER_THREADS", Kind::kNumber, "", 1, 64, 1, "threads", "`8`", kShim,
-    "threads that first-touch a growing carrier arena"};
+    "threads that first-touch a growing carrier arena and read carrier files back"};
+inline constexpr Setting kCarrierRingMib{
+    "CUSNAP_CARRIER_RING_MIB", Kind::kNumber, "", 2, 65536, 2, "MiB", "`512`", kShim,
+    "pinned host memory a restore streams carrier files through to the GPU"};
 inline constexpr Setting kLeaseMs{
     "CUSNAP_LEASE_MS", Kind::kNumber, "", 1, kMaxLeaseMs, 1, "ms", "`10000`", kCommandsThatDrive,
     "the lease a command holds on the job"};
@@ -137,7 +140,7 @@ inline constexpr Setting kTestPauseAt{
 /// Every setting, in the README's order.
 inline constexpr const Setting* kAll[] = {
     &kControlDir,  &kStateDir,         &kLog,        &kLogFile,   &kCarrier,   &kCarry,
-    &kCarrierPin,  &kCarrierChunkMib,  &kZeroScan,   &kCarrierKeep, &kCarrierThreads,
+    &kCarrierPin,  &kCarrierChunkMib,  &kZeroScan,   &kCarrierKeep, &kCarrierThreads, &kCarrierRingMib,
     &kLeaseMs,     &kDriver,           &kHold,       &kCriu,      &kCriuOpts,
     &kBin,         &kDeviceMap,        &kDumpRunsCriu, &kTestCgroupRoot,
     &kTestStateDirFreeBytes, &kTestPauseAt};

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cli/exit_codes.h"
+#include "coordinator/images/carrier_files.h"
 #include "cli_runner.h"
 #include "criu_job_harness.h"
 #include "coordinator/images/manifest.h"
@@ -58,31 +59,33 @@ class CliImagesStreaming : public OwnMachineTest {
   std::string job_dir_, log_;
 };
 
-// The disk full, or a write error, mid-stream while the carriers are written (after the point
-// of no return): the dump fails naming the error and the carrier file, and the job is rolled
-// forward in place, both processes active with every byte (their carriers kept them).
-TEST_F(CliImagesStreaming, AWriteFailingMidStreamIsNamedAndTheJobRunsOnWithEveryByte) {
+// The disk full, or a write error, mid-stream while the save streams the carriers from the
+// GPU into their files (before the point of no return): the dump is refused naming the error
+// and the carrier file, no carrier file is left, and the job runs on as it was, both
+// processes active with every byte.
+TEST_F(CliImagesStreaming, AWriteFailingMidStreamIsRefusedByNameAndTheJobRunsOnWithEveryByte) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   for (const std::string fault : {"enospc", "eio"}) {
     SCOPED_TRACE(fault);
     const pid_t job = StartWithFault(fault, "write:" + fault + ":1");
     ASSERT_GT(job, 0);
     const Ran dump = Dump(job, dir_ + "/images-" + fault);
-    EXPECT_EQ(dump.status, kExitFailedAfterChange) << dump.out << dump.err;
+    EXPECT_EQ(dump.status, cli::kExitRefused) << dump.out << dump.err;
     EXPECT_THAT(dump.err, ContainsRegex("writing bytes \\[[0-9]+, [0-9]+\\) of [^ ]*/carrier-" +
                                         std::to_string(job) + "-[0-9]+\\.bin failed: " +
                                         (fault == "enospc" ? "No space left on device"
                                                            : "Input/output error")));
-    EXPECT_THAT(dump.err, HasSubstr("the job was rolled forward and runs as before"));
+    EXPECT_THAT(dump.err, HasSubstr("refused; nothing was changed, the job keeps running"));
     EXPECT_FALSE(coord::HasManifest(dir_ + "/images-" + fault));
+    EXPECT_FALSE(coord::HasCarrierFiles(dir_ + "/images-" + fault));
     AwaitBothActive([&] { return Cusnap({"status", "--pid", std::to_string(job)}); });
     ExpectEveryByteOnceTold(job_dir_, log_);
     AwaitGone(job);
   }
 }
 
-// A read error while a carrier is read back (read_carriers, after CRIU brought the processes
-// back): the restore is refused naming the file, the processes CRIU restored are ended, and
+// A read error while a carrier is streamed back to the GPU (reallocate, after CRIU brought the
+// processes back): the restore is refused naming the file, the processes CRIU restored are ended, and
 // the images stay as they were (the fault travels with the processes' memory, so every
 // restore of these images meets it). A short read, and a short write, lose nothing.
 TEST_F(CliImagesStreaming, AReadErrorIsRefusedByNameAndShortTransfersLoseNothing) {
@@ -100,7 +103,8 @@ TEST_F(CliImagesStreaming, AReadErrorIsRefusedByNameAndShortTransfersLoseNothing
   EXPECT_THAT(refused.err, ContainsRegex("reading bytes \\[[0-9]+, [0-9]+\\) of [^ ]*/carrier-" +
                                          std::to_string(failing) + "-[0-9]+\\.bin failed: "
                                          "Input/output error; the saved bytes stay in the files"));
-  EXPECT_THAT(refused.err, HasSubstr("were ended before any of their GPU memory was restored"));
+  EXPECT_THAT(refused.out, ContainsRegex("reallocate .*FAILED"));
+  EXPECT_THAT(refused.err, HasSubstr("were ended before any of them ran application code again"));
   EXPECT_EQ(ReadAll(carrier), bytes);
   EXPECT_EQ(ReadAll(images + "/" + coord::kManifestFileName), manifest);
   EXPECT_THAT(ReadAll(log_), ::testing::Not(HasSubstr("CHECKED")));

@@ -1357,8 +1357,8 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   const Ran failed = Cusnap({"restore", "--images-dir", images});
   ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
   EXPECT_EQ(failed.status, kExitRestoreRefused) << failed.out << failed.err;
-  EXPECT_THAT(failed.err, HasSubstr("processes CRIU brought back were ended before any of their "
-                                    "GPU memory was restored; " + images + " is as it was"));
+  EXPECT_THAT(failed.err, HasSubstr("processes CRIU brought back were ended before any of them "
+                                    "ran application code again; " + images + " is as it was"));
   EXPECT_THAT(failed.err, HasSubstr("refused; nothing was changed"));
   gone();  // no copy left behind
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName));
@@ -1570,14 +1570,20 @@ class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<
   }
 
   /// `restore --images-dir` must refuse (exit 5) naming `path`, leave no process of the
-  /// dump behind and the images restorable; returns what it printed.
+  /// dump behind and the images restorable; returns what it printed. `streamed`: the damage
+  /// is found as reallocate streams a carrier to the GPU, else before reallocate runs.
   Ran ExpectRefusedNaming(const std::string& images, const std::string& path,
-                          const coord::Manifest& manifest, const std::string& what) {
+                          const coord::Manifest& manifest, const std::string& what,
+                          bool streamed = false) {
     const Ran r = Cusnap({"restore", "--images-dir", images});
     EXPECT_EQ(r.status, kExitRestoreRefused) << what << "\n" << r.out << r.err;
     EXPECT_THAT(r.err, HasSubstr(path)) << what;
     EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed")) << what;
-    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("reallocate"))) << what;
+    if (streamed) {
+      EXPECT_THAT(r.out, ::testing::ContainsRegex("reallocate .*FAILED")) << what;
+    } else {
+      EXPECT_THAT(r.out, ::testing::Not(HasSubstr("reallocate"))) << what;
+    }
     AwaitGone(manifest);
     EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName)) << what;
     return r;
@@ -1587,8 +1593,8 @@ class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<
 // A byte flipped at the first, a middle and the last offset of any image file (a carrier,
 // CRIU's image, the state file, the manifest), the file truncated, and an extra dump file:
 // each refuses the restore before the job runs again, naming the file (a carrier's chunk is
-// found as its shim reads it: the processes CRIU brought back are ended, having run no CUDA
-// call); mended, the same images restore every byte.
+// found as its shim streams it to the GPU at reallocate: the processes CRIU brought back are
+// ended, having run no application CUDA call); mended, the same images restore every byte.
 TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRestores) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
@@ -1602,13 +1608,14 @@ TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRe
     std::string bad = good;
     bad[at] = static_cast<char>(bad[at] ^ 0xff);
     WriteAll(path, bad);
-    const Ran r = ExpectRefusedNaming(images, path, *manifest, "byte " + std::to_string(at) + " flipped");
-    if (GetParam() == FileKind::kCarrier) {
-      // Found as its shim read it back, the processes CRIU brought back ended unrun.
-      EXPECT_THAT(r.out, ::testing::ContainsRegex("read_carriers .*FAILED"));
+    const bool carrier = GetParam() == FileKind::kCarrier;
+    const Ran r = ExpectRefusedNaming(images, path, *manifest,
+                                      "byte " + std::to_string(at) + " flipped", carrier);
+    if (carrier) {
+      // Found as its shim streamed it to the GPU, the processes CRIU brought back ended unrun.
       EXPECT_THAT(r.err, HasSubstr("do not match the digest written with them"));
-      EXPECT_THAT(r.err, HasSubstr("processes CRIU brought back were ended before any of their "
-                                   "GPU memory was restored; " + images + " is as it was"));
+      EXPECT_THAT(r.err, HasSubstr("processes CRIU brought back were ended before any of them "
+                                   "ran application code again; " + images + " is as it was"));
       EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
     }
   }

@@ -380,7 +380,7 @@ INSTANTIATE_TEST_SUITE_P(
                       DriverStep{"dump", "save", "root", "cuMemcpyDtoHAsync"},
                       DriverStep{"dump", "release", "root", "cuMemRelease"},
                       DriverStep{"dump", "release", "child", "cuMemUnmap"},
-                      DriverStep{"dump", "write_carriers", "root", "cuMemHostUnregister"}),
+                      DriverStep{"dump", "save", "root", "cuStreamSynchronize"}),
     StepName);
 
 class CriuPluginDriverErrorInARestoreStep : public CriuPluginDriverError {};

@@ -92,9 +92,9 @@ class Podman : public OwnMachineTest {
   /// `podman container checkpoint <options> --export <archive>` (gzip); the archive holds
   /// cusnap's manifest and both participants' carrier files beside CRIU's images.
   void Export(const std::string& archive, const std::string& options) {
-    const Ran dump = Pod("container checkpoint " + options + " --compress gzip --export " +
+    const Ran dump = Pod("container checkpoint --keep " + options + " --compress gzip --export " +
                          archive + " " + name_);
-    ASSERT_EQ(dump.status, 0) << dump.err;
+    ASSERT_EQ(dump.status, 0) << dump.err << CriuLogNamedIn(dump.err);
     const Ran listed = Sh("tar -tzf " + archive);
     ASSERT_EQ(listed.status, 0) << listed.err;
     EXPECT_THAT(listed.out, HasSubstr("checkpoint/cusnap-images.json"));

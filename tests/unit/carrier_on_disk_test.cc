@@ -1,6 +1,7 @@
-// The carrier written beside a dump's images and read back (HostCarrier::WriteFile,
-// ReadFile; carrier_file.h), over the simulated driver: bytes back exact, zero chunks as
-// holes, the arena given back, every failure named with nothing lost.
+// The carrier written beside a dump's images and read back (HostCarrier::WriteFile, then
+// ReadFile finding the files and Load streaming them to the device; carrier_file.h), over the
+// simulated driver: bytes back exact, zero chunks as holes, the arena given back and not
+// provided again, every failure named with nothing lost.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -125,16 +126,118 @@ TEST_F(CarrierOnDiskTest, WrittenInPartsGivenBackReadAndLoadedExact) {
   ASSERT_TRUE(read.ok()) << read.error().message;
   EXPECT_EQ(read->bytes, 8 * kMiB);
   EXPECT_EQ(read->zero_bytes, 2 * kMiB);
+  // Found, not read: Load streams them from there to the device, one pass, no arena.
+  EXPECT_EQ(carrier.file_name(), "carrier-1-0.bin, carrier-1-1.bin, carrier-1-2.bin");
+  Result<CarrierTransfer> loaded = carrier.Load(fresh);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->bytes, 8 * kMiB);
+  EXPECT_EQ(loaded->zero_bytes, 2 * kMiB);
+  EXPECT_EQ(loaded->chunks, 3u) << "one unit of each part file";
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
+  EXPECT_EQ(carrier.capacity(), 0u) << "no arena was provided to read the files into";
+  EXPECT_FALSE(carrier.registered()) << "the read buffers were unpinned";
+
+  // The files stay the saved bytes: a reallocate run again loads them again.
+  Scribble(*a_);
+  Scribble(*b_);
+  ASSERT_TRUE(carrier.Load(fresh).ok());
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
+
+  // A new save puts the bytes in memory again: nothing to read then.
+  ASSERT_TRUE(carrier.Save(fresh).ok());
+  Result<CarrierTransfer> nothing = carrier.ReadFile(moved);
+  ASSERT_TRUE(nothing.ok()) << nothing.error().message;
+  EXPECT_EQ(nothing->bytes, 0u);
   EXPECT_EQ(carrier.file_name(), "");
+}
+
+// A dump's save streams the bytes from the device straight into the part files (no arena is
+// provided); the write after release then only reports them; found again, they load back
+// exact. A disk that fills mid-stream fails the save naming ENOSPC, leaves no part file and no
+// saved bytes (a load refuses), and the device memory is untouched: the save runs again.
+TEST_F(CarrierOnDiskTest, ASaveToFilesStreamsFromTheDeviceWithoutAnArena) {
+  HostCarrier carrier(api, Chunked());
+  a_ = &Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  b_ = &Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  pattern_a_ = Pattern(a_->size, 0xa11ce);
+  std::fill(pattern_a_.begin() + (2 * kMiB) / 4, pattern_a_.begin() + (4 * kMiB) / 4, 0u);
+  pattern_b_ = Pattern(b_->size, 0xb0b);
+  Write(*a_, pattern_a_);
+  Write(*b_, pattern_b_);
+  const CarrierSlot slots[] = {Slot(*a_), Slot(*b_)};
+
+  ::setenv(kCarrierIoFaultVariable, "write:enospc:1", 1);
+  Result<CarrierTransfer> full = carrier.Save(slots, Stem());
+  ::unsetenv(kCarrierIoFaultVariable);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().code, ENOSPC);
+  EXPECT_THAT(full.error().message, HasSubstr("pid " + std::to_string(getpid()) + ": host carrier: writing bytes ["));
+  for (int k = 0; k < 3; ++k) EXPECT_FALSE(fs::exists(Part(k)));
+  EXPECT_EQ(carrier.saved_bytes(), 0u) << "a failed save holds nothing";
+  EXPECT_EQ(Read(*a_), pattern_a_) << "the device memory is as it was";
+
+  Result<CarrierTransfer> saved = carrier.Save(slots, Stem());
+  ASSERT_TRUE(saved.ok()) << saved.error().message;
+  EXPECT_EQ(saved->bytes, 8 * kMiB);
+  EXPECT_EQ(saved->zero_bytes, 2 * kMiB);
+  EXPECT_EQ(saved->provision_ns, 0u);
+  EXPECT_EQ(carrier.capacity(), 0u) << "no arena: the bytes went from the device to the files";
+  EXPECT_FALSE(carrier.registered());
+  EXPECT_EQ(fs::file_size(Part(0)), 2 * kMiB);
+  EXPECT_EQ(fs::file_size(Part(1)), 4 * kMiB);
+  EXPECT_EQ(fs::file_size(Part(2)), 2 * kMiB);
+  const std::vector<FilePart> parts = carrier.file_parts();
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[2].chunks[0].digest, DigestOf(pattern_b_.data(), 2 * kMiB));
+
+  Result<CarrierTransfer> written = carrier.WriteFile(Stem());
+  ASSERT_TRUE(written.ok()) << written.error().message;
+  EXPECT_EQ(written->bytes, 8 * kMiB);
+  EXPECT_EQ(carrier.file_parts().size(), 3u);
+  EXPECT_EQ(carrier.file_parts()[2].chunks[0].digest, parts[2].chunks[0].digest);
+
+  const std::vector<CarrierSlot> fresh = ReplaceBoth();
+  EXPECT_FALSE(carrier.Load(fresh).ok()) << "not found yet: READ_CARRIER comes first";
+  ASSERT_TRUE(carrier.ReadFile(dir_).ok());
   Result<CarrierTransfer> loaded = carrier.Load(fresh);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(Read(*a_), pattern_a_);
   EXPECT_EQ(Read(*b_), pattern_b_);
+}
 
-  // Bytes in memory: nothing to read.
-  Result<CarrierTransfer> nothing = carrier.ReadFile(moved);
-  ASSERT_TRUE(nothing.ok()) << nothing.error().message;
-  EXPECT_EQ(nothing->bytes, 0u);
+// A unit of a part file that spans two allocations (a 6 MiB allocation in 4 MiB chunks: its
+// second chunk ends where the next allocation starts, and the file's unit runs on) is copied
+// into both; one read buffer (a ring of one unit) carries every unit in turn.
+TEST_F(CarrierOnDiskTest, AUnitAcrossTwoAllocationsThroughARingOfOneBufferLoadsBothExact) {
+  CarrierOptions options;
+  options.chunk_bytes = 4 * kMiB;
+  options.ring_bytes = 4 * kMiB;
+  HostCarrier carrier(api, options);
+  a_ = &Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  b_ = &Create(4 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
+  pattern_a_ = Pattern(a_->size, 0x5eed);
+  pattern_b_ = Pattern(b_->size, 0xfeed);
+  Write(*a_, pattern_a_);
+  Write(*b_, pattern_b_);
+  const CarrierSlot slots[] = {Slot(*a_), Slot(*b_)};
+  ASSERT_TRUE(carrier.Save(slots).ok());
+  ASSERT_TRUE(carrier.WriteFile(Stem()).ok());
+  bool spans = false;
+  for (const FilePart& part : carrier.file_parts()) {
+    for (const FileChunk& c : part.chunks) {
+      const uint64_t begin = part.begin + c.offset;
+      spans = spans || (begin < 6 * kMiB && begin + c.bytes > 6 * kMiB);
+    }
+  }
+  ASSERT_TRUE(spans) << "a unit runs from the first allocation into the second";
+  ASSERT_TRUE(carrier.ReadFile(dir_).ok());
+  Result<CarrierTransfer> loaded = carrier.Load(ReplaceBoth());
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->bytes, 10 * kMiB);
+  EXPECT_EQ(Read(*a_), pattern_a_);
+  EXPECT_EQ(Read(*b_), pattern_b_);
 }
 
 TEST_F(CarrierOnDiskTest, AWriteThatFailsRemovesEveryPartAndChangesNothing) {
@@ -220,6 +323,7 @@ TEST_F(CarrierOnDiskTest, EveryChunkIsDigestedAsWrittenAndCheckedAsRead) {
   SaveTwo(carrier);
   ASSERT_TRUE(carrier.WriteFile(Stem()).ok());
   const std::vector<FilePart> parts = carrier.file_parts();
+  const std::vector<CarrierSlot> fresh = ReplaceBoth();
   ASSERT_EQ(parts.size(), 3u);
   ASSERT_EQ(parts[1].chunks.size(), 1u);
   EXPECT_EQ(parts[1].chunks[0].offset, 2 * kMiB) << "its first half is the zero chunk, a hole";
@@ -234,9 +338,10 @@ TEST_F(CarrierOnDiskTest, EveryChunkIsDigestedAsWrittenAndCheckedAsRead) {
     std::fseek(f, static_cast<long>(at), SEEK_SET);
     std::fputc(good ^ 0x40, f);
     std::fclose(f);
-    Result<CarrierTransfer> corrupt = carrier.ReadFile(dir_);
+    ASSERT_TRUE(carrier.ReadFile(dir_).ok()) << "found: the bytes are checked as they are read";
+    Result<CarrierTransfer> corrupt = carrier.Load(fresh);
     ASSERT_FALSE(corrupt.ok());
-    EXPECT_EQ(corrupt.error().code, EBADMSG);
+    EXPECT_EQ(corrupt.error().code, kCarrierFileUnreadable);
     EXPECT_THAT(corrupt.error().message,
                 HasSubstr("reading bytes [0, 2097152) of " + Part(2) + " failed: they do not "
                           "match the digest written with them (the file is corrupt); the saved "
@@ -246,8 +351,9 @@ TEST_F(CarrierOnDiskTest, EveryChunkIsDigestedAsWrittenAndCheckedAsRead) {
     std::fputc(good, f);
     std::fclose(f);
   }
-  ASSERT_TRUE(carrier.ReadFile(dir_).ok());
-  ASSERT_TRUE(carrier.Load(ReplaceBoth()).ok());
+  Scribble(*a_);
+  Scribble(*b_);
+  ASSERT_TRUE(carrier.Load(fresh).ok());
   EXPECT_EQ(Read(*a_), pattern_a_);
   EXPECT_EQ(Read(*b_), pattern_b_);
 }
@@ -269,18 +375,19 @@ TEST_F(CarrierOnDiskTest, StreamingFaultsAreNamedAndLoseNothing) {
   EXPECT_EQ(carrier.file_name(), "");
   ::setenv(kCarrierIoFaultVariable, "write:short:0", 1);
   ASSERT_TRUE(carrier.WriteFile(Stem()).ok());
+  const std::vector<CarrierSlot> fresh = ReplaceBoth();
+  ASSERT_TRUE(carrier.ReadFile(dir_).ok());
   ::setenv(kCarrierIoFaultVariable, "read:eio:2", 1);
-  Result<CarrierTransfer> unreadable = carrier.ReadFile(dir_);
+  Result<CarrierTransfer> unreadable = carrier.Load(fresh);
   ASSERT_FALSE(unreadable.ok());
-  EXPECT_EQ(unreadable.error().code, EIO);
+  EXPECT_EQ(unreadable.error().code, kCarrierFileUnreadable);
   EXPECT_THAT(unreadable.error().message, HasSubstr("reading bytes ["));
   EXPECT_THAT(unreadable.error().message, HasSubstr("failed: Input/output error; the saved bytes "
                                                     "stay in the files"));
   ::setenv(kCarrierIoFaultVariable, "read:short:1", 1);
-  Result<CarrierTransfer> read = carrier.ReadFile(dir_);
+  Result<CarrierTransfer> read = carrier.Load(fresh);
   ::unsetenv(kCarrierIoFaultVariable);
   ASSERT_TRUE(read.ok()) << read.error().message;
-  ASSERT_TRUE(carrier.Load(ReplaceBoth()).ok());
   EXPECT_EQ(Read(*a_), pattern_a_);
   EXPECT_EQ(Read(*b_), pattern_b_);
 }

@@ -17,6 +17,7 @@ cusnap_add_gtest(carrier_test
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_file.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_on_disk.cc
+    ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_stream.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/chunk_pinner.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/carrier_options.cc
     ${CMAKE_SOURCE_DIR}/src/shim/carrier/host_arena.cc

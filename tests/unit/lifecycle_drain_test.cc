@@ -25,7 +25,7 @@ class DrainSteps : public LifecycleSteps {
   bool gate_closed_during_drain = false;
   QuiesceGate* gate = nullptr;
 
-  Result<StepResult> Save() override { return StepResult{}; }
+  Result<StepResult> Save(const std::string&) override { return StepResult{}; }
   Status Release() override { return Ok{}; }
   Result<StepResult> Reallocate() override { return StepResult{}; }
   Status Import() override { return Ok{}; }

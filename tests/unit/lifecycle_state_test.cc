@@ -30,7 +30,7 @@ class ScriptedSteps : public LifecycleSteps {
   int discarded = 0;
 
   Status DetachMulticast() override { return Step(Op::kDetachMulticast); }
-  Result<StepResult> Save() override {
+  Result<StepResult> Save(const std::string&) override {
     if (Status s = Step(Op::kSave); !s) return s.error();
     return StepResult{4u << 20, 11};
   }

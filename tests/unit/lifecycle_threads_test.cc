@@ -36,7 +36,7 @@ DriverApi IdleDriver() {
 // Steps that do nothing: the test is about the lifecycle's threads, not its steps.
 class NoSteps : public LifecycleSteps {
  public:
-  Result<StepResult> Save() override { return StepResult{}; }
+  Result<StepResult> Save(const std::string&) override { return StepResult{}; }
   Status Release() override { return Ok{}; }
   Result<StepResult> Reallocate() override { return StepResult{}; }
   Status Import() override { return Ok{}; }

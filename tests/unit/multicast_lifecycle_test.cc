@@ -34,7 +34,7 @@ class DetachSteps : public LifecycleSteps {
     return Ok{};
   }
   bool MulticastDestroyed() const override { return destroyed_; }
-  Result<StepResult> Save() override {
+  Result<StepResult> Save(const std::string&) override {
     if (fail_save) return Error{999, "save failed"};
     return StepResult{};
   }

@@ -23,9 +23,10 @@ bool HasCarrierFiles(const std::string& dir);
 /// Removes every carrier file of `dir`. Errors name the file (errno-coded).
 Status RemoveCarrierFiles(const std::string& dir);
 /// Asks the kernel to read every carrier file of `dir` into the page cache in the background
-/// (posix_fadvise WILLNEED; holes cost nothing), so that read_carriers finds them there: a
-/// restore calls it before CRIU, which restores the processes meanwhile. Best effort: a file
-/// that cannot be opened is left to read_carriers, which names it.
+/// (posix_fadvise WILLNEED; holes cost nothing), so that reallocate finds them there as it
+/// streams them to the GPU: a restore calls it before CRIU, which restores the processes
+/// meanwhile. Best effort: a file that cannot be opened is left to read_carriers, which
+/// names it.
 void PrefetchCarrierFiles(const std::string& dir);
 /// `dir` made absolute (the shims run in other working directories).
 std::string AbsoluteDir(const std::string& dir);

@@ -1,6 +1,7 @@
 // Concurrent phases with a join barrier (phase_runner.h).
 #include "coordinator/participants/phase_runner.h"
 
+#include <cerrno>
 #include <chrono>
 #include <optional>
 #include <system_error>
@@ -45,10 +46,12 @@ PhaseReport RunPhase(const std::string& name, size_t count, const PhaseWork& wor
   for (auto& r : results) {
     if (!r) {
       report.errors.push_back(name + ": could not start a thread for a participant");
+      report.error_codes.push_back(EAGAIN);
     } else if (r->ok()) {
       report.bytes += r->value();
     } else {
       report.errors.push_back(r->error().message);
+      report.error_codes.push_back(r->error().code);
     }
   }
   return report;
@@ -66,6 +69,7 @@ PhaseReport RunLocalPhase(const std::string& name, size_t participants,
     report.bytes = result.value();
   } else {
     report.errors.push_back(result.error().message);
+    report.error_codes.push_back(result.error().code);
   }
   return report;
 }

@@ -32,6 +32,7 @@ struct PhaseReport {
   /// (records.h) on the multicast phases of a job without multicast objects; "" for none.
   std::string note;
   std::vector<std::string> errors;  ///< one message per failed participant, in index order
+  std::vector<int> error_codes;     ///< each of `errors`' Error::code
   bool ok() const { return errors.empty(); }
 };
 

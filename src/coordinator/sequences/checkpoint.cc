@@ -1,8 +1,11 @@
 // The checkpoint sequence (coordinator.h): one function per phase, run in order by Run().
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <iterator>
 #include <map>
@@ -12,6 +15,7 @@
 #include "coordinator/record/records.h"
 #include "coordinator/participants/resources.h"
 #include "common/text.h"
+#include "common/unique_fd.h"
 #include "coordinator/sequences/sequence.h"
 #include "coordinator/record/state_file.h"
 #include "coordinator/record/state_guard.h"
@@ -198,17 +202,13 @@ class CheckpointSequence : Sequence {
   bool CommitAll() { return LifecyclePhase(proto::Op::kCommit); }
 
   /// write_carriers (`cusnap dump` only, after release): each participant that carried
-  /// bytes writes its carrier into the images directory, part files on several threads and gives the
-  /// arena back, so CRIU, whose page writing runs on one thread (docs/MEASURED.md M19),
-  /// dumps none of it; the restore reads it back (read_carriers). Carrier files of an earlier
-  /// dump here (check_images allowed only this job's) go first. A failure keeps each
-  /// carrier in memory; the command then rolls the job forward in place.
+  /// bytes has its carrier in the images directory (its save streamed it there, part files
+  /// on several threads; a shim that saved to memory writes them now) and gives its arena
+  /// back, so CRIU, whose page writing runs on one thread (docs/MEASURED.md M19), dumps none
+  /// of it; the restore streams it back (read_carriers finds it, reallocate reads it). A
+  /// failure keeps each carrier where it is; the command then rolls the job forward in place.
   bool WriteCarriersAll() {
     if (options_.images_root == 0) return true;
-    if (auto s = RemoveCarrierFiles(options_.state_dir); !s) {
-      report_.errors.push_back(s.error().message);
-      return false;
-    }
     const std::string dir = AbsoluteDir(options_.state_dir);
     uint64_t expected = 0;
     for (uint64_t bytes : saved_bytes_) expected += bytes;
@@ -228,6 +228,10 @@ class CheckpointSequence : Sequence {
       if (!step) return step.error();
       return uint64_t{0};
     });
+    if (resumed && options_.images_root != 0) {
+      // A dump's save streamed carriers into the images directory: they are no dump's now.
+      if (auto s = RemoveCarrierFiles(options_.state_dir); !s) report_.notes.push_back(s.error().message);
+    }
     if (resumed && state_written_) {
       if (auto s = RemoveStateFile(options_.state_dir); !s) {
         report_.errors.push_back("the checkpoint was rolled back, but its state file stays: " +
@@ -242,13 +246,34 @@ class CheckpointSequence : Sequence {
   /// mapping of its own, which a binding does not prevent). Each shim keeps this
   /// checkpoint's id. Each participant must report exactly the bytes of the allocations it
   /// created (SPEC-REFERENCE H.2: carrier replies carry the byte total).
+  /// A dump's save streams each carrier from the GPU into its part files in the images
+  /// directory (no host copy of it at all); carrier files of an earlier dump there
+  /// (check_images allowed only this job's) go first. A refused dump removes what its save
+  /// wrote (ResumeAndRefuse).
   bool SaveAll() {
     saved_bytes_.assign(participants_.size(), 0);
     checkpoint_id_ = NewCheckpointId();
     uint64_t expected_total = 0;
     for (const auto& v : views_) expected_total += CreatedBytes(v);
+    UniqueFd folder;
+    if (options_.images_root != 0) {
+      if (auto s = RemoveCarrierFiles(options_.state_dir); !s) {
+        report_.errors.push_back(s.error().message);
+        return false;
+      }
+      // The folder goes to each shim as a descriptor (a shim in a container cannot see this
+      // command's path), its files by name.
+      const std::string dir = AbsoluteDir(options_.state_dir);
+      folder.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!folder.valid()) {
+        report_.errors.push_back("cannot open " + dir + ": " + std::strerror(errno));
+        return false;
+      }
+    }
     return Phase("save", [&](size_t i) -> Result<uint64_t> {
-      auto step = Ask(i, proto::StepRequest{proto::Op::kSave, 0, checkpoint_id_});
+      proto::StepRequest request{proto::Op::kSave, 0, checkpoint_id_};
+      if (folder.valid()) request.carrier_path = CarrierFileStem(participants_[i]->pid());
+      auto step = Ask(i, request, folder.valid() ? folder.get() : -1);
       if (!step) return step.error();
       const uint64_t expected = CreatedBytes(views_[i]);
       if (step->bytes != expected) {

@@ -598,7 +598,7 @@ class ImagesRestoreSequence : Sequence {
     }
     if (!tree.empty()) {
       report_.notes.push_back("the " + std::to_string(tree.size()) + " processes CRIU brought "
-                              "back were ended before any of their GPU memory was restored; " +
+                              "back were ended before any of them ran application code again; " +
                               options_.images_dir + " is as it was: " + then);
     }
     root_pid_ = 0;
@@ -630,11 +630,10 @@ class ImagesRestoreSequence : Sequence {
                                nullptr));
     report_.restored_root = root_pid_;
     nested_ = report_.outcome;
-    if (nested_ != Outcome::kOk && !report_.phases.empty() &&
-        report_.phases.back().name == "read_carriers" && !report_.phases.back().ok()) {
-      // A carrier file that cannot be read back whole and as written (a chunk whose bytes do
-      // not match their digest, a read error): no process got any GPU memory back, and no
-      // application call passed its gate. The images are the job: the tree goes, as a
+    if (nested_ != Outcome::kOk && CarrierFileFailed()) {
+      // A carrier file that cannot be found, or read back whole and as written (a chunk whose
+      // bytes do not match their digest, a read error, as reallocate streams it to the GPU):
+      // no application call passed its gate. The images are the job: the tree goes, as a
       // refusal of check_images would have left it, and the restore runs again once the
       // file is mended.
       EndTree("mend the carrier file named above (or restore from an unchanged copy of the "
@@ -643,6 +642,16 @@ class ImagesRestoreSequence : Sequence {
       carriers_refused_ = true;
     }
     return nested_ == Outcome::kOk;
+  }
+
+  /// The nested restore stopped at a carrier file: read_carriers could not find one, or
+  /// reallocate could not read one back (kCarrierFileUnreadable).
+  bool CarrierFileFailed() const {
+    if (report_.phases.empty() || report_.phases.back().ok()) return false;
+    const PhaseReport& last = report_.phases.back();
+    if (last.name == "read_carriers") return true;
+    return last.name == "reallocate" &&
+           std::ranges::find(last.error_codes, kCarrierFileUnreadable) != last.error_codes.end();
   }
 
   Discoverer no_discoverer_;  // this sequence discovers through Restore's own discoverer

@@ -73,11 +73,12 @@ class RestoreSequence : Sequence {
     return false;
   }
 
-  /// reallocate: the creators' fresh allocations, their saved bytes copied back.
+  /// reallocate: the creators' fresh allocations, their saved bytes copied back (streamed
+  /// from the carrier files read_carriers found, each chunk checked as it is read).
   bool ReallocateAll() { return LifecyclePhase(proto::Op::kReallocate, SavedBytes()); }
   /// read_carriers: when the state directory holds carrier files (a dump wrote them), every
-  /// participant reads its own back from there (one that kept its carrier in memory has
-  /// nothing to read); reallocate refuses until then.
+  /// participant finds its own there, each file opened and of its size (one that kept its
+  /// carrier in memory has nothing to find); reallocate refuses until then, and reads them.
   bool ReadCarriersAll() {
     if (!HasCarrierFiles(options_.state_dir)) return true;
     const std::string dir = AbsoluteDir(options_.state_dir);

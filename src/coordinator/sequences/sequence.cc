@@ -165,6 +165,7 @@ bool Sequence::CheckPhase(const std::string& name,
     phase.bytes = summary->bytes;
   }
   phase.errors.insert(phase.errors.end(), problems.begin(), problems.end());
+  phase.error_codes.insert(phase.error_codes.end(), problems.size(), -1);
   return Record(std::move(phase));
 }
 

@@ -142,9 +142,9 @@ class Sequence {
   bool CheckPhase(const std::string& name, const std::function<std::vector<std::string>()>& check,
                   const CheckSummary* summary = nullptr);
   /// write_carriers (`cusnap dump`, kWriteCarrier) or read_carriers (kReadCarrier): asks
-  /// each participant for which `path_of(index)` gives a path to write its carrier there
-  /// (StepRequest::carrier_path), or read it back from there; nullopt leaves it out. Bytes
-  /// are the carriers' (holes included).
+  /// each participant for which `path_of(index)` gives a path to have its carrier there
+  /// (StepRequest::carrier_path: written by its save already, or now), or find it there for
+  /// reallocate to read; nullopt leaves it out. Bytes are the carriers' (holes included).
   /// One participant's carrier step: `request` with `folder` (-1: none) passed along.
   Result<uint64_t> CarrierStep(size_t i, const proto::StepRequest& request, int folder);
   bool CarrierFilePhase(proto::Op op,

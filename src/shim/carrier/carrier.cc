@@ -1,6 +1,7 @@
 // The host carrier (carrier.h): the arena's growth and keeping, registration, the zero scan
 // and the chunked, per-context asynchronous copies through staging mappings.
 #include "shim/carrier/carrier.h"
+#include "shim/carrier/carrier_transfer.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -30,24 +31,6 @@ size_t PageSize() {
 
 size_t RoundUp(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
-std::string Describe(const CarrierSlot& slot) {
-  char text[96];
-  snprintf(text, sizeof text, "allocation handle 0x%llx (%zu bytes, device %d)",
-           static_cast<unsigned long long>(slot.handle), slot.size, slot.device);
-  return text;
-}
-
-std::string ChunkText(size_t offset, size_t bytes) {
-  char text[64];
-  snprintf(text, sizeof text, "bytes [%zu, %zu) of ", offset, offset + bytes);
-  return text;
-}
-
-Error DriverError(const DriverApi& api, CUresult result, const std::string& what) {
-  return Error{static_cast<int>(result), ThisProcess() + ": host carrier: " + what +
-                                             " failed with " + ResultText(api, result)};
-}
-
 // Times one driver call into *ns.
 template <typename Call>
 CUresult Timed(uint64_t* ns, Call call) {
@@ -56,14 +39,6 @@ CUresult Timed(uint64_t* ns, Call call) {
   *ns += MonotonicNs() - start;
   return r;
 }
-
-// One context's share of a transfer: its stream and its slots.
-struct Group {
-  CUcontext context = nullptr;
-  CUstream stream = nullptr;
-  std::vector<size_t> slots;
-  bool synced = true;  // its stream was synchronized (or never used)
-};
 
 // One chunk of one slot: what the pipeline pins and copies as a unit.
 struct Chunk {
@@ -74,18 +49,6 @@ struct Chunk {
 };
 
 }  // namespace
-
-struct HostCarrier::Transfer {
-  std::span<const CarrierSlot> slots;
-  Direction direction = Direction::kToHost;
-  CarrierTransfer result;
-  std::vector<Group> groups;
-  std::vector<Staging> staging;
-  std::optional<Error> failure;
-  void Fail(const DriverApi& api, CUresult r, const std::string& what) {
-    if (!failure) failure = DriverError(api, r, what);
-  }
-};
 
 HostCarrier::HostCarrier(const DriverApi& api, const CarrierOptions& options)
     : api_(api), options_(options), scanner_(api) {}
@@ -182,9 +145,10 @@ void HostCarrier::BackgroundGrowth() {
   }
 }
 
-Result<CarrierTransfer> HostCarrier::Save(std::span<const CarrierSlot> slots) {
+Result<CarrierTransfer> HostCarrier::Save(std::span<const CarrierSlot> slots,
+                                          const std::string& stem_path) {
   std::lock_guard lock(mutex_);
-  return MoveLocked(slots, Direction::kToHost);
+  return MoveLocked(slots, Direction::kToHost, stem_path);
 }
 
 Result<CarrierTransfer> HostCarrier::Load(std::span<const CarrierSlot> slots) {
@@ -193,12 +157,15 @@ Result<CarrierTransfer> HostCarrier::Load(std::span<const CarrierSlot> slots) {
 }
 
 Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slots,
-                                                Direction direction) {
+                                                Direction direction, const std::string& stem_path) {
   const uint64_t start = MonotonicNs();
   if (direction == Direction::kToDevice) {
-    if (Status in_memory = InMemoryLocked(); !in_memory) return in_memory.error();
+    if (Status readable = ReadableLocked(); !readable) return readable.error();
+  } else {
+    file_parts_.clear();  // a new save replaces what the files held
+    files_found_ = false;
+    files_folder_.reset();
   }
-  file_parts_.clear();  // a new save replaces what the files held
   Transfer t;
   t.slots = slots;
   t.direction = direction;
@@ -206,7 +173,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   for (const CarrierSlot& slot : slots) {
     if (slot.context == nullptr || slot.size == 0) {
       return Error{CUDA_ERROR_INVALID_VALUE,
-                   ThisProcess() + ": host carrier: " + Describe(slot) + " has no context or size"};
+                   ThisProcess() + ": host carrier: " + SlotText(slot) + " has no context or size"};
     }
   }
 
@@ -222,9 +189,12 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
     }
     layout_.clear();
     // Pipelined and kept pinning register piece by piece: they start on the first pieces
-    // while later ones are still being provided (a cold save overlaps the two).
+    // while later ones are still being provided (a cold save overlaps the two). A save to
+    // files needs no arena.
     const bool background = options_.pinning != CarrierPinning::kTransfer;
-    if (Status grown = GrowLocked(total, &t.result.provision_ns, background); !grown) {
+    if (Status grown = stem_path.empty() ? GrowLocked(total, &t.result.provision_ns, background)
+                                         : Status{Ok{}};
+        !grown) {
       return grown.error();
     }
     layout_ = std::move(layout);
@@ -237,7 +207,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
     for (size_t i = 0; i < slots.size(); ++i) {
       if (slots[i].size != layout_[i].size) {
         return Error{CUDA_ERROR_INVALID_VALUE,
-                     ThisProcess() + ": host carrier: " + Describe(slots[i]) + " differs from the " +
+                     ThisProcess() + ": host carrier: " + SlotText(slots[i]) + " differs from the " +
                          std::to_string(layout_[i].size) + " bytes saved in its place"};
       }
     }
@@ -250,14 +220,14 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   // One group per context, in first-seen order; a stream and staging mappings for each.
   t.staging.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
-    Group* group = nullptr;
-    for (Group& g : t.groups) {
+    CopyGroup* group = nullptr;
+    for (CopyGroup& g : t.groups) {
       if (g.context == slots[i].context) group = &g;
     }
-    if (group == nullptr) group = &t.groups.emplace_back(Group{slots[i].context, nullptr, {}, true});
+    if (group == nullptr) group = &t.groups.emplace_back(CopyGroup{slots[i].context, nullptr, {}, true});
     group->slots.push_back(i);
   }
-  for (Group& group : t.groups) {
+  for (CopyGroup& group : t.groups) {
     if (t.failure) break;
     ContextScope scope(api_, group.context);
     if (scope.status() != CUDA_SUCCESS) {
@@ -273,13 +243,13 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
       const CarrierSlot& slot = slots[i];
       Staging& stage = t.staging[i];
       if (CUresult r = api_.cuMemAddressReserve(&stage.va, slot.size, 0, 0, 0); r != CUDA_SUCCESS) {
-        t.Fail(api_, r, "reserving a staging range for " + Describe(slot));
+        t.Fail(api_, r, "reserving a staging range for " + SlotText(slot));
         break;
       }
       stage.reserved = true;
       stage.size = slot.size;
       if (CUresult r = api_.cuMemMap(stage.va, slot.size, 0, slot.handle, 0); r != CUDA_SUCCESS) {
-        t.Fail(api_, r, "mapping " + Describe(slot) + " for copying");
+        t.Fail(api_, r, "mapping " + SlotText(slot) + " for copying");
         break;
       }
       stage.mapped = true;
@@ -288,7 +258,7 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
       access.location.id = slot.device;
       access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
       if (CUresult r = api_.cuMemSetAccess(stage.va, slot.size, &access, 1); r != CUDA_SUCCESS) {
-        t.Fail(api_, r, "granting device " + std::to_string(slot.device) + " access to " + Describe(slot));
+        t.Fail(api_, r, "granting device " + std::to_string(slot.device) + " access to " + SlotText(slot));
         break;
       }
     }
@@ -297,11 +267,18 @@ Result<CarrierTransfer> HostCarrier::MoveLocked(std::span<const CarrierSlot> slo
   if (!t.failure && direction == Direction::kToHost && options_.zero_scan) {
     if (Status scanned = ScanLocked(t); !scanned && !t.failure) t.failure = scanned.error();
   }
-  CopyLocked(t);  // after a failure: only synchronizes what was enqueued
+  // After a failure: only synchronizes what was enqueued.
+  if (direction == Direction::kToDevice && !file_parts_.empty()) {
+    StreamFromFilesLocked(t);
+  } else if (!stem_path.empty()) {
+    StreamToFilesLocked(t, stem_path);
+  } else {
+    CopyLocked(t);
+  }
   t.result.provision_ns += arena_.FinishTouching();  // no touch thread outlives a transfer
 
   // Remove the staging mappings of every synchronized stream (the others wait in unsynced_).
-  for (Group& group : t.groups) {
+  for (CopyGroup& group : t.groups) {
     if (!group.synced) continue;
     ContextScope scope(api_, group.context);
     std::vector<Staging> own;
@@ -341,7 +318,7 @@ Status HostCarrier::ScanLocked(Transfer& t) {
   };
   std::vector<Flags> flags(t.groups.size());
   for (size_t g = 0; g < t.groups.size(); ++g) {
-    Group& group = t.groups[g];
+    CopyGroup& group = t.groups[g];
     Flags& f = flags[g];
     size_t count = 0;
     for (size_t i : group.slots) {
@@ -366,7 +343,7 @@ Status HostCarrier::ScanLocked(Transfer& t) {
         f.launched = false;  // nothing found zero in this group
         if (r != CUDA_ERROR_NOT_SUPPORTED) {
           CUSNAP_LOG_WARN("host carrier: zero-chunk scan of %s: %s; its chunks are all copied",
-                          Describe(t.slots[slot]).c_str(), ResultText(api_, r).c_str());
+                          SlotText(t.slots[slot]).c_str(), ResultText(api_, r).c_str());
         }
         break;
       }
@@ -375,7 +352,7 @@ Status HostCarrier::ScanLocked(Transfer& t) {
   for (size_t g = 0; g < t.groups.size(); ++g) {
     Flags& f = flags[g];
     if (f.device == 0) continue;
-    Group& group = t.groups[g];
+    CopyGroup& group = t.groups[g];
     ContextScope scope(api_, group.context);
     const CUresult synced = api_.cuStreamSynchronize(group.stream);
     if (synced != CUDA_SUCCESS) {
@@ -493,7 +470,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
   for (size_t k = 0; k < order.size(); ++k) {
     if (t.failure) break;
     Chunk& c = order[k];
-    const Group& group = t.groups[c.group];
+    const CopyGroup& group = t.groups[c.group];
     const CarrierSlot& slot = t.slots[c.slot];
     ContextScope scope(api_, group.context);
     if (scope.status() != CUDA_SUCCESS) {
@@ -503,14 +480,14 @@ void HostCarrier::CopyLocked(Transfer& t) {
     const CUdeviceptr device = t.staging[c.slot].va + c.offset;
     if (layout_[c.slot].zero[c.offset / chunk]) {  // load only
       if (CUresult r = api_.cuMemsetD8Async(device, 0, c.bytes, group.stream); r != CUDA_SUCCESS) {
-        t.Fail(api_, r, "zeroing " + ChunkText(c.offset, c.bytes) + Describe(slot));
+        t.Fail(api_, r, "zeroing " + ChunkText(c.offset, c.bytes) + SlotText(slot));
       }
       continue;
     }
     std::byte* host = arena + layout_[c.slot].offset + c.offset;
     if (pinner) {
       if (CUresult r = pinner->WaitPinned(piece_of[k]); r != CUDA_SUCCESS) {
-        t.Fail(api_, r, "registering the arena's " + ChunkText(c.offset, c.bytes) + Describe(slot));
+        t.Fail(api_, r, "registering the arena's " + ChunkText(c.offset, c.bytes) + SlotText(slot));
         break;
       }
     }
@@ -518,7 +495,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
                                : api_.cuMemcpyHtoDAsync_v2(device, host, c.bytes, group.stream);
     if (r != CUDA_SUCCESS) {
       t.Fail(api_, r, std::string(to_host ? "copying " : "restoring ") +
-                          ChunkText(c.offset, c.bytes) + Describe(slot));
+                          ChunkText(c.offset, c.bytes) + SlotText(slot));
       break;
     }
     ++t.result.chunks;
@@ -545,7 +522,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
       what += ' ';
       if (const size_t k = chunk_of[pinned.piece]; k != SIZE_MAX) {
         what += ChunkText(order[k].offset, order[k].bytes);
-        what += Describe(t.slots[order[k].slot]);
+        what += SlotText(t.slots[order[k].slot]);
       } else {
         const ChunkPinner::Piece& piece = pieces[pinned.piece];
         const size_t offset = static_cast<size_t>(piece.begin - arena);
@@ -560,12 +537,23 @@ void HostCarrier::CopyLocked(Transfer& t) {
     arena_pinned_ = pinning == CarrierPinning::kKept && pinned.result == CUDA_SUCCESS;
   }
 
-  // One synchronize per stream, even after a failure: nothing enqueued may still run when
-  // this returns. A failed synchronize leaves completion unknown: the stream is kept, with
-  // its staging mappings and the arena's registrations, and synchronized again before the
-  // arena is used, moved or unregistered (SettleLocked).
+  const bool all_synced = SynchronizeLocked(t);
+  t.result.copy_ns = MonotonicNs() - phase;
+  // Unpin what this transfer pinned (a whole kept registration stays). A failure leaves the
+  // rest registered: the next transfer unregisters it first (SettleLocked).
+  if (all_synced && (pinning != CarrierPinning::kKept || !arena_pinned_)) {
+    if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
+      t.Fail(api_, r, "unregistering the arena");
+    }
+  }
+}
+
+bool HostCarrier::SynchronizeLocked(Transfer& t) {
+  // Nothing enqueued may still run when this returns. A failed synchronize leaves completion
+  // unknown: the stream is kept, with its staging mappings and the arena's registrations,
+  // and synchronized again before the arena is used, moved or unregistered (SettleLocked).
   bool all_synced = true;
-  for (Group& group : t.groups) {
+  for (CopyGroup& group : t.groups) {
     if (group.stream == nullptr) continue;
     ContextScope scope(api_, group.context);
     const CUresult synced = scope.status() == CUDA_SUCCESS ? api_.cuStreamSynchronize(group.stream)
@@ -583,14 +571,7 @@ void HostCarrier::CopyLocked(Transfer& t) {
     }
     api_.cuStreamDestroy_v2(group.stream);
   }
-  t.result.copy_ns = MonotonicNs() - phase;
-  // Unpin what this transfer pinned (a whole kept registration stays). A failure leaves the
-  // rest registered: the next transfer unregisters it first (SettleLocked).
-  if (all_synced && (pinning != CarrierPinning::kKept || !arena_pinned_)) {
-    if (CUresult r = UnregisterAllLocked(&t.result.register_ns); r != CUDA_SUCCESS) {
-      t.Fail(api_, r, "unregistering the arena");
-    }
-  }
+  return all_synced;
 }
 
 Status HostCarrier::SettleLocked() {
@@ -600,7 +581,7 @@ Status HostCarrier::SettleLocked() {
     const CUresult synced = scope.status() == CUDA_SUCCESS ? api_.cuStreamSynchronize(pending.stream)
                                                            : scope.status();
     if (synced != CUDA_SUCCESS) {
-      return DriverError(api_, synced, "synchronizing the copies of an earlier, failed transfer");
+      return CarrierDriverError(api_, synced, "synchronizing the copies of an earlier, failed transfer");
     }
     api_.cuStreamDestroy_v2(pending.stream);
     RemoveStaging(pending.staging);
@@ -611,7 +592,7 @@ Status HostCarrier::SettleLocked() {
   if (options_.pinning != CarrierPinning::kKept || !arena_pinned_) {
     uint64_t ns = 0;
     if (CUresult r = UnregisterAllLocked(&ns); r != CUDA_SUCCESS) {
-      return DriverError(api_, r, "unregistering the arena after an earlier, failed transfer");
+      return CarrierDriverError(api_, r, "unregistering the arena after an earlier, failed transfer");
     }
   }
   return Ok{};
@@ -663,6 +644,8 @@ void HostCarrier::Discard() {
   std::lock_guard lock(mutex_);
   layout_.clear();
   file_parts_.clear();
+  files_found_ = false;
+  files_folder_.reset();
   if (options_.keep_bytes >= arena_.capacity() || !unsynced_.empty()) return;
   uint64_t ns = 0;
   if (UnregisterAllLocked(&ns) != CUDA_SUCCESS) return;  // still pinned: kept whole

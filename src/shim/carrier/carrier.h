@@ -25,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <pthread.h>
 #include <span>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 #include "shim/carrier/carrier_options.h"
 #include "shim/carrier/carrier_file.h"
 #include "shim/carrier/host_arena.h"
@@ -40,6 +42,8 @@
 #include "shim/driver/driver_api.h"
 
 namespace cusnap::shim {
+
+struct CopyGroup;  // one context's share of a transfer (carrier_transfer.h)
 
 /// One allocation travelling through the carrier.
 struct CarrierSlot {
@@ -92,29 +96,37 @@ class HostCarrier {
   /// the zero scan finds all-zero are not copied. On failure every enqueued copy is
   /// synchronized before the error returns. Errors carry the CUresult and name the slot's
   /// handle and size, and the chunk's byte range when one chunk failed.
-  Result<CarrierTransfer> Save(std::span<const CarrierSlot> slots);
+  /// With `stem_path` ("<dir>/<stem>", a dump): no arena; the bytes stream from the device
+  /// through a few pinned buffers (options.ring_bytes) straight into the part files WriteFile
+  /// would write, digested as written (a write's errors as WriteParts', every part removed).
+  Result<CarrierTransfer> Save(std::span<const CarrierSlot> slots, const std::string& stem_path = "");
 
   /// Copies the bytes of the last Save back (host to device) into each slot's (fresh)
   /// allocation. The slots must have the sizes, in order, that Save saw; else
-  /// CUDA_ERROR_INVALID_VALUE and nothing moves. A failed Load keeps the saved bytes (the
-  /// host side is only read), so it can be run again; a failed Save forgets them (they may
-  /// be incomplete) and Load refuses until a Save succeeds.
+  /// CUDA_ERROR_INVALID_VALUE and nothing moves. Bytes a dump wrote to files (WriteFile) and
+  /// ReadFile found are streamed from the files through a few pinned buffers
+  /// (options.ring_bytes) straight to the device, each unit checked against its digest as it
+  /// is read: one pass, no arena (a file error is named as ReadParts names it, EBADMSG for
+  /// a corrupt unit). A failed Load keeps the saved bytes (the host side, memory or files, is
+  /// only read), so it can be run again; a failed Save forgets them (they may be incomplete)
+  /// and Load refuses until a Save succeeds.
   Result<CarrierTransfer> Load(std::span<const CarrierSlot> slots);
 
   /// kWriteCarrier (`cusnap dump`, after kRelease): writes the bytes of the last Save into
   /// part files "<stem>-<k>.bin" beside `stem_path` ("<dir>/<stem>"), one thread each
   /// (carrier_file.h; all-zero chunks stay holes), unregisters the arena and gives it back
   /// to the kernel, so CRIU dumps none of it. Until ReadFile, Load refuses, naming the files.
+  /// A Save to the same stem wrote them already: only the arena goes then.
   /// Errors: CUDA_ERROR_INVALID_VALUE when nothing is saved or a copy may still be running;
   /// the write's (errno-coded; nothing changed, the part files are removed); an
   /// unregister's CUresult (the bytes stay in memory too).
   Result<CarrierTransfer> WriteFile(const std::string& stem_path);
 
-  /// kReadCarrier: the part files WriteFile wrote, found in `dir` now ("": where they were
-  /// written), read back into the arena on several threads; nothing (0 bytes) while the saved
-  /// bytes are in memory. Errors: the read's, errno-coded naming the file (ENOENT, a size
-  /// other than written, EIO): the bytes stay in the files and it can be run again; ENOMEM
-  /// when the arena cannot grow.
+  /// kReadCarrier: finds the part files WriteFile wrote in `dir` now ("": where they were
+  /// written), each opened and of the size written; Load then streams them to the device.
+  /// Nothing (0 bytes) while the saved bytes are in memory; else `bytes` are the saved bytes,
+  /// zero_bytes the holes among them. Errors: errno-coded naming the file (ENOENT, EINVAL for
+  /// a size other than written): the bytes stay in the files and it can be run again.
   Result<CarrierTransfer> ReadFile(const std::string& dir);
 
   /// The names of the part files the saved bytes are in, joined by ", " ("" while they are
@@ -123,9 +135,10 @@ class HostCarrier {
   /// The part files the saved bytes are in, with each chunk's digest (empty while they are
   /// in memory).
   std::vector<FilePart> file_parts() const;
-  /// Ok while the saved bytes are in memory; else the error Load answers (CUDA_ERROR_INVALID_VALUE
-  /// naming the file): a reallocate checks it before it rebuilds anything.
-  Status SavedBytesInMemory() const;
+  /// Ok while Load can reach the saved bytes (in memory, or in files ReadFile found); else the
+  /// error Load answers (CUDA_ERROR_INVALID_VALUE naming the files): a reallocate checks it
+  /// before it rebuilds anything.
+  Status SavedBytesReadable() const;
 
   /// Forgets the saved layout (after a refused or finished cycle); the arena stays, up to
   /// options.keep_bytes (CUSNAP_CARRIER_KEEP): the rest goes back to the kernel.
@@ -162,7 +175,8 @@ class HostCarrier {
     std::vector<char> zero;  // per chunk of options_.chunk_bytes: all-zero at Save
   };
   enum class Direction { kToHost, kToDevice };
-  struct Transfer;  // one MoveLocked's working state (carrier.cc)
+  struct Transfer;      // one MoveLocked's working state (carrier.cc)
+  class DeviceStream;  // a Load's streamed copies from the files (carrier_stream.cc)
 
   // The staging mapping of one slot: a VA range of the carrier's own with the slot's handle
   // mapped and RW access for the copying device.
@@ -194,7 +208,9 @@ class HostCarrier {
   CUresult UnregisterLocked(std::byte* begin, uint64_t* ns);
   // Unregisters every registration; the first failure's result.
   CUresult UnregisterAllLocked(uint64_t* ns);
-  Result<CarrierTransfer> MoveLocked(std::span<const CarrierSlot> slots, Direction direction);
+  // `stem_path`: a Save streamed to files (Save's).
+  Result<CarrierTransfer> MoveLocked(std::span<const CarrierSlot> slots, Direction direction,
+                                     const std::string& stem_path = "");
   // The saved bytes' ranges that are not all zero, at their arena offsets in the file.
   std::vector<FilePiece> FilePiecesLocked() const;
   // Bytes from the arena's start to the end of the last saved slot.
@@ -205,14 +221,28 @@ class HostCarrier {
   CarrierTransfer FileTransferLocked(const std::vector<FilePiece>& pieces) const;
   // Bytes one file read or write moves at most: a chunk, at most kFileUnit.
   size_t FileUnitBytes() const { return std::min(options_.chunk_bytes, kFileUnit); }
-  // SavedBytesInMemory, mutex_ held.
-  Status InMemoryLocked() const;
+  // SavedBytesReadable, mutex_ held.
+  Status ReadableLocked() const;
   // file_name, mutex_ held.
   std::string FileNamesLocked() const;
   // Zero scan of every scannable slot of the transfer (save): fills layout_[i].zero.
   Status ScanLocked(Transfer& t);
   // Enqueues the chunks (pinning them per options_), then synchronizes every stream.
   void CopyLocked(Transfer& t);
+  // Load from the files ReadFile found (carrier_stream.cc): zero chunks memset, the rest
+  // read, checked and copied by the I/O threads, then every stream synchronized.
+  void StreamFromFilesLocked(Transfer& t);
+  // Save into part files "<stem_path>-<k>.bin" (carrier_stream.cc): the non-zero chunks
+  // copied from the device and written by the I/O threads; file_parts_ set on success.
+  void StreamToFilesLocked(Transfer& t, const std::string& stem_path);
+  // Counts every slot's bytes and zero chunks into t.result, calling `each(group, slot,
+  // offset, bytes)` for each zero chunk.
+  void ForEachZeroChunk(Transfer& t, const std::function<void(CopyGroup&, size_t, size_t, size_t)>& each);
+  // I/O threads of a streamed transfer: options_.ring_bytes in units, 1 to provision_threads.
+  unsigned StreamThreads() const;
+  // One synchronize per group stream, even after a failure; a failed one keeps the stream
+  // and its staging mappings (unsynced_). True when every one succeeded.
+  bool SynchronizeLocked(Transfer& t);
   void BackgroundGrowth();
 
   const DriverApi& api_;
@@ -235,6 +265,11 @@ class HostCarrier {
   // they are in memory. file_dir_: where they were written (ReadFile may be told another).
   std::vector<FilePart> file_parts_;
   std::string file_dir_;
+  // ReadFile found file_parts_ in file_dir_: Load streams them from there. A folder ReadFile
+  // reached through a descriptor that ends with its step (/proc/self/fd/<n>) is held open
+  // until the reallocate that reads the files (files_folder_, file_dir_ its path).
+  bool files_found_ = false;
+  UniqueFd files_folder_;
   // Eager growth: the size asked for, and the thread that provides it. Separate from
   // mutex_ so that Anticipate never waits for a growth in progress.
   std::atomic<size_t> wanted_{0};

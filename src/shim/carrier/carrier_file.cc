@@ -65,7 +65,7 @@ std::vector<Unit> Split(std::span<const FilePart> parts, std::span<const FilePie
       const auto after = std::upper_bound(parts.begin(), parts.end(), offset,
                                           [](uint64_t o, const FilePart& part) { return o < part.begin; });
       const size_t k = static_cast<size_t>(after - parts.begin()) - 1;
-      per_part[k].push_back({p.memory + at, k, offset - parts[k].begin, std::min(unit_bytes, p.bytes - at)});
+      per_part[k].push_back({p.memory != nullptr ? p.memory + at : nullptr, k, offset - parts[k].begin, std::min(unit_bytes, p.bytes - at)});
     }
   }
   std::vector<Unit> units;
@@ -90,6 +90,9 @@ struct Io {
   std::vector<Unit> units;
   std::vector<ChunkDigest> digests;  // per unit: what it wrote (a write)
   IoFault fault;
+  // Streamed (StreamReadParts, StreamWriteParts): the device side, which gives each thread
+  // its buffer.
+  UnitCopier* copier = nullptr;
   std::atomic<size_t> next{0};
   std::mutex mutex;
   Status first = Ok{};
@@ -123,13 +126,13 @@ struct Io {
                    : pread(fd, memory, bytes, static_cast<off_t>(offset));
   }
 
-  // Moves [at, at + bytes) of unit `k` whole (pread/pwrite may move less than asked); false
-  // once it failed (recorded).
-  bool MoveBlock(size_t k, size_t at, size_t bytes, bool& faulted) {
+  // Moves [at, at + bytes) of unit `k` whole between `memory` (the unit's bytes) and its file
+  // (pread/pwrite may move less than asked); false once it failed (recorded).
+  bool MoveBlock(size_t k, std::byte* memory, size_t at, size_t bytes, bool& faulted) {
     const Unit& u = units[k];
     size_t done = 0;
     while (done < bytes) {
-      const ssize_t n = Call(k, fds[u.part], u.memory + at + done, bytes - done,
+      const ssize_t n = Call(k, fds[u.part], memory + at + done, bytes - done,
                              u.offset + at + done, faulted);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return Fail(u, errno, strerror(errno)), false;
@@ -139,28 +142,57 @@ struct Io {
     return true;
   }
 
-  // Moves unit `k` whole, digesting it a block at a time beside its I/O; a read is checked
-  // against the digest its write recorded.
-  void Move(size_t k) {
+  // Moves unit `k` whole between `memory` and its file, digesting it a block at a time
+  // beside its I/O; a read is checked against the digest its write recorded. False once it
+  // failed (recorded).
+  bool Move(size_t k, std::byte* memory) {
     const Unit& u = units[k];
     ChunkHasher hasher;
     bool faulted = false;
     for (size_t at = 0; at < u.bytes; at += kDigestBlock) {
       const size_t bytes = std::min(kDigestBlock, u.bytes - at);
-      if (writing) hasher.Update(u.memory + at, bytes);
-      if (!MoveBlock(k, at, bytes, faulted)) return;
-      if (!writing) hasher.Update(u.memory + at, bytes);
+      if (writing) hasher.Update(memory + at, bytes);
+      if (!MoveBlock(k, memory, at, bytes, faulted)) return false;
+      if (!writing) hasher.Update(memory + at, bytes);
     }
     if (writing) {
       digests[k] = hasher.Finish();
-      return;
+      return true;
     }
     const FileChunk* expected = Expected(u);
-    if (expected == nullptr) return Fail(u, EBADMSG, "no digest was recorded for these bytes");
+    if (expected == nullptr) return Fail(u, EBADMSG, "no digest was recorded for these bytes"), false;
     if (expected->digest != hasher.Finish()) {
       return Fail(u, EBADMSG, "they do not match the digest written with them (the file is "
-                              "corrupt)");
+                              "corrupt)"),
+             false;
     }
+    return true;
+  }
+
+  // Records `error` (the copier's, named already) as the transfer's failure; false.
+  bool FailWith(const Error& error) {
+    std::lock_guard lock(mutex);
+    if (first) first = error;
+    return false;
+  }
+
+  // Unit `k` whole: on its own memory, or streamed through `thread`'s buffer (a write
+  // fetches the device's bytes into it first; a read hands them on once read and checked).
+  bool Transfer(size_t k, unsigned thread) {
+    if (copier == nullptr) return Move(k, units[k].memory);
+    Result<std::byte*> buffer = copier->Buffer(thread);
+    if (!buffer) return FailWith(buffer.error());
+    const Unit& u = units[k];
+    const uint64_t at = parts[u.part].begin + u.offset;
+    if (writing) {
+      if (Status copied = copier->Copy(thread, at, u.bytes, *buffer); !copied) {
+        return FailWith(copied.error());
+      }
+      return Move(k, *buffer);
+    }
+    if (!Move(k, *buffer)) return false;
+    Status copied = copier->Copy(thread, at, u.bytes, *buffer);
+    return copied ? true : FailWith(copied.error());
   }
 
   // The chunk WriteParts recorded for unit `u`'s bytes, or null.
@@ -172,13 +204,13 @@ struct Io {
     return &*at;
   }
 
-  void Work() {
+  void Work(unsigned thread) {
     for (size_t k; (k = next.fetch_add(1)) < units.size();) {
       {
         std::lock_guard lock(mutex);
         if (!first) return;  // one failure ends the transfer
       }
-      Move(k);
+      if (!Transfer(k, thread)) return;
     }
   }
 
@@ -190,20 +222,29 @@ struct Io {
   }
 };
 
-// Runs io.Work on up to `threads` threads (the caller's among them); returns the first error.
+// Runs io.Work on up to `threads` threads (the caller's among them, thread 0); returns the
+// first error.
 Status RunThreads(Io& io, unsigned threads) {
-  std::vector<pthread_t> started;
+  struct Worker {
+    Io* io;
+    unsigned thread;
+  };
   const size_t extra = std::min<size_t>(threads > 1 ? threads - 1 : 0, io.units.size());
+  std::vector<Worker> workers;
+  workers.reserve(extra);
+  std::vector<pthread_t> started;
   for (size_t i = 0; i < extra; ++i) {
     pthread_t id;
     const auto work = [](void* arg) -> void* {
-      static_cast<Io*>(arg)->Work();
+      const Worker* w = static_cast<Worker*>(arg);
+      w->io->Work(w->thread);
       return nullptr;
     };
-    if (!StartQuietThread(&id, work, &io)) break;  // fewer threads: the caller does the rest
+    workers.push_back({&io, static_cast<unsigned>(i + 1)});
+    if (!StartQuietThread(&id, work, &workers.back())) break;  // fewer: the caller does the rest
     started.push_back(id);
   }
-  io.Work();
+  io.Work(0);
   for (pthread_t id : started) pthread_join(id, nullptr);
   std::lock_guard lock(io.mutex);
   return io.first;
@@ -245,9 +286,13 @@ std::vector<FilePart> PlanParts(const std::string& stem, uint64_t total_bytes,
   return planned;
 }
 
-Status WriteParts(const std::string& dir, std::span<FilePart> parts,
-                  std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
+namespace {
+
+// WriteParts, streamed through the copier's buffers when `copier` is set.
+Status Write(const std::string& dir, std::span<FilePart> parts, std::span<const FilePiece> pieces,
+             unsigned threads, size_t unit_bytes, UnitCopier* copier) {
   Io io(dir, parts, pieces, unit_bytes, /*write=*/true);
+  io.copier = copier;
   Status status = Ok{};
   for (size_t k = 0; k < parts.size() && status; ++k) {
     const std::string path = io.PathOf(k);
@@ -288,26 +333,63 @@ Status WriteParts(const std::string& dir, std::span<FilePart> parts,
   return status;
 }
 
-Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
-                 std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
-  Io io(dir, parts, pieces, unit_bytes, /*write=*/false);
-  Status status = Ok{};
-  for (size_t k = 0; k < parts.size() && status; ++k) {
+// Opens every part file of `io` for reading, each of the size written. Errors: FindParts'.
+Status OpenForReading(Io& io) {
+  for (size_t k = 0; k < io.parts.size(); ++k) {
     const std::string path = io.PathOf(k);
     io.fds[k] = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st {};
-    if (io.fds[k] < 0) {
-      status = Errno(errno, "cannot open " + path);
-    } else if (fstat(io.fds[k], &st) != 0) {
-      status = Errno(errno, "cannot stat " + path);
-    } else if (static_cast<uint64_t>(st.st_size) != parts[k].bytes) {
-      status = Error{EINVAL, path + " holds " + std::to_string(st.st_size) + " bytes, but the "
-                                 "carrier wrote " + std::to_string(parts[k].bytes)};
+    if (io.fds[k] < 0) return Errno(errno, "cannot open " + path);
+    if (fstat(io.fds[k], &st) != 0) return Errno(errno, "cannot stat " + path);
+    if (static_cast<uint64_t>(st.st_size) != io.parts[k].bytes) {
+      return Error{EINVAL, path + " holds " + std::to_string(st.st_size) + " bytes, but the "
+                               "carrier wrote " + std::to_string(io.parts[k].bytes)};
     }
   }
+  return Ok{};
+}
+
+// ReadParts, streamed through the copier's buffers when `copier` is set.
+Status Read(const std::string& dir, std::span<const FilePart> parts,
+            std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes,
+            UnitCopier* copier) {
+  Io io(dir, parts, pieces, unit_bytes, /*write=*/false);
+  io.copier = copier;
+  Status status = OpenForReading(io);
   if (status) status = RunThreads(io, threads);
   io.Close();
   return status;
+}
+
+}  // namespace
+
+Status FindParts(const std::string& dir, std::span<const FilePart> parts) {
+  Io io(dir, parts, {}, kFileUnit, /*write=*/false);
+  Status status = OpenForReading(io);
+  io.Close();
+  return status;
+}
+
+Status WriteParts(const std::string& dir, std::span<FilePart> parts,
+                  std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
+  return Write(dir, parts, pieces, threads, unit_bytes, nullptr);
+}
+
+Status StreamWriteParts(const std::string& dir, std::span<FilePart> parts,
+                        std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes,
+                        UnitCopier& copier) {
+  return Write(dir, parts, pieces, threads, unit_bytes, &copier);
+}
+
+Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
+                 std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes) {
+  return Read(dir, parts, pieces, threads, unit_bytes, nullptr);
+}
+
+Status StreamReadParts(const std::string& dir, std::span<const FilePart> parts,
+                       std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes,
+                       UnitCopier& copier) {
+  return Read(dir, parts, pieces, threads, unit_bytes, &copier);
 }
 
 }  // namespace cusnap::shim

@@ -76,6 +76,44 @@ Status WriteParts(const std::string& dir, std::span<FilePart> parts,
 Status ReadParts(const std::string& dir, std::span<const FilePart> parts,
                  std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes);
 
+/// Checks that every part file is in `dir`, can be opened and has the size written. Errors:
+/// errno-coded naming the file (ENOENT when it is missing), EINVAL when its size is not the
+/// part's (both named).
+Status FindParts(const std::string& dir, std::span<const FilePart> parts);
+
+/// The device side of a streamed transfer (StreamReadParts, StreamWriteParts): each I/O
+/// thread's buffer, and the copy of one unit between it and the device. Called on every I/O
+/// thread at once.
+class UnitCopier {
+ public:
+  virtual ~UnitCopier() = default;
+  /// The buffer of I/O thread `thread` (0 .. threads - 1), at least the unit size long and
+  /// pinned for the copies; asked before each unit (made at the first). Errors: ENOMEM, the
+  /// pinning's.
+  virtual Result<std::byte*> Buffer(unsigned thread) = 0;
+  /// The carrier's bytes [offset, offset + bytes) (FilePiece::offset's address space) between
+  /// the device and `buffer` (thread `thread`'s): a read hands them over read and checked, for
+  /// the device; a write asks for them from the device, to digest and write them. Returns
+  /// once the copy ran. Errors: the copy's, named.
+  virtual Status Copy(unsigned thread, uint64_t offset, size_t bytes, std::byte* buffer) = 0;
+};
+
+/// ReadParts through one buffer per I/O thread (`copier`'s; the pieces' memory is not used,
+/// only their offsets): each unit is read into its thread's buffer, checked against its
+/// digest, then handed to `copier`, so every byte crosses host memory once and the host
+/// memory taken is `threads` buffers. Errors: as ReadParts', and the copier's.
+Status StreamReadParts(const std::string& dir, std::span<const FilePart> parts,
+                       std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes,
+                       UnitCopier& copier);
+
+/// WriteParts through one buffer per I/O thread (`copier`'s): each unit's bytes come from the
+/// device into its thread's buffer, then are digested and written, so every byte crosses host
+/// memory once and no arena holds them. Errors: as WriteParts' (every part file is removed
+/// then), and the copier's.
+Status StreamWriteParts(const std::string& dir, std::span<FilePart> parts,
+                        std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes,
+                        UnitCopier& copier);
+
 /// Test seam: CUSNAP_TEST_CARRIER_IO_FAULT="<write|read>:<short|enospc|eio>:<unit>" makes
 /// the `unit`th (0-based, in issue order) write or read call of every WriteParts / ReadParts
 /// in this process move half its bytes (short: the rest follows in the next call), or fail

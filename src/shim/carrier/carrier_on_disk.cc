@@ -1,5 +1,10 @@
 // The host carrier's bytes written beside a dump's images and read back (carrier.h,
 // WriteFile and ReadFile; the I/O itself: carrier_file.h).
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/text.h"
@@ -31,7 +36,8 @@ std::vector<FilePiece> HostCarrier::FilePiecesLocked() const {
       if (!pieces.empty() && pieces.back().offset + pieces.back().bytes == offset) {
         pieces.back().bytes += bytes;  // adjacent: one piece
       } else {
-        pieces.push_back({arena_.data() + offset, offset, bytes});
+        // Streamed transfers use only the offsets: a given-back arena has no memory.
+        pieces.push_back({arena_.data() != nullptr ? arena_.data() + offset : nullptr, offset, bytes});
       }
     }
   }
@@ -41,22 +47,28 @@ std::vector<FilePiece> HostCarrier::FilePiecesLocked() const {
 Result<CarrierTransfer> HostCarrier::WriteFile(const std::string& stem_path) {
   std::lock_guard lock(mutex_);
   const uint64_t start = MonotonicNs();
-  if (layout_.empty() || !file_parts_.empty() || !unsynced_.empty()) {
+  const size_t slash = stem_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : stem_path.substr(0, slash);
+  const std::string stem = slash == std::string::npos ? stem_path : stem_path.substr(slash + 1);
+  // A save to this stem streamed the bytes there already (its folder may be reached by
+  // another path now): only the arena goes.
+  const bool streamed = !file_parts_.empty() && file_parts_.front().name.starts_with(stem + "-");
+  if (layout_.empty() || (!file_parts_.empty() && !streamed) || !unsynced_.empty()) {
     return Error{CUDA_ERROR_INVALID_VALUE,
                  ThisProcess() + ": host carrier: nothing to write to " + stem_path +
                      (!file_parts_.empty() ? " (the saved bytes are in files already)"
                       : !unsynced_.empty() ? " (a copy of an earlier transfer may still run)"
                                            : " (no save holds bytes)")};
   }
-  const size_t slash = stem_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : stem_path.substr(0, slash);
-  const std::string stem = slash == std::string::npos ? stem_path : stem_path.substr(slash + 1);
   const std::vector<FilePiece> pieces = FilePiecesLocked();
-  const size_t unit = FileUnitBytes();
-  const unsigned threads = options_.provision_threads;
-  std::vector<FilePart> parts = PlanParts(stem, LayoutEndLocked(), pieces, threads, unit);
-  if (Status written = WriteParts(dir, parts, pieces, threads, unit); !written) {
-    return Error{written.error().code, ThisProcess() + ": host carrier: " + written.error().message};
+  std::vector<FilePart> parts = file_parts_;  // kept there until the arena went
+  if (!streamed) {
+    const size_t unit = FileUnitBytes();
+    const unsigned threads = options_.provision_threads;
+    parts = PlanParts(stem, LayoutEndLocked(), pieces, threads, unit);
+    if (Status written = WriteParts(dir, parts, pieces, threads, unit); !written) {
+      return Error{written.error().code, ThisProcess() + ": host carrier: " + written.error().message};
+    }
   }
   // The registration goes first: the driver must not keep pages the kernel takes back.
   uint64_t unregister_ns = 0;
@@ -85,20 +97,28 @@ Result<CarrierTransfer> HostCarrier::ReadFile(const std::string& dir) {
   const uint64_t start = MonotonicNs();
   if (file_parts_.empty()) return CarrierTransfer{};  // in memory: nothing to read
   const std::string from = dir.empty() ? file_dir_ : dir;
-  uint64_t provision_ns = 0;
-  if (Status grown = GrowLocked(LayoutEndLocked(), &provision_ns); !grown) return grown.error();
-  const std::vector<FilePiece> pieces = FilePiecesLocked();
-  if (Status read = ReadParts(from, file_parts_, pieces, options_.provision_threads, FileUnitBytes());
-      !read) {
-    return Error{read.error().code, ThisProcess() + ": host carrier: " + read.error().message +
-                                        "; the saved bytes stay in the files"};
+  if (Status found = FindParts(from, file_parts_); !found) {
+    return Error{found.error().code, ThisProcess() + ": host carrier: " + found.error().message +
+                                         "; the saved bytes stay in the files"};
   }
-  file_parts_.clear();
-  CarrierTransfer result = FileTransferLocked(pieces);
-  result.provision_ns = provision_ns;
-  result.chunks = pieces.size();
+  // Load reads them from here, each unit checked as it goes to the device: one pass. A
+  // folder reached only through the step's descriptor (control.cc, FolderPath) is held open.
+  file_dir_ = from;
+  files_folder_.reset();
+  if (from.starts_with("/proc/self/fd/")) {
+    UniqueFd folder(open(from.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!folder.valid()) {
+      const int error = errno;
+      return Error{error, ThisProcess() + ": host carrier: cannot open the folder " + from + ": " +
+                              strerror(error) + "; the saved bytes stay in the files"};
+    }
+    file_dir_ = "/proc/self/fd/" + std::to_string(folder.get());
+    files_folder_ = std::move(folder);
+  }
+  files_found_ = true;
+  CarrierTransfer result = FileTransferLocked(FilePiecesLocked());
+  result.chunks = file_parts_.size();
   result.ns = MonotonicNs() - start;
-  result.copy_ns = result.ns - result.provision_ns;
   return result;
 }
 
@@ -118,13 +138,13 @@ std::string HostCarrier::FileNamesLocked() const {
   return names;
 }
 
-Status HostCarrier::SavedBytesInMemory() const {
+Status HostCarrier::SavedBytesReadable() const {
   std::lock_guard lock(mutex_);
-  return InMemoryLocked();
+  return ReadableLocked();
 }
 
-Status HostCarrier::InMemoryLocked() const {
-  if (file_parts_.empty()) return Ok{};
+Status HostCarrier::ReadableLocked() const {
+  if (file_parts_.empty() || files_found_) return Ok{};
   return Error{CUDA_ERROR_INVALID_VALUE,
                ThisProcess() + ": host carrier: the saved bytes are in the files " + FileNamesLocked() +
                    " (written for a dump), not in memory: READ_CARRIER brings them back before "

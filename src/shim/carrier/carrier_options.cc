@@ -45,6 +45,7 @@ CarrierOptions CarrierOptionsFromEnvironment() {
   } else if (WordOr(settings::kCarrierKeep, 0) == 1) {
     options.keep_bytes = 0;
   }
+  if (const auto mib = NumberSet(settings::kCarrierRingMib)) options.ring_bytes = *mib << 20;
   if (const auto count = NumberSet(settings::kCarrierThreads)) {
     options.provision_threads = static_cast<unsigned>(*count);
   }

@@ -42,8 +42,14 @@ struct CarrierOptions {
   /// Arena bytes kept once a cycle finished (CUSNAP_CARRIER_KEEP: "all" (default), "none",
   /// or a number of MiB); the rest goes back to the kernel.
   size_t keep_bytes = SIZE_MAX;
-  /// Threads that first-touch a growing arena (CUSNAP_CARRIER_THREADS, default 8).
+  /// Threads that first-touch a growing arena, and that read a dump's carrier files back
+  /// (CUSNAP_CARRIER_THREADS, default 8).
   unsigned provision_threads = 8;
+  /// Pinned host memory a restore from carrier files streams through, bytes: one buffer of a
+  /// file unit (min(chunk_bytes, 64 MiB)) per reading thread, at least one
+  /// (CUSNAP_CARRIER_RING_MIB, default 512 MiB). It bounds the host memory such a restore
+  /// takes beside the job's own; no arena is provided for it.
+  size_t ring_bytes = size_t{512} << 20;
 };
 
 /// The options as the environment sets them (common/settings.h); a value the settings table

@@ -226,8 +226,10 @@ void Endpoint::ServeConnection(UniqueFd connection) {
     }
     return;
   }
-  // Only a carrier step carries a descriptor (its folder, control.cc); any other is closed.
-  if (request->op != proto::Op::kWriteCarrier && request->op != proto::Op::kReadCarrier) {
+  // Only a carrier step carries a descriptor (its folder, control.cc): a dump's save, write
+  // and read of the carrier; any other is closed.
+  if (request->op != proto::Op::kSave && request->op != proto::Op::kWriteCarrier &&
+      request->op != proto::Op::kReadCarrier) {
     request->fd.reset();
   }
   if (request->op == proto::Op::kExport) {

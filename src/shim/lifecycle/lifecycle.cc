@@ -285,7 +285,9 @@ Result<StepResult> Lifecycle::DetachMulticast(const proto::StepRequest&) {
 }
 
 Result<StepResult> Lifecycle::Save(const proto::StepRequest& request) {
-  Result<StepResult> result = OnEachSet([](LifecycleSteps& set) { return set.Save(); });
+  // A dump's save names the carrier's files (their folder came as a descriptor, control.cc).
+  Result<StepResult> result =
+      OnEachSet([&](LifecycleSteps& set) { return set.Save(request.carrier_path); });
   if (!result) {
     DiscardAll();
     return result;

@@ -81,8 +81,12 @@ class LifecycleSteps {
   /// be put back without a restore, so kResume is refused and a detach failure is final.
   virtual bool MulticastDestroyed() const { return false; }
   /// Carrier D2H of every tracked allocation this process created that still has a handle
-  /// or a mapping.
-  virtual Result<StepResult> Save() { return StepResult{}; }
+  /// or a mapping: into host memory, or (a dump: `carrier_path` "<dir>/<stem>") streamed
+  /// into the carrier's part files there.
+  virtual Result<StepResult> Save(const std::string& carrier_path) {
+    (void)carrier_path;
+    return StepResult{};
+  }
   /// Unmaps every tracked mapping (keeping the VA reservation) and releases every real
   /// handle; drops export cache entries.
   virtual Status Release() { return Ok{}; }

@@ -107,7 +107,7 @@ Result<CUcontext> UnicastSteps::ContextFor(const AllocationInfo& allocation,
   return primary_[ordinal];
 }
 
-Result<StepResult> UnicastSteps::Save() {
+Result<StepResult> UnicastSteps::Save(const std::string& carrier_path) {
   held_.clear();
   mappings_ = table_.Mappings();
   std::vector<CarrierSlot> slots;
@@ -146,7 +146,7 @@ Result<StepResult> UnicastSteps::Save() {
     }
     held_.push_back(held);
   }
-  Result<CarrierTransfer> transfer = carrier_.Save(slots);
+  Result<CarrierTransfer> transfer = carrier_.Save(slots, carrier_path);
   if (!transfer) return transfer.error();
   return FromTransfer(*transfer);
 }
@@ -245,7 +245,7 @@ Status UnicastSteps::Rebuild(Held& held, CUmemGenericAllocationHandle real) {
 
 Result<StepResult> UnicastSteps::Reallocate() {
   // Bytes a dump wrote out come back first (kReadCarrier): nothing is rebuilt before.
-  if (Status in_memory = carrier_.SavedBytesInMemory(); !in_memory) return in_memory.error();
+  if (Status in_memory = carrier_.SavedBytesReadable(); !in_memory) return in_memory.error();
   if (Status released = ImportersReleased(); !released) return released.error();
   // Resumable: allocations an earlier, failed attempt rebuilt are kept; the carrier's bytes
   // are copied into every one again (the copy is idempotent), then exported once each.

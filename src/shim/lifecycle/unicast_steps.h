@@ -31,8 +31,9 @@ class UnicastSteps final : public LifecycleSteps {
 
   /// Refuses (CUDA_ERROR_INVALID_VALUE, nothing changed) a mapping whose access is
   /// unknown; otherwise copies every allocation this process created that still has a
-  /// logical handle or a mapping into the carrier.
-  Result<StepResult> Save() override;
+  /// logical handle or a mapping into the carrier (to its files, for a dump's
+  /// `carrier_path`).
+  Result<StepResult> Save(const std::string& carrier_path) override;
   /// Unmaps every tracked mapping, releases every real handle (creator and importer), and
   /// closes the export cache's descriptors, keeping who imported them (Reallocate asks them).
   /// Reservations stay: they are the application's.
