@@ -159,7 +159,8 @@ if [[ $JOB == torch ]]; then
   where=$(timeout -k 10 120 python3 -c 'import os, sys, torch
 assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA GPU"
 print(os.path.realpath(sys.executable)); print(sys.prefix); print(sys.base_prefix)
-print(os.path.dirname(os.path.dirname(torch.__file__))); print(torch.__version__)' 2>"$W/torch.err") ||
+print(os.path.dirname(os.path.dirname(torch.__file__))); print(torch.__version__)
+print(sys.executable)' 2>"$W/torch.err") ||
     skip "python3 with torch and a GPU: $(tail -n 1 "$W/torch.err")"
 fi
 mkdir -p "$W/job/go" "$W/job/ctl" "$W/state"
@@ -246,7 +247,9 @@ if [[ $JOB == torch ]]; then
   add_mount "${py[3]}"
   env_opts+=(-e PYTHONDONTWRITEBYTECODE=1 -e PYTHONUNBUFFERED=1 -e OMP_NUM_THREADS=1
              -e PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)
-  job=("${py[0]}" "$SRC/tests/gpu/torch_ipc_job.py" --control "$W/job/go" --cycles "$ROUNDS"
+  # The interpreter as it was started (a virtual environment's bin/python3 finds its
+  # packages from its own path; the binary it links to does not).
+  job=("${py[5]}" "$SRC/tests/gpu/torch_ipc_job.py" --control "$W/job/go" --cycles "$ROUNDS"
        --mib "${GPU_TORCH_IPC_MIB:-64}" --allocator default --wait-s 280)
   start_timeout=240
 else

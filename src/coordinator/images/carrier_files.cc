@@ -2,10 +2,12 @@
 #include "coordinator/images/carrier_files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <functional>
+#include <system_error>
 
 namespace cusnap::coord {
 namespace {
@@ -72,15 +74,32 @@ Status RemoveCarrierFiles(const std::string& dir) {
   return status;
 }
 
-void PrefetchCarrierFiles(const std::string& dir) {
-  ForEachCarrierFile(dir, [](const std::filesystem::directory_entry& e) {
-    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-      (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-      ::close(fd);
-    }
-    return true;
-  });
+CarrierPrefetch::CarrierPrefetch(const std::string& dir) {
+  try {
+    thread_ = std::thread([this, dir] {
+      // The kernel submits a WILLNEED range's reads before it returns: asked a piece at a
+      // time, the thread can stop between pieces.
+      constexpr off_t kPiece = off_t{64} << 20;
+      ForEachCarrierFile(dir, [&](const std::filesystem::directory_entry& e) {
+        const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) return !stop_;
+        struct stat st {};
+        const off_t size = ::fstat(fd, &st) == 0 ? st.st_size : 0;
+        for (off_t at = 0; at < size && !stop_; at += kPiece) {
+          (void)::posix_fadvise(fd, at, kPiece, POSIX_FADV_WILLNEED);
+        }
+        ::close(fd);
+        return !stop_.load();
+      });
+    });
+  } catch (const std::system_error&) {
+    // No thread: reallocate reads the files from the disk itself.
+  }
+}
+
+CarrierPrefetch::~CarrierPrefetch() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
 }
 
 std::string AbsoluteDir(const std::string& dir) {

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 
@@ -22,12 +24,24 @@ uint64_t CarrierFileBytes(const std::string& dir);
 bool HasCarrierFiles(const std::string& dir);
 /// Removes every carrier file of `dir`. Errors name the file (errno-coded).
 Status RemoveCarrierFiles(const std::string& dir);
-/// Asks the kernel to read every carrier file of `dir` into the page cache in the background
-/// (posix_fadvise WILLNEED; holes cost nothing), so that reallocate finds them there as it
-/// streams them to the GPU: a restore calls it before CRIU, which restores the processes
-/// meanwhile. Best effort: a file that cannot be opened is left to read_carriers, which
-/// names it.
-void PrefetchCarrierFiles(const std::string& dir);
+/// Reads every carrier file of `dir` into the page cache on a thread of its own, from
+/// construction until every byte was asked for or the object goes (posix_fadvise WILLNEED,
+/// 64 MiB at a time; holes cost nothing): a restore starts it before anything else, so that
+/// a cold disk reads the carriers while check_images reads CRIU's images and CRIU restores the
+/// processes, and reallocate finds them in the page cache as it streams them to the GPU. Best
+/// effort: a file that cannot be opened is left to read_carriers, which names it.
+class CarrierPrefetch {
+ public:
+  explicit CarrierPrefetch(const std::string& dir);
+  /// Stops after the 64 MiB asked for last, and waits for the thread.
+  ~CarrierPrefetch();
+  CarrierPrefetch(const CarrierPrefetch&) = delete;
+  CarrierPrefetch& operator=(const CarrierPrefetch&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 /// `dir` made absolute (the shims run in other working directories).
 std::string AbsoluteDir(const std::string& dir);
 

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -463,6 +464,9 @@ class ImagesRestoreSequence : Sequence {
   /// GPU count and models, the device map, and no running copy of the job (CheckImages). Its
   /// line counts the files and the bytes read.
   bool CheckAll() {
+    // The carriers are read once the processes are back (reallocate): from a cold disk,
+    // they come into the page cache meanwhile, beside this check's reads and CRIU's.
+    if (!options_.check_only) prefetch_.emplace(options_.images_dir);
     CheckSummary summary;
     return CheckPhase("check_images", [&]() -> std::vector<std::string> {
       auto manifest = ReadManifest(options_.images_dir);
@@ -533,9 +537,6 @@ class ImagesRestoreSequence : Sequence {
           return Error{err, "cannot remove " + options_.images_dir + "/restored.pid: " +
                                 std::strerror(err)};
         }
-        // The carriers are read once the processes are back (read_carriers): from a cold
-        // disk, they come into the page cache while CRIU restores the processes.
-        PrefetchCarrierFiles(options_.images_dir);
         if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
                              kCriuRestoreLogName);
             !s) {
@@ -665,6 +666,7 @@ class ImagesRestoreSequence : Sequence {
   int root_pid_ = 0;
   Outcome nested_ = Outcome::kOk;
   bool carriers_refused_ = false;  // read_carriers failed: the tree was ended (RestoreJob)
+  std::optional<CarrierPrefetch> prefetch_;  // from check_images to the command's end
 };
 
 constexpr Stage<ImagesRestoreSequence> ImagesRestoreSequence::kStages[] = {
