@@ -39,7 +39,7 @@ class CarrierOnDiskTest : public HostCarrierTest {
     return options;
   }
   // An allocation of 6 MiB whose middle 2 MiB are zero, and one of 2 MiB, both patterned.
-  void SaveTwo(HostCarrier& carrier) {
+  void MakeTwo() {
     a_ = &Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
     b_ = &Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
     pattern_a_ = Pattern(a_->size, 0xa11ce);
@@ -47,6 +47,10 @@ class CarrierOnDiskTest : public HostCarrierTest {
     pattern_b_ = Pattern(b_->size, 0xb0b);
     Write(*a_, pattern_a_);
     Write(*b_, pattern_b_);
+  }
+  // MakeTwo, saved into the arena.
+  void SaveTwo(HostCarrier& carrier) {
+    MakeTwo();
     const CarrierSlot slots[] = {Slot(*a_), Slot(*b_)};
     Result<CarrierTransfer> saved = carrier.Save(slots);
     ASSERT_TRUE(saved.ok()) << saved.error().message;
@@ -159,13 +163,7 @@ TEST_F(CarrierOnDiskTest, WrittenInPartsGivenBackReadAndLoadedExact) {
 // saved bytes (a load refuses), and the device memory is untouched: the save runs again.
 TEST_F(CarrierOnDiskTest, ASaveToFilesStreamsFromTheDeviceWithoutAnArena) {
   HostCarrier carrier(api, Chunked());
-  a_ = &Create(6 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
-  b_ = &Create(2 * kMiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, 0);
-  pattern_a_ = Pattern(a_->size, 0xa11ce);
-  std::fill(pattern_a_.begin() + (2 * kMiB) / 4, pattern_a_.begin() + (4 * kMiB) / 4, 0u);
-  pattern_b_ = Pattern(b_->size, 0xb0b);
-  Write(*a_, pattern_a_);
-  Write(*b_, pattern_b_);
+  MakeTwo();
   const CarrierSlot slots[] = {Slot(*a_), Slot(*b_)};
 
   ::setenv(kCarrierIoFaultVariable, "write:enospc:1", 1);
