@@ -2,11 +2,15 @@
 #include "coordinator/images/carrier_files.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <functional>
+#include <vector>
 #include <system_error>
 
 namespace cusnap::coord {
@@ -75,18 +79,29 @@ Status RemoveCarrierFiles(const std::string& dir) {
 }
 
 CarrierPrefetch::CarrierPrefetch(const std::string& dir) {
+  // Files in memory already (tmpfs) would only be copied for nothing.
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) return;
   try {
     thread_ = std::thread([this, dir] {
-      // The kernel submits a WILLNEED range's reads before it returns: asked a piece at a
-      // time, the thread can stop between pieces.
-      constexpr off_t kPiece = off_t{64} << 20;
+      // Read, not advised: the kernel caps a WILLNEED range at its readahead window (128 KiB
+      // by default), so advice alone brought almost nothing in. Holes are skipped (no disk
+      // behind them), and the thread can stop between blocks.
+      constexpr size_t kBlock = size_t{8} << 20;
+      std::vector<char> block(kBlock);
       ForEachCarrierFile(dir, [&](const std::filesystem::directory_entry& e) {
         const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) return !stop_;
-        struct stat st {};
-        const off_t size = ::fstat(fd, &st) == 0 ? st.st_size : 0;
-        for (off_t at = 0; at < size && !stop_; at += kPiece) {
-          (void)::posix_fadvise(fd, at, kPiece, POSIX_FADV_WILLNEED);
+        for (off_t at = ::lseek(fd, 0, SEEK_DATA); at >= 0 && !stop_;) {
+          const off_t hole = ::lseek(fd, at, SEEK_HOLE);
+          if (hole < 0) break;
+          for (; at < hole && !stop_;) {
+            const off_t want = std::min(static_cast<off_t>(kBlock), hole - at);
+            const ssize_t n = ::pread(fd, block.data(), static_cast<size_t>(want), at);
+            if (n <= 0) break;
+            at += n;
+          }
+          at = ::lseek(fd, hole, SEEK_DATA);
         }
         ::close(fd);
         return !stop_.load();

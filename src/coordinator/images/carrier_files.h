@@ -25,11 +25,11 @@ bool HasCarrierFiles(const std::string& dir);
 /// Removes every carrier file of `dir`. Errors name the file (errno-coded).
 Status RemoveCarrierFiles(const std::string& dir);
 /// Reads every carrier file of `dir` into the page cache on a thread of its own, from
-/// construction until every byte was asked for or the object goes (posix_fadvise WILLNEED,
-/// 64 MiB at a time; holes cost nothing): a restore starts it before anything else, so that
-/// a cold disk reads the carriers while check_images reads CRIU's images and CRIU restores the
-/// processes, and reallocate finds them in the page cache as it streams them to the GPU. Best
-/// effort: a file that cannot be opened is left to read_carriers, which names it.
+/// construction until every byte was read or the object goes (8 MiB reads; holes skipped;
+/// nothing on tmpfs, whose files are in memory): a restore starts it before anything else, so
+/// that a cold disk reads the carriers while check_images reads CRIU's images and CRIU
+/// restores the processes, and reallocate finds them in the page cache as it streams them to
+/// the GPU. Best effort: a file that cannot be opened is left to read_carriers, which names it.
 class CarrierPrefetch {
  public:
   explicit CarrierPrefetch(const std::string& dir);
