@@ -18,7 +18,8 @@ Rates: the same byte count as the images is written and read back with O_DIRECT 
 filesystem (the disk's own rate, measured in the same run); each cycle prints
   IMAGES RATE <where> dump <GB/s> restore <GB/s> disk write <GB/s> read <GB/s> ratio <d>/<r>
 where dump is the bytes the images hold (CRIU's and the carrier files' data, holes left out)
-over the time of write_carriers + criu_dump, and restore the same bytes over read_carriers +
+over the time of save + criu_dump (a dump's save streams the carriers from the GPU into their
+files), and restore the same bytes over reallocate (which streams them back) +
 criu_restore (target: >= 0.8x the disk); IMAGES PARTS gives each phase's own figures.
 
 With GPU_IMAGES_TAKE_PID=1 (run_all.sh's workload_images_pidns), before the second restore
@@ -307,10 +308,10 @@ class ImagesJob:
         if self.holder is not None and not self.namespaced:
             self._check_namespace(label, restore.stdout)
         parts = {name: phase_ms_bytes(out, name) for name, out in
-                 (("write_carriers", dump.stdout), ("criu_dump", dump.stdout),
-                  ("read_carriers", restore.stdout), ("criu_restore", restore.stdout))}
-        dump_ms = parts["write_carriers"][0] + parts["criu_dump"][0]
-        restore_ms = parts["read_carriers"][0] + parts["criu_restore"][0]
+                 (("save", dump.stdout), ("criu_dump", dump.stdout),
+                  ("reallocate", restore.stdout), ("criu_restore", restore.stdout))}
+        dump_ms = parts["save"][0] + parts["criu_dump"][0]
+        restore_ms = parts["reallocate"][0] + parts["criu_restore"][0]
         assert dump_ms > 0 and restore_ms > 0, f"{label}: no criu_dump or criu_restore phase line"
         dump_gbs = image_bytes / dump_ms / 1e6
         restore_gbs = image_bytes / restore_ms / 1e6
