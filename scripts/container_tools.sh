@@ -50,7 +50,9 @@ fi
 
 [[ -x $criu_dir/bin/criu ]] || fail "no CRIU in $criu_dir/bin: run scripts/fetch_criu.sh first"
 if [[ $(readlink -f /usr/local/sbin/criu 2>/dev/null) != $(readlink -f "$criu_dir/bin/criu") ]]; then
+  was=$(readlink -f /usr/local/sbin/criu 2>/dev/null || true)
   ln -sfn "$criu_dir/bin/criu" /usr/local/sbin/criu
+  echo "container_tools: /usr/local/sbin/criu now points at $criu_dir/bin/criu${was:+ (it pointed at $was)}" >&2
 fi
 [[ $(readlink -f "$(command -v criu)") == $(readlink -f "$criu_dir/bin/criu") ]] ||
   fail "\`criu\` on PATH is $(command -v criu), not $criu_dir/bin/criu (put /usr/local/sbin first on PATH)"
