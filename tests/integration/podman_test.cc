@@ -135,6 +135,17 @@ TEST_F(Podman, ExportedAndImportedTwiceTheJobKeepsEveryByte) {
   ExpectEveryByteOnceTold(job_dir_, log_);
 }
 
+// The job's control directory only inside the container (its /run, not bound from this
+// machine): the plugin's restore does not look for it here (runc has CRIU restore the
+// container's mounts, the directory among them), and the imported job keeps every byte.
+TEST_F(Podman, AControlDirectoryOnlyInsideTheContainerComesBackWithIt) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  ASSERT_NO_FATAL_FAILURE(StartContainer(" -e CUSNAP_CONTROL_DIR=/run/cusnap-" + name_));
+  ASSERT_FALSE(std::filesystem::exists("/run/cusnap-" + name_)) << "not on this machine";
+  ASSERT_NO_FATAL_FAILURE(CheckpointRemoveAndImport(dir_ + "/A.tar.gz"));
+  ExpectEveryByteOnceTold(job_dir_, log_);
+}
+
 // `podman container checkpoint --leave-running` (the kubelet's checkpoint): the job goes on in
 // place, active again (`cusnap status --pid <host pid>` joins the container's namespaces), with
 // every byte.

@@ -492,7 +492,13 @@ class ImagesRestoreSequence : Sequence {
       auto machine = ViewMachine(driver_);
       if (!machine) return {machine.error().message};
       std::vector<UuidPair> pairs;
-      auto problems = CheckImages(options_.images_dir, manifest_, *machine, options_.device_map,
+      // The plugin's check of a job in a PID namespace of its own (a container): runc has
+      // CRIU restore the container's mounts, so the job's control directory is a path among
+      // them, not on this machine, and is not looked for here (CRIU fails the restore itself,
+      // before any process runs, when it cannot bind a socket there).
+      Manifest checked = manifest_;
+      if (options_.check_only && manifest_.own_pid_namespace) checked.control_dir.clear();
+      auto problems = CheckImages(options_.images_dir, checked, *machine, options_.device_map,
                                   RunningHere(options_.control_dir), pairs,
                                   options_.resume_root > 0, options_.check_only);
       summary.note = std::to_string(manifest_.files.size()) + " files";
