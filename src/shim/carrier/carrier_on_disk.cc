@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "shim/carrier/carrier.h"
+#include "shim/carrier/carrier_transfer.h"
 
 namespace cusnap::shim {
 
@@ -47,9 +48,7 @@ std::vector<FilePiece> HostCarrier::FilePiecesLocked() const {
 Result<CarrierTransfer> HostCarrier::WriteFile(const std::string& stem_path) {
   std::lock_guard lock(mutex_);
   const uint64_t start = MonotonicNs();
-  const size_t slash = stem_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : stem_path.substr(0, slash);
-  const std::string stem = slash == std::string::npos ? stem_path : stem_path.substr(slash + 1);
+  const auto [dir, stem] = SplitStemPath(stem_path);
   // A save to this stem streamed the bytes there already (its folder may be reached by
   // another path now): only the arena goes.
   const bool streamed = !file_parts_.empty() && file_parts_.front().name.starts_with(stem + "-");

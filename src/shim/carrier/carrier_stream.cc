@@ -228,9 +228,7 @@ void HostCarrier::ForEachZeroChunk(Transfer& t, const std::function<void(CopyGro
 void HostCarrier::StreamToFilesLocked(Transfer& t, const std::string& stem_path) {
   const uint64_t phase = MonotonicNs();
   ForEachZeroChunk(t, [](CopyGroup&, size_t, size_t, size_t) {});  // holes: nothing to copy
-  const size_t slash = stem_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : stem_path.substr(0, slash);
-  const std::string stem = slash == std::string::npos ? stem_path : stem_path.substr(slash + 1);
+  const auto [dir, stem] = SplitStemPath(stem_path);
   const std::vector<FilePiece> pieces = FilePiecesLocked();
   const size_t unit = FileUnitBytes();
   std::vector<FilePart> parts = PlanParts(stem, LayoutEndLocked(), pieces, options_.provision_threads, unit);

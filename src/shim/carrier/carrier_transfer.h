@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/text.h"
@@ -32,6 +33,13 @@ inline std::string ChunkText(size_t offset, size_t bytes) {
 inline Error CarrierDriverError(const DriverApi& api, CUresult result, const std::string& what) {
   return Error{static_cast<int>(result), ThisProcess() + ": host carrier: " + what +
                                              " failed with " + ResultText(api, result)};
+}
+
+/// "<dir>/<stem>" split into its folder ("." without one) and its file stem.
+inline std::pair<std::string, std::string> SplitStemPath(const std::string& stem_path) {
+  const size_t slash = stem_path.rfind('/');
+  if (slash == std::string::npos) return {".", stem_path};
+  return {stem_path.substr(0, slash), stem_path.substr(slash + 1)};
 }
 
 /// One context's share of a transfer: its stream and its slots.
