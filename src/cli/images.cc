@@ -120,111 +120,134 @@ int RestoreAgainInOwnPidNamespace(const std::string& images_dir, const std::stri
   return rc;
 }
 
+// A restore from here that runs now, or one killed after CRIU brought the job back
+// (restore_record.h): that tree is the job, stopped as CRIU restored it; it is finished where
+// it runs, in its own PID namespace or this one. Nothing when no earlier restore is left.
+std::optional<int> FinishEarlierRestore(const std::string& images_dir,
+                                        const std::optional<coord::Manifest>& manifest,
+                                        const std::string& device_map, bool json) {
+  const auto earlier = coord::ReadRestoreRecord(images_dir);
+  if (!earlier) return std::nullopt;
+  if (earlier->running) {
+    return EndRefused("restore", json,
+                      "another `cusnap restore` is restoring from " + images_dir + " now",
+                      kExitRestoreRefused);
+  }
+  const int root = manifest ? coord::InterruptedRestoreRoot(*manifest, earlier->started) : 0;
+  if (root == 0) return std::nullopt;
+  // CRIU writes its pid file once every process is back: before, it may still be at work (it
+  // outlives a restore killed while it ran).
+  if (::access((images_dir + "/restored.pid").c_str(), F_OK) != 0) {
+    const std::string pid = std::to_string(root);
+    return EndRefused("restore", json,
+                      "a CRIU restore from " + images_dir + " is still at work, or was cut short "
+                      "(the job's root is pid " + pid + " here): wait for it, or end that tree "
+                      "(kill -9 " + pid + ") and restore again",
+                      kExitRestoreRefused);
+  }
+  std::fprintf(stderr, "cusnap restore: note: a restore from %s was killed after CRIU brought "
+               "the job back (its root is pid %d here): this restore finishes it\n",
+               images_dir.c_str(), root);
+  return InPidNamespaceOf("restore", root, [&](int ns_root) {
+    return RestoreImagesHere(images_dir, device_map, json, ns_root);
+  });
+}
+
+// A job that ran in this PID namespace keeps its endpoints and start-time aliases in the
+// control directory by pid: restored in a namespace of its own, its processes would take over
+// the endpoint of a cusnap process that holds one of their pids here (that job could then no
+// longer be checkpointed, and status would lose it). Nothing when no such pid is held.
+std::optional<int> RefuseTakingOverAnEndpoint(const std::vector<coord::TakenId>& taken, bool json) {
+  for (const coord::TakenId& t : taken) {
+    if (!t.participant || !ServesEndpoint(ControlDir(), t.id)) continue;
+    return EndRefused("restore", json,
+                      ProcessText(t.id) + " of the dump is held here by " +
+                          ProcessText(t.id, coord::ProcessName(t.id)) + ", a process of a "
+                          "cusnap job: the restored process would take over its endpoint (" +
+                          EndpointPath(ControlDir(), t.id) + ") in a PID namespace as in this "
+                          "one; end or dump that job first",
+                      kExitRestoreRefused);
+  }
+  return std::nullopt;
+}
+
+// The restore in this PID namespace, whose ids were free at the check: a pid taken after it
+// makes CRIU fail before any process came back, so the restore changed nothing and runs
+// again where the ids are free. With --json one document answers: its error says to run the
+// restore again.
+int RestoreHereOrAgainInOwnPidNamespace(const std::string& images_dir,
+                                        const std::string& device_map, bool json) {
+  const int rc = RestoreImagesHere(images_dir, device_map, json);
+  const int late = rc == kExitRestoreRefused && !json ? coord::CriuRestorePidTaken(images_dir) : 0;
+  if (late == 0) return rc;
+  std::fprintf(stderr, "cusnap restore: note: pid %d of the dump was taken by another process "
+               "while CRIU restored the job: it is restored again, in a PID namespace of its "
+               "own\n", late);
+  return RestoreAgainInOwnPidNamespace(images_dir, device_map, rc);
+}
+
+// The restore in a new PID namespace, whose init serves it; names the job's root as this
+// machine numbers it.
+int RestoreInOwnPidNamespace(const std::string& images_dir, const coord::Manifest& manifest,
+                             const std::string& device_map, bool json) {
+  int init = 0;
+  std::string why;
+  const std::vector<int> ids = coord::DumpedIds(images_dir, manifest);
+  const int first_free = ids.empty() ? 2 : *std::max_element(ids.begin(), ids.end()) + 1;
+  const int rc = RunInNewPidNamespace(
+      [&] { return RestoreImagesHere(images_dir, device_map, json); }, first_free, init, why);
+  if (init == 0) return EndUntouched("restore", json, why, rc);
+  if (!why.empty()) std::fprintf(stderr, "cusnap restore: %s\n", why.c_str());
+  if (rc != kExitOk) return rc;
+  const int root = HostPidOf(init, manifest.root_pid);
+  if (root <= 0) {
+    // It ended at once (its pid here reads 0): nothing left to name.
+    std::fprintf(stderr, "cusnap restore: the job was restored in a PID namespace of its own "
+                 "(its init was pid %d here), and its root (pid %d there) has ended since\n",
+                 init, manifest.root_pid);
+  } else {
+    std::fprintf(stderr, "cusnap restore: the job runs in a PID namespace of its own (its init "
+                 "is pid %d here): its root is pid %d there and pid %d here; name it with "
+                 "--pid %d (its root as this machine numbers it; the pid of another of its "
+                 "processes names that process's subtree, as for any job)\n",
+                 init, manifest.root_pid, root, root);
+  }
+  return rc;
+}
+
 }  // namespace
 
 int RestoreImagesCommand(const std::string& images_dir, const std::string& device_map, bool json,
                          bool pid_namespace) {
   const auto manifest = ManifestOf(images_dir);
-  // A restore from here that runs now, or one killed after CRIU brought the job back
-  // (restore_record.h): that tree is the job, stopped as CRIU restored it; it is finished
-  // where it runs, in its own PID namespace or this one.
-  if (const auto earlier = coord::ReadRestoreRecord(images_dir)) {
-    if (earlier->running) {
-      return EndRefused("restore", json,
-                        "another `cusnap restore` is restoring from " + images_dir + " now",
-                        kExitRestoreRefused);
-    }
-    if (const int root = manifest ? coord::InterruptedRestoreRoot(*manifest, earlier->started) : 0) {
-      // CRIU writes its pid file once every process is back: before, it may still be at work
-      // (it outlives a restore killed while it ran).
-      if (::access((images_dir + "/restored.pid").c_str(), F_OK) != 0) {
-        const std::string pid = std::to_string(root);
-        return EndRefused("restore", json,
-                          "a CRIU restore from " + images_dir + " is still at work, or was cut "
-                          "short (the job's root is pid " + pid + " here): wait for it, or end "
-                          "that tree (kill -9 " + pid + ") and restore again",
-                          kExitRestoreRefused);
-      }
-      std::fprintf(stderr, "cusnap restore: note: a restore from %s was killed after CRIU brought "
-                   "the job back (its root is pid %d here): this restore finishes it\n",
-                   images_dir.c_str(), root);
-      return InPidNamespaceOf("restore", root, [&](int ns_root) {
-        return RestoreImagesHere(images_dir, device_map, json, ns_root);
-      });
-    }
+  if (const std::optional<int> rc = FinishEarlierRestore(images_dir, manifest, device_map, json)) {
+    return *rc;
   }
   // No manifest, or a job that still runs: refused where it runs (restoring would make a
   // second copy), by the restore's own checks.
   if (!manifest || coord::DumpedJobRuns(*manifest, coord::RunningHere(ControlDir()))) {
     return RestoreImagesHere(images_dir, device_map, json);
   }
-  // A job that ran in a PID namespace of its own comes back in one.
   if (!pid_namespace && manifest->own_pid_namespace) {
     std::fprintf(stderr, "cusnap restore: note: the job ran in a PID namespace of its own: it is "
                  "restored in a PID namespace of its own again\n");
     pid_namespace = true;
   }
   const std::vector<coord::TakenId> taken = coord::DumpIdsTaken(images_dir, *manifest, coord::AliveHere);
-  // A job that ran in this PID namespace keeps its endpoints and start-time aliases in the
-  // control directory by pid: restored in a namespace of its own, its processes would take
-  // over the endpoint of a cusnap process that holds one of their pids here (that job could
-  // then no longer be checkpointed, and status would lose it).
   if (!manifest->own_pid_namespace) {
-    for (const coord::TakenId& t : taken) {
-      if (!t.participant || !ServesEndpoint(ControlDir(), t.id)) continue;
-      return EndRefused("restore", json,
-                        ProcessText(t.id) + " of the dump is held here by " +
-                            ProcessText(t.id, coord::ProcessName(t.id)) + ", a process of a "
-                            "cusnap job: the restored process would take over its endpoint (" +
-                            EndpointPath(ControlDir(), t.id) + ") in a PID namespace as in "
-                            "this one; end or dump that job first",
-                        kExitRestoreRefused);
-    }
+    if (const std::optional<int> rc = RefuseTakingOverAnEndpoint(taken, json)) return *rc;
   }
-  // Ids held by other processes here are free in a namespace of the job's own.
+  if (!pid_namespace && taken.empty()) {
+    return RestoreHereOrAgainInOwnPidNamespace(images_dir, device_map, json);
+  }
   if (!pid_namespace) {
-    if (taken.empty()) {
-      const int rc = RestoreImagesHere(images_dir, device_map, json);
-      // A pid taken after the check above: CRIU failed before any process came back, so
-      // the restore changed nothing and runs again where the ids are free. With --json one
-      // document answers: its error says to run the restore again.
-      const int late = rc == kExitRestoreRefused && !json ? coord::CriuRestorePidTaken(images_dir) : 0;
-      if (late == 0) return rc;
-      std::fprintf(stderr, "cusnap restore: note: pid %d of the dump was taken by another process "
-                   "while CRIU restored the job: it is restored again, in a PID namespace of its "
-                   "own\n", late);
-      return RestoreAgainInOwnPidNamespace(images_dir, device_map, rc);
-    } else {
-      std::fprintf(stderr, "cusnap restore: note: %s %d of the dump is held by another process "
-                   "here: the job is restored in a PID namespace of its own, where it keeps its "
-                   "ids\n", taken.front().participant ? "pid" : "process or thread id",
-                   taken.front().id);
-    }
+    // Ids held by other processes here are free in a namespace of the job's own.
+    std::fprintf(stderr, "cusnap restore: note: %s %d of the dump is held by another process "
+                 "here: the job is restored in a PID namespace of its own, where it keeps its "
+                 "ids\n", taken.front().participant ? "pid" : "process or thread id",
+                 taken.front().id);
   }
-  int init = 0;
-  std::string why;
-  const int rc = RunInNewPidNamespace(
-      [&] { return RestoreImagesHere(images_dir, device_map, json); },
-      [&] {
-        const std::vector<int> ids = coord::DumpedIds(images_dir, *manifest);
-        return ids.empty() ? 2 : *std::max_element(ids.begin(), ids.end()) + 1;
-      }(), init, why);
-  if (init == 0) return EndUntouched("restore", json, why, rc);
-  if (!why.empty()) std::fprintf(stderr, "cusnap restore: %s\n", why.c_str());
-  const int root = rc == kExitOk ? HostPidOf(init, manifest->root_pid) : 0;
-  if (rc == kExitOk && root <= 0) {
-    // It ended at once (its pid here reads 0): nothing left to name.
-    std::fprintf(stderr, "cusnap restore: the job was restored in a PID namespace of its own "
-                 "(its init was pid %d here), and its root (pid %d there) has ended since\n",
-                 init, manifest->root_pid);
-  } else if (rc == kExitOk) {
-    std::fprintf(stderr, "cusnap restore: the job runs in a PID namespace of its own (its init "
-                 "is pid %d here): its root is pid %d there and pid %d here; name it with "
-                 "--pid %d (its root as this machine numbers it; the pid of another of its "
-                 "processes names that process's subtree, as for any job)\n",
-                 init, manifest->root_pid, root, root);
-  }
-  return rc;
+  return RestoreInOwnPidNamespace(images_dir, *manifest, device_map, json);
 }
 
 int InspectImagesCommand(const std::string& images_dir, bool json) {

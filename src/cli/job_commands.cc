@@ -358,7 +358,7 @@ std::string CheckpointElsewhere(const char* command, const Target& target,
   for (int pid : pids) {
     const auto there = coord::CheckpointStateDirOf(control_dir, pid);
     if (!there) continue;
-    const std::string how = target.all ? "--all" : "--pid " + std::to_string(target.pid);
+    const std::string how = target.all ? "--all" : PidOption(target.pid);
     return "no checkpoint in " + state_dir + "; the job's checkpoint is in " + *there +
            ": run 'cusnap " + command + " " + how + " --state-dir " + *there + "'";
   }

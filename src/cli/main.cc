@@ -11,6 +11,7 @@
 #include "cli/completion.h"
 #include "cli/exit_codes.h"
 #include "cli/man_page.h"
+#include "cli/output.h"
 #include "cli/pid_namespace.h"
 #include "cli/usage.h"
 #include "cli/version.h"
@@ -497,17 +498,6 @@ int RefuseUnknownCommand(const CLI::App& app, const std::string& word) {
   return cusnap::cli::kExitOk;
 }
 
-/// Refuses a bad value of a setting `command` reads (SettingsProblemsOf), each named on
-/// stderr with what it takes, before anything starts: kExitUsage, else kExitOk.
-int RefuseBadSettings(const std::string& command) {
-  const std::vector<std::string> problems = cusnap::cli::SettingsProblemsOf(command);
-  for (const std::string& problem : problems) {
-    std::fprintf(stderr, "cusnap %s: %s; %s\n", command.c_str(), problem.c_str(),
-                 command == "run" ? "the job was not started" : "nothing was changed");
-  }
-  return problems.empty() ? cusnap::cli::kExitOk : cusnap::cli::kExitUsage;
-}
-
 /// True when --json stands anywhere before the job's own arguments: a usage error is then
 /// answered as JSON too.
 bool AsksForJson(int argc, char** argv) {
@@ -518,6 +508,23 @@ bool AsksForJson(int argc, char** argv) {
   return json;
 }
 
+/// Refuses a bad value of a setting `command` reads (SettingsProblemsOf), each named on
+/// stderr with what it takes (and in one JSON document on stdout when `json`), before
+/// anything starts: kExitUsage, else kExitOk.
+int RefuseBadSettings(const std::string& command, bool json) {
+  std::vector<std::string> problems = cusnap::cli::SettingsProblemsOf(command);
+  if (problems.empty()) return cusnap::cli::kExitOk;
+  for (std::string& problem : problems) {
+    problem += command == "run" ? "; the job was not started" : "; nothing was changed";
+    std::fprintf(stderr, "cusnap %s: %s\n", command.c_str(), problem.c_str());
+  }
+  if (json) {
+    std::printf("%s\n", cusnap::cli::UntouchedToJson(command, cusnap::cli::kExitUsage, problems)
+                            .dump(2).c_str());
+  }
+  return cusnap::cli::kExitUsage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -526,7 +533,7 @@ int main(int argc, char** argv) {
     cusnap::cli::ServeAsNamespaceInit(argv[2], argv[3]);
   }
   if (const int dashes = RunDashesIndex(argc, argv); dashes > 0) {
-    if (const int rc = RefuseBadSettings("run"); rc != cusnap::cli::kExitOk) return rc;
+    if (const int rc = RefuseBadSettings("run", false); rc != cusnap::cli::kExitOk) return rc;
     return RunAfterDashes(argc, argv, dashes);
   }
 
@@ -559,7 +566,7 @@ int main(int argc, char** argv) {
   }
   for (Subcommand* subcommand : subcommands) {
     if (!subcommand->Parsed()) continue;
-    if (const int rc = RefuseBadSettings(word); rc != cusnap::cli::kExitOk) return rc;
+    if (const int rc = RefuseBadSettings(word, AsksForJson(argc, argv)); rc != cusnap::cli::kExitOk) return rc;
     return subcommand->Run(app);
   }
   return cusnap::cli::kExitUsage;

@@ -154,8 +154,8 @@ int RunCommand(const std::vector<std::string>& command, bool pid_namespace) {
   }
 
   // A session whose leader is outside this PID namespace (`docker exec`, a container
-  // runtime, a CI runner) makes the job one CRIU refuses to dump (proc.h OwnSessionId): the
-  // job gets a session of its own. setsid fails for a process-group leader (a shell with job
+  // runtime, a CI runner) makes the job one CRIU refuses to dump (OwnSessionId,
+  // images/criu_preconditions.h): the job gets a session of its own. setsid fails for a process-group leader (a shell with job
   // control made us one); then `cusnap dump` refuses, naming the fix.
   if (::getsid(0) == 0 && ::setsid() < 0) {
     std::fprintf(stderr, "cusnap run: note: the job's session leader is outside its PID "

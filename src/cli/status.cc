@@ -44,13 +44,14 @@ void RemoveStillStale(const std::vector<std::string>& listed, const std::vector<
   }
 }
 
-/// Removes the stale endpoint sockets of `stale`, hold markers and start-time aliases that
-/// are still stale now (checked again just before each unlink: a live endpoint is never
+/// Removes the stale endpoint sockets of `stale`, hold markers, start-time aliases and
+/// checkpoint pointers that are still stale now (checked again just before each unlink: a live endpoint is never
 /// removed). Returns the paths removed; failures go to `errors`.
 std::vector<std::string> Prune(const std::string& control_dir,
                                const std::vector<StaleEndpoint>& stale,
                                const std::vector<std::string>& stale_markers,
                                const std::vector<std::string>& stale_aliases,
+                               const std::vector<std::string>& stale_pointers,
                                std::vector<std::string>& errors) {
   std::vector<std::string> removed;
   const auto now = StaleEndpoints(control_dir);
@@ -74,6 +75,7 @@ std::vector<std::string> Prune(const std::string& control_dir,
     RemoveStillStale(locks, locks, removed, errors);
   }
   RemoveStillStale(stale_aliases, coord::StaleRestoredAliases(control_dir), removed, errors);
+  RemoveStillStale(stale_pointers, coord::StaleCheckpointPointers(control_dir), removed, errors);
   return removed;
 }
 
@@ -105,6 +107,7 @@ struct StatusScan {
   std::vector<StaleEndpoint> stale;        ///< listed, never an error; removed with --prune
   std::vector<std::string> stale_markers;  ///< hold markers of processes that ended held
   std::vector<std::string> stale_aliases;  ///< start-time aliases of restored processes that ended
+  std::vector<std::string> stale_pointers; ///< checkpoint pointers of processes that ended
   std::vector<ForeignEndpoint> foreign;    ///< endpoints of jobs in PID namespaces of their own
   std::vector<std::string> removed;        ///< what --prune removed
   std::vector<coord::ParticipantStatus> entries;
@@ -147,6 +150,7 @@ int FindAllEndpoints(StatusScan& scan) {
   scan.stale = StaleEndpoints(control_dir);
   scan.stale_markers = coord::StaleHoldMarkersBelow(control_dir);
   scan.stale_aliases = coord::StaleRestoredAliases(control_dir);
+  scan.stale_pointers = coord::StaleCheckpointPointers(control_dir);
   scan.foreign = ForeignEndpoints(control_dir);
   for (int pid : coord::EndpointPids(control_dir)) {
     const bool reused = std::any_of(scan.stale.begin(), scan.stale.end(),
@@ -253,6 +257,7 @@ void PrintStatusJson(const StatusScan& scan) {
                                      {"stale_reasons", stale_reasons},
                                      {"stale_hold_markers", scan.stale_markers},
                                      {"stale_restored_aliases", scan.stale_aliases},
+                                     {"stale_checkpoint_pointers", scan.stale_pointers},
                                      {"other_pid_namespaces", OtherNamespacesJson(scan.foreign)},
                                      {"other_control_dirs", scan.elsewhere},
                                      {"checkpoints", CheckpointsJson(scan)},
@@ -344,6 +349,10 @@ void PrintLeftoverLines(const StatusScan& scan, bool prune) {
     std::printf("stale start-time alias %s: the restored process it names ended (%s)\n",
                 alias.c_str(), PruneWord(scan, alias));
   }
+  for (const auto& pointer : scan.stale_pointers) {
+    std::printf("stale checkpoint pointer %s: the checkpointed process it names ended (%s)\n",
+                pointer.c_str(), PruneWord(scan, pointer));
+  }
   // A `cusnap dump` leaves both behind when it takes a held job away; its images are what
   // a restore needs, not these files.
   if (!scan.stale_markers.empty() && !prune) {
@@ -375,7 +384,7 @@ int StatusCommand(const Target& target, bool json, bool prune) {
   if (found != kExitOk) return found;
   if (prune) {
     scan.removed = Prune(scan.control_dir, scan.stale, scan.stale_markers, scan.stale_aliases,
-                         scan.errors);
+                         scan.stale_pointers, scan.errors);
   }
   AskParticipants(target, scan);
   if (json) {

@@ -134,8 +134,11 @@ inline constexpr Setting kTestStateDirFreeBytes{
     "what statvfs says", kCheckpoint | kDump,
     "tests only: the bytes free taken for the state directory's filesystem"};
 inline constexpr Setting kTestPauseAt{
-    "CUSNAP_TEST_PAUSE_AT", Kind::kText, "", 0, 0, 1, "", "none", kCommandsThatDrive,
+    "CUSNAP_TEST_PAUSE_AT", Kind::kText, "", 0, 0, 1, "", "none", kCommandsThatDrive | kCriuPlugin,
     "tests only: the phases at which a command stops itself until continued"};
+inline constexpr Setting kTestCarrierIoFault{
+    "CUSNAP_TEST_CARRIER_IO_FAULT", Kind::kText, "", 0, 0, 1, "", "none", kShim,
+    "tests only: a fault in one unit of a carrier file's write or read"};
 
 /// Every setting, in the README's order.
 inline constexpr const Setting* kAll[] = {
@@ -143,7 +146,7 @@ inline constexpr const Setting* kAll[] = {
     &kCarrierPin,  &kCarrierChunkMib,  &kZeroScan,   &kCarrierKeep, &kCarrierThreads, &kCarrierRingMib,
     &kLeaseMs,     &kDriver,           &kHold,       &kCriu,      &kCriuOpts,
     &kBin,         &kDeviceMap,        &kDumpRunsCriu, &kTestCgroupRoot,
-    &kTestStateDirFreeBytes, &kTestPauseAt};
+    &kTestStateDirFreeBytes, &kTestPauseAt, &kTestCarrierIoFault};
 
 /// The value of `setting` in this process's environment; nullptr when unset or empty (both
 /// mean the default).

@@ -22,7 +22,7 @@ With GPU_TORCH_IPC_SHELL=1 (run_all.sh's torch_ipc_hangup) the job is started th
 user starts one in the background from an interactive shell: `cusnap run ... &` from a bash
 with job control (a session of its own, the job in a process group of its own), and in cycle
 1 the shell is killed while the job is held. The kernel then sends the job's orphaned process
-group SIGHUP and SIGCONT (shim/lifecycle/hangup_guard.h): both processes must still
+group SIGHUP and SIGCONT (shim/hold/hold_guard.h): both processes must still
 exist and be stopped a second later, and the cycle goes on as usual; checkpoint and restore
 name the producer from then on (the shell's tree is gone).
 

@@ -225,7 +225,13 @@ TEST_F(CliImagesPidNamespace, MessagesNameThePidsOfTheCallersNamespace) {
   EXPECT_NE(twice.status, 0);
   EXPECT_THAT(twice.err, HasSubstr("run 'cusnap restore --pid " + here));
   EXPECT_THAT(twice.err, ::testing::Not(HasSubstr("--pid " + there + " ")));
-  const Ran back = Cusnap({"restore", "--pid", here, "--state-dir", state});
+  // A restore given another state directory: the one it points to takes the pid here.
+  const Ran elsewhere = Cusnap({"restore", "--pid", here, "--state-dir", dir_ + "/state-4"});
+  EXPECT_NE(elsewhere.status, 0);
+  EXPECT_THAT(elsewhere.err, HasSubstr("run 'cusnap restore --pid " + here + " --state-dir " +
+                                       state + "'"));
+  // recover takes the pid here too, and brings the job back.
+  const Ran back = Cusnap({"recover", "--pid", here, "--state-dir", state});
   ASSERT_EQ(back.status, 0) << back.out << back.err;
   ExpectEveryByteOnceTold(job_dir, log);
 }

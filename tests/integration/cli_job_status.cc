@@ -3,7 +3,8 @@
 // serving its endpoint in another control directory exit 1 naming why (and that directory);
 // a checkpointed job shows where its checkpoint is, and one whose participant was killed
 // names the missing participant and exits 1; `restore` without --state-dir names the
-// checkpoint's state directory instead of failing on ./cusnap-state.
+// checkpoint's state directory instead of failing on ./cusnap-state; a killed participant's
+// checkpoint pointer is stale, and --prune removes it.
 #include <gmock/gmock.h>
 #include <sys/stat.h>
 
@@ -84,6 +85,20 @@ TEST_F(CliJobStatus, ACheckpointedJobShowsItsStateDirectoryAndAMissingParticipan
   EXPECT_EQ(js.status, 1);
   doc = nlohmann::json::parse(js.out);
   EXPECT_EQ(doc["checkpoints"][0]["missing_participants"], nlohmann::json::array({gone}));
+
+  // The killed participant's checkpoint pointer is stale: listed, and removed by --prune; the
+  // live one's stays.
+  const std::string control = cusnap::testing::Env("CUSNAP_CONTROL_DIR");
+  const std::string pointer = control + "/" + std::to_string(gone) + ".checkpoint";
+  st = Cusnap({"status"});
+  EXPECT_THAT(st.out, HasSubstr("stale checkpoint pointer " + pointer + ": the checkpointed "
+                                "process it names ended (safe to remove)\n"));
+  st = Cusnap({"status", "--prune"});
+  EXPECT_THAT(st.out, HasSubstr("stale checkpoint pointer " + pointer + ": the checkpointed "
+                                "process it names ended (removed)\n"));
+  struct stat info {};
+  EXPECT_NE(::stat(pointer.c_str(), &info), 0);
+  EXPECT_EQ(::stat((control + "/" + std::to_string(creator.pid) + ".checkpoint").c_str(), &info), 0);
 
   const Ran rs = Cusnap({"restore", "--all", "--state-dir", state});
   EXPECT_EQ(rs.status, 0) << rs.out << rs.err;

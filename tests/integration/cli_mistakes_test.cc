@@ -376,7 +376,13 @@ TEST_F(CliMistakes, EveryAnswerUnderJsonIsADocumentWithAReportsKeys) {
   const Ran gone = Cusnap({"restore", "--pid", "4194303", "--json", "--state-dir", dir_ + "/s"});
   EXPECT_NE(gone.status, 0);
   const auto early = nlohmann::json::parse(gone.out);
-  for (const auto& doc : {bad, early}) {
+  ::setenv("CUSNAP_LEASE_MS", "abc", 1);
+  const Ran setting = Cusnap({"checkpoint", "--all", "--json"});
+  ::unsetenv("CUSNAP_LEASE_MS");
+  EXPECT_EQ(setting.status, 2);
+  const auto refused = nlohmann::json::parse(setting.out);
+  EXPECT_THAT(refused["errors"][0].get<std::string>(), HasSubstr("CUSNAP_LEASE_MS='abc'"));
+  for (const auto& doc : {bad, early, refused}) {
     for (const char* key : {"command", "exit_code", "outcome", "phases", "errors", "notes"}) {
       EXPECT_TRUE(doc.contains(key)) << key << " missing in " << doc.dump();
     }

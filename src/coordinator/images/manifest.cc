@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/ids.h"
+#include "common/text.h"
 #include "common/unique_fd.h"
 #include "coordinator/images/carrier_files.h"
 #include "coordinator/images/criu.h"
@@ -251,12 +252,12 @@ std::string CheckpointedInPlaceText(const std::string& dir) {
   std::string pids;
   for (const auto& p : state->participants) {
     if (!AliveHere(p.pid, p.start_time)) return "";
-    pids += (pids.empty() ? "" : ", ") + std::to_string(p.pid);
+    pids += (pids.empty() ? "" : ", ") + ProcessText(p.pid);
   }
-  const std::string first = std::to_string(state->participants.front().pid);
-  return dir + " holds the state file of a checkpoint whose processes still run here (pid " +
-         pids + "): a dump stopped after its checkpoint, before CRIU ran; 'cusnap restore "
-         "--pid " + first + " --state-dir " + dir + "' resumes the job in place";
+  return dir + " holds the state file of a checkpoint whose processes still run here (" + pids +
+         "): a dump stopped after its checkpoint, before CRIU ran; 'cusnap restore " +
+         PidOption(state->participants.front().pid) + " --state-dir " + dir +
+         "' resumes the job in place";
 }
 
 bool IsFailedDump(const std::string& dir) {

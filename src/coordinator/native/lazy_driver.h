@@ -1,7 +1,7 @@
 // A driver loaded when a sequence first needs it: a command that has nothing to act on
 // (`checkpoint --all` with no endpoint) refuses without paying for cuInit, which on a GPU
-// machine is most of such an answer's time (issue 34: a refusal that needs no driver
-// answers within 1.5x a usage error).
+// machine is most of such an answer's time (a refusal that needs no driver answers within 1.5x a
+// usage error's time: bench/cli_answer_time.sh).
 #pragma once
 
 #include <functional>

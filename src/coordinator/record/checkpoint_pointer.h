@@ -26,6 +26,11 @@ Status WriteCheckpointPointer(const std::string& control_dir, int pid, uint64_t 
 /// `pid` now is the one it was written for; nullopt otherwise.
 std::optional<std::string> CheckpointStateDirOf(const std::string& control_dir, int pid);
 
+/// The pointer files in `control_dir` whose process ended (or whose pid another process has
+/// now): a checkpointed job killed leaves them, and `status --prune` removes them. Paths, in
+/// directory order.
+std::vector<std::string> StaleCheckpointPointers(const std::string& control_dir);
+
 /// Removes the pointers of `pids` (those absent are fine).
 void RemoveCheckpointPointers(const std::string& control_dir, const std::vector<int>& pids);
 

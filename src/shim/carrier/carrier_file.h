@@ -19,6 +19,7 @@
 
 #include "common/chunk_digest.h"
 #include "common/error.h"
+#include "common/settings.h"
 
 namespace cusnap::shim {
 
@@ -118,6 +119,6 @@ Status StreamWriteParts(const std::string& dir, std::span<FilePart> parts,
 /// the `unit`th (0-based, in issue order) write or read call of every WriteParts / ReadParts
 /// in this process move half its bytes (short: the rest follows in the next call), or fail
 /// with ENOSPC or EIO. Unset: no fault. Read once per transfer.
-inline constexpr const char* kCarrierIoFaultVariable = "CUSNAP_TEST_CARRIER_IO_FAULT";
+inline constexpr const char* kCarrierIoFaultVariable = settings::kTestCarrierIoFault.name;
 
 }  // namespace cusnap::shim

@@ -38,7 +38,7 @@ char g_marker[PATH_MAX];  // the held marker, NUL-terminated
 // (the marker gone by then), stopping the restored job for good. So one thread at a time
 // keeps the hold, checking the marker again each time the process is continued; a signal
 // that reaches another thread meanwhile is left to it. (A SIGSTOP that still lands after a
-// restore's continue is undone by the restore: coordinator/hold.cc, KeepContinued.)
+// restore's continue is undone by the restore: coordinator/participants/hold.cc, KeepContinued.)
 std::atomic<bool> g_stopping{false};
 
 void OnSignal(int signo, siginfo_t*, void*) {

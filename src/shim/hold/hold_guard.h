@@ -1,6 +1,6 @@
 // A held job stays held, whatever its shell, its terminal or a user does with signals
 // (a job is never stranded). The long-suspend hold stops each participant with SIGSTOP
-// (coordinator/hold.h) while its GPU memory is released; a process that runs on then faults
+// (coordinator/participants/hold.h) while its GPU memory is released; a process that runs on then faults
 // on the first access to that memory. Two signals continue a stopped process:
 // - SIGHUP then SIGCONT, when the shell that started the job in the background exits (the
 //   job's process group is orphaned with a stopped member: POSIX "orphaned process group";

@@ -29,7 +29,7 @@
 // rolls the shim back by itself: saved bytes discarded, gate open, ACTIVE, and failure()
 // says why. After the point of no return application calls wait for as long as it takes.
 //
-// The hold after a command (CUSNAP_HOLD=stop, coordinator/hold.h): a checkpoint whose
+// The hold after a command (CUSNAP_HOLD=stop, coordinator/participants/hold.h): a checkpoint whose
 // release request says `held` stops the process after its native checkpoint, and a restore
 // continues it first. A restore killed after that continue (before it changed anything, or
 // half way) would leave the job running with its memory gone until the next restore: the
