@@ -97,11 +97,12 @@ inline constexpr Setting kCarrierKeep{
     "CUSNAP_CARRIER_KEEP", Kind::kNumber, "all|none", 1, uint64_t{1} << 30, 1, "MiB", "`all`",
     kShim, "host memory the carrier keeps once a cycle finished"};
 inline constexpr Setting kCarrierThreads{
-    "CUSNAP_CARRIER_THREADS", Kind::kNumber, "", 1, 64, 1, "threads", "`8`", kShim,
-    "threads that first-touch a growing carrier arena and read carrier files back"};
+    "CUSNAP_CARRIER_THREADS", Kind::kNumber, "", 1, 64, 1, "threads",
+    "`16`, at most the CPUs the process may run on", kShim,
+    "threads that first-touch a growing carrier arena and stream carrier files to and from the GPU"};
 inline constexpr Setting kCarrierRingMib{
     "CUSNAP_CARRIER_RING_MIB", Kind::kNumber, "", 2, 65536, 2, "MiB", "`512`", kShim,
-    "pinned host memory a restore streams carrier files through to the GPU"};
+    "the most pinned host memory a dump or restore streams carrier files through (4 MiB a thread)"};
 inline constexpr Setting kLeaseMs{
     "CUSNAP_LEASE_MS", Kind::kNumber, "", 1, kMaxLeaseMs, 1, "ms", "`10000`", kCommandsThatDrive,
     "the lease a command holds on the job"};

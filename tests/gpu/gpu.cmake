@@ -50,6 +50,15 @@ if(CUSNAP_BUILD_GPU_TESTS)
   cusnap_gpu_program(gpu_carry_hold gpu_carry_hold.cc)          # the suspend/resume bench
   cusnap_gpu_program(gpu_legacy_ipc gpu_legacy_ipc.cc)          # cuIpc* under cusnap
 
+  # Device memory to files and back through small pinned buffers or by pinning the file's
+  # own pages (bench/gpu_file_mapping_vs_buffer.cc, run by hand: MEASURED.md M27).
+  add_executable(gpu_file_mapping_vs_buffer ${CMAKE_SOURCE_DIR}/bench/gpu_file_mapping_vs_buffer.cc)
+  cusnap_warnings(gpu_file_mapping_vs_buffer)
+  target_link_libraries(gpu_file_mapping_vs_buffer PRIVATE cusnap_cuda_headers pthread)
+  target_link_options(gpu_file_mapping_vs_buffer PRIVATE -L${_cusnap_cuda_stub_dir})
+  target_link_libraries(gpu_file_mapping_vs_buffer PRIVATE cuda)
+  set_target_properties(gpu_file_mapping_vs_buffer PROPERTIES SKIP_BUILD_RPATH ON)
+
   # Starts two roles of a program joined by a socket pair; links no CUDA (it is the parent
   # of the job that `cusnap checkpoint --pid` walks).
   add_executable(gpu_pair_launcher ${_gpu_dir}/gpu_pair_launcher.cc)
@@ -71,5 +80,6 @@ if(CUSNAP_BUILD_GPU_TESTS)
   # machine): `cmake --build <build> --target cusnap_gpu_tests`.
   add_custom_target(cusnap_gpu_tests DEPENDS cusnap cusnap_shim gpu_vmm_basic gpu_ticket_pair
     gpu_share_checkpoint gpu_pinned_baseline gpu_meminfo gpu_multicast_forward gpu_pair_launcher
-    gpu_inspect gpu_share_ring gpu_driver_facts gpu_abi_table gpu_legacy_ipc gpu_carry_hold)
+    gpu_inspect gpu_share_ring gpu_driver_facts gpu_abi_table gpu_legacy_ipc gpu_carry_hold
+    gpu_file_mapping_vs_buffer)
 endif()

@@ -114,5 +114,35 @@ TEST_F(CliJobLeases, StepRequestWithADurationPastItsRangeIsRefusedNamingTheRange
   Cycle(dir_ + "/state");
 }
 
+TEST_F(CliJobLeases, StepRequestWithACarrierPathThatIsNoFileStemIsRefusedNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(StartJob());
+  using cusnap::proto::Op;
+  struct Case {
+    Op op;
+    std::string path;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {Op::kSave, "/////", "carrier path '/////' names a folder, not the stem of its files"},
+      {Op::kWriteCarrier, "/", "carrier path '/' names a folder, not the stem of its files"},
+      {Op::kWriteCarrier, "/tmp/..", "carrier path '/tmp/..' names a folder"},
+      {Op::kWriteCarrier, "relative/carrier", "carrier path 'relative/carrier' is not absolute"},
+      {Op::kReadCarrier, "relative", "carrier path 'relative' is not absolute"},
+  };
+  for (Worker* w : {creator_, importer_}) {
+    for (const Case& c : cases) {
+      cusnap::proto::StepRequest request{c.op, 0, ""};
+      request.carrier_path = c.path;
+      const auto reply = Send(*w, request);
+      ASSERT_FALSE(reply.ok()) << w->name << " took " << c.path;
+      EXPECT_THAT(reply.error().message,
+                  HasSubstr(std::string(cusnap::proto::OpName(c.op)) + " refused: " + c.why));
+    }
+  }
+  EXPECT_EQ(Phases(), std::vector<std::string>(2, "active"));
+  CheckEveryByte();
+  Cycle(dir_ + "/state");
+}
+
 }  // namespace
 }  // namespace jobtest

@@ -137,7 +137,8 @@ TEST_F(CliSettings, AShimPreloadedWithoutRunLogsABadValueAndStatusShowsIt) {
   const std::string carrier =
       "CUSNAP_CARRIER='bogus' is not one of lazy, eager; using the default, lazy";
   const std::string threads = "CUSNAP_CARRIER_THREADS='0' is not a whole number of threads "
-                              "from 1 to 64; using the default, 8";
+                              "from 1 to 64; using the default, 16, at most the CPUs the "
+                              "process may run on";
   const std::string log_file = "CUSNAP_LOG_FILE='/nonexistent-cusnap-folder/shim.log' is not a "
                                "file one can append to (a writable file, or a new one in a "
                                "writable folder); using the default, the job's stderr";

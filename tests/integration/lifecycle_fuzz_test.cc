@@ -103,8 +103,9 @@ class RandomSteps {
     for (char& c : text) c = static_cast<char>(1 + Pick(255));
     return text;
   }
-  /// Paths a carrier can neither be written to nor read from: the job's bytes stay in
-  /// memory, where `recover` finds them.
+  /// Paths a carrier can neither be written to nor read from (a relative path and a bare
+  /// folder are refused by the endpoint, CarrierPathProblem): the job's bytes stay in memory,
+  /// where `recover` finds them.
   std::string Path() {
     switch (Pick(5)) {
       case 0: return "";

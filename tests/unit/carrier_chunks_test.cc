@@ -3,6 +3,7 @@
 // finds all-zero chunks, which are not copied and come back as zeros; every pinning mode
 // carries the same bytes; the arena is freed or capped after a cycle when asked.
 #include <gmock/gmock.h>
+#include <sched.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -334,8 +335,12 @@ TEST(CarrierOptions, ReadFromTheEnvironment) {
   // The defaults the settings table (and so the README) names.
   EXPECT_EQ(cusnap::settings::FallbackText(cusnap::settings::kCarrierChunkMib),
             std::to_string(defaults.chunk_bytes / kMiB));
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  const unsigned cpus = static_cast<unsigned>(CPU_COUNT(&allowed));
+  EXPECT_EQ(defaults.provision_threads, std::min(16u, cpus));
   EXPECT_EQ(cusnap::settings::FallbackText(cusnap::settings::kCarrierThreads),
-            std::to_string(defaults.provision_threads));
+            "16, at most the CPUs the process may run on");
 
   setenv("CUSNAP_CARRIER_PIN", "kept", 1);
   setenv("CUSNAP_CARRIER_CHUNK_MIB", "16", 1);

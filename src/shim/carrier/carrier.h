@@ -221,6 +221,10 @@ class HostCarrier {
   CarrierTransfer FileTransferLocked(const std::vector<FilePiece>& pieces) const;
   // Bytes one file read or write moves at most: a chunk, at most kFileUnit.
   size_t FileUnitBytes() const { return std::min(options_.chunk_bytes, kFileUnit); }
+  // Bytes of each streamed transfer's buffer: kStreamBuffer, at most a unit and the ring.
+  size_t StreamBufferBytes() const {
+    return std::min({kStreamBuffer, FileUnitBytes(), options_.ring_bytes});
+  }
   // SavedBytesReadable, mutex_ held.
   Status ReadableLocked() const;
   // file_name, mutex_ held.

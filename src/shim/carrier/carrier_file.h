@@ -26,6 +26,11 @@ namespace cusnap::shim {
 /// Bytes one read or write call moves at most.
 inline constexpr size_t kFileUnit = size_t{64} << 20;
 
+/// Bytes of each pinned buffer a streamed transfer moves a unit through (UnitCopier): small
+/// enough that every I/O thread's buffer stays in the processor's cache between the copy
+/// engine and the file (bench/gpu_file_mapping_vs_buffer.cc).
+inline constexpr size_t kStreamBuffer = size_t{4} << 20;
+
 /// One range of host memory and where its bytes sit in the carrier's address space (the
 /// arena offset), which the parts divide.
 struct FilePiece {
@@ -88,10 +93,12 @@ Status FindParts(const std::string& dir, std::span<const FilePart> parts);
 class UnitCopier {
  public:
   virtual ~UnitCopier() = default;
-  /// The buffer of I/O thread `thread` (0 .. threads - 1), at least the unit size long and
-  /// pinned for the copies; asked before each unit (made at the first). Errors: ENOMEM, the
+  /// The buffer of I/O thread `thread` (0 .. threads - 1), buffer_bytes() long and pinned
+  /// for the copies; asked before each unit (made at the first). Errors: ENOMEM, the
   /// pinning's.
   virtual Result<std::byte*> Buffer(unsigned thread) = 0;
+  /// Bytes of each buffer: a unit moves through it in pieces of at most this many.
+  virtual size_t buffer_bytes() const = 0;
   /// The carrier's bytes [offset, offset + bytes) (FilePiece::offset's address space) between
   /// the device and `buffer` (thread `thread`'s): a read hands them over read and checked, for
   /// the device; a write asks for them from the device, to digest and write them. Returns
@@ -100,15 +107,18 @@ class UnitCopier {
 };
 
 /// ReadParts through one buffer per I/O thread (`copier`'s; the pieces' memory is not used,
-/// only their offsets): each unit is read into its thread's buffer, checked against its
-/// digest, then handed to `copier`, so every byte crosses host memory once and the host
-/// memory taken is `threads` buffers. Errors: as ReadParts', and the copier's.
+/// only their offsets): each unit is read into its thread's buffer a buffer at a time and
+/// handed to `copier`, and checked against its digest at its end (a mismatch fails the read,
+/// whose caller keeps the job from running on the bytes), so every byte crosses host memory
+/// once and the host memory taken is `threads` buffers. Errors: as ReadParts', and the
+/// copier's.
 Status StreamReadParts(const std::string& dir, std::span<const FilePart> parts,
                        std::span<const FilePiece> pieces, unsigned threads, size_t unit_bytes,
                        UnitCopier& copier);
 
 /// WriteParts through one buffer per I/O thread (`copier`'s): each unit's bytes come from the
-/// device into its thread's buffer, then are digested and written, so every byte crosses host
+/// device into its thread's buffer a buffer at a time, then are digested and written, so
+/// every byte crosses host
 /// memory once and no arena holds them. Errors: as WriteParts' (every part file is removed
 /// then), and the copier's.
 Status StreamWriteParts(const std::string& dir, std::span<FilePart> parts,

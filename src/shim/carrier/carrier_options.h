@@ -42,12 +42,13 @@ struct CarrierOptions {
   /// Arena bytes kept once a cycle finished (CUSNAP_CARRIER_KEEP: "all" (default), "none",
   /// or a number of MiB); the rest goes back to the kernel.
   size_t keep_bytes = SIZE_MAX;
-  /// Threads that first-touch a growing arena, and that read a dump's carrier files back
-  /// (CUSNAP_CARRIER_THREADS, default 8).
+  /// Threads that first-touch a growing arena, and that stream a dump's carrier files to and
+  /// from the device (CUSNAP_CARRIER_THREADS; CarrierOptionsFromEnvironment's default: 16,
+  /// at most the CPUs the process may run on).
   unsigned provision_threads = 8;
-  /// Pinned host memory a restore from carrier files streams through, bytes: one buffer of a
-  /// file unit (min(chunk_bytes, 64 MiB)) per reading thread, at least one
-  /// (CUSNAP_CARRIER_RING_MIB, default 512 MiB). It bounds the host memory such a restore
+  /// Pinned host memory a dump or a restore from carrier files streams through, bytes: one
+  /// buffer of kStreamBuffer (at most a file unit and this) per I/O thread, at least one
+  /// (CUSNAP_CARRIER_RING_MIB, default 512 MiB). It bounds the host memory such a transfer
   /// takes beside the job's own; no arena is provided for it.
   size_t ring_bytes = size_t{512} << 20;
 };

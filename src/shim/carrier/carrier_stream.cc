@@ -1,7 +1,7 @@
 // A dump's carrier streamed between the device and its files (carrier.h, Save to a stem and
-// Load; DESIGN.md "Images"): through one pinned buffer per I/O thread, each unit digested as
-// it is written and checked as it is read (carrier_file.h, StreamWriteParts,
-// StreamReadParts). Every byte crosses host memory once, and no arena is provided: a dump
+// Load; DESIGN.md "Images"): through one small pinned buffer per I/O thread (kStreamBuffer),
+// each unit digested as it is written and checked as it is read (carrier_file.h,
+// StreamWriteParts, StreamReadParts). Every byte crosses host memory once, and no arena is provided: a dump
 // took the arena's provisioning (9.3 GB/s), the copies into it and the files' writes one
 // after the other, and a restore the same backwards.
 #include <sys/mman.h>
@@ -51,6 +51,8 @@ class HostCarrier::DeviceStream final : public UnitCopier {
     if (!copied) failed_ = true;
     return copied;
   }
+
+  size_t buffer_bytes() const override { return buffer_bytes_; }
 
   /// True once Buffer or Copy failed: the stream's error is the device side's, not a file's.
   bool failed() const { return failed_; }
@@ -205,7 +207,7 @@ class HostCarrier::DeviceStream final : public UnitCopier {
 
 unsigned HostCarrier::StreamThreads() const {
   return static_cast<unsigned>(
-      std::clamp<size_t>(options_.ring_bytes / FileUnitBytes(), 1, options_.provision_threads));
+      std::clamp<size_t>(options_.ring_bytes / StreamBufferBytes(), 1, options_.provision_threads));
 }
 
 void HostCarrier::ForEachZeroChunk(Transfer& t, const std::function<void(CopyGroup&, size_t, size_t, size_t)>& each) {
@@ -233,7 +235,7 @@ void HostCarrier::StreamToFilesLocked(Transfer& t, const std::string& stem_path)
   const size_t unit = FileUnitBytes();
   std::vector<FilePart> parts = PlanParts(stem, LayoutEndLocked(), pieces, options_.provision_threads, unit);
   if (!t.failure) {
-    DeviceStream stream(*this, t, StreamThreads(), unit);
+    DeviceStream stream(*this, t, StreamThreads(), StreamBufferBytes());
     Status written = StreamWriteParts(dir, parts, pieces, StreamThreads(), unit, stream);
     stream.Finish();
     if (!written) {
@@ -268,7 +270,7 @@ void HostCarrier::StreamFromFilesLocked(Transfer& t) {
   if (!t.failure) {
     const size_t unit = FileUnitBytes();
     const unsigned threads = StreamThreads();
-    DeviceStream stream(*this, t, threads, unit);
+    DeviceStream stream(*this, t, threads, StreamBufferBytes());
     const std::vector<FilePiece> pieces = FilePiecesLocked();
     Status read = StreamReadParts(file_dir_, file_parts_, pieces, threads, unit, stream);
     stream.Finish();

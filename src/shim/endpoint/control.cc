@@ -92,6 +92,24 @@ std::string FolderPath(int fd) {
   return link;
 }
 
+/// Why the carrier path of a step (its folder joined already) cannot be taken, "" when it
+/// can: a save or a write names files "<dir>/<stem>-<k>.bin", so the path must be absolute
+/// and end in a stem (not a folder: "////" would write "/-0.bin", where another process's
+/// carrier may be); a read names a folder, absolute. A shim's only copy of its carrier must
+/// not land where a path relative to its working directory happens to point.
+std::string CarrierPathProblem(const proto::StepRequest& step) {
+  const std::string& path = step.carrier_path;
+  if (path.empty()) return "";
+  const bool writes = step.op == proto::Op::kSave || step.op == proto::Op::kWriteCarrier;
+  if (!writes && step.op != proto::Op::kReadCarrier) return "";
+  if (path.front() != '/') return "carrier path '" + path + "' is not absolute";
+  const std::string stem = path.substr(path.rfind('/') + 1);
+  if (writes && (stem.empty() || stem == "." || stem == "..")) {
+    return "carrier path '" + path + "' names a folder, not the stem of its files";
+  }
+  return "";
+}
+
 proto::Message Step(ServedProcess& served, const proto::Message& request) {
   Result<proto::StepRequest> step = proto::StepRequest::Decode(request);
   if (!step.ok()) return proto::EncodeError(request.op, step.error());
@@ -106,6 +124,9 @@ proto::Message Step(ServedProcess& served, const proto::Message& request) {
   if (request.fd.valid()) {
     step->carrier_path = FolderPath(request.fd.get()) +
                          (step->carrier_path.empty() ? "" : "/" + step->carrier_path);
+  }
+  if (std::string bad = CarrierPathProblem(*step); !bad.empty()) {
+    return Refuse(request.op, std::string(proto::OpName(request.op)) + " refused: " + bad);
   }
   Result<proto::StepReply> reply = served.RunStep(*step);
   return reply.ok() ? reply->Encode(request.op) : proto::EncodeError(request.op, reply.error());

@@ -18,6 +18,7 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/socket.h"
+#include "common/text.h"
 #include "shim/endpoint/control.h"
 #include "shim/driver/cuda_abi.h"
 #include "shim/quiet_thread.h"
@@ -276,7 +277,10 @@ void Endpoint::ServeExport(int connection, const proto::Message& request) {
     return;
   }
   // Noted before the reply: once the importer holds the descriptor, a checkpoint must see it.
-  NoteImporter(connection, kind, id);
+  if (Status noted = NoteImporter(connection, kind, id); !noted) {
+    refuse(noted.error().message);
+    return;
+  }
   Reply(connection, std::move(reply).Encode(), kRequestTimeoutMs);
 }
 
@@ -288,20 +292,29 @@ void Endpoint::ServeHeldAllocations(int connection, const proto::Message& reques
         kRequestTimeoutMs);
 }
 
-void Endpoint::NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id) {
+Status Endpoint::NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id) {
   const ucred peer = PeerCredentials(connection);
   if (peer.pid <= 0 || peer.pid == owner_pid_) {
-    return;  // no credentials (not a Unix socket), or this process fetching its own object
+    return Ok{};  // no credentials (not a Unix socket), or this process fetching its own object
+  }
+  // No descriptor to read the importer's start time with says nothing of the importer: the
+  // export is refused (the import can be tried again), never handed out unnoted.
+  Result<uint64_t> start = ProcessStartTimeOrShortage(peer.pid);
+  if (!start) {
+    return Error{start.error().code,
+                 ThisProcess() + ": cannot note " + ProcessText(peer.pid) + " as an importer of " +
+                     DescribeObject(id) + " (" + strerror(start.error().code) +
+                     "): not exported; try again"};
   }
   // A start time of 0: the importer is gone already, and a gone importer does not count.
-  const uint64_t start = ProcessStartTime(peer.pid);
-  if (start == 0) return;
-  if (!served_.export_cache().NoteImporter(kind, id.local_id, peer.pid, start)) {
+  if (*start == 0) return Ok{};
+  if (!served_.export_cache().NoteImporter(kind, id.local_id, peer.pid, *start)) {
     CUSNAP_LOG_WARN("endpoint %s: %s has more than %u live importers; pid %d is not "
                     "remembered, and a checkpoint cannot check that it is a participant",
                     path_.c_str(), DescribeObject(id).c_str(), proto::kMaxImportersPerObject,
                     static_cast<int>(peer.pid));
   }
+  return Ok{};
 }
 
 void Endpoint::Enqueue(UniqueFd connection, proto::Message request) {

@@ -91,8 +91,9 @@ class Endpoint {
   void ServeHeldAllocations(int connection, const proto::Message& request);
   /// Remembers the process at the other end of `connection` (SO_PEERCRED) as an importer of
   /// `id` in the export cache (INSPECT reports it; the coordinator refuses a checkpoint that
-  /// leaves a live importer out).
-  void NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id);
+  /// leaves a live importer out). Error (code: the errno) when no descriptor is free to read
+  /// the importer's start time: the export is refused, not handed out unnoted.
+  Status NoteImporter(int connection, TicketKind kind, const proto::ObjectId& id);
   void Enqueue(UniqueFd connection, proto::Message request);
   /// Sends `reply` on `connection`; a failure is logged (the client sees its own error).
   void Reply(int connection, const proto::Message& reply, int timeout_ms);
