@@ -288,11 +288,13 @@ int Drive(const char* command, const Target& target, bool json, size_t phases, i
   const coord::CommandReport report = run(coord::EndpointDiscoverer(discovery), driver,
                                           WithTestPause(command, printer, paused), interrupt);
   const int rc = ExitAfter(report, watch.signal());
-  // A restore names the job's root as the user acts on it (a namespaced job's pid here
-  // differs from its own): one line, or two JSON keys.
-  const int root = std::string_view(command) != "restore" ? 0
-                   : report.restored_root > 0             ? report.restored_root
-                                                          : target.pid;
+  // A restore or recover of one job names its root as the user acts on it (a namespaced
+  // job's pid here differs from its own): one line, or two JSON keys. `--all` may cover
+  // several jobs: none is named.
+  const bool brings_back = std::string_view(command) == "restore" || std::string_view(command) == "recover";
+  const int root = !brings_back                 ? 0
+                   : report.restored_root > 0 ? report.restored_root
+                                              : target.pid;
   if (json) {
     nlohmann::json doc = ReportToJson(command, described, report, rc);
     if (rc == kExitOk && root > 0) {

@@ -233,6 +233,8 @@ TEST_F(CliImagesPidNamespace, MessagesNameThePidsOfTheCallersNamespace) {
   // recover takes the pid here too, and brings the job back.
   const Ran back = Cusnap({"recover", "--pid", here, "--state-dir", state});
   ASSERT_EQ(back.status, 0) << back.out << back.err;
+  EXPECT_THAT(back.out, HasSubstr("job root pid " + here + " (pid " + there + " in its PID "
+                                  "namespace)\n"));
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
