@@ -2,9 +2,9 @@
 # How long `cusnap` takes to answer what needs no driver, beside a usage error's time, in the
 # same run: refusals of a --pid that does not exist (checkpoint, restore, recover, dump,
 # status), `status` of an empty control directory, `checkpoint --all` with no endpoint and
-# `restore --all` with no checkpoint (neither loads the driver: nothing to act on), `completion`
-# and `--help`, each
-# against
+# `restore --all` with no checkpoint (neither loads the driver: nothing to act on), `completion`,
+# `--help`, a bad setting's refusal and `status --pid` of a live process without the shim,
+# each against
 # `cusnap checkpoint --bogus` (a usage error: parsing only). Prints each one's median of
 # <runs> and its ratio to the usage error's; the goal is 1.5x at most. No test times this
 # (timings on shared machines flake); run it by hand:
@@ -31,20 +31,23 @@ while kill -0 "$gone" 2>/dev/null; do gone=$((gone - 1)); done
 # compared with.
 names=("usage error (checkpoint --bogus)" "checkpoint --pid <gone>" "restore --pid <gone>"
        "recover --pid <gone>" "dump --pid <gone>" "status --pid <gone>" "status (no endpoints)"
-       "checkpoint --all (no endpoints)" "restore --all (no checkpoint)" "completion bash" "--help")
+       "checkpoint --all (no endpoints)" "restore --all (no checkpoint)" "completion bash" "--help"
+       "checkpoint, bad CUSNAP_LEASE_MS" "status --pid <live, no shim>")
 args=("checkpoint --bogus" "checkpoint --pid $gone --state-dir $scratch/state"
       "restore --pid $gone --state-dir $scratch/state" "recover --pid $gone"
       "dump --pid $gone --images-dir $scratch/images" "status --pid $gone" "status"
       "checkpoint --all --state-dir $scratch/state" "restore --all --state-dir $scratch/state"
-      "completion bash" "--help")
+      "completion bash" "--help" "checkpoint --all --state-dir $scratch/state" "status --pid $$")
+# The environment of each case (every case runs through env, so each pays its exec alike).
+envs=("" "" "" "" "" "" "" "" "" "" "" "CUSNAP_LEASE_MS=abc" "")
 
 # Round after round, each case once per round, so that a change in the machine's load
 # while the bench runs weighs on every case alike; each case's times in $scratch/times-<i>.
 for ((round = 0; round < RUNS; round++)); do
   for i in "${!args[@]}"; do
     t0=$(date +%s%N)
-    # shellcheck disable=SC2086  # the arguments are words
-    "$CUSNAP" ${args[$i]} >/dev/null 2>&1 || true
+    # shellcheck disable=SC2086  # the environment and the arguments are words
+    env ${envs[$i]} "$CUSNAP" ${args[$i]} >/dev/null 2>&1 || true
     t1=$(date +%s%N)
     echo $(( (t1 - t0) / 1000 )) >>"$scratch/times-$i"
   done

@@ -174,10 +174,6 @@ std::string UnsafeControlDir(const std::string& dir) {
   return problem.empty() ? "" : "control directory " + dir + " would be unsafe: " + problem;
 }
 
-std::string HeldMarkerPath(const std::string& dir, int pid) {
-  return dir + "/" + std::to_string(pid) + ".held";
-}
-
 Result<UniqueFd> MakeControlDir(const std::string& given) {
   if (given.empty()) return Error{EINVAL, "the control directory is empty"};
   const std::string dir = LexicalControlPath(given);

@@ -47,11 +47,6 @@ Result<UniqueFd> OpenControlDir(const std::string& dir);
 /// (nothing in it may be trusted).
 std::string UnsafeControlDir(const std::string& dir);
 
-/// The hold marker of process `pid` in control directory `dir`: "<dir>/<pid>.held". It
-/// exists while `cusnap checkpoint` holds the process stopped (coordinator/participants/hold.h);
-/// the shim's hold guard reads it (shim/hold/hold_guard.h).
-std::string HeldMarkerPath(const std::string& dir, int pid);
-
 /// The shim's side: refuses (EPERM) when a parent fails ControlDirAncestorsProblem, then
 /// creates `dir` if missing (missing parents with mode 0700; the directory
 /// itself fchmod-ed to 0700 through its descriptor when this call created it, whatever the

@@ -14,6 +14,10 @@
 
 namespace cusnap {
 
+std::string HeldMarkerPath(const std::string& dir, int pid) {
+  return dir + "/" + std::to_string(pid) + ".held";
+}
+
 uint64_t OwnPidNamespace() {
   struct stat st {};
   return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;

@@ -23,6 +23,11 @@ struct HoldMarker {
   std::string phase;           ///< ShimState name when the shim held itself; "" otherwise
 };
 
+/// The hold marker of process `pid` in control directory `dir`: "<dir>/<pid>.held". It
+/// exists while `cusnap checkpoint` holds the process stopped (coordinator/participants/hold.h);
+/// the shim's hold guard reads it (shim/hold/hold_guard.h).
+std::string HeldMarkerPath(const std::string& dir, int pid);
+
 /// This process's PID namespace: the inode of /proc/self/ns/pid (0 when unreadable).
 uint64_t OwnPidNamespace();
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/control_dir.h"
+#include "common/hold_marker.h"
 #include "common/endpoint_client.h"
 #include "common/log.h"
 #include "common/settings.h"
