@@ -361,6 +361,13 @@ std::string CheckpointElsewhere(const char* command, const Target& target,
     const auto there = coord::CheckpointStateDirOf(control_dir, pid);
     if (!there) continue;
     const std::string how = target.all ? "--all" : PidOption(target.pid);
+    if (::access(coord::StateFilePath(*there).c_str(), F_OK) != 0) {
+      // Moved or removed since: what each shim holds still brings the job back.
+      return "no checkpoint in " + state_dir + "; the job's checkpoint was in " + *there +
+             ", which holds no state file now: run 'cusnap " + command + " " + how +
+             " --state-dir <where it is now>', or 'cusnap recover " + how + "' to bring the "
+             "job back from what its processes hold";
+    }
     return "no checkpoint in " + state_dir + "; the job's checkpoint is in " + *there +
            ": run 'cusnap " + command + " " + how + " --state-dir " + *there + "'";
   }

@@ -481,15 +481,31 @@ void DefineApp(CLI::App& app) {
                        "print the versions of cusnap and its shim");
 }
 
-/// Refuses a command word that names no subcommand of `app`, with the ones there are;
-/// kExitOk otherwise.
-int RefuseUnknownCommand(const CLI::App& app, const std::string& word) {
+/// The subcommands of `app` offered to people (not the hidden criu-plugin, run by the CRIU
+/// plugin), in their order.
+std::vector<std::string> OfferedCommands(const CLI::App& app) {
   std::vector<std::string> commands;
   const auto named = [](const CLI::App* sub) { return !sub->get_name().empty(); };
   for (const CLI::App* sub : app.get_subcommands(named)) {
-    if (sub->get_name() == word) return cusnap::cli::kExitOk;
-    // A hidden command (criu-plugin, run by the CRIU plugin) is not offered to people.
     if (!sub->get_group().empty()) commands.push_back(sub->get_name());
+  }
+  return commands;
+}
+
+/// Refuses a command word that names no subcommand of `app`, with the ones there are, and a
+/// command line with no word at all (`cusnap` alone); kExitOk otherwise.
+int RefuseUnknownCommand(const CLI::App& app, const std::string& word, int argc) {
+  const std::vector<std::string> commands = OfferedCommands(app);
+  if (argc == 1) {
+    std::string list;
+    for (const std::string& c : commands) list += (list.empty() ? "" : ", ") + c;
+    std::fprintf(stderr, "cusnap: a command is required; the commands are: %s (cusnap --help "
+                         "says what each does)\n", list.c_str());
+    return cusnap::cli::kExitUsage;
+  }
+  const auto named = [](const CLI::App* sub) { return !sub->get_name().empty(); };
+  for (const CLI::App* sub : app.get_subcommands(named)) {
+    if (sub->get_name() == word) return cusnap::cli::kExitOk;
   }
   if (const std::string unknown = cusnap::cli::UnknownCommand(word, commands); !unknown.empty()) {
     std::fprintf(stderr, "cusnap: %s\n", unknown.c_str());
@@ -558,7 +574,7 @@ int main(int argc, char** argv) {
   for (Subcommand* subcommand : subcommands) subcommand->Define(app);
 
   const std::string word = cusnap::cli::CommandWord(argc, argv);
-  if (const int rc = RefuseUnknownCommand(app, word); rc != cusnap::cli::kExitOk) return rc;
+  if (const int rc = RefuseUnknownCommand(app, word, argc); rc != cusnap::cli::kExitOk) return rc;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -121,7 +121,15 @@ TEST_F(CliJobStatus, RestoreWithoutStateDirNamesTheCheckpointsOne) {
   EXPECT_EQ(rs.err, "cusnap restore: no checkpoint in ./cusnap-state; the job's checkpoint is "
                     "in " + state + ": run 'cusnap restore --pid " + PidArg() + " --state-dir " +
                     state + "'\ncusnap restore: refused; nothing was changed\n");
-  const Ran again = Restore(state);
+  // Moved away since: the advice says so, and names recover.
+  const std::string moved = dir_ + "/moved";
+  ASSERT_EQ(::rename(state.c_str(), moved.c_str()), 0);
+  const Ran gone = Restore(dir_ + "/nowhere");
+  EXPECT_EQ(gone.status, 5) << gone.out << gone.err;
+  EXPECT_THAT(gone.err, HasSubstr("the job's checkpoint was in " + state + ", which holds no "
+                                  "state file now: run 'cusnap restore "));
+  EXPECT_THAT(gone.err, HasSubstr("or 'cusnap recover "));
+  const Ran again = Restore(moved);
   ASSERT_EQ(again.status, 0) << again.out << again.err;
   CheckEveryByte();
 }

@@ -578,6 +578,11 @@ TEST_F(CliMistakes, UsageErrorsNameTheCommandTheWordAndWhatAPidIs) {
   EXPECT_EQ(r.status, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'; the commands are: run,"));
   EXPECT_THAT(r.err, Not(HasSubstr("did you mean")));
+  r = Cusnap({});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_EQ(r.err, "cusnap: a command is required; the commands are: run, checkpoint, restore, "
+                   "dump, recover, status, inspect, demo, completion (cusnap --help says what "
+                   "each does)\n");
   r = Cusnap({"status", "--pid", "abc"});
   EXPECT_EQ(r.status, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("cusnap status: --pid: 'abc' is not a number (a pid is a "
