@@ -21,7 +21,8 @@ std::string MappedShimPath(int pid);
 std::optional<std::string> ShimControlDir(int pid);
 
 /// The control directories other than `control_dir` (and the job directories below it) that
-/// live processes with the shim loaded serve their endpoints in (ShimControlDir), each with
+/// live processes with the shim preloaded (LD_PRELOAD, as `cusnap run` starts a job) serve
+/// their endpoints in (ShimControlDir), each with
 /// those pids, ascending: where `status` and `--all` find nobody, the job was started with
 /// another CUSNAP_CONTROL_DIR or XDG_RUNTIME_DIR, which "no participants" alone would hide.
 std::map<std::string, std::vector<int>> OtherShimControlDirs(const std::string& control_dir);
