@@ -497,10 +497,7 @@ std::vector<std::string> OfferedCommands(const CLI::App& app) {
 int RefuseUnknownCommand(const CLI::App& app, const std::string& word, int argc) {
   const std::vector<std::string> commands = OfferedCommands(app);
   if (argc == 1) {
-    std::string list;
-    for (const std::string& c : commands) list += (list.empty() ? "" : ", ") + c;
-    std::fprintf(stderr, "cusnap: a command is required; the commands are: %s (cusnap --help "
-                         "says what each does)\n", list.c_str());
+    std::fprintf(stderr, "cusnap: %s\n", cusnap::cli::NoCommand(commands).c_str());
     return cusnap::cli::kExitUsage;
   }
   const auto named = [](const CLI::App* sub) { return !sub->get_name().empty(); };

@@ -59,6 +59,13 @@ std::string NearestOptions(CLI::App& app, const std::string& command,
   return text;
 }
 
+// "run, checkpoint, ...": the commands as both answers list them.
+std::string CommandList(const std::vector<std::string>& commands) {
+  std::string list;
+  for (const auto& c : commands) list += (list.empty() ? "" : ", ") + c;
+  return list;
+}
+
 }  // namespace
 
 std::string CommandWord(int argc, char** argv) {
@@ -72,18 +79,22 @@ std::string UnknownCommand(const std::string& word, const std::vector<std::strin
   if (word.empty() || std::find(commands.begin(), commands.end(), word) != commands.end()) {
     return "";
   }
-  std::string list, nearest;
+  std::string nearest;
   size_t best = 3;  // at most two edits away counts as "close"
   for (const auto& c : commands) {
-    list += (list.empty() ? "" : ", ") + c;
     if (const size_t d = EditDistance(word, c); d < best) {
       best = d;
       nearest = c;
     }
   }
-  std::string text = "unknown command '" + word + "'; the commands are: " + list;
+  std::string text = "unknown command '" + word + "'; the commands are: " + CommandList(commands);
   if (!nearest.empty()) text += "; did you mean '" + nearest + "'?";
   return text;
+}
+
+std::string NoCommand(const std::vector<std::string>& commands) {
+  return "a command is required; the commands are: " + CommandList(commands) +
+         " (cusnap --help says what each does)";
 }
 
 CLI::Validator PidValidator() {

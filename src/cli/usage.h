@@ -17,6 +17,10 @@ std::string CommandWord(int argc, char** argv);
 /// are: ..." and, when one is within two edits of it, "; did you mean 'C'?".
 std::string UnknownCommand(const std::string& word, const std::vector<std::string>& commands);
 
+/// "a command is required; the commands are: ... (cusnap --help says what each does)": the
+/// answer to `cusnap` alone.
+std::string NoCommand(const std::vector<std::string>& commands);
+
 /// The validator of --pid: a positive integer up to 2^30; otherwise "'abc' is not a number
 /// (a pid is a positive integer)" or "'0' is not a pid (a pid is a positive integer, at
 /// most 1073741824)".

@@ -978,6 +978,17 @@ TEST(ProcessSession, TheLastNamespaceSessionIdIsTheOneTheProcessSees) {
   EXPECT_EQ(coord::OwnSessionId(0x3fffffff), std::nullopt);
 }
 
+TEST(ProcessFiles, APidIsReadFromAFileNamedAfterItAndNothingElse) {
+  EXPECT_EQ(coord::PidOfFileName("4121.sock", ".sock"), 4121);
+  EXPECT_EQ(coord::PidOfFileName("4121.checkpoint", ".checkpoint"), 4121);
+  EXPECT_EQ(coord::PidOfFileName("4121", ""), 4121);
+  EXPECT_EQ(coord::PidOfFileName("999999999.sock", ".sock"), 999999999);
+  for (const char* name : {".sock", "0.sock", "x.sock", "12a.sock", "1234567890.sock",
+                           "4121.checkpoint.tmp", "4121.sock.lock", "-5.sock", "4121"}) {
+    EXPECT_EQ(coord::PidOfFileName(name, ".sock"), std::nullopt) << name;
+  }
+}
+
 TEST_F(DiscoveryTest, AllListsLiveEndpointsOnly) {
   const int child = SpawnChild();
   // Endpoint files: a live child, a dead pid, and names that are not endpoints.

@@ -126,12 +126,9 @@ std::vector<int> SocketPids(const std::string& control_dir, bool alive) {
   std::vector<int> pids;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(control_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() < 6 || name.substr(name.size() - 5) != ".sock") continue;
-    const std::string digits = name.substr(0, name.size() - 5);
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
-    const int pid = std::stoi(digits);
-    if (pid <= 0 || ProcessExited(pid) == alive) continue;
+    const std::optional<int> named = PidOfFileName(entry.path().filename().string(), ".sock");
+    if (!named || ProcessExited(*named) == alive) continue;
+    const int pid = *named;
     // Served from another PID namespace (a job restored in one of its own): its pid here is
     // another process; such a job is named with --pid (cli/pid_namespace.h).
     const int listener = alive ? SocketListenerPid(EndpointPath(control_dir, pid)) : 0;

@@ -136,6 +136,17 @@ std::vector<int> ChildrenFromScan(int pid) {
 
 }  // namespace
 
+std::optional<int> PidOfFileName(std::string_view name, std::string_view suffix) {
+  if (!name.ends_with(suffix)) return std::nullopt;
+  const std::string_view digits = name.substr(0, name.size() - suffix.size());
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  const int pid = std::atoi(std::string(digits).c_str());
+  return pid > 0 ? std::optional<int>(pid) : std::nullopt;
+}
+
 std::vector<int> AllPids() {
   std::vector<int> pids;
   std::error_code ec;

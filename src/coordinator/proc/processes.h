@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cusnap::coord {
@@ -65,6 +66,11 @@ int CallerPidOf(int pid);
 
 /// Every pid this process's /proc lists.
 std::vector<int> AllPids();
+
+/// The pid a file named "<pid><suffix>" is for (a control directory's "123.sock",
+/// "123.checkpoint"; suffix "" for a bare "123"): 1 to 9 digits, above 0; nullopt for any
+/// other name.
+std::optional<int> PidOfFileName(std::string_view name, std::string_view suffix);
 
 /// The namespace pids of `pid` (/proc/<pid>/status NSpid: this namespace's first, the
 /// innermost last); empty when unreadable.

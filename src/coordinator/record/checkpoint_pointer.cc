@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -54,14 +53,8 @@ std::vector<std::string> StaleCheckpointPointers(const std::string& control_dir)
   std::vector<std::string> stale;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(control_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const size_t dot = name.find('.');
-    if (dot == 0 || dot == std::string::npos || name.substr(dot) != ".checkpoint" ||
-        name.find_first_not_of("0123456789") != dot) {
-      continue;
-    }
-    const int pid = std::atoi(name.c_str());
-    if (pid > 0 && !CheckpointStateDirOf(control_dir, pid)) stale.push_back(e.path().string());
+    const std::optional<int> pid = PidOfFileName(e.path().filename().string(), ".checkpoint");
+    if (pid && !CheckpointStateDirOf(control_dir, *pid)) stale.push_back(e.path().string());
   }
   return stale;
 }

@@ -196,20 +196,16 @@ struct Io {
     Result<std::byte*> buffer = copier->Buffer(thread);
     if (!buffer) return FailWith(buffer.error());
     const uint64_t base = parts[u.part].begin + u.offset;
+    const auto copy = [&](size_t at, size_t n) {
+      Status copied = copier->Copy(thread, base + at, n, *buffer);
+      return copied ? true : FailWith(copied.error());
+    };
     const size_t block = copier->buffer_bytes();
     for (size_t at = 0; at < u.bytes; at += block) {
       const size_t n = std::min(block, u.bytes - at);
-      if (writing) {
-        if (Status copied = copier->Copy(thread, base + at, n, *buffer); !copied) {
-          return FailWith(copied.error());
-        }
-      }
+      if (writing && !copy(at, n)) return false;
       if (!MoveDigested(k, *buffer, at, n, hasher, faulted)) return false;
-      if (!writing) {
-        if (Status copied = copier->Copy(thread, base + at, n, *buffer); !copied) {
-          return FailWith(copied.error());
-        }
-      }
+      if (!writing && !copy(at, n)) return false;
     }
     return Conclude(k, hasher);
   }
