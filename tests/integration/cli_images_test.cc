@@ -53,6 +53,26 @@ constexpr int kExitRestoreRefused = 5;
 const char* const kSimGpu0 = "GPU-53494d43-5544-412d-4750-552d30302e2e";
 const char* const kSimGpu1 = "GPU-53494d43-5544-412d-4750-552d30312e2e";
 
+/// The largest file of `dir` whose name `fits` ("" when none).
+std::string LargestFile(const std::string& dir, const std::function<bool(const std::string&)>& fits) {
+  std::string best;
+  uintmax_t most = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!fits(name) || (!best.empty() && e.file_size() <= most)) continue;
+    best = e.path().string();
+    most = e.file_size();
+  }
+  return best;
+}
+
+/// `path` with the byte at `at` inverted.
+void FlipByte(const std::string& path, size_t at) {
+  std::string bytes = ReadAll(path);
+  bytes[at] = static_cast<char>(bytes[at] ^ 0xff);
+  WriteAll(path, bytes);
+}
+
 /// Every file of `dir` with its contents: "nothing changed" compares two of these.
 std::map<std::string, std::string> Contents(const std::string& dir) {
   std::map<std::string, std::string> out;
@@ -114,6 +134,26 @@ class CliImages : public OwnMachineTest {
 
   /// A dump onto a full disk (below).
   void FullDiskCase(bool criu_fills);
+
+  /// Makes CUSNAP_CRIU a CRIU that runs `then` (shell, as the CLI's child: $PPID is the CLI)
+  /// once `criu <verb>` returned, keeping CRIU's exit status; returns the CRIU it wraps (set
+  /// CUSNAP_CRIU back to it).
+  std::string WrapCriu(const std::string& verb, const std::string& then) {
+    const std::string criu = Env("CUSNAP_CRIU"), wrapper = dir_ + "/criu-then-" + verb;
+    WriteAll(wrapper, "#!/bin/sh\n" + criu + " \"$@\"; rc=$?\nif [ \"$1\" = " + verb + " ]; then " +
+                          then + "; fi\nexit $rc\n");
+    EXPECT_EQ(::chmod(wrapper.c_str(), 0700), 0);
+    ::setenv("CUSNAP_CRIU", wrapper.c_str(), 1);
+    return criu;
+  }
+
+  /// `restore --images-dir images` through WrapCriu("restore", then).
+  Ran RestoreWithCriuThen(const std::string& images, const std::string& then) {
+    const std::string criu = WrapCriu("restore", then);
+    const Ran r = Cusnap({"restore", "--images-dir", images});
+    ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
+    return r;
+  }
 
   std::vector<std::string> mounts_;  // SmallDisk's
 
@@ -263,12 +303,31 @@ TEST_F(CliImages, AGpuTheMachineLacksNeedsACompleteMap) {
 
 TEST_F(CliImages, ACorruptImageFileIsRefused) {
   const std::string images = MakeImages();
-  std::string bytes = ReadAll(images + "/pages-1.img");
-  bytes[4096] = 'X';  // same size, one byte flipped
-  WriteAll(images + "/pages-1.img", bytes);
-  ExpectRefused(images, "image file " + images + "/pages-1.img is corrupt: its bytes [0, 1048576) "
+  std::string bytes = ReadAll(images + "/core-4242.img");
+  bytes[4] = 'X';  // same size, one byte flipped
+  WriteAll(images + "/core-4242.img", bytes);
+  ExpectRefused(images, "image file " + images + "/core-4242.img is corrupt: its bytes [0, 22) "
                         "do not match their digest in the manifest (the first failing chunk is at "
                         "offset 0)");
+}
+
+// CRIU's page images are read beside `criu restore` (they only fill the memory of processes
+// CRIU leaves stopped): damage there still refuses the restore naming the file and its first
+// failing chunk, before CRIU's own failure on these images (no real process behind them), and
+// nothing CRIU wrote stays but its logs.
+TEST_F(CliImages, ACorruptPageImageIsNamedBeforeCriusOwnFailure) {
+  const std::string images = MakeImages();
+  std::string bytes = ReadAll(images + "/pages-1.img");
+  bytes[4096] = 'X';
+  WriteAll(images + "/pages-1.img", bytes);
+  const Ran r = Cusnap({"restore", "--images-dir", images});
+  EXPECT_EQ(r.status, kExitRestoreRefused) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("image file " + images + "/pages-1.img is corrupt: its bytes [0, "
+                               "1048576) do not match their digest in the manifest (the first "
+                               "failing chunk is at offset 0)"));
+  EXPECT_THAT(r.err, HasSubstr("refused; nothing was changed"));
+  EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName));
+  EXPECT_FALSE(std::filesystem::exists(images + "/restored.pid"));
 }
 
 // The manifest decides what a restore checks (files, driver, GPUs): a change to it, an
@@ -958,7 +1017,7 @@ void CliImages::RoundTrip(const std::string& cli_dies_at, bool pids_taken, bool 
   EXPECT_THAT(restore.out, HasSubstr("criu_restore"));
   // check_images counts the files it hashed and their bytes, with the hashing rate.
   EXPECT_THAT(restore.out, ::testing::ContainsRegex(
-                               "check_images +[0-9.]+ ms  \\([1-9][0-9]* files\\)  [0-9.]+ MiB  [0-9.]+ GB/s"));
+                               "check_images +[0-9.]+ ms  \\([1-9][0-9]* files\\)  [0-9.]+ [KM]iB  [0-9.]+ GB/s"));
   EXPECT_THAT(restore.out, HasSubstr("read_carriers"));
   EXPECT_THAT(restore.out, HasSubstr("verify"));
   if (!cli_dies_at.empty()) {
@@ -1147,11 +1206,7 @@ TEST_F(CliImages, ADumpWhoseDiskFillsUpAfterCriuNamesTheRestoreThatCompletesIt) 
   const std::string job_dir = dir_ + "/job", log = dir_ + "/job.log", images = full + "/images";
   const pid_t job = StartCriuJob(job_dir, log);
   ASSERT_GT(job, 0);
-  const std::string criu = Env("CUSNAP_CRIU"), wrapper = dir_ + "/criu-then-full";
-  WriteAll(wrapper, "#!/bin/sh\n" + criu + " \"$@\"; rc=$?\nif [ \"$1\" = dump ]; then cat "
-                    "/dev/zero > " + full + "/filler 2>/dev/null; fi\nexit $rc\n");
-  ASSERT_EQ(::chmod(wrapper.c_str(), 0700), 0);
-  ::setenv("CUSNAP_CRIU", wrapper.c_str(), 1);
+  const std::string criu = WrapCriu("dump", "cat /dev/zero > " + full + "/filler 2>/dev/null");
   const Ran dump = Cusnap({"dump", "--pid", std::to_string(job), "--images-dir", images});
   ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
   EXPECT_EQ(dump.status, kExitFailedAfterChange) << dump.out << dump.err;
@@ -1343,19 +1398,11 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   std::optional<coord::Manifest> manifest;
   ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
   const auto gone = [&] { AwaitGone(*manifest); };
-  const std::string criu = Env("CUSNAP_CRIU"), control = Env("CUSNAP_CONTROL_DIR");
-  const std::string wrapper = dir_ + "/criu-then";
-  const auto wrap = [&](const std::string& then) {
-    WriteAll(wrapper, "#!/bin/sh\n" + criu + " \"$@\"; rc=$?\nif [ \"$1\" = restore ]; then " +
-                          then + "; fi\nexit $rc\n");
-    ASSERT_EQ(::chmod(wrapper.c_str(), 0700), 0);
-    ::setenv("CUSNAP_CRIU", wrapper.c_str(), 1);
-  };
+  const std::string control = Env("CUSNAP_CONTROL_DIR");
 
   // A failure after CRIU: the identities cannot be written.
-  wrap("[ -d " + control + "/restored ] || : > " + control + "/restored");
-  const Ran failed = Cusnap({"restore", "--images-dir", images});
-  ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
+  const Ran failed = RestoreWithCriuThen(images, "[ -d " + control + "/restored ] || : > " +
+                                                     control + "/restored");
   EXPECT_EQ(failed.status, kExitRestoreRefused) << failed.out << failed.err;
   EXPECT_THAT(failed.err, HasSubstr("processes CRIU brought back were ended before any of them "
                                     "ran application code again; " + images + " is as it was"));
@@ -1365,9 +1412,7 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   std::filesystem::remove(control + "/restored");
 
   // Killed once CRIU is done: the next restore finishes it.
-  wrap("kill -KILL $PPID");
-  const Ran killed = Cusnap({"restore", "--images-dir", images});
-  ::setenv("CUSNAP_CRIU", criu.c_str(), 1);
+  const Ran killed = RestoreWithCriuThen(images, "kill -KILL $PPID");
   EXPECT_EQ(killed.status, 128 + SIGKILL) << killed.out << killed.err;
   EXPECT_EQ(cusnap::testing::ProcState(manifest->root_pid), 'T') << "CRIU brought the job back stopped";
   // status names the restore to run again (not 'kill -CONT', and the markers are not
@@ -1391,6 +1436,36 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   const Ran third = Cusnap({"restore", "--images-dir", images});
   EXPECT_EQ(third.status, kExitRestoreRefused) << third.out << third.err;
   EXPECT_THAT(third.err, HasSubstr("still running"));
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
+// CRIU's page images are read beside `criu restore`: a restore killed once CRIU is done has
+// not vouched for them, so the restore that finishes it reads them first, and damage found
+// there ends the stopped tree, naming the file (the job ran nothing); mended, the images
+// restore every byte.
+TEST_F(CliImages, ARestoreKilledOnceCriuRanChecksThePageImagesBeforeFinishing) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  std::optional<coord::Manifest> manifest;
+  ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
+  const Ran killed = RestoreWithCriuThen(images, "kill -KILL $PPID");
+  EXPECT_EQ(killed.status, 128 + SIGKILL) << killed.out << killed.err;
+  EXPECT_EQ(cusnap::testing::ProcState(manifest->root_pid), 'T') << "CRIU left the job stopped";
+  const std::string pages = LargestFile(images, coord::IsCriuPageImage);
+  ASSERT_FALSE(pages.empty());
+  FlipByte(pages, 0);
+  const Ran refused = Cusnap({"restore", "--images-dir", images});
+  EXPECT_EQ(refused.status, kExitRestoreRefused) << refused.out << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("image file " + pages + " is corrupt"));
+  EXPECT_THAT(refused.err, HasSubstr("processes CRIU brought back were ended before any of them "
+                                     "ran application code again; " + images + " is as it was: "
+                                     "mend the image file named above"));
+  AwaitGone(*manifest);
+  EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName));
+  EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
+  FlipByte(pages, 0);
+  const Ran back = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(back.status, 0) << back.out << back.err;
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
@@ -1533,11 +1608,12 @@ namespace cusnap::testing {
 namespace {
 
 // Which image file a corruption case damages.
-enum class FileKind { kCarrier, kCriuImage, kStateFile, kManifest };
+enum class FileKind { kCarrier, kCriuPages, kCriuImage, kStateFile, kManifest };
 
 std::string KindName(const ::testing::TestParamInfo<FileKind>& info) {
   switch (info.param) {
     case FileKind::kCarrier: return "Carrier";
+    case FileKind::kCriuPages: return "CriuPages";
     case FileKind::kCriuImage: return "CriuImage";
     case FileKind::kStateFile: return "StateFile";
     case FileKind::kManifest: return "Manifest";
@@ -1547,26 +1623,29 @@ std::string KindName(const ::testing::TestParamInfo<FileKind>& info) {
 
 class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<FileKind> {
  protected:
-  /// The file of `images` this case damages: the first carrier file, CRIU's largest image,
-  /// the state file or the manifest.
+  /// Whether `name` is a file of this case's kind.
+  bool OfKind(const std::string& name) const {
+    switch (GetParam()) {
+      case FileKind::kCarrier: return coord::IsCarrierFile(name);
+      case FileKind::kCriuPages: return coord::IsCriuPageImage(name);
+      case FileKind::kCriuImage: return name.ends_with(".img") && !coord::IsCriuPageImage(name);
+      case FileKind::kStateFile: return name == coord::kStateFileName;
+      case FileKind::kManifest: return name == coord::kManifestFileName;
+    }
+    return false;
+  }
+
+  /// The file of `images` this case damages: the first carrier file, CRIU's largest page
+  /// image or largest other image, the state file or the manifest.
   std::string Victim(const std::string& images) const {
-    std::string best;
-    uintmax_t most = 0;
+    const auto fits = [this](const std::string& name) { return OfKind(name); };
+    if (GetParam() != FileKind::kCarrier) return LargestFile(images, fits);
+    std::string first;
     for (const auto& e : std::filesystem::directory_iterator(images)) {
       const std::string name = e.path().filename().string();
-      const bool fits = GetParam() == FileKind::kCarrier ? coord::IsCarrierFile(name)
-                        : GetParam() == FileKind::kCriuImage
-                            ? name.ends_with(".img")
-                            : name == (GetParam() == FileKind::kStateFile
-                                           ? std::string(coord::kStateFileName)
-                                           : std::string(coord::kManifestFileName));
-      if (!fits) continue;
-      if (GetParam() == FileKind::kCarrier && !best.empty() && name > best) continue;
-      if (GetParam() == FileKind::kCriuImage && e.file_size() <= most) continue;
-      best = name;
-      most = e.file_size();
+      if (fits(name) && (first.empty() || name < first)) first = name;
     }
-    return best.empty() ? "" : images + "/" + best;
+    return first.empty() ? "" : images + "/" + first;
   }
 
   /// `restore --images-dir` must refuse (exit 5) naming `path`, leave no process of the
@@ -1591,10 +1670,11 @@ class CliImagesCorrupt : public CliImages, public ::testing::WithParamInterface<
 };
 
 // A byte flipped at the first, a middle and the last offset of any image file (a carrier,
-// CRIU's image, the state file, the manifest), the file truncated, and an extra dump file:
-// each refuses the restore before the job runs again, naming the file (a carrier's chunk is
-// found as its shim streams it to the GPU at reallocate: the processes CRIU brought back are
-// ended, having run no application CUDA call); mended, the same images restore every byte.
+// CRIU's page image or another of its images, the state file, the manifest), the file
+// truncated, and an extra dump file: each refuses the restore before the job runs again,
+// naming the file (a carrier's chunk is found as its shim streams it to the GPU at
+// reallocate, a page image's beside criu restore: the processes CRIU brought back are ended,
+// having run no application code); mended, the same images restore every byte.
 TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRestores) {
   SKIP_UNLESS_CRIU_ROUND_TRIPS();
   const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
@@ -1612,11 +1692,16 @@ TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRe
     const Ran r = ExpectRefusedNaming(images, path, *manifest,
                                       "byte " + std::to_string(at) + " flipped", carrier);
     if (carrier) {
-      // Found as its shim streamed it to the GPU, the processes CRIU brought back ended unrun.
       EXPECT_THAT(r.err, HasSubstr("do not match the digest written with them"));
+    }
+    if (carrier || GetParam() == FileKind::kCriuPages) {
+      // Found after CRIU brought the processes back, which were ended unrun.
       EXPECT_THAT(r.err, HasSubstr("processes CRIU brought back were ended before any of them "
                                    "ran application code again; " + images + " is as it was"));
       EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
+    }
+    if (GetParam() == FileKind::kCriuPages) {
+      EXPECT_THAT(r.out, ::testing::ContainsRegex("criu_restore .*FAILED")) << r.out;
     }
   }
   WriteAll(path, good.substr(0, good.size() - 1));
@@ -1634,8 +1719,9 @@ TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRe
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, CliImagesCorrupt,
-                         ::testing::Values(FileKind::kCarrier, FileKind::kCriuImage,
-                                           FileKind::kStateFile, FileKind::kManifest),
+                         ::testing::Values(FileKind::kCarrier, FileKind::kCriuPages,
+                                           FileKind::kCriuImage, FileKind::kStateFile,
+                                           FileKind::kManifest),
                          KindName);
 
 }  // namespace

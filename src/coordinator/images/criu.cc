@@ -236,7 +236,8 @@ std::vector<std::string> CriuDumpArgs(int root_pid, const std::string& dir, bool
 }
 
 std::vector<std::string> CriuRestoreArgs(const std::string& dir) {
-  std::vector<std::string> args = {"restore", "-D", dir, "-d", "--pidfile", dir + "/restored.pid"};
+  std::vector<std::string> args = {"restore", "-D", dir, "-d", "--pidfile", dir + "/restored.pid",
+                                   "--leave-stopped"};
   for (auto& o : CommonOptions()) args.push_back(o);
   for (auto& o : ExtraOptions()) args.push_back(o);
   return args;

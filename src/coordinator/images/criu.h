@@ -49,7 +49,8 @@ std::string WhyCriuCannotDump(int pid);
 std::vector<std::string> CriuDumpArgs(int root_pid, const std::string& dir, bool leave_running);
 
 /// The arguments of `criu restore` from `dir`, detached (-d), the root's pid written to
-/// <dir>/restored.pid.
+/// <dir>/restored.pid, every process left stopped (--leave-stopped): none runs application
+/// code before the restore checked CRIU's page images (read beside CRIU) and continues it.
 std::vector<std::string> CriuRestoreArgs(const std::string& dir);
 
 /// Runs `criu` with `args`, its own output to <dir>/<log_name>. Error (code: its exit status)

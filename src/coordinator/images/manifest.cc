@@ -65,6 +65,12 @@ uint64_t Manifest::CriuBytes() const {
   return total;
 }
 
+uint64_t Manifest::CriuPageBytes() const {
+  uint64_t total = 0;
+  for (const auto& f : files) total += IsCriuPageImage(f.name) ? f.bytes : 0;
+  return total;
+}
+
 nlohmann::json ManifestToJson(const Manifest& m) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& g : m.gpus) gpus.push_back(GpuToJson(g));
@@ -221,6 +227,11 @@ Result<Manifest> ReadManifestFile(const std::string& dir, const char* name,
 bool IsCriuOutput(const std::string& name) {
   return name.ends_with(".img") || name == "stats-dump" || name == "stats-restore" ||
          name == "restored.pid";
+}
+
+bool IsCriuPageImage(const std::string& name) {
+  // CRIU numbers its page images as it numbers the processes' files: 1 to 9 digits, above 0.
+  return name.starts_with("pages-") && PidOfFileName(name.substr(6), ".img").has_value();
 }
 
 bool IsDumpFile(const std::string& name) {
@@ -503,50 +514,39 @@ Result<std::vector<ImageFile>> DescribeImageFiles(const std::string& dir,
   return digested;
 }
 
-std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
-                                         unsigned threads, bool carrier_chunks) {
-  std::vector<std::string> problems;
-  // The files the manifest lists, each of its size.
-  std::vector<const ImageFile*> present;
-  std::set<std::string> names;
-  for (const auto& f : manifest.files) {
-    names.insert(f.name);
-    const std::string path = dir + "/" + f.name;
-    std::error_code ec;
-    const auto bytes = std::filesystem::file_size(path, ec);
-    if (ec) {
-      problems.push_back("image file " + path + " is missing");
-    } else if (bytes != f.bytes) {
-      problems.push_back("image file " + path + " holds " + std::to_string(bytes) +
-                         " bytes, the manifest says " + std::to_string(f.bytes) +
-                         (bytes < f.bytes ? " (truncated)" : " (corrupt)"));
-    } else {
-      present.push_back(&f);
-    }
+namespace {
+
+/// Whether `scope` reads `name` at all: the bytes no chunk covers, at least.
+bool ReadsFile(ReadScope scope, const std::string& name) {
+  if (scope == ReadScope::kCriuPages) return IsCriuPageImage(name);
+  return scope != ReadScope::kBeforeCriu || !IsCriuPageImage(name);
+}
+
+/// Whether `scope` reads the chunks of `name` (checking them against their digests).
+bool ReadsChunksOf(ReadScope scope, const std::string& name) {
+  switch (scope) {
+    case ReadScope::kEveryByte: return true;
+    case ReadScope::kAllButCarrierChunks: return !IsCarrierFile(name);
+    case ReadScope::kBeforeCriu: return !IsCarrierFile(name) && !IsCriuPageImage(name);
+    case ReadScope::kCriuPages: return IsCriuPageImage(name);
   }
-  // A dump file it does not list (of another dump, or added since) would be restored with
-  // the job (CRIU reads every image it finds that the others name).
-  if (auto listed = ListImageFiles(dir); listed) {
-    for (const auto& f : *listed) {
-      if (!names.count(f.name) && f.name != "stats-dump") {
-        problems.push_back("image file " + dir + "/" + f.name + " is not one the manifest lists "
-                           "(a file of another dump, or one added since): remove it, or "
-                           "restore from an unchanged copy of the images");
-      }
-    }
-  } else {
-    problems.push_back(listed.error().message);
-  }
-  // Tasks: every chunk of every file but the carriers (their shims check them as they read
-  // them back), and per file its bytes no chunk covers (zeros, mostly holes).
+  return false;
+}
+
+/// The files of `present` whose bytes `scope` reads, checked: each chunk against its digest,
+/// the bytes no chunk covers against zeros (the first problem of each file, by offset).
+std::vector<std::string> CheckFileBytes(const std::string& dir,
+                                        const std::vector<const ImageFile*>& present,
+                                        unsigned threads, ReadScope scope) {
   struct Task {
     const ImageFile* file;
     const ImageChunk* chunk;  // null: the file's uncovered ranges
   };
   std::vector<Task> tasks;
   for (const ImageFile* f : present) {
+    if (!ReadsFile(scope, f->name)) continue;
     tasks.push_back({f, nullptr});
-    if (IsCarrierFile(f->name) && !carrier_chunks) continue;
+    if (!ReadsChunksOf(scope, f->name)) continue;
     for (const auto& c : f->chunks) tasks.push_back({f, &c});
   }
   std::mutex mutex;
@@ -585,9 +585,57 @@ std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest&
       if (i < f.chunks.size()) at = f.chunks[i].offset + f.chunks[i].bytes;
     }
   });
+  std::vector<std::string> problems;
   for (auto& [name, problem] : first) problems.push_back(std::move(problem.second));
   return problems;
 }
+
+}  // namespace
+
+std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
+                                         unsigned threads, ReadScope scope) {
+  std::vector<const ImageFile*> present;
+  if (scope == ReadScope::kCriuPages) {
+    for (const auto& f : manifest.files) present.push_back(&f);
+    return CheckFileBytes(dir, present, threads, scope);
+  }
+  std::vector<std::string> problems;
+  // The files the manifest lists, each of its size.
+  std::set<std::string> names;
+  for (const auto& f : manifest.files) {
+    names.insert(f.name);
+    const std::string path = dir + "/" + f.name;
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    if (ec) {
+      problems.push_back("image file " + path + " is missing");
+    } else if (bytes != f.bytes) {
+      problems.push_back("image file " + path + " holds " + std::to_string(bytes) +
+                         " bytes, the manifest says " + std::to_string(f.bytes) +
+                         (bytes < f.bytes ? " (truncated)" : " (corrupt)"));
+    } else {
+      present.push_back(&f);
+    }
+  }
+  // A dump file it does not list (of another dump, or added since) would be restored with
+  // the job (CRIU reads every image it finds that the others name).
+  if (auto listed = ListImageFiles(dir); listed) {
+    for (const auto& f : *listed) {
+      if (!names.count(f.name) && f.name != "stats-dump") {
+        problems.push_back("image file " + dir + "/" + f.name + " is not one the manifest lists "
+                           "(a file of another dump, or one added since): remove it, or "
+                           "restore from an unchanged copy of the images");
+      }
+    }
+  } else {
+    problems.push_back(listed.error().message);
+  }
+  for (auto& problem : CheckFileBytes(dir, present, threads, scope)) {
+    problems.push_back(std::move(problem));
+  }
+  return problems;
+}
+
 std::vector<int> DumpedIds(const std::string& dir, const Manifest& manifest) {
   std::vector<int> ids;
   for (const auto& p : manifest.participants) ids.push_back(p.pid);
@@ -658,7 +706,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
                                      const RunningCheck& running, std::vector<UuidPair>& pairs,
-                                     bool resumed, bool carrier_chunks) {
+                                     bool resumed, ReadScope scope) {
   std::vector<std::string> problems;
   if (manifest.driver != machine.driver) {
     problems.push_back(dir + " was dumped under driver '" + manifest.driver +
@@ -751,7 +799,7 @@ std::vector<std::string> CheckImages(const std::string& dir, const Manifest& man
       }
     }
   }
-  for (auto& problem : CheckImageFiles(dir, manifest, 0, carrier_chunks)) {
+  for (auto& problem : CheckImageFiles(dir, manifest, 0, scope)) {
     problems.push_back(std::move(problem));
   }
   return problems;

@@ -4,8 +4,10 @@
 // participant saved, and every file's size and chunk digests (XXH3-128 per chunk,
 // common/chunk_digest.h; a carrier file's chunks as its shim wrote them, its holes listed by
 // no chunk: zeros). `cusnap restore --images-dir` checks it before anything changes
-// (CheckImages: every file but the carriers read and checked, the carriers' holes checked;
-// each carrier chunk is checked as its shim reads it back); `cusnap inspect` prints it.
+// (CheckImages: every file but the carriers and CRIU's page images read and checked, the
+// carriers' holes checked); the page images are read beside `criu restore`, whose processes
+// stay stopped until they passed, and each carrier chunk is checked as its shim reads it back;
+// `cusnap inspect` prints it.
 //
 // A dump writes a pending manifest (cusnap-images.pending.json: the same document without
 // the files) before CRIU starts, and removes it once the manifest is written (or CRIU failed
@@ -108,6 +110,8 @@ struct Manifest {
   uint64_t TotalBytes() const;
   /// Of TotalBytes, the files CRIU wrote (the carrier files left out: carrier_files.h).
   uint64_t CriuBytes() const;
+  /// Of CriuBytes, CRIU's page images (IsCriuPageImage).
+  uint64_t CriuPageBytes() const;
 };
 
 /// The manifest as JSON (what `inspect --json` prints for an images directory).
@@ -141,6 +145,12 @@ Result<Manifest> ReadPendingManifest(const std::string& dir);
 /// True for a file CRIU writes into an images directory other than its logs: its images
 /// (*.img), its statistics (stats-dump, stats-restore) and a restore's pid file.
 bool IsCriuOutput(const std::string& name);
+
+/// True for CRIU's page images ("pages-<n>.img"): the processes' memory, nearly all of CRIU's
+/// bytes. What CRIU does with them is fill the memory of processes it leaves stopped, so a
+/// restore checks them beside `criu restore` (ReadScope::kCriuPages); CRIU's other images
+/// (which files, mounts, pids and sockets it makes) are checked before it runs.
+bool IsCriuPageImage(const std::string& name);
 
 /// True for a file a dump writes into its images directory and lists in its manifest: CRIU's
 /// images and statistics (IsCriuOutput, less the restore's stats-restore and pid file), the
@@ -199,18 +209,33 @@ Result<std::vector<ImageFile>> ListImageFiles(const std::string& dir);
 /// Sum of ListImageFiles' sizes (0 when the directory cannot be listed): what CRIU wrote.
 uint64_t ImageBytes(const std::string& dir);
 
+/// Which files a check of the images reads.
+enum class ReadScope {
+  /// Every file but the carriers' chunks (their shims check those as they read them back).
+  kAllButCarrierChunks,
+  /// Every byte, the carriers' chunks too: a check before CRIU for a restore cusnap does not
+  /// drive (the CRIU plugin's).
+  kEveryByte,
+  /// kAllButCarrierChunks less CRIU's page images (IsCriuPageImage): the check before
+  /// `criu restore`, whose page images are read beside it (kCriuPages).
+  kBeforeCriu,
+  /// CRIU's page images alone, nothing else (not even the files' sizes and names: kBeforeCriu
+  /// checked them).
+  kCriuPages,
+};
+
 /// What is wrong with the image files of `dir` against the manifest's list, one sentence
 /// each naming the file: a file missing or of another size (truncated or grown), a dump
 /// file the manifest does not list (an extra file), a chunk whose bytes do not match its
 /// digest (the first failing chunk of each file, by offset), bytes no chunk covers that are
-/// not zeros. Every file but the carriers is read (concurrently, `threads` as
-/// DescribeImageFiles); of a carrier only what no chunk covers, and only where the file
-/// holds data there (SEEK_DATA): its chunks are checked as its shim reads them back, or here
-/// too with `carrier_chunks` (a check that runs before CRIU, for a restore cusnap does not
-/// drive: the CRIU plugin's). CRIU's statistics (stats-dump) are no extra file: CRIU writes
-/// them after its plugins' last hook of a dump, so a manifest written there lacks them.
+/// not zeros. The files `scope` names are read (concurrently, `threads` as
+/// DescribeImageFiles); of a carrier, unless kEveryByte, only what no chunk covers, and only
+/// where the file holds data there (SEEK_DATA). CRIU's statistics (stats-dump) are no extra
+/// file: CRIU writes them after its plugins' last hook of a dump, so a manifest written there
+/// lacks them.
 std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
-                                         unsigned threads = 0, bool carrier_chunks = false);
+                                         unsigned threads = 0,
+                                         ReadScope scope = ReadScope::kAllButCarrierChunks);
 
 /// What the machine offers a restore.
 struct MachineView {
@@ -270,12 +295,13 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
 /// second copy of it); a pid of the dump that another process holds now (CRIU gives
 /// every process its pid back and fails with "File exists" otherwise); with `resumed`, the
 /// last two are not asked (the tree an interrupted restore brought back holds the ids, and
-/// is the job). `pairs` receives the resolved device map; `carrier_chunks` as for
-/// CheckImageFiles. Empty: fine.
+/// is the job). `pairs` receives the resolved device map; `scope` as for CheckImageFiles.
+/// Empty: fine.
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,
                                      const MachineView& machine,
                                      const std::vector<DevicePair>& device_map,
                                      const RunningCheck& running, std::vector<UuidPair>& pairs,
-                                     bool resumed = false, bool carrier_chunks = false);
+                                     bool resumed = false,
+                                     ReadScope scope = ReadScope::kAllButCarrierChunks);
 
 }  // namespace cusnap::coord

@@ -19,6 +19,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 #include <iterator>
 #include <mutex>
@@ -498,15 +499,22 @@ class ImagesRestoreSequence : Sequence {
       // before any process runs, when it cannot bind a socket there).
       Manifest checked = manifest_;
       if (options_.check_only && manifest_.own_pid_namespace) checked.control_dir.clear();
+      const ReadScope scope = options_.check_only ? ReadScope::kEveryByte : ReadScope::kBeforeCriu;
       auto problems = CheckImages(options_.images_dir, checked, *machine, options_.device_map,
                                   RunningHere(options_.control_dir), pairs,
-                                  options_.resume_root > 0, options_.check_only);
+                                  options_.resume_root > 0, scope);
       summary.note = std::to_string(manifest_.files.size()) + " files";
-      summary.bytes = options_.check_only ? manifest_.TotalBytes() : manifest_.CriuBytes();
+      summary.bytes = options_.check_only ? manifest_.TotalBytes()
+                                          : manifest_.CriuBytes() - manifest_.CriuPageBytes();
       if (problems.empty()) {
         auto criu = FindCriu();
-        if (!criu) return {criu.error().message};
-        criu_ = *criu;
+        if (criu) criu_ = *criu; else problems.push_back(criu.error().message);
+      }
+      if (!problems.empty() && scope == ReadScope::kBeforeCriu) {
+        // No CRIU runs: a refusal names every damaged file, the page images' too.
+        for (auto& p : CheckImageFiles(options_.images_dir, manifest_, 0, ReadScope::kCriuPages)) {
+          problems.push_back(std::move(p));
+        }
       }
       return problems;
     }, &summary);
@@ -535,23 +543,13 @@ class ImagesRestoreSequence : Sequence {
       started_ = KernelStartTime(::getpid());
       if (resuming) {
         root_pid_ = options_.resume_root;  // the CLI said so
-      } else {
-        // CRIU will not write a pid file that exists: an earlier restore from here left one.
-        if (::unlink((options_.images_dir + "/restored.pid").c_str()) != 0 && errno != ENOENT) {
-          const int err = errno;
-          (void)EndRestoreRecord(options_.images_dir, record_);
-          return Error{err, "cannot remove " + options_.images_dir + "/restored.pid: " +
-                                std::strerror(err)};
+        // The tree an interrupted restore brought back is stopped still; its pages unchecked.
+        if (auto damage = PageDamage(CheckImageFiles(options_.images_dir, manifest_, 0,
+                                                     ReadScope::kCriuPages))) {
+          return EndRestoredTree(*damage, kMendThenRestore);
         }
-        if (auto s = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
-                             kCriuRestoreLogName);
-            !s) {
-          (void)EndRestoreRecord(options_.images_dir, record_);
-          return s.error();
-        }
-        auto root = RestoredRootPid(options_.images_dir);
-        if (!root) return EndRestoredTree(root.error());
-        root_pid_ = *root;
+      } else if (Status s = RunCriuRestore(); !s) {
+        return s.error();
       }
       if (!NoteIdentities()) return EndRestoredTree(identity_error_);
       if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
@@ -559,6 +557,55 @@ class ImagesRestoreSequence : Sequence {
       }
       return resuming ? uint64_t{0} : manifest_.CriuBytes();
     });
+  }
+
+  /// `criu restore` of the tree into root_pid_, CRIU's page images read beside it (CRIU
+  /// leaves every process it brings back stopped: damage found there ends them before any
+  /// ran application code again). On failure the restore record is dropped and nothing CRIU
+  /// brought back is left; the error names the damaged file before CRIU's own failure.
+  Status RunCriuRestore() {
+    // CRIU will not write a pid file that exists: an earlier restore from here left one.
+    if (::unlink((options_.images_dir + "/restored.pid").c_str()) != 0 && errno != ENOENT) {
+      const int err = errno;
+      (void)EndRestoreRecord(options_.images_dir, record_);
+      return Error{err, "cannot remove " + options_.images_dir + "/restored.pid: " +
+                            std::strerror(err)};
+    }
+    auto pages = CheckPagesBesideCriu();
+    const Status criu = RunCriu(criu_, CriuRestoreArgs(options_.images_dir), options_.images_dir,
+                                kCriuRestoreLogName);
+    const auto damage = PageDamage(pages.get());
+    if (!criu) {
+      // CRIU failed on what it read: the damage, not CRIU's symptom, is the cause.
+      (void)EndRestoreRecord(options_.images_dir, record_);
+      return damage ? *damage : criu.error();
+    }
+    auto root = RestoredRootPid(options_.images_dir);
+    if (root) root_pid_ = *root;
+    if (damage) return EndRestoredTree(*damage, kMendThenRestore);
+    if (!root) return EndRestoredTree(root.error());
+    return Ok{};
+  }
+
+  /// CheckImageFiles of CRIU's page images (ReadScope::kCriuPages) on a thread of its own,
+  /// started now; run by get() when no thread can be had.
+  std::future<std::vector<std::string>> CheckPagesBesideCriu() const {
+    auto check = [dir = options_.images_dir, &manifest = manifest_] {
+      return CheckImageFiles(dir, manifest, 0, ReadScope::kCriuPages);
+    };
+    try {
+      return std::async(std::launch::async, check);
+    } catch (const std::system_error&) {
+      return std::async(std::launch::deferred, check);
+    }
+  }
+
+  /// The refusal for damaged page images (`problems`, each naming its file); nullopt for none.
+  static std::optional<Error> PageDamage(const std::vector<std::string>& problems) {
+    if (problems.empty()) return std::nullopt;
+    std::string text;
+    for (const auto& p : problems) text += (text.empty() ? "" : "; ") + p;
+    return Error{EBADMSG, text};
   }
 
   /// Gives each participant CRIU brought back its checkpointed identity (NoteRestored);
@@ -583,11 +630,17 @@ class ImagesRestoreSequence : Sequence {
     return true;
   }
 
+  /// What EndRestoredTree tells to do when an image file was damaged.
+  static constexpr const char* kMendThenRestore =
+      "mend the image file named above (or restore from an unchanged copy of the images) and "
+      "run the restore again";
+
   /// Ends the processes CRIU brought back, before any restore phase ran on them (they are
-  /// stopped, as CRIU restores a held job), and drops the restore record: the images are
-  /// as they were, and the restore can be run again. Returns `why`, the failure.
-  Error EndRestoredTree(Error why) {
-    EndTree("run the restore again");
+  /// stopped: CRIU leaves them so, CriuRestoreArgs), and drops the restore record: the images
+  /// are as they were, and the restore can be run again (`then`: what to do first). Returns
+  /// `why`, the failure.
+  Error EndRestoredTree(Error why, const std::string& then = "run the restore again") {
+    EndTree(then);
     if (auto s = EndRestoreRecord(options_.images_dir, record_); !s) {
       report_.notes.push_back(s.error().message);
     }
