@@ -4,9 +4,9 @@ NVIDIA documents for one process (native lock + checkpoint, then `criu dump`; `c
 then native restore + unlock), and against the medium's own sequential write and read of the
 same bytes, all in one run.
 
-For each --case <GiB>:<dir>[:cold] the job (bench/gpu_images_job.py: one PyTorch process
-holding that many GiB of caching-allocator tensors and a CUDA graph) is started twice, once
-under `cusnap run` and once without it, and each is taken to <dir> and back:
+For each --case <GiB>[+<GiB>...]:<dir>[:cold] the job (bench/gpu_images_job.py: a PyTorch
+process per <GiB>, each holding that many GiB of caching-allocator tensors and a CUDA graph) is
+started twice, once under `cusnap run` and once without it, and each is taken to <dir> and back:
 
   cusnap   dump = `cusnap dump --pid P --images-dir D` + sync; restore = `cusnap restore
            --images-dir D`
@@ -19,9 +19,13 @@ under `cusnap run` and once without it, and each is taken to <dir> and back:
 Each restored job checks every tensor and replays its graph (PASS). Prints one BENCH line per
 case and path, cusnap's phases (where its time went) and its GPU bytes' rate (the carrier
 bytes over reallocate, which streams them from the files), and the ratios cusnap/native and cusnap/medium.
+A job of several processes restores every process's carriers at once: for each such case, a
+SCALE line sets its cusnap restore beside that of the case of its largest process alone (same
+<dir>, same run), next to the ratio of their bytes.
 
     bench/gpu_images_vs_native.py --build <gpu build> --criu <criu> \\
-        --case 8:/dev/shm/cusnap-bench --case 8:/var/tmp/cusnap-bench:cold
+        --case 8:/dev/shm/cusnap-bench --case 8:/var/tmp/cusnap-bench:cold \\
+        --case 8+8:/dev/shm/cusnap-bench
 
 Exit status 0 when every restored job passed, 1 otherwise.
 """
@@ -82,13 +86,23 @@ def run(command, env=None):
     return done, took
 
 
+def tree_pids(root):
+    """`root` and every process below it, parents first."""
+    pids, i = [root], 0
+    while i < len(pids):
+        for task in Path(f"/proc/{pids[i]}/task").iterdir():
+            pids += [int(c) for c in (task / "children").read_text().split()]
+        i += 1
+    return pids
+
+
 class Job:
     """gpu_images_job.py started (under `cusnap run` when `cusnap`), its output in a file."""
 
     def __init__(self, gib, work, cusnap, env):
         self.log_path = work / "job.log"
         self.go = work / "go"
-        command = [sys.executable, str(JOB), "--gib", str(gib), "--go", str(self.go)]
+        command = [sys.executable, str(JOB), "--gib", gib, "--go", str(self.go)]
         if cusnap:
             command = [cusnap, "run", "--", *command]
         with open(self.log_path, "ab") as out:
@@ -158,15 +172,16 @@ def cusnap_round_trip(gib, where, cold, build, env):
     log(f"  cusnap dump phases: {all_phases_text(dumped)}")
     log(f"  cusnap restore phases: {all_phases_text(restored)}")
     log(f"  cusnap GPU bytes {read.get('bytes', 0) / 1e9:.2f} GB over reallocate: {gpu_rate:.1f} GB/s")
-    return dump_s, restore_s, nbytes
+    return dump_s, restore_s, nbytes, read.get("elapsed_ms", 0) / 1000
 
 
 def native_round_trip(gib, where, cold, criu, native, env):
     work = fresh(where / "native-work")
     images = fresh(where / "native-images")
     job = Job(gib, work, None, env)
+    pids = tree_pids(job.pid)
     began = time.monotonic()
-    native.suspend([job.pid])
+    native.suspend(pids)
     run([criu, "dump", "-t", str(job.pid), "-D", str(images), "-o", "dump.log", *CRIU_OPTIONS])
     subprocess.run(["sync"], check=True)
     dump_s = time.monotonic() - began
@@ -175,7 +190,7 @@ def native_round_trip(gib, where, cold, criu, native, env):
         drop_caches()
     began = time.monotonic()
     run([criu, "restore", "-d", "-D", str(images), "-o", "restore.log", *CRIU_OPTIONS])
-    native.resume([job.pid])
+    native.resume(pids)
     restore_s = time.monotonic() - began
     job.check()
     return dump_s, restore_s, data_bytes(images)
@@ -197,7 +212,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", required=True, type=Path)
     parser.add_argument("--criu", required=True)
-    parser.add_argument("--case", action="append", required=True, help="<GiB>:<dir>[:cold]")
+    parser.add_argument("--case", action="append", required=True,
+                        help="<GiB>[+<GiB>...]:<dir>[:cold]")
     parser.add_argument("--no-native", action="store_true",
                         help="cusnap and the medium only (a quicker run; no cusnap/native ratio)")
     args = parser.parse_args()
@@ -207,15 +223,16 @@ def main():
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     native = Native("libcuda.so.1")
     failed = 0
+    restores = {}  # (GiB, dir, cold) -> cusnap's (restore, reallocate) seconds
     for case in args.case:
         gib, where, *rest = case.split(":")
         cold = rest == ["cold"]
         where = Path(where)
         log(f"CASE {gib} GiB in {where}{' (page cache dropped before each read)' if cold else ''}")
         try:
-            c_dump, c_restore, c_bytes = cusnap_round_trip(int(gib), where, cold, args.build, env)
+            c_dump, c_restore, c_bytes, c_reallocate = cusnap_round_trip(gib, where, cold, args.build, env)
             n_dump, n_restore, n_bytes = (float("nan"), float("nan"), 0) if args.no_native else \
-                native_round_trip(int(gib), where, cold, args.criu, native, env)
+                native_round_trip(gib, where, cold, args.criu, native, env)
             m_write, m_read = medium(where, c_bytes, cold)
         except (AssertionError, RuntimeError, subprocess.TimeoutExpired) as e:
             log(f"CASE FAILED: {e}")
@@ -233,9 +250,23 @@ def main():
         log(f"RATIO {gib}GiB {where} cusnap/native dump {c_dump / n_dump:.2f} restore "
             f"{c_restore / n_restore:.2f}; cusnap/medium dump {c_dump / m_write:.2f} restore "
             f"{c_restore / m_read:.2f}")
+        restores[(gib, where, cold)] = (c_restore, c_reallocate)
         log(json.dumps({"case": case, "cusnap": [c_dump, c_restore, c_bytes],
                         "native": [n_dump, n_restore, n_bytes], "medium": [m_write, m_read]}))
+    scale_lines(restores)
     return 1 if failed else 0
+
+
+def scale_lines(restores):
+    """SCALE: a job of several processes' restore over that of its largest process alone."""
+    for (gib, where, cold), (restore, reallocate) in restores.items():
+        sizes = [int(g) for g in gib.split("+")]
+        alone = restores.get((str(max(sizes)), where, cold))
+        if len(sizes) > 1 and alone:
+            log(f"SCALE {gib}GiB {where} restore {restore:.2f} s = {restore / alone[0]:.2f}x, "
+                f"reallocate {reallocate:.2f} s = {reallocate / alone[1]:.2f}x those of "
+                f"{max(sizes)}GiB alone ({alone[0]:.2f} s, {alone[1]:.2f} s); "
+                f"bytes {sum(sizes) / max(sizes):.2f}x")
 
 
 if __name__ == "__main__":

@@ -38,46 +38,8 @@ dest="${CUSNAP_CRIU_DIR:-$root/.criu}"
 version="${CUSNAP_CRIU_VERSION:-4.2.1}"
 suite="${CUSNAP_CRIU_SUITE:-sid}"
 
-# The URI of the first enabled entry of apt's sources whose suite is one of Debian's releases
-# (a security or updates archive, or a third party's suite, does not serve sid).
-apt_debian_mirror() {
-  local sourcelist="" sourceparts="" files=() f
-  eval "$(apt-config shell sourcelist Dir::Etc::sourcelist/f sourceparts Dir::Etc::sourceparts/d)"
-  [[ -n $sourcelist && -f $sourcelist ]] && files+=("$sourcelist")
-  if [[ -n $sourceparts && -d $sourceparts ]]; then
-    for f in "$sourceparts"/*.list "$sourceparts"/*.sources; do [[ -f $f ]] && files+=("$f"); done
-  fi
-  ((${#files[@]})) || return 1
-  awk '
-    function debian_suite(s) {
-      return s ~ /^(oldoldstable|oldstable|stable|testing|unstable|sid|experimental|buster|bullseye|bookworm|trixie|forky|duke)$/
-    }
-    function flush() {  # one deb822 paragraph
-      if (types ~ /(^|[ \t])deb(-src)?([ \t]|$)/ && enabled != "no" && uris != "") {
-        n = split(suites, s, /[ \t]+/)
-        for (i = 1; i <= n; i++) if (debian_suite(s[i])) { split(uris, u, /[ \t]+/); print u[1]; exit }
-      }
-      types = uris = suites = enabled = ""
-    }
-    FNR == 1 { flush() }
-    FILENAME ~ /\.sources$/ {
-      if ($0 ~ /^[ \t]*$/) { flush(); next }
-      if ($0 ~ /^#/) next
-      key = tolower($1); sub(/:$/, "", key); $1 = ""; sub(/^[ \t]+/, "")
-      if (key == "types") types = $0
-      else if (key == "uris") uris = $0
-      else if (key == "suites") suites = $0
-      else if (key == "enabled") enabled = tolower($0)
-      next
-    }
-    /^[ \t]*deb(-src)?[ \t]/ {
-      sub(/#.*/, ""); sub(/^[ \t]*deb(-src)?[ \t]+/, "")
-      if ($0 ~ /^\[/) sub(/^\[[^]]*\][ \t]*/, "")  # [arch=... signed-by=...]
-      if (debian_suite($2)) { print $1; exit }
-    }
-    END { flush() }
-  ' "${files[@]}" | sed 's:/*$::' | head -1
-}
+# apt_debian_mirror: the machine's own Debian archive.
+source "$root/scripts/apt_mirror.sh"
 
 if [[ -x "$dest/bin/criu" ]] && "$dest/bin/criu" --version >/dev/null 2>&1 &&
    [[ -f "$dest/include/criu-plugin.h" && -f "$dest/include/cusnap-criu-opts.h" &&
@@ -118,13 +80,24 @@ apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=
           -o APT::Sandbox::User=root)
 echo "fetch_criu: criu $version source from $suite on $mirror"
 apt-get "${apt_opts[@]}" update -qq
+# The suite's Debian revision of that upstream version (4.2.1-1 in sid, 4.3-1~exp2 in
+# experimental).
+debian_version=$(apt-cache "${apt_opts[@]}" showsrc criu 2>/dev/null |
+                 awk -v v="$version" '$1 == "Version:" && index($2, v "-") == 1 { print $2; exit }')
+if [[ -z $debian_version ]]; then
+  echo "fetch_criu: criu $version is not in $suite on $mirror" \
+       "(set CUSNAP_CRIU_VERSION / CUSNAP_CRIU_SUITE / CUSNAP_CRIU_MIRROR)" >&2
+  exit 1
+fi
 # Only the upstream tarball is needed (Debian's packaging builds documentation we skip); the
 # .debian.tar.xz is not always on the mirror, so its failure is not fatal.
-(cd "$work/src" && apt-get "${apt_opts[@]}" source --download-only "criu=$version-1" >/dev/null 2>&1) || true
-tarball=$(ls "$work"/src/criu_"$version".orig.tar.* 2>/dev/null | head -1)
+(cd "$work/src" && apt-get "${apt_opts[@]}" source --download-only "criu=$debian_version" \
+   >"$work/source.log" 2>&1) || true
+tarball=$(compgen -G "$work/src/criu_$version.orig.tar.*" | head -1) || true
 if [[ -z $tarball ]]; then
-  echo "fetch_criu: the source of criu $version is not in $suite on $mirror" \
-       "(set CUSNAP_CRIU_VERSION / CUSNAP_CRIU_SUITE / CUSNAP_CRIU_MIRROR)" >&2
+  echo "fetch_criu: $suite lists criu $debian_version, but $mirror does not serve its upstream" \
+       "tarball:" >&2
+  grep -E '^(E|Err):' "$work/source.log" | head -3 >&2
   exit 1
 fi
 tar -xf "$tarball" -C "$work/src"
