@@ -96,8 +96,10 @@ fi
 tarball=$(compgen -G "$work/src/criu_$version.orig.tar.*" | head -1) || true
 if [[ -z $tarball ]]; then
   echo "fetch_criu: $suite lists criu $debian_version, but $mirror does not serve its upstream" \
-       "tarball:" >&2
-  grep -E '^(E|Err):' "$work/source.log" | head -3 >&2
+       "tarball; apt-get source said:" >&2
+  grep -A1 -E '^Err:' "$work/source.log" | grep -v '^--' | head -4 >&2
+  echo "fetch_criu: scripts/fetch_criu_binary.sh fetches its binary package instead, for" \
+       "cusnap dump / restore (not for the CRIU plugin, which needs CRIU's source)" >&2
   exit 1
 fi
 tar -xf "$tarball" -C "$work/src"

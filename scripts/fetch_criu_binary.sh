@@ -73,6 +73,7 @@ while [[ -n $queue ]]; do
   done
   queue=$next
 done
+rm -rf "$dest/bin" "$dest/lib"  # a CRIU fetched before: no library of it stays
 mkdir -p "$dest/bin" "$dest/lib"
 install -m 0755 "$work/stage/usr/sbin/criu" "$dest/bin/criu.real"
 # The libraries themselves and their soname links (not lib64's link to the loader, nor

@@ -1439,6 +1439,27 @@ TEST_F(CliImages, ARestoreThatFailsOrIsKilledOnceCriuRanIsUndoneOrFinished) {
   ExpectEveryByteOnceTold(job_dir, log);
 }
 
+// The restored shims keep the control directory they were dumped with (their environment
+// comes back as it was): a restore run with another one is refused before CRIU runs, naming
+// both and the setting to use, instead of leaving the job stopped where no command finds it.
+TEST_F(CliImages, ARestoreWithAnotherControlDirectoryIsRefusedNamingTheJobs) {
+  SKIP_UNLESS_CRIU_ROUND_TRIPS();
+  const std::string job_dir = dir_ + "/job", images = dir_ + "/images", log = dir_ + "/job.log";
+  std::optional<coord::Manifest> manifest;
+  ASSERT_NO_FATAL_FAILURE(DumpAway(job_dir, images, log, manifest));
+  const std::string control = Env("CUSNAP_CONTROL_DIR"), other = dir_ + "/other-control";
+  ASSERT_EQ(::mkdir(other.c_str(), 0700), 0);
+  ::setenv("CUSNAP_CONTROL_DIR", other.c_str(), 1);
+  ExpectRefused(images, "the job's endpoints and hold markers are in control directory " +
+                            control + " (its CUSNAP_CONTROL_DIR when it was dumped), this "
+                            "restore's is " + other + ": run the restore with "
+                            "CUSNAP_CONTROL_DIR=" + control);
+  ::setenv("CUSNAP_CONTROL_DIR", control.c_str(), 1);
+  const Ran back = Cusnap({"restore", "--images-dir", images});
+  ASSERT_EQ(back.status, 0) << back.out << back.err;
+  ExpectEveryByteOnceTold(job_dir, log);
+}
+
 // CRIU's page images are read beside `criu restore`: a restore killed once CRIU is done has
 // not vouched for them, so the restore that finishes it reads them first, and damage found
 // there ends the stopped tree, naming the file (the job ran nothing); mended, the images
@@ -1459,7 +1480,7 @@ TEST_F(CliImages, ARestoreKilledOnceCriuRanChecksThePageImagesBeforeFinishing) {
   EXPECT_THAT(refused.err, HasSubstr("image file " + pages + " is corrupt"));
   EXPECT_THAT(refused.err, HasSubstr("processes CRIU brought back were ended before any of them "
                                      "ran application code again; " + images + " is as it was: "
-                                     "mend the image file named above"));
+                                     "mend the damaged image file this restore names"));
   AwaitGone(*manifest);
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName));
   EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
@@ -1684,6 +1705,9 @@ TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRe
   ASSERT_FALSE(path.empty()) << "no file of that kind in " << images;
   const std::string good = ReadAll(path);
   ASSERT_GT(good.size(), 2u);
+  // CRIU restores the job's output file as it was dumped (a file that grew since fails the
+  // restore): a refused restore must not have written into it.
+  const std::string output = ReadAll(log);
   for (const size_t at : {size_t{0}, good.size() / 2, good.size() - 1}) {
     std::string bad = good;
     bad[at] = static_cast<char>(bad[at] ^ 0xff);
@@ -1698,8 +1722,8 @@ TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRe
       // Found after CRIU brought the processes back, which were ended unrun.
       EXPECT_THAT(r.err, HasSubstr("processes CRIU brought back were ended before any of them "
                                    "ran application code again; " + images + " is as it was"));
-      EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
     }
+    EXPECT_EQ(ReadAll(log), output) << "the refused restore wrote into the job's output";
     if (GetParam() == FileKind::kCriuPages) {
       EXPECT_THAT(r.out, ::testing::ContainsRegex("criu_restore .*FAILED")) << r.out;
     }

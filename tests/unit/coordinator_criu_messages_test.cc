@@ -50,5 +50,20 @@ TEST_F(CriuMessages, ALogsErrorLinesAreQuoted) {
   EXPECT_THAT(ran.error().message, EndsWith("No space left on device"));
 }
 
+// CRIU refuses to restore a file the job had open whose size changed since the dump (the
+// job's output, written on after a --leave-running dump): its terse line gets what happened
+// and what to do.
+TEST_F(CriuMessages, AFileOfAnotherSizeIsExplained) {
+  const std::string criu = FakeCriu(
+      "echo 'Error (criu/files-reg.c:2230): File tmp/job/out has bad size 133 (expect 47)' > "
+      "\"$3/criu-restore.log\"; exit 1");
+  const Status ran = RunCriu(criu, {"restore", "-D", dir_}, dir_, "criu-restore.log");
+  ASSERT_FALSE(ran.ok());
+  EXPECT_THAT(ran.error().message, HasSubstr("File tmp/job/out has bad size 133 (expect 47); a "
+                                             "file the job had open changed size since the "
+                                             "dump"));
+  EXPECT_THAT(ran.error().message, EndsWith("put it back as it was, or dump the job again"));
+}
+
 }  // namespace
 }  // namespace cusnap::coord

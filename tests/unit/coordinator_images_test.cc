@@ -148,6 +148,23 @@ TEST_F(ImageChecksumTest, CheckImageFilesNamesEachFileAndItsFirstFailingChunk) {
               ElementsAre("image file " + dir_ + "/core-1.img is missing"));
 }
 
+// A restore's control directory must be the job's (or hold the job's own below it, a `cusnap
+// run --pid-namespace` job's), compared as normalized paths.
+TEST(ImagesControlDir, ARestoreRunsInTheJobsControlDirectoryOrTheOneAboveItsOwn) {
+  coord::Manifest m;
+  EXPECT_EQ(coord::OtherControlDirProblem(m, "/run/x"), "");  // recorded by no older manifest
+  m.control_dir = "/run/cusnap";
+  EXPECT_EQ(coord::OtherControlDirProblem(m, "/run/cusnap/"), "");
+  EXPECT_EQ(coord::OtherControlDirProblem(m, "/run/./cusnap"), "");
+  EXPECT_EQ(coord::OtherControlDirProblem(m, "/tmp/other"),
+            "the job's endpoints and hold markers are in control directory /run/cusnap (its "
+            "CUSNAP_CONTROL_DIR when it was dumped), this restore's is /tmp/other: run the "
+            "restore with CUSNAP_CONTROL_DIR=/run/cusnap");
+  m.control_dir = "/run/cusnap/pidns-AbC123";
+  EXPECT_EQ(coord::OtherControlDirProblem(m, "/run/cusnap"), "");
+  EXPECT_NE(coord::OtherControlDirProblem(m, "/run/elsewhere"), "");
+}
+
 // Images of another manifest format (SHA-256 per file, before chunk digests) are refused,
 // naming their version, what wrote them and what to do.
 TEST_F(ImageChecksumTest, AManifestOfAnotherFormatIsRefusedNamingItsVersion) {

@@ -151,8 +151,7 @@ std::string WhyCriuCannotDump(int pid) {
     why.push_back("holds an io_uring instance, which CRIU cannot dump (torchrun's agent, "
                   "pt_elastic, holds one in torch 2.11 whatever its rendezvous; start the ranks "
                   "without it, one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and "
-                  "MASTER_PORT set, under `cusnap run`, which sets USE_LIBUV=0: README "
-                  "\"Checkpoint to disk\")");
+                  "MASTER_PORT set, under `cusnap run`, which sets USE_LIBUV=0: docs/DUMP.md)");
   }
   if (!SameNamespace("mnt", pid, ::getpid())) {
     why.push_back("runs in a mount namespace other than this cusnap's: CRIU would dump its "
@@ -265,6 +264,11 @@ Status RunCriu(const std::string& criu, const std::vector<std::string>& args,
       why += "; pid " + std::to_string(taken) + " of the dump was taken by another process after "
              "cusnap found it free: run the restore again (the job then comes back in a PID "
              "namespace of its own)";
+    } else if (why.find("has bad size") != std::string::npos) {
+      // CRIU restores a file the job had open only as long as it is as the dump found it.
+      why += "; a file the job had open changed size since the dump (its output file, when "
+             "the job wrote on after a --leave-running dump or another restore of these "
+             "images): put it back as it was, or dump the job again";
     }
   }
   return Error{rc, "criu " + args[0] + " failed (exit " + std::to_string(rc) + ", log " + log +

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/control_dir.h"
 #include "common/ids.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
@@ -700,6 +701,22 @@ int DumpedJobRunning(const Manifest& manifest, const RunningCheck& running) {
 
 bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running) {
   return DumpedJobRunning(manifest, running) != 0;
+}
+
+std::string OtherControlDirProblem(const Manifest& manifest, const std::string& control_dir) {
+  if (manifest.control_dir.empty()) return "";
+  const auto normal = [](const std::string& path) {
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(path, ec);
+    auto n = (ec ? std::filesystem::path(path) : absolute).lexically_normal();
+    if (!n.has_filename() && n != n.root_path()) n = n.parent_path();  // "/a/b/" is "/a/b"
+    return n.string();
+  };
+  const std::string job = normal(manifest.control_dir), mine = normal(control_dir);
+  if (job == mine || IsJobControlDir(mine, job)) return "";
+  return "the job's endpoints and hold markers are in control directory " + job +
+         " (its CUSNAP_CONTROL_DIR when it was dumped), this restore's is " + mine +
+         ": run the restore with CUSNAP_CONTROL_DIR=" + job;
 }
 
 std::vector<std::string> CheckImages(const std::string& dir, const Manifest& manifest,

@@ -285,6 +285,13 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running);
 
 // AliveHere (coordinator/proc/processes.h) is the AliveCheck of this machine.
 
+/// Why a restore run with control directory `control_dir` cannot bring back the job of
+/// `manifest`: the restored shims keep the control directory they had (their environment
+/// comes back as dumped), the manifest's or a job control directory below it
+/// (IsJobControlDir), and hold markers there would stop them again; "" when it is that one
+/// (compared as absolute, normalized paths) or the manifest records none.
+std::string OtherControlDirProblem(const Manifest& manifest, const std::string& control_dir);
+
 /// Everything that makes a restore from `dir` impossible, each as one sentence naming its
 /// cause, checked before anything changes: the manifest missing or unreadable; the image
 /// files (CheckImageFiles); another driver; fewer

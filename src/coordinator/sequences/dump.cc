@@ -214,7 +214,7 @@ class DumpSequence : Sequence {
                                    "job > log 2>&1`")
                      : "start the job without it (a descriptor it inherited: `cusnap run -- "
                        "job " + std::to_string(p.fd) + ">&-`) or give it a file") +
-          " (README, \"Checkpoint to disk\")");
+          " (docs/DUMP.md)");
     }
     return problems;
   }
@@ -503,6 +503,11 @@ class ImagesRestoreSequence : Sequence {
       auto problems = CheckImages(options_.images_dir, checked, *machine, options_.device_map,
                                   RunningHere(options_.control_dir), pairs,
                                   options_.resume_root > 0, scope);
+      if (!options_.check_only) {  // the plugin's restore: the container's mounts hold it
+        if (auto other = OtherControlDirProblem(manifest_, options_.control_dir); !other.empty()) {
+          problems.push_back(std::move(other));
+        }
+      }
       summary.note = std::to_string(manifest_.files.size()) + " files";
       summary.bytes = options_.check_only ? manifest_.TotalBytes()
                                           : manifest_.CriuBytes() - manifest_.CriuPageBytes();
@@ -632,8 +637,8 @@ class ImagesRestoreSequence : Sequence {
 
   /// What EndRestoredTree tells to do when an image file was damaged.
   static constexpr const char* kMendThenRestore =
-      "mend the image file named above (or restore from an unchanged copy of the images) and "
-      "run the restore again";
+      "mend the damaged image file this restore names (or restore from an unchanged copy of the "
+      "images) and run the restore again";
 
   /// Ends the processes CRIU brought back, before any restore phase ran on them (they are
   /// stopped: CRIU leaves them so, CriuRestoreArgs), and drops the restore record: the images
@@ -696,8 +701,8 @@ class ImagesRestoreSequence : Sequence {
       // no application call passed its gate. The images are the job: the tree goes, as a
       // refusal of check_images would have left it, and the restore runs again once the
       // file is mended.
-      EndTree("mend the carrier file named above (or restore from an unchanged copy of the "
-              "images) and run the restore again");
+      EndTree("mend the carrier file this restore names (or restore from an unchanged copy of "
+              "the images) and run the restore again");
       nested_ = Outcome::kRestoreRefused;
       carriers_refused_ = true;
     }
