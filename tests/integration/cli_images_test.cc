@@ -147,6 +147,15 @@ class CliImages : public OwnMachineTest {
     return criu;
   }
 
+  /// `restore --images-dir images` must bring the job back (exit 0), and the job then finds
+  /// every byte (ExpectEveryByteOnceTold).
+  void ExpectRestoredWhole(const std::string& images, const std::string& job_dir,
+                           const std::string& log) {
+    const Ran back = Cusnap({"restore", "--images-dir", images});
+    ASSERT_EQ(back.status, 0) << back.out << back.err;
+    ExpectEveryByteOnceTold(job_dir, log);
+  }
+
   /// `restore --images-dir images` through WrapCriu("restore", then).
   Ran RestoreWithCriuThen(const std::string& images, const std::string& then) {
     const std::string criu = WrapCriu("restore", then);
@@ -1455,9 +1464,7 @@ TEST_F(CliImages, ARestoreWithAnotherControlDirectoryIsRefusedNamingTheJobs) {
                             "restore's is " + other + ": run the restore with "
                             "CUSNAP_CONTROL_DIR=" + control);
   ::setenv("CUSNAP_CONTROL_DIR", control.c_str(), 1);
-  const Ran back = Cusnap({"restore", "--images-dir", images});
-  ASSERT_EQ(back.status, 0) << back.out << back.err;
-  ExpectEveryByteOnceTold(job_dir, log);
+  ExpectRestoredWhole(images, job_dir, log);
 }
 
 // CRIU's page images are read beside `criu restore`: a restore killed once CRIU is done has
@@ -1485,9 +1492,7 @@ TEST_F(CliImages, ARestoreKilledOnceCriuRanChecksThePageImagesBeforeFinishing) {
   EXPECT_FALSE(std::filesystem::exists(images + "/" + coord::kRestoreRecordName));
   EXPECT_THAT(ReadAll(log), ::testing::Not(HasSubstr("PASS")));
   FlipByte(pages, 0);
-  const Ran back = Cusnap({"restore", "--images-dir", images});
-  ASSERT_EQ(back.status, 0) << back.out << back.err;
-  ExpectEveryByteOnceTold(job_dir, log);
+  ExpectRestoredWhole(images, job_dir, log);
 }
 
 // A dump killed between its checkpoint and CRIU leaves the job checkpointed in place, held:
@@ -1542,9 +1547,7 @@ TEST_F(CliImages, ADumpUnderTheHoldRecordsTheGpuModels) {
   ASSERT_TRUE(manifest.is_object() && manifest["gpus"].is_array() && !manifest["gpus"].empty())
       << manifest.dump();
   for (const auto& gpu : manifest["gpus"]) EXPECT_NE(gpu["model"], "") << manifest.dump();
-  const Ran back = Cusnap({"restore", "--images-dir", images});
-  ASSERT_EQ(back.status, 0) << back.out << back.err;
-  ExpectEveryByteOnceTold(job_dir, log);
+  ExpectRestoredWhole(images, job_dir, log);
 }
 
 TEST_F(CliImages, DumpAndRestoreInNewProcessesKeepEveryByte) { RoundTrip(""); }
@@ -1737,9 +1740,7 @@ TEST_P(CliImagesCorrupt, AnyDamagedImageFileRefusesTheRestoreNamingItAndMendedRe
     ExpectRefusedNaming(images, extra, *manifest, "an extra file");
     std::filesystem::remove(extra);
   }
-  const Ran back = Cusnap({"restore", "--images-dir", images});
-  ASSERT_EQ(back.status, 0) << back.out << back.err;
-  ExpectEveryByteOnceTold(job_dir, log);
+  ExpectRestoredWhole(images, job_dir, log);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, CliImagesCorrupt,
