@@ -148,6 +148,30 @@ TEST_F(ImageChecksumTest, CheckImageFilesNamesEachFileAndItsFirstFailingChunk) {
               ElementsAre("image file " + dir_ + "/core-1.img is missing"));
 }
 
+// The check before CRIU leaves the page images' bytes to the check beside it, which reads
+// them alone; both name a page image of another size alike (a refusal names it once), and
+// the check beside CRIU reads no file of the wrong size.
+TEST_F(ImageChecksumTest, ThePageImagesAreCheckedApartFromTheRest) {
+  const std::string pages(coord::kImageChunkBytes + 10, 'p');
+  Write("pages-1.img", pages);
+  Write("core-1.img", "abc");
+  const coord::Manifest m = Describe();
+  Write("pages-1.img", "X" + pages.substr(1));
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m, 0, coord::ReadScope::kBeforeCriu), IsEmpty());
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m, 0, coord::ReadScope::kCriuPages),
+              ElementsAre(HasSubstr("image file " + dir_ + "/pages-1.img is corrupt: its bytes "
+                                    "[0, 67108864)")));
+  Write("core-1.img", "abX");
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m, 0, coord::ReadScope::kCriuPages),
+              ElementsAre(HasSubstr("/pages-1.img is corrupt")));
+  Write("pages-1.img", pages.substr(1));
+  const std::string cut = "image file " + dir_ + "/pages-1.img holds 67108873 bytes, the "
+                          "manifest says 67108874 (truncated)";
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m, 0, coord::ReadScope::kBeforeCriu),
+              ElementsAre(cut, HasSubstr("/core-1.img is corrupt")));
+  EXPECT_THAT(coord::CheckImageFiles(dir_, m, 0, coord::ReadScope::kCriuPages), ElementsAre(cut));
+}
+
 // A restore's control directory must be the job's (or hold the job's own below it, a `cusnap
 // run --pid-namespace` job's), compared as normalized paths.
 TEST(ImagesControlDir, ARestoreRunsInTheJobsControlDirectoryOrTheOneAboveItsOwn) {

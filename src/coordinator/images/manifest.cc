@@ -595,16 +595,14 @@ std::vector<std::string> CheckFileBytes(const std::string& dir,
 
 std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest& manifest,
                                          unsigned threads, ReadScope scope) {
-  std::vector<const ImageFile*> present;
-  if (scope == ReadScope::kCriuPages) {
-    for (const auto& f : manifest.files) present.push_back(&f);
-    return CheckFileBytes(dir, present, threads, scope);
-  }
+  const bool pages_only = scope == ReadScope::kCriuPages;
   std::vector<std::string> problems;
-  // The files the manifest lists, each of its size.
+  // The files the manifest lists (of the page images alone: their own), each of its size.
+  std::vector<const ImageFile*> present;
   std::set<std::string> names;
   for (const auto& f : manifest.files) {
     names.insert(f.name);
+    if (pages_only && !IsCriuPageImage(f.name)) continue;
     const std::string path = dir + "/" + f.name;
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(path, ec);
@@ -620,7 +618,9 @@ std::vector<std::string> CheckImageFiles(const std::string& dir, const Manifest&
   }
   // A dump file it does not list (of another dump, or added since) would be restored with
   // the job (CRIU reads every image it finds that the others name).
-  if (auto listed = ListImageFiles(dir); listed) {
+  if (pages_only) {
+    // Looked for before CRIU ran (kBeforeCriu).
+  } else if (auto listed = ListImageFiles(dir); listed) {
     for (const auto& f : *listed) {
       if (!names.count(f.name) && f.name != "stats-dump") {
         problems.push_back("image file " + dir + "/" + f.name + " is not one the manifest lists "
@@ -706,11 +706,8 @@ bool DumpedJobRuns(const Manifest& manifest, const RunningCheck& running) {
 std::string OtherControlDirProblem(const Manifest& manifest, const std::string& control_dir) {
   if (manifest.control_dir.empty()) return "";
   const auto normal = [](const std::string& path) {
-    std::error_code ec;
-    const auto absolute = std::filesystem::absolute(path, ec);
-    auto n = (ec ? std::filesystem::path(path) : absolute).lexically_normal();
-    if (!n.has_filename() && n != n.root_path()) n = n.parent_path();  // "/a/b/" is "/a/b"
-    return n.string();
+    const std::filesystem::path n = AbsoluteDir(path);
+    return (n.has_filename() || n == n.root_path() ? n : n.parent_path()).string();  // "/a/" is "/a"
   };
   const std::string job = normal(manifest.control_dir), mine = normal(control_dir);
   if (job == mine || IsJobControlDir(mine, job)) return "";

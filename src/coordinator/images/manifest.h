@@ -219,8 +219,8 @@ enum class ReadScope {
   /// kAllButCarrierChunks less CRIU's page images (IsCriuPageImage): the check before
   /// `criu restore`, whose page images are read beside it (kCriuPages).
   kBeforeCriu,
-  /// CRIU's page images alone, nothing else (not even the files' sizes and names: kBeforeCriu
-  /// checked them).
+  /// CRIU's page images alone, their sizes and bytes (whether the directory holds a file the
+  /// manifest does not list was asked before CRIU ran, by kBeforeCriu).
   kCriuPages,
 };
 

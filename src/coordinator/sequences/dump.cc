@@ -516,9 +516,10 @@ class ImagesRestoreSequence : Sequence {
         if (criu) criu_ = *criu; else problems.push_back(criu.error().message);
       }
       if (!problems.empty() && scope == ReadScope::kBeforeCriu) {
-        // No CRIU runs: a refusal names every damaged file, the page images' too.
+        // No CRIU runs: a refusal names every damaged file, the page images' too, each once
+        // (a missing or cut page image is named by both checks alike).
         for (auto& p : CheckImageFiles(options_.images_dir, manifest_, 0, ReadScope::kCriuPages)) {
-          problems.push_back(std::move(p));
+          if (std::ranges::find(problems, p) == problems.end()) problems.push_back(std::move(p));
         }
       }
       return problems;
